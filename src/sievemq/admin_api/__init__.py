@@ -1,0 +1,1 @@
+"""FastAPI admin plane over the gateway's read/command facade."""

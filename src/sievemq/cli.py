@@ -1,0 +1,45 @@
+"""The `sievemq` command line: wiring only, each command lives in its own component."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sievemq", description="AMQP 0-9-1 gateway for filtered stream queues."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    from sievemq.settings import add_serve_arguments
+
+    serve = commands.add_parser("serve", help="run the AMQP listener and the admin API")
+    add_serve_arguments(serve)
+
+    storage = commands.add_parser("storage", help="inspect stream files on disk")
+    storage_commands = storage.add_subparsers(dest="storage_command", required=True)
+    verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
+    verify.add_argument("path", help="a stream directory")
+    dump = storage_commands.add_parser("dump", help="list the chunks of a stream")
+    dump.add_argument("path", help="a stream directory")
+    dump.add_argument("--records", action="store_true", help="list every record too")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run one command; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    if args.command == "serve":
+        from sievemq.settings import settings_from_args
+        from sievemq.gateway.server import serve
+
+        return serve(settings_from_args(args))
+    if args.command == "storage":
+        from sievemq.storage import tools
+
+        if args.storage_command == "verify":
+            return tools.verify(args.path, out=sys.stdout)
+        return tools.dump(args.path, out=sys.stdout, records=args.records)
+    return 2

@@ -1,0 +1,1 @@
+"""The broker core on asyncio: vhosts, exchanges, stream queues, consumers, filters."""

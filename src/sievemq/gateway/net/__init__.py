@@ -1,0 +1,1 @@
+"""The only socket code: listeners, transports, TLS and connection limits."""

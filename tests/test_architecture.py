@@ -1,0 +1,68 @@
+"""The dependency rules of docs/architecture.md, checked by parsing every import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
+
+# component -> top-level modules (or sievemq subpackages) it may import besides the stdlib
+ALLOWED: dict[str, set[str]] = {
+    "amqp": {"pamqp", "sievemq.amqp"},
+    "storage": {"mmh3", "zstandard", "sievemq.storage"},
+    "gateway": {"sievemq.amqp", "sievemq.storage", "sievemq.gateway", "uvloop"},
+    "admin_api": {"fastapi", "pydantic", "starlette", "sievemq.admin_api", "sievemq.gateway.facade"},
+    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def _allowed(name: str, allowed: set[str]) -> bool:
+    import sys
+
+    top = name.split(".")[0]
+    if top in sys.stdlib_module_names or top == "__future__":
+        return True
+    return any(name == a or name.startswith(a + ".") for a in allowed)
+
+
+@pytest.mark.parametrize("component", sorted(ALLOWED))
+def test_component_imports_only_what_the_design_allows(component: str) -> None:
+    files = sorted((SRC / component).rglob("*.py"))
+    assert files, f"component {component} has no modules"
+    bad = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in files
+        for name in _imports(path)
+        if not _allowed(name, ALLOWED[component])
+    ]
+    assert not bad, "dependency rule broken:\n" + "\n".join(bad)
+
+
+def test_only_gateway_net_opens_sockets() -> None:
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if "socket" in _imports(path) and "gateway/net" not in path.as_posix()
+    ]
+    assert not offenders, f"socket code outside gateway/net: {offenders}"
+
+
+def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import asyncio\nfrom sievemq.gateway import broker\n")
+    names = _imports(bad)
+    assert not all(_allowed(n, ALLOWED["storage"]) for n in names)
