@@ -14,8 +14,21 @@ ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
     "gateway": {"sievemq.amqp", "sievemq.storage", "sievemq.gateway", "uvloop"},
-    "admin_api": {"fastapi", "pydantic", "starlette", "sievemq.admin_api", "sievemq.gateway.facade"},
+    "admin_api": {
+        "fastapi",
+        "pydantic",
+        "starlette",
+        "sievemq.admin_api",
+        "sievemq.gateway.facade",
+    },
     "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+}
+
+
+# stdlib modules a component must not use even though they are in the standard library
+FORBIDDEN: dict[str, set[str]] = {
+    "amqp": {"asyncio", "socket", "selectors"},
+    "storage": {"asyncio", "socket", "selectors"},
 }
 
 
@@ -30,10 +43,12 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def _allowed(name: str, allowed: set[str]) -> bool:
+def _allowed(name: str, allowed: set[str], forbidden: frozenset[str] = frozenset()) -> bool:
     import sys
 
     top = name.split(".")[0]
+    if top in forbidden:
+        return False
     if top in sys.stdlib_module_names or top == "__future__":
         return True
     return any(name == a or name.startswith(a + ".") for a in allowed)
@@ -47,7 +62,7 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
         f"{path.relative_to(SRC)} imports {name}"
         for path in files
         for name in _imports(path)
-        if not _allowed(name, ALLOWED[component])
+        if not _allowed(name, ALLOWED[component], frozenset(FORBIDDEN.get(component, ())))
     ]
     assert not bad, "dependency rule broken:\n" + "\n".join(bad)
 
@@ -65,4 +80,6 @@ def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import asyncio\nfrom sievemq.gateway import broker\n")
     names = _imports(bad)
-    assert not all(_allowed(n, ALLOWED["storage"]) for n in names)
+    storage_rules = (ALLOWED["storage"], frozenset(FORBIDDEN["storage"]))
+    assert not _allowed(names[0], *storage_rules)
+    assert not _allowed(names[1], *storage_rules)
