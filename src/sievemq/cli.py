@@ -32,8 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
     args = _build_parser().parse_args(argv)
     if args.command == "serve":
-        from sievemq.settings import settings_from_args
         from sievemq.gateway.server import serve
+        from sievemq.settings import settings_from_args
 
         return serve(settings_from_args(args))
     if args.command == "storage":
