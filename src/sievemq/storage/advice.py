@@ -1,0 +1,66 @@
+"""Bloom filter sizing advice: which filter size gives a target false-positive rate.
+
+A chunk's Bloom filter has m = 8 * size bits and two hash positions per value, so with n
+distinct values in a chunk a value that is not there still matches with probability
+(1 - e^(-2n/m))^2. The advice sizes the filter for a high percentile of the observed
+distinct values per chunk, because a few crowded chunks are what make consumers read
+chunks they do not need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_FILTER_BYTES = 16
+MAX_FILTER_BYTES = 4096
+HASH_POSITIONS = 2
+
+
+def false_positive_rate(size_bytes: int, distinct_values: float) -> float:
+    """Expected chance that a value absent from a chunk passes its Bloom filter."""
+    if distinct_values <= 0:
+        return 0.0
+    bits = 8 * size_bytes
+    return float((1.0 - math.exp(-HASH_POSITIONS * distinct_values / bits)) ** HASH_POSITIONS)
+
+
+@dataclass(frozen=True)
+class FilterAdvice:
+    """A recommended `x-stream-filter-size-bytes` and what it is expected to give."""
+
+    size_bytes: int
+    expected_false_positive_rate: float
+    distinct_values_per_chunk: float
+    target_false_positive_rate: float
+    reachable: bool  # False when even the largest filter misses the target
+
+
+def _percentile(values: Sequence[int], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return float(ordered[index])
+
+
+def filter_advice(
+    distinct_values_per_chunk: Sequence[int],
+    target_fpr: float = 0.01,
+    percentile: float = 0.95,
+) -> FilterAdvice:
+    """The smallest filter size in 16..4096 bytes meeting `target_fpr` at the percentile."""
+    if not 0.0 < target_fpr < 1.0:
+        raise ValueError(f"target_fpr must be between 0 and 1, got {target_fpr}")
+    if not 0.0 < percentile <= 1.0:
+        raise ValueError(f"percentile must be in (0, 1], got {percentile}")
+    n = _percentile(distinct_values_per_chunk, percentile) if distinct_values_per_chunk else 0.0
+    low, high = MIN_FILTER_BYTES, MAX_FILTER_BYTES
+    if false_positive_rate(high, n) > target_fpr:
+        return FilterAdvice(high, false_positive_rate(high, n), n, target_fpr, reachable=False)
+    while low < high:  # the rate falls as the size grows: binary search the smallest size
+        middle = (low + high) // 2
+        if false_positive_rate(middle, n) <= target_fpr:
+            high = middle
+        else:
+            low = middle + 1
+    return FilterAdvice(low, false_positive_rate(low, n), n, target_fpr, reachable=True)
