@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sievemq.storage.advice import false_positive_rate, filter_advice
+from sievemq.storage.advice import (
+    estimate_distinct_values,
+    false_positive_rate,
+    filter_advice,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,3 +51,24 @@ def test_unreachable_target_says_so() -> None:
 def test_bad_target_is_rejected_with_a_reason() -> None:
     with pytest.raises(ValueError, match="target_fpr"):
         filter_advice([10], 1.5)
+
+
+def _bloom_with(values: list[str], size: int) -> bytes:
+    import mmh3
+
+    bits = bytearray(size)
+    for value in values:
+        for seed in (0, 1):  # any two independent positions do for the estimate
+            position = mmh3.hash(value, seed, signed=False) % (8 * size - 1) + 1
+            bits[position // 8] |= 0x80 >> (position % 8)
+    return bytes(bits)
+
+
+@pytest.mark.parametrize("count", [1, 10, 50, 200])
+def test_distinct_values_are_estimated_from_the_set_bits(count: int) -> None:
+    bloom = _bloom_with([f"value-{i}" for i in range(count)], 255)
+    assert estimate_distinct_values(bloom) == pytest.approx(count, rel=0.2, abs=1)
+
+
+def test_unfiltered_marker_bit_is_not_a_value() -> None:
+    assert estimate_distinct_values(b"\x80" + bytes(15)) == 0.0

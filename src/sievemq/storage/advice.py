@@ -26,6 +26,22 @@ def false_positive_rate(size_bytes: int, distinct_values: float) -> float:
     return float((1.0 - math.exp(-HASH_POSITIONS * distinct_values / bits)) ** HASH_POSITIONS)
 
 
+def estimate_distinct_values(bloom: bytes) -> float:
+    """Distinct values a chunk held, estimated from how many of its Bloom bits are set.
+
+    With X of m bits set by k positions per value, n is about -(m / k) * ln(1 - X / m)
+    (Swamidass and Baldi), so advice needs no extra bookkeeping in the chunk. Bit 0 marks
+    unfiltered messages, not a value, and is not counted.
+    """
+    bits = 8 * len(bloom)
+    if bits == 0:
+        return 0.0
+    set_bits = int.from_bytes(bloom, "big").bit_count() - (bloom[0] >> 7)
+    if set_bits >= bits - 1:
+        return float("inf")
+    return -(bits / HASH_POSITIONS) * math.log(1.0 - set_bits / bits)
+
+
 @dataclass(frozen=True)
 class FilterAdvice:
     """A recommended `x-stream-filter-size-bytes` and what it is expected to give."""
