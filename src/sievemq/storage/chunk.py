@@ -53,7 +53,7 @@ class ChunkHeader(NamedTuple):
     hash_id: int
     bloom_size: int
     first_offset: int
-    count: int
+    record_count: int
     timestamp_ms: int
     data_length: int
     raw_length: int
@@ -246,12 +246,9 @@ def decode_records(
         r = q + rl
         s = r + pl
         e = s + bl
-        append(
-            _new_record(
-                Record,
-                (offset, timestamp_ms, fv, raw[p:q].decode(), raw[q:r].decode(), raw[r:s], raw[s:e]),
-            )
-        )
+        ex = raw[p:q].decode()
+        rk = raw[q:r].decode()
+        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e])))
         p = e
         offset += 1
     return out, rejected

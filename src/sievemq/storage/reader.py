@@ -141,9 +141,9 @@ class StreamReader:
             os.close(idx)
         if self._chunk_offset < target:
             got = read_header(self._fd, self._pos)
-            if got is not None and got[0].first_offset + got[0].count <= target:
+            if got is not None and got[0].first_offset + got[0].record_count <= target:
                 self._pos += got[0].total_size
-                self._chunk_offset += got[0].count
+                self._chunk_offset += got[0].record_count
 
     # -- seeking ----------------------------------------------------------------------------
 
@@ -284,7 +284,7 @@ class StreamReader:
                 raise StorageError(f"{self.directory}: header CRC mismatch at {self._pos}")
             looked += 1
             stats.chunks_scanned += 1
-            chunk_end = header.first_offset + header.count
+            chunk_end = header.first_offset + header.record_count
             body_pos = self._pos + HEADER_SIZE + bsize
             next_pos = body_pos + header.data_length
             if chunk_end <= self.position:
@@ -298,7 +298,7 @@ class StreamReader:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {self._pos}")
                 records, rejected = decode_records(
                     raw_data(header, data),
-                    header.count,
+                    header.record_count,
                     header.first_offset,
                     header.timestamp_ms,
                     self.position,

@@ -152,7 +152,7 @@ def find_tail(seg_fd: int, idx_fd: int | None, first_offset: int) -> Tail:
         if header is not None and header.first_offset == entry.offset:
             kept = i + 1
             pos = entry.position + header.total_size
-            next_offset = header.first_offset + header.count
+            next_offset = header.first_offset + header.record_count
             last_ts = header.timestamp_ms
             break
     if kept and idx_fd is not None:
@@ -167,5 +167,5 @@ def find_tail(seg_fd: int, idx_fd: int | None, first_offset: int) -> Tail:
             first_ts = header.timestamp_ms
         last_ts = header.timestamp_ms
         pos += header.total_size
-        next_offset += header.count
+        next_offset += header.record_count
     return Tail(kept, extra, pos, next_offset, first_ts, last_ts)

@@ -11,7 +11,8 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
+from itertools import pairwise
 from pathlib import Path
 
 from sievemq.storage import bloom as _bloom
@@ -42,7 +43,7 @@ from sievemq.storage.types import Message
 OFFSETS_FILE = "offsets.log"
 
 
-class Durability(str, Enum):
+class Durability(StrEnum):
     ALWAYS = "always"  # fdatasync before append returns
     BATCH = "batch"  # the write reaches the OS; the owner calls sync() every sync_interval_ms
     NEVER = "never"
@@ -171,7 +172,7 @@ def _describe_segment(directory: Path, first: int) -> _Segment:
             raise StorageError(f"{directory}: last chunk of segment {first} is unreadable")
         return _Segment(
             first,
-            last.offset + got[0].count,
+            last.offset + got[0].record_count,
             os.fstat(seg_fd).st_size,
             n,
             read_entry(idx_fd, 0).timestamp_ms,
@@ -210,7 +211,7 @@ def recover(directory: Path) -> list[_Segment]:
         ]
         infos.append(last)
         break
-    for before, after in zip(infos, infos[1:], strict=False):
+    for before, after in pairwise(infos):
         if before.end_offset != after.first_offset:
             raise StorageError(
                 f"{directory}: segment {after.first_offset} does not follow segment "
@@ -408,5 +409,3 @@ class Stream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
