@@ -353,7 +353,7 @@ class Stream:
         self._listeners = [*self._listeners, cb]
 
     def remove_listener(self, cb: Callable[[int], None]) -> None:
-        self._listeners = [c for c in self._listeners if c is not cb]
+        self._listeners = [c for c in self._listeners if c != cb]
 
     def reader(self) -> StreamReader:
         """A reader with its own file handles, bounded by this stream's committed end."""
