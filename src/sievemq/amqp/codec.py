@@ -76,9 +76,10 @@ def encode_shortstr(value: str) -> bytes:
 def method_id(payload: bytes) -> tuple[int, int]:
     """(class_id, method_id) of a method frame payload."""
     try:
-        return _HH.unpack_from(payload)  # type: ignore[return-value]
+        class_id, mid = _HH.unpack_from(payload)
     except struct.error:
         raise errors.FrameError("method frame shorter than 4 bytes") from None
+    return class_id, mid
 
 
 def decode_basic_publish(payload: bytes) -> tuple[str, str, bool, bool]:
@@ -224,7 +225,7 @@ def _skip_table(data: bytes, pos: int, end: int) -> int:
     """Offset after the field table (length prefix included) at ``pos``; checks it all."""
     if pos + 4 > end:
         raise errors.FrameError("field table truncated")
-    table_end = pos + 4 + _I.unpack_from(data, pos)[0]
+    table_end: int = pos + 4 + _I.unpack_from(data, pos)[0]
     if table_end > end:
         raise errors.FrameError("field table longer than its container")
     pos += 4
@@ -500,7 +501,7 @@ def decode_method(payload: bytes) -> base.Frame:
     Unknown (class, method) pairs raise 540 NOT_IMPLEMENTED; undecodable arguments 501.
     """
     class_id, mid = method_id(payload)
-    cls = commands.INDEX_MAPPING.get(class_id << 16 | mid)
+    cls: type[base.Frame] | None = commands.INDEX_MAPPING.get(class_id << 16 | mid)
     if cls is None:
         raise errors.NotImplemented_(f"unknown method {class_id}.{mid}", class_id, mid)
     method: base.Frame = cls()
