@@ -40,7 +40,7 @@ PUBLISH = b"".join(
 
 def hand_decode() -> None:
     reader = frames.FrameReader(131072, 1 << 20)
-    (_, _, method), (_, _, head), (_, _, body) = reader.feed(PUBLISH)
+    (_, _, method), (_, _, head), (_, _, _body) = reader.feed(PUBLISH)
     codec.method_id(method)
     codec.decode_basic_publish(method)
     codec.decode_content_header(head)
@@ -50,14 +50,14 @@ _READER = frames.FrameReader(131072, 1 << 20)
 
 
 def hand_decode_warm_reader() -> None:
-    (_, _, method), (_, _, head), (_, _, body) = _READER.feed(PUBLISH)
+    (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
     codec.method_id(method)
     codec.decode_basic_publish(method)
     codec.decode_content_header(head)
 
 
 def hand_decode_with_filter_value() -> None:
-    (_, _, method), (_, _, head), (_, _, body) = _READER.feed(PUBLISH)
+    (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
     codec.method_id(method)
     codec.decode_basic_publish(method)
     props = codec.decode_content_header(head)[2]
