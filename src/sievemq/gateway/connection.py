@@ -1,0 +1,423 @@
+"""One AMQP connection: negotiation, heartbeats, channel table and THE error mapping.
+
+Every ``sievemq.amqp.errors.AMQPError`` raised while handling a frame ends up in
+``Connection._fail``: connection errors (5xx, 320, 402, login 403) send connection.close and
+close the socket after close-ok; channel errors (403/404/405/406) close only that channel.
+``except Exception`` appears only here, at the connection boundary (541 INTERNAL_ERROR).
+
+HOT PATH: ``on_frames`` loops over the frames of one read and hands channel frames to their
+channel without awaiting; replies produced meanwhile go out in one ``writelines``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as spec
+
+from sievemq.amqp import codec, errors, frames
+from sievemq.gateway.channel import Channel
+
+if TYPE_CHECKING:
+    from sievemq.gateway.broker import VirtualHost
+    from sievemq.gateway.node import Node
+
+log = logging.getLogger(__name__)
+
+SERVER_CAPABILITIES: dict[str, bool] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+MECHANISMS = "PLAIN AMQPLAIN"
+_CLOSE_OK_TIMEOUT_S = 1.0
+
+# connection states: which connection-class method each accepts
+_AWAIT_START_OK = "start-ok"
+_AWAIT_TUNE_OK = "tune-ok"
+_AWAIT_OPEN = "open"
+_OPEN = "opened"
+_CLOSING = "closing"  # we sent connection.close, waiting for close-ok
+_CLOSED = "closed"
+
+_EXPECTED: dict[str, type[Any]] = {
+    _AWAIT_START_OK: spec.Connection.StartOk,
+    _AWAIT_TUNE_OK: spec.Connection.TuneOk,
+    _AWAIT_OPEN: spec.Connection.Open,
+}
+
+
+def parse_sasl(mechanism: str, response: bytes) -> tuple[str, str] | None:
+    """(username, password) from a PLAIN or AMQPLAIN response, None when malformed."""
+    if mechanism == "PLAIN":
+        parts = response.split(b"\x00")
+        if len(parts) != 3:
+            return None
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        values: dict[str, str] = {}
+        pos, end = 0, len(response)
+        try:
+            while pos < end:
+                klen = response[pos]
+                key = response[pos + 1 : pos + 1 + klen].decode("utf-8", "replace")
+                pos += 1 + klen
+                kind = response[pos : pos + 1]
+                if kind != b"S":
+                    return None
+                (vlen,) = struct.unpack_from(">I", response, pos + 1)
+                values[key] = response[pos + 5 : pos + 5 + vlen].decode("utf-8", "replace")
+                pos += 5 + vlen
+        except (IndexError, struct.error):
+            return None
+        if "LOGIN" not in values or "PASSWORD" not in values:
+            return None
+        return values["LOGIN"], values["PASSWORD"]
+    return None
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return b""
+
+
+class Connection:
+    """The frame handler of one client (driven by ``net.protocol.AMQPProtocol``)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.id = node.next_id()
+        limits = node.limits
+        self.channel_max = limits.channel_max
+        self.frame_max = limits.frame_max
+        self.heartbeat = limits.heartbeat
+        self.transport: asyncio.Transport | None = None
+        self.state = _AWAIT_START_OK
+        self.channels: dict[int, Channel] = {}
+        self.user: Any = None
+        self.username = ""
+        self.vhost: VirtualHost | None = None
+        self.vhost_name = ""
+        self.client_properties: dict[str, Any] = {}
+        self.cancel_notify = False
+        self.writing_paused = False
+        self.peer = ""
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._in_frames = False
+        self._received = True
+        self._missed = 0
+        self._heartbeat_handle: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+        self.frame_reader: frames.FrameReader | None = None
+
+    # ----------------------------------------------------------------------- output
+
+    def send(self, data: bytes) -> None:
+        """Queue one encoded frame; it goes out with the next flush (same loop tick)."""
+        self._out.append(data)
+        if not self._in_frames and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.node.loop.call_soon(self.flush)
+
+    def send_method(self, channel: int, method: Any) -> None:
+        self.send(codec.encode_method(channel, method))
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if out:
+            self._out = []
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                transport.writelines(out)
+
+    def write_frames(self, data: list[bytes]) -> None:
+        """Write a batch now (deliveries, confirms), after any queued replies."""
+        if self._out:
+            self.flush()
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines(data)
+
+    # ----------------------------------------------------------------------- net callbacks
+
+    def on_open(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.node.connections.add(self)
+        start = spec.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                "product": "SieveMQ",
+                "version": "0.1.0",
+                "platform": "Python",
+                "information": "AMQP 0-9-1 gateway for filtered streams",
+                "cluster_name": "sievemq",
+                "capabilities": SERVER_CAPABILITIES,
+            },
+            mechanisms=MECHANISMS,
+            locales="en_US",
+        )
+        self.send_method(0, start)
+        self.flush()
+        self._close_timer = self.node.loop.call_later(
+            self.node.limits.handshake_timeout_s, self._handshake_timeout
+        )
+
+    def on_frames(self, got: list[tuple[int, int, bytes]]) -> None:
+        self._received = True
+        self._in_frames = True
+        channels = self.channels
+        try:
+            for ftype, chid, payload in got:
+                if self.state is not _OPEN and self._drop_frame(ftype, chid, payload):
+                    continue
+                try:
+                    if chid:
+                        channel = channels.get(chid)
+                        if channel is None:
+                            self._channel_open(ftype, chid, payload)
+                        else:
+                            channel.on_frame(ftype, payload)
+                    elif ftype == frames.FRAME_METHOD:
+                        self._connection_method(codec.decode_method(payload))
+                    elif ftype != frames.FRAME_HEARTBEAT:
+                        raise errors.UnexpectedFrame(f"frame type {ftype} on channel 0")
+                except errors.AMQPError as error:
+                    self._fail(error, chid)
+                except Exception as error:  # the connection boundary
+                    log.exception("connection %s: internal error", self.id)
+                    self._fail(errors.InternalError(f"{type(error).__name__}: {error}"), chid)
+        finally:
+            self._in_frames = False
+            self.flush()
+
+    def _drop_frame(self, ftype: int, chid: int, payload: bytes) -> bool:
+        """Before open-ok and while closing, only connection methods on channel 0 count."""
+        if self.state in (_CLOSING, _CLOSED):
+            if chid == 0 and ftype == frames.FRAME_METHOD:
+                cid, mid = codec.method_id(payload)
+                if cid == 10 and mid in (50, 51):  # close / close-ok
+                    return False
+            return True
+        if chid != 0 and ftype != frames.FRAME_HEARTBEAT:
+            self._fail(errors.CommandInvalid("channel frame before connection.open-ok"), 0)
+            return True
+        return False
+
+    def on_frame_error(self, error: errors.AMQPError) -> None:
+        self._fail(error, 0)
+        self.flush()
+
+    def on_lost(self) -> None:
+        self.state = _CLOSED
+        self.node.connections.discard(self)
+        for timer in (self._heartbeat_handle, self._close_timer):
+            if timer is not None:
+                timer.cancel()
+        self._heartbeat_handle = self._close_timer = None
+        for channel in list(self.channels.values()):
+            channel.teardown()
+        self.channels.clear()
+        self._out.clear()
+
+    def on_pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def on_resume_writing(self) -> None:
+        self.writing_paused = False
+        for channel in self.channels.values():
+            channel.wake_consumers()
+
+    # ----------------------------------------------------------------------- negotiation
+
+    def _connection_method(self, method: Any) -> None:
+        state = self.state
+        if isinstance(method, spec.Connection.Close):
+            self.send_method(0, spec.Connection.CloseOk())
+            self.flush()
+            self._teardown_channels()
+            self.state = _CLOSED
+            if self.transport is not None:
+                self.transport.close()
+            return
+        if isinstance(method, spec.Connection.CloseOk):
+            if state == _CLOSING:
+                self.state = _CLOSED
+                if self.transport is not None:
+                    self.transport.close()
+            return
+        expected = _EXPECTED.get(state)
+        if expected is not None and not isinstance(method, expected):
+            raise errors.CommandInvalid(
+                f"expected '{expected.name.lower()}', got '{method.name.lower()}'"
+            )
+        if state == _AWAIT_START_OK:
+            self._start_ok(method)
+        elif state == _AWAIT_TUNE_OK:
+            self._tune_ok(method)
+        elif state == _AWAIT_OPEN:
+            self._open(method)
+        elif isinstance(method, spec.Connection.Blocked | spec.Connection.Unblocked):
+            return
+        elif isinstance(method, spec.Connection.UpdateSecret):
+            self.send_method(0, spec.Connection.UpdateSecretOk())
+        else:
+            raise errors.CommandInvalid(f"unexpected method '{method.name.lower()}'")
+
+    def _start_ok(self, method: Any) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        caps = self.client_properties.get("capabilities") or {}
+        self.cancel_notify = bool(isinstance(caps, dict) and caps.get("consumer_cancel_notify"))
+        mechanism = method.mechanism or ""
+        if mechanism not in MECHANISMS.split():
+            raise errors.ConnectionAccessRefused(
+                f"unsupported authentication mechanism '{mechanism}'"
+            )
+        creds = parse_sasl(mechanism, _as_bytes(method.response))
+        user = None
+        if creds is not None:
+            user = self.node.broker.users.authenticate(creds[0], creds[1])
+        if user is None:
+            raise errors.ConnectionAccessRefused(
+                f"Login was refused using authentication mechanism {mechanism}. "
+                "For details see the broker logfile."
+            )
+        self.user = user
+        self.username = creds[0] if creds else ""
+        self.state = _AWAIT_TUNE_OK
+        self.send_method(
+            0,
+            spec.Connection.Tune(
+                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+            ),
+        )
+
+    def _tune_ok(self, method: Any) -> None:
+        if method.channel_max and method.channel_max < self.channel_max:
+            self.channel_max = method.channel_max
+        frame_max = method.frame_max
+        if frame_max:
+            if frame_max < frames.FRAME_MIN_SIZE:
+                raise errors.NotAllowed(f"frame_max={frame_max} < {frames.FRAME_MIN_SIZE} min size")
+            if frame_max > self.frame_max:
+                raise errors.NotAllowed(f"frame_max={frame_max} > {self.frame_max} max size")
+            self.frame_max = frame_max
+        if self.frame_reader is not None:
+            self.frame_reader.frame_max = self.frame_max
+        self.heartbeat = int(method.heartbeat or 0)
+        self.state = _AWAIT_OPEN
+        if self.heartbeat:
+            self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
+
+    def _open(self, method: Any) -> None:
+        name = method.virtual_host or "/"
+        try:
+            vhost = self.node.broker.vhost(name)
+        except errors.AMQPError as error:
+            raise errors.NotAllowed(f"vhost {name} not found") from error
+        self.vhost = vhost
+        self.vhost_name = name
+        self.state = _OPEN
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        self.send_method(0, spec.Connection.OpenOk())
+
+    def _handshake_timeout(self) -> None:
+        self._close_timer = None
+        if self.state != _OPEN and self.transport is not None:
+            self.transport.abort()
+
+    # ----------------------------------------------------------------------- heartbeats
+
+    def _beat(self) -> None:
+        """Every interval: send a heartbeat; drop a peer silent for two intervals."""
+        self._heartbeat_handle = None
+        if self.state == _CLOSED or self.transport is None:
+            return
+        if self._received:
+            self._received = False
+            self._missed = 0
+        else:
+            self._missed += 1
+            if self._missed >= 2:
+                log.info("connection %s: missed heartbeats from %s, closing", self.id, self.peer)
+                self.transport.abort()
+                return
+        if not self.writing_paused:
+            self.transport.write(codec.encode_heartbeat())
+        self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
+
+    # ----------------------------------------------------------------------- channels
+
+    def _channel_open(self, ftype: int, chid: int, payload: bytes) -> None:
+        if ftype != frames.FRAME_METHOD or codec.method_id(payload) != (20, 10):
+            raise errors.ChannelErrorHard(f"expected 'channel.open' on channel {chid}")
+        if chid > self.channel_max:
+            raise errors.ChannelErrorHard(
+                f"channel {chid} is above the negotiated channel_max {self.channel_max}"
+            )
+        channel = Channel(self, chid)
+        self.channels[chid] = channel
+        self.send_method(chid, spec.Channel.OpenOk())
+
+    def channel_closed(self, channel: Channel) -> None:
+        if self.channels.get(channel.id) is channel:
+            del self.channels[channel.id]
+
+    def _teardown_channels(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.teardown()
+        self.channels.clear()
+
+    # ----------------------------------------------------------------------- errors
+
+    def _fail(self, error: errors.AMQPError, chid: int) -> None:
+        """THE mapping from a raised AMQPError to the wire."""
+        if not error.closes_connection and chid:
+            channel = self.channels.get(chid)
+            if channel is not None:
+                channel.close_by_server(error)
+                return
+        self.close(error)
+
+    def close(self, error: errors.AMQPError) -> None:
+        """Send connection.close with the error's reply and close the socket after close-ok."""
+        if self.state in (_CLOSING, _CLOSED):
+            return
+        log.info("connection %s: closing: %s", self.id, error.reply_text)
+        self._teardown_channels()
+        self.state = _CLOSING
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self.send_method(
+            0,
+            spec.Connection.Close(
+                reply_code=error.reply_code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+        self.flush()
+        self._close_timer = self.node.loop.call_later(_CLOSE_OK_TIMEOUT_S, self._force_close)
+
+    def _force_close(self) -> None:
+        self._close_timer = None
+        if self.transport is not None:
+            self.transport.close()
