@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands as spec
 
-from sievemq.amqp import codec, errors, frames
+from sievemq.amqp import codec, errors, frames, negotiation
 from sievemq.gateway.channel import Channel
 
 if TYPE_CHECKING:
@@ -27,17 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SERVER_CAPABILITIES: dict[str, bool] = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": False,
-}
-MECHANISMS = "PLAIN AMQPLAIN"
 _CLOSE_OK_TIMEOUT_S = 1.0
 
 # connection states: which connection-class method each accepts
@@ -53,43 +41,6 @@ _EXPECTED: dict[str, type[Any]] = {
     _AWAIT_TUNE_OK: spec.Connection.TuneOk,
     _AWAIT_OPEN: spec.Connection.Open,
 }
-
-
-def parse_sasl(mechanism: str, response: bytes) -> tuple[str, str] | None:
-    """(username, password) from a PLAIN or AMQPLAIN response, None when malformed."""
-    if mechanism == "PLAIN":
-        parts = response.split(b"\x00")
-        if len(parts) != 3:
-            return None
-        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-    if mechanism == "AMQPLAIN":
-        values: dict[str, str] = {}
-        pos, end = 0, len(response)
-        try:
-            while pos < end:
-                klen = response[pos]
-                key = response[pos + 1 : pos + 1 + klen].decode("utf-8", "replace")
-                pos += 1 + klen
-                kind = response[pos : pos + 1]
-                if kind != b"S":
-                    return None
-                (vlen,) = struct.unpack_from(">I", response, pos + 1)
-                values[key] = response[pos + 5 : pos + 5 + vlen].decode("utf-8", "replace")
-                pos += 5 + vlen
-        except (IndexError, struct.error):
-            return None
-        if "LOGIN" not in values or "PASSWORD" not in values:
-            return None
-        return values["LOGIN"], values["PASSWORD"]
-    return None
-
-
-def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape")
-    return b""
 
 
 class Connection:
@@ -121,6 +72,7 @@ class Connection:
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self.frame_reader: frames.FrameReader | None = None
+        self._offer: Any = None
 
     # ----------------------------------------------------------------------- output
 
@@ -158,20 +110,7 @@ class Connection:
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.node.connections.add(self)
-        start = spec.Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                "product": "SieveMQ",
-                "version": "0.1.0",
-                "platform": "Python",
-                "information": "AMQP 0-9-1 gateway for filtered streams",
-                "cluster_name": "sievemq",
-                "capabilities": SERVER_CAPABILITIES,
-            },
-            mechanisms=MECHANISMS,
-            locales="en_US",
-        )
+        start = negotiation.start()
         self.send_method(0, start)
         self.flush()
         self._close_timer = self.node.loop.call_later(
@@ -283,43 +222,28 @@ class Connection:
         self.client_properties = dict(method.client_properties or {})
         caps = self.client_properties.get("capabilities") or {}
         self.cancel_notify = bool(isinstance(caps, dict) and caps.get("consumer_cancel_notify"))
-        mechanism = method.mechanism or ""
-        if mechanism not in MECHANISMS.split():
-            raise errors.ConnectionAccessRefused(
-                f"unsupported authentication mechanism '{mechanism}'"
-            )
-        creds = parse_sasl(mechanism, _as_bytes(method.response))
-        user = None
-        if creds is not None:
-            user = self.node.broker.users.authenticate(creds[0], creds[1])
+        creds = negotiation.credentials(method)
+        user = self.node.broker.users.authenticate(creds.username, creds.password)
         if user is None:
             raise errors.ConnectionAccessRefused(
-                f"Login was refused using authentication mechanism {mechanism}. "
-                "For details see the broker logfile."
+                f"Login was refused using authentication mechanism {creds.mechanism}. "
+                "For details see the broker logfile.",
+                10,
+                11,
             )
         self.user = user
-        self.username = creds[0] if creds else ""
+        self.username = creds.username
         self.state = _AWAIT_TUNE_OK
-        self.send_method(
-            0,
-            spec.Connection.Tune(
-                channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
-            ),
-        )
+        self._offer = negotiation.tune(self.channel_max, self.frame_max, self.heartbeat)
+        self.send_method(0, self._offer)
 
     def _tune_ok(self, method: Any) -> None:
-        if method.channel_max and method.channel_max < self.channel_max:
-            self.channel_max = method.channel_max
-        frame_max = method.frame_max
-        if frame_max:
-            if frame_max < frames.FRAME_MIN_SIZE:
-                raise errors.NotAllowed(f"frame_max={frame_max} < {frames.FRAME_MIN_SIZE} min size")
-            if frame_max > self.frame_max:
-                raise errors.NotAllowed(f"frame_max={frame_max} > {self.frame_max} max size")
-            self.frame_max = frame_max
+        tuning = negotiation.negotiate(self._offer, method)
+        self.channel_max = tuning.channel_max
+        self.frame_max = tuning.frame_max
         if self.frame_reader is not None:
             self.frame_reader.frame_max = self.frame_max
-        self.heartbeat = int(method.heartbeat or 0)
+        self.heartbeat = int(tuning.heartbeat or 0)
         self.state = _AWAIT_OPEN
         if self.heartbeat:
             self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
