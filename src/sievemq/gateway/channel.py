@@ -367,11 +367,11 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
-        queue = self.vhost.lookup_queue(m.queue)
+        queue = self.vhost.get_queue(m.queue)
         raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
-        queue = self.vhost.lookup_queue(m.queue)
+        queue = self.vhost.get_queue(m.queue)
         raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
@@ -383,7 +383,7 @@ class Channel:
 
     def _basic_consume(self, m: Any) -> None:
         vhost_name = self.connection.vhost_name
-        queue = self.vhost.lookup_queue(m.queue)
+        queue = self.vhost.get_queue(m.queue)
         options = stream_args.parse_consumer_arguments(
             dict(m.arguments or {}), queue.name, vhost_name
         )
