@@ -26,6 +26,7 @@ from sievemq.gateway.render import (
     rs,
     type_class,
 )
+from sievemq.storage import FilterSpec
 
 STREAM_TYPE_NAME = "rabbit_stream_queue"  # how RabbitMQ names the type in "of queue type ..."
 DEFAULT_QUEUE_TYPE = "stream"  # SPEC §4: the vhost default queue type
@@ -139,6 +140,12 @@ class ConsumerOptions:
     @property
     def has_value_filter(self) -> bool:
         return bool(self.values)
+
+    def filter_spec(self) -> FilterSpec | None:
+        """The storage FilterSpec of the value filter, or None when there is none."""
+        if not self.values:
+            return None
+        return FilterSpec(self.values, self.match_unfiltered, self.match_all)
 
 
 # --------------------------------------------------------------------------- declare

@@ -87,9 +87,13 @@ class Exchange:
         old, new = self.arguments.get(key), (arguments or {}).get(key)
         if old is None and new is None:
             return
-        if old is not None and new is not None and type_class(old) == type_class(new):
-            if old == new:
-                return
+        if (
+            old is not None
+            and new is not None
+            and type_class(old) == type_class(new)
+            and old == new
+        ):
+            return
         raise PreconditionFailed(
             f"inequivalent arg '{key}' for {where}: received {_val(new)} but current is {_val(old)}"
         )

@@ -56,9 +56,7 @@ class FilterStats:
 class StreamQueue:
     """A declared stream queue of a vhost."""
 
-    def __init__(
-        self, name: str, vhost: str, arguments: StreamArguments, stream: Stream
-    ) -> None:
+    def __init__(self, name: str, vhost: str, arguments: StreamArguments, stream: Stream) -> None:
         self.name = name
         self.vhost = vhost
         self.arguments = arguments

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +92,7 @@ class Users:
     def __contains__(self, name: object) -> bool:
         return name in self._users
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[User]:
         return iter(sorted(self._users.values(), key=lambda u: u.name))
 
     def get(self, name: str) -> User | None:

@@ -249,7 +249,7 @@ class VirtualHost:
             validate_headers_binding(binding.arguments)
         if exchange.add_binding(binding):
             self._inbound.setdefault(binding.dest, set()).add(binding)
-            if self._is_durable(binding):
+            if self.is_durable(binding):
                 self._on_change()
 
     def _unbind(
@@ -262,7 +262,7 @@ class VirtualHost:
     ) -> None:
         self._resolve(kind, destination, source)
         binding = Binding.make(source, kind, destination, routing_key, arguments)
-        durable = self._is_durable(binding)
+        durable = self.is_durable(binding)
         if self._drop_binding(binding, cascade=True) and durable:
             self._on_change()
 
@@ -287,7 +287,8 @@ class VirtualHost:
             self._remove_exchange(source)
         return removed
 
-    def _is_durable(self, binding: Binding) -> bool:
+    def is_durable(self, binding: Binding) -> bool:
+        """A binding survives restarts when its source and destination both do."""
         source = self.exchanges.get(binding.source)
         if source is None or not source.durable:
             return False
