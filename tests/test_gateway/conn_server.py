@@ -35,9 +35,18 @@ def start_server(data_dir: Path, *extra: str) -> Server:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "sievemq", "serve", "--data-dir", str(data_dir),
-            "--amqp-port", "0", "--admin-port", "0", *extra,
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "sievemq",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--amqp-port",
+            "0",
+            "--admin-port",
+            "0",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -22,8 +22,8 @@ from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reade
 from sievemq.storage import Message
 
 if TYPE_CHECKING:
-    from sievemq.gateway.broker import VirtualHost
     from sievemq.gateway.connection import Connection
+    from sievemq.gateway.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from sievemq.amqp import codec, errors, frames, negotiation
 from sievemq.gateway.channel import Channel
 
 if TYPE_CHECKING:
-    from sievemq.gateway.broker import VirtualHost
     from sievemq.gateway.node import Node
+    from sievemq.gateway.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,11 @@ class Connection:
                 10,
                 11,
             )
+        host = self.peer.rsplit(":", 1)[0]
+        if not user.may_connect_from(host):
+            raise errors.ConnectionAccessRefused(
+                f"user '{creds.username}' can only connect via localhost", 10, 11
+            )
         self.user = user
         self.username = creds.username
         self.state = _AWAIT_TUNE_OK
@@ -250,10 +255,7 @@ class Connection:
 
     def _open(self, method: Any) -> None:
         name = method.virtual_host or "/"
-        try:
-            vhost = self.node.broker.vhost(name)
-        except errors.AMQPError as error:
-            raise errors.NotAllowed(f"vhost {name} not found") from error
+        vhost = self.node.broker.open_vhost(self.user, name)
         self.vhost = vhost
         self.vhost_name = name
         self.state = _OPEN

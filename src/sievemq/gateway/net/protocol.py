@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 from typing import Protocol as TypingProtocol
+from typing import cast
 
 from sievemq.amqp import errors, frames
 
@@ -71,7 +72,8 @@ class AMQPProtocol(asyncio.Protocol):
         return self._reader
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports do not subclass asyncio.Transport but implement it
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         if not self._registry.admit():
             # over max_connections: the peer sees the socket close before any negotiation
