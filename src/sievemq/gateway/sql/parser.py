@@ -69,7 +69,9 @@ class _Parser:
         if self.i == 0:
             return ""
         prev = self.tokens[self.i - 1]
-        return f" after '{prev.text}'"
+        if prev.kind in (Kind.OP, Kind.KEYWORD):
+            return f" after '{prev.text}'"
+        return f" after {prev.describe()}"
 
     def advance(self) -> Token:
         tok = self.tokens[self.i]
@@ -192,7 +194,11 @@ class _Parser:
         if tok.text == "NOT":
             nxt = self.tokens[self.i + 1]
             if not (nxt.kind is Kind.KEYWORD and nxt.text in _PREDICATE_KEYWORDS):
-                return left  # NOT starting something else: the caller reports it
+                raise CompileError(
+                    nxt.pos,
+                    "expected BETWEEN, IN, LIKE, CONTAINS, STARTSWITH or ENDSWITH after 'NOT' "
+                    f"but found {nxt.describe()}",
+                )
             self.advance()
             negated = True
         if not self.is_kw(*_PREDICATE_KEYWORDS):
@@ -313,7 +319,7 @@ class _Parser:
                 op.text,
                 self.scalar(left, "used in arithmetic"),
                 self.scalar(right, "used in arithmetic"),
-                op.pos,
+                left.pos,
             )
         return left
 
@@ -326,7 +332,7 @@ class _Parser:
                 op.text,
                 self.scalar(left, "used in arithmetic"),
                 self.scalar(right, "used in arithmetic"),
-                op.pos,
+                left.pos,
             )
         return left
 
@@ -366,7 +372,11 @@ class _Parser:
             inner = self.parse_or()
             self.depth -= 1
             if not self.is_op(")"):
-                raise self.fail(f"')' to close the '(' at position {tok.pos}")
+                raise CompileError(
+                    self.tok.pos,
+                    f"expected ')'{self.after()} to close the '(' at position {tok.pos} "
+                    f"but found {self.tok.describe()}",
+                )
             self.advance()
             return inner
         if tok.kind is Kind.END or (tok.kind is Kind.OP and tok.text != "("):
