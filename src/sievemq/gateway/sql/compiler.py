@@ -5,7 +5,7 @@ falling back to ``runtime`` helpers for coercions. Injection safety: the generat
 only names we make up (``_c3``, ``_t1``, ``_g2``), fixed operators and the keywords
 True/False/None. Every user-supplied value (header names, literals, LIKE matchers) reaches the
 function as a bound constant from a tuple, never as source text, and the function runs with a
-builtins table of exactly ``type`` and ``Exception``.
+builtins table of exactly ``type``, ``str``, ``bool`` and ``Exception``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _ARITH_OPS = frozenset({"+", "-", "*", "/"})
 _FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 _GLOBALS: dict[str, object] = {
-    "__builtins__": {"type": type, "str": str, "Exception": Exception},
+    "__builtins__": {"type": type, "str": str, "bool": bool, "Exception": Exception},
     "_NUM": runtime.NUM,
     "_NOT3": runtime.NOT3,
     "_eq": runtime.eq,
