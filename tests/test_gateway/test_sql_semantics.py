@@ -116,7 +116,7 @@ def test_comparing_two_headers() -> None:
 
 
 def test_datetime_values_compare_as_epoch_seconds() -> None:
-    when = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     assert ev("p.timestamp = 1704067200", properties={"timestamp": when})
     assert ev("p.timestamp > 1700000000", properties={"timestamp": when.replace(tzinfo=None)})
 
