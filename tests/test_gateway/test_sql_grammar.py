@@ -246,6 +246,16 @@ def test_deep_nesting_is_limited_not_a_crash() -> None:
     assert ev("NOT " * 60 + "a = 1", {"a": 1})  # even number of NOTs
 
 
+def test_deeply_nested_conditions_compile() -> None:
+    nested = "a = 1"
+    for _ in range(45):  # 4 tokens a level: stays under the 200-token limit
+        nested = f"TRUE = ({nested})"
+    assert ev(nested, {"a": 1})
+    assert not ev(nested, {"a": 2})
+    mixed = "a" + "".join(f" {op} (a" for op in "+-*" * 13) + ")" * 39 + " IS NOT NULL"
+    assert ev(mixed, {"a": 3})
+
+
 def test_long_chains_compile_and_evaluate() -> None:
     expr = " AND ".join(f"h{i} = {i}" for i in range(40))
     headers = {f"h{i}": i for i in range(40)}

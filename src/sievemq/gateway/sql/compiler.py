@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from sievemq.gateway.sql import like, runtime
+from sievemq.gateway.sql.errors import CompileError
 from sievemq.gateway.sql.nodes import (
     Arith,
     Between,
@@ -198,14 +199,15 @@ class _Generator:
 
     def compare(self, node: Compare, vsrc: str) -> tuple[str, int]:
         op, right = node.op, node.right
+        depth = 0
         if isinstance(node.left, Literal) and not isinstance(right, Literal):
             # constant on the left: swap so the fast paths below apply
             op = _FLIP[op]
             right = node.left
-            vsrc, _ = self.gen(node.right)
+            vsrc, depth = self.gen(node.right)
         if isinstance(right, Literal):
             a, v = self.bind(vsrc)
-            return f"(None if {a} is None else {self.compare_const(op, v, right.value)})", 0
+            return f"(None if {a} is None else {self.compare_const(op, v, right.value)})", depth
         r_src, dr = self.gen(right)
         if op == "=":
             return f"_eq3({vsrc}, {r_src})", dr
@@ -368,7 +370,11 @@ def _compile(text: str) -> _Compiled:
     ]
     source = "\n".join(lines) + "\n"
     namespace = dict(_GLOBALS)
-    exec(compile(source, "<sievemq-sql>", "exec"), namespace)  # source holds no user text
+    try:
+        code = compile(source, "<sievemq-sql>", "exec")
+    except (SyntaxError, RecursionError, MemoryError):  # a nesting limit of CPython's compiler
+        raise CompileError(1, "expression is too complex to compile", "limit exceeded") from None
+    exec(code, namespace)  # the source holds no user text: see the module docstring
     refs = _refs(tree)
     return _Compiled(
         build=namespace["_build"],  # type: ignore[arg-type]
