@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sql_helpers import ev, truth
+from test_sql_helpers import ev, truth
 
 from sievemq.gateway.sql import MAX_CHARS, CompileError, compile_filter
 

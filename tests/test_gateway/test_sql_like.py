@@ -8,7 +8,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sql_helpers import ev, truth, view
+from test_sql_helpers import ev, truth, view
 
 from sievemq.gateway.sql import compile_filter
 from sievemq.gateway.sql.like import compile_pattern

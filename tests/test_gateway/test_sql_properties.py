@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sql_helpers import view
+from test_sql_helpers import view
 
 from sievemq.gateway.sql import CompileError, compile_filter
 

@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from sql_helpers import ev, truth, view
+from test_sql_helpers import ev, truth, view
 
 from sievemq.gateway.sql import DictMessageView, compile_filter
 

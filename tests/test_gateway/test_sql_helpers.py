@@ -1,4 +1,4 @@
-"""Shared helpers for the SQL filter tests: evaluate, and read the three-valued result."""
+"""Helpers shared by the SQL filter tests (no tests here): evaluate, read 3-valued results."""
 
 from __future__ import annotations
 
