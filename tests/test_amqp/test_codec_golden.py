@@ -236,3 +236,33 @@ def test_tags_up_to_2_64_are_unsigned_on_the_wire(
     pieces = codec.encode_delivery(channel, "ct", tag, "ex", "rk", b"\x00\x00", b"", 4096, 0)
     method = frames.FrameReader(4096, 4096).feed(b"".join(pieces))[0][2]
     assert struct.unpack_from(">Q", method, 4 + 3) == (tag,)
+
+
+@given(
+    channel_id,
+    shortstr,
+    st.lists(st.tuples(pamqp_tag, st.integers(0, 2**63 - 1)), min_size=1, max_size=4),
+    exchange_name,
+    shortstr,
+    properties(),
+    BODY,
+    FRAME_MAX,
+)
+def test_delivery_encoder_is_encode_delivery(
+    channel: int,
+    ctag: str,
+    tags_offsets: list[tuple[int, int]],
+    exchange: str,
+    rk: str,
+    props: commands.Basic.Properties,
+    body: bytes,
+    fmax: int,
+):
+    # the cached encoder must give the same bytes as the plain one, delivery after delivery
+    raw = props.marshal()
+    encoder = codec.DeliveryEncoder(channel, ctag, fmax)
+    for tag, offset in tags_offsets:
+        out: list[bytes] = []
+        encoder.encode(out, tag, exchange, rk, raw, body, offset)
+        expected = codec.encode_delivery(channel, ctag, tag, exchange, rk, raw, body, fmax, offset)
+        assert b"".join(out) == b"".join(expected)

@@ -514,6 +514,95 @@ def encode_delivery(
     return _content(out, channel, _splice_offset(properties, offset), body, frame_max)
 
 
+_Q = struct.Struct(">Q")
+_OFFSET_VALUE = struct.Struct(">q")
+_SPLICE_CACHE_MAX: Final = 1024
+
+
+class DeliveryEncoder:
+    """Basic.Deliver + header + body for one consumer, byte-identical to ``encode_delivery``.
+
+    HOT PATH. The parts that repeat from one delivery to the next are encoded once and
+    cached: the method frame around the delivery tag per (exchange, routing key), and the
+    property bytes around the spliced ``x-stream-offset`` value per distinct property list.
+    ``encode`` appends the pieces to ``out``; the caller joins or writes them in one go.
+    """
+
+    __slots__ = ("_channel", "_ctag", "_limit", "_method", "_props", "frame_max")
+
+    def __init__(self, channel: int, consumer_tag: str, frame_max: int) -> None:
+        self._channel = channel
+        self._ctag = encode_shortstr(consumer_tag)
+        self.frame_max = frame_max
+        self._limit = frame_max - 8
+        self._method: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+        self._props: dict[bytes, tuple[bytes, bytes, int]] = {}
+
+    def _method_parts(self, exchange: str, routing_key: str) -> tuple[bytes, bytes]:
+        ex = encode_shortstr(exchange)
+        rk = encode_shortstr(routing_key)
+        ct = self._ctag
+        size = 13 + len(ct) + len(ex) + len(rk)
+        parts = (_METHOD_HEAD.pack(1, self._channel, size, 60, 60) + ct, b"\x00" + ex + rk + _END)
+        if len(self._method) >= _SPLICE_CACHE_MAX:
+            self._method.clear()
+        self._method[exchange, routing_key] = parts
+        return parts
+
+    def _props_parts(self, properties: bytes) -> tuple[bytes, bytes, int] | None:
+        """(bytes before the offset value, bytes after it, spliced length), if it splits."""
+        probe = _splice_offset(properties, 0)
+        mark = _OFFSET_ENTRY + _OFFSET_VALUE.pack(0)
+        at = probe.rfind(mark)
+        if at < 0 or probe.find(mark) != at:
+            return None
+        cut = at + len(_OFFSET_ENTRY)
+        parts = (probe[:cut], probe[cut + 8 :], len(probe))
+        if len(self._props) >= _SPLICE_CACHE_MAX:
+            self._props.clear()
+        self._props[properties] = parts
+        return parts
+
+    def encode(
+        self,
+        out: list[bytes],
+        delivery_tag: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+        offset: int,
+    ) -> None:
+        """Append the frames of one delivery to ``out``."""
+        method = self._method.get((exchange, routing_key))
+        if method is None:
+            method = self._method_parts(exchange, routing_key)
+        props = self._props.get(properties)
+        if props is None:
+            props = self._props_parts(properties)
+        size = len(body)
+        if props is None or size > self._limit or not size:
+            out.append(method[0])
+            out.append(_QB.pack(delivery_tag, 0))
+            out.append(method[1][1:])
+            _content(out, self._channel, _splice_offset(properties, offset), body, self.frame_max)
+            return
+        ch = self._channel
+        out += (
+            method[0],
+            _Q.pack(delivery_tag),
+            method[1],
+            _CONTENT_HEAD.pack(2, ch, 12 + props[2], 60, 0, size),
+            props[0],
+            _OFFSET_VALUE.pack(offset),
+            props[1],
+            _END,
+            _BODY_HEAD.pack(3, ch, size),
+            body,
+            _END,
+        )
+
+
 def encode_return(
     channel: int,
     reply_code: int,
@@ -573,6 +662,7 @@ def encode_heartbeat() -> bytes:
 
 __all__ = [
     "STREAM_OFFSET_HEADER",
+    "DeliveryEncoder",
     "check_properties",
     "decode_basic_ack",
     "decode_basic_nack",

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from bisect import bisect_right
+from collections import Counter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import pamqp.commands as spec
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
     from sievemq.gateway.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
+
+_tag_of = itemgetter(0)
+_consumer_of = itemgetter(1)
 
 FILTER_HEADER = "x-stream-filter-value"
 _FILTER_HEADER_BYTES = FILTER_HEADER.encode()
@@ -225,17 +231,15 @@ class Channel:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
             consumer.give_credit(1)
             return
-        done: list[int] = []
-        for key in unacked:
-            if tag and key > tag:
-                break
-            done.append(key)
-        if not done and tag:
+        # tags are inserted in increasing order: everything up to ``tag`` is a prefix,
+        # found and removed with C-level list/dict operations rather than a loop per tag
+        items = list(unacked.items())
+        count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
+        if not count and tag:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
-        credit: dict[StreamConsumer, int] = {}
-        for key in done:
-            consumer = unacked.pop(key)
-            credit[consumer] = credit.get(consumer, 0) + 1
+        unacked.clear()
+        unacked.update(items[count:])
+        credit = Counter(map(_consumer_of, items[:count]))
         for consumer, n in credit.items():
             consumer.give_credit(n)
 
