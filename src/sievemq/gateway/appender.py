@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 
 
 class ConfirmSink(Protocol):
-    """A publishing channel: told per message whether it was stored."""
+    """A publishing channel: told per append batch which of its messages were stored."""
 
-    def settle_confirm(self, seq: int, ok: bool) -> None: ...
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
 
 
-Token = tuple[ConfirmSink, int] | None
+Tokens = dict[ConfirmSink, list[int]]  # per publishing channel, its seqs in the batch
 
 
 class StreamAppender:
@@ -64,7 +64,7 @@ class StreamAppender:
         interval = stream.config.sync_interval_ms if sync_interval_ms is None else sync_interval_ms
         self._sync_interval = interval / 1000.0
         self._buffer: list[Message] = []
-        self._tokens: list[Token] = []
+        self._tokens: Tokens = {}
         self._scheduled = False
         self._in_flight = False
         self._dirty = False
@@ -76,20 +76,25 @@ class StreamAppender:
         return len(self._buffer)
 
     def submit(self, message: Message, sink: ConfirmSink | None, seq: int) -> None:
-        """Queue one message for the next chunk; ``sink.settle_confirm(seq, ok)`` follows."""
+        """Queue one message for the next chunk; its sink hears of ``seq`` after the write."""
         if self._closed:
             if sink is not None:
-                sink.settle_confirm(seq, False)
+                sink.settle_confirms([seq], False)
             return
         self._buffer.append(message)
-        self._tokens.append((sink, seq) if sink is not None else None)
+        if sink is not None:
+            seqs = self._tokens.get(sink)
+            if seqs is None:
+                self._tokens[sink] = [seq]
+            else:
+                seqs.append(seq)
         if not self._scheduled and not self._in_flight:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
-    def _take(self) -> tuple[list[Message], list[Token]]:
+    def _take(self) -> tuple[list[Message], Tokens]:
         batch, tokens = self._buffer, self._tokens
-        self._buffer, self._tokens = [], []
+        self._buffer, self._tokens = [], {}
         return batch, tokens
 
     def _flush(self) -> None:
@@ -117,7 +122,7 @@ class StreamAppender:
             return False
         return True
 
-    def _after_thread(self, future: asyncio.Future[int], tokens: list[Token]) -> None:
+    def _after_thread(self, future: asyncio.Future[int], tokens: Tokens) -> None:
         self._in_flight = False
         error = future.exception()
         if error is not None:
@@ -156,10 +161,9 @@ class StreamAppender:
         _settle(tokens, False)
 
 
-def _settle(tokens: list[Token], ok: bool) -> None:
-    for token in tokens:
-        if token is not None:
-            token[0].settle_confirm(token[1], ok)
+def _settle(tokens: Tokens, ok: bool) -> None:
+    for sink, seqs in tokens.items():
+        sink.settle_confirms(seqs, ok)
 
 
 AppenderFactory = Callable[[Stream], StreamAppender]

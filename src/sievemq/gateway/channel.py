@@ -20,6 +20,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames
 from sievemq.gateway import args as stream_args
+from sievemq.gateway import fastpath
 from sievemq.gateway.confirms import ConfirmTracker
 from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 _tag_of = itemgetter(0)
 _consumer_of = itemgetter(1)
 
-FILTER_HEADER = "x-stream-filter-value"
-_FILTER_HEADER_BYTES = FILTER_HEADER.encode()
+FILTER_HEADER = fastpath.FILTER_HEADER
 
 _EXPECT_METHOD = 0
 _EXPECT_HEADER = 1
@@ -160,14 +160,43 @@ class Channel:
             self._received = 0
             self._expect = _EXPECT_BODY
 
-    def _complete(self, body: bytes) -> None:
+    def publish_fast(self, method: bytes, header: frames.Frame, body: frames.Frame) -> bool:
+        """Publish + header + one body frame in one call (the common case).
+
+        Returns False, having changed nothing, when anything is unusual; the connection
+        then feeds the three frames through ``on_frame`` one by one as usual.
+        """
+        if self.closing or self._expect is not _EXPECT_METHOD:
+            return False
+        htype, hchannel, hpayload = header
+        btype, bchannel, bpayload = body
+        if htype != 2 or btype != 3 or hchannel != self.id or bchannel != self.id:
+            return False
+        if len(hpayload) < 14 or hpayload[0] != 0 or hpayload[1] != 60:
+            return False
+        if int.from_bytes(hpayload[4:12]) != len(bpayload):
+            return False  # several body frames, or a size mismatch to report
+        if len(bpayload) > self.connection.node.limits.max_message_size:
+            return False
+        pub = fastpath.publish_args(method)
+        if pub is None:
+            return False
+        props = hpayload[12:]
+        values = fastpath.property_filter_values(props)
+        if values is None:
+            return False
+        self._pub = pub
+        self._props = props
+        self._size = len(bpayload)
+        self._complete(bpayload, values)
+        return True
+
+    def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         self._expect = _EXPECT_METHOD
         exchange, routing_key, mandatory = self._pub
         props = self._props
-        if _FILTER_HEADER_BYTES in props:
-            values = stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
-        else:
-            values = ()
+        if values is None:
+            values = fastpath.filter_values(props)
         queues = self.vhost.route(exchange, routing_key, lambda: _headers(props))
         confirm = self.confirm
         if not queues:
@@ -199,12 +228,12 @@ class Channel:
         for queue in queues:
             node.appender(queue).submit(message, self, seq)
 
-    def settle_confirm(self, seq: int, ok: bool) -> None:
-        """From the appender: message ``seq`` was stored (or not)."""
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
+        """From the appender: messages ``seqs`` were stored (or not)."""
         confirm = self.confirm
         if confirm is None or self.closing:
             return
-        confirm.settle(seq, ok)
+        confirm.settle_many(seqs, ok)
         self._schedule_confirms()
 
     def _schedule_confirms(self) -> None:

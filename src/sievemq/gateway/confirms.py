@@ -14,13 +14,15 @@ from sievemq.amqp import codec
 class ConfirmTracker:
     """Sequence numbers of one channel in confirm mode (they start at 1)."""
 
-    __slots__ = ("_channel", "_next_out", "_outcomes", "_waiting", "next_seq")
+    __slots__ = ("_channel", "_next_out", "_ok_through", "_outcomes", "_waiting", "next_seq")
 
     def __init__(self, channel_id: int) -> None:
         self._channel = channel_id
         self.next_seq = 1  # the seq the next publish gets
         self._next_out = 1  # the oldest seq not confirmed to the client yet
         self._outcomes: dict[int, bool] = {}  # settled, not sent yet: seq -> ok
+        # every seq from _next_out through _ok_through is settled ok (no _outcomes entry)
+        self._ok_through = 0
         # seq -> [streams still to report, all ok so far]; only for messages sent to > 1 stream
         self._waiting: dict[int, list[int]] = {}
 
@@ -48,6 +50,26 @@ class ConfirmTracker:
                 ok = bool(entry[1])
         self._outcomes[seq] = ok
 
+    def settle_many(self, seqs: list[int], ok: bool) -> None:
+        """``settle`` for each of ``seqs`` (increasing, as one append batch reports them).
+
+        The common case, a contiguous all-ok run right after what is already settled, only
+        moves ``_ok_through``: no per-message work.
+        """
+        first = seqs[0]
+        last = seqs[-1]
+        if (
+            ok
+            and not self._waiting
+            and first == max(self._ok_through + 1, self._next_out)
+            and last - first + 1 == len(seqs)
+        ):
+            self._ok_through = last
+            return
+        settle = self.settle
+        for seq in seqs:
+            settle(seq, ok)
+
     @property
     def unconfirmed(self) -> int:
         return self.next_seq - self._next_out
@@ -56,13 +78,17 @@ class ConfirmTracker:
         """Frames for every settled message contiguous from the oldest unconfirmed one."""
         outcomes = self._outcomes
         seq = self._next_out
-        if seq not in outcomes:
-            return []
         out: list[bytes] = []
         channel = self._channel
-        run_ok = outcomes.pop(seq)
         run_start = seq
-        seq += 1
+        if self._ok_through >= seq:
+            run_ok = True
+            seq = self._ok_through + 1
+        elif seq in outcomes:
+            run_ok = outcomes.pop(seq)
+            seq += 1
+        else:
+            return out
         while True:
             ok = outcomes.pop(seq, None)
             if ok is None or ok is not run_ok:
@@ -77,7 +103,7 @@ class ConfirmTracker:
 
     def fail_all(self) -> None:
         """Settle everything still outstanding as failed (the channel is going away)."""
-        for seq in range(self._next_out, self.next_seq):
+        for seq in range(max(self._next_out, self._ok_through + 1), self.next_seq):
             if seq not in self._outcomes:
                 self._outcomes[seq] = False
         self._waiting.clear()

@@ -19,6 +19,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, negotiation
 from sievemq.gateway.channel import Channel
+from sievemq.gateway.fastpath import PUBLISH_ID as _PUBLISH_ID
 
 if TYPE_CHECKING:
     from sievemq.gateway.node import Node
@@ -122,7 +123,11 @@ class Connection:
         self._in_frames = True
         channels = self.channels
         try:
-            for ftype, chid, payload in got:
+            i = 0
+            n = len(got)
+            while i < n:
+                ftype, chid, payload = got[i]
+                i += 1
                 if self.state is not _OPEN and self._drop_frame(ftype, chid, payload):
                     continue
                 try:
@@ -130,6 +135,13 @@ class Connection:
                         channel = channels.get(chid)
                         if channel is None:
                             self._channel_open(ftype, chid, payload)
+                        elif (
+                            ftype == 1
+                            and i + 1 < n
+                            and payload[:4] == _PUBLISH_ID
+                            and channel.publish_fast(payload, got[i], got[i + 1])
+                        ):
+                            i += 2
                         else:
                             channel.on_frame(ftype, payload)
                     elif ftype == frames.FRAME_METHOD:

@@ -1,0 +1,65 @@
+"""Memoised decoding of what repeats from one publish to the next.
+
+HOT PATH. A publisher sends the same Basic.Publish arguments and the same property list
+over and over; decoding and structurally checking them once per distinct byte string, not
+once per message, is the cheapest way through the publish path. Both caches are bounded
+(cleared when full) and hold only results of pure functions of the bytes, so a hit is the
+same answer the full decoder would give. Anything that raises is never cached: the caller
+falls back to the regular path, which raises the same error at the same point.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sievemq.amqp import codec, errors
+from sievemq.gateway import args as stream_args
+
+FILTER_HEADER: Final = "x-stream-filter-value"
+_FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()
+_CACHE_MAX: Final = 1024
+PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # class 60, method 40: the first bytes of a publish
+
+_publishes: dict[bytes, tuple[str, str, bool]] = {}
+_properties: dict[bytes, tuple[str, ...]] = {}
+
+
+def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
+    """(exchange, routing key, mandatory) of a Basic.Publish payload; None: use the slow path."""
+    got = _publishes.get(payload)
+    if got is not None:
+        return got
+    try:
+        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
+    except errors.AMQPError:
+        return None
+    if immediate:
+        return None
+    got = (exchange, routing_key, mandatory)
+    if len(_publishes) >= _CACHE_MAX:
+        _publishes.clear()
+    _publishes[payload] = got
+    return got
+
+
+def property_filter_values(props: bytes) -> tuple[str, ...] | None:
+    """The filter values of a well-formed property list; None: use the slow path."""
+    got = _properties.get(props)
+    if got is not None:
+        return got
+    try:
+        codec.check_properties(props)
+        values = filter_values(props)
+    except errors.AMQPError:
+        return None
+    if len(_properties) >= _CACHE_MAX:
+        _properties.clear()
+    _properties[props] = values
+    return values
+
+
+def filter_values(props: bytes) -> tuple[str, ...]:
+    """Filter values of a message from its raw properties (406 when malformed)."""
+    if _FILTER_HEADER_BYTES in props:
+        return stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+    return ()
