@@ -19,6 +19,7 @@ from sievemq.amqp import codec, errors, frames
 from sievemq.gateway import args as stream_args
 from sievemq.gateway.confirms import ConfirmTracker
 from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
+from sievemq.gateway.sql_consume import consumer_extras
 from sievemq.storage import Message
 
 if TYPE_CHECKING:
@@ -224,6 +225,8 @@ class Channel:
             if consumer is None:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
             consumer.give_credit(1)
+            if consumer.tracker is not None:
+                consumer.tracker.settled(tag)
             return
         done: list[int] = []
         for key in unacked:
@@ -236,6 +239,8 @@ class Channel:
         for key in done:
             consumer = unacked.pop(key)
             credit[consumer] = credit.get(consumer, 0) + 1
+            if consumer.tracker is not None:
+                consumer.tracker.settled(key)
         for consumer, n in credit.items():
             consumer.give_credit(n)
 
@@ -393,15 +398,14 @@ class Channel:
             raise stream_args.auto_ack_not_supported(queue.name, vhost_name)
         if self.global_prefetch > 0:
             raise stream_args.global_qos_not_supported(queue.name, vhost_name)
-        if options.sql is not None:
-            raise errors.NotImplemented_("x-stream-filter-sql is not available yet")
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
+        extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
         reader = stream.reader()
         try:
-            position_reader(reader, options.offset)
+            position_reader(reader, extras.start(options.offset))
         except BaseException:
             reader.close()
             raise
@@ -414,6 +418,10 @@ class Channel:
             self.prefetch,
             filter_spec(options),
             self.connection.node.limits.delivery_batch,
+            sql=extras.sql,
+            predicate=extras.predicate,
+            chunk_filter=extras.chunk_filter,
+            tracker=extras.tracker(reader),
         )
         self.consumers[tag] = consumer
         queue.consumers.add(consumer)

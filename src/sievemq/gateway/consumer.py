@@ -6,7 +6,9 @@ stream's commit listener (no polling) and by returned credit, reads up to ``cred
 per turn (bounded by the reader's ``max_chunks`` budget so a long filtered scan never holds the
 loop), encodes them with the hand codec and writes the whole batch with ONE ``writelines``.
 It stops while the transport asks us to pause writing, so a slow client cannot make the server
-buffer unbounded data.
+buffer unbounded data. An ``x-stream-filter-sql`` consumer passes its compiled predicate (and,
+for a registered subscription, the chunk-bits check) to the reader; a named consumer reports
+each delivery to its ``OffsetTracker``. Read counters go to the queue's ``filter_stats``.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.amqp import codec
-from sievemq.storage import FilterSpec, StorageError, Stream, StreamReader
+from sievemq.storage import FilterSpec, ReadStats, Record, StorageError, Stream, StreamReader
 
 if TYPE_CHECKING:
     from sievemq.gateway.args import ConsumerOptions, OffsetSpec
     from sievemq.gateway.channel import Channel
+    from sievemq.gateway.named_consumers import OffsetTracker
     from sievemq.gateway.queue import StreamQueue
+    from sievemq.gateway.sql import SqlFilter
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +64,25 @@ class StreamConsumer:
 
     __slots__ = (
         "_batch",
+        "_counted",
         "_loop",
         "_reader",
         "_scheduled",
+        "_sql_errors",
         "_stream",
         "_thread",
         "active",
         "channel",
+        "chunk_filter",
         "credit",
         "delivered",
+        "predicate",
         "prefetch",
         "queue",
         "spec",
+        "sql",
         "tag",
+        "tracker",
     )
 
     def __init__(
@@ -84,6 +95,11 @@ class StreamConsumer:
         prefetch: int,
         spec: FilterSpec | None,
         batch: int,
+        *,
+        sql: SqlFilter | None = None,
+        predicate: Callable[[Record], bool] | None = None,
+        chunk_filter: Callable[[bytes], bool] | None = None,
+        tracker: OffsetTracker | None = None,
     ) -> None:
         self.channel = channel
         self.tag = tag
@@ -99,6 +115,12 @@ class StreamConsumer:
         self._scheduled = False
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        self.sql = sql
+        self.predicate = predicate
+        self.chunk_filter = chunk_filter
+        self.tracker = tracker
+        self._counted = ReadStats()
+        self._sql_errors = 0
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
@@ -136,12 +158,26 @@ class StreamConsumer:
         transport = conn.transport
         if transport is None or transport.is_closing():
             return
+        reader = self._reader
         try:
-            records = self._reader.read(min(self.credit, self._batch), self.spec)
+            records = reader.read(
+                min(self.credit, self._batch),
+                self.spec,
+                self.predicate,
+                chunk_filter=self.chunk_filter,
+            )
         except (StorageError, OSError, ValueError) as error:
             log.error("consumer %s: read failed: %s", self.tag, error)
             channel.cancel_consumer_by_server(self)
             return
+        self._account()
+        tracker = self.tracker
+        if tracker is not None:
+            tag = channel.next_delivery_tag
+            for r in records:
+                tracker.delivered(tag, r.offset)
+                tag += 1
+            tracker.moved()
         if records:
             out: list[bytes] = []
             tag = channel.next_delivery_tag
@@ -175,11 +211,24 @@ class StreamConsumer:
             self.wake()  # the scan budget ran out: continue next tick, let others run
         # else: idle until the stream's listener reports a commit
 
+    def _account(self) -> None:
+        """Add what the reader did since the last call to the queue's filter statistics."""
+        now = vars(self._reader.stats)
+        before = vars(self._counted)
+        self.queue.filter_stats.add_read_stats(ReadStats(**{k: now[k] - before[k] for k in now}))
+        self._counted = ReadStats(**now)
+        sql = self.sql
+        if sql is not None and sql.errors != self._sql_errors:
+            self.queue.filter_stats.sql_errors += sql.errors - self._sql_errors
+            self._sql_errors = sql.errors
+
     def stop(self) -> None:
         """Stop delivering and release the reader."""
         if not self.active:
             return
         self.active = False
+        if self.tracker is not None:
+            self.tracker.flush()  # a reconnect right after cancel must see the commit
         with contextlib.suppress(ValueError, KeyError):
             self._stream.remove_listener(self._on_commit)
         with contextlib.suppress(StorageError, OSError):

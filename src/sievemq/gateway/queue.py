@@ -29,6 +29,7 @@ class FilterStats:
     chunks_scanned: int = 0
     chunks_skipped: int = 0
     chunks_false_positive: int = 0
+    chunks_skipped_subscription: int = 0  # ruled out by a registered subscription's bits
     records_matched: int = 0
     records_skipped: int = 0
     bytes_read: int = 0
@@ -48,6 +49,7 @@ class FilterStats:
             "bytes_read",
         ):
             setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))
+        self.chunks_skipped_subscription += int(getattr(stats, "chunks_skipped_extra", 0))
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
