@@ -15,6 +15,7 @@ from sievemq.gateway.broker import Broker
 from sievemq.gateway.exchanges import Exchange
 from sievemq.gateway.queue import StreamQueue
 from sievemq.gateway.routing import Binding
+from sievemq.gateway.subscriptions import registry
 
 __all__ = ["AMQPError", "BrokerFacade"]
 
@@ -131,6 +132,41 @@ class BrokerFacade:
         self.broker.vhost(vhost)
         self.broker.users.set_permission(user, vhost)
         self.broker.save_definitions()
+
+    # ------------------------------------------------------------------ named consumers
+
+    def list_consumer_offsets(self, vhost: str, stream: str) -> dict[str, int]:
+        """Committed offsets of the stream's named consumers (last offset each is done with)."""
+        return self.broker.vhost(vhost).get_queue(stream).stream.offsets.items()
+
+    def get_consumer_offset(self, vhost: str, stream: str, consumer: str) -> int:
+        offset = self.broker.vhost(vhost).get_queue(stream).stream.offsets.get(consumer)
+        if offset is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        return offset
+
+    def set_consumer_offset(self, vhost: str, stream: str, consumer: str, offset: int) -> None:
+        """Store a committed offset: the consumer resumes at ``offset + 1`` on its next
+        consume (a live consumer of that name overwrites it with its own commits)."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
+        self.broker.vhost(vhost).get_queue(stream).stream.offsets.set(consumer, offset)
+
+    def delete_consumer_offset(self, vhost: str, stream: str, consumer: str) -> None:
+        """Forget the consumer: its offset and its registered SQL subscription."""
+        queue = self.broker.vhost(vhost).get_queue(stream)
+        if queue.stream.offsets.get(consumer) is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        queue.stream.offsets.delete(consumer)
+        registry(queue.stream).forget(consumer)
+
+    def list_subscriptions(self, vhost: str, stream: str) -> list[dict[str, Any]]:
+        """The stream's registered SQL subscriptions, with the slot their chunk bit uses."""
+        queue = self.broker.vhost(vhost).get_queue(stream)
+        return [
+            {"slot": i, "consumer": s.name, "expression": s.expression, "active": s.active}
+            for i, s in enumerate(registry(queue.stream).slots)
+        ]
 
     # ------------------------------------------------------------------ helpers
 
