@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server_process import ServerProcess  # noqa: E402
+from server_process import ServerProcess
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 

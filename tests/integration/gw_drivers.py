@@ -8,7 +8,7 @@ Producer/Consumer over py-amqp. Publishing always uses publisher confirms.
 from __future__ import annotations
 
 import asyncio
-import socket
+import contextlib
 import time
 from typing import Any
 
@@ -131,7 +131,9 @@ class AiormqDriver:
             props = message.header.properties
             values = {k: getattr(props, k) for k in (*PROPS, "headers")}
             d = message.delivery
-            got.append(make_delivery(message.body, d.exchange, d.routing_key, d.redelivered, values))
+            got.append(
+                make_delivery(message.body, d.exchange, d.routing_key, d.redelivered, values)
+            )
             await ch.basic_ack(d.delivery_tag)
 
         ok = await ch.basic_consume(queue, on_message, arguments=_args(offset))
@@ -291,10 +293,8 @@ class KombuDriver:
             reached: list[float] = []
             deadline = time.monotonic() + CONSUME_TIMEOUT
             while not _done(got, count, reached, deadline):
-                try:
+                with contextlib.suppress(TimeoutError):
                     self.conn.drain_events(timeout=0.05)
-                except (TimeoutError, socket.timeout):
-                    pass
         channel.close()
         return got
 

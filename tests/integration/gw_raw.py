@@ -217,7 +217,9 @@ class RawClient:
             )
             payload = struct.pack(">HHQ", 60, 0, len(body)) + props
             head = struct.pack(">BHI", 2, channel, len(payload)) + payload + FRAME_END
-            data += method + head + (frame.marshal(pbody.ContentBody(body), channel) if body else b"")
+            data += (
+                method + head + (frame.marshal(pbody.ContentBody(body), channel) if body else b"")
+            )
         self.send(data)
         acked = self.next_tag - 1
         last = acked + len(items)

@@ -208,5 +208,3 @@ def check_scenario(result: ScenarioResult, exchange: str) -> None:
                 assert delivery.offset == offset_of[spec["body"]], (name, i, delivery.offset)
             else:
                 assert isinstance(delivery.offset, int) and delivery.offset > offsets[-1]
-
-

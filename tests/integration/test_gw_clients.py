@@ -23,6 +23,7 @@ from gw_scenario import (
     message_spec,
     run_scenario,
 )
+
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)

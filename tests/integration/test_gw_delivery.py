@@ -7,6 +7,7 @@ import struct
 import pytest
 from gw_raw import RawClient, decode_props, props_bytes
 from pamqp import commands
+
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(30)
@@ -213,7 +214,7 @@ def test_credit_is_exact(server: ServerProcess, qname: str) -> None:
         if isinstance(value, commands.Basic.RecoverOk):
             continue
         assert isinstance(value, commands.Basic.Deliver), value
-        raw_props, size = client._read_raw_header(2)
+        _raw_props, size = client._read_raw_header(2)
         body = b""
         while len(body) < size:
             body += client.read_frame()[1].value

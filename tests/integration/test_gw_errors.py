@@ -16,6 +16,7 @@ import pika.exceptions
 import pytest
 from gw_raw import PROTOCOL_HEADER, Closed, RawClient
 from pamqp import commands
+
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(30)
@@ -90,7 +91,9 @@ def test_declare_stream_with_bad_flags(
 
 
 def test_declare_server_named_stream(server: ServerProcess) -> None:
-    code, text = channel_error(server, lambda ch: ch.queue_declare("", durable=True, arguments=STREAM))
+    code, text = channel_error(
+        server, lambda ch: ch.queue_declare("", durable=True, arguments=STREAM)
+    )
     assert (code, text) == (
         406,
         "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue",
@@ -125,7 +128,10 @@ def test_declare_wrong_argument_type(
         server,
         lambda ch: ch.queue_declare(qname, durable=True, arguments={**STREAM, key: value}),
     )
-    assert (code, text) == (406, f"PRECONDITION_FAILED - invalid arg '{key}' for {rs(qname)}: {reason}")
+    assert (code, text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{key}' for {rs(qname)}: {reason}",
+    )
 
 
 @pytest.mark.parametrize("size", [8, 15, 5000])
@@ -134,7 +140,10 @@ def test_declare_bad_filter_size(server: ServerProcess, qname: str, size: int) -
     code, text = channel_error(
         server, lambda ch: ch.queue_declare(qname, durable=True, arguments=args)
     )
-    assert (code, text) == (406, "PRECONDITION_FAILED - Invalid value for x-stream-filter-size-bytes")
+    assert (code, text) == (
+        406,
+        "PRECONDITION_FAILED - Invalid value for x-stream-filter-size-bytes",
+    )
 
 
 def test_declare_segment_size_above_max(server: ServerProcess, qname: str) -> None:
@@ -383,7 +392,11 @@ def test_mandatory_unroutable_is_returned(server: ServerProcess, qname: str) -> 
     assert len(returned) == 1
     method, body = returned[0]
     assert (method.reply_code, method.reply_text) == (312, "NO_ROUTE")
-    assert (method.exchange, method.routing_key, body) == ("amq.direct", f"{qname}-unbound", b"lost")
+    assert (method.exchange, method.routing_key, body) == (
+        "amq.direct",
+        f"{qname}-unbound",
+        b"lost",
+    )
     # the channel stays open and confirms still work
     ch.confirm_delivery()
     with pytest.raises(pika.exceptions.UnroutableError):
@@ -497,7 +510,12 @@ def test_bad_login_with_pika(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize(
     "header",
-    [b"AMQP\x01\x01\x00\x09", b"AMQP\x00\x00\x09\x00", b"AMQP\x00\x01\x00\x00", b"GET / HTTP/1.1\r\n\r\n"],
+    [
+        b"AMQP\x01\x01\x00\x09",
+        b"AMQP\x00\x00\x09\x00",
+        b"AMQP\x00\x01\x00\x00",
+        b"GET / HTTP/1.1\r\n\r\n",
+    ],
     ids=["0-8", "0-9", "1-0", "http"],
 )
 def test_wrong_protocol_header(server: ServerProcess, header: bytes) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from gw_raw import RawClient, decode_props, props_bytes
 from pamqp import commands
+
 from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(30)
@@ -71,7 +72,9 @@ def publish_all(client: RawClient, queue: str, batches: list[list[Any]], start: 
 @pytest.fixture
 def stream(server: ServerProcess, qname: str) -> str:
     client = open_client(server)
-    ok = client.rpc(commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"}))
+    ok = client.rpc(
+        commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"})
+    )
     assert isinstance(ok, commands.Queue.DeclareOk)
     client.confirm_select(1)
     publish_all(client, qname, BATCHES, 0)
@@ -85,10 +88,24 @@ CASES = [
     ({"x-stream-filter": "emea"}, {"emea"}, False, False),
     ({"x-stream-filter": "emea", "x-stream-match-unfiltered": True}, {"emea"}, True, False),
     ({"x-stream-filter": ["emea", "apac"]}, {"emea", "apac"}, False, False),
-    ({"x-stream-filter": ["emea", "amer"], "x-filter-match-type": "any"}, {"emea", "amer"}, False, False),
-    ({"x-stream-filter": ["emea", "amer"], "x-filter-match-type": "all"}, {"emea", "amer"}, False, True),
     (
-        {"x-stream-filter": ["amer"], "x-stream-match-unfiltered": True, "x-filter-match-type": "all"},
+        {"x-stream-filter": ["emea", "amer"], "x-filter-match-type": "any"},
+        {"emea", "amer"},
+        False,
+        False,
+    ),
+    (
+        {"x-stream-filter": ["emea", "amer"], "x-filter-match-type": "all"},
+        {"emea", "amer"},
+        False,
+        True,
+    ),
+    (
+        {
+            "x-stream-filter": ["amer"],
+            "x-stream-match-unfiltered": True,
+            "x-filter-match-type": "all",
+        },
         {"amer"},
         True,
         True,
@@ -100,7 +117,15 @@ CASES = [
 @pytest.mark.parametrize(
     ("args", "wanted", "unfiltered", "match_all"),
     CASES,
-    ids=["one", "one+unfiltered", "array-any", "array-any-explicit", "array-all", "all+unfiltered", "none-match"],
+    ids=[
+        "one",
+        "one+unfiltered",
+        "array-any",
+        "array-any-explicit",
+        "array-all",
+        "all+unfiltered",
+        "none-match",
+    ],
 )
 def test_filtered_consumer_gets_exactly_the_matches(
     server: ServerProcess,
@@ -136,7 +161,9 @@ def test_filtered_consumer_gets_exactly_the_matches(
 
 def test_match_unfiltered_without_filter_is_ignored(server: ServerProcess, stream: str) -> None:
     client = open_client(server)
-    client.start_consumer(1, stream, {"x-stream-offset": "first", "x-stream-match-unfiltered": True})
+    client.start_consumer(
+        1, stream, {"x-stream-offset": "first", "x-stream-match-unfiltered": True}
+    )
     got = client.collect(1, len(ALL))
     assert [body.decode() for _m, _p, body in got] == [f"m{i}" for i in range(len(ALL))]
     client.close()
@@ -159,7 +186,9 @@ def test_filter_with_numeric_offset(server: ServerProcess, stream: str) -> None:
 
 def test_filter_value_limits_are_accepted(server: ServerProcess, qname: str) -> None:
     client = open_client(server)
-    client.rpc(commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"}))
+    client.rpc(
+        commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"})
+    )
     client.confirm_select(1)
     long_value = "é" * 2048  # 4096 bytes of UTF-8
     many = [f"v{k}" for k in range(64)]
@@ -211,7 +240,9 @@ def test_bad_filter_value_closes_channel_and_keeps_earlier_messages(
     server: ServerProcess, qname: str, kind: str
 ) -> None:
     client = open_client(server)
-    client.rpc(commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"}))
+    client.rpc(
+        commands.Queue.Declare(queue=qname, durable=True, arguments={"x-queue-type": "stream"})
+    )
     client.confirm_select(1)
     client.publish_confirmed(1, "", qname, [message(0, "good"), message(1, None)])
     client.publish(1, "", qname, raw_headers_props(BAD_VALUES[kind]), b"bad")
