@@ -1,5 +1,28 @@
 """The chunked stream store: a plain synchronous library (no asyncio, no protocol).
 
 The Spark job imports it on its own, so it depends only on the standard library, mmh3
-and zstandard.
+and zstandard. docs/storage-format.md describes the bytes on disk.
 """
+
+from sievemq.storage.bloom import BloomFilter
+from sievemq.storage.errors import StorageError
+from sievemq.storage.filters import FilterSpec
+from sievemq.storage.offsets import OffsetStore
+from sievemq.storage.reader import ReadStats, StreamReader
+from sievemq.storage.stream import Durability, Stream, StreamConfig, StreamStats
+from sievemq.storage.types import Message, Record
+
+__all__ = [
+    "BloomFilter",
+    "Durability",
+    "FilterSpec",
+    "Message",
+    "OffsetStore",
+    "ReadStats",
+    "Record",
+    "StorageError",
+    "Stream",
+    "StreamConfig",
+    "StreamReader",
+    "StreamStats",
+]

@@ -1,0 +1,125 @@
+"""AMQP 0-9-1 framing: split a byte stream into (type, channel, payload) frames.
+
+HOT PATH: every byte a client sends passes through ``FrameReader.feed``. It parses straight
+from the bytes the transport hands over, slices each payload exactly once, and only keeps a
+buffer for the one incomplete frame at the end of a read. It checks the frame structure only
+(type, size, frame-end octet); what a frame means is for ``codec`` and ``states``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from sievemq.amqp import errors
+
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+PROTOCOL_HEADER_SIZE: Final = 8
+
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = b"\xce"
+FRAME_HEADER_SIZE: Final = 7  # type (octet) + channel (short) + size (long)
+FRAME_OVERHEAD: Final = 8  # header + frame-end octet: payload limit is frame_max - 8
+FRAME_MIN_SIZE: Final = 4096  # spec: a peer must accept frames of this size before tune
+
+_FRAME_TYPES: Final = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+_HEAD: Final = struct.Struct(">BHI")
+
+Frame = tuple[int, int, bytes]
+
+
+def check_protocol_header(data: bytes) -> bool | None:
+    """Judge the first bytes of a connection (spec 4.2.2).
+
+    ``None``: fewer than 8 bytes and still a prefix of ours, read more. ``True``: AMQP 0-9-1,
+    consume 8 bytes and start negotiating. ``False``: anything else; write ``PROTOCOL_HEADER``
+    back and close the socket.
+    """
+    if len(data) < PROTOCOL_HEADER_SIZE:
+        return None if PROTOCOL_HEADER.startswith(bytes(data)) else False
+    return bytes(data[:PROTOCOL_HEADER_SIZE]) == PROTOCOL_HEADER
+
+
+class FrameReader:
+    """Incremental frame splitter: bytes in, complete frames out.
+
+    ``frame_max`` is the largest whole frame accepted (header and frame-end included, as
+    negotiated by Connection.Tune); lower it after tuning. ``max_buffer`` caps the bytes held
+    for an incomplete frame, so a peer cannot make us hold more than that.
+    """
+
+    __slots__ = ("_buf", "_need", "frame_max", "max_buffer")
+
+    def __init__(self, frame_max: int, max_buffer: int) -> None:
+        if frame_max < FRAME_OVERHEAD:
+            raise ValueError(f"frame_max must be at least {FRAME_OVERHEAD}")
+        self.frame_max = frame_max
+        self.max_buffer = max_buffer
+        self._buf = bytearray()
+        self._need = 0  # bytes the buffered frame needs before it can be parsed
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame that is not complete yet."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add received bytes; return every frame they complete, in order.
+
+        Raises ``errors.FrameError`` (501) for an unknown frame type, a frame larger than
+        ``frame_max``, a bad frame-end octet or a heartbeat off channel 0, and
+        ``errors.ResourceError`` (506) when more than ``max_buffer`` bytes stay unparsed.
+        After an error the reader is unusable: the connection must close.
+        """
+        buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                self._check_buffer(len(buf))
+                return []
+            src = bytes(buf)
+            buf.clear()
+        elif type(data) is bytes:
+            src = data
+        else:
+            src = bytes(data)
+        n = len(src)
+        pos = 0
+        out: list[Frame] = []
+        limit = self.frame_max - FRAME_OVERHEAD
+        unpack = _HEAD.unpack_from
+        types = _FRAME_TYPES
+        while n - pos >= FRAME_HEADER_SIZE:
+            ftype, channel, size = unpack(src, pos)
+            if ftype not in types:
+                raise errors.FrameError(f"unknown frame type {ftype}")
+            if size > limit:
+                raise errors.FrameError(
+                    f"frame size {size + FRAME_OVERHEAD} larger than frame_max {self.frame_max}"
+                )
+            end = pos + FRAME_HEADER_SIZE + size
+            if end >= n:
+                self._need = end + 1 - pos
+                break
+            if src[end] != FRAME_END:
+                raise errors.FrameError(f"bad frame end octet 0x{src[end]:02x}")
+            if ftype == FRAME_HEARTBEAT and channel:
+                raise errors.FrameError(f"heartbeat frame on channel {channel}")
+            out.append((ftype, channel, src[pos + FRAME_HEADER_SIZE : end]))
+            pos = end + 1
+        else:
+            self._need = FRAME_HEADER_SIZE
+        if pos < n:
+            self._check_buffer(n - pos)
+            buf += memoryview(src)[pos:]
+        return out
+
+    def _check_buffer(self, size: int) -> None:
+        if size > self.max_buffer:
+            raise errors.ResourceError(
+                f"{size} unparsed bytes buffered, more than the limit of {self.max_buffer}"
+            )

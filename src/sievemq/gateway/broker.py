@@ -1,0 +1,245 @@
+"""The broker model: vhosts, users and the durable definitions behind them.
+
+No sockets and no asyncio: the connection handler calls these methods synchronously. On
+start the broker loads ``definitions.json`` and reopens every stream from
+``<data_dir>/streams/<safe vhost>/<safe name>`` with its declared arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
+from sievemq.gateway import definitions
+from sievemq.gateway.args import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.queue import StreamQueue
+from sievemq.gateway.users import User, Users
+from sievemq.gateway.vhost import VirtualHost
+from sievemq.storage import Durability, Stream, StreamConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What the broker needs from the server settings (built at the edge, passed down)."""
+
+    durability: Durability = Durability.BATCH
+    sync_interval_ms: int = 200
+    default_vhost: str = "/"
+    default_user: str = "guest"
+    default_password: str = "guest"
+    default_user_loopback_only: bool = True
+
+
+class Broker:
+    """Vhosts and users of one SieveMQ server, persisted under ``data_dir``."""
+
+    def __init__(self, data_dir: Path, settings: BrokerSettings | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.settings = settings or BrokerSettings()
+        self.users = Users()
+        self.vhosts: dict[str, VirtualHost] = {}
+        self._loading = True
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        stored = definitions.load(self.data_dir)
+        if stored is None:
+            self._create_defaults()
+        else:
+            self._restore(stored)
+        self._loading = False
+        self.save_definitions()
+
+    # ------------------------------------------------------------------ setup
+
+    def _create_defaults(self) -> None:
+        s = self.settings
+        self.add_vhost(s.default_vhost)
+        self.users.add(
+            s.default_user,
+            s.default_password,
+            tags=("administrator",),
+            vhosts={s.default_vhost},
+            loopback_only=s.default_user_loopback_only,
+        )
+
+    def _restore(self, data: dict[str, Any]) -> None:
+        for item in data.get("vhosts", []):
+            self.add_vhost(item["name"])
+        for item in data.get("users", []):
+            self.users.put(User.from_json(item))
+        for item in data.get("exchanges", []):
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is None or item["name"] in vhost.exchanges:
+                continue
+            vhost.declare_exchange(
+                item["name"],
+                item["type"],
+                durable=True,
+                auto_delete=bool(item.get("auto_delete", False)),
+                internal=bool(item.get("internal", False)),
+                arguments=item.get("arguments") or {},
+            )
+        for item in data.get("queues", []):
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is None:
+                continue
+            stream_args = stream_arguments_from_table(
+                item.get("arguments") or {}, item["name"], vhost.name
+            )
+            vhost.restore_queue(item["name"], stream_args)
+        for item in data.get("bindings", []):
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is None:
+                continue
+            try:
+                if item["destination_type"] == "queue":
+                    vhost.bind_queue(
+                        item["destination"],
+                        item["source"],
+                        item["routing_key"],
+                        item.get("arguments") or {},
+                    )
+                else:
+                    vhost.bind_exchange(
+                        item["destination"],
+                        item["source"],
+                        item["routing_key"],
+                        item.get("arguments") or {},
+                    )
+            except (NotFound, PreconditionFailed) as exc:  # a dangling binding is dropped
+                log.warning("dropping stored binding %r: %s", item, exc.reply_text)
+
+    # ------------------------------------------------------------------ streams
+
+    def stream_config(self, arguments: StreamArguments) -> StreamConfig:
+        """The storage configuration of a stream with these arguments."""
+        return StreamConfig(
+            max_segment_bytes=arguments.max_segment_size_bytes,
+            filter_size_bytes=arguments.filter_size_bytes,
+            compression=arguments.compression,
+            max_bytes=arguments.max_length_bytes,
+            max_age_ms=arguments.max_age_ms,
+            durability=self.settings.durability,
+            sync_interval_ms=self.settings.sync_interval_ms,
+        )
+
+    def _open_stream(self, vhost: str, name: str, arguments: StreamArguments) -> Stream:
+        directory = definitions.stream_directory(self.data_dir, vhost, name)
+        directory.mkdir(parents=True, exist_ok=True)
+        return Stream.open(directory, self.stream_config(arguments))
+
+    @staticmethod
+    def _remove_stream(queue: StreamQueue) -> None:
+        queue.stream.delete()
+
+    def queues(self) -> Iterator[StreamQueue]:
+        for vhost in self.vhosts.values():
+            yield from vhost.queues.values()
+
+    def sync_all(self) -> None:
+        """fdatasync every stream (the BATCH durability timer calls this)."""
+        for queue in self.queues():
+            queue.stream.sync()
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Apply x-max-length-bytes / x-max-age to every stream; segments deleted."""
+        return sum(q.stream.apply_retention(now_ms) for q in self.queues())
+
+    def close(self) -> None:
+        """Sync and close every stream."""
+        for vhost in self.vhosts.values():
+            vhost.close()
+
+    # ------------------------------------------------------------------ vhosts
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        """Create a vhost (idempotent)."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = VirtualHost(name, self._open_stream, self._remove_stream, self.save_definitions)
+            self.vhosts[name] = vhost
+            self.save_definitions()
+        return vhost
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost with all its queues (their files go too)."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"no vhost '{name}'")
+        for queue_name in list(vhost.queues):
+            vhost.delete_queue(queue_name)
+        del self.vhosts[name]
+        self.users.forget_vhost(name)
+        self.save_definitions()
+
+    def vhost(self, name: str) -> VirtualHost:
+        """The vhost; 404 NOT_FOUND when it does not exist."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"no vhost '{name}'")
+        return vhost
+
+    def open_vhost(self, user: User, name: str) -> VirtualHost:
+        """connection.open: 530 NOT_ALLOWED texts as RabbitMQ's."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise NotAllowed(f"vhost {name} not found")
+        if not user.may_use(name):
+            raise NotAllowed(f"access to vhost '{name}' refused for user '{user.name}'")
+        return vhost
+
+    def authenticate(self, username: str, password: str) -> User | None:
+        return self.users.authenticate(username, password)
+
+    # ------------------------------------------------------------------ persistence
+
+    def definitions(self) -> dict[str, Any]:
+        """Everything durable, shaped like RabbitMQ's definitions export."""
+        exchanges, queues, bindings = [], [], []
+        for vhost in self.vhosts.values():
+            for x in vhost.exchanges.values():
+                if x.durable and not x.builtin:
+                    exchanges.append(
+                        {
+                            "vhost": vhost.name,
+                            "name": x.name,
+                            "type": x.type,
+                            "durable": True,
+                            "auto_delete": x.auto_delete,
+                            "internal": x.internal,
+                            "arguments": x.arguments,
+                        }
+                    )
+            for q in vhost.queues.values():
+                queues.append({"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table})
+            for b in vhost.bindings():
+                if vhost.is_durable(b):
+                    bindings.append(
+                        {
+                            "vhost": vhost.name,
+                            "source": b.source,
+                            "destination_type": b.destination_kind,
+                            "destination": b.destination,
+                            "routing_key": b.routing_key,
+                            "arguments": b.arguments,
+                        }
+                    )
+        bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
+        return {
+            "vhosts": [{"name": n} for n in self.vhosts],
+            "users": [u.to_json() for u in self.users],
+            "exchanges": exchanges,
+            "queues": queues,
+            "bindings": bindings,
+        }
+
+    def save_definitions(self) -> None:
+        """Persist now (called by the vhosts after each durable change)."""
+        if self._loading:
+            return
+        definitions.save(self.data_dir, self.definitions())

@@ -1,0 +1,487 @@
+"""One AMQP channel: content assembly, publishing, confirms, consumers and the cold methods.
+
+HOT PATH: Basic.Publish + content header + body frames, Basic.Ack/Nack/Reject are decoded by
+the hand codec (no pamqp), a finished message is routed and handed to the stream's group-commit
+appender; confirms are settled into a ``ConfirmTracker`` and flushed once per loop tick.
+Everything else is decoded by pamqp and delegated to the broker model. Errors are raised as
+``sievemq.amqp.errors`` and mapped to the wire by the connection, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as spec
+
+from sievemq.amqp import codec, errors, frames
+from sievemq.gateway import args as stream_args
+from sievemq.gateway.confirms import ConfirmTracker
+from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
+from sievemq.storage import Message
+
+if TYPE_CHECKING:
+    from sievemq.gateway.connection import Connection
+    from sievemq.gateway.vhost import VirtualHost
+
+log = logging.getLogger(__name__)
+
+FILTER_HEADER = "x-stream-filter-value"
+_FILTER_HEADER_BYTES = FILTER_HEADER.encode()
+
+_EXPECT_METHOD = 0
+_EXPECT_HEADER = 1
+_EXPECT_BODY = 2
+
+
+class Channel:
+    """Channel state; frames arrive through ``on_frame`` from the connection."""
+
+    def __init__(self, connection: Connection, channel_id: int) -> None:
+        self.connection = connection
+        self.id = channel_id
+        self.closing = False  # we sent channel.close and wait for close-ok
+        self.consumers: dict[str, StreamConsumer] = {}
+        self.unacked: dict[int, StreamConsumer] = {}
+        self.next_delivery_tag = 1
+        self.prefetch = 0  # per-consumer (basic.qos global=false)
+        self.global_prefetch = 0
+        self.flow_active = True
+        self.confirm: ConfirmTracker | None = None
+        self.tx = False
+        self._confirm_flush = False
+        self._expect = _EXPECT_METHOD
+        self._pub: tuple[str, str, bool] = ("", "", False)
+        self._props = b""
+        self._size = 0
+        self._parts: list[bytes] = []
+        self._received = 0
+        self._cold = _COLD
+
+    @property
+    def vhost(self) -> VirtualHost:
+        vhost = self.connection.vhost
+        assert vhost is not None
+        return vhost
+
+    # ----------------------------------------------------------------------- frames
+
+    def on_frame(self, ftype: int, payload: bytes) -> None:
+        if self.closing:
+            if ftype == frames.FRAME_METHOD and codec.method_id(payload) in ((20, 40), (20, 41)):
+                self._close_handshake(codec.method_id(payload)[1])
+            return
+        expect = self._expect
+        if ftype == frames.FRAME_METHOD:
+            if expect is not _EXPECT_METHOD:
+                raise errors.UnexpectedFrame(
+                    f"expected content frame on channel {self.id}, got a method"
+                )
+            cid, mid = codec.method_id(payload)
+            if cid == 60:
+                if mid == 40:
+                    self._publish(payload)
+                    return
+                if mid == 80:
+                    tag, multiple = codec.decode_basic_ack(payload)
+                    self._settle_deliveries(tag, multiple)
+                    return
+                if mid == 120:
+                    tag, multiple, _ = codec.decode_basic_nack(payload)
+                    self._settle_deliveries(tag, multiple)
+                    return
+                if mid == 90:
+                    tag, _ = codec.decode_basic_reject(payload)
+                    self._settle_deliveries(tag, False)
+                    return
+            method = codec.decode_method(payload)
+            handler = self._cold.get(type(method))
+            if handler is None:
+                raise errors.NotImplemented_(
+                    f"method '{method.name.lower()}' is not implemented", cid, mid
+                )
+            try:
+                handler(self, method)
+            except errors.AMQPError as error:
+                if not error.class_id:
+                    error.class_id, error.method_id = cid, mid
+                raise
+        elif ftype == frames.FRAME_HEADER:
+            if expect is not _EXPECT_HEADER:
+                raise errors.UnexpectedFrame(f"unexpected content header on channel {self.id}")
+            self._content_header(payload)
+        elif ftype == frames.FRAME_BODY:
+            if expect is not _EXPECT_BODY:
+                raise errors.UnexpectedFrame(f"unexpected content body on channel {self.id}")
+            self._parts.append(payload)
+            self._received += len(payload)
+            if self._received >= self._size:
+                if self._received > self._size:
+                    raise errors.FrameError(
+                        f"content body of {self._received} bytes, header said {self._size}"
+                    )
+                parts = self._parts
+                self._parts = []
+                self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
+        else:
+            raise errors.UnexpectedFrame(f"frame type {ftype} on channel {self.id}")
+
+    # ----------------------------------------------------------------------- publishing
+
+    def _publish(self, payload: bytes) -> None:
+        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
+        if immediate:
+            raise errors.NotImplemented_("immediate=true", 60, 40)
+        self._pub = (exchange, routing_key, mandatory)
+        self._expect = _EXPECT_HEADER
+
+    def _content_header(self, payload: bytes) -> None:
+        class_id, size, props = codec.decode_content_header(payload)
+        if class_id != 60:
+            raise errors.FrameError(f"content header for class {class_id}, expected 60")
+        limit = self.connection.node.limits.max_message_size
+        if size > limit:
+            self._expect = _EXPECT_METHOD
+            raise errors.PreconditionFailed(
+                f"message size {size} is larger than configured max size {limit}", 60, 40
+            )
+        self._props = props
+        self._size = size
+        if size == 0:
+            self._complete(b"")
+        else:
+            self._received = 0
+            self._expect = _EXPECT_BODY
+
+    def _complete(self, body: bytes) -> None:
+        self._expect = _EXPECT_METHOD
+        exchange, routing_key, mandatory = self._pub
+        props = self._props
+        if _FILTER_HEADER_BYTES in props:
+            values = stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+        else:
+            values = ()
+        queues = self.vhost.route(exchange, routing_key, lambda: _headers(props))
+        confirm = self.confirm
+        if not queues:
+            if mandatory:
+                conn = self.connection
+                conn.write_frames(
+                    codec.encode_return(
+                        self.id,
+                        312,
+                        "NO_ROUTE",
+                        exchange,
+                        routing_key,
+                        props,
+                        body,
+                        conn.frame_max,
+                    )
+                )
+            if confirm is not None:
+                confirm.take(0)
+                self._schedule_confirms()
+            return
+        message = Message(values, exchange, routing_key, props, body)
+        node = self.connection.node
+        if confirm is None:
+            for queue in queues:
+                node.appender(queue).submit(message, None, 0)
+            return
+        seq = confirm.take(len(queues))
+        for queue in queues:
+            node.appender(queue).submit(message, self, seq)
+
+    def settle_confirm(self, seq: int, ok: bool) -> None:
+        """From the appender: message ``seq`` was stored (or not)."""
+        confirm = self.confirm
+        if confirm is None or self.closing:
+            return
+        confirm.settle(seq, ok)
+        self._schedule_confirms()
+
+    def _schedule_confirms(self) -> None:
+        if not self._confirm_flush:
+            self._confirm_flush = True
+            self.connection.node.loop.call_soon(self._flush_confirms)
+
+    def _flush_confirms(self) -> None:
+        self._confirm_flush = False
+        if self.confirm is None or self.closing:
+            return
+        out = self.confirm.drain()
+        if out:
+            self.connection.write_frames(out)
+
+    # ----------------------------------------------------------------------- consuming
+
+    def _settle_deliveries(self, tag: int, multiple: bool) -> None:
+        """Ack, nack, reject: each settled delivery gives its consumer one credit back."""
+        unacked = self.unacked
+        if not multiple:
+            consumer = unacked.pop(tag, None)
+            if consumer is None:
+                raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+            consumer.give_credit(1)
+            return
+        done: list[int] = []
+        for key in unacked:
+            if tag and key > tag:
+                break
+            done.append(key)
+        if not done and tag:
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+        credit: dict[StreamConsumer, int] = {}
+        for key in done:
+            consumer = unacked.pop(key)
+            credit[consumer] = credit.get(consumer, 0) + 1
+        for consumer, n in credit.items():
+            consumer.give_credit(n)
+
+    def wake_consumers(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.wake()
+
+    def cancel_consumer_by_server(self, consumer: StreamConsumer) -> None:
+        """The queue went away (or its reader failed): stop and tell the client if it asked."""
+        consumer.stop()
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            consumer.queue.consumers.discard(consumer)
+            if self.connection.cancel_notify and not self.closing:
+                self.connection.send_method(
+                    self.id, spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+                )
+
+    # ----------------------------------------------------------------------- closing
+
+    def close_by_server(self, error: errors.AMQPError) -> None:
+        """A channel error: send channel.close and drop frames until close-ok."""
+        log.info("channel %s/%s: closing: %s", self.connection.id, self.id, error.reply_text)
+        self.teardown()
+        self.closing = True
+        self.connection.send_method(
+            self.id,
+            spec.Channel.Close(
+                reply_code=error.reply_code,
+                reply_text=error.reply_text,
+                class_id=error.class_id,
+                method_id=error.method_id,
+            ),
+        )
+
+    def _close_handshake(self, mid: int) -> None:
+        if mid == 40:  # both sides closed at once: answer and forget the channel
+            self.connection.send_method(self.id, spec.Channel.CloseOk())
+        self.connection.channel_closed(self)
+
+    def teardown(self) -> None:
+        """Stop consumers, nack unconfirmed publishes that can still be told, free state."""
+        for consumer in list(self.consumers.values()):
+            consumer.stop()
+            consumer.queue.consumers.discard(consumer)
+        self.consumers.clear()
+        self.unacked.clear()
+        self._parts = []
+        self._expect = _EXPECT_METHOD
+        self.closing = True
+
+    # ----------------------------------------------------------------------- cold methods
+
+    def _channel_close(self, method: Any) -> None:
+        self.teardown()
+        self.connection.send_method(self.id, spec.Channel.CloseOk())
+        self.connection.channel_closed(self)
+
+    def _channel_close_ok(self, method: Any) -> None:
+        self.connection.channel_closed(self)
+
+    def _channel_open(self, method: Any) -> None:
+        raise errors.ChannelErrorHard(f"channel {self.id} is already open", 20, 10)
+
+    def _channel_flow(self, method: Any) -> None:
+        self.flow_active = bool(method.active)
+        self.connection.send_method(self.id, spec.Channel.FlowOk(active=self.flow_active))
+        if self.flow_active:
+            self.wake_consumers()
+
+    def _exchange_declare(self, m: Any) -> None:
+        self.vhost.declare_exchange(
+            m.exchange,
+            m.exchange_type,
+            passive=m.passive,
+            durable=m.durable,
+            auto_delete=m.auto_delete,
+            internal=m.internal,
+            arguments=dict(m.arguments or {}),
+        )
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Exchange.DeclareOk())
+
+    def _exchange_delete(self, m: Any) -> None:
+        self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Exchange.DeleteOk())
+
+    def _exchange_bind(self, m: Any) -> None:
+        self.vhost.bind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Exchange.BindOk())
+
+    def _exchange_unbind(self, m: Any) -> None:
+        self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Exchange.UnbindOk())
+
+    def _queue_declare(self, m: Any) -> None:
+        queue, messages, consumers = self.vhost.declare_queue(
+            m.queue,
+            passive=m.passive,
+            durable=m.durable,
+            exclusive=m.exclusive,
+            auto_delete=m.auto_delete,
+            arguments=dict(m.arguments or {}),
+        )
+        if not m.nowait:
+            self.connection.send_method(
+                self.id,
+                spec.Queue.DeclareOk(
+                    queue=queue.name, message_count=messages, consumer_count=consumers
+                ),
+            )
+
+    def _queue_delete(self, m: Any) -> None:
+        # the node's delete listener cancels consumers and nacks pending appends
+        count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
+
+    def _queue_bind(self, m: Any) -> None:
+        self.vhost.bind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Queue.BindOk())
+
+    def _queue_unbind(self, m: Any) -> None:
+        self.vhost.unbind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
+        self.connection.send_method(self.id, spec.Queue.UnbindOk())
+
+    def _queue_purge(self, m: Any) -> None:
+        queue = self.vhost.get_queue(m.queue)
+        raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
+
+    def _basic_get(self, m: Any) -> None:
+        queue = self.vhost.get_queue(m.queue)
+        raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
+
+    def _basic_qos(self, m: Any) -> None:
+        if m.global_:
+            self.global_prefetch = int(m.prefetch_count)
+        else:
+            self.prefetch = int(m.prefetch_count)
+        self.connection.send_method(self.id, spec.Basic.QosOk())
+
+    def _basic_consume(self, m: Any) -> None:
+        vhost_name = self.connection.vhost_name
+        queue = self.vhost.get_queue(m.queue)
+        options = stream_args.parse_consumer_arguments(
+            dict(m.arguments or {}), queue.name, vhost_name
+        )
+        if self.prefetch <= 0:
+            raise stream_args.prefetch_not_set(queue.name, vhost_name)
+        if m.no_ack:
+            raise stream_args.auto_ack_not_supported(queue.name, vhost_name)
+        if self.global_prefetch > 0:
+            raise stream_args.global_qos_not_supported(queue.name, vhost_name)
+        if options.sql is not None:
+            raise errors.NotImplemented_("x-stream-filter-sql is not available yet")
+        tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+        if tag in self.consumers:
+            raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        stream = queue.stream
+        reader = stream.reader()
+        try:
+            position_reader(reader, options.offset)
+        except BaseException:
+            reader.close()
+            raise
+        consumer = StreamConsumer(
+            self,
+            tag,
+            queue,
+            stream,
+            reader,
+            self.prefetch,
+            filter_spec(options),
+            self.connection.node.limits.delivery_batch,
+        )
+        self.consumers[tag] = consumer
+        queue.consumers.add(consumer)
+        self.connection.node.watch(queue)
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Basic.ConsumeOk(consumer_tag=tag))
+        consumer.start()
+
+    def _basic_cancel(self, m: Any) -> None:
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            consumer.stop()
+            consumer.queue.consumers.discard(consumer)
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Basic.CancelOk(consumer_tag=m.consumer_tag))
+
+    def _basic_recover(self, m: Any) -> None:
+        self._recover_all()
+        self.connection.send_method(self.id, spec.Basic.RecoverOk())
+
+    def _basic_recover_async(self, m: Any) -> None:
+        self._recover_all()
+
+    def _recover_all(self) -> None:
+        """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
+        if self.unacked:
+            tag = next(reversed(self.unacked))
+            self._settle_deliveries(tag, True)
+
+    def _confirm_select(self, m: Any) -> None:
+        if self.tx:
+            raise errors.PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
+        if self.confirm is None:
+            self.confirm = ConfirmTracker(self.id)
+        if not m.nowait:
+            self.connection.send_method(self.id, spec.Confirm.SelectOk())
+
+    def _tx(self, m: Any) -> None:
+        raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
+
+
+def _headers(props: bytes) -> dict[str, Any]:
+    headers = codec.decode_properties(props).headers
+    return dict(headers) if headers else {}
+
+
+_COLD: dict[type[Any], Any] = {
+    spec.Channel.Close: Channel._channel_close,
+    spec.Channel.CloseOk: Channel._channel_close_ok,
+    spec.Channel.Open: Channel._channel_open,
+    spec.Channel.Flow: Channel._channel_flow,
+    spec.Exchange.Declare: Channel._exchange_declare,
+    spec.Exchange.Delete: Channel._exchange_delete,
+    spec.Exchange.Bind: Channel._exchange_bind,
+    spec.Exchange.Unbind: Channel._exchange_unbind,
+    spec.Queue.Declare: Channel._queue_declare,
+    spec.Queue.Delete: Channel._queue_delete,
+    spec.Queue.Bind: Channel._queue_bind,
+    spec.Queue.Unbind: Channel._queue_unbind,
+    spec.Queue.Purge: Channel._queue_purge,
+    spec.Basic.Get: Channel._basic_get,
+    spec.Basic.Qos: Channel._basic_qos,
+    spec.Basic.Consume: Channel._basic_consume,
+    spec.Basic.Cancel: Channel._basic_cancel,
+    spec.Basic.Recover: Channel._basic_recover,
+    spec.Basic.RecoverAsync: Channel._basic_recover_async,
+    spec.Confirm.Select: Channel._confirm_select,
+    spec.Tx.Select: Channel._tx,
+    spec.Tx.Commit: Channel._tx,
+    spec.Tx.Rollback: Channel._tx,
+}

@@ -1,0 +1,90 @@
+"""Publisher confirms of one channel, coalesced into as few basic.ack/nack frames as possible.
+
+HOT PATH: one ``settle`` per confirmed message. Settled sequence numbers are released in
+order: the contiguous run from the oldest unconfirmed message is sent as one frame with
+``multiple=true`` per run of equal outcome, so a batch of N appends costs one ack frame.
+A message routed to several streams is settled once every stream has reported.
+"""
+
+from __future__ import annotations
+
+from sievemq.amqp import codec
+
+
+class ConfirmTracker:
+    """Sequence numbers of one channel in confirm mode (they start at 1)."""
+
+    __slots__ = ("_channel", "_next_out", "_outcomes", "_waiting", "next_seq")
+
+    def __init__(self, channel_id: int) -> None:
+        self._channel = channel_id
+        self.next_seq = 1  # the seq the next publish gets
+        self._next_out = 1  # the oldest seq not confirmed to the client yet
+        self._outcomes: dict[int, bool] = {}  # settled, not sent yet: seq -> ok
+        # seq -> [streams still to report, all ok so far]; only for messages sent to > 1 stream
+        self._waiting: dict[int, list[int]] = {}
+
+    def take(self, streams: int = 1) -> int:
+        """Number the next publish; ``streams`` is how many appends must report for it."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        if streams > 1:
+            self._waiting[seq] = [streams, 1]
+        elif streams == 0:
+            self._outcomes[seq] = True  # unroutable: confirmed at once (after any return)
+        return seq
+
+    def settle(self, seq: int, ok: bool) -> None:
+        """One stream reports on ``seq``; a single failure nacks the message."""
+        if self._waiting:
+            entry = self._waiting.get(seq)
+            if entry is not None:
+                entry[0] -= 1
+                if not ok:
+                    entry[1] = 0
+                if entry[0]:
+                    return
+                del self._waiting[seq]
+                ok = bool(entry[1])
+        self._outcomes[seq] = ok
+
+    @property
+    def unconfirmed(self) -> int:
+        return self.next_seq - self._next_out
+
+    def drain(self) -> list[bytes]:
+        """Frames for every settled message contiguous from the oldest unconfirmed one."""
+        outcomes = self._outcomes
+        seq = self._next_out
+        if seq not in outcomes:
+            return []
+        out: list[bytes] = []
+        channel = self._channel
+        run_ok = outcomes.pop(seq)
+        run_start = seq
+        seq += 1
+        while True:
+            ok = outcomes.pop(seq, None)
+            if ok is None or ok is not run_ok:
+                out.append(_frame(channel, seq - 1, run_start, run_ok))
+                if ok is None:
+                    break
+                run_ok = ok
+                run_start = seq
+            seq += 1
+        self._next_out = seq
+        return out
+
+    def fail_all(self) -> None:
+        """Settle everything still outstanding as failed (the channel is going away)."""
+        for seq in range(self._next_out, self.next_seq):
+            if seq not in self._outcomes:
+                self._outcomes[seq] = False
+        self._waiting.clear()
+
+
+def _frame(channel: int, last: int, first: int, ok: bool) -> bytes:
+    multiple = last != first
+    if ok:
+        return codec.encode_basic_ack(channel, last, multiple)
+    return codec.encode_basic_nack(channel, last, multiple)

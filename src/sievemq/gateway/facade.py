@@ -1,0 +1,182 @@
+"""Read views and commands over the broker model, for the admin API.
+
+The admin API imports only this module; it returns plain dicts (JSON-ready) and raises the
+same ``amqp.errors`` classes as the AMQP side (404 NotFound, 406 PreconditionFailed, ...),
+which the API maps to HTTP statuses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sievemq.amqp.errors import AMQPError, NotFound, PreconditionFailed
+from sievemq.gateway.broker import Broker
+from sievemq.gateway.exchanges import Exchange
+from sievemq.gateway.queue import StreamQueue
+from sievemq.gateway.routing import Binding
+
+__all__ = ["AMQPError", "BrokerFacade"]
+
+
+class BrokerFacade:
+    """What the admin plane may see and do."""
+
+    def __init__(self, broker: Broker, version: str = "0.1.0") -> None:
+        self.broker = broker
+        self.version = version
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ views
+
+    def overview(self) -> dict[str, Any]:
+        queues = list(self.broker.queues())
+        return {
+            "version": self.version,
+            "uptime_s": round(time.time() - self.started, 3),
+            "vhosts": len(self.broker.vhosts),
+            "streams": len(queues),
+            "exchanges": sum(len(v.exchanges) for v in self.broker.vhosts.values()),
+            "consumers": sum(q.consumer_count for q in queues),
+            "messages": sum(q.message_count for q in queues),
+        }
+
+    def list_streams(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return [
+            self._stream_view(q) for q in self.broker.queues() if vhost is None or q.vhost == vhost
+        ]
+
+    def get_stream(self, vhost: str, name: str) -> dict[str, Any]:
+        return self._stream_view(self.broker.vhost(vhost).get_queue(name))
+
+    def list_exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return [_exchange_view(x) for v in self._vhosts(vhost) for x in v.exchanges.values()]
+
+    def list_bindings(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return [_binding_view(v.name, b) for v in self._vhosts(vhost) for b in v.bindings()]
+
+    def list_vhosts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": v.name, "streams": len(v.queues), "exchanges": len(v.exchanges)}
+            for v in self.broker.vhosts.values()
+        ]
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return [
+            {"name": u.name, "tags": list(u.tags), "vhosts": sorted(u.vhosts)}
+            for u in self.broker.users
+        ]
+
+    # ------------------------------------------------------------------ commands
+
+    def create_stream(
+        self, vhost: str, name: str, arguments: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Declare (or idempotently redeclare) a stream with the AMQP rules and texts."""
+        args = dict(arguments or {})
+        args.setdefault("x-queue-type", "stream")
+        queue, _, _ = self.broker.vhost(vhost).declare_queue(name, arguments=args)
+        return self._stream_view(queue)
+
+    def delete_stream(self, vhost: str, name: str) -> int:
+        v = self.broker.vhost(vhost)
+        v.get_queue(name)  # 404 when missing
+        return v.delete_queue(name)
+
+    def declare_exchange(self, vhost: str, name: str, type: str, **flags: Any) -> dict[str, Any]:
+        return _exchange_view(self.broker.vhost(vhost).declare_exchange(name, type, **flags))
+
+    def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> None:
+        v = self.broker.vhost(vhost)
+        v.get_exchange(name)
+        v.delete_exchange(name, if_unused)
+
+    def bind(
+        self,
+        vhost: str,
+        source: str,
+        destination_type: str,
+        destination: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        v = self.broker.vhost(vhost)
+        if destination_type == "queue":
+            v.bind_queue(destination, source, routing_key, arguments)
+        elif destination_type == "exchange":
+            v.bind_exchange(destination, source, routing_key, arguments)
+        else:
+            raise PreconditionFailed(f"unknown destination type '{destination_type}'")
+
+    def add_vhost(self, name: str) -> None:
+        self.broker.add_vhost(name)
+
+    def delete_vhost(self, name: str) -> None:
+        self.broker.delete_vhost(name)
+
+    def put_user(self, name: str, password: str, tags: tuple[str, ...] = ()) -> None:
+        existing = self.broker.users.get(name)
+        vhosts = existing.vhosts if existing else set()
+        self.broker.users.add(name, password, tags=tags, vhosts=set(vhosts))
+        self.broker.save_definitions()
+
+    def delete_user(self, name: str) -> None:
+        if not self.broker.users.delete(name):
+            raise NotFound(f"no user '{name}'")
+        self.broker.save_definitions()
+
+    def set_permission(self, user: str, vhost: str) -> None:
+        if user not in self.broker.users:
+            raise NotFound(f"no user '{user}'")
+        self.broker.vhost(vhost)
+        self.broker.users.set_permission(user, vhost)
+        self.broker.save_definitions()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _vhosts(self, vhost: str | None) -> list[Any]:
+        if vhost is None:
+            return list(self.broker.vhosts.values())
+        return [self.broker.vhost(vhost)]
+
+    @staticmethod
+    def _stream_view(queue: StreamQueue) -> dict[str, Any]:
+        stats = queue.stream.stats()
+        return {
+            "vhost": queue.vhost,
+            "name": queue.name,
+            "arguments": dict(queue.arguments.table),
+            "messages": stats.messages,
+            "bytes": stats.bytes,
+            "segments": stats.segments,
+            "chunks": stats.chunks,
+            "first_offset": stats.first_offset,
+            "last_offset": stats.last_offset,
+            "first_timestamp_ms": stats.first_timestamp_ms,
+            "last_timestamp_ms": stats.last_timestamp_ms,
+            "consumers": queue.consumer_count,
+            "filter_stats": queue.filter_stats.as_dict(),
+        }
+
+
+def _exchange_view(x: Exchange) -> dict[str, Any]:
+    return {
+        "vhost": x.vhost,
+        "name": x.name,
+        "type": x.type,
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": dict(x.arguments),
+    }
+
+
+def _binding_view(vhost: str, b: Binding) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "source": b.source,
+        "destination_type": b.destination_kind,
+        "destination": b.destination,
+        "routing_key": b.routing_key,
+        "arguments": dict(b.arguments),
+    }

@@ -1,0 +1,133 @@
+"""The asyncio Protocol of one AMQP connection: header check, framing, limits, flow control.
+
+HOT PATH: every byte a client sends arrives in ``data_received``. It hands the bytes to the
+sans-I/O FrameReader and passes the whole list of complete frames to the connection handler
+in one call (no task, no await per frame). Anything that is not a frame-level concern (what a
+method means) belongs to the handler in ``sievemq.gateway.connection``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import Protocol as TypingProtocol
+from typing import cast
+
+from sievemq.amqp import errors, frames
+
+
+class FrameHandler(TypingProtocol):
+    """What the protocol drives: the connection handler (``gateway.connection.Connection``)."""
+
+    def on_open(self, transport: asyncio.Transport) -> None: ...
+    def on_frames(self, frames: list[tuple[int, int, bytes]]) -> None: ...
+    def on_frame_error(self, error: errors.AMQPError) -> None: ...
+    def on_lost(self) -> None: ...
+    def on_pause_writing(self) -> None: ...
+    def on_resume_writing(self) -> None: ...
+
+
+class ConnectionRegistry(TypingProtocol):
+    """Counts live connections so the listener can enforce ``max_connections``."""
+
+    def admit(self) -> bool: ...
+    def release(self) -> None: ...
+
+
+class AMQPProtocol(asyncio.Protocol):
+    """One client socket. Checks the protocol header, then feeds frames to its handler."""
+
+    __slots__ = (
+        "_admitted",
+        "_dead",
+        "_handler",
+        "_header_ok",
+        "_pending",
+        "_reader",
+        "_registry",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        handler: FrameHandler,
+        registry: ConnectionRegistry,
+        frame_max: int,
+        max_unparsed_bytes: int,
+    ) -> None:
+        self._handler = handler
+        self._registry = registry
+        # before tune the peer may only send frames up to the spec minimum; we accept our own
+        # frame_max from the start (RabbitMQ does the same) and lower it after tune-ok
+        self._reader = frames.FrameReader(frame_max, max_unparsed_bytes)
+        self._header_ok = False
+        self._pending = b""
+        self._admitted = False
+        self._dead = False
+        self.transport: asyncio.Transport | None = None
+
+    @property
+    def reader(self) -> frames.FrameReader:
+        return self._reader
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport but implement it
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        if not self._registry.admit():
+            # over max_connections: the peer sees the socket close before any negotiation
+            transport.abort()
+            return
+        self._admitted = True
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self._dead:
+            return  # after a framing error or a bad header: ignore whatever else arrives
+        if not self._header_ok:
+            data = self._pending + data
+            verdict = frames.check_protocol_header(data)
+            if verdict is None:
+                self._pending = data
+                return
+            transport = self.transport
+            assert transport is not None
+            if not verdict:
+                transport.write(frames.PROTOCOL_HEADER)
+                transport.close()
+                self._dead = True
+                self._pending = b""
+                return
+            self._header_ok = True
+            self._pending = b""
+            data = data[frames.PROTOCOL_HEADER_SIZE :]
+            self._handler.on_open(transport)
+            if not data:
+                return
+        try:
+            got = self._reader.feed(data)
+        except errors.AMQPError as error:
+            self._dead = True
+            self._handler.on_frame_error(error)
+            return
+        if got:
+            self._handler.on_frames(got)
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._admitted = False
+            self._registry.release()
+            self._handler.on_lost()
+
+    def pause_writing(self) -> None:
+        self._handler.on_pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.on_resume_writing()

@@ -1,0 +1,93 @@
+"""What every connection of one server shares: the broker, limits, live connections, appenders."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sievemq.gateway.appender import StreamAppender
+
+if TYPE_CHECKING:
+    from sievemq.gateway.broker import Broker
+    from sievemq.gateway.connection import Connection
+    from sievemq.gateway.queue import StreamQueue
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The connection-level settings (built from ``sievemq.settings.Settings`` at the edge)."""
+
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+    max_connections: int = 4096
+    max_message_size: int = 128 * 1024 * 1024
+    max_unparsed_bytes: int = 4 * 1024 * 1024
+    delivery_batch: int = 256
+    handshake_timeout_s: float = 10.0
+    sync_interval_ms: int = 200
+
+
+class Node:
+    """Server-wide state on the event loop."""
+
+    def __init__(self, broker: Broker, limits: Limits, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.loop = loop
+        self.connections: set[Connection] = set()
+        self._count = 0
+        self._ids = itertools.count(1)
+        self._appenders: dict[int, StreamAppender] = {}  # id(queue) -> its writer
+        self._watched: set[int] = set()
+        # one worker per core is plenty: each stream has at most one fsync in flight
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
+        self.accepting = True
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # net.protocol.ConnectionRegistry
+    def admit(self) -> bool:
+        if not self.accepting or self._count >= self.limits.max_connections:
+            return False
+        self._count += 1
+        return True
+
+    def release(self) -> None:
+        self._count -= 1
+
+    def appender(self, queue: StreamQueue) -> StreamAppender:
+        """The one writer of the queue's stream (created on first publish)."""
+        appender = self._appenders.get(id(queue))
+        if appender is None:
+            appender = StreamAppender(
+                queue.stream, self.loop, self.executor, self.limits.sync_interval_ms
+            )
+            self._appenders[id(queue)] = appender
+            self.watch(queue)
+        return appender
+
+    def watch(self, queue: StreamQueue) -> None:
+        """Make sure a queue.delete (from anywhere) cancels consumers and nacks pending."""
+        if id(queue) not in self._watched:
+            self._watched.add(id(queue))
+            queue.add_delete_listener(self._queue_deleted)
+
+    def _queue_deleted(self, queue: StreamQueue) -> None:
+        self._watched.discard(id(queue))
+        for consumer in list(queue.consumers):
+            channel = getattr(consumer, "channel", None)
+            if channel is not None:
+                channel.cancel_consumer_by_server(consumer)
+        appender = self._appenders.pop(id(queue), None)
+        if appender is not None:
+            appender.close()
+
+    def flush_all(self) -> None:
+        """Write every buffered batch and fsync (shutdown)."""
+        for appender in list(self._appenders.values()):
+            appender.flush_now()

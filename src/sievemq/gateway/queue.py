@@ -1,0 +1,97 @@
+"""A stream queue: the broker-side handle on one storage stream.
+
+The connection layer owns consumers and publishers; it puts its consumer objects in
+``consumers`` and registers delete listeners so that a queue.delete (from any connection or
+the admin API) can cancel consumers and settle pending confirms before the files go.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from sievemq.gateway.args import StreamArguments
+
+if TYPE_CHECKING:
+    from sievemq.storage import ReadStats, Stream
+
+log = logging.getLogger(__name__)
+
+DeleteListener = Callable[["StreamQueue"], None]
+
+
+@dataclass
+class FilterStats:
+    """Filter and delivery counters of a stream, summed over its consumers (SPEC §9)."""
+
+    chunks_scanned: int = 0
+    chunks_skipped: int = 0
+    chunks_false_positive: int = 0
+    records_matched: int = 0
+    records_skipped: int = 0
+    bytes_read: int = 0
+    messages_published: int = 0
+    messages_delivered: int = 0
+    bytes_delivered: int = 0
+    sql_errors: int = 0
+
+    def add_read_stats(self, stats: ReadStats) -> None:
+        """Add the counters of a reader (call with the delta since the last call)."""
+        for name in (
+            "chunks_scanned",
+            "chunks_skipped",
+            "chunks_false_positive",
+            "records_matched",
+            "records_skipped",
+            "bytes_read",
+        ):
+            setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class StreamQueue:
+    """A declared stream queue of a vhost."""
+
+    def __init__(self, name: str, vhost: str, arguments: StreamArguments, stream: Stream) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.arguments = arguments
+        self.stream = stream
+        self.consumers: set[Any] = set()
+        self.filter_stats = FilterStats()
+        self.deleted = False
+        self._delete_listeners: list[DeleteListener] = []
+
+    def __repr__(self) -> str:
+        return f"StreamQueue({self.name!r}, vhost={self.vhost!r})"
+
+    @property
+    def message_count(self) -> int:
+        """Messages retained: end offset minus first offset."""
+        return max(0, self.stream.end_offset - self.stream.first_offset)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        self._delete_listeners.append(listener)
+
+    def remove_delete_listener(self, listener: DeleteListener) -> None:
+        if listener in self._delete_listeners:
+            self._delete_listeners.remove(listener)
+
+    def notify_deleted(self) -> None:
+        """Mark deleted and call every delete listener once; a failing listener is skipped
+        so the others (and the file removal) still happen."""
+        self.deleted = True
+        listeners, self._delete_listeners = self._delete_listeners, []
+        for listener in listeners:
+            try:
+                listener(self)
+            except Exception:  # a broken consumer must not keep the stream alive
+                log.exception("delete listener of %r failed", self)

@@ -1,0 +1,128 @@
+"""`sievemq serve`: the AMQP listener and the admin HTTP app on one event loop (wiring).
+
+Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``, once both
+listen (port 0 picks a free port; the printed port is the real one). SIGTERM/SIGINT: stop
+accepting, close connections with 320 CONNECTION_FORCED, flush and fsync every stream, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from sievemq.admin_api import create_app
+from sievemq.amqp import errors
+from sievemq.gateway.broker import Broker, BrokerSettings
+from sievemq.gateway.connection import Connection
+from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
+from sievemq.gateway.net.protocol import AMQPProtocol
+from sievemq.gateway.node import Limits, Node
+from sievemq.settings import Settings
+from sievemq.storage import Durability
+
+log = logging.getLogger("sievemq")
+
+
+class _AdminServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the gateway owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def limits_from(settings: Settings) -> Limits:
+    return Limits(
+        channel_max=settings.channel_max,
+        frame_max=settings.frame_max,
+        heartbeat=settings.heartbeat,
+        max_connections=settings.max_connections,
+        max_message_size=settings.max_message_size,
+        max_unparsed_bytes=max(settings.max_unparsed_bytes, settings.frame_max * 2),
+        delivery_batch=settings.delivery_batch,
+        handshake_timeout_s=settings.handshake_timeout_s,
+        sync_interval_ms=settings.sync_interval_ms,
+    )
+
+
+def protocol_factory(node: Node) -> AMQPProtocol:
+    conn = Connection(node)
+    limits = node.limits
+    protocol = AMQPProtocol(conn, node, limits.frame_max, limits.max_unparsed_bytes)
+    conn.frame_reader = protocol.reader
+    return protocol
+
+
+async def run(settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT; returns the exit status."""
+    loop = asyncio.get_running_loop()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    broker = Broker(
+        settings.data_dir,
+        BrokerSettings(
+            durability=Durability(settings.fsync), sync_interval_ms=settings.sync_interval_ms
+        ),
+    )
+    node = Node(broker, limits_from(settings), loop)
+    amqp_server, amqp_port = await start_amqp_listener(
+        lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
+    )
+    admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
+    ready = False
+    app = create_app(is_ready=lambda: ready)
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+    admin = _AdminServer(config)
+    admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
+    while not admin.started and not admin_task.done():
+        await asyncio.sleep(0.01)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready = True
+    print(
+        f"sievemq ready amqp={settings.amqp_host}:{amqp_port} "
+        f"admin=http://{settings.admin_host}:{admin_port}",
+        flush=True,
+    )
+    await stop.wait()
+    # shutdown: stop accepting, close clients with 320, flush + fsync, stop the admin app
+    ready = False
+    node.accepting = False
+    amqp_server.close()
+    forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
+    for conn in list(node.connections):
+        conn.close(forced)
+    deadline = loop.time() + settings.shutdown_timeout_s
+    while node.connections and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for conn in list(node.connections):
+        if conn.transport is not None:
+            conn.transport.abort()
+    node.flush_all()
+    broker.close()
+    node.executor.shutdown(wait=True)
+    admin.should_exit = True
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
+    return 0
+
+
+def serve(settings: Settings) -> int:
+    """Run the server on one event loop (uvloop when installed); returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    loop_factory: Any = None
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(run(settings))

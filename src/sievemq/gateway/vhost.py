@@ -1,0 +1,371 @@
+"""A virtual host: its exchanges, stream queues and bindings, with RabbitMQ's rules and texts.
+
+Plain synchronous methods, called by the connection handler on the event loop; each raises
+an ``amqp.errors`` class on refusal. ``route`` is on the publish hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
+from sievemq.gateway import args as qargs
+from sievemq.gateway.exchanges import (
+    DEFAULT_EXCHANGE,
+    STANDARD_EXCHANGES,
+    Exchange,
+    check_deletion,
+    check_name,
+    check_not_default,
+    check_type,
+)
+from sievemq.gateway.queue import StreamQueue
+from sievemq.gateway.render import rs
+from sievemq.gateway.routing import Binding, DestKind, HeadersFn, validate_headers_binding
+
+if TYPE_CHECKING:
+    from sievemq.storage import Stream
+
+StreamOpener = Callable[[str, str, qargs.StreamArguments], "Stream"]
+StreamRemover = Callable[[StreamQueue], None]
+
+
+def check_queue_name(name: str) -> None:
+    """403 for a queue name in the reserved ``amq.`` namespace (non-passive declare)."""
+    if name.startswith("amq."):
+        raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+
+
+class VirtualHost:
+    """Exchanges, queues and bindings of one vhost.
+
+    ``open_stream``/``remove_stream`` create and delete the storage behind a queue;
+    ``on_change`` is called after every change to durable definitions (the broker persists).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        open_stream: StreamOpener,
+        remove_stream: StreamRemover,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.name = name
+        self._open_stream = open_stream
+        self._remove_stream = remove_stream
+        self._on_change = on_change
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, StreamQueue] = {}
+        # bindings whose destination is an exchange/queue, for cleanup on delete
+        self._inbound: dict[tuple[DestKind, str], set[Binding]] = {}
+        self.exchanges[DEFAULT_EXCHANGE] = Exchange(DEFAULT_EXCHANGE, "direct", vhost=name)
+        for xname, xtype in STANDARD_EXCHANGES.items():
+            self.exchanges[xname] = Exchange(xname, xtype, vhost=name)
+
+    # ------------------------------------------------------------------ exchanges
+
+    def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        passive: bool = False,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange:
+        """exchange.declare: order and texts as rabbit_channel."""
+        if passive:
+            check_not_default(name, self.name)
+            return self.get_exchange(name)
+        check_type(type)
+        check_not_default(name, self.name)
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            existing.assert_equivalent(type, durable, auto_delete, internal, arguments)
+            return existing
+        check_name(name)
+        exchange = Exchange(
+            name, type, durable, auto_delete, internal, dict(arguments or {}), vhost=self.name
+        )
+        self.exchanges[name] = exchange
+        if durable:
+            self._on_change()
+        return exchange
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no {rs('exchange', name, self.name)}")
+        return exchange
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        """exchange.delete: idempotent for a missing exchange; 406 when in use."""
+        check_not_default(name, self.name)
+        check_deletion(name, self.name)
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise PreconditionFailed(f"{rs('exchange', name, self.name)} in use")
+        self._remove_exchange(exchange)
+        self._on_change()
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for binding in list(exchange.bindings):
+            self._drop_binding(binding, cascade=False)
+        for binding in list(self._inbound.get(("exchange", exchange.name), ())):
+            self._drop_binding(binding, cascade=True)
+        self._inbound.pop(("exchange", exchange.name), None)
+
+    # ------------------------------------------------------------------ queues
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool = False,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> tuple[StreamQueue, int, int]:
+        """queue.declare of a stream queue: (queue, message_count, consumer_count)."""
+        if passive:
+            queue = self.get_queue(name)
+            return queue, queue.message_count, queue.consumer_count
+        if name:
+            check_queue_name(name)
+        existing = self.queues.get(name) if name else None
+        if existing is not None:
+            qargs.assert_exclusive_access(False, exclusive, name, self.name)
+            durable = durable and not exclusive
+            qargs.assert_field_equivalence("durable", True, durable, name, self.name)
+            qargs.assert_field_equivalence("auto_delete", False, auto_delete, name, self.name)
+            qargs.assert_equivalence(existing.arguments.table, arguments, name, self.name)
+            return existing, existing.message_count, existing.consumer_count
+        stream_args = qargs.validate_stream_declare(
+            name, self.name, durable, exclusive, auto_delete, arguments
+        )
+        queue = self._create_queue(name, stream_args)
+        self._on_change()
+        return queue, queue.message_count, queue.consumer_count
+
+    def _create_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
+        stream = self._open_stream(self.name, name, stream_args)
+        queue = StreamQueue(name, self.name, stream_args, stream)
+        self.queues[name] = queue
+        return queue
+
+    def get_queue(self, name: str) -> StreamQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no {rs('queue', name, self.name)}")
+        return queue
+
+    def delete_queue(self, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
+        """queue.delete: cancel consumers (delete listeners), drop bindings, remove files.
+
+        Returns the number of messages the stream held; a missing queue returns 0 (the
+        delete is idempotent, as in RabbitMQ). if-unused and if-empty are ignored for
+        streams, as RabbitMQ does.
+        """
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        count = queue.message_count
+        del self.queues[name]
+        for binding in list(self._inbound.get(("queue", name), ())):
+            self._drop_binding(binding, cascade=True)
+        self._inbound.pop(("queue", name), None)
+        queue.notify_deleted()
+        self._remove_stream(queue)
+        self._on_change()
+        return count
+
+    # ------------------------------------------------------------------ bindings
+
+    def bind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self._bind("queue", queue, exchange, routing_key, arguments)
+
+    def unbind_queue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self._unbind("queue", queue, exchange, routing_key, arguments)
+
+    def bind_exchange(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self._bind("exchange", destination, source, routing_key, arguments)
+
+    def unbind_exchange(
+        self,
+        destination: str,
+        source: str,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self._unbind("exchange", destination, source, routing_key, arguments)
+
+    def _resolve(self, kind: DestKind, destination: str, source: str) -> Exchange:
+        """Checks shared by bind and unbind, in rabbit_channel:binding_action's order."""
+        if kind == "exchange":
+            check_not_default(destination, self.name)
+        check_not_default(source, self.name)
+        exchange = self.exchanges.get(source)
+        if exchange is None:
+            raise NotFound(f"no {rs('exchange', source, self.name)}")
+        known = self.queues if kind == "queue" else self.exchanges
+        if destination not in known:
+            raise NotFound(f"no {rs(kind, destination, self.name)}")
+        return exchange
+
+    def _bind(
+        self,
+        kind: DestKind,
+        destination: str,
+        source: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        exchange = self._resolve(kind, destination, source)
+        binding = Binding.make(source, kind, destination, routing_key, arguments)
+        if exchange.type == "headers":
+            validate_headers_binding(binding.arguments)
+        if exchange.add_binding(binding):
+            self._inbound.setdefault(binding.dest, set()).add(binding)
+            if self.is_durable(binding):
+                self._on_change()
+
+    def _unbind(
+        self,
+        kind: DestKind,
+        destination: str,
+        source: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        self._resolve(kind, destination, source)
+        binding = Binding.make(source, kind, destination, routing_key, arguments)
+        durable = self.is_durable(binding)
+        if self._drop_binding(binding, cascade=True) and durable:
+            self._on_change()
+
+    def _drop_binding(self, binding: Binding, cascade: bool) -> bool:
+        """Remove a binding; with ``cascade`` an auto-delete source left without bindings
+        goes too (RabbitMQ's auto-delete semantics)."""
+        source = self.exchanges.get(binding.source)
+        removed = source is not None and source.remove_binding(binding)
+        inbound = self._inbound.get(binding.dest)
+        if inbound is not None:
+            inbound.discard(binding)
+            if not inbound:
+                del self._inbound[binding.dest]
+        if (
+            cascade
+            and removed
+            and source is not None
+            and source.auto_delete
+            and not source.bindings
+            and not source.builtin
+        ):
+            self._remove_exchange(source)
+        return removed
+
+    def is_durable(self, binding: Binding) -> bool:
+        """A binding survives restarts when its source and destination both do."""
+        source = self.exchanges.get(binding.source)
+        if source is None or not source.durable:
+            return False
+        if binding.destination_kind == "queue":
+            return True
+        dest = self.exchanges.get(binding.destination)
+        return dest is not None and dest.durable
+
+    def bindings(self) -> Iterator[Binding]:
+        """Every binding of the vhost (not the default exchange's implicit ones)."""
+        for exchange in self.exchanges.values():
+            yield from exchange.bindings
+
+    # ------------------------------------------------------------------ publish
+
+    def route(
+        self, exchange_name: str, routing_key: str, headers_fn: HeadersFn
+    ) -> list[StreamQueue]:
+        """The queues a message published to ``exchange_name`` goes to (no duplicates).
+
+        Follows exchange-to-exchange bindings (cycle-safe) and ``alternate-exchange``.
+        ``headers_fn`` is called at most once, and only when a headers exchange needs it.
+        Hot path.
+        """
+        if exchange_name == DEFAULT_EXCHANGE:
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            raise NotFound(f"no {rs('exchange', exchange_name, self.name)}")
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal {rs('exchange', exchange_name, self.name)}"
+            )
+        cached: dict[str, Any] | None = None
+        fetched = False
+
+        def headers_once() -> dict[str, Any] | None:
+            nonlocal cached, fetched
+            if not fetched:
+                cached, fetched = headers_fn(), True
+            return cached
+
+        queues: dict[str, StreamQueue] = {}
+        seen = {exchange_name}
+        pending = [exchange]
+        while pending:
+            current = pending.pop()
+            routed = False
+            for kind, name in current.match(routing_key, headers_once):
+                if kind == "queue":
+                    queue = self.queues.get(name)
+                    if queue is not None:
+                        queues[name] = queue
+                        routed = True
+                elif name not in seen:
+                    seen.add(name)
+                    nxt = self.exchanges.get(name)
+                    if nxt is not None:
+                        pending.append(nxt)
+                        routed = True
+            if not routed:
+                alternate = current.arguments.get("alternate-exchange")
+                if isinstance(alternate, str) and alternate not in seen:
+                    seen.add(alternate)
+                    nxt = self.exchanges.get(alternate)
+                    if nxt is not None:
+                        pending.append(nxt)
+        return list(queues.values())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def restore_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
+        """Re-create a queue from persisted definitions (no checks, no on_change)."""
+        return self._create_queue(name, stream_args)
+
+    def close(self) -> None:
+        """Close (sync) every stream of the vhost."""
+        for queue in self.queues.values():
+            queue.stream.close()

@@ -1,0 +1,92 @@
+"""Server settings: one frozen object built at the edge (CLI flags over env over defaults).
+
+Wiring only: the settings are passed down to the gateway; nothing reads a global config.
+Environment variables use the ``SIEVEMQ_`` prefix (``SIEVEMQ_AMQP_PORT``, ``SIEVEMQ_DATA_DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+FsyncPolicy = Literal["batch", "always", "never"]
+
+
+class Settings(BaseSettings):
+    """Everything `sievemq serve` needs; limits are named so tests and operators can set them."""
+
+    model_config = SettingsConfigDict(env_prefix="SIEVEMQ_", frozen=True, extra="forbid")
+
+    amqp_host: str = "127.0.0.1"
+    amqp_port: int = Field(default=5672, ge=0, le=65535)
+    admin_host: str = "127.0.0.1"
+    admin_port: int = Field(default=15672, ge=0, le=65535)
+    data_dir: Path = Path("./data")
+
+    fsync: FsyncPolicy = "batch"
+    sync_interval_ms: int = Field(default=200, ge=1)
+
+    # negotiation (the client may lower these)
+    channel_max: int = Field(default=2047, ge=1, le=65535)
+    frame_max: int = Field(default=131072, ge=4096)
+    heartbeat: int = Field(default=60, ge=0, le=65535)
+
+    # resource limits
+    max_connections: int = Field(default=4096, ge=1)
+    max_message_size: int = Field(default=128 * 1024 * 1024, ge=1)
+    max_unparsed_bytes: int = Field(default=4 * 1024 * 1024, ge=8192)
+    # a consumer stops reading the stream while this many bytes wait in its socket buffer
+    write_buffer_high: int = Field(default=1024 * 1024, ge=4096)
+    # how many deliveries one consumer writes per loop tick before yielding
+    delivery_batch: int = Field(default=256, ge=1)
+
+    # connection timeouts
+    handshake_timeout_s: float = Field(default=10.0, gt=0)
+    shutdown_timeout_s: float = Field(default=5.0, gt=0)
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+
+_FLAGS: list[tuple[str, type, str]] = [
+    ("amqp_host", str, "AMQP listen address (default 127.0.0.1)"),
+    ("amqp_port", int, "AMQP port, 0 picks a free one (default 5672)"),
+    ("admin_host", str, "admin HTTP listen address (default 127.0.0.1)"),
+    ("admin_port", int, "admin HTTP port, 0 picks a free one (default 15672)"),
+    ("data_dir", Path, "data directory (default ./data)"),
+    ("sync_interval_ms", int, "fdatasync period under --fsync batch (default 200)"),
+    ("channel_max", int, "max channels per connection offered in tune (default 2047)"),
+    ("frame_max", int, "max frame size offered in tune (default 131072)"),
+    ("heartbeat", int, "heartbeat interval offered in tune, seconds (default 60)"),
+    ("max_connections", int, "max concurrent AMQP connections (default 4096)"),
+    ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
+    ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
+    ("tls_cert", Path, "TLS certificate (not implemented yet)"),
+    ("tls_key", Path, "TLS private key (not implemented yet)"),
+]
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `serve` flags; unset flags fall back to env then defaults."""
+    for name, kind, help_text in _FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+    parser.add_argument(
+        "--fsync",
+        choices=["batch", "always", "never"],
+        default=None,
+        help="durability policy for confirms (default batch)",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Build the frozen Settings from parsed `serve` flags (flags win over env)."""
+    given: dict[str, Any] = {}
+    for name in [f[0] for f in _FLAGS] + ["fsync"]:
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = value
+    return Settings(**given)

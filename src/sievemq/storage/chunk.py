@@ -1,0 +1,254 @@
+"""Chunk byte format: encode a batch into one chunk, parse headers, decode records.
+
+Hot path (append and read). docs/storage-format.md is the byte specification; the layout:
+
+    header (48 B) | Bloom bits (bloom_size B) | data (data_length B)
+
+data, after zstd decompression when flag bit 0 is set, is a record table of 13-byte entries
+(one per record) followed by the record payloads in the same order, so a reader unpacks all
+lengths with one ``iter_unpack`` and then only slices.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from sievemq.storage.bloom import HASH_MMH3, BloomFilter
+from sievemq.storage.errors import StorageError
+from sievemq.storage.filters import FilterSpec
+from sievemq.storage.types import Message, Record
+
+MAGIC = b"SQ"
+VERSION = 1
+TYPE_USER = 0
+FLAG_ZSTD = 0x01
+
+# magic, version, type, flags, hash id, bloom size, first offset, record count, timestamp,
+# data length (as stored), raw length (uncompressed), data CRC32, reserved
+_HEADER_BODY = struct.Struct(">2sBBBBHQIqIIII")
+HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (of bytes 0..43 + Bloom)
+HEADER_SIZE = HEADER.size  # 48
+ENTRY = struct.Struct(">BHBBII")  # filter count, filter bytes, exchange, rk, props, body
+ENTRY_SIZE = ENTRY.size  # 13
+
+SEGMENT_MAGIC = b"SQSG\x00\x00\x00\x01"
+INDEX_MAGIC = b"SQIX\x00\x00\x00\x01"
+FILE_HEADER_SIZE = 8
+INDEX_ENTRY = struct.Struct(">QqQ")  # chunk first offset, timestamp, file position
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 24
+
+_pack_header_body = _HEADER_BODY.pack
+_pack_u32 = struct.Struct(">I").pack
+_crc32 = zlib.crc32
+
+
+class ChunkHeader(NamedTuple):
+    """A parsed chunk header (the Bloom bytes are kept raw)."""
+
+    chunk_type: int
+    flags: int
+    hash_id: int
+    bloom_size: int
+    first_offset: int
+    record_count: int
+    timestamp_ms: int
+    data_length: int
+    raw_length: int
+    data_crc: int
+    header_crc: int
+
+    @property
+    def total_size(self) -> int:
+        return HEADER_SIZE + self.bloom_size + self.data_length
+
+
+def _filter_blob(values: tuple[str, ...]) -> bytes:
+    if len(values) == 1:
+        return values[0].encode()
+    parts = []
+    for v in values:
+        raw = v.encode()
+        parts.append(bytes((len(raw),)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def encode_chunk(
+    messages: Sequence[Message],
+    first_offset: int,
+    timestamp_ms: int,
+    bloom_size: int,
+    compressor: Callable[[bytes], bytes] | None = None,
+) -> list[bytes]:
+    """Encode a batch as one chunk; returns buffers for one ``os.writev``."""
+    n = len(messages)
+    if n == 0:
+        raise ValueError("a chunk needs at least one message")
+    lengths: list[int] = []
+    payload: list[bytes] = []
+    values: set[str] = set()
+    ext = lengths.extend
+    add = payload.extend
+    for fv, ex, rk, props, body in messages:
+        if not fv:
+            fb = b""
+            values.add("")
+        elif len(fv) == 1:
+            fb = fv[0].encode()
+            values.add(fv[0])
+        else:
+            fb = _filter_blob(fv)
+            values.update(fv)
+        exb = ex.encode()
+        rkb = rk.encode()
+        ext((len(fv), len(fb), len(exb), len(rkb), len(props), len(body)))
+        add((fb, exb, rkb, props, body))
+    try:
+        table = struct.pack(">" + "BHBBII" * n, *lengths)
+    except struct.error as exc:
+        raise StorageError(f"message field too long for the chunk format: {exc}") from exc
+    if values and values != {""}:
+        bloom = BloomFilter(bloom_size)
+        for v in values:
+            bloom.add(v)
+        bloom_bytes = bloom.to_bytes()
+    else:
+        bloom_bytes = b""  # no filter value in the chunk: no Bloom bytes at all
+    body = b"".join(payload)
+    raw_length = len(table) + len(body)
+    flags = 0
+    if compressor is not None:
+        packed = compressor(table + body)
+        if len(packed) < raw_length:
+            flags = FLAG_ZSTD
+            buffers = [packed]
+    if not flags:
+        buffers = [table, body]
+    data_length = len(buffers[0]) + (len(buffers[1]) if len(buffers) > 1 else 0)
+    crc = _crc32(buffers[0])
+    if len(buffers) > 1:
+        crc = _crc32(buffers[1], crc)
+    head = _pack_header_body(
+        MAGIC,
+        VERSION,
+        TYPE_USER,
+        flags,
+        HASH_MMH3,
+        len(bloom_bytes),
+        first_offset,
+        n,
+        timestamp_ms,
+        data_length,
+        raw_length,
+        crc,
+        0,
+    )
+    head_crc = _crc32(bloom_bytes, _crc32(head))
+    return [head + _pack_u32(head_crc) + bloom_bytes, *buffers]
+
+
+_unpack_header = HEADER.unpack_from
+
+
+def parse_header(buf: bytes, offset: int = 0) -> ChunkHeader | None:
+    """Parse a header at ``buf[offset:]``; None when magic/version is wrong or it is short.
+
+    The header CRC is checked by ``header_ok`` once the Bloom bytes are at hand.
+    """
+    if len(buf) - offset < HEADER_SIZE:
+        return None
+    magic, version, ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, _r, hcrc = (
+        _unpack_header(buf, offset)
+    )
+    if magic != MAGIC or version != VERSION:
+        return None
+    return ChunkHeader(ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, hcrc)
+
+
+def header_ok(header: ChunkHeader, buf: bytes, offset: int = 0) -> bool:
+    """True when ``buf[offset:]`` holds the whole header + Bloom and its CRC matches."""
+    end = offset + HEADER_SIZE + header.bloom_size
+    if len(buf) < end:
+        return False
+    crc = _crc32(buf[offset + HEADER_SIZE : end], _crc32(buf[offset : offset + HEADER_SIZE - 4]))
+    return crc == header.header_crc
+
+
+def raw_data(header: ChunkHeader, data: bytes) -> bytes:
+    """The uncompressed record table + payloads of a chunk."""
+    if header.flags & FLAG_ZSTD:
+        import zstandard
+
+        out: bytes = zstandard.ZstdDecompressor().decompress(
+            data, max_output_size=header.raw_length
+        )
+        return out
+    return data
+
+
+def _split_filters(blob: bytes, count: int) -> tuple[str, ...]:
+    out = []
+    p = 0
+    for _ in range(count):
+        n = blob[p]
+        out.append(blob[p + 1 : p + 1 + n].decode())
+        p += 1 + n
+    return tuple(out)
+
+
+_new_record = tuple.__new__
+
+
+def decode_records(
+    raw: bytes,
+    count: int,
+    first_offset: int,
+    timestamp_ms: int,
+    start_offset: int,
+    spec: FilterSpec | None,
+) -> tuple[list[Record], int]:
+    """Decode the records at or above ``start_offset`` that match ``spec``.
+
+    Returns (records, number of records rejected by the spec).
+    """
+    table_len = count * ENTRY_SIZE
+    p = table_len
+    out: list[Record] = []
+    append = out.append
+    rejected = 0
+    offset = first_offset
+    fcache: dict[bytes, tuple[str, ...]] = {}
+    matches = spec.matches if spec is not None else None
+    for nf, fl, el, rl, pl, bl in ENTRY.iter_unpack(raw[:table_len]):
+        if offset < start_offset:
+            p += fl + el + rl + pl + bl
+            offset += 1
+            continue
+        if nf == 0:
+            fv: tuple[str, ...] = ()
+        else:
+            fb = raw[p : p + fl]
+            cached = fcache.get(fb)
+            if cached is None:
+                cached = (fb.decode(),) if nf == 1 else _split_filters(fb, nf)
+                fcache[fb] = cached
+            fv = cached
+        p += fl
+        if matches is not None and not matches(fv):
+            p += el + rl + pl + bl
+            rejected += 1
+            offset += 1
+            continue
+        q = p + el
+        r = q + rl
+        s = r + pl
+        e = s + bl
+        ex = raw[p:q].decode()
+        rk = raw[q:r].decode()
+        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e])))
+        p = e
+        offset += 1
+    return out, rejected

@@ -1,0 +1,48 @@
+"""FilterSpec: which messages a consumer wants, checked per chunk (Bloom) and per message.
+
+Hot path: ``may_match_bytes`` runs once per chunk header a filtered reader looks at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sievemq.storage.bloom import BloomFilter, bytes_might_contain
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """Wanted filter values; any of them (default) or all of them must be on a message."""
+
+    values: tuple[str, ...]
+    match_unfiltered: bool = False
+    match_all: bool = False
+
+    def chunk_may_match(self, bloom: BloomFilter | None) -> bool:
+        """False when the chunk certainly holds no matching message."""
+        return self.may_match_bytes(None if bloom is None else bloom.to_bytes())
+
+    def may_match_bytes(self, bloom: bytes | None) -> bool:
+        """Like chunk_may_match on raw header bytes; None/b"" = chunk has no filter values."""
+        if not bloom:
+            # osiris convention: no Bloom bytes means every message in the chunk is unfiltered
+            return self.match_unfiltered
+        if self.match_unfiltered and bloom[0] & 0x80:
+            return True
+        if not self.values:
+            return False
+        if self.match_all:
+            return all(bytes_might_contain(bloom, v) for v in self.values)
+        return any(bytes_might_contain(bloom, v) for v in self.values)
+
+    def matches(self, filter_values: tuple[str, ...]) -> bool:
+        """Exact per-message check."""
+        if not filter_values:
+            return self.match_unfiltered
+        if not self.values:
+            return False
+        if self.match_all:
+            return all(v in filter_values for v in self.values)
+        if len(filter_values) == 1:
+            return filter_values[0] in self.values
+        return any(v in filter_values for v in self.values)

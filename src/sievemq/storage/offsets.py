@@ -1,0 +1,123 @@
+"""OffsetStore: durable named-consumer offsets in an append-only log.
+
+Each record is ``crc32 u32 | offset i64 | name length u16 | name``, the CRC covering the rest;
+offset -1 deletes the name. Loading stops at the first torn or bad record (a SIGKILL mid-write
+leaves at most one) and cuts it off. When the log holds far more records than live names it
+is rewritten to a temporary file and renamed over the old one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+
+_HEAD = struct.Struct(">IqH")
+_DELETED = -1
+_COMPACT_MIN = 1024
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _record(name: str, offset: int) -> bytes:
+    raw = name.encode()
+    if len(raw) > 0xFFFF:
+        raise ValueError("consumer name too long")
+    body = struct.pack(">qH", offset, len(raw)) + raw
+    return struct.pack(">I", zlib.crc32(body)) + body
+
+
+class OffsetStore:
+    """Named-consumer offsets of one stream; ``fsync`` makes every set durable on disk."""
+
+    def __init__(self, path: Path, fsync: bool = False) -> None:
+        self.path = path
+        self._fsync = fsync
+        self._offsets: dict[str, int] = {}
+        self._records = 0
+        tmp = path.with_name(path.name + ".tmp")
+        if tmp.exists():
+            tmp.unlink()  # a compaction that died before its rename
+        self._load()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        p = 0
+        while p + _HEAD.size <= len(data):
+            crc, offset, n = _HEAD.unpack_from(data, p)
+            end = p + _HEAD.size + n
+            if end > len(data) or zlib.crc32(data[p + 4 : end]) != crc:
+                break
+            name = data[p + _HEAD.size : end].decode()
+            if offset == _DELETED:
+                self._offsets.pop(name, None)
+            else:
+                self._offsets[name] = offset
+            self._records += 1
+            p = end
+        if p != len(data):
+            os.truncate(self.path, p)  # drop the torn last record
+
+    def get(self, name: str) -> int | None:
+        return self._offsets.get(name)
+
+    def set(self, name: str, offset: int) -> None:
+        if offset < 0:
+            raise ValueError("offsets are >= 0")
+        if self._offsets.get(name) == offset:
+            return
+        self._write(_record(name, offset))
+        self._offsets[name] = offset
+
+    def delete(self, name: str) -> None:
+        if name not in self._offsets:
+            return
+        self._write(_record(name, _DELETED))
+        del self._offsets[name]
+
+    def items(self) -> dict[str, int]:
+        return dict(self._offsets)
+
+    def _write(self, record: bytes) -> None:
+        os.write(self._fd, record)
+        if self._fsync:
+            os.fdatasync(self._fd)
+        self._records += 1
+        if self._records > _COMPACT_MIN and self._records > 4 * len(self._offsets):
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the log with one record per live name (write, fsync, rename)."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        data = b"".join(_record(k, v) for k, v in self._offsets.items())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        self._records = len(self._offsets)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,411 @@
+"""Stream: one writer per stream directory; recovery on open, append, roll-over, retention.
+
+Hot path: ``append`` encodes a batch into one chunk, writes it with one ``os.writev`` and its
+index entry with one ``os.write``, then tells the listeners the new committed end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import pairwise
+from pathlib import Path
+
+from sievemq.storage import bloom as _bloom
+from sievemq.storage.chunk import (
+    FILE_HEADER_SIZE,
+    INDEX_ENTRY,
+    INDEX_ENTRY_SIZE,
+    INDEX_MAGIC,
+    SEGMENT_MAGIC,
+    encode_chunk,
+)
+from sievemq.storage.errors import StorageError
+from sievemq.storage.offsets import OffsetStore
+from sievemq.storage.reader import StreamReader
+from sievemq.storage.retention import SegmentSummary, segments_to_delete
+from sievemq.storage.segment import (
+    find_tail,
+    index_count,
+    index_name,
+    list_indexes,
+    list_segments,
+    read_entry,
+    read_header,
+    segment_name,
+)
+from sievemq.storage.types import Message
+
+OFFSETS_FILE = "offsets.log"
+
+
+class Durability(StrEnum):
+    ALWAYS = "always"  # fdatasync before append returns
+    BATCH = "batch"  # the write reaches the OS; the owner calls sync() every sync_interval_ms
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    max_segment_bytes: int = 500_000_000
+    filter_size_bytes: int = 16  # 16..4096
+    compression: str = "none"  # "none" | "zstd"
+    max_bytes: int | None = None  # retention by total size
+    max_age_ms: int | None = None  # retention by age
+    durability: Durability = Durability.BATCH
+    sync_interval_ms: int = 200  # BATCH: the owner calls sync() this often
+
+    def __post_init__(self) -> None:
+        _bloom.check_size(self.filter_size_bytes)
+        if self.compression not in ("none", "zstd"):
+            raise ValueError(f"compression must be 'none' or 'zstd': {self.compression!r}")
+        if self.max_segment_bytes <= FILE_HEADER_SIZE:
+            raise ValueError("max_segment_bytes is too small")
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    messages: int
+    bytes: int
+    segments: int
+    chunks: int
+    first_offset: int
+    last_offset: int | None  # None when the stream holds no message
+    first_timestamp_ms: int | None
+    last_timestamp_ms: int | None
+
+
+@dataclass
+class _Segment:
+    first_offset: int
+    end_offset: int
+    size: int
+    chunks: int
+    first_ts: int | None = None
+    last_ts: int | None = None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _ensure_file_header(path: Path, magic: bytes) -> None:
+    """Create the file, or fix a file too short to hold its 8-byte header."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        head = os.pread(fd, FILE_HEADER_SIZE, 0)
+        if len(head) < FILE_HEADER_SIZE:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, magic, 0)
+        elif head != magic:
+            raise StorageError(f"{path} is not a SieveMQ file (header {head.hex()})")
+    finally:
+        os.close(fd)
+
+
+def _repair_segment(directory: Path, first: int) -> _Segment:
+    """Truncate a torn tail and add index entries for valid chunks the index lacks."""
+    seg_path = directory / segment_name(first)
+    idx_path = directory / index_name(first)
+    _ensure_file_header(seg_path, SEGMENT_MAGIC)
+    try:
+        _ensure_file_header(idx_path, INDEX_MAGIC)
+    except StorageError:
+        idx_path.unlink()  # a damaged index is rebuilt from the segment
+        _ensure_file_header(idx_path, INDEX_MAGIC)
+    seg_fd = os.open(seg_path, os.O_RDWR)
+    idx_fd = os.open(idx_path, os.O_RDWR)
+    try:
+        tail = find_tail(seg_fd, idx_fd, first)
+        idx_end = FILE_HEADER_SIZE + tail.kept_entries * INDEX_ENTRY_SIZE
+        changed = False
+        if os.fstat(idx_fd).st_size != idx_end or tail.extra:
+            os.ftruncate(idx_fd, idx_end)
+            if tail.extra:
+                os.pwrite(idx_fd, b"".join(INDEX_ENTRY.pack(*e) for e in tail.extra), idx_end)
+            changed = True
+        if os.fstat(seg_fd).st_size != tail.end_position:
+            os.ftruncate(seg_fd, tail.end_position)
+            changed = True
+        if changed:
+            os.fsync(seg_fd)
+            os.fsync(idx_fd)
+        return _Segment(
+            first,
+            tail.end_offset,
+            tail.end_position,
+            tail.kept_entries + len(tail.extra),
+            tail.first_timestamp_ms,
+            tail.last_timestamp_ms,
+        )
+    finally:
+        os.close(seg_fd)
+        os.close(idx_fd)
+
+
+def _describe_segment(directory: Path, first: int) -> _Segment:
+    """Summary of a closed (not last) segment from its index, trusting it."""
+    seg_fd = os.open(directory / segment_name(first), os.O_RDONLY)
+    idx_fd = os.open(directory / index_name(first), os.O_RDONLY)
+    try:
+        n = index_count(idx_fd)
+        if n == 0:
+            return _Segment(first, first, os.fstat(seg_fd).st_size, 0)
+        last = read_entry(idx_fd, n - 1)
+        got = read_header(seg_fd, last.position)
+        if got is None:
+            raise StorageError(f"{directory}: last chunk of segment {first} is unreadable")
+        return _Segment(
+            first,
+            last.offset + got[0].record_count,
+            os.fstat(seg_fd).st_size,
+            n,
+            read_entry(idx_fd, 0).timestamp_ms,
+            last.timestamp_ms,
+        )
+    finally:
+        os.close(seg_fd)
+        os.close(idx_fd)
+
+
+def recover(directory: Path) -> list[_Segment]:
+    """Bring a stream directory to a consistent state (research §5.10, with rebuilds).
+
+    Orphan index files go; a segment without an index gets one rebuilt by scanning it; the
+    last segment's torn tail (partial chunk, bad CRC, index entries past the end) is cut
+    back to its last valid chunk; empty trailing segments are removed.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    segments = list_segments(directory)
+    seg_set = set(segments)
+    for first in list_indexes(directory):
+        if first not in seg_set:
+            (directory / index_name(first)).unlink()
+    missing = {s for s in segments if not (directory / index_name(s)).exists()}
+    infos: list[_Segment] = []
+    while segments:
+        last = _repair_segment(directory, segments[-1])
+        if last.chunks == 0 and len(segments) > 1:
+            (directory / segment_name(segments[-1])).unlink()
+            (directory / index_name(segments[-1])).unlink()
+            segments.pop()
+            continue
+        infos = [
+            _repair_segment(directory, s) if s in missing else _describe_segment(directory, s)
+            for s in segments[:-1]
+        ]
+        infos.append(last)
+        break
+    for before, after in pairwise(infos):
+        if before.end_offset != after.first_offset:
+            raise StorageError(
+                f"{directory}: segment {after.first_offset} does not follow segment "
+                f"{before.first_offset} (ends at {before.end_offset})"
+            )
+    return infos
+
+
+class Stream:
+    """A stream directory with its single writer; readers come from ``reader()``."""
+
+    def __init__(self, directory: Path, config: StreamConfig, segments: list[_Segment]) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._listeners: list[Callable[[int], None]] = []
+        self._seg_fd = -1
+        self._idx_fd = -1
+        self._closed = False
+        self._always = config.durability is Durability.ALWAYS
+        self._compress: Callable[[bytes], bytes] | None = None
+        if config.compression == "zstd":
+            import zstandard
+
+            self._compress = zstandard.ZstdCompressor(level=3).compress
+        last = segments[-1]
+        self.end_offset = last.end_offset
+        self._last_ts = last.last_ts if last.last_ts is not None else 0
+        self._open_files(last.first_offset)
+        self.offsets = OffsetStore(directory / OFFSETS_FILE, fsync=self._always)
+
+    @classmethod
+    def open(cls, directory: Path, config: StreamConfig) -> Stream:
+        """Create the stream or recover it from what is on disk."""
+        directory = Path(directory)
+        segments = recover(directory)
+        if not segments:
+            _ensure_file_header(directory / segment_name(0), SEGMENT_MAGIC)
+            _ensure_file_header(directory / index_name(0), INDEX_MAGIC)
+            _fsync_dir(directory)
+            segments = [_Segment(0, 0, FILE_HEADER_SIZE, 0)]
+        return cls(directory, config, segments)
+
+    @property
+    def first_offset(self) -> int:
+        """Lowest retained offset."""
+        return self._segments[0].first_offset
+
+    def _open_files(self, first: int) -> None:
+        seg_fd = os.open(self.directory / segment_name(first), os.O_WRONLY)
+        idx_fd = os.open(self.directory / index_name(first), os.O_WRONLY)
+        os.lseek(seg_fd, 0, os.SEEK_END)
+        os.lseek(idx_fd, 0, os.SEEK_END)
+        self._seg_fd, self._idx_fd = seg_fd, idx_fd
+
+    def _close_files(self) -> None:
+        for fd in (self._seg_fd, self._idx_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._seg_fd = self._idx_fd = -1
+
+    def _roll(self) -> None:
+        """Start a new segment named after the next offset, then apply retention."""
+        if self.config.durability is not Durability.NEVER:
+            os.fdatasync(self._seg_fd)
+            os.fdatasync(self._idx_fd)
+        self._close_files()
+        first = self.end_offset
+        _ensure_file_header(self.directory / segment_name(first), SEGMENT_MAGIC)
+        _ensure_file_header(self.directory / index_name(first), INDEX_MAGIC)
+        if self.config.durability is not Durability.NEVER:
+            _fsync_dir(self.directory)
+        self._segments.append(_Segment(first, first, FILE_HEADER_SIZE, 0))
+        self._open_files(first)
+        self.apply_retention()
+
+    def append(self, messages: Sequence[Message], timestamp_ms: int | None = None) -> int:
+        """Write the batch as ONE chunk and return its first offset.
+
+        Chunk timestamps never go backwards (a smaller one is raised to the previous), so
+        seeking by timestamp can binary-search the index. Raises StorageError and commits
+        nothing when the write fails.
+        """
+        if self._closed:
+            raise StorageError(f"stream {self.directory} is closed")
+        if not messages:
+            raise ValueError("append needs at least one message")
+        seg = self._segments[-1]
+        if seg.chunks and seg.size >= self.config.max_segment_bytes:
+            self._roll()
+            seg = self._segments[-1]
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        if ts < self._last_ts:
+            ts = self._last_ts
+        first = self.end_offset
+        buffers = encode_chunk(messages, first, ts, self.config.filter_size_bytes, self._compress)
+        size = sum(map(len, buffers))
+        pos = seg.size
+        try:
+            written = os.writev(self._seg_fd, buffers)
+            if written != size:
+                _write_all(self._seg_fd, b"".join(buffers)[written:])
+            os.write(self._idx_fd, INDEX_ENTRY.pack(first, ts, pos))
+            if self._always:
+                os.fdatasync(self._seg_fd)
+        except OSError as exc:
+            self._undo(pos, seg.chunks)
+            raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+        seg.size = pos + size
+        seg.chunks += 1
+        if seg.first_ts is None:
+            seg.first_ts = ts
+        seg.last_ts = self._last_ts = ts
+        end = self.end_offset = first + len(messages)
+        seg.end_offset = end
+        for cb in self._listeners:
+            cb(end)
+        return first
+
+    def _undo(self, pos: int, chunks: int) -> None:
+        """Cut a failed write back so the files hold only committed chunks."""
+        try:
+            os.ftruncate(self._seg_fd, pos)
+            os.lseek(self._seg_fd, pos, os.SEEK_SET)
+            idx_end = FILE_HEADER_SIZE + chunks * INDEX_ENTRY_SIZE
+            os.ftruncate(self._idx_fd, idx_end)
+            os.lseek(self._idx_fd, idx_end, os.SEEK_SET)
+        except OSError:
+            pass  # recovery on the next open cuts the tail anyway
+
+    def sync(self) -> None:
+        """fdatasync the current segment and index now."""
+        if self._seg_fd >= 0:
+            os.fdatasync(self._seg_fd)
+            os.fdatasync(self._idx_fd)
+
+    def add_listener(self, cb: Callable[[int], None]) -> None:
+        """cb(new end_offset) is called after every commit, on the appending thread."""
+        self._listeners = [*self._listeners, cb]
+
+    def remove_listener(self, cb: Callable[[int], None]) -> None:
+        self._listeners = [c for c in self._listeners if c != cb]
+
+    def reader(self) -> StreamReader:
+        """A reader with its own file handles, bounded by this stream's committed end."""
+        return StreamReader(self.directory, bound=lambda: self.end_offset)
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole old segments by max_bytes / max_age_ms; returns how many went."""
+        cfg = self.config
+        if cfg.max_bytes is None and cfg.max_age_ms is None:
+            return 0
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        summaries = [SegmentSummary(s.first_offset, s.size, s.last_ts) for s in self._segments]
+        drop = segments_to_delete(summaries, cfg.max_bytes, cfg.max_age_ms, now)
+        for seg in self._segments[:drop]:
+            (self.directory / segment_name(seg.first_offset)).unlink(missing_ok=True)
+            (self.directory / index_name(seg.first_offset)).unlink(missing_ok=True)
+        del self._segments[:drop]
+        return drop
+
+    def stats(self) -> StreamStats:
+        segs = self._segments
+        first_ts = next((s.first_ts for s in segs if s.first_ts is not None), None)
+        last_ts = next((s.last_ts for s in reversed(segs) if s.last_ts is not None), None)
+        return StreamStats(
+            messages=self.end_offset - self.first_offset,
+            bytes=sum(s.size for s in segs),
+            segments=len(segs),
+            chunks=sum(s.chunks for s in segs),
+            first_offset=self.first_offset,
+            last_offset=self.end_offset - 1 if self.end_offset > self.first_offset else None,
+            first_timestamp_ms=first_ts,
+            last_timestamp_ms=last_ts,
+        )
+
+    def close(self) -> None:
+        """Sync and close (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.sync()
+        finally:
+            self._close_files()
+            self.offsets.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole directory."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
