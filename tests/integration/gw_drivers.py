@@ -255,7 +255,7 @@ class KombuDriver:
                 delivery_mode=spec["delivery_mode"],
                 message_id=spec["message_id"],
                 correlation_id=spec["correlation_id"],
-                timestamp=timestamp_arg(spec["timestamp"]),
+                timestamp=spec["timestamp"],  # py-amqp sends the property from an int
                 mandatory=True,
             )
 

@@ -43,7 +43,7 @@ def message_spec(i: int) -> dict[str, Any]:
             "i": i * 1000,
             "neg": -i,
             "b": i % 2 == 0,
-            "f": i + 0.5,
+            "empty": "",
             "nested": {"k": "v", "deep": {"n": i, "list": ["a", i]}},
             "arr": [1, "two", {"t": 3}, [4, "five"]],
         },

@@ -82,6 +82,14 @@ def lstr(raw: bytes) -> bytes:
     return b"S" + struct.pack(">I", len(raw)) + raw
 
 
+def table(entries: bytes) -> bytes:
+    return b"F" + struct.pack(">I", len(entries)) + entries
+
+
+def array(values: bytes) -> bytes:
+    return b"A" + struct.pack(">I", len(values)) + values
+
+
 EVERY_TYPE = [
     ("bool", b"t\x01"),
     ("i8", b"b\xfe"),
@@ -99,9 +107,8 @@ EVERY_TYPE = [
     ("bytes", b"x" + struct.pack(">I", 3) + b"\x00\x01\x02"),
     ("ts", b"T" + struct.pack(">Q", 1_700_000_000)),
     ("void", b"V"),
-    ("table", b"F" + struct.pack(">I", 13) + field("k", lstr(b"v")) + field("n", b"B\x07")),
-    ("array", b"A" + struct.pack(">I", 16) + lstr(b"a") + b"I" + struct.pack(">i", 2)
-     + b"F" + struct.pack(">I", 0) + b"A" + struct.pack(">I", 0)),
+    ("table", table(field("k", lstr(b"v")) + field("n", b"B\x07"))),
+    ("array", array(lstr(b"a") + b"I" + struct.pack(">i", 2) + table(b"") + array(b""))),
     ("x-custom", lstr(b"kept")),
 ]  # fmt: skip
 
@@ -229,7 +236,11 @@ def test_offset_beyond_end_waits_for_it(server: ServerProcess, qname: str) -> No
     client.open_channel(2)
     client.start_consumer(2, qname, {"x-stream-offset": 6})
     assert client.collect(2, 0) == []
-    client.publish_confirmed(1, "", qname, [(props_bytes(), f"m{i}".encode()) for i in range(3, 9)])
+    publisher = client_with_stream(server, qname)
+    publisher.publish_confirmed(
+        1, "", qname, [(props_bytes(), f"m{i}".encode()) for i in range(3, 9)]
+    )
+    publisher.close()
     got = client.collect(2, 3)
     assert [b for _m, _p, b in got] == [b"m6", b"m7", b"m8"]
     assert [decode_props(p).headers["x-stream-offset"] for _m, p, _b in got] == [6, 7, 8]

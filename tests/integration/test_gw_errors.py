@@ -117,7 +117,7 @@ def test_declare_bad_max_age(server: ServerProcess, qname: str, value: str) -> N
     [
         ("x-max-length-bytes", "abc", "{unacceptable_type,longstr}"),
         ("x-max-length-bytes", -1, "{value_negative,-1}"),
-        ("x-max-age", 5, "{unacceptable_type,signedint}"),
+        ("x-max-age", 5, "{unacceptable_type,long}"),  # pika sends every int as long
     ],
     ids=["length-bytes-str", "length-bytes-negative", "max-age-int"],
 )
@@ -419,13 +419,27 @@ def test_publish_immediate(server: ServerProcess, qname: str) -> None:
 # -- exchanges -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["amq.foo", "amq.direct"])
-def test_declare_reserved_exchange(server: ServerProcess, name: str) -> None:
-    code, text = channel_error(server, lambda ch: ch.exchange_declare(name, "direct"))
+def test_declare_reserved_exchange_name(server: ServerProcess) -> None:
+    code, text = channel_error(server, lambda ch: ch.exchange_declare("amq.foo", "direct"))
     assert (code, text) == (
         403,
-        f"ACCESS_REFUSED - exchange name '{name}' contains reserved prefix 'amq.*'",
+        "ACCESS_REFUSED - exchange name 'amq.foo' contains reserved prefix 'amq.*'",
     )
+
+
+def test_redeclare_builtin_exchange(server: ServerProcess) -> None:
+    # RabbitMQ checks the reserved prefix only for a new exchange; redeclaring a built-in one
+    # is an equivalence check like for any existing exchange
+    conn = connect(server)
+    conn.channel().exchange_declare("amq.direct", "direct", durable=True)
+    conn.close()
+    code, text = channel_error(
+        server, lambda ch: ch.exchange_declare("amq.direct", "direct", durable=False)
+    )
+    assert code == 406
+    assert text.startswith(
+        "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'amq.direct' in vhost '/'"
+    ), text
 
 
 def test_passive_declare_of_builtin_exchanges(server: ServerProcess) -> None:
