@@ -153,8 +153,9 @@ def read_stream(server: ServerProcess, expected_at_least: int) -> list[bytes]:
     return [body for _m, _p, body in got]
 
 
-def test_confirmed_messages_survive_sigkill(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data").start()
+@pytest.mark.parametrize("fsync", ["batch", "always"])
+def test_confirmed_messages_survive_sigkill(tmp_path: Path, fsync: str) -> None:
+    server = ServerProcess(tmp_path / "data", extra_args=("--fsync", fsync)).start()
     plans = [
         Round(kill_after=100, window=64),
         Round(kill_after=1000, window=256),
