@@ -47,13 +47,14 @@ def test_topic_fanout_headers_and_exchange_bindings(server: ServerProcess, qname
     ch.exchange_bind(destination=f"{qname}.f", source=f"{qname}.src", routing_key="go")
     ch.queue_bind(q["e2e"], f"{qname}.src", "go")
 
+    unroutable: list[str] = []
+
     def pub(exchange: str, rk: str, body: str, headers: dict[str, Any] | None = None) -> None:
+        props = pika.BasicProperties(headers=headers)
         try:
-            ch.basic_publish(
-                exchange, rk, body.encode(), pika.BasicProperties(headers=headers), mandatory=True
-            )
+            ch.basic_publish(exchange, rk, body.encode(), props, mandatory=True)
         except pika.exceptions.UnroutableError:
-            pass  # unroutable messages are part of the scenario
+            unroutable.append(body)
 
     for rk in ["a.b.c", "a.b.b.c", "a.c", "x.y.z", "z", "a.b.c.z"]:
         pub(f"{qname}.t", rk, f"t:{rk}")
@@ -64,6 +65,7 @@ def test_topic_fanout_headers_and_exchange_bindings(server: ServerProcess, qname
     pub(f"{qname}.src", "go", "src:go")
     pub(f"{qname}.src", "stop", "src:stop")
 
+    assert unroutable == ["t:a.b.b.c", "t:a.c", "h:none", "src:stop"]
     assert bodies_in(conn.channel(), q["topic"]) == [b"t:a.b.c", b"t:x.y.z", b"t:z", b"t:a.b.c.z"]
     assert bodies_in(conn.channel(), q["fanout"]) == [b"f:1", b"src:go"]
     assert bodies_in(conn.channel(), q["all"]) == [b"h:both"]
