@@ -31,9 +31,7 @@ def build(directory: Path, messages: int) -> int:
     s = Stream.open(directory, StreamConfig(filter_size_bytes=255))
     body = os.urandom(100)
     for _ in range(messages // PER_CHUNK):
-        s.append(
-            [Message((rng.choice(COMMON),), "ex", "rk", b"", body) for _ in range(PER_CHUNK)]
-        )
+        s.append([Message((rng.choice(COMMON),), "ex", "rk", b"", body) for _ in range(PER_CHUNK)])
     s.append([Message((v,), "ex", "rk", b"", b"rare") for v in RARE])
     s.close()
     return s.stats().chunks

@@ -45,7 +45,7 @@ def test_splice_replaces_an_existing_entry(
     props.headers = {**(props.headers or {}), "x-stream-offset": other}
     once = codec.splice_long_header(props.marshal(), "x-stream-offset", first)
     twice = codec.splice_long_header(once, "x-stream-offset", second)
-    assert twice.count(b"\x0fx-stream-offset") == 1
+    assert len(twice) == len(once)  # replaced, not added a second time
     assert codec.decode_properties(twice).headers == {**props.headers, "x-stream-offset": second}
 
 

@@ -235,3 +235,19 @@ def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path: pytest.TempPathFa
         conn.close()
     finally:
         assert again.stop() == 0
+
+
+def test_queue_delete_cancels_consumers_with_basic_cancel(server: Server) -> None:
+    conn = pika.BlockingConnection(_params(server))
+    ch = conn.channel()
+    _declare_stream(ch, "s-deleted")
+    cancelled: list[str] = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    ch.basic_qos(prefetch_count=10)
+    tag = ch.basic_consume("s-deleted", lambda *a: None)
+    other = conn.channel()
+    other.queue_delete("s-deleted")
+    conn.process_data_events(time_limit=0.5)
+    assert cancelled == [tag]
+    assert ch.is_open
+    conn.close()

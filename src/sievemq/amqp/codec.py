@@ -222,36 +222,62 @@ def _skip_value(data: bytes, pos: int, end: int) -> int:
 
 
 def _skip_table(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field table (length prefix included) at ``pos``; checks it all."""
+    """Offset after the field table (length prefix included) at ``pos``; checks it all.
+
+    The common value types are skipped inline; nested tables and arrays recurse.
+    """
     if pos + 4 > end:
         raise errors.FrameError("field table truncated")
     table_end: int = pos + 4 + _I.unpack_from(data, pos)[0]
     if table_end > end:
         raise errors.FrameError("field table longer than its container")
     pos += 4
+    fixed = _FIXED_SIZES
+    unpack = _I.unpack_from
     while pos < table_end:
-        pos += 1 + data[pos]
-        pos = _skip_value(data, pos, table_end)
+        pos += 1 + data[pos]  # the key
+        if pos >= table_end:
+            raise errors.FrameError("field table entry truncated")
+        kind = data[pos]
+        size = fixed.get(kind)
+        if size is not None:
+            pos += 1 + size
+        elif kind == _LONGSTR and pos + 5 <= table_end:
+            pos += 5 + unpack(data, pos + 1)[0]
+        else:
+            pos = _skip_value(data, pos, table_end)
+    if pos != table_end:
+        raise errors.FrameError("field table entry longer than the table")
     return table_end
 
 
-# property flag bit -> wire type: 's' shortstr, 'o' octet, 'T' table, 'q' timestamp
+# property flag bit -> wire type, in property-list order
+_SHORTSTR, _TABLE_PROP, _OCTET, _TIMESTAMP = 0, 1, 2, 3
 _PROPERTY_TYPES: Final = (
-    (0x8000, "s"),  # content_type
-    (0x4000, "s"),  # content_encoding
-    (0x2000, "T"),  # headers
-    (0x1000, "o"),  # delivery_mode
-    (0x0800, "o"),  # priority
-    (0x0400, "s"),  # correlation_id
-    (0x0200, "s"),  # reply_to
-    (0x0100, "s"),  # expiration
-    (0x0080, "s"),  # message_id
-    (0x0040, "q"),  # timestamp
-    (0x0020, "s"),  # type
-    (0x0010, "s"),  # user_id
-    (0x0008, "s"),  # app_id
-    (0x0004, "s"),  # cluster_id
+    (0x8000, _SHORTSTR),  # content_type
+    (0x4000, _SHORTSTR),  # content_encoding
+    (0x2000, _TABLE_PROP),  # headers
+    (0x1000, _OCTET),  # delivery_mode
+    (0x0800, _OCTET),  # priority
+    (0x0400, _SHORTSTR),  # correlation_id
+    (0x0200, _SHORTSTR),  # reply_to
+    (0x0100, _SHORTSTR),  # expiration
+    (0x0080, _SHORTSTR),  # message_id
+    (0x0040, _TIMESTAMP),  # timestamp
+    (0x0020, _SHORTSTR),  # type
+    (0x0010, _SHORTSTR),  # user_id
+    (0x0008, _SHORTSTR),  # app_id
+    (0x0004, _SHORTSTR),  # cluster_id
 )
+_LAYOUTS: dict[int, tuple[int, ...]] = {}  # first flag word -> wire types present (<= 2**16)
+
+
+def _layout(flags: int) -> tuple[int, ...]:
+    layout = _LAYOUTS.get(flags)
+    if layout is None:
+        layout = tuple(kind for bit, kind in _PROPERTY_TYPES if flags & bit)
+        _LAYOUTS[flags] = layout
+    return layout
 
 
 def check_properties(props: bytes) -> None:
@@ -259,21 +285,20 @@ def check_properties(props: bytes) -> None:
     flags, pos = _property_start(props)
     end = len(props)
     try:
-        for bit, kind in _PROPERTY_TYPES:
-            if flags & bit:
-                if kind == "s":
-                    pos += 1 + props[pos]
-                elif kind == "T":
-                    pos = _skip_table(props, pos, end)
-                elif kind == "o":
-                    pos += 1
-                else:
-                    pos += 8
-                if pos > end:
-                    raise errors.FrameError("content header properties are truncated")
+        for kind in _layout(flags):
+            if kind == _SHORTSTR:
+                pos += 1 + props[pos]
+            elif kind == _TABLE_PROP:
+                pos = _skip_table(props, pos, end)
+            elif kind == _OCTET:
+                pos += 1
+            else:
+                pos += 8
     except IndexError:
         raise errors.FrameError("content header properties are truncated") from None
     # shortstr and key bytes are not checked for UTF-8: they are stored and sent as received
+    if pos > end:
+        raise errors.FrameError("content header properties are truncated")
     if pos != end:
         raise errors.FrameError("content header has bytes after its properties")
 
@@ -324,7 +349,7 @@ def splice_long_header(properties: bytes, name: str, value: int) -> bytes:
         if table_end > len(properties):
             raise errors.FrameError("headers table longer than the properties")
         old = properties[body_start:table_end]
-        if key in old:
+        if properties.find(key, body_start, table_end) >= 0:
             found = _find_key(properties, pos, key)
             if found is not None:
                 old = properties[body_start : found[0]] + properties[found[2] : table_end]
@@ -335,19 +360,36 @@ def splice_long_header(properties: bytes, name: str, value: int) -> bytes:
     )
 
 
+_OFFSET_KEY: Final = b"x-stream-offset"
 _OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
 
 
 def _splice_offset(properties: bytes, offset: int) -> bytes:
     """``splice_long_header(properties, 'x-stream-offset', offset)``, fast for the common case."""
     flags = properties[0] << 8 | properties[1]
-    if flags & 0x2001:  # has headers, or more than one flag word: the general path
+    if flags & 1:  # more than one flag word: the general path
         return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
     pos = 2
     if flags & FLAG_CONTENT_TYPE:
         pos += 1 + properties[pos]
     if flags & FLAG_CONTENT_ENCODING:
         pos += 1 + properties[pos]
+    if flags & FLAG_HEADERS:
+        size = _I.unpack_from(properties, pos)[0]
+        start = pos + 4
+        table_end = start + size
+        if table_end > len(properties) or properties.find(_OFFSET_KEY, start, table_end) >= 0:
+            return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
+        return b"".join(
+            (
+                properties[:pos],
+                _I.pack(size + 25),
+                properties[start:table_end],
+                _OFFSET_ENTRY,
+                _q.pack(offset),
+                properties[table_end:],
+            )
+        )
     return b"".join(
         (
             _H.pack(flags | FLAG_HEADERS),
@@ -372,7 +414,14 @@ def read_header(properties: bytes, name: str) -> object | None:
         found = _find_key(properties, pos, key)
         if found is None:
             return None
-        value: object = decode.embedded_value(properties[found[1] : found[2]])[1]
+        start, end = found[1], found[2]
+        if properties[start] == _LONGSTR:
+            raw = properties[start + 5 : end]
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
+        value: object = decode.embedded_value(properties[start:end])[1]
     except (IndexError, struct.error, ValueError):
         raise errors.FrameError(f"cannot decode header {name!r}") from None
     return value

@@ -90,6 +90,7 @@ class FrameReader:
         n = len(src)
         pos = 0
         out: list[Frame] = []
+        append = out.append
         limit = self.frame_max - FRAME_OVERHEAD
         unpack = _HEAD.unpack_from
         types = _FRAME_TYPES
@@ -109,7 +110,7 @@ class FrameReader:
                 raise errors.FrameError(f"bad frame end octet 0x{src[end]:02x}")
             if ftype == FRAME_HEARTBEAT and channel:
                 raise errors.FrameError(f"heartbeat frame on channel {channel}")
-            out.append((ftype, channel, src[pos + FRAME_HEADER_SIZE : end]))
+            append((ftype, channel, src[pos + 7 : end]))
             pos = end + 1
         else:
             self._need = FRAME_HEADER_SIZE

@@ -13,7 +13,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands as spec
+import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames
 from sievemq.gateway import args as stream_args

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands as spec
+import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, negotiation
 from sievemq.gateway.channel import Channel

@@ -5,9 +5,9 @@ Hot path: ``may_match_bytes`` runs once per chunk header a filtered reader looks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sievemq.storage.bloom import BloomFilter, bytes_might_contain
+from sievemq.storage.bloom import BloomFilter, positions
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,20 @@ class FilterSpec:
     values: tuple[str, ...]
     match_unfiltered: bool = False
     match_all: bool = False
+    # bloom size in bytes -> (byte1, mask1, byte2, mask2) per value, computed once per size
+    _probes: dict[int, list[tuple[int, int, int, int]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+
+    def _probes_for(self, size: int) -> list[tuple[int, int, int, int]]:
+        probes = self._probes.get(size)
+        if probes is None:
+            probes = []
+            for v in self.values:
+                (i1, m1), (i2, m2) = positions(v, size << 3)
+                probes.append((i1, m1, i2, m2))
+            self._probes[size] = probes
+        return probes
 
     def chunk_may_match(self, bloom: BloomFilter | None) -> bool:
         """False when the chunk certainly holds no matching message."""
@@ -29,11 +43,16 @@ class FilterSpec:
             return self.match_unfiltered
         if self.match_unfiltered and bloom[0] & 0x80:
             return True
-        if not self.values:
-            return False
+        probes = self._probes.get(len(bloom)) or self._probes_for(len(bloom))
         if self.match_all:
-            return all(bytes_might_contain(bloom, v) for v in self.values)
-        return any(bytes_might_contain(bloom, v) for v in self.values)
+            for i1, m1, i2, m2 in probes:
+                if not (bloom[i1] & m1 and bloom[i2] & m2):
+                    return False
+            return bool(probes)
+        for i1, m1, i2, m2 in probes:  # noqa: SIM110 - a plain loop beats any() + generator here
+            if bloom[i1] & m1 and bloom[i2] & m2:
+                return True
+        return False
 
     def matches(self, filter_values: tuple[str, ...]) -> bool:
         """Exact per-message check."""

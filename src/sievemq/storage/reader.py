@@ -16,9 +16,12 @@ from pathlib import Path
 
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
+    FLAG_ZSTD,
+    HEADER,
     HEADER_SIZE,
+    MAGIC,
+    VERSION,
     decode_records,
-    header_ok,
     parse_header,
     raw_data,
 )
@@ -36,6 +39,8 @@ from sievemq.storage.segment import (
     segment_name,
 )
 from sievemq.storage.types import Record
+
+_unpack_header = HEADER.unpack_from
 
 
 @dataclass
@@ -213,27 +218,20 @@ class StreamReader:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _next_header(self) -> tuple[bytes, int] | None:
-        """Read the next chunk's header + Bloom; follows roll-over. (buf, bloom size)"""
-        for _ in range(3):
-            buf = os.pread(self._fd, HEADER_SIZE + self._guess, self._pos)
-            self.stats.bytes_read += len(buf)
-            if len(buf) >= HEADER_SIZE:
-                return buf, 0
-            # end of this segment: the next chunk starts the segment named after it
-            try:
-                self._open_segment(self._chunk_offset)
-                self._pos = FILE_HEADER_SIZE
-            except FileNotFoundError:
-                segments = self._segments()
-                if segments[0] > self._chunk_offset:  # retention removed what we had not read
-                    self._open_segment(segments[0])
-                    self._pos = FILE_HEADER_SIZE
-                    self._chunk_offset = segments[0]
-                    self.position = max(self.position, segments[0])
-                else:
-                    return None
-        return None
+    def _roll_over(self) -> bool:
+        """At the end of a segment: open the one named after the next chunk's offset."""
+        try:
+            self._open_segment(self._chunk_offset)
+        except FileNotFoundError:
+            segments = self._segments()
+            if segments[0] <= self._chunk_offset:
+                return False
+            # retention removed what this reader had not read yet: go on at the first
+            self._open_segment(segments[0])
+            self._chunk_offset = segments[0]
+            self.position = max(self.position, segments[0])
+        self._pos = FILE_HEADER_SIZE
+        return True
 
     def read(
         self,
@@ -261,49 +259,52 @@ class StreamReader:
         looked = 0
         may_match = spec.may_match_bytes if spec is not None else None
         fd_pread = os.pread
+        fd, pos, guess = self._fd, self._pos, self._guess
+        unpack = _unpack_header
+        crc32 = zlib.crc32
         while len(out) < max_records and looked < max_chunks and self._chunk_offset < limit:
-            got = self._next_header()
-            if got is None:
+            buf = fd_pread(fd, HEADER_SIZE + guess, pos)
+            stats.bytes_read += len(buf)
+            if len(buf) < HEADER_SIZE:
+                self._pos = pos
+                if not self._roll_over():
+                    raise StorageError(
+                        f"{self.directory}: chunk at offset {self._chunk_offset} is missing"
+                    )
+                fd, pos = self._fd, self._pos
+                continue
+            magic, version, _t, flags, _h, bsize, first, count, ts, dlen, _r, dcrc, _z, hcrc = (
+                unpack(buf)
+            )
+            if magic != MAGIC or version != VERSION or first != self._chunk_offset:
                 raise StorageError(
-                    f"{self.directory}: chunk at offset {self._chunk_offset} is missing"
+                    f"{self.directory}: bad chunk header at segment {self._segment} position {pos}"
                 )
-            buf = got[0]
-            header = parse_header(buf)
-            if header is None or header.first_offset != self._chunk_offset:
-                raise StorageError(
-                    f"{self.directory}: bad chunk header at segment {self._segment} "
-                    f"position {self._pos}"
-                )
-            bsize = header.bloom_size
-            if bsize > self._guess:
-                more = fd_pread(self._fd, bsize - self._guess, self._pos + len(buf))
+            if bsize > guess:
+                more = fd_pread(fd, bsize - guess, pos + len(buf))
                 stats.bytes_read += len(more)
                 buf += more
-                self._guess = bsize
-            if not header_ok(header, buf):
-                raise StorageError(f"{self.directory}: header CRC mismatch at {self._pos}")
+                self._guess = guess = bsize
+            bloom = buf[HEADER_SIZE : HEADER_SIZE + bsize]
+            if crc32(bloom, crc32(buf[: HEADER_SIZE - 4])) != hcrc:
+                raise StorageError(f"{self.directory}: header CRC mismatch at {pos}")
             looked += 1
             stats.chunks_scanned += 1
-            chunk_end = header.first_offset + header.record_count
-            body_pos = self._pos + HEADER_SIZE + bsize
-            next_pos = body_pos + header.data_length
+            chunk_end = first + count
+            body_pos = pos + HEADER_SIZE + bsize
+            next_pos = body_pos + dlen
             if chunk_end <= self.position:
                 pass  # entirely before the position (seek_offset into a later chunk)
-            elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):
+            elif may_match is not None and not may_match(bloom):
                 stats.chunks_skipped += 1
             else:
-                data = fd_pread(self._fd, header.data_length, body_pos)
+                data = fd_pread(fd, dlen, body_pos)
                 stats.bytes_read += len(data)
-                if len(data) != header.data_length or zlib.crc32(data) != header.data_crc:
-                    raise StorageError(f"{self.directory}: data CRC mismatch at {self._pos}")
-                records, rejected = decode_records(
-                    raw_data(header, data),
-                    header.record_count,
-                    header.first_offset,
-                    header.timestamp_ms,
-                    self.position,
-                    spec,
-                )
+                if len(data) != dlen or crc32(data) != dcrc:
+                    raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
+                if flags & FLAG_ZSTD:
+                    data = raw_data(parse_header(buf), data)  # type: ignore[arg-type]
+                records, rejected = decode_records(data, count, first, ts, self.position, spec)
                 if spec is not None and not records:
                     stats.chunks_false_positive += 1
                 if predicate is not None:
@@ -316,7 +317,7 @@ class StreamReader:
                     self._pending = records[room:]
                     records = records[:room]
                 out.extend(records)
-            self._pos = next_pos
+            self._pos = pos = next_pos
             self._chunk_offset = chunk_end
             if self._pending:
                 self.position = out[-1].offset + 1

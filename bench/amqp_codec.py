@@ -1,0 +1,152 @@
+"""Microbenchmark of the AMQP hot path: hand codec vs pamqp, per message. Prints JSON.
+
+Decode: one publish as it arrives (method + content header + body frames in one read):
+FrameReader + method_id + decode_basic_publish + decode_content_header (which checks the
+properties), versus pamqp.frame.unmarshal of the three frames.
+Encode: one delivery (Basic.Deliver + header with x-stream-offset + body), versus pamqp
+marshalling the same three frames.
+
+Run: .venv/bin/python bench/amqp_codec.py [--number N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import timeit
+from collections.abc import Callable
+
+from pamqp import body as pbody
+from pamqp import commands, frame, header
+
+from sievemq.amqp import codec, frames
+
+BODY = b"x" * 100
+PROPS = commands.Basic.Properties(
+    content_type="application/json",
+    delivery_mode=2,
+    headers={"x-stream-filter-value": "eu-west", "tenant": "acme"},
+)
+RAW_PROPS = PROPS.marshal()
+PUBLISH = b"".join(
+    (
+        frame.marshal(commands.Basic.Publish(0, "amq.direct", "orders.created"), 1),
+        frame.marshal(header.ContentHeader(0, len(BODY), PROPS), 1),
+        frame.marshal(pbody.ContentBody(BODY), 1),
+    )
+)
+
+
+def hand_decode() -> None:
+    reader = frames.FrameReader(131072, 1 << 20)
+    (_, _, method), (_, _, head), (_, _, _body) = reader.feed(PUBLISH)
+    codec.method_id(method)
+    codec.decode_basic_publish(method)
+    codec.decode_content_header(head)
+
+
+_READER = frames.FrameReader(131072, 1 << 20)
+
+
+def hand_decode_warm_reader() -> None:
+    (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
+    codec.method_id(method)
+    codec.decode_basic_publish(method)
+    codec.decode_content_header(head)
+
+
+def hand_decode_with_filter_value() -> None:
+    (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
+    codec.method_id(method)
+    codec.decode_basic_publish(method)
+    props = codec.decode_content_header(head)[2]
+    codec.read_header(props, "x-stream-filter-value")
+
+
+def pamqp_decode() -> None:
+    data = PUBLISH
+    pos = 0
+    while pos < len(data):
+        used, _, _ = frame.unmarshal(data[pos:])
+        pos += used
+
+
+def hand_encode() -> None:
+    codec.encode_delivery(
+        1, "ctag-1", 42, "amq.direct", "orders.created", RAW_PROPS, BODY, 131072, 123456
+    )
+
+
+def hand_encode_joined() -> None:
+    b"".join(hand_encode_pieces())
+
+
+def hand_encode_pieces() -> list[bytes]:
+    return codec.encode_delivery(
+        1, "ctag-1", 42, "amq.direct", "orders.created", RAW_PROPS, BODY, 131072, 123456
+    )
+
+
+def pamqp_encode() -> None:
+    props = commands.Basic.Properties(
+        content_type="application/json",
+        delivery_mode=2,
+        headers={**PROPS.headers, "x-stream-offset": 123456},
+    )
+    b"".join(
+        (
+            frame.marshal(
+                commands.Basic.Deliver("ctag-1", 42, False, "amq.direct", "orders.created"), 1
+            ),
+            frame.marshal(header.ContentHeader(0, len(BODY), props), 1),
+            frame.marshal(pbody.ContentBody(BODY), 1),
+        )
+    )
+
+
+def per_call_us(fn: Callable[[], object], number: int) -> float:
+    """Best of 5 runs, in microseconds per call."""
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--number", type=int, default=50_000)
+    number = parser.parse_args().number
+    cases = {
+        "decode_publish_hand": hand_decode,
+        "decode_publish_hand_warm_reader": hand_decode_warm_reader,
+        "decode_publish_hand_plus_filter_value": hand_decode_with_filter_value,
+        "decode_publish_pamqp": pamqp_decode,
+        "encode_delivery_hand": hand_encode,
+        "encode_delivery_hand_joined": hand_encode_joined,
+        "encode_delivery_pamqp": pamqp_encode,
+    }
+    results = {
+        name: round(per_call_us(fn, number // 10 if "pamqp" in name else number), 3)
+        for name, fn in cases.items()
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "amqp_codec",
+                "unit": "us_per_message",
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "message": {"body_bytes": len(BODY), "properties_bytes": len(RAW_PROPS)},
+                "results": results,
+                "speedup_decode": round(
+                    results["decode_publish_pamqp"] / results["decode_publish_hand_warm_reader"], 1
+                ),
+                "speedup_encode": round(
+                    results["encode_delivery_pamqp"] / results["encode_delivery_hand"], 1
+                ),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
