@@ -27,8 +27,6 @@ def _deliveries(
 
 
 def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: Server) -> None:
-    # 0..8 only: pika nacks what it buffered on close, and a nack settles (SPEC: nothing is
-    # redelivered), so no delivery may be in flight when the clients below close
     publish(stream_server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
     args: dict[str, object] = {"x-stream-consumer-name": "billing", "x-stream-offset": 5}
     conn = pika.BlockingConnection(params(stream_server))
@@ -86,4 +84,24 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: Serv
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
     assert [o for _, o in _deliveries(ch, "named-next", {"x-stream-consumer-name": "c"}, 1)] == [4]
+    conn.close()
+
+
+def test_requeue_keeps_the_commit_before_the_message(stream_server: Server) -> None:
+    publish(stream_server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
+    first = {"x-stream-consumer-name": "retry", "x-stream-offset": "first"}
+    conn = pika.BlockingConnection(params(stream_server))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=3)
+    d = _deliveries(ch, "named-requeue", first, 3)
+    ch.basic_ack(d[0][0])
+    ch.basic_nack(d[1][0], requeue=True)  # "give it to me again"
+    ch.basic_ack(d[2][0])
+    conn.process_data_events(time_limit=0.2)
+    conn.close()
+    conn = pika.BlockingConnection(params(stream_server))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=3)
+    resumed = _deliveries(ch, "named-requeue", {"x-stream-consumer-name": "retry"}, 2)
+    assert [o for _, o in resumed] == [1, 2]  # at least once: the requeued message comes back
     conn.close()

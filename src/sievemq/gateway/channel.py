@@ -89,12 +89,12 @@ class Channel:
                     self._settle_deliveries(tag, multiple)
                     return
                 if mid == 120:
-                    tag, multiple, _ = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple)
+                    tag, multiple, requeue = codec.decode_basic_nack(payload)
+                    self._settle_deliveries(tag, multiple, done=not requeue)
                     return
                 if mid == 90:
-                    tag, _ = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False)
+                    tag, requeue = codec.decode_basic_reject(payload)
+                    self._settle_deliveries(tag, False, done=not requeue)
                     return
             method = codec.decode_method(payload)
             handler = self._cold.get(type(method))
@@ -217,8 +217,14 @@ class Channel:
 
     # ----------------------------------------------------------------------- consuming
 
-    def _settle_deliveries(self, tag: int, multiple: bool) -> None:
-        """Ack, nack, reject: each settled delivery gives its consumer one credit back."""
+    def _settle_deliveries(self, tag: int, multiple: bool, done: bool = True) -> None:
+        """Ack, nack, reject: each settled delivery gives its consumer one credit back.
+
+        ``done`` is False for nack / reject with requeue=true and for recover: the client
+        wants the message again, so a named consumer's committed offset stays before it
+        and a consumer resuming by name gets it again (streams redeliver nothing within
+        one consume).
+        """
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -226,7 +232,7 @@ class Channel:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
             consumer.give_credit(1)
             if consumer.tracker is not None:
-                consumer.tracker.settled(tag)
+                consumer.tracker.settled(tag, done)
             return
         done: list[int] = []
         for key in unacked:
@@ -240,7 +246,7 @@ class Channel:
             consumer = unacked.pop(key)
             credit[consumer] = credit.get(consumer, 0) + 1
             if consumer.tracker is not None:
-                consumer.tracker.settled(key)
+                consumer.tracker.settled(key, done)
         for consumer, n in credit.items():
             consumer.give_credit(n)
 
@@ -449,7 +455,7 @@ class Channel:
         """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
         if self.unacked:
             tag = next(reversed(self.unacked))
-            self._settle_deliveries(tag, True)
+            self._settle_deliveries(tag, True, done=False)
 
     def _confirm_select(self, m: Any) -> None:
         if self.tx:

@@ -4,7 +4,9 @@ The stored value is the last offset the consumer is done with; a named consumer 
 ``x-stream-offset`` resumes at stored + 1 (``next`` the first time). The commit never passes
 a delivery that is not settled yet (LavinMQ #1171 committed the highest ack, losing the gap):
 with deliveries 5, 6, 7 and acks for 7 then 5 the commit is 5 until 6 is settled. Nack and
-reject settle too (streams redeliver nothing). Offsets a filter skipped between deliveries
+reject without requeue settle too (streams redeliver nothing); nack or reject with
+requeue=true and basic.recover leave the offset unsettled, so a consumer that resumes by
+name gets the message again (at-least-once). Offsets a filter skipped between deliveries
 never hold the commit back: it goes up to the offset before the first unsettled delivery, or
 up to the reader position when nothing is unsettled.
 
@@ -56,9 +58,10 @@ class OffsetTracker:
         self._tags[tag] = offset
         self._outstanding[offset] = False
 
-    def settled(self, tag: int) -> None:
+    def settled(self, tag: int, done: bool = True) -> None:
+        """The client settled a delivery; ``done`` False (requeue) keeps the commit before it."""
         offset = self._tags.pop(tag, None)
-        if offset is None:
+        if offset is None or not done:
             return
         outstanding = self._outstanding
         if offset in outstanding:
