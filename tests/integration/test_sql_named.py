@@ -95,7 +95,7 @@ def test_requeue_keeps_the_commit_before_the_message(stream_server: Server) -> N
     ch.basic_qos(prefetch_count=3)
     d = _deliveries(ch, "named-requeue", first, 3)
     ch.basic_ack(d[0][0])
-    ch.basic_nack(d[1][0], requeue=True)  # "give it to me again"
+    ch.basic_nack(d[1][0], multiple=True, requeue=True)  # "give it to me again"
     ch.basic_ack(d[2][0])
     conn.process_data_events(time_limit=0.2)
     conn.close()

@@ -90,11 +90,11 @@ class Channel:
                     return
                 if mid == 120:
                     tag, multiple, requeue = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple, done=not requeue)
+                    self._settle_deliveries(tag, multiple, finished=not requeue)
                     return
                 if mid == 90:
                     tag, requeue = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False, done=not requeue)
+                    self._settle_deliveries(tag, False, finished=not requeue)
                     return
             method = codec.decode_method(payload)
             handler = self._cold.get(type(method))
@@ -217,10 +217,10 @@ class Channel:
 
     # ----------------------------------------------------------------------- consuming
 
-    def _settle_deliveries(self, tag: int, multiple: bool, done: bool = True) -> None:
+    def _settle_deliveries(self, tag: int, multiple: bool, finished: bool = True) -> None:
         """Ack, nack, reject: each settled delivery gives its consumer one credit back.
 
-        ``done`` is False for nack / reject with requeue=true and for recover: the client
+        ``finished`` is False for nack / reject with requeue=true and for recover: the client
         wants the message again, so a named consumer's committed offset stays before it
         and a consumer resuming by name gets it again (streams redeliver nothing within
         one consume).
@@ -232,7 +232,7 @@ class Channel:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
             consumer.give_credit(1)
             if consumer.tracker is not None:
-                consumer.tracker.settled(tag, done)
+                consumer.tracker.settled(tag, finished)
             return
         done: list[int] = []
         for key in unacked:
@@ -246,7 +246,7 @@ class Channel:
             consumer = unacked.pop(key)
             credit[consumer] = credit.get(consumer, 0) + 1
             if consumer.tracker is not None:
-                consumer.tracker.settled(key, done)
+                consumer.tracker.settled(key, finished)
         for consumer, n in credit.items():
             consumer.give_credit(n)
 
@@ -455,7 +455,7 @@ class Channel:
         """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
         if self.unacked:
             tag = next(reversed(self.unacked))
-            self._settle_deliveries(tag, True, done=False)
+            self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
         if self.tx:
