@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from sievemq.amqp import codec
+from sievemq.gateway.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, StorageError, Stream, StreamReader
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class StreamConsumer:
         "prefetch",
         "queue",
         "spec",
+        "stats",
         "tag",
     )
 
@@ -99,6 +101,7 @@ class StreamConsumer:
         self._scheduled = False
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
@@ -169,9 +172,12 @@ class StreamConsumer:
             self.credit -= n
             self.delivered += n
             transport.writelines(out)
+            self.stats.account(n, sum(map(len, out)))
             if self.credit > 0:
                 self.wake()
-        elif not self._reader.at_end:
+            return
+        self.stats.account(0, 0)
+        if not self._reader.at_end:
             self.wake()  # the scan budget ran out: continue next tick, let others run
         # else: idle until the stream's listener reports a commit
 

@@ -31,6 +31,7 @@ class FilterStats:
     chunks_false_positive: int = 0
     records_matched: int = 0
     records_skipped: int = 0
+    records_skipped_by_bloom: int = 0
     bytes_read: int = 0
     messages_published: int = 0
     messages_delivered: int = 0
@@ -45,6 +46,7 @@ class FilterStats:
             "chunks_false_positive",
             "records_matched",
             "records_skipped",
+            "records_skipped_by_bloom",
             "bytes_read",
         ):
             setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))

@@ -52,6 +52,7 @@ class ReadStats:
     chunks_false_positive: int = 0  # body read, but no record matched the FilterSpec
     records_matched: int = 0
     records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
+    records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
     bytes_read: int = 0
 
 
@@ -297,6 +298,7 @@ class StreamReader:
                 pass  # entirely before the position (seek_offset into a later chunk)
             elif may_match is not None and not may_match(bloom):
                 stats.chunks_skipped += 1
+                stats.records_skipped_by_bloom += chunk_end - max(first, self.position)
             else:
                 data = fd_pread(fd, dlen, body_pos)
                 stats.bytes_read += len(data)
