@@ -16,6 +16,7 @@ from typing import Any
 
 import aiormq
 import aiormq.abc
+from pamqp import body as _body
 from pamqp import commands, frame, header
 from pamqp import heartbeat as _hb
 
@@ -162,7 +163,7 @@ async def raw_publish(
         assert len(old) == len(new) and old in content
         writer.write(frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1))
         writer.write(content.replace(old, new))
-        writer.write(frame.marshal(commands.Basic.Body(body), 1))
+        writer.write(frame.marshal(_body.ContentBody(body), 1))
         while True:
             _, method = await _read_frame(reader, buf)
             if isinstance(method, commands.Channel.Close):
