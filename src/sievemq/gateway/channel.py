@@ -160,7 +160,11 @@ class Channel:
         exchange, routing_key, mandatory = self._pub
         props = self._props
         if _FILTER_HEADER_BYTES in props:
-            values = stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+            try:
+                values = stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+            except errors.PreconditionFailed as error:
+                error.class_id, error.method_id = 60, 40  # nothing of this message is stored
+                raise
         else:
             values = ()
         queues = self.vhost.route(exchange, routing_key, lambda: _headers(props))

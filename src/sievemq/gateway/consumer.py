@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.amqp import codec
-from sievemq.storage import FilterSpec, ReadStats, Record, StorageError, Stream, StreamReader
+from sievemq.gateway.filter_stats import ConsumerFilterStats
+from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 
 if TYPE_CHECKING:
     from sievemq.gateway.args import ConsumerOptions, OffsetSpec
@@ -64,11 +65,9 @@ class StreamConsumer:
 
     __slots__ = (
         "_batch",
-        "_counted",
         "_loop",
         "_reader",
         "_scheduled",
-        "_sql_errors",
         "_stream",
         "_thread",
         "active",
@@ -81,6 +80,7 @@ class StreamConsumer:
         "queue",
         "spec",
         "sql",
+        "stats",
         "tag",
         "tracker",
     )
@@ -119,8 +119,7 @@ class StreamConsumer:
         self.predicate = predicate
         self.chunk_filter = chunk_filter
         self.tracker = tracker
-        self._counted = ReadStats()
-        self._sql_errors = 0
+        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats, sql)
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
@@ -170,7 +169,6 @@ class StreamConsumer:
             log.error("consumer %s: read failed: %s", self.tag, error)
             channel.cancel_consumer_by_server(self)
             return
-        self._account()
         tracker = self.tracker
         if tracker is not None:
             tag = channel.next_delivery_tag
@@ -205,22 +203,14 @@ class StreamConsumer:
             self.credit -= n
             self.delivered += n
             transport.writelines(out)
+            self.stats.account(n, sum(map(len, out)))
             if self.credit > 0:
                 self.wake()
-        elif not self._reader.at_end:
+            return
+        self.stats.account(0, 0)
+        if not self._reader.at_end:
             self.wake()  # the scan budget ran out: continue next tick, let others run
         # else: idle until the stream's listener reports a commit
-
-    def _account(self) -> None:
-        """Add what the reader did since the last call to the queue's filter statistics."""
-        now = vars(self._reader.stats)
-        before = vars(self._counted)
-        self.queue.filter_stats.add_read_stats(ReadStats(**{k: now[k] - before[k] for k in now}))
-        self._counted = ReadStats(**now)
-        sql = self.sql
-        if sql is not None and sql.errors != self._sql_errors:
-            self.queue.filter_stats.sql_errors += sql.errors - self._sql_errors
-            self._sql_errors = sql.errors
 
     def stop(self) -> None:
         """Stop delivering and release the reader."""

@@ -32,6 +32,7 @@ class FilterStats:
     chunks_skipped_subscription: int = 0  # ruled out by a registered subscription's bits
     records_matched: int = 0
     records_skipped: int = 0
+    records_skipped_by_bloom: int = 0
     bytes_read: int = 0
     messages_published: int = 0
     messages_delivered: int = 0
@@ -46,6 +47,7 @@ class FilterStats:
             "chunks_false_positive",
             "records_matched",
             "records_skipped",
+            "records_skipped_by_bloom",
             "bytes_read",
         ):
             setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))

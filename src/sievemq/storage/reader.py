@@ -55,6 +55,7 @@ class ReadStats:
     chunks_skipped_extra: int = 0  # ruled out by chunk_filter on the extra blob, body not read
     records_matched: int = 0
     records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
+    records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
     bytes_read: int = 0
 
 
@@ -307,6 +308,7 @@ class StreamReader:
                 pass  # entirely before the position (seek_offset into a later chunk)
             elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):
                 stats.chunks_skipped += 1
+                stats.records_skipped_by_bloom += chunk_end - max(first, self.position)
             elif (
                 xlen
                 and chunk_filter is not None
