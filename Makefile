@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test lint bench bench-storage bench-filter clean
+.PHONY: setup run test lint bench bench-vs-rabbitmq clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,9 @@ lint: setup
 
 bench: setup
 	$(VENV)/bin/python -m bench
+
+bench-vs-rabbitmq: setup
+	$(VENV)/bin/python -m bench.vs_rabbitmq
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

@@ -1,20 +1,29 @@
-"""Dispatch `python -m bench <name> [args]` to `bench.<name>.main`."""
+"""`python -m bench [name ...] [-- args]`: run benchmarks, each printing JSON to stdout.
+
+Each benchmark is its own module (`python -m bench.<name>`), run here in a fresh interpreter
+so one benchmark's warm caches and garbage do not colour the next one. With no name, the
+self-contained set runs; `vs_rabbitmq` needs the RabbitMQ peer and has its own make target.
+"""
 
 from __future__ import annotations
 
-import importlib
+import subprocess
 import sys
 
-BENCHMARKS = ("storage_append", "storage_filter")
+BENCHMARKS = ("storage_append", "storage_filter", "amqp_codec", "sql_eval")
 
 
 def main() -> int:
     args = sys.argv[1:]
-    names = [args.pop(0)] if args and not args[0].startswith("-") else list(BENCHMARKS)
+    extra: list[str] = []
+    if "--" in args:
+        extra = args[args.index("--") + 1 :]
+        args = args[: args.index("--")]
+    names = args or list(BENCHMARKS)
     status = 0
     for name in names:
-        module = importlib.import_module(f"bench.{name}")
-        status |= module.main(args)
+        print(f"# bench.{name}", file=sys.stderr, flush=True)
+        status |= subprocess.run([sys.executable, "-m", f"bench.{name}", *extra]).returncode
     return status
 
 

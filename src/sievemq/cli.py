@@ -37,9 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve(settings_from_args(args))
     if args.command == "storage":
-        from sievemq.storage import tools
+        from sievemq.storage.tools import dump, verify
 
         if args.storage_command == "verify":
-            return tools.verify(args.path, out=sys.stdout)
-        return tools.dump(args.path, out=sys.stdout, records=args.records)
+            return verify(args.path, out=sys.stdout)
+        return dump(args.path, out=sys.stdout, records=args.records)
     return 2

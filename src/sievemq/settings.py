@@ -48,9 +48,6 @@ class Settings(BaseSettings):
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=5.0, gt=0)
 
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-
 
 _FLAGS: list[tuple[str, type, str]] = [
     ("amqp_host", str, "AMQP listen address (default 127.0.0.1)"),
@@ -65,8 +62,6 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("max_connections", int, "max concurrent AMQP connections (default 4096)"),
     ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
     ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
-    ("tls_cert", Path, "TLS certificate (not implemented yet)"),
-    ("tls_key", Path, "TLS private key (not implemented yet)"),
 ]
 
 

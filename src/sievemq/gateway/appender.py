@@ -8,6 +8,10 @@ confirms are settled. Durability decides where the write runs:
   batch accumulates meanwhile and goes as soon as the previous one is durable.
 - ``batch``: append inline; ``Stream.sync()`` runs every ``sync_interval_ms`` while dirty.
 - ``never``: append inline.
+
+When the stream has registered SQL subscriptions, each batch is evaluated against them here,
+before ``Stream.append``, and the answer travels as the chunk's opaque extra blob (storage
+stays protocol-free; see ``gateway.subscriptions``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Protocol
 
+from sievemq.gateway.subscriptions import registry
 from sievemq.storage import Durability, Message, StorageError, Stream
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,7 @@ class StreamAppender:
         "_in_flight",
         "_loop",
         "_scheduled",
+        "_subscriptions",
         "_sync_handle",
         "_sync_interval",
         "_tokens",
@@ -70,6 +76,7 @@ class StreamAppender:
         self._dirty = False
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
+        self._subscriptions = registry(stream)
 
     @property
     def pending(self) -> int:
@@ -104,7 +111,10 @@ class StreamAppender:
         batch, tokens = self._take()
         if self.durability is Durability.ALWAYS and self._executor is not None:
             self._in_flight = True
-            future = self._loop.run_in_executor(self._executor, self.stream.append, batch)
+            extra = self._extra(batch)
+            future = self._loop.run_in_executor(
+                self._executor, self.stream.append, batch, None, extra
+            )
             future.add_done_callback(lambda f: self._after_thread(f, tokens))
             return
         ok = self._append(batch)
@@ -114,9 +124,13 @@ class StreamAppender:
             if self._sync_handle is None:
                 self._sync_handle = self._loop.call_later(self._sync_interval, self._sync)
 
+    def _extra(self, batch: Sequence[Message]) -> bytes:
+        subscriptions = self._subscriptions
+        return subscriptions.extra_for(batch) if subscriptions.slots else b""
+
     def _append(self, batch: Sequence[Message]) -> bool:
         try:
-            self.stream.append(batch)
+            self.stream.append(batch, None, self._extra(batch))
         except (StorageError, OSError, ValueError) as error:
             log.error("append to %s failed: %s", self.stream.directory, error)
             return False

@@ -23,6 +23,7 @@ from sievemq.gateway import args as stream_args
 from sievemq.gateway import fastpath
 from sievemq.gateway.confirms import ConfirmTracker
 from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
+from sievemq.gateway.sql_consume import consumer_extras
 from sievemq.storage import Message
 
 if TYPE_CHECKING:
@@ -94,12 +95,12 @@ class Channel:
                     self._settle_deliveries(tag, multiple)
                     return
                 if mid == 120:
-                    tag, multiple, _ = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple)
+                    tag, multiple, requeue = codec.decode_basic_nack(payload)
+                    self._settle_deliveries(tag, multiple, finished=not requeue)
                     return
                 if mid == 90:
-                    tag, _ = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False)
+                    tag, requeue = codec.decode_basic_reject(payload)
+                    self._settle_deliveries(tag, False, finished=not requeue)
                     return
             method = codec.decode_method(payload)
             handler = self._cold.get(type(method))
@@ -196,7 +197,11 @@ class Channel:
         exchange, routing_key, mandatory = self._pub
         props = self._props
         if values is None:
-            values = fastpath.filter_values(props)
+            try:
+                values = fastpath.filter_values(props)
+            except errors.PreconditionFailed as error:
+                error.class_id, error.method_id = 60, 40  # nothing of this message is stored
+                raise
         queues = self.vhost.route(exchange, routing_key, lambda: _headers(props))
         confirm = self.confirm
         if not queues:
@@ -251,14 +256,22 @@ class Channel:
 
     # ----------------------------------------------------------------------- consuming
 
-    def _settle_deliveries(self, tag: int, multiple: bool) -> None:
-        """Ack, nack, reject: each settled delivery gives its consumer one credit back."""
+    def _settle_deliveries(self, tag: int, multiple: bool, finished: bool = True) -> None:
+        """Ack, nack, reject: each settled delivery gives its consumer one credit back.
+
+        ``finished`` is False for nack / reject with requeue=true and for recover: the client
+        wants the message again, so a named consumer's committed offset stays before it
+        and a consumer resuming by name gets it again (streams redeliver nothing within
+        one consume).
+        """
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
             if consumer is None:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
             consumer.give_credit(1)
+            if consumer.tracker is not None:
+                consumer.tracker.settled(tag, finished)
             return
         # tags are inserted in increasing order: everything up to ``tag`` is a prefix,
         # found and removed with C-level list/dict operations rather than a loop per tag
@@ -266,9 +279,14 @@ class Channel:
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         if not count and tag:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+        done = items[:count]
         unacked.clear()
         unacked.update(items[count:])
-        credit = Counter(map(_consumer_of, items[:count]))
+        credit = Counter(map(_consumer_of, done))
+        if any(consumer.tracker is not None for consumer in credit):
+            for key, consumer in done:
+                if consumer.tracker is not None:
+                    consumer.tracker.settled(key, finished)
         for consumer, n in credit.items():
             consumer.give_credit(n)
 
@@ -426,15 +444,14 @@ class Channel:
             raise stream_args.auto_ack_not_supported(queue.name, vhost_name)
         if self.global_prefetch > 0:
             raise stream_args.global_qos_not_supported(queue.name, vhost_name)
-        if options.sql is not None:
-            raise errors.NotImplemented_("x-stream-filter-sql is not available yet")
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
+        extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
         reader = stream.reader()
         try:
-            position_reader(reader, options.offset)
+            position_reader(reader, extras.start(options.offset))
         except BaseException:
             reader.close()
             raise
@@ -447,6 +464,10 @@ class Channel:
             self.prefetch,
             filter_spec(options),
             self.connection.node.limits.delivery_batch,
+            sql=extras.sql,
+            predicate=extras.predicate,
+            chunk_filter=extras.chunk_filter,
+            tracker=extras.tracker(reader),
         )
         self.consumers[tag] = consumer
         queue.consumers.add(consumer)
@@ -474,7 +495,7 @@ class Channel:
         """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
         if self.unacked:
             tag = next(reversed(self.unacked))
-            self._settle_deliveries(tag, True)
+            self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
         if self.tx:

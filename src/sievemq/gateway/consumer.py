@@ -6,7 +6,9 @@ stream's commit listener (no polling) and by returned credit, reads up to ``cred
 per turn (bounded by the reader's ``max_chunks`` budget so a long filtered scan never holds the
 loop), encodes them with the hand codec and writes the whole batch with ONE ``writelines``.
 It stops while the transport asks us to pause writing, so a slow client cannot make the server
-buffer unbounded data.
+buffer unbounded data. An ``x-stream-filter-sql`` consumer passes its compiled predicate (and,
+for a registered subscription, the chunk-bits check) to the reader; a named consumer reports
+each delivery to its ``OffsetTracker``. Read counters go to the queue's ``filter_stats``.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.amqp import codec
-from sievemq.storage import FilterSpec, StorageError, Stream, StreamReader
+from sievemq.gateway.filter_stats import ConsumerFilterStats
+from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 
 if TYPE_CHECKING:
     from sievemq.gateway.args import ConsumerOptions, OffsetSpec
     from sievemq.gateway.channel import Channel
+    from sievemq.gateway.named_consumers import OffsetTracker
     from sievemq.gateway.queue import StreamQueue
+    from sievemq.gateway.sql import SqlFilter
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +73,17 @@ class StreamConsumer:
         "_thread",
         "active",
         "channel",
+        "chunk_filter",
         "credit",
         "delivered",
+        "predicate",
         "prefetch",
         "queue",
         "spec",
+        "sql",
+        "stats",
         "tag",
+        "tracker",
     )
 
     def __init__(
@@ -85,6 +96,11 @@ class StreamConsumer:
         prefetch: int,
         spec: FilterSpec | None,
         batch: int,
+        *,
+        sql: SqlFilter | None = None,
+        predicate: Callable[[Record], bool] | None = None,
+        chunk_filter: Callable[[bytes], bool] | None = None,
+        tracker: OffsetTracker | None = None,
     ) -> None:
         self.channel = channel
         self.tag = tag
@@ -101,6 +117,11 @@ class StreamConsumer:
         self._encoder: codec.DeliveryEncoder | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
+        self.sql = sql
+        self.predicate = predicate
+        self.chunk_filter = chunk_filter
+        self.tracker = tracker
+        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats, sql)
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
@@ -138,12 +159,25 @@ class StreamConsumer:
         transport = conn.transport
         if transport is None or transport.is_closing():
             return
+        reader = self._reader
         try:
-            records = self._reader.read(min(self.credit, self._batch), self.spec)
+            records = reader.read(
+                min(self.credit, self._batch),
+                self.spec,
+                self.predicate,
+                chunk_filter=self.chunk_filter,
+            )
         except (StorageError, OSError, ValueError) as error:
             log.error("consumer %s: read failed: %s", self.tag, error)
             channel.cancel_consumer_by_server(self)
             return
+        tracker = self.tracker
+        if tracker is not None:
+            tag = channel.next_delivery_tag
+            for r in records:
+                tracker.delivered(tag, r.offset)
+                tag += 1
+            tracker.moved()
         if records:
             out: list[bytes] = []
             tag = channel.next_delivery_tag
@@ -162,10 +196,14 @@ class StreamConsumer:
             self.credit -= n
             self.delivered += n
             # one buffer: far cheaper for the transport than thousands of small pieces
-            transport.write(b"".join(out))
+            data = b"".join(out)
+            transport.write(data)
+            self.stats.account(n, len(data))
             if self.credit > 0:
                 self.wake()
-        elif not self._reader.at_end:
+            return
+        self.stats.account(0, 0)
+        if not self._reader.at_end:
             self.wake()  # the scan budget ran out: continue next tick, let others run
         # else: idle until the stream's listener reports a commit
 
@@ -174,6 +212,8 @@ class StreamConsumer:
         if not self.active:
             return
         self.active = False
+        if self.tracker is not None:
+            self.tracker.flush()  # a reconnect right after cancel must see the commit
         with contextlib.suppress(ValueError, KeyError):
             self._stream.remove_listener(self._on_commit)
         with contextlib.suppress(StorageError, OSError):

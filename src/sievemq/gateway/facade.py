@@ -15,6 +15,10 @@ from sievemq.gateway.broker import Broker
 from sievemq.gateway.exchanges import Exchange
 from sievemq.gateway.queue import StreamQueue
 from sievemq.gateway.routing import Binding
+from sievemq.gateway.subscriptions import registry
+from sievemq.storage.advice import false_positive_rate, stream_filter_advice
+
+RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 
 __all__ = ["AMQPError", "BrokerFacade"]
 
@@ -48,6 +52,49 @@ class BrokerFacade:
 
     def get_stream(self, vhost: str, name: str) -> dict[str, Any]:
         return self._stream_view(self.broker.vhost(vhost).get_queue(name))
+
+    def list_consumers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Live consumers with their filter and filter statistics (SPEC §9)."""
+        if stream is not None:
+            queues = [self.broker.vhost(vhost or "/").get_queue(stream)]
+        else:
+            queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
+        views = [_consumer_view(q, c) for q in queues for c in list(q.consumers)]
+        return sorted(views, key=lambda v: (v["vhost"], v["stream"], v["consumer_tag"]))
+
+    def filter_advice(
+        self, vhost: str, name: str, target_fpr: float = 0.01, chunks: int = 1000
+    ) -> dict[str, Any]:
+        """The x-stream-filter-size-bytes that meets ``target_fpr`` for the newest chunks.
+
+        Distinct values per chunk are estimated from the chunks' stored Bloom bits, so this
+        reads headers only. 406 for a target outside (0, 1) or a non-positive chunk count.
+        """
+        queue = self.broker.vhost(vhost).get_queue(name)
+        if not 0.0 < target_fpr < 1.0:
+            raise PreconditionFailed(f"target_fpr must be between 0 and 1, got {target_fpr}")
+        if chunks < 1:
+            raise PreconditionFailed(f"chunks must be at least 1, got {chunks}")
+        stream = queue.stream
+        advice = stream_filter_advice(stream.directory, target_fpr, chunks, stream.end_offset)
+        current = stream.config.filter_size_bytes
+        return {
+            "vhost": queue.vhost,
+            "name": queue.name,
+            "target_false_positive_rate": target_fpr,
+            "recommended_filter_size_bytes": advice.size_bytes,
+            "expected_false_positive_rate": advice.expected_false_positive_rate,
+            "reachable": advice.reachable,
+            "distinct_values_per_chunk_p95": advice.distinct_values_per_chunk,
+            "chunks_sampled": advice.chunks_sampled,
+            "current_filter_size_bytes": current,
+            "current_false_positive_rate": false_positive_rate(
+                current, advice.distinct_values_per_chunk
+            ),
+            "rabbitmq_compatible": advice.size_bytes <= RABBITMQ_MAX_FILTER_BYTES,
+        }
 
     def list_exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
         return [_exchange_view(x) for v in self._vhosts(vhost) for x in v.exchanges.values()]
@@ -132,6 +179,41 @@ class BrokerFacade:
         self.broker.users.set_permission(user, vhost)
         self.broker.save_definitions()
 
+    # ------------------------------------------------------------------ named consumers
+
+    def list_consumer_offsets(self, vhost: str, stream: str) -> dict[str, int]:
+        """Committed offsets of the stream's named consumers (last offset each is done with)."""
+        return self.broker.vhost(vhost).get_queue(stream).stream.offsets.items()
+
+    def get_consumer_offset(self, vhost: str, stream: str, consumer: str) -> int:
+        offset = self.broker.vhost(vhost).get_queue(stream).stream.offsets.get(consumer)
+        if offset is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        return offset
+
+    def set_consumer_offset(self, vhost: str, stream: str, consumer: str, offset: int) -> None:
+        """Store a committed offset: the consumer resumes at ``offset + 1`` on its next
+        consume (a live consumer of that name overwrites it with its own commits)."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
+        self.broker.vhost(vhost).get_queue(stream).stream.offsets.set(consumer, offset)
+
+    def delete_consumer_offset(self, vhost: str, stream: str, consumer: str) -> None:
+        """Forget the consumer: its offset and its registered SQL subscription."""
+        queue = self.broker.vhost(vhost).get_queue(stream)
+        if queue.stream.offsets.get(consumer) is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        queue.stream.offsets.delete(consumer)
+        registry(queue.stream).forget(consumer)
+
+    def list_subscriptions(self, vhost: str, stream: str) -> list[dict[str, Any]]:
+        """The stream's registered SQL subscriptions, with the slot their chunk bit uses."""
+        queue = self.broker.vhost(vhost).get_queue(stream)
+        return [
+            {"slot": i, "consumer": s.name, "expression": s.expression, "active": s.active}
+            for i, s in enumerate(registry(queue.stream).slots)
+        ]
+
     # ------------------------------------------------------------------ helpers
 
     def _vhosts(self, vhost: str | None) -> list[Any]:
@@ -157,6 +239,30 @@ class BrokerFacade:
             "consumers": queue.consumer_count,
             "filter_stats": queue.filter_stats.as_dict(),
         }
+
+
+def _consumer_view(queue: StreamQueue, consumer: Any) -> dict[str, Any]:
+    spec = getattr(consumer, "spec", None)
+    stats = getattr(consumer, "stats", None)
+    channel = getattr(consumer, "channel", None)
+    connection = getattr(channel, "connection", None)
+    return {
+        "vhost": queue.vhost,
+        "stream": queue.name,
+        "consumer_tag": getattr(consumer, "tag", ""),
+        "connection": getattr(connection, "id", None),
+        "channel": getattr(channel, "id", None),
+        "prefetch": getattr(consumer, "prefetch", 0),
+        "credit": getattr(consumer, "credit", 0),
+        "filter": None
+        if spec is None
+        else {
+            "values": list(spec.values),
+            "match_unfiltered": spec.match_unfiltered,
+            "match_type": "all" if spec.match_all else "any",
+        },
+        "filter_stats": stats.as_dict() if stats is not None else {},
+    }
 
 
 def _exchange_view(x: Exchange) -> dict[str, Any]:

@@ -29,8 +29,10 @@ class FilterStats:
     chunks_scanned: int = 0
     chunks_skipped: int = 0
     chunks_false_positive: int = 0
+    chunks_skipped_subscription: int = 0  # ruled out by a registered subscription's bits
     records_matched: int = 0
     records_skipped: int = 0
+    records_skipped_by_bloom: int = 0
     bytes_read: int = 0
     messages_published: int = 0
     messages_delivered: int = 0
@@ -45,9 +47,11 @@ class FilterStats:
             "chunks_false_positive",
             "records_matched",
             "records_skipped",
+            "records_skipped_by_bloom",
             "bytes_read",
         ):
             setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))
+        self.chunks_skipped_subscription += int(getattr(stats, "chunks_skipped_extra", 0))
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

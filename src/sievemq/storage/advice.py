@@ -10,8 +10,18 @@ chunks they do not need.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from sievemq.storage.segment import (
+    index_name,
+    list_segments,
+    read_all_entries,
+    read_header,
+    segment_name,
+)
 
 MIN_FILTER_BYTES = 16
 MAX_FILTER_BYTES = 4096
@@ -51,6 +61,7 @@ class FilterAdvice:
     distinct_values_per_chunk: float
     target_false_positive_rate: float
     reachable: bool  # False when even the largest filter misses the target
+    chunks_sampled: int = 0
 
 
 def _percentile(values: Sequence[int], fraction: float) -> float:
@@ -70,13 +81,76 @@ def filter_advice(
     if not 0.0 < percentile <= 1.0:
         raise ValueError(f"percentile must be in (0, 1], got {percentile}")
     n = _percentile(distinct_values_per_chunk, percentile) if distinct_values_per_chunk else 0.0
+    sampled = len(distinct_values_per_chunk)
     low, high = MIN_FILTER_BYTES, MAX_FILTER_BYTES
     if false_positive_rate(high, n) > target_fpr:
-        return FilterAdvice(high, false_positive_rate(high, n), n, target_fpr, reachable=False)
+        return FilterAdvice(
+            high,
+            false_positive_rate(high, n),
+            n,
+            target_fpr,
+            reachable=False,
+            chunks_sampled=sampled,
+        )
     while low < high:  # the rate falls as the size grows: binary search the smallest size
         middle = (low + high) // 2
         if false_positive_rate(middle, n) <= target_fpr:
             high = middle
         else:
             low = middle + 1
-    return FilterAdvice(low, false_positive_rate(low, n), n, target_fpr, reachable=True)
+    return FilterAdvice(
+        low, false_positive_rate(low, n), n, target_fpr, reachable=True, chunks_sampled=sampled
+    )
+
+
+def recent_blooms(
+    directory: Path, max_chunks: int = 1000, end_offset: int | None = None
+) -> list[bytes]:
+    """The Bloom bytes of the newest ``max_chunks`` chunks below ``end_offset``, oldest first.
+
+    b"" stands for a chunk without filter values. Reads only the index and each chunk's
+    header, never a body, so advice costs a few KiB of reads whatever the stream's size.
+    """
+    out: list[bytes] = []
+    for first in reversed(list_segments(directory)):
+        if len(out) >= max_chunks:
+            break
+        try:
+            idx_fd = os.open(directory / index_name(first), os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            entries = read_all_entries(idx_fd)
+        finally:
+            os.close(idx_fd)
+        if end_offset is not None:
+            entries = [e for e in entries if e.offset < end_offset]
+        entries = entries[-(max_chunks - len(out)) :]
+        try:
+            seg_fd = os.open(directory / segment_name(first), os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # retention removed it meanwhile
+        try:
+            blooms = [got[1] for e in entries if (got := read_header(seg_fd, e.position))]
+        finally:
+            os.close(seg_fd)
+        out[:0] = blooms
+    return out
+
+
+def stream_filter_advice(
+    directory: Path,
+    target_fpr: float = 0.01,
+    max_chunks: int = 1000,
+    end_offset: int | None = None,
+) -> FilterAdvice:
+    """Advice from the distinct values per chunk estimated from the newest chunks' Bloom bits."""
+    counts: list[int] = []
+    for bloom in recent_blooms(directory, max_chunks, end_offset):
+        n = estimate_distinct_values(bloom) if bloom else 0.0
+        if not math.isfinite(n):
+            # saturated: at least as many values as the fullest countable filter holds
+            half = 4 * len(bloom)
+            n = half * math.log(half)
+        counts.append(round(n))
+    return filter_advice(counts, target_fpr)

@@ -2,7 +2,11 @@
 
 Hot path (append and read). docs/storage-format.md is the byte specification; the layout:
 
-    header (48 B) | Bloom bits (bloom_size B) | data (data_length B)
+    header (48 B) | Bloom bits (bloom_size B) | extra (extra_size B, version 2) | data
+
+``extra`` is an opaque per-chunk blob the writer's owner supplies (the gateway stores its
+registered-subscription bits there); a chunk without one is written as version 1, byte for
+byte as before, so old and new chunks mix in one segment.
 
 data, after zstd decompression when flag bit 0 is set, is a record table of 13-byte entries
 (one per record) followed by the record payloads in the same order, so a reader unpacks all
@@ -22,14 +26,17 @@ from sievemq.storage.filters import FilterSpec
 from sievemq.storage.types import Message, Record
 
 MAGIC = b"SQ"
-VERSION = 1
+VERSION = 1  # no extra blob: bytes 40..43 are reserved (0)
+VERSION_EXTRA = 2  # bytes 40..43 hold the extra blob's length; it follows the Bloom bytes
+VERSIONS = (VERSION, VERSION_EXTRA)
+MAX_EXTRA = 0xFFFF
 TYPE_USER = 0
 FLAG_ZSTD = 0x01
 
 # magic, version, type, flags, hash id, bloom size, first offset, record count, timestamp,
-# data length (as stored), raw length (uncompressed), data CRC32, reserved
+# data length (as stored), raw length (uncompressed), data CRC32, extra length (v2; v1: 0)
 _HEADER_BODY = struct.Struct(">2sBBBBHQIqIIII")
-HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (of bytes 0..43 + Bloom)
+HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (bytes 0..43 + Bloom + extra)
 HEADER_SIZE = HEADER.size  # 48
 ENTRY = struct.Struct(">BHBBII")  # filter count, filter bytes, exchange, rk, props, body
 ENTRY_SIZE = ENTRY.size  # 13
@@ -59,10 +66,16 @@ class ChunkHeader(NamedTuple):
     raw_length: int
     data_crc: int
     header_crc: int
+    extra_size: int = 0
+
+    @property
+    def meta_size(self) -> int:
+        """Bloom + extra bytes: what sits between the fixed header and the data."""
+        return self.bloom_size + self.extra_size
 
     @property
     def total_size(self) -> int:
-        return HEADER_SIZE + self.bloom_size + self.data_length
+        return HEADER_SIZE + self.bloom_size + self.extra_size + self.data_length
 
 
 def _filter_blob(values: tuple[str, ...]) -> bytes:
@@ -82,11 +95,17 @@ def encode_chunk(
     timestamp_ms: int,
     bloom_size: int,
     compressor: Callable[[bytes], bytes] | None = None,
+    extra: bytes = b"",
 ) -> list[bytes]:
-    """Encode a batch as one chunk; returns buffers for one ``os.writev``."""
+    """Encode a batch as one chunk; returns buffers for one ``os.writev``.
+
+    A non-empty ``extra`` makes a version 2 chunk carrying it after the Bloom bytes.
+    """
     n = len(messages)
     if n == 0:
         raise ValueError("a chunk needs at least one message")
+    if len(extra) > MAX_EXTRA:
+        raise StorageError(f"chunk extra blob of {len(extra)} bytes (at most {MAX_EXTRA})")
     lengths: list[int] = []
     payload: list[bytes] = []
     values: set[str] = set()
@@ -131,20 +150,22 @@ def encode_chunk(
     crc = _crc32(buffers[0])
     if len(buffers) > 1:
         crc = _crc32(buffers[1], crc)
+    if extra:
+        bloom_bytes += extra
     head = _pack_header_body(
         MAGIC,
-        VERSION,
+        VERSION_EXTRA if extra else VERSION,
         TYPE_USER,
         flags,
         HASH_MMH3,
-        len(bloom_bytes),
+        len(bloom_bytes) - len(extra),
         first_offset,
         n,
         timestamp_ms,
         data_length,
         raw_length,
         crc,
-        0,
+        len(extra),
     )
     head_crc = _crc32(bloom_bytes, _crc32(head))
     return [head + _pack_u32(head_crc) + bloom_bytes, *buffers]
@@ -160,17 +181,19 @@ def parse_header(buf: bytes, offset: int = 0) -> ChunkHeader | None:
     """
     if len(buf) - offset < HEADER_SIZE:
         return None
-    magic, version, ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, _r, hcrc = (
+    magic, version, ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = (
         _unpack_header(buf, offset)
     )
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in VERSIONS:
         return None
-    return ChunkHeader(ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, hcrc)
+    if version == VERSION:
+        xlen = 0  # reserved in version 1
+    return ChunkHeader(ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, hcrc, xlen)
 
 
 def header_ok(header: ChunkHeader, buf: bytes, offset: int = 0) -> bool:
-    """True when ``buf[offset:]`` holds the whole header + Bloom and its CRC matches."""
-    end = offset + HEADER_SIZE + header.bloom_size
+    """True when ``buf[offset:]`` holds the whole header + Bloom + extra and its CRC matches."""
+    end = offset + HEADER_SIZE + header.meta_size
     if len(buf) < end:
         return False
     crc = _crc32(buf[offset + HEADER_SIZE : end], _crc32(buf[offset : offset + HEADER_SIZE - 4]))

@@ -1,7 +1,8 @@
 """StreamReader: seek by offset, timestamp, first/last/next, and read filtered records.
 
 Hot path. A reader walks chunk headers with one small ``pread`` each (header + Bloom) and
-reads a chunk's body only when its Bloom filter says the FilterSpec may match. Each reader has
+reads a chunk's body only when its Bloom filter says the FilterSpec may match and the caller's
+``chunk_filter`` does not rule out the chunk's opaque extra blob (version 2 chunks). Each reader has
 its own file handles and follows segment roll-over by opening the segment named after the
 next chunk's offset.
 """
@@ -21,6 +22,7 @@ from sievemq.storage.chunk import (
     HEADER_SIZE,
     MAGIC,
     VERSION,
+    VERSION_EXTRA,
     decode_records,
     parse_header,
     raw_data,
@@ -50,8 +52,10 @@ class ReadStats:
     chunks_scanned: int = 0  # chunk headers looked at
     chunks_skipped: int = 0  # ruled out by the Bloom filter, body not read
     chunks_false_positive: int = 0  # body read, but no record matched the FilterSpec
+    chunks_skipped_extra: int = 0  # ruled out by chunk_filter on the extra blob, body not read
     records_matched: int = 0
     records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
+    records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
     bytes_read: int = 0
 
 
@@ -239,10 +243,13 @@ class StreamReader:
         spec: FilterSpec | None = None,
         predicate: Callable[[Record], bool] | None = None,
         max_chunks: int = 64,
+        chunk_filter: Callable[[bytes], bool] | None = None,
     ) -> list[Record]:
         """Up to ``max_records`` matching records in offset order (see the contract).
 
         [] with ``at_end`` False means "call again": ``max_chunks`` headers were looked at.
+        ``chunk_filter(extra)`` is asked only for chunks that carry an extra blob; False skips
+        the chunk without reading its body.
         """
         stats = self.stats
         out: list[Record] = []
@@ -273,30 +280,41 @@ class StreamReader:
                     )
                 fd, pos = self._fd, self._pos
                 continue
-            magic, version, _t, flags, _h, bsize, first, count, ts, dlen, _r, dcrc, _z, hcrc = (
+            magic, version, _t, flags, _h, bsize, first, count, ts, dlen, _r, dcrc, xlen, hcrc = (
                 unpack(buf)
             )
-            if magic != MAGIC or version != VERSION or first != self._chunk_offset:
+            if version == VERSION:
+                xlen = 0  # reserved in version 1
+            elif version != VERSION_EXTRA:
+                magic = b""  # an unknown version: rejected just below
+            if magic != MAGIC or first != self._chunk_offset:
                 raise StorageError(
                     f"{self.directory}: bad chunk header at segment {self._segment} position {pos}"
                 )
-            if bsize > guess:
-                more = fd_pread(fd, bsize - guess, pos + len(buf))
+            meta = bsize + xlen
+            if meta > guess:
+                more = fd_pread(fd, meta - guess, pos + len(buf))
                 stats.bytes_read += len(more)
                 buf += more
-                self._guess = guess = bsize
-            bloom = buf[HEADER_SIZE : HEADER_SIZE + bsize]
-            if crc32(bloom, crc32(buf[: HEADER_SIZE - 4])) != hcrc:
+                self._guess = guess = meta
+            if crc32(buf[HEADER_SIZE : HEADER_SIZE + meta], crc32(buf[: HEADER_SIZE - 4])) != hcrc:
                 raise StorageError(f"{self.directory}: header CRC mismatch at {pos}")
             looked += 1
             stats.chunks_scanned += 1
             chunk_end = first + count
-            body_pos = pos + HEADER_SIZE + bsize
+            body_pos = pos + HEADER_SIZE + meta
             next_pos = body_pos + dlen
             if chunk_end <= self.position:
                 pass  # entirely before the position (seek_offset into a later chunk)
-            elif may_match is not None and not may_match(bloom):
+            elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):
                 stats.chunks_skipped += 1
+                stats.records_skipped_by_bloom += chunk_end - max(first, self.position)
+            elif (
+                xlen
+                and chunk_filter is not None
+                and not chunk_filter(buf[HEADER_SIZE + bsize : HEADER_SIZE + meta])
+            ):
+                stats.chunks_skipped_extra += 1
             else:
                 data = fd_pread(fd, dlen, body_pos)
                 stats.bytes_read += len(data)

@@ -100,8 +100,8 @@ def read_header(fd: int, position: int) -> tuple[ChunkHeader, bytes] | None:
     header = parse_header(buf)
     if header is None:
         return None
-    if len(buf) < HEADER_SIZE + header.bloom_size:
-        buf += os.pread(fd, HEADER_SIZE + header.bloom_size - len(buf), position + len(buf))
+    if len(buf) < HEADER_SIZE + header.meta_size:
+        buf += os.pread(fd, HEADER_SIZE + header.meta_size - len(buf), position + len(buf))
     if not header_ok(header, buf):
         return None
     return header, buf[HEADER_SIZE : HEADER_SIZE + header.bloom_size]
@@ -115,7 +115,7 @@ def check_chunk(fd: int, position: int, file_size: int) -> ChunkHeader | None:
     header = got[0]
     if position + header.total_size > file_size:
         return None
-    data = os.pread(fd, header.data_length, position + HEADER_SIZE + header.bloom_size)
+    data = os.pread(fd, header.data_length, position + HEADER_SIZE + header.meta_size)
     if len(data) != header.data_length or zlib.crc32(data) != header.data_crc:
         return None
     return header

@@ -288,8 +288,13 @@ class Stream:
         self._open_files(first)
         self.apply_retention()
 
-    def append(self, messages: Sequence[Message], timestamp_ms: int | None = None) -> int:
+    def append(
+        self, messages: Sequence[Message], timestamp_ms: int | None = None, extra: bytes = b""
+    ) -> int:
         """Write the batch as ONE chunk and return its first offset.
+
+        ``extra`` is an opaque blob stored in the chunk header (readers see it through
+        ``StreamReader.read(chunk_filter=...)``); empty writes a version 1 chunk.
 
         Chunk timestamps never go backwards (a smaller one is raised to the previous), so
         seeking by timestamp can binary-search the index. Raises StorageError and commits
@@ -307,7 +312,9 @@ class Stream:
         if ts < self._last_ts:
             ts = self._last_ts
         first = self.end_offset
-        buffers = encode_chunk(messages, first, ts, self.config.filter_size_bytes, self._compress)
+        buffers = encode_chunk(
+            messages, first, ts, self.config.filter_size_bytes, self._compress, extra
+        )
         size = sum(map(len, buffers))
         pos = seg.size
         try:

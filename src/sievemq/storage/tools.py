@@ -56,7 +56,7 @@ def _walk(fd: int, size: int) -> Iterator[_Chunk | str]:
                 f"({size - pos} of {header.total_size} bytes)"
             )
             return
-        data = os.pread(fd, header.data_length, pos + HEADER_SIZE + header.bloom_size)
+        data = os.pread(fd, header.data_length, pos + HEADER_SIZE + header.meta_size)
         problem = None if zlib.crc32(data) == header.data_crc else "data CRC mismatch"
         yield _Chunk(pos, header, problem)
         pos += header.total_size
@@ -173,6 +173,7 @@ def dump(path: str | os.PathLike[str], out: TextIO, records: bool = False) -> in
                     f"  chunk offset={h.first_offset} count={h.record_count} "
                     f"timestamp={h.timestamp_ms} ({_ts(h.timestamp_ms)}) size={size} "
                     f"bloom={h.bloom_size} compression={compression} position={item.position}"
+                    + (f" extra={h.extra_size}" if h.extra_size else "")
                     + (f" ! {item.problem}" if item.problem else ""),
                     file=out,
                 )
@@ -180,7 +181,7 @@ def dump(path: str | os.PathLike[str], out: TextIO, records: bool = False) -> in
                     status = 1
                     continue
                 if records:
-                    data = os.pread(fd, h.data_length, item.position + HEADER_SIZE + h.bloom_size)
+                    data = os.pread(fd, h.data_length, item.position + HEADER_SIZE + h.meta_size)
                     recs, _ = decode_records(
                         raw_data(h, data), h.record_count, h.first_offset, h.timestamp_ms, 0, None
                     )

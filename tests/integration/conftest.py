@@ -1,0 +1,77 @@
+"""Fixtures for the end-to-end tests: a real server subprocess and unique names.
+
+Most tests share one server per module (start-up costs about a second); tests that restart
+or kill the server get their own. Every test that used the server checks afterwards that the
+process is still alive: no client input may crash it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from server_process import ServerProcess
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One running server for the whole test module; clean SIGTERM exit is asserted."""
+    proc = ServerProcess(tmp_path_factory.mktemp("srv") / "data").start()
+    yield proc
+    assert proc.running, f"server died during the module\nstderr:\n{proc.stderr()}"
+    code = proc.stop()
+    assert code == 0, f"exit status {code} after SIGTERM\nstderr:\n{proc.stderr()}"
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of its own, for tests that stop, kill or restart it."""
+    proc = ServerProcess(tmp_path / "data").start()
+    yield proc
+    if proc.running:
+        code = proc.stop()
+        assert code == 0, f"exit status {code} after SIGTERM\nstderr:\n{proc.stderr()}"
+
+
+@pytest.fixture(autouse=True)
+def _server_survives(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the shared server, the process must still be running."""
+    yield
+    if "server" in request.fixturenames:
+        proc: ServerProcess = request.getfixturevalue("server")
+        assert proc.running, f"server process died\nstderr:\n{proc.stderr()}"
+
+
+@pytest.fixture
+def qname(request: pytest.FixtureRequest) -> str:
+    """A queue/exchange name unique to this test (the shared server keeps its streams)."""
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """amqplib installed from the committed lock file (npm ci) when it is not there yet."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("node and npm are required for the amqplib test")
+    modules = NODE_DIR / "node_modules"
+    if not (modules / "amqplib").is_dir():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    return modules

@@ -1,0 +1,57 @@
+"""The README's quick examples run unchanged (but for the port) against a fresh server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server_process import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _example(language: str, marker: str) -> tuple[str, str]:
+    """The README code block in `language` containing `marker`, and its `# ...` result."""
+    for block in re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.DOTALL):
+        if marker in block:
+            expected = re.search(r"(?:#|//) (\[.*\])\s*$", block, re.MULTILINE)
+            assert expected is not None, "the example must show its output in a comment"
+            return block, expected.group(1)
+    raise AssertionError(f"no {language} example with {marker!r} in README.md")
+
+
+def _run(command: list[str], code: str, port: int, **kwargs: object) -> str:
+    source = code.replace("5672", str(port))
+    result = subprocess.run(
+        [*command, source],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,  # type: ignore[call-overload]
+    )
+    assert result.returncode == 0, result.stderr
+    return str(result.stdout).strip()
+
+
+@pytest.mark.parametrize("client", ["import pika", "import aio_pika"])
+def test_python_example_prints_what_the_readme_says(
+    fresh_server: ServerProcess, client: str
+) -> None:
+    code, expected = _example("python", client)
+    assert _run([sys.executable, "-c"], code, fresh_server.amqp_port) == expected
+
+
+def test_amqplib_example_prints_what_the_readme_says(
+    fresh_server: ServerProcess, node_modules: Path
+) -> None:
+    code, expected = _example("javascript", 'require("amqplib")')
+    env = {**os.environ, "NODE_PATH": str(node_modules)}
+    output = _run(["node", "-e"], code, fresh_server.amqp_port, env=env)
+    assert output == expected

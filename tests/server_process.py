@@ -1,0 +1,145 @@
+"""Run a real `sievemq serve` subprocess for the integration and recovery tests.
+
+The server picks free ports (port 0) and announces them on one stdout line,
+``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``; we wait for that line instead of
+polling a port, so a test never races the listener. stderr goes to a file so a chatty server
+can never block on a full pipe, and it is shown when start-up fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_RE = re.compile(r"sievemq ready amqp=(?P<host>[^\s:]+):(?P<port>\d+) admin=(?P<admin>\S+)")
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 15.0
+
+
+class ServerStartError(RuntimeError):
+    """The server did not print its ready line in time (message carries its stderr)."""
+
+
+@dataclass
+class ServerProcess:
+    """One server on one data directory; can be stopped, killed and started again."""
+
+    data_dir: Path
+    extra_args: tuple[str, ...] = ()
+    host: str = ""
+    amqp_port: int = 0
+    admin_url: str = ""
+    proc: subprocess.Popen[str] | None = None
+    stdout_lines: list[str] = field(default_factory=list)
+    _stderr_path: Path | None = None
+    _starts: int = 0
+
+    @property
+    def url(self) -> str:
+        """AMQP URL for the default user and vhost."""
+        return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = START_TIMEOUT) -> ServerProcess:
+        """Start the server and block until it prints its ready line."""
+        assert not self.running, "server already running"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._starts += 1
+        self._stderr_path = self.data_dir.parent / f"{self.data_dir.name}.stderr.{self._starts}"
+        stderr = self._stderr_path.open("w")
+        cmd = [
+            sys.executable,
+            "-m",
+            "sievemq",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--amqp-port",
+            "0",
+            "--admin-port",
+            "0",
+            *self.extra_args,
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, bufsize=1
+        )
+        stderr.close()
+        ready: list[re.Match[str]] = []
+        got_ready = threading.Event()
+        proc = self.proc
+
+        def pump() -> None:
+            # keeps reading stdout for the life of the process so it never blocks on a pipe
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.stdout_lines.append(line.rstrip("\n"))
+                match = READY_RE.search(line)
+                if match and not ready:
+                    ready.append(match)
+                    got_ready.set()
+            got_ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not got_ready.wait(0.05):
+            if time.monotonic() > deadline:
+                break
+        if not ready:
+            self._abort()
+            raise ServerStartError(
+                f"no ready line within {timeout}s (exit={self.proc.poll()})\n"
+                f"stdout:\n{chr(10).join(self.stdout_lines)}\nstderr:\n{self.stderr()}"
+            )
+        match = ready[0]
+        self.host = match["host"]
+        self.amqp_port = int(match["port"])
+        self.admin_url = match["admin"]
+        return self
+
+    def stderr(self) -> str:
+        """Everything the current (or last) process wrote to stderr."""
+        if self._stderr_path is None or not self._stderr_path.exists():
+            return ""
+        return self._stderr_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait; returns the exit status (the caller asserts 0)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._abort()
+                raise AssertionError(
+                    f"server did not exit {timeout}s after SIGTERM\nstderr:\n{self.stderr()}"
+                ) from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the recovery tests simulate."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(STOP_TIMEOUT)
+
+    def restart(self) -> ServerProcess:
+        """Start again on the same data directory (after stop() or kill())."""
+        assert not self.running
+        return self.start()
+
+    def _abort(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
