@@ -6,7 +6,8 @@ confirms are settled. Durability decides where the write runs:
 
 - ``always``: append + fdatasync in a worker thread, one batch in flight per stream; the next
   batch accumulates meanwhile and goes as soon as the previous one is durable.
-- ``batch``: append inline; ``Stream.sync()`` runs every ``sync_interval_ms`` while dirty.
+- ``batch``: append inline; every ``sync_interval_ms`` while dirty, an fdatasync runs in a
+  worker thread (on duplicated descriptors) so the loop never waits for the disk.
 - ``never``: append inline.
 
 When the stream has registered SQL subscriptions, each batch is evaluated against them here,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Protocol
@@ -151,8 +153,21 @@ class StreamAppender:
             return
         self._dirty = False
         try:
-            self.stream.sync()
+            if self._executor is None:
+                self.stream.sync()
+                return
+            # fdatasync can take milliseconds: off the loop, or every publish and delivery
+            # waiting behind it shows up in the tail latency
+            fds = self.stream.sync_handles()
         except (StorageError, OSError, ValueError) as error:
+            log.error("sync of %s failed: %s", self.stream.directory, error)
+            return
+        future = self._loop.run_in_executor(self._executor, _sync_fds, fds)
+        future.add_done_callback(self._after_sync)
+
+    def _after_sync(self, future: asyncio.Future[None]) -> None:
+        error = future.exception()
+        if error is not None:
             log.error("sync of %s failed: %s", self.stream.directory, error)
 
     def flush_now(self) -> None:
@@ -173,6 +188,16 @@ class StreamAppender:
             self._sync_handle = None
         _, tokens = self._take()
         _settle(tokens, False)
+
+
+def _sync_fds(fds: list[int]) -> None:
+    """fdatasync and close descriptors (in a worker thread)."""
+    try:
+        for fd in fds:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _settle(tokens: Tokens, ok: bool) -> None:

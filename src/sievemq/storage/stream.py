@@ -355,6 +355,14 @@ class Stream:
             os.fdatasync(self._seg_fd)
             os.fdatasync(self._idx_fd)
 
+    def sync_handles(self) -> list[int]:
+        """Duplicates of the current segment and index descriptors, for an fdatasync in
+        another thread that a roll-over or close on the writer's thread cannot disturb.
+        The caller closes them."""
+        if self._seg_fd < 0:
+            return []
+        return [os.dup(self._seg_fd), os.dup(self._idx_fd)]
+
     def add_listener(self, cb: Callable[[int], None]) -> None:
         """cb(new end_offset) is called after every commit, on the appending thread."""
         self._listeners = [*self._listeners, cb]
