@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import struct
 from bisect import bisect_right
 from collections import Counter
 from operator import itemgetter
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _tag_of = itemgetter(0)
+_body_size = struct.Struct(">Q").unpack_from
+_new_message = tuple.__new__  # Message(...) without the NamedTuple constructor's call
 _consumer_of = itemgetter(1)
 
 FILTER_HEADER = fastpath.FILTER_HEADER
@@ -173,11 +176,10 @@ class Channel:
         btype, bchannel, bpayload = body
         if htype != 2 or btype != 3 or hchannel != self.id or bchannel != self.id:
             return False
-        if len(hpayload) < 14 or hpayload[0] != 0 or hpayload[1] != 60:
-            return False
-        if int.from_bytes(hpayload[4:12]) != len(bpayload):
-            return False  # several body frames, or a size mismatch to report
-        if len(bpayload) > self.connection.node.limits.max_message_size:
+        size = len(bpayload)
+        if len(hpayload) < 14 or hpayload[:2] != b"\x00<" or _body_size(hpayload, 4)[0] != size:
+            return False  # not class 60, several body frames, or a size mismatch to report
+        if size > self.connection.node.limits.max_message_size:
             return False
         pub = fastpath.publish_args(method)
         if pub is None:
@@ -188,7 +190,7 @@ class Channel:
             return False
         self._pub = pub
         self._props = props
-        self._size = len(bpayload)
+        self._size = size
         self._complete(bpayload, values)
         return True
 
@@ -202,7 +204,9 @@ class Channel:
             except errors.PreconditionFailed as error:
                 error.class_id, error.method_id = 60, 40  # nothing of this message is stored
                 raise
-        queues = self.vhost.route(exchange, routing_key, lambda: _headers(props))
+        vhost = self.connection.vhost
+        assert vhost is not None
+        queues = vhost.route(exchange, routing_key, lambda: _headers(props))
         confirm = self.confirm
         if not queues:
             if mandatory:
@@ -223,7 +227,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = Message(values, exchange, routing_key, props, body)
+        message = _new_message(Message, (values, exchange, routing_key, props, body))
         node = self.connection.node
         if confirm is None:
             for queue in queues:
