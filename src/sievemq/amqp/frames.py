@@ -75,21 +75,30 @@ class FrameReader:
         ``errors.ResourceError`` (506) when more than ``max_buffer`` bytes stay unparsed.
         After an error the reader is unusable: the connection must close.
         """
-        buf = self._buf
-        if buf:
-            buf += data
-            if len(buf) < self._need:
-                self._check_buffer(len(buf))
-                return []
-            src = bytes(buf)
-            buf.clear()
-        elif type(data) is bytes:
-            src = data
-        else:
-            src = bytes(data)
-        n = len(src)
-        pos = 0
+        if type(data) is not bytes:
+            data = bytes(data)
         out: list[Frame] = []
+        pos = 0
+        buf = self._buf
+        while buf:
+            # complete the buffered frame from the front of ``data`` only: the rest of the
+            # read is parsed in place, never copied into the buffer
+            take = self._need - len(buf)
+            if take > len(data) - pos:
+                buf += memoryview(data)[pos:]
+                self._check_buffer(len(buf))
+                return out
+            buf += memoryview(data)[pos : pos + take]
+            pos += take
+            head = bytes(buf)
+            buf.clear()
+            self._parse(head, 0, out)  # a whole frame, or a whole header (then buffered again)
+        self._parse(data, pos, out)
+        return out
+
+    def _parse(self, src: bytes, pos: int, out: list[Frame]) -> None:
+        """Append the complete frames of ``src[pos:]`` to ``out``; buffer the incomplete tail."""
+        n = len(src)
         append = out.append
         limit = self.frame_max - FRAME_OVERHEAD
         unpack = _HEAD.unpack_from
@@ -116,8 +125,7 @@ class FrameReader:
             self._need = FRAME_HEADER_SIZE
         if pos < n:
             self._check_buffer(n - pos)
-            buf += memoryview(src)[pos:]
-        return out
+            self._buf += memoryview(src)[pos:]
 
     def _check_buffer(self, size: int) -> None:
         if size > self.max_buffer:
