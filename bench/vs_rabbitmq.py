@@ -4,7 +4,12 @@ Drives the Go load generator of ``../shared/peers`` (real amqp091-go client) aga
 brokers, interleaving the runs so machine noise hits both alike, and prints one JSON document
 with the medians, the server CPU per message and the SieveMQ/RabbitMQ ratios.
 
-    python -m bench.vs_rabbitmq [--repeats 3] [--n 200000] [--no-rabbitmq]
+    python -m bench.vs_rabbitmq [--repeats 3] [--n 200000] [--no-rabbitmq] [--raw FILE]
+
+Ratios are SieveMQ / RabbitMQ of the medians: above 1 is better for msgs/s, below 1 is
+better for latency and CPU per message. ``machine_stall_max_ms`` is the worst oversleep of
+a 0.5 ms sleep loop in this process during the run: a large value means the VM stalled
+everything, and that run's latency tail says more about the machine than the broker.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench._util import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "peers"
@@ -83,21 +91,48 @@ def rabbitmq_server() -> Iterator[tuple[int, int]]:
         subprocess.run([str(PEERS / "rabbitmq.sh"), "stop"], capture_output=True)
 
 
+class StallProbe:
+    """Sleeps 0.5 ms in a loop and records the worst oversleep: machine stalls (steal, other
+    jobs) that hit every process alike, so a bad latency tail can be told from our own."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.0005)
+            self.worst = max(self.worst, time.perf_counter() - t - 0.0005)
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def loadgen(port: int, pid: int, *args: object) -> dict[str, Any]:
-    """One loadgen run; adds the server's CPU per message."""
+    """One loadgen run; adds the server's CPU per message and the worst machine stall."""
     before = _proc_cpu_s(pid)
-    out = subprocess.run(
-        [str(LOADGEN), "-port", str(port), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    with StallProbe() as probe:
+        out = subprocess.run(
+            [str(LOADGEN), "-port", str(port), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     cpu = _proc_cpu_s(pid) - before
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     msgs = result.get("published") or result.get("consumed") or 0
     result["server_cpu_s"] = round(cpu, 3)
+    result["machine_stall_max_ms"] = round(probe.worst * 1e3, 2)
     if msgs:
         result["server_cpu_us_per_msg"] = round(cpu / msgs * 1e6, 2)
+        result["client_cpu_us_per_msg"] = round(result.get("client_cpu_s", 0) / msgs * 1e6, 2)
     return result
 
 
@@ -164,10 +199,11 @@ def consume_runs(port: int, pid: int, n: int, size: int, repeats: int) -> list[d
     return runs
 
 
+_COMMON = ["server_cpu_us_per_msg", "client_cpu_us_per_msg", "machine_stall_max_ms"]
 KEYS = {
-    "publish": ["pub_msgs_per_s", "pub_MB_per_s", "server_cpu_us_per_msg"],
-    "consume": ["cons_msgs_per_s", "cons_MB_per_s", "server_cpu_us_per_msg"],
-    "e2e": ["lat_p50_us", "lat_p99_us", "server_cpu_us_per_msg"],
+    "publish": ["pub_msgs_per_s", "pub_MB_per_s", *_COMMON],
+    "consume": ["cons_msgs_per_s", "cons_MB_per_s", *_COMMON],
+    "e2e": ["lat_p50_us", "lat_p99_us", *_COMMON],
 }
 
 
@@ -182,6 +218,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--fsync", default="batch")
     parser.add_argument("--no-rabbitmq", action="store_true")
+    parser.add_argument("--raw", help="also write every run's loadgen JSON to this file")
     args = parser.parse_args()
     if not LOADGEN.exists():
         subprocess.run([str(PEERS / "loadgen" / "build.sh")], check=True)
@@ -213,14 +250,21 @@ def main() -> None:
             broker: {key: _median(r, key) for key in KEYS[kind]} for broker, r in by_broker.items()
         }
         if "rabbitmq" in by_broker:
-            rate = KEYS[kind][0]
-            s, r = summary[name]["sievemq"][rate], summary[name]["rabbitmq"][rate]
-            if s and r:
-                summary[name]["ratio_sievemq_over_rabbitmq"] = round(s / r, 3)
+            # medians of each broker's runs, all taken in this one interleaved session
+            ours, theirs = summary[name]["sievemq"], summary[name]["rabbitmq"]
+            ratios = {}
+            for key in (*KEYS[kind][:2], "server_cpu_us_per_msg"):
+                if ours[key] and theirs[key]:
+                    ratios[key] = round(ours[key] / theirs[key], 3)
+            summary[name]["ratio_sievemq_over_rabbitmq"] = ratios
+    if args.raw:
+        Path(args.raw).write_text(json.dumps(runs, indent=1))
     print(
         json.dumps(
             {
                 "date": time.strftime("%Y-%m-%d"),
+                "commit": _commit(),
+                "machine": machine(),
                 "n": args.n,
                 "repeats": args.repeats,
                 "fsync": args.fsync,
@@ -229,6 +273,13 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def _commit() -> str:
+    got = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return got.stdout.strip()
 
 
 @contextmanager
