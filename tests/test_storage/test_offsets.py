@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sievemq.storage import OffsetStore
 from sievemq.storage import offsets as offsets_module
 
@@ -65,4 +67,21 @@ def test_leftover_compaction_file_is_removed(tmp_path: Path) -> None:
     (tmp_path / "o.log.tmp").write_bytes(b"junk")
     store = OffsetStore(tmp_path / "o.log")
     assert not (tmp_path / "o.log.tmp").exists()
+    store.close()
+
+
+def test_every_write_survives_a_reopen_even_when_it_compacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(offsets_module, "_COMPACT_MIN", 4)  # compact every few writes
+    store = OffsetStore(tmp_path / "offsets.log")
+    store.set("gone", 7)
+    for i in range(40):
+        store.set("c", i)
+        if i == 20:
+            store.delete("gone")
+        reopened = OffsetStore(tmp_path / "offsets.log")
+        assert reopened.get("c") == i
+        assert (reopened.get("gone") is None) == (i >= 20)
+        reopened.close()
     store.close()

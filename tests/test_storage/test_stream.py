@@ -236,3 +236,16 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     s.offsets.set("c1", 0)
     s.delete()
     assert not (tmp_path / "s").exists()
+
+
+def test_the_largest_filter_values_the_spec_allows_round_trip(tmp_path: Path) -> None:
+    """SPEC §5: up to 64 values of up to 4096 bytes each, on one message."""
+    values = (*tuple(f"{i:02d}" + chr(ord("a") + i % 26) * 4094 for i in range(63)), "é" * 2048)
+    with Stream.open(tmp_path / "s", StreamConfig()) as stream:
+        stream.append([Message(values, "", "rk", b"\x00\x00", b"body")])
+        stream.append([Message(("a" * 300, "b"), "", "rk", b"\x00\x00", b"two")])
+        reader = stream.reader()
+        reader.seek_first()
+        records = reader.read(10)
+    assert [r.filter_values for r in records] == [values, ("a" * 300, "b")]
+    assert [r.body for r in records] == [b"body", b"two"]

@@ -34,7 +34,6 @@ class FilterStats:
     records_skipped: int = 0
     records_skipped_by_bloom: int = 0
     bytes_read: int = 0
-    messages_published: int = 0
     messages_delivered: int = 0
     bytes_delivered: int = 0
     sql_errors: int = 0

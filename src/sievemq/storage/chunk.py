@@ -8,7 +8,7 @@ Hot path (append and read). docs/storage-format.md is the byte specification; th
 registered-subscription bits there); a chunk without one is written as version 1, byte for
 byte as before, so old and new chunks mix in one segment.
 
-data, after zstd decompression when flag bit 0 is set, is a record table of 13-byte entries
+data, after zstd decompression when flag bit 0 is set, is a record table of 15-byte entries
 (one per record) followed by the record payloads in the same order, so a reader unpacks all
 lengths with one ``iter_unpack`` and then only slices.
 """
@@ -38,8 +38,8 @@ FLAG_ZSTD = 0x01
 _HEADER_BODY = struct.Struct(">2sBBBBHQIqIIII")
 HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (bytes 0..43 + Bloom + extra)
 HEADER_SIZE = HEADER.size  # 48
-ENTRY = struct.Struct(">BHBBII")  # filter count, filter bytes, exchange, rk, props, body
-ENTRY_SIZE = ENTRY.size  # 13
+ENTRY = struct.Struct(">BIBBII")  # filter count, filter bytes, exchange, rk, props, body
+ENTRY_SIZE = ENTRY.size  # 15
 
 SEGMENT_MAGIC = b"SQSG\x00\x00\x00\x01"
 INDEX_MAGIC = b"SQIX\x00\x00\x00\x01"
@@ -78,13 +78,16 @@ class ChunkHeader(NamedTuple):
         return HEADER_SIZE + self.bloom_size + self.extra_size + self.data_length
 
 
+_U16 = struct.Struct(">H")
+
+
 def _filter_blob(values: tuple[str, ...]) -> bytes:
     if len(values) == 1:
         return values[0].encode()
     parts = []
     for v in values:
         raw = v.encode()
-        parts.append(bytes((len(raw),)))
+        parts.append(_U16.pack(len(raw)))
         parts.append(raw)
     return b"".join(parts)
 
@@ -126,7 +129,7 @@ def encode_chunk(
         ext((len(fv), len(fb), len(exb), len(rkb), len(props), len(body)))
         add((fb, exb, rkb, props, body))
     try:
-        table = struct.pack(">" + "BHBBII" * n, *lengths)
+        table = struct.pack(">" + "BIBBII" * n, *lengths)
     except struct.error as exc:
         raise StorageError(f"message field too long for the chunk format: {exc}") from exc
     if values and values != {""}:
@@ -216,9 +219,9 @@ def _split_filters(blob: bytes, count: int) -> tuple[str, ...]:
     out = []
     p = 0
     for _ in range(count):
-        n = blob[p]
-        out.append(blob[p + 1 : p + 1 + n].decode())
-        p += 1 + n
+        (n,) = _U16.unpack_from(blob, p)
+        out.append(blob[p + 2 : p + 2 + n].decode())
+        p += 2 + n
     return tuple(out)
 
 

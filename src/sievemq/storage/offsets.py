@@ -77,14 +77,15 @@ class OffsetStore:
             raise ValueError("offsets are >= 0")
         if self._offsets.get(name) == offset:
             return
-        self._write(_record(name, offset))
+        # memory first: a compaction triggered by this write rewrites the log from memory
         self._offsets[name] = offset
+        self._write(_record(name, offset))
 
     def delete(self, name: str) -> None:
         if name not in self._offsets:
             return
-        self._write(_record(name, _DELETED))
         del self._offsets[name]
+        self._write(_record(name, _DELETED))
 
     def items(self) -> dict[str, int]:
         return dict(self._offsets)

@@ -130,7 +130,20 @@ class StreamReader:
         return segments
 
     def _attach(self, target: int) -> None:
-        """Point at the chunk holding ``target`` (or the chunk that will start there)."""
+        """Point at the chunk holding ``target`` (or the chunk that will start there).
+
+        Retention may delete the segment we picked between listing and opening it (under
+        durability ``always`` it runs in the writer's thread): then list again.
+        """
+        for _ in range(3):
+            try:
+                self._attach_once(target)
+                return
+            except FileNotFoundError:
+                continue
+        self._attach_once(target)
+
+    def _attach_once(self, target: int) -> None:
         self._pending = []
         segments = self._segments()
         first = segments[0]
