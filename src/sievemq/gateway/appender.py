@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, wait
 from typing import Protocol
 
 from sievemq.gateway.subscriptions import registry
@@ -48,8 +48,11 @@ class StreamAppender:
         "_dirty",
         "_executor",
         "_in_flight",
+        "_in_flight_done",
+        "_in_flight_tokens",
         "_loop",
         "_scheduled",
+        "_sinks",
         "_subscriptions",
         "_sync_handle",
         "_sync_interval",
@@ -72,9 +75,14 @@ class StreamAppender:
         interval = stream.config.sync_interval_ms if sync_interval_ms is None else sync_interval_ms
         self._sync_interval = interval / 1000.0
         self._buffer: list[Message] = []
+        self._sinks: list[ConfirmSink | None] = []  # per buffered message: who hears of it
         self._tokens: Tokens = {}
         self._scheduled = False
-        self._in_flight = False
+        # the append running in a worker thread (durability always), what to do when it
+        # ends, and the confirms it owes: close() and flush_now() wait for it
+        self._in_flight: Future[object] | None = None
+        self._in_flight_done: Callable[[Future[object]], None] | None = None
+        self._in_flight_tokens: Tokens = {}
         self._dirty = False
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
@@ -91,36 +99,48 @@ class StreamAppender:
                 sink.settle_confirms([seq], False)
             return
         self._buffer.append(message)
+        self._sinks.append(sink)
         if sink is not None:
             seqs = self._tokens.get(sink)
             if seqs is None:
                 self._tokens[sink] = [seq]
             else:
                 seqs.append(seq)
-        if not self._scheduled and not self._in_flight:
+        if not self._scheduled and self._in_flight is None:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
-    def _take(self) -> tuple[list[Message], Tokens]:
-        batch, tokens = self._buffer, self._tokens
-        self._buffer, self._tokens = [], {}
-        return batch, tokens
+    def _take(self) -> tuple[list[Message], list[ConfirmSink | None], Tokens]:
+        batch, sinks, tokens = self._buffer, self._sinks, self._tokens
+        self._buffer, self._sinks, self._tokens = [], [], {}
+        return batch, sinks, tokens
 
     def _flush(self) -> None:
         self._scheduled = False
-        if not self._buffer or self._in_flight:
+        if not self._buffer or self._in_flight is not None or self._closed:
             return
-        batch, tokens = self._take()
+        batch, sinks, tokens = self._take()
         if self.durability is Durability.ALWAYS and self._executor is not None:
-            self._in_flight = True
             extra = self._extra(batch)
-            future = self._loop.run_in_executor(
-                self._executor, self.stream.append, batch, None, extra
+            self._start(
+                tokens,
+                lambda f: self._after_batch(f, batch, sinks, tokens),
+                self.stream.append,
+                batch,
+                None,
+                extra,
             )
-            future.add_done_callback(lambda f: self._after_thread(f, tokens))
             return
-        ok = self._append(batch)
-        _settle(tokens, ok)
+        try:
+            self.stream.append(batch, None, self._extra(batch))
+        except _APPEND_ERRORS as error:
+            log.error("append to %s failed: %s", self.stream.directory, error)
+            oks = _append_each(self.stream, batch, self._extras(batch))
+            _settle_each(sinks, tokens, oks)
+            ok = any(oks)
+        else:
+            _settle(tokens, True)
+            ok = True
         if ok and self.durability is Durability.BATCH:
             self._dirty = True
             if self._sync_handle is None:
@@ -130,22 +150,72 @@ class StreamAppender:
         subscriptions = self._subscriptions
         return subscriptions.extra_for(batch) if subscriptions.slots else b""
 
-    def _append(self, batch: Sequence[Message]) -> bool:
-        try:
-            self.stream.append(batch, None, self._extra(batch))
-        except (StorageError, OSError, ValueError) as error:
-            log.error("append to %s failed: %s", self.stream.directory, error)
-            return False
-        return True
+    def _extras(self, batch: Sequence[Message]) -> list[bytes]:
+        """The extra blob of each message written as a chunk of its own."""
+        return [self._extra((message,)) for message in batch]
 
-    def _after_thread(self, future: asyncio.Future[int], tokens: Tokens) -> None:
-        self._in_flight = False
-        error = future.exception()
-        if error is not None:
-            log.error("append to %s failed: %s", self.stream.directory, error)
-        _settle(tokens, error is None)
-        if self._buffer:
+    # ------------------------------------------------------------------ worker thread
+
+    def _start(
+        self,
+        tokens: Tokens,
+        done: Callable[[Future[object]], None],
+        fn: Callable[..., object],
+        *args: object,
+    ) -> None:
+        assert self._executor is not None
+        future = self._executor.submit(fn, *args)
+        self._in_flight = future
+        self._in_flight_done = done
+        self._in_flight_tokens = tokens
+        loop = self._loop
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._finish, f))
+
+    def _finish(self, future: Future[object]) -> None:
+        """On the loop: the worker's append ended (ignored if close() already handled it)."""
+        if self._in_flight is not future:
+            return
+        done = self._in_flight_done
+        self._in_flight = self._in_flight_done = None
+        self._in_flight_tokens = {}
+        assert done is not None
+        done(future)
+        if self._buffer and self._in_flight is None:
             self._flush()
+
+    def _after_batch(
+        self,
+        future: Future[object],
+        batch: list[Message],
+        sinks: list[ConfirmSink | None],
+        tokens: Tokens,
+    ) -> None:
+        error = future.exception()
+        if error is None:
+            _settle(tokens, True)
+            return
+        log.error("append to %s failed: %s", self.stream.directory, error)
+        if len(batch) == 1:
+            _settle(tokens, False)
+            return
+        # one bad message must not nack the others: write them one chunk each, still in the
+        # worker thread, and nack only what fails again
+        self._start(
+            tokens,
+            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch))),
+            _append_each,
+            self.stream,
+            batch,
+            self._extras(batch),
+        )
+
+    def _wait_in_flight(self) -> None:
+        """Block until the worker's append ends and handle it now (cold: delete, shutdown)."""
+        while (future := self._in_flight) is not None:
+            wait([future])
+            self._finish(future)
+
+    # ------------------------------------------------------------------ sync (batch)
 
     def _sync(self) -> None:
         self._sync_handle = None
@@ -170,24 +240,76 @@ class StreamAppender:
         if error is not None:
             log.error("sync of %s failed: %s", self.stream.directory, error)
 
+    # ------------------------------------------------------------------ shutdown, delete
+
     def flush_now(self) -> None:
-        """Write what is buffered and fsync (shutdown): synchronous, on the loop thread."""
-        if self._buffer and not self._in_flight:
-            batch, tokens = self._take()
-            _settle(tokens, self._append(batch))
+        """Shutdown, on the loop thread: wait for the append in flight (its confirms are
+        settled), write what is buffered, fdatasync. The stream is closed by its owner."""
+        self._wait_in_flight()
+        if self._buffer and not self._closed:
+            batch, sinks, tokens = self._take()
+            try:
+                self.stream.append(batch, None, self._extra(batch))
+            except _APPEND_ERRORS as error:
+                log.error("append to %s failed: %s", self.stream.directory, error)
+                _settle_each(sinks, tokens, _append_each(self.stream, batch, self._extras(batch)))
+            else:
+                _settle(tokens, True)
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
-        self._dirty = False
+        if self._dirty:
+            self._dirty = False
+            try:
+                self.stream.sync()
+            except (StorageError, OSError, ValueError) as error:
+                log.error("sync of %s failed: %s", self.stream.directory, error)
 
     def close(self) -> None:
-        """Stop accepting: what is buffered is nacked (the stream is going away)."""
+        """The stream is going away: stop accepting and nack every message not confirmed.
+
+        An append running in a worker thread is waited for first (so the files are not
+        removed under it) and nacked even if it succeeded: its chunk is deleted with the
+        stream (SPEC: nack when the stream is deleted mid-flight)."""
         self._closed = True
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
-        _, tokens = self._take()
+        future = self._in_flight
+        if future is not None:
+            wait([future])
+            tokens = self._in_flight_tokens
+            self._in_flight = self._in_flight_done = None
+            self._in_flight_tokens = {}
+            _settle(tokens, False)
+        _, _, tokens = self._take()
         _settle(tokens, False)
+
+
+_APPEND_ERRORS = (StorageError, OSError, ValueError)
+
+
+def _append_each(stream: Stream, batch: Sequence[Message], extras: Sequence[bytes]) -> list[bool]:
+    """Write each message as a chunk of its own; which ones were stored (a failed append
+    commits nothing, so retrying the others after a batch failure never duplicates)."""
+    oks: list[bool] = []
+    for message, extra in zip(batch, extras, strict=True):
+        try:
+            stream.append((message,), None, extra)
+        except _APPEND_ERRORS as error:
+            log.error("append to %s failed for one message: %s", stream.directory, error)
+            oks.append(False)
+        else:
+            oks.append(True)
+    return oks
+
+
+def _oks(future: Future[object], n: int) -> list[bool]:
+    if future.exception() is not None:
+        return [False] * n
+    result = future.result()
+    assert isinstance(result, list)
+    return result
 
 
 def _sync_fds(fds: list[int]) -> None:
@@ -203,6 +325,18 @@ def _sync_fds(fds: list[int]) -> None:
 def _settle(tokens: Tokens, ok: bool) -> None:
     for sink, seqs in tokens.items():
         sink.settle_confirms(seqs, ok)
+
+
+def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Sequence[bool]) -> None:
+    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list."""
+    pending = {sink: iter(seqs) for sink, seqs in tokens.items()}
+    good: Tokens = {}
+    bad: Tokens = {}
+    for sink, ok in zip(sinks, oks, strict=True):
+        if sink is not None:
+            (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
+    _settle(good, True)
+    _settle(bad, False)
 
 
 AppenderFactory = Callable[[Stream], StreamAppender]

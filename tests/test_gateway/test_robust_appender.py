@@ -1,0 +1,94 @@
+"""The group-commit appender when an append fails or is still running in a worker thread.
+
+A real Stream is wrapped so that one chosen message makes ``Stream.append`` fail (the way a
+storage-level rejection or an I/O error would), or so that an append blocks in the worker
+thread until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sievemq.gateway.appender import StreamAppender
+from sievemq.storage import Durability, Message, StorageError, Stream, StreamConfig
+
+
+def _msg(body: bytes) -> Message:
+    return Message((), "", "rk", b"\x00\x00", body)
+
+
+class FlakyStream:
+    """A real stream whose append refuses any batch holding a body of b"bad"."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.real = stream
+        self.release = threading.Event()
+        self.release.set()
+        self.started = threading.Event()
+        self.appends = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def append(self, messages: Sequence[Message], ts: int | None = None, extra: bytes = b"") -> int:
+        self.started.set()
+        self.release.wait(5)
+        self.appends += 1
+        if any(m.body == b"bad" for m in messages):
+            raise StorageError("refused")
+        return self.real.append(messages, ts, extra)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.outcomes: dict[int, bool] = {}
+
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
+        for seq in seqs:
+            assert seq not in self.outcomes, f"seq {seq} settled twice"
+            self.outcomes[seq] = ok
+
+
+def _stored(stream: Stream) -> list[bytes]:
+    reader = stream.reader()
+    reader.seek_first()
+    out = [r.body for r in reader.read(1000, None)]
+    reader.close()
+    return out
+
+
+async def _settled(sink: Sink, n: int) -> None:
+    for _ in range(500):
+        if len(sink.outcomes) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"only {sink.outcomes} settled")
+
+
+@pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
+async def test_one_bad_message_nacks_only_itself(tmp_path: Path, durability: Durability) -> None:
+    real = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
+    stream = FlakyStream(real)
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
+    a, b = Sink(), Sink()
+    for seq, (sink, body) in enumerate(
+        [(a, b"a1"), (b, b"b1"), (a, b"bad"), (b, b"b2"), (a, b"a2")], start=1
+    ):
+        appender.submit(_msg(body), sink, seq)
+    appender.submit(_msg(b"no-confirm"), None, 0)
+    await _settled(a, 3)
+    await _settled(b, 2)
+    assert a.outcomes == {1: True, 3: False, 5: True}
+    assert b.outcomes == {2: True, 4: True}
+    assert _stored(real) == [b"a1", b"b1", b"b2", b"a2", b"no-confirm"]
+    appender.close()
+    executor.shutdown()
+    real.close()
