@@ -92,3 +92,44 @@ async def test_one_bad_message_nacks_only_itself(tmp_path: Path, durability: Dur
     appender.close()
     executor.shutdown()
     real.close()
+async def test_delete_waits_for_the_append_in_flight_and_nacks_it(tmp_path: Path) -> None:
+    real = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
+    stream = FlakyStream(real)
+    stream.release.clear()
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
+    sink = Sink()
+    appender.submit(_msg(b"m1"), sink, 1)
+    await asyncio.sleep(0)  # the flush hands m1 to the worker, which blocks in append
+    assert stream.started.wait(5)
+    appender.submit(_msg(b"m2"), sink, 2)  # buffered behind the append in flight
+    threading.Timer(0.2, stream.release.set).start()
+    appender.close()  # queue.delete: must not return before the worker is out of append
+    assert stream.appends == 1
+    real.delete()
+    await asyncio.sleep(0.1)  # the worker's completion callback arrives after the delete
+    assert sink.outcomes == {1: False, 2: False}  # never an ack for a deleted stream
+    executor.shutdown()
+
+
+async def test_shutdown_waits_for_the_append_in_flight_then_writes_the_buffer(
+    tmp_path: Path,
+) -> None:
+    real = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
+    stream = FlakyStream(real)
+    stream.release.clear()
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
+    sink = Sink()
+    appender.submit(_msg(b"m1"), sink, 1)
+    await asyncio.sleep(0)
+    assert stream.started.wait(5)
+    appender.submit(_msg(b"m2"), sink, 2)
+    threading.Timer(0.2, stream.release.set).start()
+    appender.flush_now()
+    assert sink.outcomes == {1: True, 2: True}
+    real.close()
+    reopened = Stream.open(tmp_path / "s", StreamConfig())
+    assert _stored(reopened) == [b"m1", b"m2"]
+    reopened.close()
+    executor.shutdown()

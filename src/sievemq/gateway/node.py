@@ -88,6 +88,7 @@ class Node:
             appender.close()
 
     def flush_all(self) -> None:
-        """Write every buffered batch and fsync (shutdown)."""
+        """Shutdown, after the connections are gone: per stream, wait for the append in
+        flight, write what is buffered, fsync (the broker closes the streams next)."""
         for appender in list(self._appenders.values()):
             appender.flush_now()
