@@ -21,7 +21,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames
 from sievemq.gateway import args as stream_args
-from sievemq.gateway import fastpath
+from sievemq.gateway import fastpath, named_consumers
 from sievemq.gateway.confirms import ConfirmTracker
 from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.gateway.sql_consume import consumer_extras
@@ -299,7 +299,8 @@ class Channel:
             consumer.wake()
 
     def cancel_consumer_by_server(self, consumer: StreamConsumer) -> None:
-        """The queue went away (or its reader failed): stop and tell the client if it asked."""
+        """The queue went away, its reader failed or a newer consumer took its name: stop
+        and tell the client if it asked (its unacked deliveries can still be acked)."""
         consumer.stop()
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
@@ -453,6 +454,8 @@ class Channel:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
         extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
+        if options.consumer_name is not None:
+            self._take_over_name(queue.consumers, options.consumer_name)
         reader = stream.reader()
         try:
             position_reader(reader, extras.start(options.offset))
@@ -479,6 +482,15 @@ class Channel:
         if not m.nowait:
             self.connection.send_method(self.id, spec.Basic.ConsumeOk(consumer_tag=tag))
         consumer.start()
+
+    @staticmethod
+    def _take_over_name(consumers: set[StreamConsumer], name: str) -> None:
+        """Newest wins: an older consumer of the same name commits, retires and is cancelled
+        (before the new one reads where to resume)."""
+        for old in named_consumers.holders(consumers, name):
+            log.info("consumer %s: name %r taken over by a new consume", old.tag, name)
+            old.tracker.retire()
+            old.channel.cancel_consumer_by_server(old)
 
     def _basic_cancel(self, m: Any) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)

@@ -10,6 +10,11 @@ name gets the message again (at-least-once). Offsets a filter skipped between de
 never hold the commit back: it goes up to the offset before the first unsettled delivery, or
 up to the reader position when nothing is unsettled.
 
+One name, one writer: at most one consumer per (stream, name) is active. A new consume with
+a name already active on the stream takes over (newest wins): the old consumer's tracker
+writes its commit one last time, is retired (it never writes again, so a late ack or the old
+connection closing cannot move the commit backwards) and the old consumer is cancelled.
+
 Writes are batched: a settle marks the tracker dirty and one ``OffsetStore.set`` per loop tick
 writes the result (the store fsyncs under durability ``always``; under ``batch`` the write
 reaches the OS, which survives a SIGKILL of the server).
@@ -21,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from sievemq.storage import OffsetStore, StorageError
 
@@ -37,7 +43,16 @@ def resume_offset(store: OffsetStore, name: str) -> int | None:
 class OffsetTracker:
     """Delivered-but-unsettled offsets of one named consumer, and its committed offset."""
 
-    __slots__ = ("_loop", "_outstanding", "_position", "_scheduled", "_tags", "name", "store")
+    __slots__ = (
+        "_loop",
+        "_outstanding",
+        "_position",
+        "_scheduled",
+        "_tags",
+        "name",
+        "retired",
+        "store",
+    )
 
     def __init__(
         self,
@@ -53,6 +68,7 @@ class OffsetTracker:
         self._outstanding: dict[int, bool] = {}  # offset -> settled, in delivery order
         self._tags: dict[int, int] = {}  # delivery tag -> offset
         self._scheduled = False
+        self.retired = False  # taken over by a newer consumer of the same name
 
     def delivered(self, tag: int, offset: int) -> None:
         self._tags[tag] = offset
@@ -97,6 +113,8 @@ class OffsetTracker:
         A consumer started below its commit (explicit ``x-stream-offset``) moves it back.
         """
         self._scheduled = False
+        if self.retired:
+            return
         done = self.target()
         if done is None:
             return
@@ -104,3 +122,18 @@ class OffsetTracker:
             self.store.set(self.name, done)
         except (OSError, ValueError, StorageError) as error:
             log.error("cannot store offset of consumer %r: %s", self.name, error)
+
+    def retire(self) -> None:
+        """Write the commit one last time, then never again (a newer consumer owns the name)."""
+        if not self.retired:
+            self.flush()
+            self.retired = True
+
+
+def holders(consumers: Iterable[Any], name: str) -> list[Any]:
+    """The active consumers of a stream that commit under ``name`` (at most one, normally)."""
+    return [
+        c
+        for c in consumers
+        if c.tracker is not None and c.tracker.name == name and not c.tracker.retired
+    ]
