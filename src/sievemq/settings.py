@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=4096, ge=1)
     max_message_size: int = Field(default=128 * 1024 * 1024, ge=1)
     max_unparsed_bytes: int = Field(default=4 * 1024 * 1024, ge=8192)
-    # a consumer stops reading the stream while this many bytes wait in its socket buffer
+    # past this many bytes waiting in a client's socket buffer its consumers stop reading the
+    # stream and the server stops reading from that client, until the buffer drains
     write_buffer_high: int = Field(default=1024 * 1024, ge=4096)
     # how many deliveries one consumer writes per loop tick before yielding
     delivery_batch: int = Field(default=256, ge=1)
@@ -62,6 +63,7 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("max_connections", int, "max concurrent AMQP connections (default 4096)"),
     ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
     ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
+    ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
 ]
 
 

@@ -29,6 +29,7 @@ class Limits:
     delivery_batch: int = 256
     handshake_timeout_s: float = 10.0
     sync_interval_ms: int = 200
+    write_buffer_high: int = 1024 * 1024
 
 
 class Node:

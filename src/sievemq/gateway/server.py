@@ -49,13 +49,16 @@ def limits_from(settings: Settings) -> Limits:
         delivery_batch=settings.delivery_batch,
         handshake_timeout_s=settings.handshake_timeout_s,
         sync_interval_ms=settings.sync_interval_ms,
+        write_buffer_high=settings.write_buffer_high,
     )
 
 
 def protocol_factory(node: Node) -> AMQPProtocol:
     conn = Connection(node)
     limits = node.limits
-    protocol = AMQPProtocol(conn, node, limits.frame_max, limits.max_unparsed_bytes)
+    protocol = AMQPProtocol(
+        conn, node, limits.frame_max, limits.max_unparsed_bytes, limits.write_buffer_high
+    )
     conn.frame_reader = protocol.reader
     return protocol
 

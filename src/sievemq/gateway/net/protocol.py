@@ -1,5 +1,11 @@
 """The asyncio Protocol of one AMQP connection: header check, framing, limits, flow control.
 
+Flow control both ways: when the transport's write buffer passes ``write_buffer_high`` the
+handler is told (consumers stop delivering) AND the protocol stops reading from the socket
+until the buffer drains, so a client that sends but never reads (mandatory publishes that
+come back as basic.return, confirms, replies) is held back by TCP instead of growing server
+memory. A client that reads what it is sent always gets reading resumed.
+
 HOT PATH: every byte a client sends arrives in ``data_received``. It hands the bytes to the
 sans-I/O FrameReader and passes the whole list of complete frames to the connection handler
 in one call (no task, no await per frame). Anything that is not a frame-level concern (what a
@@ -46,6 +52,7 @@ class AMQPProtocol(asyncio.Protocol):
         "_pending",
         "_reader",
         "_registry",
+        "_write_buffer_high",
         "transport",
     )
 
@@ -55,6 +62,7 @@ class AMQPProtocol(asyncio.Protocol):
         registry: ConnectionRegistry,
         frame_max: int,
         max_unparsed_bytes: int,
+        write_buffer_high: int | None = None,
     ) -> None:
         self._handler = handler
         self._registry = registry
@@ -65,6 +73,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._pending = b""
         self._admitted = False
         self._dead = False
+        self._write_buffer_high = write_buffer_high
         self.transport: asyncio.Transport | None = None
 
     @property
@@ -80,6 +89,8 @@ class AMQPProtocol(asyncio.Protocol):
             transport.abort()
             return
         self._admitted = True
+        if self._write_buffer_high is not None:
+            transport.set_write_buffer_limits(high=self._write_buffer_high)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError, AttributeError):
@@ -128,6 +139,14 @@ class AMQPProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._handler.on_pause_writing()
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            with contextlib.suppress(RuntimeError):
+                transport.pause_reading()
 
     def resume_writing(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            with contextlib.suppress(RuntimeError):
+                transport.resume_reading()
         self._handler.on_resume_writing()

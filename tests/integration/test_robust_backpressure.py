@@ -1,0 +1,110 @@
+"""Backpressure: a client that sends but does not read is held back by TCP, not by memory."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pika
+from gw_raw import RawClient
+from pamqp import body as pbody
+from pamqp import commands, frame, header
+from server_process import ServerProcess
+
+MIB = 1 << 20
+
+
+def _rss_mib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) // 1024
+
+
+def _small_buffered_client(host: str, port: int) -> RawClient:
+    """A raw client with a small receive buffer, set before connect (TCP window)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.settimeout(5)
+    sock.connect((host, port))
+    client = RawClient.__new__(RawClient)
+    client.sock = sock
+    client.buf = b""
+    return client
+
+
+def test_unread_returns_stop_the_server_reading_and_nothing_is_lost(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path / "data").start()
+    try:
+        assert srv.proc is not None
+        client = _small_buffered_client(srv.host, srv.amqp_port)
+        client.handshake()
+        client.open_channel()
+        rss_before = _rss_mib(srv.proc.pid)
+        body = b"x" * MIB
+        message = frame.marshal(
+            commands.Basic.Publish(exchange="", routing_key="nowhere", mandatory=True), 1
+        ) + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
+        for i in range(0, len(body), 100_000):
+            message += frame.marshal(pbody.ContentBody(body[i : i + 100_000]), 1)
+        total = 60
+        sent = [0]
+
+        def send_all() -> None:
+            client.sock.settimeout(None)
+            for _ in range(total):
+                client.send(message)
+                sent[0] += 1
+
+        sender = threading.Thread(target=send_all, daemon=True)
+        sender.start()
+        time.sleep(4)  # the client reads nothing meanwhile
+        stalled_at = sent[0]
+        rss_grew = _rss_mib(srv.proc.pid) - rss_before
+        assert stalled_at < total // 2, f"server kept reading: {stalled_at} MiB accepted"
+        assert rss_grew < 48, f"server grew by {rss_grew} MiB holding unread returns"
+        # the client now reads: every message comes back as basic.return, none is lost
+        returned = 0
+        while returned < total:
+            method, _props, got = client.read_message(timeout=20)
+            assert method.name == "Basic.Return" and method.reply_code == 312
+            assert len(got) == MIB
+            returned += 1
+        sender.join(10)
+        assert sent[0] == total
+        client.send_frame(
+            commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+        )
+        client.expect(commands.Connection.CloseOk)
+    finally:
+        srv.stop()
+
+
+def test_a_client_that_publishes_reads_and_acks_never_deadlocks(tmp_path: Path) -> None:
+    # the smallest write buffer: reading pauses at almost every delivery batch
+    srv = ServerProcess(tmp_path / "data", ("--write-buffer-high", "4096")).start()
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(srv.url))
+        ch = conn.channel()
+        ch.queue_declare("bp", durable=True, arguments={"x-queue-type": "stream"})
+        ch.basic_qos(prefetch_count=500)
+        got: list[int] = []
+
+        def on_message(c: object, m: pika.spec.Basic.Deliver, p: object, b: bytes) -> None:
+            got.append(int(b[:8]))
+            ch.basic_ack(m.delivery_tag)
+
+        ch.basic_consume("bp", on_message, arguments={"x-stream-offset": "first"})
+        n = 4000
+        pad = b"p" * 2000
+        for i in range(n):  # publishes interleaved with deliveries on one connection
+            ch.basic_publish("", "bp", b"%08d" % i + pad)
+            if i % 200 == 0:
+                conn.process_data_events(time_limit=0)
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert got == list(range(n))
+        conn.close()
+    finally:
+        srv.stop()
