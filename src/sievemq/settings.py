@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=4096, ge=1)
     max_message_size: int = Field(default=128 * 1024 * 1024, ge=1)
     max_unparsed_bytes: int = Field(default=4 * 1024 * 1024, ge=8192)
+    # body bytes of unfinished messages buffered per connection, over all its channels
+    max_pending_content_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
     # past this many bytes waiting in a client's socket buffer its consumers stop reading the
     # stream and the server stops reading from that client, until the buffer drains
     write_buffer_high: int = Field(default=1024 * 1024, ge=4096)
@@ -63,6 +65,11 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("max_connections", int, "max concurrent AMQP connections (default 4096)"),
     ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
     ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
+    (
+        "max_pending_content_bytes",
+        int,
+        "max body bytes of unfinished messages per connection (default 256 MiB)",
+    ),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
 ]
 

@@ -11,6 +11,7 @@ import pika
 from gw_raw import RawClient
 from pamqp import body as pbody
 from pamqp import commands, frame, header
+
 from server_process import ServerProcess
 
 MIB = 1 << 20

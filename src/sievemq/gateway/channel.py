@@ -126,14 +126,22 @@ class Channel:
                 raise errors.UnexpectedFrame(f"unexpected content body on channel {self.id}")
             self._parts.append(payload)
             self._received += len(payload)
+            conn = self.connection
             if self._received >= self._size:
-                if self._received > self._size:
+                received = self._received
+                conn.pending_content -= received - len(payload)
+                self._received = 0
+                if received > self._size:
                     raise errors.FrameError(
-                        f"content body of {self._received} bytes, header said {self._size}"
+                        f"content body of {received} bytes, header said {self._size}"
                     )
                 parts = self._parts
                 self._parts = []
                 self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
+                return
+            conn.pending_content += len(payload)
+            if conn.pending_content > conn.node.limits.max_pending_content_bytes:
+                raise _pending_content_error(conn.node.limits.max_pending_content_bytes)
         else:
             raise errors.UnexpectedFrame(f"frame type {ftype} on channel {self.id}")
 
@@ -339,6 +347,9 @@ class Channel:
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
         self.unacked.clear()
+        if self._expect is _EXPECT_BODY:
+            self.connection.pending_content -= self._received
+        self._received = 0
         self._parts = []
         self._expect = _EXPECT_METHOD
         self.closing = True
@@ -523,6 +534,13 @@ class Channel:
 
     def _tx(self, m: Any) -> None:
         raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
+
+
+def _pending_content_error(limit: int) -> errors.ResourceError:
+    return errors.ResourceError(
+        f"unfinished message bodies on this connection exceed max_pending_content_bytes "
+        f"({limit} bytes)"
+    )
 
 
 def _headers(props: bytes) -> dict[str, Any]:

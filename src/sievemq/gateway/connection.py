@@ -65,6 +65,8 @@ class Connection:
         self.cancel_notify = False
         self.writing_paused = False
         self.peer = ""
+        # body bytes of unfinished messages over all channels (max_pending_content_bytes)
+        self.pending_content = 0
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._in_frames = False

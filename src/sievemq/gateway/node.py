@@ -26,6 +26,7 @@ class Limits:
     max_connections: int = 4096
     max_message_size: int = 128 * 1024 * 1024
     max_unparsed_bytes: int = 4 * 1024 * 1024
+    max_pending_content_bytes: int = 256 * 1024 * 1024
     delivery_batch: int = 256
     handshake_timeout_s: float = 10.0
     sync_interval_ms: int = 200

@@ -46,6 +46,7 @@ def limits_from(settings: Settings) -> Limits:
         max_connections=settings.max_connections,
         max_message_size=settings.max_message_size,
         max_unparsed_bytes=max(settings.max_unparsed_bytes, settings.frame_max * 2),
+        max_pending_content_bytes=settings.max_pending_content_bytes,
         delivery_batch=settings.delivery_batch,
         handshake_timeout_s=settings.handshake_timeout_s,
         sync_interval_ms=settings.sync_interval_ms,
