@@ -92,6 +92,8 @@ async def test_one_bad_message_nacks_only_itself(tmp_path: Path, durability: Dur
     appender.close()
     executor.shutdown()
     real.close()
+
+
 async def test_delete_waits_for_the_append_in_flight_and_nacks_it(tmp_path: Path) -> None:
     real = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
     stream = FlakyStream(real)

@@ -99,11 +99,11 @@ class Channel:
                     return
                 if mid == 120:
                     tag, multiple, requeue = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple, finished=not requeue)
+                    self._settle_deliveries(tag, multiple, not requeue, 120)
                     return
                 if mid == 90:
                     tag, requeue = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False, finished=not requeue)
+                    self._settle_deliveries(tag, False, not requeue, 90)
                     return
             method = codec.decode_method(payload)
             handler = self._cold.get(type(method))
@@ -214,7 +214,11 @@ class Channel:
                 raise
         vhost = self.connection.vhost
         assert vhost is not None
-        queues = vhost.route(exchange, routing_key, lambda: _headers(props))
+        try:
+            queues = vhost.route(exchange, routing_key, lambda: _headers(props))
+        except errors.AMQPError as error:  # missing or internal exchange: basic.publish failed
+            error.class_id, error.method_id = 60, 40
+            raise
         confirm = self.confirm
         if not queues:
             if mandatory:
@@ -268,29 +272,32 @@ class Channel:
 
     # ----------------------------------------------------------------------- consuming
 
-    def _settle_deliveries(self, tag: int, multiple: bool, finished: bool = True) -> None:
+    def _settle_deliveries(
+        self, tag: int, multiple: bool, finished: bool = True, method_id: int = 80
+    ) -> None:
         """Ack, nack, reject: each settled delivery gives its consumer one credit back.
 
         ``finished`` is False for nack / reject with requeue=true and for recover: the client
         wants the message again, so a named consumer's committed offset stays before it
         and a consumer resuming by name gets it again (streams redeliver nothing within
-        one consume).
+        one consume). A tag that is not outstanding is 406 (also with multiple=true, as in
+        RabbitMQ; tag 0 with multiple means "everything"), naming the method that sent it.
         """
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
             if consumer is None:
-                raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
+                raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
             return
         # tags are inserted in increasing order: everything up to ``tag`` is a prefix,
         # found and removed with C-level list/dict operations rather than a loop per tag
+        if tag and tag not in unacked:
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
-        if not count and tag:
-            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, 80)
         done = items[:count]
         unacked.clear()
         unacked.update(items[count:])
