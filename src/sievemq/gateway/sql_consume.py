@@ -17,7 +17,7 @@ from sievemq.gateway.args import ConsumerOptions, OffsetSpec
 from sievemq.gateway.named_consumers import OffsetTracker, resume_offset
 from sievemq.gateway.sql import CompileError, SqlFilter, compile_filter
 from sievemq.gateway.sql_view import sql_predicate
-from sievemq.gateway.subscriptions import registry
+from sievemq.gateway.subscriptions import RegistryError, registry
 from sievemq.storage import Record, Stream, StreamReader
 
 
@@ -67,7 +67,15 @@ def consumer_extras(
     extras.predicate = sql_predicate(sql)
     if options.consumer_name is not None:
         reg = registry(stream)
-        slot = reg.register(options.consumer_name, options.sql)
+        try:
+            slot = reg.register(options.consumer_name, options.sql)
+        except RegistryError as error:  # a slot that is not on disk must never be used
+            raise errors.InternalError(
+                f"cannot register the SQL subscription of consumer "
+                f"'{options.consumer_name}': {error}",
+                60,
+                20,
+            ) from None
         if slot is not None:
             extras.subscription_slot = slot
             extras.chunk_filter = reg.chunk_filter(slot)

@@ -10,6 +10,12 @@ when *i* < N and bit *i* is 0. Chunks written before the registration carry no b
 slot (no blob, or *i* ≥ N) and are evaluated normally; a changed expression is a new slot.
 The answers are exact (not a Bloom filter), so a skip never loses a message.
 
+Slot numbers are what the stored bits mean, so the registry must never forget or reuse one:
+a registration that cannot be saved is rolled back and refused (``RegistryError``); an
+unreadable ``subscriptions.json`` is left as it is and the stream runs with registered
+subscriptions DISABLED (no new bits, no skipping: SQL consumers evaluate every chunk), since
+the bits of the old chunks could otherwise be read against different expressions.
+
 HOT PATH (append): ``extra_for`` runs once per chunk; it stops evaluating a slot at the first
 matching message, and an empty registry costs one attribute check.
 """
@@ -17,6 +23,7 @@ matching message, and an empty registry costs one attribute check.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -43,6 +50,10 @@ def subscription_id(name: str, expression: str) -> str:
     return hashlib.blake2b(f"{name}#{expression}".encode(), digest_size=8).hexdigest()
 
 
+class RegistryError(Exception):
+    """The registry could not be saved (the registration was rolled back) or is disabled."""
+
+
 @dataclass
 class Slot:
     id: str
@@ -59,18 +70,36 @@ class SubscriptionRegistry:
         self.slots: list[Slot] = []
         self._by_id: dict[str, int] = {}
         self._predicates: list[Callable[[StoredMessage], bool] | None] = []
+        self.disabled = False  # subscriptions.json unreadable: no bits, no skipping
         self._load()
 
     def _load(self) -> None:
         try:
             data = json.loads(self.path.read_text())
+            slots = [
+                Slot(
+                    str(item["id"]),
+                    str(item["name"]),
+                    str(item["expression"]),
+                    bool(item["active"]),
+                )
+                for item in data.get("slots", [])
+            ]
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as error:  # unreadable: start over; old bits stay exact
-            log.error("ignoring %s: %s", self.path, error)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            # the old chunks' bits are numbered by slots we no longer know: never read them
+            # against other expressions, never overwrite the file
+            log.error(
+                "cannot read %s (%s): registered SQL subscriptions are disabled for this "
+                "stream; SQL consumers evaluate every chunk",
+                self.path,
+                error,
+            )
+            self.disabled = True
             return
-        for item in data.get("slots", []):
-            self._append(Slot(item["id"], item["name"], item["expression"], bool(item["active"])))
+        for slot in slots:
+            self._append(slot)
 
     def _append(self, slot: Slot) -> None:
         self._by_id[slot.id] = len(self.slots)
@@ -106,11 +135,27 @@ class SubscriptionRegistry:
 
     # ------------------------------------------------------------------ registration
 
+    def _snapshot(self) -> tuple[list[Slot], dict[str, int], list[Callable[..., bool] | None]]:
+        return copy.deepcopy(self.slots), dict(self._by_id), list(self._predicates)
+
+    def _save_or_rollback(
+        self, snapshot: tuple[list[Slot], dict[str, int], list[Callable[..., bool] | None]]
+    ) -> None:
+        try:
+            self._save()
+        except OSError as error:
+            self.slots, self._by_id, self._predicates = snapshot
+            raise RegistryError(f"cannot save {self.path}: {error}") from error
+
     def register(self, name: str, expression: str) -> int | None:
-        """The slot of (name, expression), registering it; None when the registry is full.
+        """The slot of (name, expression), registering it; None when the registry is full
+        or disabled. Raises RegistryError (nothing changed) when it cannot be saved.
 
         The consumer's other expressions are deactivated (their bits are then always 1).
         """
+        if self.disabled:
+            return None
+        snapshot = self._snapshot()
         sid = subscription_id(name, expression)
         changed = False
         for i, slot in enumerate(self.slots):
@@ -129,11 +174,14 @@ class SubscriptionRegistry:
             index = len(self.slots) - 1
             changed = True
         if changed:
-            self._save()
+            self._save_or_rollback(snapshot)
         return index
 
     def forget(self, name: str) -> None:
         """Deactivate the consumer's subscriptions (its offset was deleted)."""
+        if self.disabled:
+            return
+        snapshot = self._snapshot()
         changed = False
         for i, slot in enumerate(self.slots):
             if slot.name == name and slot.active:
@@ -141,7 +189,7 @@ class SubscriptionRegistry:
                 self._compile(i)
                 changed = True
         if changed:
-            self._save()
+            self._save_or_rollback(snapshot)
 
     def active(self) -> list[Slot]:
         return [s for s in self.slots if s.active]
