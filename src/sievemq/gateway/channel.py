@@ -59,7 +59,6 @@ class Channel:
         self.global_prefetch = 0
         self.flow_active = True
         self.confirm: ConfirmTracker | None = None
-        self.tx = False
         self._confirm_flush = False
         self._expect = _EXPECT_METHOD
         self._pub: tuple[str, str, bool] = ("", "", False)
@@ -348,7 +347,8 @@ class Channel:
         self.connection.channel_closed(self)
 
     def teardown(self) -> None:
-        """Stop consumers, nack unconfirmed publishes that can still be told, free state."""
+        """Stop consumers and free state; unconfirmed publishes are never confirmed (the
+        channel is gone: appends still running settle into a closing channel, ignored)."""
         for consumer in list(self.consumers.values()):
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
@@ -532,8 +532,6 @@ class Channel:
             self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
-        if self.tx:
-            raise errors.PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
         if self.confirm is None:
             self.confirm = ConfirmTracker(self.id)
         if not m.nowait:

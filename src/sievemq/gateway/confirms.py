@@ -102,7 +102,12 @@ class ConfirmTracker:
         return out
 
     def fail_all(self) -> None:
-        """Settle everything still outstanding as failed (the channel is going away)."""
+        """Settle everything still outstanding as failed, so ``drain`` nacks it.
+
+        Channel teardown does NOT call this: a closed channel cannot carry confirms, so it
+        simply stops settling (``Channel.settle_confirms`` ignores a closing channel) and the
+        client treats every unconfirmed publish of that channel as not confirmed.
+        """
         for seq in range(max(self._next_out, self._ok_through + 1), self.next_seq):
             if seq not in self._outcomes:
                 self._outcomes[seq] = False

@@ -22,7 +22,6 @@ matching message, and an empty registry costs one attribute check.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
@@ -230,8 +229,3 @@ def registry(stream: Stream) -> SubscriptionRegistry:
     if reg is None:
         reg = _registries[stream] = SubscriptionRegistry(stream.directory)
     return reg
-
-
-def forget_stream(stream: Stream) -> None:
-    with contextlib.suppress(KeyError):
-        del _registries[stream]
