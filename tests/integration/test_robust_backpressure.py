@@ -109,3 +109,45 @@ def test_a_client_that_publishes_reads_and_acks_never_deadlocks(tmp_path: Path) 
         conn.close()
     finally:
         srv.stop()
+
+
+def test_a_client_held_back_by_backpressure_is_not_dropped_for_missed_heartbeats(
+    tmp_path: Path,
+) -> None:
+    srv = ServerProcess(tmp_path / "data").start()
+    try:
+        client = _small_buffered_client(srv.host, srv.amqp_port)
+        client.handshake(heartbeat=1)
+        client.open_channel()
+        body = b"x" * MIB
+        message = frame.marshal(
+            commands.Basic.Publish(exchange="", routing_key="nowhere", mandatory=True), 1
+        ) + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
+        for i in range(0, len(body), 100_000):
+            message += frame.marshal(pbody.ContentBody(body[i : i + 100_000]), 1)
+        total = 30
+        sender = threading.Thread(
+            target=lambda: [client.send(message) for _ in range(total)], daemon=True
+        )
+        client.sock.settimeout(None)
+        sender.start()
+        # the server stops reading from us: for four heartbeat intervals it hears nothing,
+        # because we read nothing; that is backpressure, not a dead peer
+        time.sleep(4.5)
+        returned = 0
+        while returned < total:
+            _, method = client.next_method(timeout=20)
+            if method.name != "Basic.Return":
+                continue
+            size = client._read_raw_header(20)[1]
+            got = 0
+            while got < size:
+                part = client.read_frame(20)[1]
+                if part.name == "ContentBody":
+                    got += len(part.value)
+            returned += 1
+        sender.join(10)
+        client.send_frame(commands.Basic.Qos(prefetch_count=5), 1)
+        client.expect(commands.Basic.QosOk)  # the connection is still alive
+    finally:
+        srv.stop()

@@ -290,7 +290,9 @@ class Connection:
         self._heartbeat_handle = None
         if self.state == _CLOSED or self.transport is None:
             return
-        if self._received:
+        if self._received or self.writing_paused:
+            # while its output is backed up we do not read from the peer (backpressure):
+            # silence then is ours, not a dead peer's
             self._received = False
             self._missed = 0
         else:
