@@ -139,13 +139,8 @@ class Channel:
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
         method = codec.decode_method(payload)
-        handler = _COLD.get(type(method))
-        if handler is None:
-            raise errors.NotImplemented_(
-                f"method '{method.name.lower()}' is not implemented", cid, mid
-            )
         try:
-            handler(self, method)
+            _COLD[type(method)](self, method)  # one handler per method the table dispatches
         except errors.AMQPError as error:
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
@@ -513,16 +508,23 @@ class Channel:
     def _tx(self, m: Any) -> None:
         raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
 
+    def _answer(self, m: Any) -> None:
+        """channel.flow-ok, basic.cancel-ok: answers to what we sent, nothing to do."""
+
 
 def _headers(props: bytes) -> dict[str, Any]:
     headers = codec.decode_properties(props).headers
     return dict(headers) if headers else {}
 
 
+# the handler of every method the channel table dispatches, except the hot publish and
+# settles in ``on_frame`` (tests/test_gateway/test_states_wiring.py checks none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,
     spec.Channel.Flow: Channel._channel_flow,
+    spec.Channel.FlowOk: Channel._answer,
+    spec.Basic.CancelOk: Channel._answer,
     spec.Exchange.Declare: Channel._exchange_declare,
     spec.Exchange.Delete: Channel._exchange_delete,
     spec.Exchange.Bind: Channel._exchange_bind,
