@@ -176,11 +176,24 @@ def test_handshake_in_order():
     opened()
 
 
-def test_open_before_tune_ok_is_503():
+def test_open_before_tune_ok_is_504_as_in_rabbitmq():
     conn = ConnectionState()
     conn.receive_method(states.CONNECTION_START_OK)
-    with pytest.raises(errors.CommandInvalid, match="await_tune_ok"):
+    with pytest.raises(errors.ChannelErrorHard) as info:
         conn.receive_method(states.CONNECTION_OPEN)
+    assert info.value.reply_code == 504 and info.value.closes_connection
+    assert "unexpected method 10.40 in connection state await_tune_ok" in info.value.reply_text
+    assert (info.value.class_id, info.value.method_id) == states.CONNECTION_OPEN
+
+
+def test_close_ok_without_our_close_is_504():
+    with pytest.raises(errors.ChannelErrorHard, match="connection state open"):
+        opened().receive_method(states.CONNECTION_CLOSE_OK)
+
+
+def test_unknown_method_on_channel_zero_is_540():
+    with pytest.raises(errors.NotImplemented_):
+        opened().receive_method((10, 99))
 
 
 def test_channel_frames_before_open_are_505():
@@ -195,8 +208,8 @@ def test_content_on_channel_zero_is_505():
             opened().receive_frame(frame_type, 0)
 
 
-def test_channel_method_on_channel_zero_is_503():
-    with pytest.raises(errors.CommandInvalid, match="channel 0"):
+def test_channel_method_on_channel_zero_is_504():
+    with pytest.raises(errors.ChannelErrorHard, match=r"50\.10 in connection state open"):
         opened().receive_method((50, 10))
 
 
@@ -229,3 +242,26 @@ def test_client_close_ends_the_connection_in_any_open_phase():
             conn.receive_method(method)
         assert conn.receive_method(states.CONNECTION_CLOSE) is Next.DISPATCH
         assert conn.phase is ConnectionPhase.CLOSED
+
+
+def test_after_the_connection_ended_everything_is_discarded():
+    for conn in (opened(), ConnectionState()):
+        conn.lost()
+        assert conn.receive_frame(FRAME_METHOD, 3) is Next.DISCARD
+        assert conn.receive_frame(FRAME_BODY, 0) is Next.DISCARD
+        assert conn.receive_frame(FRAME_METHOD, 0) is Next.DISPATCH
+        assert conn.receive_method(states.CONNECTION_CLOSE) is Next.DISCARD
+        assert conn.phase is ConnectionPhase.CLOSED
+
+
+def test_out_of_phase_names_the_frame_the_phase_expects():
+    with pytest.raises(errors.ChannelErrorHard, match=r"expected 'channel\.open' on channel 2"):
+        ChannelState(2).out_of_phase(FRAME_BODY)
+    with pytest.raises(errors.UnexpectedFrame, match="body frame on channel 1 without a content"):
+        open_channel().out_of_phase(FRAME_BODY)
+    ch = open_channel()
+    ch.receive_method(PUBLISH)
+    with pytest.raises(errors.UnexpectedFrame, match="expected content header frame on chan"):
+        ch.out_of_phase(FRAME_BODY)
+    ch.send_close()
+    assert ch.out_of_phase(FRAME_HEADER) is Next.DISCARD

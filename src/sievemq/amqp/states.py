@@ -7,9 +7,16 @@ tables are the documentation and tests can walk them. ``ConnectionState`` and
 of the wrong kind (content where a method belongs, a method in the middle of content), 504
 CHANNEL_ERROR for a frame on a channel that is not open, 540 NOT_IMPLEMENTED for a method the
 protocol does not define. Methods are (class_id, method_id) pairs; nothing here decodes bytes.
+Where the spec leaves the code open, RabbitMQ's choice is taken: a channel-0 method the
+connection phase does not accept is 504 "unexpected method in connection state ...".
 
 Once the server has sent a Close, the spec says to discard everything but Close and Close-Ok:
 the tables mark that with the ``Next.DISCARD`` outcome.
+
+Cold path: the gateway (``gateway.connection``, ``gateway.channel``) asks these tables about
+every frame outside the publish / ack hot path; the hot path performs the table's content
+transitions inline, and ``tests/test_gateway/test_states_wiring.py`` checks both give the
+same replies. ``markdown()`` renders the tables for docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from pamqp import commands
+from pamqp import base, commands
 
 from sievemq.amqp import errors
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
@@ -52,7 +59,6 @@ CHANNEL_CLOSE: Final = (20, 40)
 CHANNEL_CLOSE_OK: Final = (20, 41)
 
 BASIC_PUBLISH: Final = (60, 40)
-CLASS_CONNECTION: Final = 10
 
 # every (class, method) the protocol defines (pamqp's generated index)
 KNOWN_METHODS: Final[frozenset[Method]] = frozenset(
@@ -125,9 +131,10 @@ CONNECTION_TRANSITIONS: Final[dict[ConnectionPhase, dict[Method, ConnectionPhase
     CP.CLOSED: {},
 }
 
-# phases where frames on channels other than 0 may flow (only OPEN) or are dropped (CLOSING)
+# phases where frames on channels other than 0 may flow (only OPEN) or are dropped: after our
+# Close until its Close-Ok, and after the connection ended (what is left of the last read)
 CHANNEL_FRAMES_ALLOWED: Final = frozenset({CP.OPEN})
-DISCARD_PHASES: Final = frozenset({CP.CLOSING})
+DISCARD_PHASES: Final = frozenset({CP.CLOSING, CP.CLOSED})
 
 
 class ConnectionState:
@@ -149,8 +156,6 @@ class ConnectionState:
             return Next.DISPATCH
         if phase in DISCARD_PHASES:
             return Next.DISPATCH if channel == 0 and frame_type == FRAME_METHOD else Next.DISCARD
-        if phase is CP.CLOSED:
-            raise errors.UnexpectedFrame("frame after connection.close")
         if channel == 0:
             if frame_type != FRAME_METHOD:
                 raise errors.UnexpectedFrame(f"content frame of type {frame_type} on channel 0")
@@ -162,7 +167,7 @@ class ConnectionState:
         return Next.DISPATCH
 
     def receive_method(self, method: Method) -> Next:
-        """Advance on a channel-0 method, or raise 503/540 (DISCARD while closing)."""
+        """Advance on a channel-0 method, or raise 504/540 (DISCARD while closing or closed)."""
         phase = self.phase
         target = CONNECTION_TRANSITIONS[phase].get(method)
         if target is None:
@@ -170,10 +175,8 @@ class ConnectionState:
                 return Next.DISCARD
             if method not in KNOWN_METHODS:
                 raise errors.NotImplemented_(f"unknown method {method[0]}.{method[1]}", *method)
-            if method[0] != CLASS_CONNECTION:
-                raise errors.CommandInvalid(f"method {method[0]}.{method[1]} on channel 0", *method)
-            raise errors.CommandInvalid(
-                f"method {method[0]}.{method[1]} not expected in connection state {phase.value}",
+            raise errors.ChannelErrorHard(
+                f"unexpected method {method[0]}.{method[1]} in connection state {phase.value}",
                 *method,
             )
         self.phase = target
@@ -183,6 +186,10 @@ class ConnectionState:
         """We sent connection.close: from now on only close/close-ok count."""
         if self.phase is not CP.CLOSED:
             self.phase = CP.CLOSING
+
+    def lost(self) -> None:
+        """The socket is gone: whatever still arrives is discarded."""
+        self.phase = CP.CLOSED
 
 
 # --- channel -----------------------------------------------------------------------------------
@@ -223,17 +230,20 @@ class ChannelState:
     """Phase of one channel, including the content-frame sequence of a publish.
 
     ``max_body_size`` (optional) turns an oversized content header into 406, as RabbitMQ's
-    ``max_message_size`` does.
+    ``max_message_size`` does. ``phase``, ``remaining`` and ``content_class`` are plain
+    attributes so that a hot path may perform the content transitions inline (publish:
+    AWAIT_HEADER with content_class 60; header: AWAIT_BODY with remaining = body size, or
+    OPEN; last body frame: OPEN) and come back here for everything else.
     """
 
-    __slots__ = ("_content_class", "channel", "max_body_size", "phase", "remaining")
+    __slots__ = ("channel", "content_class", "max_body_size", "phase", "remaining")
 
     def __init__(self, channel: int, max_body_size: int | None = None) -> None:
         self.channel = channel
         self.max_body_size = max_body_size
         self.phase = ChannelPhase.CLOSED
         self.remaining = 0  # body bytes still expected in AWAIT_BODY
-        self._content_class = 0
+        self.content_class = 0  # class of the content header expected in AWAIT_HEADER
 
     def receive_method(self, method: Method) -> Next:
         """Advance on a method frame: DISPATCH, EXPECT_CONTENT or DISCARD; else raise."""
@@ -262,20 +272,17 @@ class ChannelState:
             )
         self.phase = target
         if target is CH.AWAIT_HEADER:
-            self._content_class = CONTENT_METHODS[method]
+            self.content_class = CONTENT_METHODS[method]
             return Next.EXPECT_CONTENT
         return Next.DISPATCH
 
     def receive_header(self, class_id: int, body_size: int) -> Next:
         """Content header: CONTINUE (body frames follow) or COMPLETE (empty body)."""
-        phase = self.phase
-        if phase is CH.CLOSING:
-            return Next.DISCARD
-        if phase is not CH.AWAIT_HEADER:
-            self._unexpected(FRAME_HEADER)
-        if class_id != self._content_class:
+        if self.phase is not CH.AWAIT_HEADER:
+            return self.out_of_phase(FRAME_HEADER)
+        if class_id != self.content_class:
             raise errors.UnexpectedFrame(
-                f"expected content header for class {self._content_class}, "
+                f"expected content header for class {self.content_class}, "
                 f"got one for class {class_id} instead"
             )
         if self.max_body_size is not None and body_size > self.max_body_size:
@@ -292,11 +299,8 @@ class ChannelState:
 
     def receive_body(self, size: int) -> Next:
         """Body frame of ``size`` bytes: CONTINUE, or COMPLETE once body_size is reached."""
-        phase = self.phase
-        if phase is CH.CLOSING:
-            return Next.DISCARD
-        if phase is not CH.AWAIT_BODY:
-            self._unexpected(FRAME_BODY)
+        if self.phase is not CH.AWAIT_BODY:
+            return self.out_of_phase(FRAME_BODY)
         remaining = self.remaining - size
         if remaining < 0:
             raise errors.UnexpectedFrame(
@@ -314,7 +318,10 @@ class ChannelState:
             self.phase = CH.CLOSING
             self.remaining = 0
 
-    def _unexpected(self, got: int) -> None:
+    def out_of_phase(self, got: int) -> Next:
+        """A content frame of type ``got`` outside its phase: DISCARD while closing, else raise."""
+        if self.phase is CH.CLOSING:
+            return Next.DISCARD
         expected = CONTENT_EXPECTED.get(self.phase)
         if self.phase is CH.CLOSED:
             raise errors.ChannelErrorHard(f"expected 'channel.open' on channel {self.channel}")
@@ -326,3 +333,72 @@ class ChannelState:
             f"expected {_FRAME_NAMES[expected]} frame on channel {self.channel}, "
             f"got {_FRAME_NAMES[got]} frame"
         )
+
+
+# --- documentation -----------------------------------------------------------------------------
+
+
+def method_name(method: Method) -> str:
+    """``Class.Method`` as pamqp names it, e.g. ``Connection.StartOk``."""
+    cls: type[base.Frame] = commands.INDEX_MAPPING[method[0] << 16 | method[1]]
+    return cls.name
+
+
+def _rows(transitions: dict[Method, enum.Enum]) -> list[tuple[str, str]]:
+    """(methods, next phase) per target phase, methods sorted, targets in table order."""
+    grouped: dict[str, list[str]] = {}
+    for method, target in transitions.items():
+        grouped.setdefault(str(target.value), []).append(method_name(method))
+    return [(", ".join(sorted(names)), target) for target, names in grouped.items()]
+
+
+def markdown() -> str:
+    """The connection and channel tables as markdown (docs/architecture.md embeds this)."""
+    lines = [
+        "Connection (server side, after it sent `Connection.Start`; methods on channel 0):",
+        "",
+        "| phase | accepts | next phase |",
+        "|---|---|---|",
+    ]
+    for cphase, ctransitions in CONNECTION_TRANSITIONS.items():
+        for methods, target in _rows(dict(ctransitions)) or [("nothing (socket closed)", "")]:
+            lines.append(f"| {cphase.value} | {methods} | {target} |")
+    lines += [
+        "",
+        "Frames on other channels flow only in "
+        + ", ".join(f"`{p.value}`" for p in CP if p in CHANNEL_FRAMES_ALLOWED)
+        + "; in "
+        + ", ".join(f"`{p.value}`" for p in CP if p in DISCARD_PHASES)
+        + " everything but the listed channel-0 methods is discarded. Otherwise: an unknown "
+        "method is 540, a method the phase does not accept 504, a content frame on channel 0 "
+        "or a channel frame before `open` 505. The server's own close moves any phase to "
+        "`closing`.",
+        "",
+        "Channel:",
+        "",
+        "| phase | accepts | next phase |",
+        "|---|---|---|",
+    ]
+    for phase, transitions in CHANNEL_TRANSITIONS.items():
+        for methods, target in _rows(dict(transitions)):
+            lines.append(f"| {phase.value} | {methods} | {target} |")
+        if phase is CH.OPEN:
+            lines.append(
+                f"| {CH.AWAIT_HEADER.value} | content header of the method's class "
+                f"| {CH.AWAIT_BODY.value} ({CH.OPEN.value} if the body is empty) |"
+            )
+            lines.append(
+                f"| {CH.AWAIT_BODY.value} | body frame "
+                f"| {CH.AWAIT_BODY.value} ({CH.OPEN.value} once the body is complete) |"
+            )
+    lines += [
+        "",
+        f"Otherwise: any frame on a `{CH.CLOSED.value}` channel but `Channel.Open` is 504; on "
+        f"an `{CH.OPEN.value}` channel an unknown method is 540, `Channel.Open` 504, any other "
+        "method (server-to-client, or another class's) 503, a content frame 505; in "
+        f"`{CH.AWAIT_HEADER.value}` / `{CH.AWAIT_BODY.value}` any other frame, a header of "
+        "another class or more body than declared is 505, a body above the size limit 406; "
+        f"in `{CH.CLOSING.value}` (the server sent `Channel.Close`) everything else is "
+        "discarded.",
+    ]
+    return "\n".join(lines) + "\n"

@@ -5,6 +5,12 @@ the hand codec (no pamqp), a finished message is routed and handed to the stream
 appender; confirms are settled into a ``ConfirmTracker`` and flushed once per loop tick.
 Everything else is decoded by pamqp and delegated to the broker model. Errors are raised as
 ``sievemq.amqp.errors`` and mapped to the wire by the connection, in one place.
+
+The channel's phase is an ``amqp.states.ChannelState``: every method the hot path does not
+take, and every frame out of its phase, goes through that table (open/close handshake, which
+methods a phase accepts, the reply code). The hot path performs the table's three content
+transitions inline (publish, header, last body frame) so that no frame costs a call;
+``tests/test_gateway/test_states_wiring.py`` checks both paths give the same replies.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames
+from sievemq.amqp import codec, errors, frames, states
+from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway import args as stream_args
 from sievemq.gateway import fastpath, named_consumers
 from sievemq.gateway.confirms import ConfirmTracker
@@ -40,18 +47,22 @@ _consumer_of = itemgetter(1)
 
 FILTER_HEADER = fastpath.FILTER_HEADER
 
-_EXPECT_METHOD = 0
-_EXPECT_HEADER = 1
-_EXPECT_BODY = 2
+_OPEN = ChannelPhase.OPEN
+_AWAIT_HEADER = ChannelPhase.AWAIT_HEADER
+_AWAIT_BODY = ChannelPhase.AWAIT_BODY
+_CLOSING = ChannelPhase.CLOSING
+_CLOSED = ChannelPhase.CLOSED
+_PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
 
 
 class Channel:
     """Channel state; frames arrive through ``on_frame`` from the connection."""
 
-    def __init__(self, connection: Connection, channel_id: int) -> None:
+    def __init__(self, connection: Connection, state: ChannelState) -> None:
         self.connection = connection
-        self.id = channel_id
-        self.closing = False  # we sent channel.close and wait for close-ok
+        self.id = state.channel
+        self.state = state  # the phase (opened by the connection through the same table)
+        state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, StreamConsumer] = {}
         self.unacked: dict[int, StreamConsumer] = {}
         self.next_delivery_tag = 1
@@ -60,13 +71,16 @@ class Channel:
         self.flow_active = True
         self.confirm: ConfirmTracker | None = None
         self._confirm_flush = False
-        self._expect = _EXPECT_METHOD
         self._pub: tuple[str, str, bool] = ("", "", False)
         self._props = b""
-        self._size = 0
         self._parts: list[bytes] = []
-        self._received = 0
-        self._cold = _COLD
+        self._buffered = 0  # body bytes of the unfinished message, counted in pending_content
+
+    @property
+    def closing(self) -> bool:
+        """True once we sent channel.close or the channel is gone: nothing more is sent."""
+        phase = self.state.phase
+        return phase is _CLOSING or phase is _CLOSED
 
     @property
     def vhost(self) -> VirtualHost:
@@ -77,20 +91,14 @@ class Channel:
     # ----------------------------------------------------------------------- frames
 
     def on_frame(self, ftype: int, payload: bytes) -> None:
-        if self.closing:
-            if ftype == frames.FRAME_METHOD and codec.method_id(payload) in ((20, 40), (20, 41)):
-                self._close_handshake(codec.method_id(payload)[1])
-            return
-        expect = self._expect
+        state = self.state
+        phase = state.phase
         if ftype == frames.FRAME_METHOD:
-            if expect is not _EXPECT_METHOD:
-                raise errors.UnexpectedFrame(
-                    f"expected content frame on channel {self.id}, got a method"
-                )
             cid, mid = codec.method_id(payload)
-            if cid == 60:
+            if cid == 60 and phase is _OPEN:
                 if mid == 40:
                     self._publish(payload)
+                    state.phase = _AWAIT_HEADER  # the table's publish transition, inline
                     return
                 if mid == 80:
                     tag, multiple = codec.decode_basic_ack(payload)
@@ -104,45 +112,46 @@ class Channel:
                     tag, requeue = codec.decode_basic_reject(payload)
                     self._settle_deliveries(tag, False, not requeue, 90)
                     return
-            method = codec.decode_method(payload)
-            handler = self._cold.get(type(method))
-            if handler is None:
-                raise errors.NotImplemented_(
-                    f"method '{method.name.lower()}' is not implemented", cid, mid
-                )
-            try:
-                handler(self, method)
-            except errors.AMQPError as error:
-                if not error.class_id:
-                    error.class_id, error.method_id = cid, mid
-                raise
-        elif ftype == frames.FRAME_HEADER:
-            if expect is not _EXPECT_HEADER:
-                raise errors.UnexpectedFrame(f"unexpected content header on channel {self.id}")
-            self._content_header(payload)
+            self._cold_method(cid, mid, payload)
         elif ftype == frames.FRAME_BODY:
-            if expect is not _EXPECT_BODY:
-                raise errors.UnexpectedFrame(f"unexpected content body on channel {self.id}")
-            self._parts.append(payload)
-            self._received += len(payload)
-            conn = self.connection
-            if self._received >= self._size:
-                received = self._received
-                conn.pending_content -= received - len(payload)
-                self._received = 0
-                if received > self._size:
-                    raise errors.FrameError(
-                        f"content body of {received} bytes, header said {self._size}"
-                    )
-                parts = self._parts
-                self._parts = []
-                self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
+            if phase is not _AWAIT_BODY:
+                state.out_of_phase(ftype)  # the table: 505, 504, or discard while closing
                 return
-            conn.pending_content += len(payload)
-            if conn.pending_content > conn.node.limits.max_pending_content_bytes:
-                raise _pending_content_error(conn.node.limits.max_pending_content_bytes)
+            size = len(payload)
+            remaining = state.remaining - size
+            if remaining < 0:
+                state.receive_body(size)  # the table's 505: more body than declared
+            self._parts.append(payload)
+            conn = self.connection
+            if remaining:
+                state.remaining = remaining
+                self._buffered += size
+                conn.pending_content += size
+                if conn.pending_content > conn.node.limits.max_pending_content_bytes:
+                    raise _pending_content_error(conn.node.limits.max_pending_content_bytes)
+                return
+            conn.pending_content -= self._buffered
+            self._buffered = 0
+            state.phase = _OPEN  # the table's last-body-frame transition, inline
+            parts = self._parts
+            self._parts = []
+            self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
+        elif phase is _AWAIT_HEADER:
+            self._content_header(payload)
         else:
-            raise errors.UnexpectedFrame(f"frame type {ftype} on channel {self.id}")
+            state.out_of_phase(ftype)  # a header out of phase: 505, 504, or discard
+
+    def _cold_method(self, cid: int, mid: int, payload: bytes) -> None:
+        """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
+        if self.state.receive_method((cid, mid)) is Next.DISCARD:
+            return  # we closed the channel and wait for close-ok
+        method = codec.decode_method(payload)
+        try:
+            _COLD[type(method)](self, method)  # one handler per method the table dispatches
+        except errors.AMQPError as error:
+            if not error.class_id:
+                error.class_id, error.method_id = cid, mid
+            raise
 
     # ----------------------------------------------------------------------- publishing
 
@@ -151,25 +160,19 @@ class Channel:
         if immediate:
             raise errors.NotImplemented_("immediate=true", 60, 40)
         self._pub = (exchange, routing_key, mandatory)
-        self._expect = _EXPECT_HEADER
 
     def _content_header(self, payload: bytes) -> None:
         class_id, size, props = codec.decode_content_header(payload)
-        if class_id != 60:
-            raise errors.FrameError(f"content header for class {class_id}, expected 60")
-        limit = self.connection.node.limits.max_message_size
-        if size > limit:
-            self._expect = _EXPECT_METHOD
-            raise errors.PreconditionFailed(
-                f"message size {size} is larger than configured max size {limit}", 60, 40
-            )
+        state = self.state
+        if class_id != _PUBLISH_CLASS or size > self.connection.node.limits.max_message_size:
+            state.receive_header(class_id, size)  # the table's 505 / 406
         self._props = props
-        self._size = size
         if size == 0:
+            state.phase = _OPEN  # the table's header transitions, inline
             self._complete(b"")
         else:
-            self._received = 0
-            self._expect = _EXPECT_BODY
+            state.remaining = size
+            state.phase = _AWAIT_BODY
 
     def publish_fast(self, method: bytes, header: frames.Frame, body: frames.Frame) -> bool:
         """Publish + header + one body frame in one call (the common case).
@@ -177,7 +180,7 @@ class Channel:
         Returns False, having changed nothing, when anything is unusual; the connection
         then feeds the three frames through ``on_frame`` one by one as usual.
         """
-        if self.closing or self._expect is not _EXPECT_METHOD:
+        if self.state.phase is not _OPEN:
             return False
         htype, hchannel, hpayload = header
         btype, bchannel, bpayload = body
@@ -197,12 +200,11 @@ class Channel:
             return False
         self._pub = pub
         self._props = props
-        self._size = size
         self._complete(bpayload, values)
         return True
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
-        self._expect = _EXPECT_METHOD
+        """Route and store a whole message (the channel is back in the open phase)."""
         exchange, routing_key, mandatory = self._pub
         props = self._props
         if values is None:
@@ -329,8 +331,7 @@ class Channel:
     def close_by_server(self, error: errors.AMQPError) -> None:
         """A channel error: send channel.close and drop frames until close-ok."""
         log.info("channel %s/%s: closing: %s", self.connection.id, self.id, error.reply_text)
-        self.teardown()
-        self.closing = True
+        self.teardown()  # the table: closing, waiting for close-ok
         self.connection.send_method(
             self.id,
             spec.Channel.Close(
@@ -341,11 +342,6 @@ class Channel:
             ),
         )
 
-    def _close_handshake(self, mid: int) -> None:
-        if mid == 40:  # both sides closed at once: answer and forget the channel
-            self.connection.send_method(self.id, spec.Channel.CloseOk())
-        self.connection.channel_closed(self)
-
     def teardown(self) -> None:
         """Stop consumers and free state; unconfirmed publishes are never confirmed (the
         channel is gone: appends still running settle into a closing channel, ignored)."""
@@ -354,25 +350,24 @@ class Channel:
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
         self.unacked.clear()
-        if self._expect is _EXPECT_BODY:
-            self.connection.pending_content -= self._received
-        self._received = 0
+        self.connection.pending_content -= self._buffered
+        self._buffered = 0
         self._parts = []
-        self._expect = _EXPECT_METHOD
-        self.closing = True
+        self.state.send_close()  # nothing is dispatched from now on (no-op once closed)
 
     # ----------------------------------------------------------------------- cold methods
 
+    # the table accepted the method in the current phase before any of these runs
+
     def _channel_close(self, method: Any) -> None:
+        """The client closes (or both sides closed at once): answer and forget the channel."""
         self.teardown()
         self.connection.send_method(self.id, spec.Channel.CloseOk())
         self.connection.channel_closed(self)
 
     def _channel_close_ok(self, method: Any) -> None:
+        """The answer to our channel.close."""
         self.connection.channel_closed(self)
-
-    def _channel_open(self, method: Any) -> None:
-        raise errors.ChannelErrorHard(f"channel {self.id} is already open", 20, 10)
 
     def _channel_flow(self, method: Any) -> None:
         self.flow_active = bool(method.active)
@@ -540,6 +535,9 @@ class Channel:
     def _tx(self, m: Any) -> None:
         raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
 
+    def _answer(self, m: Any) -> None:
+        """channel.flow-ok, basic.cancel-ok: answers to what we sent, nothing to do."""
+
 
 def _pending_content_error(limit: int) -> errors.ResourceError:
     return errors.ResourceError(
@@ -553,11 +551,14 @@ def _headers(props: bytes) -> dict[str, Any]:
     return dict(headers) if headers else {}
 
 
+# the handler of every method the channel table dispatches, except the hot publish and
+# settles in ``on_frame`` (tests/test_gateway/test_states_wiring.py checks none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,
-    spec.Channel.Open: Channel._channel_open,
     spec.Channel.Flow: Channel._channel_flow,
+    spec.Channel.FlowOk: Channel._answer,
+    spec.Basic.CancelOk: Channel._answer,
     spec.Exchange.Declare: Channel._exchange_declare,
     spec.Exchange.Delete: Channel._exchange_delete,
     spec.Exchange.Bind: Channel._exchange_bind,

@@ -6,7 +6,9 @@ close the socket after close-ok; channel errors (403/404/405/406) close only tha
 ``except Exception`` appears only here, at the connection boundary (541 INTERNAL_ERROR).
 
 HOT PATH: ``on_frames`` loops over the frames of one read and hands channel frames to their
-channel without awaiting; replies produced meanwhile go out in one ``writelines``.
+channel without awaiting; replies produced meanwhile go out in one ``writelines``. Everything
+else (channel 0, frames before open-ok or after a close) is cold and goes through the
+connection table of ``sievemq.amqp.states``, which decides the phase and the reply code.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, negotiation
+from sievemq.amqp import codec, errors, frames, negotiation, states
+from sievemq.amqp.states import ChannelState, ConnectionPhase, ConnectionState, Next
 from sievemq.gateway.channel import Channel
 from sievemq.gateway.fastpath import PUBLISH_ID as _PUBLISH_ID
 
@@ -29,19 +32,9 @@ log = logging.getLogger(__name__)
 
 _CLOSE_OK_TIMEOUT_S = 1.0
 
-# connection states: which connection-class method each accepts
-_AWAIT_START_OK = "start-ok"
-_AWAIT_TUNE_OK = "tune-ok"
-_AWAIT_OPEN = "open"
-_OPEN = "opened"
-_CLOSING = "closing"  # we sent connection.close, waiting for close-ok
-_CLOSED = "closed"
-
-_EXPECTED: dict[str, type[Any]] = {
-    _AWAIT_START_OK: spec.Connection.StartOk,
-    _AWAIT_TUNE_OK: spec.Connection.TuneOk,
-    _AWAIT_OPEN: spec.Connection.Open,
-}
+_OPEN = ConnectionPhase.OPEN
+_CLOSING = ConnectionPhase.CLOSING
+_CLOSED = ConnectionPhase.CLOSED
 
 
 class Connection:
@@ -55,7 +48,7 @@ class Connection:
         self.frame_max = limits.frame_max
         self.heartbeat = limits.heartbeat
         self.transport: asyncio.Transport | None = None
-        self.state = _AWAIT_START_OK
+        self.state = ConnectionState()  # the phase, advanced by the amqp.states table only
         self.channels: dict[int, Channel] = {}
         self.user: Any = None
         self.username = ""
@@ -124,16 +117,15 @@ class Connection:
         self._received = True
         self._in_frames = True
         channels = self.channels
+        state = self.state
         try:
             i = 0
             n = len(got)
             while i < n:
                 ftype, chid, payload = got[i]
                 i += 1
-                if self.state is not _OPEN and self._drop_frame(ftype, chid, payload):
-                    continue
                 try:
-                    if chid:
+                    if chid and state.phase is _OPEN:
                         channel = channels.get(chid)
                         if channel is None:
                             self._channel_open(ftype, chid, payload)
@@ -146,10 +138,8 @@ class Connection:
                             i += 2
                         else:
                             channel.on_frame(ftype, payload)
-                    elif ftype == frames.FRAME_METHOD:
-                        self._connection_method(codec.decode_method(payload))
-                    elif ftype != frames.FRAME_HEARTBEAT:
-                        raise errors.UnexpectedFrame(f"frame type {ftype} on channel 0")
+                    else:
+                        self._cold_frame(ftype, chid, payload)
                 except errors.AMQPError as error:
                     self._fail(error, chid)
                 except Exception as error:  # the connection boundary
@@ -159,25 +149,22 @@ class Connection:
             self._in_frames = False
             self.flush()
 
-    def _drop_frame(self, ftype: int, chid: int, payload: bytes) -> bool:
-        """Before open-ok and while closing, only connection methods on channel 0 count."""
-        if self.state in (_CLOSING, _CLOSED):
-            if chid == 0 and ftype == frames.FRAME_METHOD:
-                cid, mid = codec.method_id(payload)
-                if cid == 10 and mid in (50, 51):  # close / close-ok
-                    return False
-            return True
-        if chid != 0 and ftype != frames.FRAME_HEARTBEAT:
-            self._fail(errors.CommandInvalid("channel frame before connection.open-ok"), 0)
-            return True
-        return False
+    def _cold_frame(self, ftype: int, chid: int, payload: bytes) -> None:
+        """Channel 0, and any frame before open-ok or after a close: the table decides."""
+        state = self.state
+        if state.receive_frame(ftype, chid) is Next.DISCARD or ftype != frames.FRAME_METHOD:
+            return  # discarded, or a heartbeat (it counted as traffic in on_frames)
+        method = codec.method_id(payload)
+        if state.receive_method(method) is Next.DISCARD:
+            return
+        _CONNECTION_METHODS[method](self, codec.decode_method(payload))
 
     def on_frame_error(self, error: errors.AMQPError) -> None:
         self._fail(error, 0)
         self.flush()
 
     def on_lost(self) -> None:
-        self.state = _CLOSED
+        self.state.lost()
         self.node.connections.discard(self)
         for timer in (self._heartbeat_handle, self._close_timer):
             if timer is not None:
@@ -198,39 +185,23 @@ class Connection:
 
     # ----------------------------------------------------------------------- negotiation
 
-    def _connection_method(self, method: Any) -> None:
-        state = self.state
-        if isinstance(method, spec.Connection.Close):
-            self.send_method(0, spec.Connection.CloseOk())
-            self.flush()
-            self._teardown_channels()
-            self.state = _CLOSED
-            if self.transport is not None:
-                self.transport.close()
-            return
-        if isinstance(method, spec.Connection.CloseOk):
-            if state == _CLOSING:
-                self.state = _CLOSED
-                if self.transport is not None:
-                    self.transport.close()
-            return
-        expected = _EXPECTED.get(state)
-        if expected is not None and not isinstance(method, expected):
-            raise errors.CommandInvalid(
-                f"expected '{expected.name.lower()}', got '{method.name.lower()}'"
-            )
-        if state == _AWAIT_START_OK:
-            self._start_ok(method)
-        elif state == _AWAIT_TUNE_OK:
-            self._tune_ok(method)
-        elif state == _AWAIT_OPEN:
-            self._open(method)
-        elif isinstance(method, spec.Connection.Blocked | spec.Connection.Unblocked):
-            return
-        elif isinstance(method, spec.Connection.UpdateSecret):
-            self.send_method(0, spec.Connection.UpdateSecretOk())
-        else:
-            raise errors.CommandInvalid(f"unexpected method '{method.name.lower()}'")
+    # each runs after the table accepted its method (and moved to the next phase)
+
+    def _close(self, method: Any) -> None:
+        """The client closes (in any phase, or answering ours at the same time)."""
+        self.send_method(0, spec.Connection.CloseOk())
+        self.flush()
+        self._teardown_channels()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _close_ok(self, method: Any) -> None:
+        """The answer to our connection.close."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def _update_secret(self, method: Any) -> None:
+        self.send_method(0, spec.Connection.UpdateSecretOk())
 
     def _start_ok(self, method: Any) -> None:
         self.client_properties = dict(method.client_properties or {})
@@ -252,7 +223,6 @@ class Connection:
             )
         self.user = user
         self.username = creds.username
-        self.state = _AWAIT_TUNE_OK
         self._offer = negotiation.tune(self.channel_max, self.frame_max, self.heartbeat)
         self.send_method(0, self._offer)
 
@@ -263,7 +233,6 @@ class Connection:
         if self.frame_reader is not None:
             self.frame_reader.frame_max = self.frame_max
         self.heartbeat = int(tuning.heartbeat or 0)
-        self.state = _AWAIT_OPEN
         if self.heartbeat:
             self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
 
@@ -272,7 +241,6 @@ class Connection:
         vhost = self.node.broker.open_vhost(self.user, name)
         self.vhost = vhost
         self.vhost_name = name
-        self.state = _OPEN
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
@@ -280,7 +248,7 @@ class Connection:
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None
-        if self.state != _OPEN and self.transport is not None:
+        if self.state.phase is not _OPEN and self.transport is not None:
             self.transport.abort()
 
     # ----------------------------------------------------------------------- heartbeats
@@ -288,7 +256,7 @@ class Connection:
     def _beat(self) -> None:
         """Every interval: send a heartbeat; drop a peer silent for two intervals."""
         self._heartbeat_handle = None
-        if self.state == _CLOSED or self.transport is None:
+        if self.state.phase is _CLOSED or self.transport is None:
             return
         if self._received or self.writing_paused:
             # while its output is backed up we do not read from the peer (backpressure):
@@ -308,13 +276,16 @@ class Connection:
     # ----------------------------------------------------------------------- channels
 
     def _channel_open(self, ftype: int, chid: int, payload: bytes) -> None:
-        if ftype != frames.FRAME_METHOD or codec.method_id(payload) != (20, 10):
-            raise errors.ChannelErrorHard(f"expected 'channel.open' on channel {chid}")
+        """A frame on a channel that is not open: the table accepts only channel.open."""
+        state = ChannelState(chid, self.node.limits.max_message_size)
+        if ftype != frames.FRAME_METHOD:
+            state.out_of_phase(ftype)  # raises 504
+        state.receive_method(codec.method_id(payload))  # 504 unless channel.open
         if chid > self.channel_max:
             raise errors.ChannelErrorHard(
-                f"channel {chid} is above the negotiated channel_max {self.channel_max}"
+                f"channel {chid} is above the negotiated channel_max {self.channel_max}", 20, 10
             )
-        channel = Channel(self, chid)
+        channel = Channel(self, state)
         self.channels[chid] = channel
         self.send_method(chid, spec.Channel.OpenOk())
 
@@ -340,11 +311,12 @@ class Connection:
 
     def close(self, error: errors.AMQPError) -> None:
         """Send connection.close with the error's reply and close the socket after close-ok."""
-        if self.state in (_CLOSING, _CLOSED):
+        phase = self.state.phase
+        if phase is _CLOSING or phase is _CLOSED:
             return
         log.info("connection %s: closing: %s", self.id, error.reply_text)
         self._teardown_channels()
-        self.state = _CLOSING
+        self.state.send_close()
         if self._close_timer is not None:
             self._close_timer.cancel()
         self.send_method(
@@ -363,3 +335,14 @@ class Connection:
         self._close_timer = None
         if self.transport is not None:
             self.transport.close()
+
+
+# the handler of every method the connection table accepts (a test checks none is missing)
+_CONNECTION_METHODS: dict[states.Method, Any] = {
+    states.CONNECTION_START_OK: Connection._start_ok,
+    states.CONNECTION_TUNE_OK: Connection._tune_ok,
+    states.CONNECTION_OPEN: Connection._open,
+    states.CONNECTION_CLOSE: Connection._close,
+    states.CONNECTION_CLOSE_OK: Connection._close_ok,
+    states.CONNECTION_UPDATE_SECRET: Connection._update_secret,
+}
