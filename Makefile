@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test lint bench bench-vs-rabbitmq clean
+.PHONY: setup run test lint bench bench-filter bench-vs-rabbitmq clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ lint: setup
 
 bench: setup
 	$(VENV)/bin/python -m bench
+
+# through a real server with the Go load generator of ../shared/peers
+bench-filter: setup
+	$(VENV)/bin/python -m bench filter_bandwidth filter_scan filter_throughput
 
 bench-vs-rabbitmq: setup
 	$(VENV)/bin/python -m bench.vs_rabbitmq

@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("storage_append", "storage_filter", "amqp_codec", "sql_eval")
+BENCHMARKS = ("storage_append", "storage_filter", "amqp_codec", "sql_eval", "sql_stream_eval")
 
 
 def main() -> int:
