@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 
@@ -35,3 +40,63 @@ def machine() -> dict[str, Any]:
 
 def now() -> float:
     return time.perf_counter()
+
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process and its reaped children, from /proc (seconds)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / CLK
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    port: int
+    data_dir: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+
+def start_server(data_dir: Path, fsync: str = "never") -> Server:
+    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sievemq",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--amqp-port",
+            "0",
+            "--admin-port",
+            "0",
+            "--fsync",
+            fsync,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("sievemq ready"):
+        proc.kill()
+        raise RuntimeError(f"sievemq did not start: {line!r}")
+    port = int(line.split("amqp=")[1].split()[0].rsplit(":", 1)[1])
+    return Server(proc, port, data_dir)
+
+
+def stop_server(server: Server) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(60)

@@ -14,8 +14,8 @@ import argparse
 import json
 import statistics
 
-from bench._util import machine
-from bench.filter_common import data_dir, declare, loadgen, start, stop
+from bench._util import machine, start_server, stop_server
+from bench.filter_common import data_dir, declare, loadgen
 
 VALUES = 50
 SIZE = 10 * 1024
@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.n - args.n % VALUES
     with data_dir() as data:
-        server = start(data)
+        server = start_server(data)
         try:
             declare(server, "bw")
             pub = loadgen(
@@ -75,7 +75,7 @@ def main() -> None:
                     }
                 )
         finally:
-            stop(server)
+            stop_server(server)
     print(
         json.dumps(
             {

@@ -24,8 +24,8 @@ import aiormq
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
 
-from bench._util import machine
-from bench.filter_common import data_dir, declare, start, stop
+from bench._util import machine, start_server, stop_server
+from bench.filter_common import data_dir, declare
 from sievemq.storage import Message, Stream, StreamConfig
 
 PER_CHUNK = 100
@@ -84,17 +84,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     with data_dir() as data:
-        server = start(data)
+        server = start_server(data)
         directory = declare(server, "scan", **{"x-stream-filter-size-bytes": 255})
-        stop(server)
+        stop_server(server)
         t0 = time.perf_counter()
         end = fill(directory, args.messages)
         fill_s = time.perf_counter() - t0
-        server = start(data)
+        server = start_server(data)
         try:
             runs = [asyncio.run(find_rare(server.url)) for _ in range(args.repeats)]
         finally:
-            stop(server)
+            stop_server(server)
     for _, offsets in runs:
         assert offsets == list(range(end - len(RARE), end)), offsets
     times = [t for t, _ in runs]

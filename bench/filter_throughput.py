@@ -18,8 +18,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench._util import machine
-from bench.filter_common import data_dir, declare, loadgen, start, stop
+from bench._util import machine, start_server, stop_server
+from bench.filter_common import data_dir, declare, loadgen
 from bench.filter_scan import props
 from sievemq.storage import Message, Stream, StreamConfig
 
@@ -79,18 +79,18 @@ def main() -> None:
     args = parser.parse_args()
     n = args.messages - args.messages % PER_CHUNK
     with data_dir() as data:
-        server = start(data)
+        server = start_server(data)
         directory = declare(server, "tp")
-        stop(server)
+        stop_server(server)
         fill(directory, n)
-        server = start(data)
+        server = start_server(data)
         try:
             plain, filt = [], []
             for _ in range(args.repeats):  # interleaved, so noise hits both alike
                 plain.append(run(server, n, False))
                 filt.append(run(server, n, True))
         finally:
-            stop(server)
+            stop_server(server)
 
     def med(rows: list[dict[str, float]]) -> dict[str, float]:
         return {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,54 +27,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench._util import machine
+from bench._util import machine, proc_cpu_s, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT.parent / "shared" / "peers"
 LOADGEN = PEERS / "bin" / "loadgen"
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu_s(pid: int) -> float:
-    """utime+stime of a process and its reaped children, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / CLK
 
 
 @contextmanager
 def sievemq_server(fsync: str) -> Iterator[tuple[int, int]]:
     """Start `sievemq serve` on free ports; yields (amqp port, pid)."""
-    data = tempfile.mkdtemp(prefix="sievemq-bench-")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sievemq",
-            "serve",
-            "--data-dir",
-            data,
-            "--amqp-port",
-            "0",
-            "--admin-port",
-            "0",
-            "--fsync",
-            fsync,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("sievemq ready"):
-        proc.kill()
-        raise RuntimeError(f"sievemq did not start: {line!r}")
-    port = int(line.split("amqp=")[1].split()[0].rsplit(":", 1)[1])
+    data = Path(tempfile.mkdtemp(prefix="sievemq-bench-"))
+    server = start_server(data, fsync)
     try:
-        yield port, proc.pid
+        yield server.port, server.pid
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_server(server)
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -117,7 +83,7 @@ class StallProbe:
 
 def loadgen(port: int, pid: int, *args: object) -> dict[str, Any]:
     """One loadgen run; adds the server's CPU per message and the worst machine stall."""
-    before = _proc_cpu_s(pid)
+    before = proc_cpu_s(pid)
     with StallProbe() as probe:
         out = subprocess.run(
             [str(LOADGEN), "-port", str(port), *map(str, args)],
@@ -125,7 +91,7 @@ def loadgen(port: int, pid: int, *args: object) -> dict[str, Any]:
             text=True,
             timeout=600,
         )
-    cpu = _proc_cpu_s(pid) - before
+    cpu = proc_cpu_s(pid) - before
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     msgs = result.get("published") or result.get("consumed") or 0
     result["server_cpu_s"] = round(cpu, 3)

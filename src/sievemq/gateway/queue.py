@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sievemq.gateway.args import StreamArguments
 
 if TYPE_CHECKING:
-    from sievemq.storage import ReadStats, Stream
+    from sievemq.storage import Stream
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +37,6 @@ class FilterStats:
     messages_delivered: int = 0
     bytes_delivered: int = 0
     sql_errors: int = 0
-
-    def add_read_stats(self, stats: ReadStats) -> None:
-        """Add the counters of a reader (call with the delta since the last call)."""
-        for name in (
-            "chunks_scanned",
-            "chunks_skipped",
-            "chunks_false_positive",
-            "records_matched",
-            "records_skipped",
-            "records_skipped_by_bloom",
-            "bytes_read",
-        ):
-            setattr(self, name, getattr(self, name) + int(getattr(stats, name, 0)))
-        self.chunks_skipped_subscription += int(getattr(stats, "chunks_skipped_extra", 0))
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
