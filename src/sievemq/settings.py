@@ -10,8 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sievemq.gateway.alarms import parse_memory_watermark, parse_size
 
 FsyncPolicy = Literal["batch", "always", "never"]
 
@@ -51,6 +53,23 @@ class Settings(BaseSettings):
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=5.0, gt=0)
 
+    # resource alarms (RabbitMQ's): while the process's memory is above the high watermark or
+    # the data directory's free disk is below the limit, publishing connections are blocked
+    memory_high_watermark: str = "0.4"  # a fraction of RAM, or a byte size such as "2GB"
+    disk_free_limit: int = Field(default=50_000_000, ge=0)  # bytes; flags accept "50MB", "1GiB"
+    alarm_interval_ms: int = Field(default=1000, ge=10)
+
+    @field_validator("memory_high_watermark", mode="before")
+    @classmethod
+    def _check_watermark(cls, value: Any) -> str:
+        parse_memory_watermark(value)  # ValueError -> a pydantic validation error
+        return str(value)
+
+    @field_validator("disk_free_limit", mode="before")
+    @classmethod
+    def _parse_disk_limit(cls, value: Any) -> int:
+        return parse_size(value)
+
 
 _FLAGS: list[tuple[str, type, str]] = [
     ("amqp_host", str, "AMQP listen address (default 127.0.0.1)"),
@@ -71,6 +90,13 @@ _FLAGS: list[tuple[str, type, str]] = [
         "max body bytes of unfinished messages per connection (default 256 MiB)",
     ),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
+    (
+        "memory_high_watermark",
+        str,
+        "block publishers above this memory use: a fraction of RAM or a size (default 0.4)",
+    ),
+    ("disk_free_limit", str, "block publishers below this free disk, e.g. 1GB (default 50MB)"),
+    ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
 ]
 
 

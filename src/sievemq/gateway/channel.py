@@ -53,6 +53,9 @@ _AWAIT_BODY = ChannelPhase.AWAIT_BODY
 _CLOSING = ChannelPhase.CLOSING
 _CLOSED = ChannelPhase.CLOSED
 _PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
+# the publish arguments before the first publish: every publish stores a new tuple, so
+# ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
+_NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
 
 
 class Channel:
@@ -71,7 +74,7 @@ class Channel:
         self.flow_active = True
         self.confirm: ConfirmTracker | None = None
         self._confirm_flush = False
-        self._pub: tuple[str, str, bool] = ("", "", False)
+        self._pub = _NOT_PUBLISHED
         self._props = b""
         self._parts: list[bytes] = []
         self._buffered = 0  # body bytes of the unfinished message, counted in pending_content
@@ -81,6 +84,11 @@ class Channel:
         """True once we sent channel.close or the channel is gone: nothing more is sent."""
         phase = self.state.phase
         return phase is _CLOSING or phase is _CLOSED
+
+    @property
+    def has_published(self) -> bool:
+        """True once a basic.publish arrived on this channel (resource alarms block it)."""
+        return self._pub is not _NOT_PUBLISHED
 
     @property
     def vhost(self) -> VirtualHost:

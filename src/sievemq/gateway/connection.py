@@ -9,18 +9,24 @@ HOT PATH: ``on_frames`` loops over the frames of one read and hands channel fram
 channel without awaiting; replies produced meanwhile go out in one ``writelines``. Everything
 else (channel 0, frames before open-ok or after a close) is cold and goes through the
 connection table of ``sievemq.amqp.states``, which decides the phase and the reply code.
+
+Resource alarms (``gateway.alarms``) block a connection once it has published, as RabbitMQ
+does: connection.blocked when the client asked for it, and no more reading until the alarm
+clears (connection.unblocked). Consumer-only connections keep running. While an alarm is on,
+one check per read (not per frame) catches a connection that starts publishing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, negotiation, states
 from sievemq.amqp.states import ChannelState, ConnectionPhase, ConnectionState, Next
+from sievemq.gateway.alarms import blocked_reason
 from sievemq.gateway.channel import Channel
 from sievemq.gateway.fastpath import PUBLISH_ID as _PUBLISH_ID
 
@@ -35,6 +41,12 @@ _CLOSE_OK_TIMEOUT_S = 1.0
 _OPEN = ConnectionPhase.OPEN
 _CLOSING = ConnectionPhase.CLOSING
 _CLOSED = ConnectionPhase.CLOSED
+
+
+class ReadControl(Protocol):
+    """The socket side of a connection (``net.protocol.AMQPProtocol``): hold reading."""
+
+    def hold_reading(self, held: bool) -> None: ...
 
 
 class Connection:
@@ -57,6 +69,13 @@ class Connection:
         self.client_properties: dict[str, Any] = {}
         self.cancel_notify = False
         self.writing_paused = False
+        # resource alarms: the client's connection.blocked capability, whether a channel that
+        # is gone had published, whether we hold reading, and the reason last sent
+        self.blocked_notify = False
+        self.published = False
+        self.blocked = False
+        self.blocked_reason = ""
+        self.read_control: ReadControl | None = None
         self.peer = ""
         # body bytes of unfinished messages over all channels (max_pending_content_bytes)
         self.pending_content = 0
@@ -147,6 +166,8 @@ class Connection:
                     self._fail(errors.InternalError(f"{type(error).__name__}: {error}"), chid)
         finally:
             self._in_frames = False
+            if self.node.alarm_reasons and not self.blocked:
+                self.apply_alarms(self.node.alarm_reasons)
             self.flush()
 
     def _cold_frame(self, ftype: int, chid: int, payload: bytes) -> None:
@@ -207,6 +228,7 @@ class Connection:
         self.client_properties = dict(method.client_properties or {})
         caps = self.client_properties.get("capabilities") or {}
         self.cancel_notify = bool(isinstance(caps, dict) and caps.get("consumer_cancel_notify"))
+        self.blocked_notify = bool(isinstance(caps, dict) and caps.get("connection.blocked"))
         creds = negotiation.credentials(method)
         user = self.node.broker.users.authenticate(creds.username, creds.password)
         if user is None:
@@ -258,9 +280,9 @@ class Connection:
         self._heartbeat_handle = None
         if self.state.phase is _CLOSED or self.transport is None:
             return
-        if self._received or self.writing_paused:
-            # while its output is backed up we do not read from the peer (backpressure):
-            # silence then is ours, not a dead peer's
+        if self._received or self.writing_paused or self.blocked:
+            # while its output is backed up (backpressure) or an alarm blocks it we do not
+            # read from the peer: silence then is ours, not a dead peer's
             self._received = False
             self._missed = 0
         else:
@@ -292,6 +314,37 @@ class Connection:
     def channel_closed(self, channel: Channel) -> None:
         if self.channels.get(channel.id) is channel:
             del self.channels[channel.id]
+            if channel.has_published:
+                self.published = True
+
+    # ----------------------------------------------------------------------- resource alarms
+
+    def has_published(self) -> bool:
+        """True once any of its channels published (RabbitMQ blocks publishers only)."""
+        return self.published or any(ch.has_published for ch in self.channels.values())
+
+    def apply_alarms(self, reasons: tuple[str, ...]) -> None:
+        """The node's alarms changed (or this connection may have started publishing)."""
+        if reasons:
+            if self.state.phase is not _OPEN or not self.has_published():
+                return
+            reason = blocked_reason(reasons)
+            if not self.blocked:
+                self.blocked = True
+                if self.read_control is not None:
+                    self.read_control.hold_reading(True)
+                log.info("connection %s: blocked (%s)", self.id, reason)
+            if self.blocked_notify and reason != self.blocked_reason:
+                self.send_method(0, spec.Connection.Blocked(reason=reason))
+            self.blocked_reason = reason
+        elif self.blocked:
+            self.blocked = False
+            self.blocked_reason = ""
+            if self.blocked_notify and self.state.phase is _OPEN:
+                self.send_method(0, spec.Connection.Unblocked())
+            if self.read_control is not None:
+                self.read_control.hold_reading(False)
+            log.info("connection %s: unblocked", self.id)
 
     def _teardown_channels(self) -> None:
         for channel in list(self.channels.values()):

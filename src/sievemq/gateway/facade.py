@@ -11,6 +11,12 @@ import time
 from typing import Any
 
 from sievemq.amqp.errors import AMQPError, NotFound, PreconditionFailed
+from sievemq.gateway.alarms import (
+    ResourceAlarms,
+    parse_memory_watermark,
+    parse_size,
+    total_memory,
+)
 from sievemq.gateway.broker import Broker
 from sievemq.gateway.exchanges import Exchange
 from sievemq.gateway.queue import StreamQueue
@@ -26,10 +32,13 @@ __all__ = ["AMQPError", "BrokerFacade"]
 class BrokerFacade:
     """What the admin plane may see and do."""
 
-    def __init__(self, broker: Broker, version: str = "0.1.0") -> None:
+    def __init__(
+        self, broker: Broker, version: str = "0.1.0", alarms: ResourceAlarms | None = None
+    ) -> None:
         self.broker = broker
         self.version = version
         self.started = time.time()
+        self.alarms = alarms
 
     # ------------------------------------------------------------------ views
 
@@ -43,6 +52,7 @@ class BrokerFacade:
             "exchanges": sum(len(v.exchanges) for v in self.broker.vhosts.values()),
             "consumers": sum(q.consumer_count for q in queues),
             "messages": sum(q.message_count for q in queues),
+            "alarms": self.alarms.snapshot() if self.alarms is not None else {"active": []},
         }
 
     def list_streams(self, vhost: str | None = None) -> list[dict[str, Any]]:
@@ -178,6 +188,27 @@ class BrokerFacade:
         self.broker.vhost(vhost)
         self.broker.users.set_permission(user, vhost)
         self.broker.save_definitions()
+
+    def set_alarm_limits(
+        self,
+        memory_high_watermark: str | float | None = None,
+        disk_free_limit: str | int | None = None,
+    ) -> dict[str, Any]:
+        """Change the alarm limits at runtime (``rabbitmqctl set_vm_memory_high_watermark`` /
+        ``set_disk_free_limit``); the alarms are re-checked at once. 406 for a bad value."""
+        if self.alarms is None:
+            raise PreconditionFailed("resource alarms are not running")
+        try:
+            memory = (
+                None
+                if memory_high_watermark is None
+                else parse_memory_watermark(memory_high_watermark).limit(total_memory())
+            )
+            disk = None if disk_free_limit is None else parse_size(disk_free_limit)
+        except ValueError as error:
+            raise PreconditionFailed(str(error)) from None
+        self.alarms.set_limits(memory_limit=memory, disk_free_limit=disk)
+        return self.alarms.snapshot()
 
     # ------------------------------------------------------------------ named consumers
 

@@ -48,6 +48,8 @@ class Node:
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
+        # the resource alarms that are on (gateway.alarms), memory before disk; empty: none
+        self.alarm_reasons: tuple[str, ...] = ()
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -61,6 +63,12 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    def on_alarms(self, reasons: tuple[str, ...]) -> None:
+        """A ``ResourceAlarms`` listener: block or unblock every publishing connection."""
+        self.alarm_reasons = reasons
+        for conn in list(self.connections):
+            conn.apply_alarms(reasons)
 
     def appender(self, queue: StreamQueue) -> StreamAppender:
         """The one writer of the queue's stream (created on first publish)."""

@@ -19,6 +19,12 @@ import uvicorn
 
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.gateway.alarms import (
+    ResourceAlarms,
+    SystemProbe,
+    parse_memory_watermark,
+    total_memory,
+)
 from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.connection import Connection
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
@@ -54,6 +60,16 @@ def limits_from(settings: Settings) -> Limits:
     )
 
 
+def alarms_from(settings: Settings) -> ResourceAlarms:
+    """The memory and disk alarms over this process and the data directory."""
+    watermark = parse_memory_watermark(settings.memory_high_watermark)
+    return ResourceAlarms(
+        SystemProbe(settings.data_dir),
+        memory_limit=watermark.limit(total_memory()),
+        disk_free_limit=settings.disk_free_limit,
+    )
+
+
 def protocol_factory(node: Node) -> AMQPProtocol:
     conn = Connection(node)
     limits = node.limits
@@ -61,6 +77,7 @@ def protocol_factory(node: Node) -> AMQPProtocol:
         conn, node, limits.frame_max, limits.max_unparsed_bytes, limits.write_buffer_high
     )
     conn.frame_reader = protocol.reader
+    conn.read_control = protocol
     return protocol
 
 
@@ -75,6 +92,9 @@ async def run(settings: Settings) -> int:
         ),
     )
     node = Node(broker, limits_from(settings), loop)
+    alarms = alarms_from(settings)
+    alarms.add_listener(node.on_alarms)
+    alarms.start(loop, settings.alarm_interval_ms / 1000)
     amqp_server, amqp_port = await start_amqp_listener(
         lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
     )
@@ -99,6 +119,7 @@ async def run(settings: Settings) -> int:
     # shutdown: stop accepting, close clients with 320, flush + fsync, stop the admin app
     ready = False
     node.accepting = False
+    alarms.stop()
     amqp_server.close()
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):

@@ -6,6 +6,9 @@ until the buffer drains, so a client that sends but never reads (mandatory publi
 come back as basic.return, confirms, replies) is held back by TCP instead of growing server
 memory. A client that reads what it is sent always gets reading resumed.
 
+Reading is also held while a resource alarm blocks the connection (``hold_reading``, from the
+connection handler). The two reasons are kept apart: reading resumes only when neither holds.
+
 HOT PATH: every byte a client sends arrives in ``data_received``. It hands the bytes to the
 sans-I/O FrameReader and passes the whole list of complete frames to the connection handler
 in one call (no task, no await per frame). Anything that is not a frame-level concern (what a
@@ -49,10 +52,13 @@ class AMQPProtocol(asyncio.Protocol):
         "_dead",
         "_handler",
         "_header_ok",
+        "_held",
         "_pending",
         "_reader",
+        "_reading_paused",
         "_registry",
         "_write_buffer_high",
+        "_write_paused",
         "transport",
     )
 
@@ -74,6 +80,9 @@ class AMQPProtocol(asyncio.Protocol):
         self._admitted = False
         self._dead = False
         self._write_buffer_high = write_buffer_high
+        self._write_paused = False  # our write buffer is over write_buffer_high
+        self._held = False  # a resource alarm blocks this (publishing) connection
+        self._reading_paused = False
         self.transport: asyncio.Transport | None = None
 
     @property
@@ -139,14 +148,34 @@ class AMQPProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._handler.on_pause_writing()
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            with contextlib.suppress(RuntimeError):
-                transport.pause_reading()
+        self._write_paused = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            with contextlib.suppress(RuntimeError):
-                transport.resume_reading()
+        self._write_paused = False
+        self._update_reading()
         self._handler.on_resume_writing()
+
+    def hold_reading(self, held: bool) -> None:
+        """Stop reading from the peer (or allow it again) for a resource alarm."""
+        self._held = held
+        self._update_reading()
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def _update_reading(self) -> None:
+        """Pause while either reason holds; resume only when neither does."""
+        pause = self._write_paused or self._held
+        if pause is self._reading_paused:
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        with contextlib.suppress(RuntimeError):
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+        self._reading_paused = pause
