@@ -1,0 +1,268 @@
+"""Resource alarms end to end: publishers get connection.blocked and are not read, consumers go on.
+
+The in-process tests run the real listener and connection handler with the real probe
+(``SystemProbe`` over the data directory) and move the disk free limit at runtime through the
+admin facade, as ``rabbitmqctl set_disk_free_limit`` does: above the real free space the alarm
+is on, at 0 it is off. The subprocess test starts ``sievemq serve`` with limits no machine
+meets, so the alarm is on from the first poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiormq
+import pika
+from gw_raw import RawClient
+from pamqp import commands
+
+from server_process import ServerProcess
+from sievemq.gateway.alarms import ResourceAlarms, SystemProbe
+from sievemq.gateway.broker import Broker, BrokerSettings
+from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.net.listener import start_amqp_listener
+from sievemq.gateway.node import Limits, Node
+from sievemq.gateway.server import protocol_factory
+from sievemq.storage import Durability
+
+PB = "1PB"  # more free disk than any test machine has: the disk alarm is on
+T = TypeVar("T")
+
+
+@dataclass
+class Served:
+    node: Node
+    facade: BrokerFacade
+    port: int
+
+    def count(self, stream: str) -> int:
+        return int(self.facade.get_stream("/", stream)["messages"])
+
+    def connection(self, predicate: Callable[[Any], bool]) -> Any:
+        return next(c for c in self.node.connections if predicate(c))
+
+
+@contextlib.asynccontextmanager
+async def served(data_dir: Path, heartbeat: int = 60) -> AsyncIterator[Served]:
+    loop = asyncio.get_running_loop()
+    broker = Broker(data_dir, BrokerSettings(durability=Durability.NEVER))
+    node = Node(broker, Limits(heartbeat=heartbeat), loop)
+    alarms = ResourceAlarms(SystemProbe(data_dir), memory_limit=1 << 62, disk_free_limit=0)
+    alarms.add_listener(node.on_alarms)
+    alarms.start(loop, 0.05)
+    server, port = await start_amqp_listener(lambda: protocol_factory(node), "127.0.0.1", 0)
+    try:
+        yield Served(node, BrokerFacade(broker, alarms=alarms), port)
+    finally:
+        alarms.stop()
+        server.close()
+        for conn in list(node.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        await asyncio.sleep(0.05)
+        node.flush_all()
+        broker.close()
+        node.executor.shutdown(wait=True)
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+class Publisher:
+    """A pika publisher with confirms that records blocked/unblocked notifications."""
+
+    def __init__(self, port: int, stream: str) -> None:
+        params = pika.ConnectionParameters("127.0.0.1", port, heartbeat=0)
+        self.conn = pika.BlockingConnection(params)
+        self.events: list[str] = []
+        self.conn.add_on_connection_blocked_callback(
+            lambda _c, frame: self.events.append("blocked: " + frame.method.reason)
+        )
+        self.conn.add_on_connection_unblocked_callback(
+            lambda _c, _frame: self.events.append("unblocked")
+        )
+        self.channel = self.conn.channel()
+        self.channel.confirm_delivery()
+        self.stream = stream
+
+    def publish(self, body: bytes) -> None:
+        """Returns once the server confirmed the message (raises if it nacks)."""
+        self.channel.basic_publish("", self.stream, body)
+
+    def pump(self, seconds: float) -> None:
+        self.conn.process_data_events(time_limit=seconds)
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(fn, *args)
+
+
+async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path / "data") as srv:
+        srv.facade.create_stream("/", "s")
+        pub = await in_thread(Publisher, srv.port, "s")
+        for i in range(3):
+            await in_thread(pub.publish, b"m%d" % i)
+        assert srv.count("s") == 3
+
+        # the alarm comes on: the connection that published is blocked and told why
+        snapshot = srv.facade.set_alarm_limits(disk_free_limit=PB)
+        assert snapshot["active"] == ["disk"] and snapshot["disk"]["alarm"] is True
+        assert srv.facade.overview()["alarms"]["active"] == ["disk"]
+        await in_thread(pub.pump, 0.3)
+        assert pub.events == ["blocked: low on disk"]
+
+        # a publish while blocked is not read, so not stored and not confirmed
+        pending = asyncio.ensure_future(in_thread(pub.publish, b"m3"))
+        await asyncio.sleep(0.5)
+        assert not pending.done()
+        assert srv.count("s") == 3
+
+        # a consumer on another connection still gets every message, acking one at a time
+        consumer = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{srv.port}/")
+        channel = await consumer.channel()
+        await channel.basic_qos(prefetch_count=1)
+        got: list[bytes] = []
+
+        async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
+            got.append(message.body)
+            await channel.basic_ack(message.delivery.delivery_tag)
+
+        await channel.basic_consume("s", on_message, arguments={"x-stream-offset": "first"})
+        await eventually(lambda: len(got) == 3)
+        assert got == [b"m0", b"m1", b"m2"]
+        consumer_conn = srv.connection(lambda c: not c.has_published())
+        assert consumer_conn.blocked is False
+
+        # the alarm clears: unblocked, the held publish is read, stored once and confirmed
+        assert srv.facade.set_alarm_limits(disk_free_limit=0)["active"] == []
+        await asyncio.wait_for(pending, 5)
+        await in_thread(pub.pump, 0.2)  # pika hands queued notifications to callbacks here
+        assert pub.events == ["blocked: low on disk", "unblocked"]
+        assert srv.count("s") == 4
+        await eventually(lambda: len(got) == 4)
+        await asyncio.sleep(0.2)
+        assert got == [b"m0", b"m1", b"m2", b"m3"]
+        await in_thread(pub.publish, b"m4")  # publishing goes on as before
+        assert srv.count("s") == 5
+        await in_thread(pub.conn.close)
+        await consumer.close()
+
+
+async def test_a_connection_that_starts_publishing_during_the_alarm_is_blocked(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path / "data") as srv:
+        srv.facade.create_stream("/", "s")
+        srv.facade.set_alarm_limits(disk_free_limit=PB)
+        pub = await in_thread(Publisher, srv.port, "s")
+        # open and declare are fine: it is not blocked before it publishes
+        await in_thread(pub.channel.queue_declare, "s", False, True, False, False, None)
+        assert pub.events == []
+        # its first publish is accepted (RabbitMQ: blocked after the publish), then it is held
+        await in_thread(pub.publish, b"first")
+        await in_thread(pub.pump, 0.3)
+        assert pub.events == ["blocked: low on disk"]
+        pending = asyncio.ensure_future(in_thread(pub.publish, b"second"))
+        await asyncio.sleep(0.4)
+        assert not pending.done() and srv.count("s") == 1
+        srv.facade.set_alarm_limits(disk_free_limit=0)
+        await asyncio.wait_for(pending, 5)
+        assert srv.count("s") == 2
+        await in_thread(pub.conn.close)
+
+
+async def test_a_client_without_the_capability_is_held_silently_and_not_dropped_for_heartbeats(
+    tmp_path: Path,
+) -> None:
+    """RawClient does not advertise connection.blocked; it sends no heartbeats either."""
+    async with served(tmp_path / "data", heartbeat=1) as srv:
+        srv.facade.create_stream("/", "s")
+        client = await in_thread(RawClient, "127.0.0.1", srv.port)
+        await in_thread(client.handshake, "guest", "guest", "PLAIN", 131072, 1)
+        await in_thread(client.open_channel)
+        assert isinstance(
+            await in_thread(client.rpc, commands.Confirm.Select()), commands.Confirm.SelectOk
+        )
+        await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"one")
+        assert (await in_thread(client.next_method))[1].delivery_tag == 1  # basic.ack
+        srv.facade.set_alarm_limits(disk_free_limit=PB)
+        conn = srv.connection(lambda c: c.has_published())
+        assert conn.blocked is True
+        await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"two")
+        # three heartbeat intervals without a byte read from it: still connected
+        frames: list[Any] = []
+
+        def read_for(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    frames.append(client.read_frame(timeout=left)[1])
+
+        await in_thread(read_for, 3.2)
+        assert {f.name for f in frames} == {"Heartbeat"}  # no connection.blocked, no ack
+        assert srv.count("s") == 1 and conn in srv.node.connections
+        srv.facade.set_alarm_limits(disk_free_limit=0)
+        _, ack = await in_thread(client.next_method)
+        assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2
+        assert srv.count("s") == 2
+        client.sock.close()
+
+
+def test_serve_flags_turn_the_alarms_on_from_the_start(tmp_path: Path) -> None:
+    srv = ServerProcess(
+        tmp_path / "data",
+        extra_args=(
+            "--disk-free-limit",
+            PB,
+            "--memory-high-watermark",
+            "1000",  # bytes: no Python process is that small
+            "--alarm-interval-ms",
+            "50",
+        ),
+    ).start()
+    try:
+        pub = Publisher(srv.amqp_port, "s")
+        pub.channel.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
+        pub.publish(b"accepted")
+        deadline = time.monotonic() + 5
+        while not pub.events and time.monotonic() < deadline:
+            pub.pump(0.1)
+        assert pub.events == ["blocked: low on memory & disk"]
+
+        consumer = pika.BlockingConnection(pika.URLParameters(srv.url))
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=10)
+        method, _props, body = next(
+            channel.consume("s", arguments={"x-stream-offset": "first"}, inactivity_timeout=5)
+        )
+        assert body == b"accepted"
+        channel.basic_ack(method.delivery_tag)
+        consumer.close()
+
+        # the blocked publisher's next message is never read: it is not stored
+        sent = threading.Thread(target=_publish_quietly, args=(pub,), daemon=True)
+        sent.start()
+        sent.join(1.0)
+        assert sent.is_alive()
+    finally:
+        code = srv.stop()  # 320 to the blocked connection too; clean exit
+    assert code == 0, srv.stderr()
+
+
+def _publish_quietly(pub: Publisher) -> None:
+    with contextlib.suppress(Exception):
+        pub.publish(b"held")
