@@ -82,6 +82,7 @@ def _node() -> Any:
         loop=_Loop(),
         broker=broker,
         connections=set(),
+        alarm_reasons=(),  # no resource alarm on
         next_id=lambda: next(ids),
     )
 
