@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
+from pydantic.functional_validators import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sievemq.gateway.alarms import parse_memory_watermark, parse_size
@@ -49,10 +50,6 @@ class Settings(BaseSettings):
     # how many deliveries one consumer writes per loop tick before yielding
     delivery_batch: int = Field(default=256, ge=1)
 
-    # connection timeouts
-    handshake_timeout_s: float = Field(default=10.0, gt=0)
-    shutdown_timeout_s: float = Field(default=5.0, gt=0)
-
     # resource alarms (RabbitMQ's): while the process's memory is above the high watermark or
     # the data directory's free disk is below the limit, publishing connections are blocked
     memory_high_watermark: str = "0.4"  # a fraction of RAM, or a byte size such as "2GB"
@@ -69,6 +66,10 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_disk_limit(cls, value: Any) -> int:
         return parse_size(value)
+
+    # connection timeouts
+    handshake_timeout_s: float = Field(default=10.0, gt=0)
+    shutdown_timeout_s: float = Field(default=5.0, gt=0)
 
 
 _FLAGS: list[tuple[str, type, str]] = [
@@ -89,7 +90,6 @@ _FLAGS: list[tuple[str, type, str]] = [
         int,
         "max body bytes of unfinished messages per connection (default 256 MiB)",
     ),
-    ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
     (
         "memory_high_watermark",
         str,
@@ -97,6 +97,7 @@ _FLAGS: list[tuple[str, type, str]] = [
     ),
     ("disk_free_limit", str, "block publishers below this free disk, e.g. 1GB (default 50MB)"),
     ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
+    ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
 ]
 
 

@@ -116,10 +116,10 @@ async def run(settings: Settings) -> int:
         flush=True,
     )
     await stop.wait()
+    alarms.stop()
     # shutdown: stop accepting, close clients with 320, flush + fsync, stop the admin app
     ready = False
     node.accepting = False
-    alarms.stop()
     amqp_server.close()
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):
