@@ -10,8 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
-from pydantic.functional_validators import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sievemq.gateway.alarms import parse_memory_watermark, parse_size
