@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 import aiormq
 import pika
 from gw_raw import RawClient
-from pamqp import commands
+from pamqp import body, commands, frame, header
 
 from server_process import ServerProcess
+from sievemq.amqp.states import ChannelPhase
 from sievemq.gateway.alarms import ResourceAlarms, SystemProbe
 from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
@@ -215,6 +216,37 @@ async def test_a_client_without_the_capability_is_held_silently_and_not_dropped_
         await in_thread(read_for, 3.2)
         assert {f.name for f in frames} == {"Heartbeat"}  # no connection.blocked, no ack
         assert srv.count("s") == 1 and conn in srv.node.connections
+        srv.facade.set_alarm_limits(disk_free_limit=0)
+        _, ack = await in_thread(client.next_method)
+        assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2
+        assert srv.count("s") == 2
+        client.sock.close()
+
+
+async def test_a_connection_is_held_between_messages_not_half_way_through_one(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path / "data") as srv:
+        srv.facade.create_stream("/", "s")
+        client = await in_thread(RawClient, "127.0.0.1", srv.port)
+        await in_thread(client.handshake)
+        await in_thread(client.open_channel)
+        await in_thread(client.rpc, commands.Confirm.Select())
+        method = frame.marshal(commands.Basic.Publish(exchange="", routing_key="s"), 1)
+        head = frame.marshal(header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
+        await in_thread(client.send, method + head)  # the body is still to come
+        conn = srv.connection(lambda c: c.has_published())
+        await eventually(lambda: conn.channels[1].state.phase is ChannelPhase.AWAIT_BODY)
+        srv.facade.set_alarm_limits(disk_free_limit=PB)
+        assert conn.blocked is False  # half a message: not held yet
+        await in_thread(client.send, frame.marshal(body.ContentBody(b"half"), 1))
+        _, ack = await in_thread(client.next_method)
+        assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 1
+        assert srv.count("s") == 1
+        await eventually(lambda: conn.blocked)  # held once the message was complete
+        await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"next")
+        await asyncio.sleep(0.3)
+        assert srv.count("s") == 1
         srv.facade.set_alarm_limits(disk_free_limit=0)
         _, ack = await in_thread(client.next_method)
         assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2

@@ -12,8 +12,9 @@ connection table of ``sievemq.amqp.states``, which decides the phase and the rep
 
 Resource alarms (``gateway.alarms``) block a connection once it has published, as RabbitMQ
 does: connection.blocked when the client asked for it, and no more reading until the alarm
-clears (connection.unblocked). Consumer-only connections keep running. While an alarm is on,
-one check per read (not per frame) catches a connection that starts publishing.
+clears (connection.unblocked). Consumer-only connections keep running. A connection is held
+between messages, never half-way through one. While an alarm is on, one check per read (not
+per frame) catches a connection that starts publishing or finishes its message.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, negotiation, states
-from sievemq.amqp.states import ChannelState, ConnectionPhase, ConnectionState, Next
+from sievemq.amqp.states import (
+    ChannelPhase,
+    ChannelState,
+    ConnectionPhase,
+    ConnectionState,
+    Next,
+)
 from sievemq.gateway.alarms import blocked_reason
 from sievemq.gateway.channel import Channel
 from sievemq.gateway.fastpath import PUBLISH_ID as _PUBLISH_ID
@@ -41,6 +48,7 @@ _CLOSE_OK_TIMEOUT_S = 1.0
 _OPEN = ConnectionPhase.OPEN
 _CLOSING = ConnectionPhase.CLOSING
 _CLOSED = ConnectionPhase.CLOSED
+_MID_MESSAGE = (ChannelPhase.AWAIT_HEADER, ChannelPhase.AWAIT_BODY)
 
 
 class ReadControl(Protocol):
@@ -323,10 +331,20 @@ class Connection:
         """True once any of its channels published (RabbitMQ blocks publishers only)."""
         return self.published or any(ch.has_published for ch in self.channels.values())
 
+    def _blockable(self) -> bool:
+        """A publisher with no message half received: holding it then pins no partial
+        body and its last publish is complete (and confirmed) before it waits."""
+        if self.state.phase is not _OPEN:
+            return False
+        channels = self.channels.values()
+        if any(ch.state.phase in _MID_MESSAGE for ch in channels):
+            return False  # the next read that completes the message blocks it
+        return self.published or any(ch.has_published for ch in channels)
+
     def apply_alarms(self, reasons: tuple[str, ...]) -> None:
         """The node's alarms changed (or this connection may have started publishing)."""
         if reasons:
-            if self.state.phase is not _OPEN or not self.has_published():
+            if not self.blocked and not self._blockable():
                 return
             reason = blocked_reason(reasons)
             if not self.blocked:
@@ -334,7 +352,7 @@ class Connection:
                 if self.read_control is not None:
                     self.read_control.hold_reading(True)
                 log.info("connection %s: blocked (%s)", self.id, reason)
-            if self.blocked_notify and reason != self.blocked_reason:
+            if self.blocked_notify and reason != self.blocked_reason and self.state.phase is _OPEN:
                 self.send_method(0, spec.Connection.Blocked(reason=reason))
             self.blocked_reason = reason
         elif self.blocked:
