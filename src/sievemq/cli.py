@@ -19,6 +19,11 @@ def _build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(serve)
     serve.set_defaults(subparser=serve)
 
+    streams = commands.add_parser("streams", help="list the streams of a data directory")
+    streams.add_argument(
+        "--data-dir", default=None, help="data directory (default $SIEVEMQ_DATA_DIR or ./data)"
+    )
+
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
     verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
@@ -49,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TLSConfigError as exc:
             print(f"sievemq serve: error: {exc}", file=sys.stderr)
             return 2
+    if args.command == "streams":
+        from sievemq.streams_listing import list_streams
+
+        return list_streams(args.data_dir, out=sys.stdout)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

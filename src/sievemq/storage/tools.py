@@ -195,3 +195,54 @@ def dump(path: str | os.PathLike[str], out: TextIO, records: bool = False) -> in
         finally:
             os.close(fd)
     return status
+
+
+class StreamSummary(NamedTuple):
+    """What `sievemq streams` shows for one stream, read from its index files only."""
+
+    messages: int
+    bytes: int
+    segments: int
+    chunks: int
+    first_offset: int | None
+    last_offset: int | None
+    last_timestamp_ms: int | None
+
+
+def summarize(directory: str | os.PathLike[str]) -> StreamSummary:
+    """Counts of a stream directory without opening it for writing.
+
+    Unlike `Stream.open`, this never repairs anything, so it is safe beside a running server;
+    a chunk the index does not know yet (written a moment ago) is not counted.
+    """
+    path = Path(directory)
+    segments = list_segments(path)
+    size = sum((path / segment_name(s)).stat().st_size for s in segments)
+    chunks = 0
+    first: int | None = None
+    end: int | None = None
+    last_ts: int | None = None
+    for s in segments:
+        try:
+            idx = os.open(path / index_name(s), os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            entries = read_all_entries(idx)
+        finally:
+            os.close(idx)
+        if not entries:
+            continue
+        chunks += len(entries)
+        first = entries[0].offset if first is None else first
+        seg = os.open(path / segment_name(s), os.O_RDONLY)
+        try:
+            got = read_header(seg, entries[-1].position)
+        finally:
+            os.close(seg)
+        if got is not None:
+            end = got[0].first_offset + got[0].record_count
+            last_ts = got[0].timestamp_ms
+    if first is None or end is None:
+        return StreamSummary(0, size, len(segments), 0, None, None, None)
+    return StreamSummary(end - first, size, len(segments), chunks, first, end - 1, last_ts)
