@@ -1,7 +1,8 @@
 """Run a real `sievemq serve` subprocess for the integration and recovery tests.
 
 The server picks free ports (port 0) and announces them on one stdout line,
-``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``; we wait for that line instead of
+``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] admin=http://HOST:PORT`` (read by key: the
+amqps field is there only with TLS); we wait for that line instead of
 polling a port, so a test never races the listener. stderr goes to a file so a chatty server
 can never block on a full pipe, and it is shown when start-up fails.
 """
@@ -18,9 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY_RE = re.compile(r"sievemq ready amqp=(?P<host>[^\s:]+):(?P<port>\d+) admin=(?P<admin>\S+)")
+READY_RE = re.compile(r"^sievemq ready (?P<fields>.*)$")
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
+
+
+def ready_fields(text: str) -> dict[str, str]:
+    """``amqp=H:P admin=http://H:P`` -> {"amqp": "H:P", "admin": "http://H:P"}."""
+    return dict(part.split("=", 1) for part in text.split() if "=" in part)
 
 
 class ServerStartError(RuntimeError):
@@ -35,6 +41,7 @@ class ServerProcess:
     extra_args: tuple[str, ...] = ()
     host: str = ""
     amqp_port: int = 0
+    amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
     admin_url: str = ""
     proc: subprocess.Popen[str] | None = None
     stdout_lines: list[str] = field(default_factory=list)
@@ -101,10 +108,11 @@ class ServerProcess:
                 f"no ready line within {timeout}s (exit={self.proc.poll()})\n"
                 f"stdout:\n{chr(10).join(self.stdout_lines)}\nstderr:\n{self.stderr()}"
             )
-        match = ready[0]
-        self.host = match["host"]
-        self.amqp_port = int(match["port"])
-        self.admin_url = match["admin"]
+        fields = ready_fields(ready[0]["fields"])
+        self.host, port = fields["amqp"].rsplit(":", 1)
+        self.amqp_port = int(port)
+        self.amqps_port = int(fields["amqps"].rsplit(":", 1)[1]) if "amqps" in fields else 0
+        self.admin_url = fields["admin"]
         return self
 
     def stderr(self) -> str:

@@ -17,6 +17,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the AMQP listener and the admin API")
     add_serve_arguments(serve)
+    serve.set_defaults(subparser=serve)
 
     streams = commands.add_parser("streams", help="list the streams of a data directory")
     streams.add_argument(
@@ -37,10 +38,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
     args = _build_parser().parse_args(argv)
     if args.command == "serve":
-        from sievemq.gateway.server import serve
-        from sievemq.settings import settings_from_args
+        from pydantic import ValidationError
 
-        return serve(settings_from_args(args))
+        from sievemq.gateway.net.tls import TLSConfigError
+        from sievemq.gateway.server import serve
+        from sievemq.settings import settings_error, settings_from_args
+
+        parser: argparse.ArgumentParser = args.subparser
+        try:
+            settings = settings_from_args(args)
+        except ValidationError as exc:
+            parser.error(settings_error(exc))  # exits 2, like any bad flag
+        try:
+            return serve(settings)
+        except TLSConfigError as exc:
+            print(f"sievemq serve: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "streams":
         from sievemq.streams_listing import list_streams
 

@@ -10,12 +10,14 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sievemq.gateway.alarms import parse_memory_watermark, parse_size
 
 FsyncPolicy = Literal["batch", "always", "never"]
+
+TLS_PAIR_ERROR = "--tls-cert and --tls-key must be given together (or neither, for no TLS)"
 
 
 class Settings(BaseSettings):
@@ -70,6 +72,22 @@ class Settings(BaseSettings):
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=5.0, gt=0)
 
+    # --- TLS (AMQPS): off unless a certificate and its key are given; listens on amqp_host
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    amqps_port: int = Field(default=5671, ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        # a certificate without its key (or the reverse) is a typo, not "TLS off"
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError(TLS_PAIR_ERROR)
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert is not None
+
 
 _FLAGS: list[tuple[str, type, str]] = [
     ("amqp_host", str, "AMQP listen address (default 127.0.0.1)"),
@@ -97,6 +115,10 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("disk_free_limit", str, "block publishers below this free disk, e.g. 1GB (default 50MB)"),
     ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
+    # --- TLS (AMQPS)
+    ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
+    ("tls_key", Path, "PEM private key of --tls-cert"),
+    ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
 ]
 
 
@@ -120,3 +142,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if value is not None:
             given[name] = value
     return Settings(**given)
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line per problem, naming the flag (``--amqp-port: ...``), for ``parser.error``."""
+    lines = []
+    for problem in exc.errors():
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        loc = [str(part) for part in problem["loc"]]
+        lines.append(f"--{loc[0].replace('_', '-')}: {message}" if loc else message)
+    return "; ".join(lines)

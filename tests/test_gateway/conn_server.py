@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-READY = re.compile(r"^sievemq ready amqp=([\d.]+):(\d+) admin=http://([\d.]+):(\d+)$")
+# fields by key: ``amqps=HOST:PORT`` sits between them when TLS is on
+READY = re.compile(
+    r"^sievemq ready amqp=([\d.]+):(\d+)(?: amqps=\S+)? admin=http://([\d.]+):(\d+)$"
+)
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """`sievemq serve`: the AMQP listener and the admin HTTP app on one event loop (wiring).
 
-Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``, once both
-listen (port 0 picks a free port; the printed port is the real one). SIGTERM/SIGINT: stop
-accepting, close connections with 320 CONNECTION_FORCED, flush and fsync every stream, exit 0.
+Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``, once all
+listen (port 0 picks a free port; the printed port is the real one). With ``--tls-cert`` and
+``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the line becomes
+``sievemq ready amqp=HOST:PORT amqps=HOST:PORT admin=http://HOST:PORT`` (parse it by key).
+SIGTERM/SIGINT: stop accepting, close connections (plain and TLS) with 320 CONNECTION_FORCED,
+flush and fsync every stream, exit 0.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +33,7 @@ from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.connection import Connection
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
+from sievemq.gateway.net.tls import server_ssl_context
 from sievemq.gateway.node import Limits, Node
 from sievemq.settings import Settings
 from sievemq.storage import Durability
@@ -81,8 +86,14 @@ def protocol_factory(node: Node) -> AMQPProtocol:
     return protocol
 
 
-async def run(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT; returns the exit status."""
+def ready_line(amqp: str, admin: str, amqps: str | None = None) -> str:
+    """The start-up line scripts wait for; fields are ``key=value`` in a fixed order."""
+    fields = [f"amqp={amqp}"] + ([f"amqps={amqps}"] if amqps is not None else [])
+    return " ".join(["sievemq ready", *fields, f"admin={admin}"])
+
+
+async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``); returns the exit status."""
     loop = asyncio.get_running_loop()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     broker = Broker(
@@ -98,6 +109,19 @@ async def run(settings: Settings) -> int:
     amqp_server, amqp_port = await start_amqp_listener(
         lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
     )
+    servers = [amqp_server]
+    amqps: str | None = None
+    if ssl_context is not None:
+        # same node, same factory: TLS clients share limits, streams and shutdown with plain ones
+        amqps_server, amqps_port = await start_amqp_listener(
+            lambda: protocol_factory(node),
+            settings.amqp_host,
+            settings.amqps_port,
+            ssl_context=ssl_context,
+            ssl_handshake_timeout=settings.handshake_timeout_s,
+        )
+        servers.append(amqps_server)
+        amqps = f"{settings.amqp_host}:{amqps_port}"
     admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
     ready = False
     app = create_app(is_ready=lambda: ready)
@@ -111,8 +135,11 @@ async def run(settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     ready = True
     print(
-        f"sievemq ready amqp={settings.amqp_host}:{amqp_port} "
-        f"admin=http://{settings.admin_host}:{admin_port}",
+        ready_line(
+            f"{settings.amqp_host}:{amqp_port}",
+            f"http://{settings.admin_host}:{admin_port}",
+            amqps,
+        ),
         flush=True,
     )
     await stop.wait()
@@ -120,7 +147,8 @@ async def run(settings: Settings) -> int:
     # shutdown: stop accepting, close clients with 320, flush + fsync, stop the admin app
     ready = False
     node.accepting = False
-    amqp_server.close()
+    for server in servers:
+        server.close()
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):
         conn.close(forced)
@@ -140,7 +168,13 @@ async def run(settings: Settings) -> int:
 
 
 def serve(settings: Settings) -> int:
-    """Run the server on one event loop (uvloop when installed); returns the exit status."""
+    """Run the server on one event loop (uvloop when installed); returns the exit status.
+
+    Raises ``TLSConfigError`` before listening anywhere when the TLS files cannot be loaded.
+    """
+    ssl_context = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        ssl_context = server_ssl_context(settings.tls_cert, settings.tls_key)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     loop_factory: Any = None
     try:
@@ -150,4 +184,4 @@ def serve(settings: Settings) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(run(settings))
+        return runner.run(run(settings, ssl_context))
