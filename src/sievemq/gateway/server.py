@@ -106,23 +106,32 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
-    amqp_server, amqp_port = await start_amqp_listener(
-        lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
-    )
-    servers = [amqp_server]
-    amqps: str | None = None
-    if ssl_context is not None:
-        # same node, same factory: TLS clients share limits, streams and shutdown with plain ones
-        amqps_server, amqps_port = await start_amqp_listener(
-            lambda: protocol_factory(node),
-            settings.amqp_host,
-            settings.amqps_port,
-            ssl_context=ssl_context,
-            ssl_handshake_timeout=settings.handshake_timeout_s,
+    servers: list[asyncio.AbstractServer] = []
+    try:
+        amqp_server, amqp_port = await start_amqp_listener(
+            lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
         )
-        servers.append(amqps_server)
-        amqps = f"{settings.amqp_host}:{amqps_port}"
-    admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
+        servers.append(amqp_server)
+        amqps: str | None = None
+        if ssl_context is not None:
+            # same node, same factory: TLS clients share limits, streams and shutdown
+            amqps_server, amqps_port = await start_amqp_listener(
+                lambda: protocol_factory(node),
+                settings.amqp_host,
+                settings.amqps_port,
+                ssl_context=ssl_context,
+                ssl_handshake_timeout=settings.handshake_timeout_s,
+            )
+            servers.append(amqps_server)
+            amqps = f"{settings.amqp_host}:{amqps_port}"
+        admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
+    except OSError as error:  # a port in use, an address not on this host
+        for server in servers:
+            server.close()
+        alarms.stop()
+        broker.close()
+        print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
+        return 1
     ready = False
     app = create_app(is_ready=lambda: ready)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
