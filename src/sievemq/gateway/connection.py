@@ -55,6 +55,7 @@ class ReadControl(Protocol):
     """The socket side of a connection (``net.protocol.AMQPProtocol``): hold reading."""
 
     def hold_reading(self, held: bool) -> None: ...
+    def stop_reading(self) -> None: ...
 
 
 class Connection:
@@ -340,6 +341,11 @@ class Connection:
         if any(ch.state.phase in _MID_MESSAGE for ch in channels):
             return False  # the next read that completes the message blocks it
         return self.published or any(ch.has_published for ch in channels)
+
+    def stop_reading(self) -> None:
+        """Shutdown: no frame is read from this client any more."""
+        if self.read_control is not None:
+            self.read_control.stop_reading()
 
     def apply_alarms(self, reasons: tuple[str, ...]) -> None:
         """The node's alarms changed (or this connection may have started publishing)."""

@@ -4,8 +4,8 @@ Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``
 listen (port 0 picks a free port; the printed port is the real one). With ``--tls-cert`` and
 ``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the line becomes
 ``sievemq ready amqp=HOST:PORT amqps=HOST:PORT admin=http://HOST:PORT`` (parse it by key).
-SIGTERM/SIGINT: stop accepting, close connections (plain and TLS) with 320 CONNECTION_FORCED,
-flush and fsync every stream, exit 0.
+SIGTERM/SIGINT: stop accepting and reading, flush and fsync every stream, send the confirms
+of what was read, close connections (plain and TLS) with 320 CONNECTION_FORCED, exit 0.
 """
 
 from __future__ import annotations
@@ -153,14 +153,8 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     )
     await stop.wait()
     alarms.stop()
-    # shutdown: stop accepting, close clients with 320, flush + fsync, stop the admin app
     ready = False
-    node.accepting = False
-    for server in servers:
-        server.close()
-    forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
-    for conn in list(node.connections):
-        conn.close(forced)
+    await shutdown(node, servers)
     deadline = loop.time() + settings.shutdown_timeout_s
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)
@@ -174,6 +168,24 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
     return 0
+
+
+async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
+    """Stop accepting and reading, store and confirm what was read, then send close 320.
+
+    The order matters: a connection's channels stop settling confirms once it is closed, so
+    every publish read before the signal is written, fsynced and acked (or nacked) first.
+    """
+    node.accepting = False
+    for server in servers:
+        server.close()
+    for conn in list(node.connections):
+        conn.stop_reading()
+    node.flush_all()  # waits for appends in flight, writes the buffers, fsyncs
+    await asyncio.sleep(0)  # the channels' confirm flushes (call_soon) write their frames
+    forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
+    for conn in list(node.connections):
+        conn.close(forced)
 
 
 def serve(settings: Settings) -> int:

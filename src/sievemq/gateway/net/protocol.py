@@ -7,7 +7,8 @@ come back as basic.return, confirms, replies) is held back by TCP instead of gro
 memory. A client that reads what it is sent always gets reading resumed.
 
 Reading is also held while a resource alarm blocks the connection (``hold_reading``, from the
-connection handler). The two reasons are kept apart: reading resumes only when neither holds.
+connection handler), and for good once the server shuts down (``stop_reading``). The reasons
+are kept apart: reading resumes only when none holds.
 
 HOT PATH: every byte a client sends arrives in ``data_received``. It hands the bytes to the
 sans-I/O FrameReader and passes the whole list of complete frames to the connection handler
@@ -57,6 +58,7 @@ class AMQPProtocol(asyncio.Protocol):
         "_reader",
         "_reading_paused",
         "_registry",
+        "_stopped",
         "_write_buffer_high",
         "_write_paused",
         "transport",
@@ -82,6 +84,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._write_buffer_high = write_buffer_high
         self._write_paused = False  # our write buffer is over write_buffer_high
         self._held = False  # a resource alarm blocks this (publishing) connection
+        self._stopped = False  # the server is shutting down: never read again
         self._reading_paused = False
         self.transport: asyncio.Transport | None = None
 
@@ -161,13 +164,18 @@ class AMQPProtocol(asyncio.Protocol):
         self._held = held
         self._update_reading()
 
+    def stop_reading(self) -> None:
+        """Shutdown: read nothing more from the peer (its publishes so far get confirmed)."""
+        self._stopped = True
+        self._update_reading()
+
     @property
     def reading_paused(self) -> bool:
         return self._reading_paused
 
     def _update_reading(self) -> None:
         """Pause while either reason holds; resume only when neither does."""
-        pause = self._write_paused or self._held
+        pause = self._write_paused or self._held or self._stopped
         if pause is self._reading_paused:
             return
         transport = self.transport
