@@ -75,6 +75,7 @@ class Connection:
         self.username = ""
         self.vhost: VirtualHost | None = None
         self.vhost_name = ""
+        self.opened = False  # connection.open-ok was sent (the handshake is over)
         self.client_properties: dict[str, Any] = {}
         self.cancel_notify = False
         self.writing_paused = False
@@ -137,9 +138,6 @@ class Connection:
         start = negotiation.start()
         self.send_method(0, start)
         self.flush()
-        self._close_timer = self.node.loop.call_later(
-            self.node.limits.handshake_timeout_s, self._handshake_timeout
-        )
 
     def on_frames(self, got: list[tuple[int, int, bytes]]) -> None:
         self._received = True
@@ -272,14 +270,12 @@ class Connection:
         vhost = self.node.broker.open_vhost(self.user, name)
         self.vhost = vhost
         self.vhost_name = name
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
+        self.opened = True
         self.send_method(0, spec.Connection.OpenOk())
 
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state.phase is not _OPEN and self.transport is not None:
+    def on_handshake_timeout(self) -> None:
+        """``handshake_timeout_s`` after the socket connected (the protocol's timer)."""
+        if not self.opened and self.transport is not None:
             self.transport.abort()
 
     # ----------------------------------------------------------------------- heartbeats

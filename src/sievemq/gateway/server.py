@@ -79,7 +79,12 @@ def protocol_factory(node: Node) -> AMQPProtocol:
     conn = Connection(node)
     limits = node.limits
     protocol = AMQPProtocol(
-        conn, node, limits.frame_max, limits.max_unparsed_bytes, limits.write_buffer_high
+        conn,
+        node,
+        limits.frame_max,
+        limits.max_unparsed_bytes,
+        limits.write_buffer_high,
+        limits.handshake_timeout_s,
     )
     conn.frame_reader = protocol.reader
     conn.read_control = protocol

@@ -34,6 +34,7 @@ class FrameHandler(TypingProtocol):
     def on_frames(self, frames: list[tuple[int, int, bytes]]) -> None: ...
     def on_frame_error(self, error: errors.AMQPError) -> None: ...
     def on_lost(self) -> None: ...
+    def on_handshake_timeout(self) -> None: ...
     def on_pause_writing(self) -> None: ...
     def on_resume_writing(self) -> None: ...
 
@@ -52,6 +53,8 @@ class AMQPProtocol(asyncio.Protocol):
         "_admitted",
         "_dead",
         "_handler",
+        "_handshake_timeout_s",
+        "_handshake_timer",
         "_header_ok",
         "_held",
         "_pending",
@@ -71,6 +74,7 @@ class AMQPProtocol(asyncio.Protocol):
         frame_max: int,
         max_unparsed_bytes: int,
         write_buffer_high: int | None = None,
+        handshake_timeout_s: float | None = None,
     ) -> None:
         self._handler = handler
         self._registry = registry
@@ -86,6 +90,10 @@ class AMQPProtocol(asyncio.Protocol):
         self._held = False  # a resource alarm blocks this (publishing) connection
         self._stopped = False  # the server is shutting down: never read again
         self._reading_paused = False
+        # from connection_made: a peer that never sends the protocol header (or never
+        # finishes negotiating) must not hold a max_connections slot forever
+        self._handshake_timeout_s = handshake_timeout_s
+        self._handshake_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
 
     @property
@@ -101,6 +109,10 @@ class AMQPProtocol(asyncio.Protocol):
             transport.abort()
             return
         self._admitted = True
+        if self._handshake_timeout_s is not None:
+            self._handshake_timer = asyncio.get_running_loop().call_later(
+                self._handshake_timeout_s, self._handshake_expired
+            )
         if self._write_buffer_high is not None:
             transport.set_write_buffer_limits(high=self._write_buffer_high)
         sock = transport.get_extra_info("socket")
@@ -143,7 +155,19 @@ class AMQPProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return False  # close our side too
 
+    def _handshake_expired(self) -> None:
+        """Before the header: drop the socket; after it, the handler knows if it is open."""
+        self._handshake_timer = None
+        if self._header_ok:
+            self._handler.on_handshake_timeout()
+        elif self.transport is not None:
+            self._dead = True
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         if self._admitted:
             self._admitted = False
             self._registry.release()
