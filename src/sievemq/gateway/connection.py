@@ -303,7 +303,17 @@ class Connection:
     # ----------------------------------------------------------------------- channels
 
     def _channel_open(self, ftype: int, chid: int, payload: bytes) -> None:
-        """A frame on a channel that is not open: the table accepts only channel.open."""
+        """A frame on a channel that is not open: the table accepts only channel.open.
+
+        As in RabbitMQ, a connection with channel_max channels open gets 530 for the next
+        one (whatever its number); a number above channel_max is also refused (504).
+        """
+        opened = len(self.channels)
+        if opened >= self.channel_max:
+            raise errors.NotAllowed(
+                f"number of channels opened ({opened}) has reached the negotiated "
+                f"channel_max ({self.channel_max})"
+            )
         state = ChannelState(chid, self.node.limits.max_message_size)
         if ftype != frames.FRAME_METHOD:
             state.out_of_phase(ftype)  # raises 504
