@@ -475,14 +475,21 @@ class Channel:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
         extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
+        # newest wins, but only once the new consumer is positioned: a consume that fails
+        # leaves the old one delivering. Its progress is saved first (resume reads it).
+        previous: list[StreamConsumer] = []
         if options.consumer_name is not None:
-            self._take_over_name(queue.consumers, options.consumer_name)
+            previous = named_consumers.holders(queue.consumers, options.consumer_name)
+            for old in previous:
+                if old.tracker is not None:
+                    old.tracker.flush()
         reader = stream.reader()
         try:
             position_reader(reader, extras.start(options.offset))
         except BaseException:
             reader.close()
             raise
+        self._take_over_name(previous)
         consumer = StreamConsumer(
             self,
             tag,
@@ -505,12 +512,14 @@ class Channel:
         consumer.start()
 
     @staticmethod
-    def _take_over_name(consumers: set[StreamConsumer], name: str) -> None:
-        """Newest wins: an older consumer of the same name commits, retires and is cancelled
-        (before the new one reads where to resume)."""
-        for old in named_consumers.holders(consumers, name):
-            log.info("consumer %s: name %r taken over by a new consume", old.tag, name)
-            old.tracker.retire()
+    def _take_over_name(previous: list[StreamConsumer]) -> None:
+        """Newest wins, once the new consumer is positioned (at their saved commit when it
+        resumes): the older consumers of the name retire and are cancelled."""
+        for old in previous:
+            tracker = old.tracker
+            if tracker is not None:
+                log.info("consumer %s: name %r taken over by a new consume", old.tag, tracker.name)
+                tracker.retire()
             old.channel.cancel_consumer_by_server(old)
 
     def _basic_cancel(self, m: Any) -> None:
