@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -167,7 +168,9 @@ class StreamConsumer:
                 self.predicate,
                 chunk_filter=self.chunk_filter,
             )
-        except (StorageError, OSError, ValueError) as error:
+        except (StorageError, OSError, ValueError, struct.error) as error:
+            # struct.error: a truncated or corrupt record that storage did not catch; the
+            # consumer is cancelled (basic.cancel if the client asked) instead of stalling
             log.error("consumer %s: read failed: %s", self.tag, error)
             channel.cancel_consumer_by_server(self)
             return
