@@ -13,8 +13,11 @@ connection table of ``sievemq.amqp.states``, which decides the phase and the rep
 Resource alarms (``gateway.alarms``) block a connection once it has published, as RabbitMQ
 does: connection.blocked when the client asked for it, and no more reading until the alarm
 clears (connection.unblocked). Consumer-only connections keep running. A connection is held
-between messages, never half-way through one. While an alarm is on, one check per read (not
-per frame) catches a connection that starts publishing or finishes its message.
+between messages when it can be: at the first read that leaves no message half received, or,
+for a client whose channels always have one half received (interleaved large publishes), once
+``max_pending_content_bytes`` more frame bytes were read under the alarm, mid-message. While an
+alarm is on, one check per read (not per frame) catches a connection that starts publishing or
+finishes its message.
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ class Connection:
         self.peer = ""
         # body bytes of unfinished messages over all channels (max_pending_content_bytes)
         self.pending_content = 0
+        # frame bytes read while an alarm is on and this connection is not held yet
+        self.read_under_alarm = 0
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._in_frames = False
@@ -174,6 +179,8 @@ class Connection:
         finally:
             self._in_frames = False
             if self.node.alarm_reasons and not self.blocked:
+                # cold: only while an alarm is on
+                self.read_under_alarm += sum(len(f[2]) for f in got)
                 self.apply_alarms(self.node.alarm_reasons)
             self.flush()
 
@@ -340,11 +347,15 @@ class Connection:
 
     def _blockable(self) -> bool:
         """A publisher with no message half received: holding it then pins no partial
-        body and its last publish is complete (and confirmed) before it waits."""
+        body and its last publish is complete (and confirmed) before it waits. One that
+        always has a message half received is held anyway after a bounded read."""
         if self.state.phase is not _OPEN:
             return False
         channels = self.channels.values()
-        if any(ch.state.phase in _MID_MESSAGE for ch in channels):
+        if (
+            any(ch.state.phase in _MID_MESSAGE for ch in channels)
+            and self.read_under_alarm < self.node.limits.max_pending_content_bytes
+        ):
             return False  # the next read that completes the message blocks it
         return self.published or any(ch.has_published for ch in channels)
 
@@ -361,13 +372,16 @@ class Connection:
             reason = blocked_reason(reasons)
             if not self.blocked:
                 self.blocked = True
+                self.read_under_alarm = 0
                 if self.read_control is not None:
                     self.read_control.hold_reading(True)
                 log.info("connection %s: blocked (%s)", self.id, reason)
             if self.blocked_notify and reason != self.blocked_reason and self.state.phase is _OPEN:
                 self.send_method(0, spec.Connection.Blocked(reason=reason))
             self.blocked_reason = reason
-        elif self.blocked:
+            return
+        self.read_under_alarm = 0
+        if self.blocked:
             self.blocked = False
             self.blocked_reason = ""
             if self.blocked_notify and self.state.phase is _OPEN:
