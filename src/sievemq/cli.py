@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -36,7 +37,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit status."""
-    args = _build_parser().parse_args(argv)
+    try:
+        return _run(_build_parser().parse_args(argv))
+    except BrokenPipeError:  # `sievemq storage dump ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from pydantic import ValidationError
 
@@ -57,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "streams":
         from sievemq.streams_listing import list_streams
 
-        return list_streams(args.data_dir, out=sys.stdout)
+        return list_streams(args.data_dir, out=sys.stdout, err=sys.stderr)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

@@ -17,16 +17,16 @@ from sievemq.storage.tools import summarize
 _COLUMNS = ("vhost", "name", "messages", "bytes", "segments", "first", "last", "last write")
 
 
-def list_streams(data_dir: str | None, out: TextIO) -> int:
+def list_streams(data_dir: str | None, out: TextIO, err: TextIO) -> int:
     """Print one row per stream; exit status 0, or 1 when the directory holds no SieveMQ data."""
     directory = Path(data_dir or os.environ.get("SIEVEMQ_DATA_DIR") or "./data")
     try:
         definitions = load(directory)
     except ValueError as error:
-        print(f"sievemq streams: {error}", file=out)
+        print(f"sievemq streams: {error}", file=err)
         return 1
     if definitions is None:
-        print(f"sievemq streams: no SieveMQ data in {directory}", file=out)
+        print(f"sievemq streams: no SieveMQ data in {directory}", file=err)
         return 1
     rows = [_COLUMNS]
     for queue in sorted(definitions.get("queues", []), key=lambda q: (q["vhost"], q["name"])):

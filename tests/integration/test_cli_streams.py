@@ -47,4 +47,4 @@ def test_lists_each_stream_with_its_message_count(fresh_server: ServerProcess) -
 def test_a_directory_without_data_says_so(tmp_path: Path) -> None:
     result = _streams(tmp_path)
     assert result.returncode == 1
-    assert "no SieveMQ data" in result.stdout
+    assert "no SieveMQ data" in result.stderr

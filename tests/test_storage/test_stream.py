@@ -249,3 +249,28 @@ def test_the_largest_filter_values_the_spec_allows_round_trip(tmp_path: Path) ->
         records = reader.read(10)
     assert [r.filter_values for r in records] == [values, ("a" * 300, "b")]
     assert [r.body for r in records] == [b"body", b"two"]
+
+
+def test_a_message_the_format_cannot_hold_is_a_storage_error_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    with Stream.open(tmp_path / "s", StreamConfig()) as stream:
+        with pytest.raises(StorageError):
+            stream.append([Message(("x" * 70_000, "y"), "", "rk", b"\x00\x00", b"b")])
+        assert stream.end_offset == 0
+        stream.append([Message(("ok",), "", "rk", b"\x00\x00", b"b")])
+        assert stream.end_offset == 1
+
+
+def test_a_chunk_whose_record_table_does_not_fit_its_data_is_a_storage_error(
+    tmp_path: Path,
+) -> None:
+    from sievemq.storage.chunk import check_record_table, decode_records, encode_chunk
+
+    buffers = encode_chunk([Message(("v",), "", "rk", b"\x00\x00", b"body")], 0, 0, 16)
+    raw = b"".join(buffers[-2:])  # the record table and the payloads
+    assert check_record_table(raw, 1) is None
+    assert check_record_table(raw + b"junk", 1) is not None
+    assert check_record_table(raw[:5], 1) is not None
+    with pytest.raises(StorageError):
+        decode_records(raw[:5], 1, 0, 0, 0, None)

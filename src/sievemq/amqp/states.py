@@ -118,7 +118,7 @@ class ConnectionPhase(enum.Enum):
 
 CP = ConnectionPhase
 
-# phase -> {method on channel 0 -> next phase}; anything else on channel 0 is 503
+# phase -> {method on channel 0 -> next phase}; anything else on channel 0 is 504 (RabbitMQ)
 CONNECTION_TRANSITIONS: Final[dict[ConnectionPhase, dict[Method, ConnectionPhase]]] = {
     CP.AWAIT_START_OK: {CONNECTION_START_OK: CP.AWAIT_TUNE_OK, CONNECTION_CLOSE: CP.CLOSED},
     CP.AWAIT_TUNE_OK: {CONNECTION_TUNE_OK: CP.AWAIT_OPEN, CONNECTION_CLOSE: CP.CLOSED},

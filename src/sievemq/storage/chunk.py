@@ -5,8 +5,8 @@ Hot path (append and read). docs/storage-format.md is the byte specification; th
     header (48 B) | Bloom bits (bloom_size B) | extra (extra_size B, version 2) | data
 
 ``extra`` is an opaque per-chunk blob the writer's owner supplies (the gateway stores its
-registered-subscription bits there); a chunk without one is written as version 1, byte for
-byte as before, so old and new chunks mix in one segment.
+registered-subscription bits there); a chunk without one is written as version 1, so both
+versions mix in one segment.
 
 data, after zstd decompression when flag bit 0 is set, is a record table of 15-byte entries
 (one per record) followed by the record payloads in the same order, so a reader unpacks all
@@ -87,6 +87,8 @@ def _filter_blob(values: tuple[str, ...]) -> bytes:
     parts = []
     for v in values:
         raw = v.encode()
+        if len(raw) > 0xFFFF:
+            raise StorageError(f"filter value of {len(raw)} bytes (at most 65535 with several)")
         parts.append(_U16.pack(len(raw)))
         parts.append(raw)
     return b"".join(parts)
@@ -228,6 +230,22 @@ def _split_filters(blob: bytes, count: int) -> tuple[str, ...]:
 _new_record = tuple.__new__
 
 
+def check_record_table(raw: bytes, count: int) -> str | None:
+    """Why the record table of uncompressed chunk data is inconsistent, or None when it is not.
+
+    The lengths in the table must add up to exactly the data that follows it.
+    """
+    table_len = count * ENTRY_SIZE
+    if len(raw) < table_len:
+        return f"record table of {count} entries is longer than the {len(raw)} data bytes"
+    described = table_len + sum(
+        fl + el + rl + pl + bl for _, fl, el, rl, pl, bl in ENTRY.iter_unpack(raw[:table_len])
+    )
+    if described != len(raw):
+        return f"record table describes {described} bytes, the data holds {len(raw)}"
+    return None
+
+
 def decode_records(
     raw: bytes,
     count: int,
@@ -238,8 +256,23 @@ def decode_records(
 ) -> tuple[list[Record], int]:
     """Decode the records at or above ``start_offset`` that match ``spec``.
 
-    Returns (records, number of records rejected by the spec).
+    Returns (records, number of records rejected by the spec). Data whose record table does
+    not fit it (a torn or foreign chunk that passed its CRC) raises ``StorageError``.
     """
+    try:
+        return _decode_records(raw, count, first_offset, timestamp_ms, start_offset, spec)
+    except (struct.error, IndexError, UnicodeDecodeError) as error:
+        raise StorageError(f"chunk at offset {first_offset}: bad record data: {error}") from error
+
+
+def _decode_records(
+    raw: bytes,
+    count: int,
+    first_offset: int,
+    timestamp_ms: int,
+    start_offset: int,
+    spec: FilterSpec | None,
+) -> tuple[list[Record], int]:
     table_len = count * ENTRY_SIZE
     p = table_len
     out: list[Record] = []

@@ -6,6 +6,7 @@ index does not: junk after the last chunk, unindexed chunks, torn tails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from sievemq.storage.chunk import (
     INDEX_MAGIC,
     SEGMENT_MAGIC,
     ChunkHeader,
+    check_record_table,
     decode_records,
     raw_data,
 )
@@ -57,7 +59,10 @@ def _walk(fd: int, size: int) -> Iterator[_Chunk | str]:
             )
             return
         data = os.pread(fd, header.data_length, pos + HEADER_SIZE + header.meta_size)
-        problem = None if zlib.crc32(data) == header.data_crc else "data CRC mismatch"
+        if zlib.crc32(data) != header.data_crc:
+            problem: str | None = "data CRC mismatch"
+        else:
+            problem = check_record_table(raw_data(header, data), header.record_count)
         yield _Chunk(pos, header, problem)
         pos += header.total_size
 
@@ -217,7 +222,10 @@ def summarize(directory: str | os.PathLike[str]) -> StreamSummary:
     """
     path = Path(directory)
     segments = list_segments(path)
-    size = sum((path / segment_name(s)).stat().st_size for s in segments)
+    size = 0
+    for s in segments:
+        with contextlib.suppress(FileNotFoundError):  # retention may delete it meanwhile
+            size += (path / segment_name(s)).stat().st_size
     chunks = 0
     first: int | None = None
     end: int | None = None
@@ -225,21 +233,21 @@ def summarize(directory: str | os.PathLike[str]) -> StreamSummary:
     for s in segments:
         try:
             idx = os.open(path / index_name(s), os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            entries = read_all_entries(idx)
-        finally:
-            os.close(idx)
-        if not entries:
+            try:
+                entries = read_all_entries(idx)
+            finally:
+                os.close(idx)
+            if not entries:
+                continue
+            seg = os.open(path / segment_name(s), os.O_RDONLY)
+            try:
+                got = read_header(seg, entries[-1].position)
+            finally:
+                os.close(seg)
+        except FileNotFoundError:  # retention deleted this segment while we looked
             continue
         chunks += len(entries)
         first = entries[0].offset if first is None else first
-        seg = os.open(path / segment_name(s), os.O_RDONLY)
-        try:
-            got = read_header(seg, entries[-1].position)
-        finally:
-            os.close(seg)
         if got is not None:
             end = got[0].first_offset + got[0].record_count
             last_ts = got[0].timestamp_ms
