@@ -1,4 +1,8 @@
-"""Run a real `sievemq serve` subprocess for the integration and recovery tests.
+"""Run a real `sievemq serve` subprocess: the one launcher every test suite uses.
+
+tests/integration and tests/recovery import it directly; tests/test_gateway gets it through
+conn_server.py (its module-scoped ``server`` fixture) and tests/integration/sql_helpers.py
+re-exports it.
 
 The server picks free ports (port 0) and announces them on one stdout line,
 ``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] admin=http://HOST:PORT`` (read by key: the
@@ -43,6 +47,7 @@ class ServerProcess:
     amqp_port: int = 0
     amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
     admin_url: str = ""
+    admin_port: int = 0
     proc: subprocess.Popen[str] | None = None
     stdout_lines: list[str] = field(default_factory=list)
     _stderr_path: Path | None = None
@@ -113,6 +118,7 @@ class ServerProcess:
         self.amqp_port = int(port)
         self.amqps_port = int(fields["amqps"].rsplit(":", 1)[1]) if "amqps" in fields else 0
         self.admin_url = fields["admin"]
+        self.admin_port = int(self.admin_url.rsplit(":", 1)[1])
         return self
 
     def stderr(self) -> str:

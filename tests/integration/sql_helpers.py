@@ -10,23 +10,24 @@ from pathlib import Path
 import pika
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test_gateway"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conn_server import Server, start_server
-
+from server_process import ServerProcess
 from sievemq.gateway.broker import Broker
 from sievemq.gateway.net.listener import start_amqp_listener
 from sievemq.gateway.node import Limits, Node
 from sievemq.gateway.server import protocol_factory
 
-__all__ = ["Server", "in_process_server", "params", "publish", "start_server", "stream_server"]
+__all__ = ["ServerProcess", "in_process_server", "params", "publish", "stream_server"]
 
 
-def params(srv: Server) -> pika.ConnectionParameters:
+def params(srv: ServerProcess) -> pika.ConnectionParameters:
     return pika.ConnectionParameters(host=srv.host, port=srv.amqp_port, connection_attempts=1)
 
 
-def publish(srv: Server, queue: str, messages: list[tuple[bytes, dict[str, object]]]) -> None:
+def publish(
+    srv: ServerProcess, queue: str, messages: list[tuple[bytes, dict[str, object]]]
+) -> None:
     """Declare the stream and publish with confirms, one message per chunk-ish."""
     conn = pika.BlockingConnection(params(srv))
     ch = conn.channel()
@@ -38,10 +39,10 @@ def publish(srv: Server, queue: str, messages: list[tuple[bytes, dict[str, objec
 
 
 @pytest.fixture(scope="module")
-def stream_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("sql"))
+def stream_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("sql") / "data").start()
     yield srv
-    if srv.process.poll() is None:
+    if srv.running:
         srv.stop()
 
 

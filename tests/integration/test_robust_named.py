@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pika
-from sql_helpers import Server, params, publish, stream_server
+from sql_helpers import ServerProcess, params, publish, stream_server
 
 __all__ = ["stream_server"]
 
@@ -32,7 +32,7 @@ def _consume(
 
 
 def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
-    stream_server: Server,
+    stream_server: ServerProcess,
 ) -> None:
     q = "named-takeover"
     publish(stream_server, q, [(b"%d" % i, {}) for i in range(100)])

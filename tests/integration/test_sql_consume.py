@@ -9,7 +9,7 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from sql_helpers import Server, in_process_server, params, publish, stream_server
+from sql_helpers import ServerProcess, in_process_server, params, publish, stream_server
 
 __all__ = ["stream_server"]
 
@@ -19,7 +19,7 @@ ORDERS = [
 ]
 
 
-def _consume(srv: Server, queue: str, arguments: dict[str, object], n: int) -> list[bytes]:
+def _consume(srv: ServerProcess, queue: str, arguments: dict[str, object], n: int) -> list[bytes]:
     conn = pika.BlockingConnection(params(srv))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=10)
@@ -36,7 +36,7 @@ def _consume(srv: Server, queue: str, arguments: dict[str, object], n: int) -> l
     return got
 
 
-def test_pika_sql_filter_delivers_exactly_the_matches(stream_server: Server) -> None:
+def test_pika_sql_filter_delivers_exactly_the_matches(stream_server: ServerProcess) -> None:
     publish(stream_server, "sql-pika", ORDERS)
     got = _consume(
         stream_server,
@@ -48,7 +48,7 @@ def test_pika_sql_filter_delivers_exactly_the_matches(stream_server: Server) -> 
     assert got == expected and got
 
 
-def test_bad_expression_is_406_with_the_position(stream_server: Server) -> None:
+def test_bad_expression_is_406_with_the_position(stream_server: ServerProcess) -> None:
     publish(stream_server, "sql-bad", ORDERS[:1])
     conn = pika.BlockingConnection(params(stream_server))
     ch = conn.channel()
@@ -66,7 +66,7 @@ def test_bad_expression_is_406_with_the_position(stream_server: Server) -> None:
     conn.close()
 
 
-async def test_aio_pika_sql_with_bloom_filter_and_tags(stream_server: Server) -> None:
+async def test_aio_pika_sql_with_bloom_filter_and_tags(stream_server: ServerProcess) -> None:
     url = f"amqp://guest:guest@{stream_server.host}:{stream_server.amqp_port}/"
     conn = await aio_pika.connect(url)
     async with conn:

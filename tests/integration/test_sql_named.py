@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pika
-from sql_helpers import Server, params, publish, stream_server
+from sql_helpers import ServerProcess, params, publish, stream_server
 
 __all__ = ["stream_server"]
 
@@ -26,7 +26,7 @@ def _deliveries(
     raise AssertionError("consume ended")
 
 
-def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: Server) -> None:
+def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: ServerProcess) -> None:
     publish(stream_server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
     args: dict[str, object] = {"x-stream-consumer-name": "billing", "x-stream-offset": 5}
     conn = pika.BlockingConnection(params(stream_server))
@@ -56,7 +56,7 @@ def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: Server) -> Non
     conn.close()
 
 
-def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: Server) -> None:
+def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: ServerProcess) -> None:
     publish(stream_server, "named-next", [(b"old", {})])
     conn = pika.BlockingConnection(params(stream_server))
     ch = conn.channel()
@@ -87,7 +87,7 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: Serv
     conn.close()
 
 
-def test_requeue_keeps_the_commit_before_the_message(stream_server: Server) -> None:
+def test_requeue_keeps_the_commit_before_the_message(stream_server: ServerProcess) -> None:
     publish(stream_server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
     first = {"x-stream-consumer-name": "retry", "x-stream-offset": "first"}
     conn = pika.BlockingConnection(params(stream_server))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -10,12 +9,12 @@ import pika
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from sql_helpers import params, publish, start_server
+from sql_helpers import ServerProcess, params, publish
 
 
 def test_commit_survives_sigkill_and_sql_subscription_resumes(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    srv = start_server(data)
+    srv = ServerProcess(data).start()
     try:
         publish(srv, "orders", [(f"m{i}".encode(), {"n": i}) for i in range(20)])
         conn = pika.BlockingConnection(params(srv))
@@ -38,11 +37,11 @@ def test_commit_survives_sigkill_and_sql_subscription_resumes(tmp_path: Path) ->
         ch.basic_ack(tags[3][0])  # 4 is not acked: the commit stays at 3
         for _ in range(10):  # let the acks reach the server (one commit per loop tick)
             conn.process_data_events(time_limit=0.1)
-        srv.stop(signal.SIGKILL)
+        srv.kill()
     finally:
-        if srv.process.poll() is None:
-            srv.process.kill()
-    srv = start_server(data)
+        if srv.running:
+            srv.kill()
+    srv.restart()
     try:
         publish(srv, "orders", [(b"m20", {"n": 20})])
         conn = pika.BlockingConnection(params(srv))

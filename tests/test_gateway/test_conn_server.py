@@ -5,17 +5,18 @@ from __future__ import annotations
 import signal
 import socket
 import urllib.request
+from pathlib import Path
 
 import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from conn_server import Server, server, start_server
+from conn_server import ServerProcess, server
 
 __all__ = ["server"]
 
 
-def _params(srv: Server, **kw: object) -> pika.ConnectionParameters:
+def _params(srv: ServerProcess, **kw: object) -> pika.ConnectionParameters:
     return pika.ConnectionParameters(host=srv.host, port=srv.amqp_port, connection_attempts=1, **kw)
 
 
@@ -23,7 +24,7 @@ def _declare_stream(ch: pika.adapters.blocking_connection.BlockingChannel, name:
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
 
 
-def test_ready_line_names_real_ports_and_admin_answers(server: Server) -> None:
+def test_ready_line_names_real_ports_and_admin_answers(server: ServerProcess) -> None:
     assert server.amqp_port != 0 and server.admin_port != 0
     with urllib.request.urlopen(f"http://{server.host}:{server.admin_port}/healthz") as resp:
         assert resp.status == 200
@@ -31,7 +32,7 @@ def test_ready_line_names_real_ports_and_admin_answers(server: Server) -> None:
         assert resp.status == 200
 
 
-def test_confirmed_publish_then_consume_from_first_with_offsets(server: Server) -> None:
+def test_confirmed_publish_then_consume_from_first_with_offsets(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-basic")
@@ -63,7 +64,7 @@ def test_confirmed_publish_then_consume_from_first_with_offsets(server: Server) 
     assert all(g[2] == ["a", "b"] and g[3] == "text/plain" for g in got)
 
 
-def test_prefetch_limits_unacked_deliveries(server: Server) -> None:
+def test_prefetch_limits_unacked_deliveries(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-credit")
@@ -85,7 +86,7 @@ def test_prefetch_limits_unacked_deliveries(server: Server) -> None:
     conn.close()
 
 
-def test_filtered_consumer_gets_only_matching_messages(server: Server) -> None:
+def test_filtered_consumer_gets_only_matching_messages(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-filter")
@@ -111,7 +112,7 @@ def test_filtered_consumer_gets_only_matching_messages(server: Server) -> None:
     assert bodies == [f"apac-{i}".encode() for i in range(1, 30, 3)]
 
 
-def test_mandatory_unroutable_is_returned_with_312(server: Server) -> None:
+def test_mandatory_unroutable_is_returned_with_312(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     returned: list[tuple[int, str]] = []
@@ -124,7 +125,7 @@ def test_mandatory_unroutable_is_returned_with_312(server: Server) -> None:
     conn.close()
 
 
-def test_consume_without_prefetch_closes_channel_406(server: Server) -> None:
+def test_consume_without_prefetch_closes_channel_406(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-errors")
@@ -143,7 +144,7 @@ def test_consume_without_prefetch_closes_channel_406(server: Server) -> None:
 
 
 @pytest.mark.parametrize("operation", ["get", "purge"])
-def test_get_and_purge_close_connection_540(server: Server, operation: str) -> None:
+def test_get_and_purge_close_connection_540(server: ServerProcess, operation: str) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-errors")
@@ -155,21 +156,21 @@ def test_get_and_purge_close_connection_540(server: Server, operation: str) -> N
     assert info.value.reply_code == 540
 
 
-def test_bad_login_is_refused_with_403(server: Server) -> None:
+def test_bad_login_is_refused_with_403(server: ServerProcess) -> None:
     creds = pika.PlainCredentials("guest", "wrong")
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
         pika.BlockingConnection(_params(server, credentials=creds))
     assert "(403) 'ACCESS_REFUSED - Login was refused" in str(info.value)
 
 
-def test_protocol_header_mismatch_gets_our_header_back(server: Server) -> None:
+def test_protocol_header_mismatch_gets_our_header_back(server: ServerProcess) -> None:
     with socket.create_connection((server.host, server.amqp_port), timeout=5) as sock:
         sock.sendall(b"AMQP\x00\x00\x08\x00")
         assert sock.recv(64) == b"AMQP\x00\x00\x09\x01"
         assert sock.recv(64) == b""  # then the server closes
 
 
-def test_malformed_frame_closes_only_that_connection_with_501(server: Server) -> None:
+def test_malformed_frame_closes_only_that_connection_with_501(server: ServerProcess) -> None:
     good = pika.BlockingConnection(_params(server))
     with socket.create_connection((server.host, server.amqp_port), timeout=5) as sock:
         sock.sendall(b"AMQP\x00\x00\x09\x01")
@@ -189,7 +190,7 @@ def test_malformed_frame_closes_only_that_connection_with_501(server: Server) ->
     good.close()
 
 
-async def test_aio_pika_publish_with_confirms_and_consume(server: Server) -> None:
+async def test_aio_pika_publish_with_confirms_and_consume(server: ServerProcess) -> None:
     url = f"amqp://guest:guest@{server.host}:{server.amqp_port}/"
     conn = await aio_pika.connect(url)
     async with conn:
@@ -208,20 +209,20 @@ async def test_aio_pika_publish_with_confirms_and_consume(server: Server) -> Non
         assert offsets == list(range(10, 50))
 
 
-def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path: pytest.TempPathFactory) -> None:
-    srv = start_server(tmp_path)  # type: ignore[arg-type]
+def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path: Path) -> None:
+    srv = ServerProcess(tmp_path / "data").start()
     conn = pika.BlockingConnection(_params(srv))
     ch = conn.channel()
     _declare_stream(ch, "s-term")
     ch.confirm_delivery()
     ch.basic_publish("", "s-term", b"kept")
-    srv.process.send_signal(signal.SIGTERM)
+    srv.proc.send_signal(signal.SIGTERM)
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         conn.process_data_events(time_limit=5)
     assert info.value.reply_code == 320
-    assert srv.process.wait(15) == 0
+    assert srv.proc.wait(15) == 0
     # the confirmed message is on disk: a restarted server delivers it
-    again = start_server(srv.data_dir)
+    again = srv.restart()
     try:
         conn = pika.BlockingConnection(_params(again))
         ch = conn.channel()
@@ -237,7 +238,7 @@ def test_sigterm_closes_clients_with_320_and_exits_0(tmp_path: pytest.TempPathFa
         assert again.stop() == 0
 
 
-def test_queue_delete_cancels_consumers_with_basic_cancel(server: Server) -> None:
+def test_queue_delete_cancels_consumers_with_basic_cancel(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     _declare_stream(ch, "s-deleted")

@@ -14,7 +14,7 @@ from typing import Any
 import aio_pika
 import pika
 import pytest
-from conn_server import Server, server
+from conn_server import ServerProcess, server
 
 __all__ = ["server"]
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 FV = "x-stream-filter-value"
 
 
-def _params(srv: Server) -> pika.ConnectionParameters:
+def _params(srv: ServerProcess) -> pika.ConnectionParameters:
     return pika.ConnectionParameters(host=srv.host, port=srv.amqp_port, connection_attempts=1)
 
 
@@ -34,7 +34,7 @@ def _server_cpu_seconds(pid: int) -> float:
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
-def test_pika_region_consumers_get_exactly_their_region(server: Server) -> None:
+def test_pika_region_consumers_get_exactly_their_region(server: ServerProcess) -> None:
     conn = pika.BlockingConnection(_params(server))
     ch = conn.channel()
     ch.queue_declare("p-regions", durable=True, arguments={"x-queue-type": "stream"})
@@ -72,7 +72,7 @@ def test_pika_region_consumers_get_exactly_their_region(server: Server) -> None:
     conn.close()
 
 
-async def test_aio_pika_arrays_with_all_and_any(server: Server) -> None:
+async def test_aio_pika_arrays_with_all_and_any(server: ServerProcess) -> None:
     url = f"amqp://guest:guest@{server.host}:{server.amqp_port}/"
     async with await aio_pika.connect(url) as conn:
         ch = await conn.channel(publisher_confirms=True)
@@ -105,7 +105,7 @@ async def test_aio_pika_arrays_with_all_and_any(server: Server) -> None:
         assert await collect(any_, 8) == [i for i in range(20) if i % 5 in (2, 4)]
 
 
-async def test_waiting_filtered_consumer_uses_no_cpu(server: Server) -> None:
+async def test_waiting_filtered_consumer_uses_no_cpu(server: ServerProcess) -> None:
     url = f"amqp://guest:guest@{server.host}:{server.amqp_port}/"
     async with await aio_pika.connect(url) as conn:
         ch = await conn.channel(publisher_confirms=True)
@@ -120,9 +120,9 @@ async def test_waiting_filtered_consumer_uses_no_cpu(server: Server) -> None:
             got.put, arguments={"x-stream-offset": "first", "x-stream-filter": "wanted"}
         )
         await asyncio.sleep(0.7)  # it scans the 200 misses, then waits at the end
-        before = _server_cpu_seconds(server.process.pid)
+        before = _server_cpu_seconds(server.proc.pid)
         await asyncio.sleep(1.0)
-        used = _server_cpu_seconds(server.process.pid) - before
+        used = _server_cpu_seconds(server.proc.pid) - before
         assert used <= 0.03, f"server used {used:.3f} s of CPU in an idle second"
         sent = time.perf_counter()
         await ch.default_exchange.publish(aio_pika.Message(b"here", headers={FV: "wanted"}), "idle")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 
 import pika
-from conn_server import Server, server
+from conn_server import ServerProcess, server
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
@@ -58,7 +58,9 @@ def _message(exchange: str, rk: str, body: bytes, split: int = 0) -> bytes:
     return out
 
 
-def test_fast_and_slow_publishes_in_one_write_confirm_and_store_alike(server: Server) -> None:
+def test_fast_and_slow_publishes_in_one_write_confirm_and_store_alike(
+    server: ServerProcess,
+) -> None:
     stream = "s-publish-paths"
     with socket.create_connection((server.host, server.amqp_port), timeout=5) as sock:
         buf = bytearray()
