@@ -15,7 +15,7 @@ from typing import Any
 import pika
 
 from bench._util import Server, proc_cpu_s
-from sievemq.gateway.definitions import stream_directory
+from sievemq.gateway.model.definitions import stream_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 LOADGEN = ROOT.parent / "shared" / "peers" / "bin" / "loadgen"

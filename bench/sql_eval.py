@@ -16,7 +16,7 @@ import platform
 import statistics
 import time
 
-from sievemq.gateway.sql import DictMessageView, compile_filter
+from sievemq.filtering.sql import DictMessageView, compile_filter
 
 EXPRESSIONS = {
     "region_and_amount": "region = 'emea' AND amount > 100",

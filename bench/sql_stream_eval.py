@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pamqp.commands as spec
 
-from sievemq.gateway.sql import compile_filter
-from sievemq.gateway.sql_view import sql_predicate
-from sievemq.gateway.subscriptions import SubscriptionRegistry, registry
+from sievemq.filtering.sql import compile_filter
+from sievemq.filtering.subscriptions import SubscriptionRegistry, registry
+from sievemq.filtering.view import sql_predicate
 from sievemq.storage import Durability, FilterSpec, Message, Stream, StreamConfig
 
 CHUNK = 256

@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         from pydantic import ValidationError
 
         from sievemq.gateway.net.tls import TLSConfigError
-        from sievemq.gateway.server import serve
+        from sievemq.serve import serve
         from sievemq.settings import settings_error, settings_from_args
 
         parser: argparse.ArgumentParser = args.subparser

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from sievemq.gateway.definitions import load, stream_directory
+from sievemq.gateway.model.definitions import load, stream_directory
 from sievemq.storage.tools import summarize
 
 _COLUMNS = ("vhost", "name", "messages", "bytes", "segments", "first", "last", "last write")

@@ -13,10 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from server_process import ServerProcess
-from sievemq.gateway.broker import Broker
+from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.node import Limits, Node
-from sievemq.gateway.server import protocol_factory
+from sievemq.gateway.runtime.node import Limits, Node
+from sievemq.serve import protocol_factory
 
 __all__ = ["ServerProcess", "in_process_server", "params", "publish", "stream_server"]
 

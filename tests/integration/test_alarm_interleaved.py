@@ -17,11 +17,11 @@ import pytest
 from gw_raw import RawClient
 from pamqp import body, commands, frame, header
 
-from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.node import Limits, Node
-from sievemq.gateway.server import protocol_factory
+from sievemq.gateway.runtime.node import Limits, Node
+from sievemq.serve import protocol_factory
 from sievemq.storage import Durability
 
 pytestmark = pytest.mark.timeout(60)

@@ -25,12 +25,12 @@ from pamqp import body, commands, frame, header
 
 from server_process import ServerProcess
 from sievemq.amqp.states import ChannelPhase
-from sievemq.gateway.alarms import ResourceAlarms, SystemProbe
-from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.node import Limits, Node
-from sievemq.gateway.server import protocol_factory
+from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe
+from sievemq.gateway.runtime.node import Limits, Node
+from sievemq.serve import protocol_factory
 from sievemq.storage import Durability
 
 PB = "1PB"  # more free disk than any test machine has: the disk alarm is on

@@ -16,7 +16,7 @@ import pytest
 from sql_helpers import in_process_server
 
 from sievemq.amqp import errors
-from sievemq.gateway import channel as channel_module
+from sievemq.gateway.session import channel as channel_module
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sievemq.gateway.alarms import (
+from sievemq.gateway.runtime.alarms import (
     DISK,
     MEMORY,
     MemoryWatermark,

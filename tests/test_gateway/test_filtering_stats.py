@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp.errors import NotFound, PreconditionFailed
-from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
-from sievemq.gateway.filter_stats import ConsumerFilterStats
-from sievemq.gateway.queue import FilterStats
+from sievemq.gateway.model.broker import Broker, BrokerSettings
+from sievemq.gateway.model.queue import FilterStats
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import Durability, FilterSpec, Message, ReadStats, Stream, StreamConfig
 from sievemq.storage.advice import false_positive_rate, recent_blooms
 

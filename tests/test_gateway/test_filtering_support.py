@@ -20,11 +20,11 @@ from pamqp import body as _body
 from pamqp import commands, frame, header
 from pamqp import heartbeat as _hb
 
-from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.node import Limits, Node
-from sievemq.gateway.server import protocol_factory
+from sievemq.gateway.runtime.node import Limits, Node
+from sievemq.serve import protocol_factory
 from sievemq.storage import Durability
 
 FV = "x-stream-filter-value"

@@ -16,10 +16,10 @@ from sievemq.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from sievemq.gateway import definitions
-from sievemq.gateway.broker import Broker, BrokerSettings
 from sievemq.gateway.facade import BrokerFacade
-from sievemq.gateway.queue import StreamQueue
+from sievemq.gateway.model import definitions
+from sievemq.gateway.model.broker import Broker, BrokerSettings
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.storage import Durability, Message
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed
-from sievemq.gateway.broker import Broker
-from sievemq.gateway.vhost import VirtualHost
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.vhost import VirtualHost
 
 
 @pytest.fixture

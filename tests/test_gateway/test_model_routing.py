@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
-from sievemq.gateway.broker import Broker
-from sievemq.gateway.routing import Binding, HeadersMatcher, TopicMatcher, split_topic
-from sievemq.gateway.vhost import VirtualHost
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.routing import Binding, HeadersMatcher, TopicMatcher, split_topic
+from sievemq.gateway.model.vhost import VirtualHost
 
 
 def topic_matches(pattern: str, key: str) -> bool:

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from sievemq.amqp import codec, errors
-from sievemq.gateway import fastpath
-from sievemq.gateway.confirms import ConfirmTracker
+from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.session.confirms import ConfirmTracker
 
 # one step: publish a message routed to `streams` streams (0 = unroutable), then maybe
 # report a batch of pending (seq, stream) appends with one outcome

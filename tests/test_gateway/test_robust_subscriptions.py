@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp import errors
-from sievemq.gateway.args import parse_consumer_arguments
-from sievemq.gateway.sql_consume import consumer_extras
-from sievemq.gateway.subscriptions import FILE, RegistryError, SubscriptionRegistry, registry
+from sievemq.filtering.subscriptions import FILE, RegistryError, SubscriptionRegistry, registry
+from sievemq.gateway.model.arguments import parse_consumer_arguments
+from sievemq.gateway.session.consume_setup import consumer_extras
 from sievemq.storage import Stream, StreamConfig
 
 EXPR = "region = 'apac'"

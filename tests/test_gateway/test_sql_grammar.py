@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_sql_helpers import ev, truth
 
-from sievemq.gateway.sql import MAX_CHARS, CompileError, compile_filter
+from sievemq.filtering.sql import MAX_CHARS, CompileError, compile_filter
 
 
 def error(expr: str) -> CompileError:

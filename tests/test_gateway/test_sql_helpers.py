@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sievemq.gateway.sql import DictMessageView, compile_filter
+from sievemq.filtering.sql import DictMessageView, compile_filter
 
 
 def view(headers: dict[str, object] | None = None, **kw: object) -> DictMessageView:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_sql_helpers import ev, truth, view
 
-from sievemq.gateway.sql import compile_filter
-from sievemq.gateway.sql.like import compile_pattern
+from sievemq.filtering.sql import compile_filter
+from sievemq.filtering.sql.like import compile_pattern
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from test_sql_helpers import ev, truth, view
 
-from sievemq.gateway.sql import DictMessageView, compile_filter
+from sievemq.filtering.sql import DictMessageView, compile_filter
 
 T, F, U = True, False, None
 BOOL_HEADERS = {"t": True, "f": False}  # "u" is missing: UNKNOWN

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pamqp.commands as spec
 
-from sievemq.gateway.appender import StreamAppender
-from sievemq.gateway.sql import compile_filter
-from sievemq.gateway.sql_view import sql_predicate
-from sievemq.gateway.subscriptions import SubscriptionRegistry, registry
+from sievemq.filtering.sql import compile_filter
+from sievemq.filtering.subscriptions import SubscriptionRegistry, registry
+from sievemq.filtering.view import sql_predicate
+from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.storage import Message, Record, Stream, StreamConfig, StreamReader
 
 EXPR = "region = 'apac'"

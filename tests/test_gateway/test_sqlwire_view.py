@@ -6,8 +6,8 @@ import pamqp.commands as spec
 import pytest
 from pamqp.common import FieldTable
 
-from sievemq.gateway.sql import compile_filter
-from sievemq.gateway.sql_view import sql_predicate
+from sievemq.filtering.sql import compile_filter
+from sievemq.filtering.view import sql_predicate
 from sievemq.storage import Record
 
 

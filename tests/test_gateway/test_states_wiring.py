@@ -21,10 +21,10 @@ from pamqp import commands, frame
 from sievemq.amqp import errors, states
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
 from sievemq.amqp.states import ChannelPhase, ChannelState, ConnectionPhase, Next
-from sievemq.gateway import channel as channel_module
-from sievemq.gateway import connection as connection_module
-from sievemq.gateway.connection import Connection
-from sievemq.gateway.node import Limits
+from sievemq.gateway.runtime.node import Limits
+from sievemq.gateway.session import channel as channel_module
+from sievemq.gateway.session import connection as connection_module
+from sievemq.gateway.session.connection import Connection
 
 LIMIT = 64  # max_message_size of the test node
 Frame = tuple[int, int, bytes]

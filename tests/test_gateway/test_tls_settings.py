@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from sievemq.gateway.net.tls import TLSConfigError, server_ssl_context
-from sievemq.gateway.server import ready_line
+from sievemq.serve import ready_line
 from sievemq.settings import Settings
 
 

@@ -11,17 +11,17 @@ import time
 from typing import Any
 
 from sievemq.amqp.errors import AMQPError, NotFound, PreconditionFailed
-from sievemq.gateway.alarms import (
+from sievemq.filtering.subscriptions import registry
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.exchanges import Exchange
+from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.runtime.alarms import (
     ResourceAlarms,
     parse_memory_watermark,
     parse_size,
     total_memory,
 )
-from sievemq.gateway.broker import Broker
-from sievemq.gateway.exchanges import Exchange
-from sievemq.gateway.queue import StreamQueue
-from sievemq.gateway.routing import Binding
-from sievemq.gateway.subscriptions import registry
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension

@@ -13,7 +13,7 @@ are kept apart: reading resumes only when none holds.
 HOT PATH: every byte a client sends arrives in ``data_received``. It hands the bytes to the
 sans-I/O FrameReader and passes the whole list of complete frames to the connection handler
 in one call (no task, no await per frame). Anything that is not a frame-level concern (what a
-method means) belongs to the handler in ``sievemq.gateway.connection``.
+method means) belongs to the handler in ``sievemq.gateway.session.connection``.
 """
 
 from __future__ import annotations

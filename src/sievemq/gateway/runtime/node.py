@@ -8,12 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sievemq.gateway.appender import StreamAppender
+from sievemq.gateway.runtime.appender import StreamAppender
 
 if TYPE_CHECKING:
-    from sievemq.gateway.broker import Broker
-    from sievemq.gateway.connection import Connection
-    from sievemq.gateway.queue import StreamQueue
+    from sievemq.gateway.model.broker import Broker
+    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.session.connection import Connection
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sievemq.amqp import errors
-from sievemq.gateway.args import ConsumerOptions, OffsetSpec
-from sievemq.gateway.named_consumers import OffsetTracker, resume_offset
-from sievemq.gateway.sql import CompileError, SqlFilter, compile_filter
-from sievemq.gateway.sql_view import sql_predicate
-from sievemq.gateway.subscriptions import RegistryError, registry
+from sievemq.filtering.sql import CompileError, SqlFilter, compile_filter
+from sievemq.filtering.subscriptions import RegistryError, registry
+from sievemq.filtering.view import sql_predicate
+from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
+from sievemq.gateway.session.named_consumers import OffsetTracker, resume_offset
 from sievemq.storage import Record, Stream, StreamReader
 
 

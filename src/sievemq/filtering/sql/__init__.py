@@ -23,10 +23,10 @@ Choices the SPEC leaves open, made here (tests in tests/test_gateway/test_sql_*.
 - Nesting (parentheses, NOT, unary signs) is limited to 64 levels besides the SPEC's limits.
 """
 
-from sievemq.gateway.sql.compiler import SqlFilter, compile_filter
-from sievemq.gateway.sql.errors import CompileError
-from sievemq.gateway.sql.lexer import BASIC_PROPERTIES, MAX_CHARS, MAX_TOKENS
-from sievemq.gateway.sql.view import DictMessageView, MessageView
+from sievemq.filtering.sql.compiler import SqlFilter, compile_filter
+from sievemq.filtering.sql.errors import CompileError
+from sievemq.filtering.sql.lexer import BASIC_PROPERTIES, MAX_CHARS, MAX_TOKENS
+from sievemq.filtering.sql.view import DictMessageView, MessageView
 
 __all__ = [
     "BASIC_PROPERTIES",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.args import StreamArguments
+from sievemq.gateway.model.arguments import StreamArguments
 
 if TYPE_CHECKING:
     from sievemq.storage import Stream

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
-from sievemq.gateway import args as qargs
-from sievemq.gateway.exchanges import (
+from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
     Exchange,
@@ -20,9 +20,9 @@ from sievemq.gateway.exchanges import (
     check_not_default,
     check_type,
 )
-from sievemq.gateway.queue import StreamQueue
-from sievemq.gateway.render import rs
-from sievemq.gateway.routing import Binding, DestKind, HeadersFn, validate_headers_binding
+from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.replies import rs
+from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
 
 if TYPE_CHECKING:
     from sievemq.storage import Stream

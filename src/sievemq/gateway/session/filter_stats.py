@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sievemq.gateway.queue import FilterStats
-    from sievemq.gateway.sql import SqlFilter
+    from sievemq.filtering.sql import SqlFilter
+    from sievemq.gateway.model.queue import FilterStats
     from sievemq.storage import ReadStats
 
 READ_FIELDS = (

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sievemq.amqp.errors import NotImplemented_, PreconditionFailed, ResourceLocked
-from sievemq.gateway.render import (
+from sievemq.gateway.model.replies import (
     amqp_type,
     display_value,
     erlang_string,

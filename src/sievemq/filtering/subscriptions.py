@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sievemq.gateway.sql import CompileError, compile_filter
-from sievemq.gateway.sql_view import StoredMessage, sql_predicate
+from sievemq.filtering.sql import CompileError, compile_filter
+from sievemq.filtering.view import StoredMessage, sql_predicate
 from sievemq.storage import Stream
 
 log = logging.getLogger(__name__)

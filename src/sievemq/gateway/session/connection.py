@@ -36,13 +36,13 @@ from sievemq.amqp.states import (
     ConnectionState,
     Next,
 )
-from sievemq.gateway.alarms import blocked_reason
-from sievemq.gateway.channel import Channel
-from sievemq.gateway.fastpath import PUBLISH_ID as _PUBLISH_ID
+from sievemq.gateway.runtime.alarms import blocked_reason
+from sievemq.gateway.session.channel import Channel
+from sievemq.gateway.session.publish_cache import PUBLISH_ID as _PUBLISH_ID
 
 if TYPE_CHECKING:
-    from sievemq.gateway.node import Node
-    from sievemq.gateway.vhost import VirtualHost
+    from sievemq.gateway.model.vhost import VirtualHost
+    from sievemq.gateway.runtime.node import Node
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ expression is an error instead of being ignored.
 
 from __future__ import annotations
 
-from sievemq.gateway.sql import like
-from sievemq.gateway.sql.errors import CompileError
-from sievemq.gateway.sql.lexer import Kind, Token, tokenize
-from sievemq.gateway.sql.nodes import (
+from sievemq.filtering.sql import like
+from sievemq.filtering.sql.errors import CompileError
+from sievemq.filtering.sql.lexer import Kind, Token, tokenize
+from sievemq.filtering.sql.nodes import (
     Arith,
     Between,
     Compare,
@@ -28,7 +28,7 @@ from sievemq.gateway.sql.nodes import (
     StrPredicate,
     is_condition,
 )
-from sievemq.gateway.sql.runtime import parse_number
+from sievemq.filtering.sql.runtime import parse_number
 
 MAX_NESTING = 64  # parentheses, NOT and unary signs; keeps recursion far from Python's limit
 

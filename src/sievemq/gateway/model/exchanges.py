@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sievemq.amqp.errors import AccessRefused, CommandInvalid, PreconditionFailed
-from sievemq.gateway.render import amqp_type, display_value, rs, type_class
-from sievemq.gateway.routing import MATCHERS, Binding, Destination, HeadersFn, Matcher
+from sievemq.gateway.model.replies import amqp_type, display_value, rs, type_class
+from sievemq.gateway.model.routing import MATCHERS, Binding, Destination, HeadersFn, Matcher
 
 EXCHANGE_TYPES = tuple(MATCHERS)
 DEFAULT_EXCHANGE = ""

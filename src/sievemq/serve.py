@@ -23,18 +23,18 @@ import uvicorn
 
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
-from sievemq.gateway.alarms import (
+from sievemq.gateway.model.broker import Broker, BrokerSettings
+from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
+from sievemq.gateway.net.protocol import AMQPProtocol
+from sievemq.gateway.net.tls import server_ssl_context
+from sievemq.gateway.runtime.alarms import (
     ResourceAlarms,
     SystemProbe,
     parse_memory_watermark,
     total_memory,
 )
-from sievemq.gateway.broker import Broker, BrokerSettings
-from sievemq.gateway.connection import Connection
-from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
-from sievemq.gateway.net.protocol import AMQPProtocol
-from sievemq.gateway.net.tls import server_ssl_context
-from sievemq.gateway.node import Limits, Node
+from sievemq.gateway.runtime.node import Limits, Node
+from sievemq.gateway.session.connection import Connection
 from sievemq.settings import Settings
 from sievemq.storage import Durability
 

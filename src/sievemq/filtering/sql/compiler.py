@@ -14,9 +14,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
-from sievemq.gateway.sql import like, runtime
-from sievemq.gateway.sql.errors import CompileError
-from sievemq.gateway.sql.nodes import (
+from sievemq.filtering.sql import like, runtime
+from sievemq.filtering.sql.errors import CompileError
+from sievemq.filtering.sql.nodes import (
     Arith,
     Between,
     Compare,
@@ -31,8 +31,8 @@ from sievemq.gateway.sql.nodes import (
     Ref,
     StrPredicate,
 )
-from sievemq.gateway.sql.parser import parse
-from sievemq.gateway.sql.view import MessageView
+from sievemq.filtering.sql.parser import parse
+from sievemq.filtering.sql.view import MessageView
 
 HOIST_DEPTH = 8  # deeper sub-expressions become their own function (keeps source nesting low)
 

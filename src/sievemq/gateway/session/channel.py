@@ -27,16 +27,17 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, states
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway import args as stream_args
-from sievemq.gateway import fastpath, named_consumers
-from sievemq.gateway.confirms import ConfirmTracker
-from sievemq.gateway.consumer import StreamConsumer, filter_spec, position_reader
-from sievemq.gateway.sql_consume import consumer_extras
+from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.session import named_consumers
+from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.session.confirms import ConfirmTracker
+from sievemq.gateway.session.consume_setup import consumer_extras
+from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
 
 if TYPE_CHECKING:
-    from sievemq.gateway.connection import Connection
-    from sievemq.gateway.vhost import VirtualHost
+    from sievemq.gateway.model.vhost import VirtualHost
+    from sievemq.gateway.session.connection import Connection
 
 log = logging.getLogger(__name__)
 

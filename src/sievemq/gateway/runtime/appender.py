@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
 from typing import Protocol
 
-from sievemq.gateway.subscriptions import registry
+from sievemq.filtering.subscriptions import registry
 from sievemq.storage import Durability, Message, StorageError, Stream
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import re
 from enum import Enum
 from typing import NamedTuple
 
-from sievemq.gateway.sql.errors import CompileError
+from sievemq.filtering.sql.errors import CompileError
 
 MAX_CHARS = 4096
 MAX_TOKENS = 200

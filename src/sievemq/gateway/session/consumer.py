@@ -22,15 +22,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.amqp import codec
-from sievemq.gateway.filter_stats import ConsumerFilterStats
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 
 if TYPE_CHECKING:
-    from sievemq.gateway.args import ConsumerOptions, OffsetSpec
-    from sievemq.gateway.channel import Channel
-    from sievemq.gateway.named_consumers import OffsetTracker
-    from sievemq.gateway.queue import StreamQueue
-    from sievemq.gateway.sql import SqlFilter
+    from sievemq.filtering.sql import SqlFilter
+    from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
+    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.session.channel import Channel
+    from sievemq.gateway.session.named_consumers import OffsetTracker
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ HOT PATH: ``sql_predicate`` is called for every candidate record of a consumer w
 ``x-stream-filter-sql`` (after the Bloom skip) and, at append time, for every message of a
 chunk while a registered subscription has not matched yet. The view decodes nothing up front:
 a header is read from the raw property bytes only when the expression asks for it (and
-``codec.read_header`` decodes nothing unless the name occurs in the bytes); when an expression
+``read_header`` decodes nothing unless the name occurs in the bytes); when an expression
 names several headers the headers table is decoded once per message instead; basic properties
 are decoded only for expressions that use them. Evaluation errors (a malformed header
 included) make the message "not delivered" and are counted on the filter, never raised.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sievemq.amqp import codec
-from sievemq.gateway.sql import SqlFilter
+from sievemq.amqp.codec import decode_properties, read_header
+from sievemq.filtering.sql import SqlFilter
 
 _PAMQP_NAMES = {"type": "message_type"}  # SQL name -> pamqp Basic.Properties attribute
 
@@ -54,12 +54,12 @@ class RawMessageView:
         self.exchange = ""
 
     def header(self, name: str) -> object | None:
-        return codec.read_header(self._props, name)
+        return read_header(self._props, name)
 
     def property(self, name: str) -> object | None:
         props = self._properties
         if props is None:
-            props = self._properties = codec.decode_properties(self._props)
+            props = self._properties = decode_properties(self._props)
         return getattr(props, _PAMQP_NAMES.get(name, name), None)
 
 

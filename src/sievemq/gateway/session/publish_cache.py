@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from sievemq.amqp import codec, errors
-from sievemq.gateway import args as stream_args
+from sievemq.gateway.model import arguments as stream_args
 
 FILTER_HEADER: Final = "x-stream-filter-value"
 _FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
-from sievemq.gateway import definitions
-from sievemq.gateway.args import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.queue import StreamQueue
-from sievemq.gateway.users import User, Users
-from sievemq.gateway.vhost import VirtualHost
+from sievemq.gateway.model import definitions
+from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.users import User, Users
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import Durability, Stream, StreamConfig
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from sievemq.amqp.errors import PreconditionFailed
-from sievemq.gateway.render import amqp_type, erlang_value, type_class
+from sievemq.gateway.model.replies import amqp_type, erlang_value, type_class
 
 DestKind = Literal["queue", "exchange"]
 Destination = tuple[DestKind, str]

@@ -1,0 +1,4 @@
+"""The filter semantics every reader shares (gateway, Spark, admin).
+
+The SQL dialect, the stored-message view and the subscription bits.
+"""

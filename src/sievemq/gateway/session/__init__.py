@@ -1,0 +1,1 @@
+"""One client's session: connections, channels, consumers, confirms, named consumers."""
