@@ -21,8 +21,10 @@ from typing import Any
 
 import uvicorn
 
+from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
@@ -138,7 +140,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
     ready = False
-    app = create_app(is_ready=lambda: ready)
+    facade = BrokerFacade(broker, __version__, alarms, node)
+    facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
+    if amqps is not None:
+        facade.listeners.append(
+            ListenerView("amqp/ssl", settings.amqp_host, int(amqps.rsplit(":", 1)[1]))
+        )
+    facade.listeners.append(ListenerView("http", settings.admin_host, admin_port))
+    app = create_app(is_ready=lambda: ready, facade=facade)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     admin = _AdminServer(config)
     admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
