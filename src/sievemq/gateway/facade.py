@@ -455,7 +455,7 @@ class BrokerFacade:
         self.alarms = alarms
         self.node = node
         self.listeners: list[ListenerView] = []
-        self.node_name = f"sievemq@{platform.node() or "localhost"}"
+        self.node_name = "sievemq@" + (platform.node() or "localhost")
         self._rates = _Rates()
 
     # ------------------------------------------------------------------ auth
