@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from fastapi import FastAPI, Request, Response
 
-from sievemq.admin_api import errors, rabbit
+from sievemq.admin_api import errors, rabbit, streams
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.facade import BrokerFacade
 
@@ -42,6 +42,7 @@ def create_app(
 
     if facade is not None:
         app.include_router(rabbit.router)
+        app.include_router(streams.router)
 
     @app.middleware("http")
     async def body_limit(request: Request, call_next: Callable[..., object]) -> Response:

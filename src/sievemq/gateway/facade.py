@@ -76,6 +76,7 @@ BROWSE_MAX_BYTES = 4 * 1024 * 1024
 BROWSE_TIME_BUDGET_S = 0.05
 
 __all__ = [
+    "BROWSE_MAX_LIMIT",
     "EXCHANGE_TYPES",
     "AMQPError",
     "AccessRefused",
