@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pamqp.commands import Basic
 
-from sievemq.amqp import codec
+from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import (
     AccessRefused,
     AMQPError,
@@ -1418,7 +1418,7 @@ def encode_properties(properties: dict[str, Any]) -> bytes:
 def decode_properties(props: bytes) -> dict[str, Any]:
     """Raw property bytes as the JSON object RabbitMQ's management API shows."""
     try:
-        decoded = codec.decode_properties(props)
+        decoded = amqp_properties.decode_properties(props)
     except AMQPError:
         return {}
     out: dict[str, Any] = {}
