@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from fastapi import FastAPI, Request, Response
 
-from sievemq.admin_api import errors, rabbit, streams
+from sievemq.admin_api import errors, metrics, rabbit, streams
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.facade import BrokerFacade
 
@@ -43,6 +43,7 @@ def create_app(
     if facade is not None:
         app.include_router(rabbit.router)
         app.include_router(streams.router)
+        app.include_router(metrics.router)
 
     @app.middleware("http")
     async def body_limit(request: Request, call_next: Callable[..., object]) -> Response:

@@ -81,6 +81,7 @@ __all__ = [
     "AMQPError",
     "AccessRefused",
     "BrokerFacade",
+    "HistogramView",
     "NotAllowed",
     "NotFound",
     "NotImplemented_",
@@ -405,6 +406,21 @@ class Definitions:
     queues: list[dict[str, Any]]
     exchanges: list[dict[str, Any]]
     bindings: list[dict[str, Any]]
+
+
+@dataclass
+class HistogramView:
+    """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+
+
+@dataclass
+class WriteLatencyView:
+    append: HistogramView
+    fsync: HistogramView
 
 
 class BadRequest(PreconditionFailed):
@@ -1077,6 +1093,23 @@ class BrokerFacade:
             ),
             rabbitmq_compatible=advice.size_bytes <= RABBITMQ_MAX_FILTER_BYTES,
         )
+
+    # ------------------------------------------------------------------ metrics
+
+    def write_latencies(self) -> WriteLatencyView:
+        """Append-batch and fdatasync latency histograms of every stream of this node."""
+        if self.node is None:
+            empty = HistogramView([(float("inf"), 0)], 0.0, 0)
+            return WriteLatencyView(empty, empty)
+        lat = self.node.latencies
+        return WriteLatencyView(
+            HistogramView(lat.append.cumulative(), lat.append.sum, lat.append.count),
+            HistogramView(lat.fsync.cumulative(), lat.fsync.sum, lat.fsync.count),
+        )
+
+    def publishers(self) -> int:
+        """Channels that have published at least once (RabbitMQ's ``publishers``)."""
+        return sum(1 for c in self._connections() for ch in c.channels.values() if ch.has_published)
 
     # ------------------------------------------------------------------ alarms
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.latency import WriteLatencies
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.broker import Broker
@@ -50,6 +51,7 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (gateway.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -75,7 +77,11 @@ class Node:
         appender = self._appenders.get(id(queue))
         if appender is None:
             appender = StreamAppender(
-                queue.stream, self.loop, self.executor, self.limits.sync_interval_ms
+                queue.stream,
+                self.loop,
+                self.executor,
+                self.limits.sync_interval_ms,
+                self.latencies,
             )
             self._appenders[id(queue)] = appender
             self.watch(queue)
