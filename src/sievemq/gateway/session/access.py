@@ -4,8 +4,8 @@ What needs which (as ``rabbit_channel``): exchange.declare/delete and queue.decl
 need *configure* on the resource; basic.publish *write* on the exchange; basic.consume *read*
 on the queue; queue.bind/unbind *write* on the queue and *read* on the exchange; exchange.bind
 *write* on the destination and *read* on the source. The default exchange is checked as
-``amq.default``. A refusal is a channel error 403
-``ACCESS_REFUSED - access to queue 's' in vhost '/' refused for user 'bob'``. Passive declares check nothing.
+``amq.default``. A refusal is a channel error 403 ``ACCESS_REFUSED - access to queue 's' in
+vhost '/' refused for user 'bob'``. Passive declares check nothing.
 """
 
 from __future__ import annotations
