@@ -91,6 +91,104 @@ def test_only_gateway_net_opens_sockets() -> None:
     assert not offenders, f"socket code outside gateway/net: {offenders}"
 
 
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``root`` it imports: every import statement anywhere in the
+    file (module level, under ``if TYPE_CHECKING``, inside functions), relative ones
+    resolved; ``from pkg import name`` counts as ``pkg.name`` when that is a module."""
+    files = {_module_name(path, root): path for path in root.rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in files else known(base))
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_src() -> None:
+    graph = _import_graph(SRC)
+    assert "sievemq.gateway.session.channel" in graph["sievemq.gateway.session.connection"]
+    cycles = _cycles(graph)
+    assert not cycles, "import circles (TYPE_CHECKING and local imports count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_the_circle_finder_sees_type_checking_and_local_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "sievemq"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from sievemq.sub import b\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n"
+    )
+    (pkg / "sub" / "c.py").write_text("def f() -> None:\n    from ..a import x\n")
+    (pkg / "d.py").write_text("import sievemq.a\n")
+    graph = _import_graph(pkg)
+    assert graph["sievemq.sub.b"] == {"sievemq.sub.c"}
+    assert graph["sievemq.sub.c"] == {"sievemq.a"}
+    assert _cycles(graph) == [["sievemq.a", "sievemq.sub.b", "sievemq.sub.c"]]
+
+
 def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import asyncio\nfrom sievemq.gateway import broker\n")

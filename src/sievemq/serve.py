@@ -164,8 +164,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)
     for conn in list(node.connections):
-        if conn.transport is not None:
-            conn.transport.abort()
+        conn.abort()
     node.flush_all()
     broker.close()
     node.executor.shutdown(wait=True)
