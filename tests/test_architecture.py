@@ -9,52 +9,95 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
 
-# component -> top-level modules (or sievemq subpackages) it may import besides the stdlib
+# component (a folder or a module of src/sievemq) -> what it may import besides the stdlib:
+# top-level distributions, or sievemq modules and packages (a prefix covers what is inside).
+# A nested component (gateway/model) obeys its own rule AND its parent's (gateway).
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
-    # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; amqp.codec until the property reader is split out
+    # the filter semantics every reader shares (gateway, Spark): the storage and the AMQP
+    # property reader only (amqp.codec until its property reader is split out)
     "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.codec"},
     "gateway": {
         "sievemq.amqp",
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.gateway",
+        "sievemq.units",
         "uvloop",
+        # cold methods are pamqp objects (codec.decode_method/encode_method)
         "pamqp.commands",
     },
+    # the broker model: no session, runtime, network or admin facade
+    "gateway/model": {"sievemq.amqp", "sievemq.storage", "sievemq.gateway.model"},
+    # the node and its appenders: below the session, never a connection or a socket
+    "gateway/runtime": {
+        "sievemq.amqp",
+        "sievemq.storage",
+        "sievemq.filtering",
+        "sievemq.gateway.model",
+        "sievemq.gateway.runtime",
+        "sievemq.units",
+    },
+    # the only socket code: frames in, frames out; what a method means is the session's
+    "gateway/net": {"sievemq.amqp.errors", "sievemq.amqp.frames", "sievemq.gateway.net"},
     "admin_api": {
         "fastapi",
         "pydantic",
         "starlette",
+        "prometheus_client",
         "sievemq.admin_api",
         "sievemq.gateway.facade",
     },
-    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.filtering", "sievemq.spark"},
+    # settings are built at the edge and passed down: they never import the gateway
+    "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
+    "units.py": set(),
 }
-
-
-# wiring modules inside a component: they may import like sievemq.cli (everything)
-WIRING: set[str] = {"serve.py"}
 
 # stdlib modules a component must not use even though they are in the standard library
 FORBIDDEN: dict[str, set[str]] = {
     "amqp": {"asyncio", "socket", "selectors"},
     "storage": {"asyncio", "socket", "selectors"},
     "filtering": {"asyncio", "socket", "selectors"},
+    "gateway/model": {"asyncio", "socket", "selectors"},
+    "units.py": {"asyncio", "socket", "selectors", "os"},
 }
 
 
-def _imports(path: Path) -> list[str]:
+def _module_of(path: Path, root: Path = SRC) -> tuple[str, str]:
+    """(the module's dotted name, its package) for a file under ``root``."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+        return ".".join(parts), ".".join(parts)
+    return ".".join(parts), ".".join(parts[:-1])
+
+
+def _imports(path: Path, root: Path = SRC) -> list[str]:
+    """Every name imported anywhere in the file (module level, ``TYPE_CHECKING``, functions);
+    relative imports resolved; ``from pkg import name`` gives ``pkg.name``."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    package = _module_of(path, root)[1] if path.is_relative_to(root.parent) else ""
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base == "__future__":
+                names.append(base)
+            else:
+                names.extend(f"{base}.{alias.name}" for alias in node.names)
     return names
+
+
+def _files(component: str) -> list[Path]:
+    target = SRC / component
+    return [target] if target.suffix == ".py" else sorted(target.rglob("*.py"))
 
 
 def _allowed(name: str, allowed: set[str], forbidden: frozenset[str] = frozenset()) -> bool:
@@ -70,12 +113,11 @@ def _allowed(name: str, allowed: set[str], forbidden: frozenset[str] = frozenset
 
 @pytest.mark.parametrize("component", sorted(ALLOWED))
 def test_component_imports_only_what_the_design_allows(component: str) -> None:
-    files = sorted((SRC / component).rglob("*.py"))
-    assert files, f"component {component} has no modules"
+    files = _files(component)
+    assert files and all(f.exists() for f in files), f"component {component} has no modules"
     bad = [
         f"{path.relative_to(SRC)} imports {name}"
         for path in files
-        if path.relative_to(SRC).as_posix() not in WIRING
         for name in _imports(path)
         if not _allowed(name, ALLOWED[component], frozenset(FORBIDDEN.get(component, ())))
     ]
@@ -86,23 +128,17 @@ def test_only_gateway_net_opens_sockets() -> None:
     offenders = [
         str(path.relative_to(SRC))
         for path in SRC.rglob("*.py")
-        if "socket" in _imports(path) and "gateway/net" not in path.as_posix()
+        if "socket" in {name.split(".")[0] for name in _imports(path)}
+        and "gateway/net" not in path.as_posix()
     ]
     assert not offenders, f"socket code outside gateway/net: {offenders}"
-
-
-def _module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
 def _import_graph(root: Path) -> dict[str, set[str]]:
     """Module -> the modules of ``root`` it imports: every import statement anywhere in the
     file (module level, under ``if TYPE_CHECKING``, inside functions), relative ones
     resolved; ``from pkg import name`` counts as ``pkg.name`` when that is a module."""
-    files = {_module_name(path, root): path for path in root.rglob("*.py")}
+    files = {_module_of(path, root)[0]: path for path in root.rglob("*.py")}
 
     def known(name: str) -> str | None:
         while name and name not in files:
@@ -111,19 +147,7 @@ def _import_graph(root: Path) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        targets: set[str | None] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets.update(known(alias.name) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([base] if base else []))
-                for alias in node.names:
-                    full = f"{base}.{alias.name}"
-                    targets.add(full if full in files else known(base))
+        targets = {known(name) for name in _imports(path, root)}
         graph[module] = {t for t in targets if t is not None and t != module}
     return graph
 
@@ -196,3 +220,25 @@ def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     storage_rules = (ALLOWED["storage"], frozenset(FORBIDDEN["storage"]))
     assert not _allowed(names[0], *storage_rules)
     assert not _allowed(names[1], *storage_rules)
+
+
+def test_the_contracts_refuse_what_the_layout_forbids() -> None:
+    model = ALLOWED["gateway/model"]
+    assert not _allowed("sievemq.gateway.session.channel.Channel", model)
+    assert not _allowed("sievemq.gateway.runtime.node", model)
+    assert not _allowed("sievemq.gateway.net.protocol", model)
+    assert not _allowed("sievemq.gateway.facade", model)
+    assert not _allowed("sievemq.gateway.session.connection", ALLOWED["gateway/runtime"])
+    assert not _allowed("sievemq.gateway.runtime.alarms.parse_size", ALLOWED["settings.py"])
+    assert not _allowed("sievemq.gateway.model.broker", ALLOWED["admin_api"])
+    assert _allowed("sievemq.gateway.facade.BrokerFacade", ALLOWED["admin_api"])
+    assert not _allowed("sievemq.gateway", ALLOWED["spark"])
+    assert not _allowed("sievemq.amqp.states", ALLOWED["filtering"])
+
+
+def test_relative_and_local_imports_are_seen(tmp_path: Path) -> None:
+    root = tmp_path / "sievemq"
+    (root / "filtering").mkdir(parents=True)
+    module = root / "filtering" / "x.py"
+    module.write_text("def f() -> None:\n    from ..gateway import node\n")
+    assert _imports(module, root) == ["sievemq.gateway.node"]

@@ -27,16 +27,12 @@ from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.tls import server_ssl_context
-from sievemq.gateway.runtime.alarms import (
-    ResourceAlarms,
-    SystemProbe,
-    parse_memory_watermark,
-    total_memory,
-)
+from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
 from sievemq.settings import Settings
 from sievemq.storage import Durability
+from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
 
