@@ -1,4 +1,8 @@
-"""The dependency rules of docs/architecture.md, checked by parsing every import."""
+"""The dependency rules of docs/architecture.md, checked by parsing every import.
+
+Also checks the package picture in docs/architecture.md against the real imports; to redraw
+it after an intended change: ``.venv/bin/python tests/test_architecture.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
+DOC = SRC.parents[1] / "docs" / "architecture.md"
+PICTURE_BEGIN = "<!-- packages:begin (tests/test_architecture.py draws this) -->"
+PICTURE_END = "<!-- packages:end -->"
 
 # component (a folder or a module of src/sievemq) -> what it may import besides the stdlib:
 # top-level distributions, or sievemq modules and packages (a prefix covers what is inside).
@@ -242,3 +249,69 @@ def test_relative_and_local_imports_are_seen(tmp_path: Path) -> None:
     module = root / "filtering" / "x.py"
     module.write_text("def f() -> None:\n    from ..gateway import node\n")
     assert _imports(module, root) == ["sievemq.gateway.node"]
+
+
+def _package(module: str) -> str:
+    """The box a module is drawn in: its package below sievemq (gateway's one level deeper),
+    or the top-level module itself (cli, serve, settings, ...)."""
+    parts = module.split(".")[1:]
+    if parts[:1] == ["gateway"] and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0] if parts else "sievemq"
+
+
+def _package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, targets in _import_graph(SRC).items():
+        arrows = graph.setdefault(_package(module), set())
+        arrows.update(_package(t) for t in targets)
+    for package, arrows in graph.items():
+        arrows.discard(package)
+    # the bare containers (sievemq/__init__, gateway/__init__) only when they import something
+    return {p: a for p, a in graph.items() if a or p not in {"sievemq", "gateway"}}
+
+
+def draw_packages() -> str:
+    """Every package with its arrows, those that import the most layers first."""
+    graph = _package_graph()
+    depth: dict[str, int] = {}
+
+    def layer(package: str) -> int:
+        if package not in depth:
+            depth[package] = 1 + max((layer(t) for t in graph.get(package, ())), default=-1)
+        return depth[package]
+
+    order = sorted(graph, key=lambda p: (-layer(p), p))
+    width = max(len(p) for p in order)
+    none = "(stdlib and libraries only)"
+    lines = [f"{p.ljust(width)}  -> {', '.join(sorted(graph[p])) or none}" for p in order]
+    return "\n".join(["```text", *lines, "```"])
+
+
+def _drawn_in_doc(text: str) -> str:
+    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
+    return text[start : text.index(PICTURE_END)].strip()
+
+
+def test_the_package_picture_in_the_docs_is_the_real_import_graph() -> None:
+    drawn = _drawn_in_doc(DOC.read_text())
+    assert drawn == draw_packages(), (
+        "docs/architecture.md's package picture differs from the imports; if the change is "
+        "intended, redraw it: .venv/bin/python tests/test_architecture.py"
+    )
+
+
+def test_the_picture_shows_every_arrow() -> None:
+    picture = draw_packages()
+    session = next(line for line in picture.splitlines() if line.startswith("gateway.session"))
+    assert "gateway.runtime" in session and "gateway.model" in session
+    model = next(line for line in picture.splitlines() if line.startswith("gateway.model"))
+    assert "gateway.session" not in model and "gateway.runtime" not in model
+
+
+if __name__ == "__main__":
+    text = DOC.read_text()
+    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
+    end = text.index(PICTURE_END)
+    DOC.write_text(text[:start] + "\n" + draw_packages() + "\n" + text[end:])
+    print(draw_packages())

@@ -61,7 +61,7 @@ class Node:
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
-        # the resource alarms that are on (gateway.alarms), memory before disk; empty: none
+        # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
 
     def next_id(self) -> int:

@@ -10,7 +10,7 @@ channel without awaiting; replies produced meanwhile go out in one ``writelines`
 else (channel 0, frames before open-ok or after a close) is cold and goes through the
 connection table of ``sievemq.amqp.states``, which decides the phase and the reply code.
 
-Resource alarms (``gateway.alarms``) block a connection once it has published, as RabbitMQ
+Resource alarms (``gateway.runtime.alarms``) block a connection once it has published, as RabbitMQ
 does: connection.blocked when the client asked for it, and no more reading until the alarm
 clears (connection.unblocked). Consumer-only connections keep running. A connection is held
 between messages when it can be: at the first read that leaves no message half received, or,
