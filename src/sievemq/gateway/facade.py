@@ -43,7 +43,7 @@ from sievemq.filtering.view import sql_predicate
 from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
-from sievemq.gateway.model.queue import FilterStats, StreamQueue
+from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
@@ -54,19 +54,15 @@ from sievemq.gateway.model.users import (
     hash_password,
     valid_hash,
 )
-from sievemq.gateway.runtime.alarms import (
-    ResourceAlarms,
-    parse_memory_watermark,
-    parse_size,
-    total_memory,
-)
+from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
+from sievemq.gateway.session.connection import Connection
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
+from sievemq.units import parse_memory_watermark, parse_size
 
 if TYPE_CHECKING:
     from sievemq.gateway.runtime.node import Node
     from sievemq.gateway.session.channel import Channel
-    from sievemq.gateway.session.connection import Connection
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
@@ -160,8 +156,8 @@ class ConsumerView:
     active: bool
     arguments: dict[str, Any]
     consumer_name: str | None
-    position: int | None  # the next offset it will read
-    lag: int | None  # messages stored after its position
+    position: int  # the next offset it will read
+    lag: int  # messages stored after its position
     filter: ConsumerFilterView | None
     sql: str | None
     filter_stats: FilterStatsView
@@ -590,7 +586,8 @@ class BrokerFacade:
             queues = [self._queue(vhost or "/", stream)]
         else:
             queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
-        views = [_consumer_view(q, c) for q in queues for c in list(q.consumers)]
+        connections = {c.id: c for c in self._connections()}
+        views = [_consumer_view(q, c, connections) for q in queues for c in list(q.consumers)]
         return sorted(views, key=lambda v: (v.vhost, v.stream, v.consumer_tag))
 
     # ------------------------------------------------------------------ connections
@@ -598,7 +595,10 @@ class BrokerFacade:
     def _connections(self) -> list[Connection]:
         if self.node is None:
             return []
-        return sorted((c for c in self.node.connections if c.opened), key=lambda c: c.id)
+        return sorted(
+            (c for c in self.node.connections if isinstance(c, Connection) and c.opened),
+            key=lambda c: c.id,
+        )
 
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
         return [
@@ -1342,54 +1342,48 @@ def _unconfirmed(confirm: Any) -> int:
     return max(0, int(confirm.next_seq) - int(getattr(confirm, "_next_out", confirm.next_seq)))
 
 
-def _consumer_view(queue: StreamQueue, consumer: Any) -> ConsumerView:
-    spec = getattr(consumer, "spec", None)
-    stats = getattr(consumer, "stats", None)
-    channel = getattr(consumer, "channel", None)
-    connection = getattr(channel, "connection", None)
-    tracker = getattr(consumer, "tracker", None)
-    sql = getattr(consumer, "sql", None)
-    reader = getattr(consumer, "_reader", None)
-    position = getattr(reader, "position", None)
+def _consumer_view(
+    queue: StreamQueue, consumer: ConsumerInfo, connections: dict[int, Connection]
+) -> ConsumerView:
+    spec = consumer.spec
+    connection = connections.get(consumer.connection_id)
+    position = consumer.position
     end = queue.stream.end_offset
     arguments: dict[str, Any] = {}
     if spec is not None:
         arguments["x-stream-filter"] = list(spec.values)
         if spec.match_unfiltered:
             arguments["x-stream-match-unfiltered"] = True
-    if sql is not None:
-        arguments["x-stream-filter-sql"] = getattr(sql, "text", None) or str(sql)
-    if tracker is not None:
-        arguments["x-stream-consumer-name"] = tracker.name
-    peer_host, peer_port = _split_peer(getattr(connection, "peer", "") or "")
+    if consumer.sql_text is not None:
+        arguments["x-stream-filter-sql"] = consumer.sql_text
+    if consumer.consumer_name is not None:
+        arguments["x-stream-consumer-name"] = consumer.consumer_name
+    conn_name = _connection_name(connection) if connection is not None else ""
+    peer_host, peer_port = _split_peer(connection.peer if connection is not None else "")
     return ConsumerView(
         vhost=queue.vhost,
         stream=queue.name,
-        consumer_tag=str(getattr(consumer, "tag", "")),
-        connection_name=_connection_name(connection) if connection is not None else "",
-        channel_number=int(getattr(channel, "id", 0) or 0),
-        channel_name=(
-            f"{_connection_name(connection)} ({channel.id})"
-            if connection is not None and channel is not None
-            else ""
-        ),
-        user=str(getattr(connection, "username", "")),
+        consumer_tag=consumer.tag,
+        connection_name=conn_name,
+        channel_number=consumer.channel_id,
+        channel_name=f"{conn_name} ({consumer.channel_id})" if connection is not None else "",
+        user=connection.username if connection is not None else "",
         peer_host=peer_host,
         peer_port=peer_port,
-        prefetch_count=int(getattr(consumer, "prefetch", 0)),
-        credit=int(getattr(consumer, "credit", 0)),
-        active=bool(getattr(consumer, "active", True)),
+        prefetch_count=consumer.prefetch,
+        credit=consumer.credit,
+        active=True,
         arguments=arguments,
-        consumer_name=tracker.name if tracker is not None else None,
+        consumer_name=consumer.consumer_name,
         position=position,
-        lag=max(0, end - position) if isinstance(position, int) else None,
+        lag=max(0, end - position),
         filter=None
         if spec is None
         else ConsumerFilterView(
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
-        sql=arguments.get("x-stream-filter-sql"),
-        filter_stats=FilterStatsView(**stats.as_dict()) if stats is not None else FilterStatsView(),
+        sql=consumer.sql_text,
+        filter_stats=FilterStatsView(**consumer.filter_stats()),
     )
 
 

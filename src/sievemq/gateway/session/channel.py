@@ -21,7 +21,7 @@ import struct
 from bisect import bisect_right
 from collections import Counter
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pamqp.commands as spec
 
@@ -38,16 +38,14 @@ from sievemq.amqp.hotcodec import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session import access, named_consumers
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
 from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
+from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
 from sievemq.storage import Message
-
-if TYPE_CHECKING:
-    from sievemq.gateway.model.vhost import VirtualHost
-    from sievemq.gateway.session.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +68,18 @@ _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
 
 
 class Channel:
-    """Channel state; frames arrive through ``on_frame`` from the connection."""
+    """Channel state; frames arrive through ``on_frame`` from the connection.
 
-    def __init__(self, connection: Connection, state: ChannelState) -> None:
+    It is the ``ports.DeliveryTarget`` of its consumers and talks to its connection as a
+    ``ports.ChannelHost``."""
+
+    def __init__(self, connection: ChannelHost, state: ChannelState) -> None:
         self.connection = connection
         self.id = state.channel
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
-        self.consumers: dict[str, StreamConsumer] = {}
-        self.unacked: dict[int, StreamConsumer] = {}
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.unacked: dict[int, ChannelConsumer] = {}
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -343,7 +344,30 @@ class Channel:
         for consumer in self.consumers.values():
             consumer.wake()
 
-    def cancel_consumer_by_server(self, consumer: StreamConsumer) -> None:
+    # ports.DeliveryTarget: once per delivery turn of a consumer, never per message
+
+    @property
+    def connection_id(self) -> int:
+        return self.connection.id
+
+    @property
+    def frame_max(self) -> int:
+        return self.connection.frame_max
+
+    def can_deliver(self) -> bool:
+        connection = self.connection
+        return not connection.writing_paused and self.flow_active and connection.can_write()
+
+    def take_delivery_tags(self, consumer: ChannelConsumer, n: int) -> int:
+        first = self.next_delivery_tag
+        self.next_delivery_tag = first + n
+        self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
+        return first
+
+    def write_deliveries(self, data: bytes) -> None:
+        self.connection.write_joined(data)
+
+    def cancel_consumer_by_server(self, consumer: ChannelConsumer) -> None:
         """The queue went away, its reader failed or a newer consumer took its name: stop
         and tell the client if it asked (its unacked deliveries can still be acked)."""
         consumer.stop()
@@ -529,7 +553,8 @@ class Channel:
         # leaves the old one delivering. Its progress is saved first (resume reads it).
         previous: list[StreamConsumer] = []
         if options.consumer_name is not None:
-            previous = named_consumers.holders(queue.consumers, options.consumer_name)
+            ours = [c for c in queue.consumers if isinstance(c, StreamConsumer)]
+            previous = named_consumers.holders(ours, options.consumer_name)
             for old in previous:
                 if old.tracker is not None:
                     old.tracker.flush()
@@ -570,7 +595,7 @@ class Channel:
             if tracker is not None:
                 log.info("consumer %s: name %r taken over by a new consume", old.tag, tracker.name)
                 tracker.retire()
-            old.channel.cancel_consumer_by_server(old)
+            old.cancel_by_server()
 
     def _basic_cancel(self, m: Any) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)
