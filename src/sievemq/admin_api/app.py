@@ -7,12 +7,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from sievemq.admin_api import errors, metrics, rabbit, streams
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.facade import BrokerFacade
+
+STATIC = Path(__file__).resolve().parent / "static"
 
 
 def create_app(
@@ -41,6 +46,13 @@ def create_app(
         return {"status": "ready"}
 
     if facade is not None:
+
+        @app.get("/", include_in_schema=False)
+        async def dashboard() -> FileResponse:
+            """The web dashboard (plain HTML/CSS/JS under ./static, no build step)."""
+            return FileResponse(STATIC / "index.html")
+
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
         app.include_router(streams.router)
         app.include_router(metrics.router)
