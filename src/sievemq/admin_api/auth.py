@@ -23,7 +23,7 @@ def facade_of(request: Request) -> BrokerFacade:
 
 
 def _login_failed() -> ApiError:
-    return ApiError(401, "not_authorized", "Login failed", headers={"www-authenticate": REALM})
+    return ApiError(401, "not_authorized", "Login failed")
 
 
 def authenticate(request: Request) -> Principal:

@@ -9,7 +9,6 @@ reads); like RabbitMQ's prometheus endpoint it needs no credentials.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, generate_latest
@@ -71,9 +70,9 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         f = self.facade
-        overview = f.overview()
-        t = overview.totals
         streams = f.list_streams()
+        overview = f.overview(streams)
+        t = overview.totals
         consumers = f.list_consumers()
         build = GaugeMetricFamily(
             "rabbitmq_build_info",
@@ -218,7 +217,7 @@ class _Collector:
                 "chunks": s.chunks,
                 "first": s.first_offset,
             }
-            stats = asdict(s.filter_stats)
+            stats = vars(s.filter_stats)
             if self.per_object:
                 for k, v in values.items():
                     families[k].add_metric([s.vhost, s.name], v)

@@ -71,7 +71,7 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
             "last_offset": v.last_offset,
             "last_timestamp": v.last_timestamp_ms,
             "filter_size_bytes": v.filter_size_bytes,
-            "filter_stats": asdict(v.filter_stats),
+            "filter_stats": dict(vars(v.filter_stats)),
         },
     }
     if detail:
@@ -105,9 +105,9 @@ def consumer(c: ConsumerView, node: str) -> dict[str, Any]:
             "position": c.position,
             "offset_lag": c.lag,
             "credit": c.credit,
-            "filter": None if c.filter is None else asdict(c.filter),
+            "filter": None if c.filter is None else dict(vars(c.filter)),
             "sql": c.sql,
-            "filter_stats": asdict(c.filter_stats),
+            "filter_stats": dict(vars(c.filter_stats)),
         },
     }
 

@@ -13,7 +13,7 @@ import binascii
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sievemq.admin_api.auth import facade_of, require, require_vhost, user
 from sievemq.admin_api.errors import bad_request, not_found
@@ -30,6 +30,7 @@ from sievemq.gateway.facade import (
 )
 
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
+_STREAMS = TypeAdapter(list[StreamView])
 User = Annotated[Principal, Depends(user)]
 
 
@@ -74,8 +75,10 @@ def _stream(request: Request, who: Principal, vhost: str, stream: str) -> tuple[
 
 
 @router.get("/streams", response_model=list[StreamView])
-async def list_streams(request: Request, who: User) -> list[StreamView]:
-    return [s for s in facade_of(request).list_streams() if who.may_see(s.vhost)]
+async def list_streams(request: Request, who: User) -> Response:
+    views = [s for s in facade_of(request).list_streams() if who.may_see(s.vhost)]
+    # serialized by pydantic-core directly: thousands of streams, on the event loop
+    return Response(_STREAMS.dump_json(views), media_type="application/json")
 
 
 @router.get("/streams/{vhost}", response_model=list[StreamView])

@@ -482,10 +482,12 @@ class BrokerFacade:
 
     # ------------------------------------------------------------------ overview
 
-    def overview(self) -> OverviewView:
+    def overview(self, streams: list[StreamView] | None = None) -> OverviewView:
+        """Totals over every stream (``streams``: the views of all of them, when the caller
+        already has them)."""
         now = time.time()
         queues = list(self.broker.queues())
-        views = [self._stream_view(q, now) for q in queues]
+        views = streams if streams is not None else [self._stream_view(q, now) for q in queues]
         connections = self._connections()
         totals = Totals(
             connections=len(connections),
@@ -503,9 +505,10 @@ class BrokerFacade:
             deliver_rate=round(sum(v.deliver_rate for v in views), 1),
         )
         summed = FilterStats()
+        sums = vars(summed)
         for q in queues:
-            for name, value in q.filter_stats.as_dict().items():
-                setattr(summed, name, getattr(summed, name) + value)
+            for name, value in vars(q.filter_stats).items():
+                sums[name] += value
         return OverviewView(
             product_name=PRODUCT,
             product_version=self.version,
@@ -1167,7 +1170,7 @@ class BrokerFacade:
             delivered=delivered,
             deliver_rate=self._rates.rate(key_del, delivered, now),
             filter_size_bytes=queue.arguments.filter_size_bytes,
-            filter_stats=FilterStatsView(**queue.filter_stats.as_dict()),
+            filter_stats=FilterStatsView(**vars(queue.filter_stats)),
         )
 
 

@@ -32,7 +32,8 @@ async function api(path, options = {}) {
     try { reason = (await r.json()).reason || reason; } catch (_) { /* empty body */ }
     throw new Error(`${r.status}: ${reason}`);
   }
-  return r.status === 204 ? null : r.json();
+  const body = await r.text();  // PUT answers 201/204 with an empty body
+  return body ? JSON.parse(body) : null;
 }
 
 const fmt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en"));
@@ -55,7 +56,7 @@ function tiles(items) {
 }
 
 function kv(obj) {
-  return h("dl", { class: "kv" }, Object.entries(obj).map(([k, v]) =>
+  return h("dl", { class: "kv" }, Object.entries(obj).flatMap(([k, v]) =>
     [h("dt", {}, k), h("dd", {}, typeof v === "object" ? JSON.stringify(v) : String(v))]));
 }
 
