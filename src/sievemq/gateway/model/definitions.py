@@ -82,6 +82,11 @@ def stream_directory(data_dir: Path, vhost: str, name: str) -> Path:
     return Path(data_dir) / "streams" / safe_name(vhost) / safe_name(name)
 
 
+def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
+    """``<data_dir>/queues/<safe vhost>/<safe name>``: a classic/quorum queue's log."""
+    return Path(data_dir) / "queues" / safe_name(vhost) / safe_name(name)
+
+
 def load(data_dir: Path) -> dict[str, Any] | None:
     """The stored definitions, or None when there are none yet."""
     path = Path(data_dir) / FILE_NAME

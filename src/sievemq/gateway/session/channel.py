@@ -28,6 +28,8 @@ import pamqp.commands as spec
 from sievemq.amqp import codec, errors, frames, states
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import named_consumers
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
@@ -67,8 +69,9 @@ class Channel:
         self.id = state.channel
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
-        self.consumers: dict[str, StreamConsumer] = {}
-        self.unacked: dict[int, StreamConsumer] = {}
+        self.consumers: dict[str, StreamConsumer | classic.ClassicConsumer] = {}
+        self.unacked: dict[int, StreamConsumer | classic.ClassicConsumer] = {}
+        self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -298,6 +301,8 @@ class Channel:
             consumer = unacked.pop(tag, None)
             if consumer is None:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+            if self.classic is not None:
+                self.classic.settle(tag, False, finished, method_id)
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -306,6 +311,8 @@ class Channel:
         # found and removed with C-level list/dict operations rather than a loop per tag
         if tag and tag not in unacked:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+        if self.classic is not None:
+            self.classic.settle(tag, True, finished, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -323,7 +330,7 @@ class Channel:
         for consumer in self.consumers.values():
             consumer.wake()
 
-    def cancel_consumer_by_server(self, consumer: StreamConsumer) -> None:
+    def cancel_consumer_by_server(self, consumer: StreamConsumer | classic.ClassicConsumer) -> None:
         """The queue went away, its reader failed or a newer consumer took its name: stop
         and tell the client if it asked (its unacked deliveries can still be acked)."""
         consumer.stop()
@@ -358,6 +365,8 @@ class Channel:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
+        if self.classic is not None:
+            self.classic.release()  # unacked classic deliveries go back to their queues
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0
@@ -420,6 +429,7 @@ class Channel:
             exclusive=m.exclusive,
             auto_delete=m.auto_delete,
             arguments=dict(m.arguments or {}),
+            owner=self.connection,
         )
         if not m.nowait:
             self.connection.send_method(
@@ -431,6 +441,7 @@ class Channel:
 
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
+        classic.check_delete(self, m.queue)
         count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
@@ -445,11 +456,15 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.purge(self, queue, m)
         raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.get(self, queue, m)
         raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
@@ -461,7 +476,10 @@ class Channel:
 
     def _basic_consume(self, m: Any) -> None:
         vhost_name = self.connection.vhost_name
-        queue = self.vhost.get_queue(m.queue)
+        found = self.vhost.find_queue(m.queue)
+        if isinstance(found, ClassicQueue):
+            return classic.consume(self, found, m)
+        queue = found
         options = stream_args.parse_consumer_arguments(
             dict(m.arguments or {}), queue.name, vhost_name
         )
