@@ -221,6 +221,11 @@ class ClassicQueue:
         return self._ready
 
     @property
+    def has_ready(self) -> bool:
+        """Any ready message (expired ones included: ``take`` drops those)."""
+        return self._ready > 0
+
+    @property
     def ready_bytes(self) -> int:
         return self._ready_bytes
 

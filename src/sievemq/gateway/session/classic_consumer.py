@@ -236,7 +236,7 @@ class _Dispatcher:
             candidates = items[:1]
         else:
             candidates = sorted(items, key=_neg_priority) if _mixed(items) else items
-        while budget:
+        while budget and queue.has_ready:
             consumer = _pick(queue, candidates)
             if consumer is None:
                 break
