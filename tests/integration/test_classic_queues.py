@@ -17,6 +17,7 @@ import aio_pika
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
+
 from server_process import ServerProcess
 
 

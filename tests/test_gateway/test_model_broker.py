@@ -32,7 +32,9 @@ def publish(queue: StreamQueue, n: int, value: str = "") -> None:
 
 
 def test_declare_creates_stream_with_arguments(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, BrokerSettings(durability=Durability.ALWAYS, default_queue_type="stream"))
+    broker = Broker(
+        tmp_path, BrokerSettings(durability=Durability.ALWAYS, default_queue_type="stream")
+    )
     vh = broker.vhost("/")
     args = {
         "x-queue-type": "stream",
