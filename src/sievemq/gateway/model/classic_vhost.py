@@ -10,17 +10,28 @@ import base64
 import datetime
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sievemq.amqp import codec
+from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import AccessRefused, PreconditionFailed, ResourceLocked
 from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
 
 if TYPE_CHECKING:
-    from sievemq.gateway.model.vhost import VirtualHost
     from sievemq.storage.queue_log import QueueLog
+
+
+class Host(Protocol):
+    """What dead-lettering and delete need of the vhost (``model.vhost.VirtualHost``)."""
+
+    exchanges: dict[str, Any]
+
+    def route(
+        self, exchange_name: str, routing_key: str, headers_fn: Callable[[], dict[str, Any]]
+    ) -> list[Any]: ...
+    def drop_queue_bindings(self, name: str) -> None: ...
+
 
 LogOpener = Callable[[str, str], "QueueLog"]
 LogRemover = Callable[[str, str], None]
@@ -56,10 +67,10 @@ class ClassicQueues:
         self.queues: dict[str, ClassicQueue] = {}
         self._open_log = open_log
         self._on_change = on_change
-        self._vhost: VirtualHost | None = None
+        self._vhost: Host | None = None
         self.on_created: Callable[[ClassicQueue], None] = lambda q: None
 
-    def attach(self, vhost: VirtualHost) -> None:
+    def attach(self, vhost: Host) -> None:
         self._vhost = vhost
 
     def kind_of(self, arguments: dict[str, Any] | None) -> str:
@@ -278,7 +289,7 @@ def _val(value: Any) -> str:
 
 def _headers_of(props: bytes) -> Callable[[], dict[str, Any]]:
     def headers() -> dict[str, Any]:
-        got = codec.decode_properties(props).headers
+        got = amqp_properties.decode_properties(props).headers
         return dict(got) if got else {}
 
     return headers
@@ -301,7 +312,7 @@ def dead_letter_properties(
 ) -> tuple[bytes, list[dict[str, Any]]]:
     """The message's properties with RabbitMQ's ``x-death`` entry added (or counted up),
     ``x-first-death-*`` set once, and ``expiration`` moved into the entry."""
-    props = codec.decode_properties(msg.properties)
+    props = amqp_properties.decode_properties(msg.properties)
     headers = dict(props.headers or {})
     old: Any = headers.get("x-death") or []
     deaths: list[dict[str, Any]] = [dict(d) for d in old if isinstance(d, dict)]

@@ -12,17 +12,40 @@ and writes each channel's deliveries with one ``writelines``.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any, Protocol
 
 import pamqp.commands as spec
 
-from sievemq.amqp import errors
+from sievemq.amqp import errors, properties
 from sievemq.gateway.model.classic_arguments import consumer_priority
 from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session.classic_frames import ClassicDeliveryEncoder, encode_get_ok
+from sievemq.gateway.session.ports import ChannelHost
+from sievemq.storage import FilterSpec
 
-if TYPE_CHECKING:
-    from sievemq.gateway.session.channel import Channel
+
+class Channel(Protocol):
+    """What classic-queue consuming needs of its channel (``session.channel.Channel``)."""
+
+    id: int
+    connection: ChannelHost
+    prefetch: int
+    global_prefetch: int
+    flow_active: bool
+    next_delivery_tag: int
+    unacked: dict[int, Any]
+    consumers: dict[str, Any]
+    classic: ClassicDeliveries | None
+
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def vhost(self) -> VirtualHost: ...
+    def wake_consumers(self) -> None: ...
+    def cancel_consumer_by_server(self, consumer: Any) -> None: ...
+
 
 _BUDGET = 512  # deliveries per dispatch turn before yielding to the loop
 
@@ -80,6 +103,26 @@ class ClassicConsumer:
         self.tracker = None
         self._encoder: ClassicDeliveryEncoder | None = None
 
+    # model.queue.ConsumerInfo (what the node and the admin views see)
+
+    @property
+    def connection_id(self) -> int:
+        return self.channel.connection.id
+
+    @property
+    def channel_id(self) -> int:
+        return self.channel.id
+
+    @property
+    def spec(self) -> FilterSpec | None:
+        return None
+
+    def filter_stats(self) -> dict[str, int]:
+        return {"messages_delivered": self.delivered}
+
+    def cancel_by_server(self) -> None:
+        self.channel.cancel_consumer_by_server(self)
+
     def give_credit(self, n: int) -> None:
         if self.prefetch:
             self.credit = min(self.prefetch, self.credit + n)
@@ -96,7 +139,7 @@ class ClassicConsumer:
         if channel.closing or not channel.flow_active:
             return False
         conn = channel.connection
-        if conn.writing_paused or conn.transport is None or conn.transport.is_closing():
+        if conn.writing_paused or not conn.can_write():
             return False
         if self.no_ack:
             return True
@@ -138,9 +181,7 @@ class ClassicConsumer:
 
 
 def _with_delivery_count(props: bytes, count: int) -> bytes:
-    from sievemq.amqp import codec
-
-    return codec.splice_long_header(props, "x-delivery-count", count)
+    return properties.splice_long_header(props, "x-delivery-count", count)
 
 
 class ClassicDeliveries:
@@ -260,8 +301,6 @@ class _Dispatcher:
         expiry = self.queue.next_expiry()
         if expiry is None or self._timer is not None:
             return
-        import time
-
         delay = max(0.0, expiry / 1000 - time.time()) + 0.001
         self._timer = self._loop.call_later(delay, self._expire)
 
@@ -356,7 +395,7 @@ def get(channel: Channel, queue: ClassicQueue, m: Any) -> None:
     if m.no_ack:
         queue.ack([msg])
     else:
-        channel.unacked[tag] = GET_HOLDER  # type: ignore[assignment]
+        channel.unacked[tag] = GET_HOLDER
         deliveries_of(channel).pending[tag] = (queue, msg)
     conn.write_frames(frames)
 
@@ -376,6 +415,4 @@ def check_delete(channel: Channel, name: str) -> None:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

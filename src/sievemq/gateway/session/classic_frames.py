@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from sievemq.amqp import codec
+from sievemq.amqp import hotcodec
 
 _END: Final = b"\xce"
 _METHOD_HEAD = struct.Struct(">BHIHH")
@@ -24,7 +24,7 @@ class ClassicDeliveryEncoder:
 
     def __init__(self, channel: int, consumer_tag: str, frame_max: int) -> None:
         self._channel = channel
-        self._ctag = codec.encode_shortstr(consumer_tag)
+        self._ctag = hotcodec.encode_shortstr(consumer_tag)
         self.frame_max = frame_max
         self._method: dict[tuple[str, str], tuple[bytes, bytes]] = {}
 
@@ -40,8 +40,8 @@ class ClassicDeliveryEncoder:
     ) -> None:
         parts = self._method.get((exchange, routing_key))
         if parts is None:
-            ex = codec.encode_shortstr(exchange)
-            rk = codec.encode_shortstr(routing_key)
+            ex = hotcodec.encode_shortstr(exchange)
+            rk = hotcodec.encode_shortstr(routing_key)
             ct = self._ctag
             size = 13 + len(ct) + len(ex) + len(rk)
             parts = (_METHOD_HEAD.pack(1, self._channel, size, 60, 60) + ct, ex + rk + _END)
@@ -51,7 +51,7 @@ class ClassicDeliveryEncoder:
         out.append(parts[0])
         out.append(_QB.pack(tag, 1 if redelivered else 0))
         out.append(parts[1])
-        codec.encode_content(out, self._channel, properties, body, self.frame_max)
+        hotcodec.encode_content(out, self._channel, properties, body, self.frame_max)
 
 
 def encode_get_ok(
@@ -65,8 +65,8 @@ def encode_get_ok(
     body: bytes,
     frame_max: int,
 ) -> list[bytes]:
-    ex = codec.encode_shortstr(exchange)
-    rk = codec.encode_shortstr(routing_key)
+    ex = hotcodec.encode_shortstr(exchange)
+    rk = hotcodec.encode_shortstr(routing_key)
     out = [
         _METHOD_HEAD.pack(1, channel, 4 + 9 + len(ex) + len(rk) + 4, 60, 71),
         _QB.pack(tag, 1 if redelivered else 0),
@@ -75,4 +75,4 @@ def encode_get_ok(
         _I.pack(message_count),
         _END,
     ]
-    return codec.encode_content(out, channel, properties, body, frame_max)
+    return hotcodec.encode_content(out, channel, properties, body, frame_max)
