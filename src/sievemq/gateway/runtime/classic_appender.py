@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.runtime.appender import ConfirmSink
@@ -25,6 +26,7 @@ class ClassicAppender:
     __slots__ = (
         "_batch",
         "_closed",
+        "_expiry_handle",
         "_loop",
         "_scheduled",
         "_sinks",
@@ -50,6 +52,7 @@ class ClassicAppender:
         self._scheduled = False
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
+        self._expiry_handle: asyncio.TimerHandle | None = None
 
     @property
     def pending(self) -> int:
@@ -86,12 +89,30 @@ class ClassicAppender:
         except OSError as error:
             log.error("enqueue into %r failed: %s", queue, error)
             results = [False] * len(batch)
+        self._arm_expiry()
         settled: dict[tuple[ConfirmSink, bool], list[int]] = {}
         for (sink, seq), ok in zip(sinks, results, strict=True):
             if sink is not None:
                 settled.setdefault((sink, ok), []).append(seq)
         for (sink, ok), seqs in settled.items():
             sink.settle_confirms(seqs, ok)
+
+    def _arm_expiry(self) -> None:
+        """Messages with a TTL expire (and are dead-lettered) on time, consumers or not."""
+        if self._expiry_handle is not None or self._closed:
+            return
+        expiry = self.queue.next_expiry()
+        if expiry is None:
+            return
+        delay = max(0.0, expiry / 1000 - time.time()) + 0.001
+        self._expiry_handle = self._loop.call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry_handle = None
+        if self.queue.deleted:
+            return
+        self.queue.expire()
+        self._arm_expiry()
 
     def _sync(self) -> None:
         self._sync_handle = None
@@ -110,6 +131,9 @@ class ClassicAppender:
     def close(self) -> None:
         """The queue was deleted: pending publishes are nacked."""
         self._closed = True
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+            self._expiry_handle = None
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None

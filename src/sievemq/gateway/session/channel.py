@@ -41,7 +41,7 @@ from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session import classic_consumer as classic
-from sievemq.gateway.session import named_consumers
+from sievemq.gateway.session import named_consumers, transactions
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
@@ -83,6 +83,7 @@ class Channel:
         self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.tx: transactions.Transaction | None = None  # after tx.select
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -233,6 +234,9 @@ class Channel:
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Route and store a whole message (the channel is back in the open phase)."""
+        if self.tx is not None:  # held until tx.commit
+            self.tx.publishes.append((self._pub, self._props, body))
+            return
         exchange, routing_key, mandatory = self._pub
         props = self._props
         if values is None:
@@ -312,6 +316,9 @@ class Channel:
         one consume). A tag that is not outstanding is 406 (also with multiple=true, as in
         RabbitMQ; tag 0 with multiple means "everything"), naming the method that sent it.
         """
+        if self.tx is not None:  # held until tx.commit
+            self.tx.settles.append((tag, multiple, finished, method_id))
+            return
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -605,13 +612,35 @@ class Channel:
             self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
+        transactions.refuse_confirms(self.tx)
         if self.confirm is None:
             self.confirm = ConfirmTracker(self.id)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Confirm.SelectOk())
 
-    def _tx(self, m: Any) -> None:
-        raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
+    def _tx_select(self, m: Any) -> None:
+        self.tx = transactions.select(self.tx, self.confirm is not None)
+        self.connection.send_method(self.id, spec.Tx.SelectOk())
+
+    def _tx_commit(self, m: Any) -> None:
+        """Store the held messages, then settle the held acks, in the order they came."""
+        tx = transactions.require(self.tx, 20)
+        publishes, settles = tx.publishes, tx.settles
+        tx.clear()
+        self.tx = None
+        try:
+            for pub, props, body in publishes:
+                self._pub, self._props = pub, props
+                self._complete(body)
+            for tag, multiple, finished, method_id in settles:
+                self._settle_deliveries(tag, multiple, finished, method_id)
+        finally:
+            self.tx = tx
+        self.connection.send_method(self.id, spec.Tx.CommitOk())
+
+    def _tx_rollback(self, m: Any) -> None:
+        transactions.require(self.tx, 30).clear()
+        self.connection.send_method(self.id, spec.Tx.RollbackOk())
 
     def _answer(self, m: Any) -> None:
         """channel.flow-ok, basic.cancel-ok: answers to what we sent, nothing to do."""
@@ -653,7 +682,7 @@ _COLD: dict[type[Any], Any] = {
     spec.Basic.Recover: Channel._basic_recover,
     spec.Basic.RecoverAsync: Channel._basic_recover_async,
     spec.Confirm.Select: Channel._confirm_select,
-    spec.Tx.Select: Channel._tx,
-    spec.Tx.Commit: Channel._tx,
-    spec.Tx.Rollback: Channel._tx,
+    spec.Tx.Select: Channel._tx_select,
+    spec.Tx.Commit: Channel._tx_commit,
+    spec.Tx.Rollback: Channel._tx_rollback,
 }
