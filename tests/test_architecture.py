@@ -32,6 +32,9 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.gateway.facade",
     },
     "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+    # testing is wiring for tests (like serve.py): the whole gateway, its admin app, the
+    # frame codec of the raw client; it must not pull in test frameworks or client libraries
+    "testing": {"sievemq", "pamqp", "uvicorn"},
 }
 
 
@@ -82,13 +85,29 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
     assert not bad, "dependency rule broken:\n" + "\n".join(bad)
 
 
+# where sockets may be opened: the server's listeners, and the raw test client
+SOCKET_CODE = ("gateway/net/", "testing/")
+
+
 def test_only_gateway_net_opens_sockets() -> None:
     offenders = [
         str(path.relative_to(SRC))
         for path in SRC.rglob("*.py")
-        if "socket" in _imports(path) and "gateway/net" not in path.as_posix()
+        if "socket" in _imports(path)
+        and not path.relative_to(SRC).as_posix().startswith(SOCKET_CODE)
     ]
     assert not offenders, f"socket code outside gateway/net: {offenders}"
+
+
+def test_nothing_in_the_product_imports_the_test_helpers() -> None:
+    offenders = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in SRC.rglob("*.py")
+        if not path.relative_to(SRC).as_posix().startswith("testing/")
+        for name in _imports(path)
+        if name == "sievemq.testing" or name.startswith("sievemq.testing.")
+    ]
+    assert not offenders, "sievemq.testing is for tests only:\n" + "\n".join(offenders)
 
 
 def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
