@@ -14,8 +14,8 @@ ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
     # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; amqp.codec until the property reader is split out
-    "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.codec"},
+    # filtering: the dialect every reader shares; it reads raw properties through amqp.properties
+    "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
         "sievemq.amqp",
         "sievemq.storage",

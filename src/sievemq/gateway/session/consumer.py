@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sievemq.amqp import codec
+from sievemq.amqp import hotcodec
 from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 
@@ -115,7 +115,7 @@ class StreamConsumer:
         self._reader = reader
         self._batch = batch
         self._scheduled = False
-        self._encoder: codec.DeliveryEncoder | None = None
+        self._encoder: hotcodec.DeliveryEncoder | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.sql = sql
@@ -188,7 +188,7 @@ class StreamConsumer:
             encoder = self._encoder
             frame_max = conn.frame_max
             if encoder is None or encoder.frame_max != frame_max:
-                encoder = self._encoder = codec.DeliveryEncoder(channel.id, self.tag, frame_max)
+                encoder = self._encoder = hotcodec.DeliveryEncoder(channel.id, self.tag, frame_max)
             encode = encoder.encode
             for r in records:
                 encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
