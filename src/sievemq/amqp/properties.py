@@ -305,9 +305,23 @@ STREAM_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
 
 def splice_stream_offset(properties: bytes, offset: int) -> bytes:
     """``splice_long_header(properties, 'x-stream-offset', offset)``, fast for the common case."""
-    flags = properties[0] << 8 | properties[1]
-    if flags & 1:  # more than one flag word: the general path
+    parts = stream_offset_parts(properties)
+    if parts is None:
         return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
+    return b"".join((parts[0], _q.pack(offset), parts[1]))
+
+
+def stream_offset_parts(properties: bytes) -> tuple[bytes, bytes] | None:
+    """The property bytes with ``x-stream-offset`` spliced in, cut where its 8 value bytes go.
+
+    ``before + offset as 8 signed big-endian bytes + after`` equals ``splice_long_header``'s
+    result. None for what the cut does not cover (several flag words, a headers table that
+    already has ``x-stream-offset``, a table longer than the bytes): splice those in full.
+    The entry is appended after the table's own entries, or a table of just it is added.
+    """
+    flags = properties[0] << 8 | properties[1]
+    if flags & 1:  # more than one flag word
+        return None
     pos = 2
     if flags & FLAG_CONTENT_TYPE:
         pos += 1 + properties[pos]
@@ -318,27 +332,20 @@ def splice_stream_offset(properties: bytes, offset: int) -> bytes:
         start = pos + 4
         table_end = start + size
         if table_end > len(properties) or properties.find(_OFFSET_KEY, start, table_end) >= 0:
-            return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
-        return b"".join(
-            (
-                properties[:pos],
-                _I.pack(size + 25),
-                properties[start:table_end],
-                STREAM_OFFSET_ENTRY,
-                _q.pack(offset),
-                properties[table_end:],
-            )
+            return None
+        head = b"".join(
+            (properties[:pos], _I.pack(size + 25), properties[start:table_end], STREAM_OFFSET_ENTRY)
         )
-    return b"".join(
+        return head, properties[table_end:]
+    head = b"".join(
         (
             _H.pack(flags | FLAG_HEADERS),
             properties[2:pos],
             b"\x00\x00\x00\x19",  # table length: 1 + 15 + 1 + 8
             STREAM_OFFSET_ENTRY,
-            _q.pack(offset),
-            properties[pos:],
         )
     )
+    return head, properties[pos:]
 
 
 def read_header(properties: bytes, name: str) -> object | None:
@@ -410,4 +417,5 @@ __all__ = [
     "read_header",
     "splice_long_header",
     "splice_stream_offset",
+    "stream_offset_parts",
 ]
