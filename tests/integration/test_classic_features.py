@@ -10,7 +10,8 @@ from typing import Any
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
 
 
 def connect(server: ServerProcess) -> pika.BlockingConnection:

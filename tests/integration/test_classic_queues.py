@@ -18,7 +18,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 
 def connect(server: ServerProcess) -> pika.BlockingConnection:

@@ -8,15 +8,12 @@ A second kill while consuming the recovered queue must not resurrect what was ac
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pika
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
