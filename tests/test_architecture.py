@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.admin_api",
         "sievemq.gateway.facade",
     },
-    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.filtering", "sievemq.spark"},
 }
 
 

@@ -1,1 +1,56 @@
-"""PySpark data source and export job over the stream store (not built yet)."""
+"""`sievemq.spark`: a PySpark data source over SieveMQ stream files (docs/spark.md).
+
+``register(spark)`` registers the source as ``sievemq`` and turns on
+``spark.sql.python.filterPushdown.enabled`` (off by default in Spark, and a Python source that
+pushes filters fails while it is off). With ``metrics=True`` it returns a ``ReadMetrics``
+whose counters (chunks scanned, chunks skipped by Bloom, ...) add up what every read of this
+session did on the executors, the same counters the gateway keeps per consumer.
+
+Imports only storage, filtering, pyspark and pyarrow: executors need ``sievemq`` installed and
+the data directory on a path they can read, nothing of the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql import SparkSession
+
+from sievemq.spark.arrow_read import STAT_FIELDS
+from sievemq.spark.schema import COLUMNS
+from sievemq.spark.source import SieveDataSource
+
+__all__ = ["COLUMNS", "STAT_FIELDS", "ReadMetrics", "SieveDataSource", "register"]
+
+
+class _SumParam(AccumulatorParam[tuple[int, ...]]):
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return (0,) * len(STAT_FIELDS)
+
+    def addInPlace(self, value1: tuple[int, ...], value2: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(a + b for a, b in zip(value1, value2, strict=True))
+
+
+@dataclass
+class ReadMetrics:
+    """Reader counters summed over every finished task of this session's sievemq reads."""
+
+    accumulator: Any
+
+    def value(self) -> dict[str, int]:
+        return dict(zip(STAT_FIELDS, self.accumulator.value, strict=True))
+
+
+def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | None:
+    """Register ``format("sievemq")`` on this session (and enable filter pushdown)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    if not metrics:
+        spark.dataSource.register(SieveDataSource)
+        return None
+    acc = spark.sparkContext.accumulator((0,) * len(STAT_FIELDS), _SumParam())
+    # a subclass made here is pickled by value, carrying the accumulator to the executors
+    source = type("SieveDataSource", (SieveDataSource,), {"metrics": acc})
+    spark.dataSource.register(source)
+    return ReadMetrics(acc)
