@@ -12,45 +12,23 @@ the data directory on a path they can read, nothing of the gateway.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from sievemq.spark.registration import ReadMetrics, register
+    from sievemq.spark.source import SieveDataSource
 
-from sievemq.spark.arrow_read import STAT_FIELDS
-from sievemq.spark.schema import COLUMNS
-from sievemq.spark.source import SieveDataSource
-
-__all__ = ["COLUMNS", "STAT_FIELDS", "ReadMetrics", "SieveDataSource", "register"]
+__all__ = ["ReadMetrics", "SieveDataSource", "register"]
 
 
-class _SumParam(AccumulatorParam[tuple[int, ...]]):
-    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
-        return (0,) * len(STAT_FIELDS)
+def __getattr__(name: str) -> Any:
+    # lazy: `sievemq export --help` and the CLI parser must not pay for importing pyspark
+    if name in ("ReadMetrics", "register"):
+        from sievemq.spark import registration
 
-    def addInPlace(self, value1: tuple[int, ...], value2: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(a + b for a, b in zip(value1, value2, strict=True))
+        return getattr(registration, name)
+    if name == "SieveDataSource":
+        from sievemq.spark.source import SieveDataSource
 
-
-@dataclass
-class ReadMetrics:
-    """Reader counters summed over every finished task of this session's sievemq reads."""
-
-    accumulator: Any
-
-    def value(self) -> dict[str, int]:
-        return dict(zip(STAT_FIELDS, self.accumulator.value, strict=True))
-
-
-def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | None:
-    """Register ``format("sievemq")`` on this session (and enable filter pushdown)."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    if not metrics:
-        spark.dataSource.register(SieveDataSource)
-        return None
-    acc = spark.sparkContext.accumulator((0,) * len(STAT_FIELDS), _SumParam())
-    # a subclass made here is pickled by value, carrying the accumulator to the executors
-    source = type("SieveDataSource", (SieveDataSource,), {"metrics": acc})
-    spark.dataSource.register(source)
-    return ReadMetrics(acc)
+        return SieveDataSource
+    raise AttributeError(name)

@@ -145,7 +145,14 @@ class _BatchBuilder:
 
     def __call__(self, records: list[Record]) -> pa.RecordBatch:
         n = len(records)
-        decoded = [self._decoded(r.properties) for r in records] if self.want_props else []
+        # properties/headers: decoded once per distinct bytes, then gathered with take()
+        take: Any = None
+        distinct: list[tuple[tuple[object, ...], list[tuple[str, str | None]]]] = []
+        if self.want_props:
+            slots: dict[bytes, int] = {}
+            index = [slots.setdefault(r.properties, len(slots)) for r in records]
+            distinct = [self._decoded(raw) for raw in slots]
+            take = pa.array(index, pa.int32())
         arrays = []
         for name in self.names:
             ftype = self.schema.field(name).type
@@ -154,7 +161,7 @@ class _BatchBuilder:
             elif name == "timestamp":
                 arr = pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(ftype)
             elif name == "filter_values":
-                arr = pa.array([list(r.filter_values) for r in records], ftype)
+                arr = pa.array([r.filter_values for r in records], ftype)
             elif name == "filter_value":
                 arr = pa.array(
                     [r.filter_values[0] if r.filter_values else None for r in records], ftype
@@ -170,12 +177,12 @@ class _BatchBuilder:
             elif name == "vhost":
                 arr = pa.array([self.vhost] * n, ftype)
             elif name == "headers":
-                arr = pa.array([d[1] for d in decoded], ftype)
+                arr = pa.array([d[1] for d in distinct], ftype).take(take)
             else:  # properties
                 children = [
-                    pa.array([d[0][i] for d in decoded], ftype.field(i).type)
+                    pa.array([d[0][i] for d in distinct], ftype.field(i).type)
                     for i in range(len(BASIC_PROPERTY_NAMES))
                 ]
-                arr = pa.StructArray.from_arrays(children, fields=list(ftype))
+                arr = pa.StructArray.from_arrays(children, fields=list(ftype)).take(take)
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
