@@ -133,7 +133,6 @@ def build_session(master: str, driver_memory: str) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -172,6 +171,8 @@ def export(
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists (use --overwrite to replace it)")
     total = planned_messages(options)
+    # Spark's default INT96 reads back as timestamp[ns] without a zone elsewhere (delta-rs, pyarrow)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     metrics = register(spark, metrics=True)
     assert metrics is not None
     started = time.monotonic()
