@@ -10,12 +10,9 @@ import shutil
 import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/server_process.py
 
 
 @pytest.fixture(scope="session")

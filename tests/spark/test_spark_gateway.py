@@ -9,7 +9,7 @@ from typing import Any
 import pika
 import pytest
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 
 @pytest.fixture

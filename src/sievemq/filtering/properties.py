@@ -13,7 +13,7 @@ import datetime
 import json
 from decimal import Decimal
 
-from sievemq.amqp.codec import decode_properties
+from sievemq.amqp.properties import decode_properties
 
 # the AMQP basic properties (SPEC §7 names) and the pamqp attribute that holds each
 BASIC_PROPERTY_NAMES: tuple[str, ...] = (
