@@ -12,7 +12,6 @@ import pika
 import pika.exceptions
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-
 from server_process import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing

@@ -5,7 +5,6 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import httpx
-
 from server_process import ServerProcess
 
 

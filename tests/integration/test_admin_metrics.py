@@ -6,7 +6,6 @@ import httpx
 import pika
 from admin_client import client, q
 from prometheus_client.parser import text_string_to_metric_families
-
 from server_process import ServerProcess
 
 

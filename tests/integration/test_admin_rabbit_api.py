@@ -14,7 +14,6 @@ import pika
 import pika.exceptions
 import pytest
 from admin_client import client, q
-
 from server_process import ServerProcess
 
 HERE = Path(__file__).resolve().parent

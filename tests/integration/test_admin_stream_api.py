@@ -7,7 +7,6 @@ import time
 
 import pika
 from admin_client import client, q
-
 from server_process import ServerProcess
 
 
