@@ -1006,9 +1006,10 @@ class BrokerFacade:
                 "name": q["name"],
                 "vhost": q["vhost"],
                 "durable": True,
-                "auto_delete": False,
+                "auto_delete": bool(q.get("auto_delete", False)),
                 "arguments": _jsonable(q["arguments"]),
             }
+            | ({"type": str(q["type"])} if "type" in q else {})
             for q in stored["queues"]
             if vhost is None or q["vhost"] == vhost
         ]
