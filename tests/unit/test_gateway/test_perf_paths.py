@@ -64,8 +64,33 @@ def _publish(exchange: str, rk: str, mandatory: bool, immediate: bool) -> bytes:
 def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bool):
     payload = b"\x00\x3c\x00\x28" + _publish(exchange, rk, mandatory, False)
     expected = hotcodec.decode_basic_publish(payload)[:3]
-    assert fastpath.publish_args(payload) == expected
-    assert fastpath.publish_args(bytes(payload)) == expected  # cached
+    first = fastpath.publish_args(payload)
+    assert first == expected
+    # an equal payload in another buffer (the next frame) is answered from the memo:
+    # the very object the first decode produced, not a decode of its own
+    again = fastpath.publish_args(bytes(bytearray(payload)))
+    assert again == expected
+    assert again is first
+
+
+def test_publish_args_memo_holds_one_entry_per_distinct_payload():
+    payloads = [b"\x00\x3c\x00\x28" + _publish("", f"memo-{i}", False, False) for i in range(3)]
+    firsts = [fastpath.publish_args(p) for p in payloads]
+    size = len(fastpath._publishes)
+    for p, first in zip(payloads, firsts, strict=True):
+        assert fastpath.publish_args(bytes(bytearray(p))) is first
+    assert len(fastpath._publishes) == size  # hits add nothing
+    fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "memo-new", False, False))
+    assert len(fastpath._publishes) in (size + 1, 1)  # one more entry (or a full memo cleared)
+
+
+def test_the_memos_are_bounded():
+    for i in range(fastpath._CACHE_MAX * 2 + 5):
+        fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"b-{i}", False, False))
+        props = commands.Basic.Properties(headers={"x-stream-filter-value": f"v{i}"}).marshal()
+        fastpath.property_filter_values(props)
+    assert 0 < len(fastpath._publishes) <= fastpath._CACHE_MAX
+    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
 
 
 def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():
@@ -77,8 +102,9 @@ def test_property_filter_values():
     props = commands.Basic.Properties(
         content_type="text/plain", headers={"x-stream-filter-value": "eu", "n": 1}
     ).marshal()
-    assert fastpath.property_filter_values(props) == ("eu",)
-    assert fastpath.property_filter_values(props) == ("eu",)
+    first = fastpath.property_filter_values(props)
+    assert first == ("eu",)
+    assert fastpath.property_filter_values(bytes(bytearray(props))) is first  # from the memo
     assert fastpath.property_filter_values(b"\x00\x00") == ()
     assert fastpath.property_filter_values(props[:-1]) is None  # truncated: slow path raises
     bad = commands.Basic.Properties(headers={"x-stream-filter-value": "a\x00b"}).marshal()
