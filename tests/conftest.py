@@ -7,7 +7,23 @@ to do with the code; they are off. What every property asserts is unchanged.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, settings
+
+TESTS = Path(__file__).resolve().parent
 
 settings.register_profile("sievemq", suppress_health_check=[HealthCheck.too_slow], deadline=None)
 settings.load_profile("sievemq")
+
+
+FOLDER_MARKERS = ("unit", "integration", "recovery", "spark", "browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its top folder (tests/unit/... -> ``unit``), for ``pytest -m``."""
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts
+        if len(parts) > 1 and parts[0] in FOLDER_MARKERS:
+            item.add_marker(parts[0])

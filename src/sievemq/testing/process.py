@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_RE = re.compile(r"^sievemq ready (?P<fields>.*)$")
-START_TIMEOUT = 20.0
+START_TIMEOUT = 60.0  # generous: a shared CI machine can take many seconds to import and bind
 STOP_TIMEOUT = 15.0
 
 
