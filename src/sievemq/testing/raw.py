@@ -320,6 +320,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 class AsyncRawClient:
     """The raw client on asyncio streams: same frames, same handshake, awaitable reads."""
