@@ -7,15 +7,25 @@ to do with the code; they are off. What every property asserts is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from sievemq.testing.raw import close_leftover_clients
+
 TESTS = Path(__file__).resolve().parent
 
 settings.register_profile("sievemq", suppress_health_check=[HealthCheck.too_slow], deadline=None)
 settings.load_profile("sievemq")
+
+
+@pytest.fixture(autouse=True)
+def _close_leftover_raw_clients() -> Iterator[None]:
+    """Raw clients a test left open are closed after it, not by the garbage collector."""
+    yield
+    close_leftover_clients()
 
 
 FOLDER_MARKERS = ("unit", "integration", "recovery", "spark", "browser")
