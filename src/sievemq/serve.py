@@ -100,7 +100,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
-            durability=Durability(settings.fsync), sync_interval_ms=settings.sync_interval_ms
+            durability=Durability(settings.fsync),
+            sync_interval_ms=settings.sync_interval_ms,
+            default_queue_type=settings.default_queue_type,
         ),
     )
     node = Node(broker, limits_from(settings), loop)

@@ -216,6 +216,10 @@ def _content(
     return out
 
 
+# public name of the content encoder (classic-queue deliveries and get-ok use it too)
+encode_content = _content
+
+
 def encode_delivery(
     channel: int,
     consumer_tag: str,
