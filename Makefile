@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps run test lint bench bench-filter bench-vs-rabbitmq clean
+.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,12 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 node-deps: $(NODE_STAMP)
 
 # the summary: per-file progress, a line per failure/skip (-ra) and the 10 slowest tests
-test: setup node-deps
+test: setup node-deps chromium
 	$(VENV)/bin/python -m pytest --durations=10
+
+# the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
+chromium:
+	@test -x /usr/bin/chromium || (apt-get install -y chromium || sudo apt-get install -y chromium)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
