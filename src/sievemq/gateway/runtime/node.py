@@ -12,6 +12,7 @@ from sievemq.amqp.errors import AMQPError
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 
@@ -65,6 +66,7 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        queue_expiry.start(broker, loop)  # x-expires of classic queues
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -95,6 +97,7 @@ class Node:
                     self.loop,
                     self.broker.settings.durability,
                     self.limits.sync_interval_ms,
+                    self.executor,
                 )
             else:
                 appender = StreamAppender(
