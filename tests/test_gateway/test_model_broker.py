@@ -16,7 +16,7 @@ from sievemq.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.facade import BindingView, BrokerFacade, PermissionView
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import StreamQueue
@@ -247,35 +247,30 @@ def test_facade(tmp_path: Path) -> None:
     broker = Broker(tmp_path, STREAMS)
     facade = BrokerFacade(broker)
     view = facade.create_stream("/", "s", {"x-stream-filter-size-bytes": 32})
-    assert view["name"] == "s" and view["messages"] == 0
+    assert view.name == "s" and view.messages == 0
     publish(broker.vhost("/").get_queue("s"), 3, "emea")
     got = facade.get_stream("/", "s")
-    assert got["messages"] == 3 and got["chunks"] == 1 and got["last_offset"] == 2
-    assert got["arguments"]["x-stream-filter-size-bytes"] == 32
-    assert got["filter_stats"]["chunks_skipped"] == 0
-    assert [s["name"] for s in facade.list_streams()] == ["s"]
+    assert got.messages == 3 and got.chunks == 1 and got.last_offset == 2
+    assert got.arguments["x-stream-filter-size-bytes"] == 32
+    assert got.filter_stats.chunks_skipped == 0
+    assert [s.name for s in facade.list_streams()] == ["s"]
     facade.declare_exchange("/", "ev", "topic")
     facade.bind("/", "ev", "queue", "s", "a.*")
     assert facade.list_bindings("/") == [
-        {
-            "vhost": "/",
-            "source": "ev",
-            "destination_type": "queue",
-            "destination": "s",
-            "routing_key": "a.*",
-            "arguments": {},
-        }
+        BindingView("/", "", "s", "queue", "s", {}, "s"),  # the default exchange's
+        BindingView("/", "ev", "s", "queue", "a.*", {}, "a.*"),
     ]
-    assert any(x["name"] == "amq.topic" for x in facade.list_exchanges("/"))
+    assert any(x.name == "amq.topic" for x in facade.list_exchanges("/"))
     overview = facade.overview()
-    assert overview["streams"] == 1 and overview["messages"] == 3
+    assert overview.totals.queues == 1 and overview.totals.messages == 3
     with pytest.raises(NotFound):
         facade.get_stream("/", "missing")
     with pytest.raises(NotFound):
         facade.delete_stream("/", "missing")
     assert facade.delete_stream("/", "s") == 3
     facade.put_user("bob", "pw", ("monitoring",))
-    facade.set_permission("bob", "/")
-    assert {"name": "bob", "tags": ["monitoring"], "vhosts": ["/"]} in facade.list_users()
+    facade.set_permission("bob", "/", "^bob-", "", ".*")
+    assert [u.tags for u in facade.list_users() if u.name == "bob"] == [["monitoring"]]
+    assert facade.list_permissions(user="bob") == [PermissionView("bob", "/", "^bob-", "", ".*")]
     broker.close()
     assert Broker(tmp_path, STREAMS).authenticate("bob", "pw") is not None

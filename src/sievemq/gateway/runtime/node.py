@@ -15,6 +15,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.latency import WriteLatencies
 
 
 class AlarmTarget(Protocol):
@@ -66,6 +67,7 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
         queue_expiry.start(broker, loop)  # x-expires of classic queues
 
     def next_id(self) -> int:
@@ -101,7 +103,11 @@ class Node:
                 )
             else:
                 appender = StreamAppender(
-                    queue.stream, self.loop, self.executor, self.limits.sync_interval_ms
+                    queue.stream,
+                    self.loop,
+                    self.executor,
+                    self.limits.sync_interval_ms,
+                    self.latencies,
                 )
             self._appenders[id(queue)] = appender
             self.watch(queue)
