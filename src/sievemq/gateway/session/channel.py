@@ -631,6 +631,8 @@ class Channel:
             self.connection.send_method(self.id, spec.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def _basic_recover(self, m: Any) -> None:
+        if not m.requeue and self.classic is not None:
+            raise errors.NotImplemented_("requeue=false")  # RabbitMQ's reply
         self._recover_all()
         self.connection.send_method(self.id, spec.Basic.RecoverOk())
 
