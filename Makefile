@@ -42,7 +42,8 @@ test: setup node-deps chromium
 
 # the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
 chromium:
-	@test -x /usr/bin/chromium || (apt-get install -y chromium || sudo apt-get install -y chromium)
+	@test -x /usr/bin/chromium || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq chromium; }
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
