@@ -15,7 +15,7 @@ import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_vhost, user
@@ -39,6 +39,12 @@ MAX_BODY_BYTES = 20 * 1024 * 1024  # RabbitMQ's management.http.max_body_size de
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+    @field_validator("arguments", mode="before", check_fields=False)
+    @classmethod
+    def _empty_list_is_empty_table(cls, value: Any) -> Any:
+        """Erlang-minded clients (pyrabbit2) send ``"arguments": []``; RabbitMQ takes it."""
+        return {} if value == [] or value is None else value
 
 
 class QueueBody(_Body):
