@@ -23,6 +23,7 @@ import uvicorn
 
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
@@ -36,7 +37,7 @@ from sievemq.gateway.runtime.alarms import (
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
 from sievemq.settings import Settings
-from sievemq.storage import Durability
+from sievemq.storage import Durability, handles
 
 log = logging.getLogger("sievemq")
 
@@ -62,6 +63,13 @@ def limits_from(settings: Settings) -> Limits:
         handshake_timeout_s=settings.handshake_timeout_s,
         sync_interval_ms=settings.sync_interval_ms,
         write_buffer_high=settings.write_buffer_high,
+        tables=TableLimits(
+            max_depth=settings.max_table_depth,
+            max_entries=settings.max_table_entries,
+            max_array_length=settings.max_array_length,
+        ),
+        max_sql_length=settings.max_sql_length,
+        max_sql_depth=settings.max_sql_depth,
     )
 
 
@@ -107,6 +115,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             durability=Durability(settings.fsync), sync_interval_ms=settings.sync_interval_ms
         ),
     )
+    handles.shared.set_capacity(settings.max_open_files)
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)

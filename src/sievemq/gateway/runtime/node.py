@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.runtime.appender import StreamAppender
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ class Limits:
     handshake_timeout_s: float = 10.0
     sync_interval_ms: int = 200
     write_buffer_high: int = 1024 * 1024
+    tables: TableLimits = DEFAULT_TABLE_LIMITS  # field tables from the wire
+    max_sql_length: int = 4096
+    max_sql_depth: int = 64
 
 
 class Node:

@@ -475,7 +475,10 @@ class Channel:
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
-        extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
+        node = self.connection.node
+        extras = consumer_extras(  # 406 on bad SQL
+            options, stream, node.loop, (node.limits.max_sql_length, node.limits.max_sql_depth)
+        )
         # newest wins, but only once the new consumer is positioned: a consume that fails
         # leaves the old one delivering. Its progress is saved first (resume reads it).
         previous: list[StreamConsumer] = []
