@@ -14,9 +14,9 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from pamqp import base, commands, decode, frame
+from pamqp import base, commands, frame
 
-from sievemq.amqp import errors
+from sievemq.amqp import errors, tables
 
 CLASS_BASIC: Final = 60
 BASIC_PUBLISH: Final = (60, 40)
@@ -122,7 +122,9 @@ def decode_basic_reject(payload: bytes) -> tuple[int, bool]:
     return tag, bool(bits & 1)
 
 
-def decode_content_header(payload: bytes) -> tuple[int, int, bytes]:
+def decode_content_header(
+    payload: bytes, limits: tables.TableLimits = tables.DEFAULT_LIMITS
+) -> tuple[int, int, bytes]:
     """Content header payload -> (class_id, body_size, raw properties).
 
     The raw properties are the property flags and property list exactly as sent. Their
@@ -134,7 +136,7 @@ def decode_content_header(payload: bytes) -> tuple[int, int, bytes]:
     except struct.error:
         raise errors.FrameError("content header shorter than 14 bytes") from None
     properties = payload[12:]
-    check_properties(properties)
+    check_properties(properties, limits)
     return class_id, body_size, properties
 
 
@@ -166,89 +168,7 @@ def _headers_position(props: bytes) -> tuple[int, int]:
     return flags, pos
 
 
-# size of fixed-width field values by type octet; variable ones are handled in _skip_value
-_FIXED_SIZES: Final = {
-    0x74: 1,  # t boolean
-    0x62: 1,  # b short-short int
-    0x42: 1,  # B short-short uint
-    0x73: 2,  # s short int
-    0x75: 2,  # u short uint
-    0x49: 4,  # I long int
-    0x69: 4,  # i long uint
-    0x6C: 8,  # l long-long int
-    0x4C: 8,  # L long-long uint
-    0x66: 4,  # f float
-    0x64: 8,  # d double
-    0x44: 5,  # D decimal
-    0x54: 8,  # T timestamp
-    0x56: 0,  # V void
-    0x00: 0,  # seen in the wild, pamqp reads it as void
-}
-_TABLE = 0x46  # F
-_ARRAY = 0x41  # A
 _LONGSTR = 0x53  # S
-_BYTES = 0x78  # x
-
-
-def _skip_value(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field value (type octet included) at ``pos``; checks it fits."""
-    if pos >= end:
-        raise errors.FrameError("field value truncated")
-    kind = data[pos]
-    pos += 1
-    size = _FIXED_SIZES.get(kind)
-    if size is not None:
-        pos += size
-    elif kind in (_LONGSTR, _BYTES):
-        if pos + 4 > end:
-            raise errors.FrameError("field value truncated")
-        pos += 4 + _I.unpack_from(data, pos)[0]
-    elif kind == _TABLE:
-        pos = _skip_table(data, pos, end)
-    elif kind == _ARRAY:
-        if pos + 4 > end:
-            raise errors.FrameError("field array truncated")
-        arr_end = pos + 4 + _I.unpack_from(data, pos)[0]
-        if arr_end > end:
-            raise errors.FrameError("field array longer than its container")
-        pos += 4
-        while pos < arr_end:
-            pos = _skip_value(data, pos, arr_end)
-    else:
-        raise errors.FrameError(f"unknown field value type {bytes((kind,))!r}")
-    if pos > end:
-        raise errors.FrameError("field value longer than its container")
-    return pos
-
-
-def _skip_table(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field table (length prefix included) at ``pos``; checks it all.
-
-    The common value types are skipped inline; nested tables and arrays recurse.
-    """
-    if pos + 4 > end:
-        raise errors.FrameError("field table truncated")
-    table_end: int = pos + 4 + _I.unpack_from(data, pos)[0]
-    if table_end > end:
-        raise errors.FrameError("field table longer than its container")
-    pos += 4
-    fixed = _FIXED_SIZES
-    unpack = _I.unpack_from
-    while pos < table_end:
-        pos += 1 + data[pos]  # the key
-        if pos >= table_end:
-            raise errors.FrameError("field table entry truncated")
-        kind = data[pos]
-        size = fixed.get(kind)
-        if size is not None:
-            pos += 1 + size
-        elif kind == _LONGSTR and pos + 5 <= table_end:
-            pos += 5 + unpack(data, pos + 1)[0]
-        else:
-            pos = _skip_value(data, pos, table_end)
-    if pos != table_end:
-        raise errors.FrameError("field table entry longer than the table")
-    return table_end
 
 
 # property flag bit -> wire type, in property-list order
@@ -280,8 +200,10 @@ def _layout(flags: int) -> tuple[int, ...]:
     return layout
 
 
-def check_properties(props: bytes) -> None:
-    """Raise errors.FrameError unless ``props`` is a well-formed Basic property list."""
+def check_properties(props: bytes, limits: tables.TableLimits = tables.DEFAULT_LIMITS) -> None:
+    """Raise errors.FrameError unless ``props`` is a well-formed Basic property list.
+
+    The headers table is held to ``limits`` (406 PRECONDITION_FAILED past one)."""
     flags, pos = _property_start(props)
     end = len(props)
     try:
@@ -289,7 +211,7 @@ def check_properties(props: bytes) -> None:
             if kind == _SHORTSTR:
                 pos += 1 + props[pos]
             elif kind == _TABLE_PROP:
-                pos = _skip_table(props, pos, end)
+                pos = tables.scan_table(props, pos, end, limits, "headers")
             elif kind == _OCTET:
                 pos += 1
             else:
@@ -316,7 +238,7 @@ def _find_key(props: bytes, table: int, key: bytes) -> tuple[int, int, int] | No
         n = props[pos]
         pos += 1 + n
         value = pos
-        pos = _skip_value(props, pos, table_end)
+        pos = tables.skip_value(props, pos, table_end)
         if n == klen and props[start + 1 : value] == key:
             return start, value, pos
     return None
@@ -421,14 +343,36 @@ def read_header(properties: bytes, name: str) -> object | None:
                 return raw.decode("utf-8")
             except UnicodeDecodeError:
                 return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
-        value: object = decode.embedded_value(properties[start:end])[1]
+        value: object = tables.decode_value(properties, start, end, tables.UNLIMITED)[0]
     except (IndexError, struct.error, ValueError):
         raise errors.FrameError(f"cannot decode header {name!r}") from None
     return value
 
 
 def decode_properties(properties: bytes) -> commands.Basic.Properties:
-    """Raw property bytes -> pamqp Basic.Properties (cold path: admin views, tests)."""
+    """Raw property bytes -> pamqp Basic.Properties (cold path: admin views, tests).
+
+    The headers table is decoded by ``amqp.tables`` (linear, no recursion), the rest by
+    pamqp with the table cut out."""
+    headers: dict[str, object] | None = None
+    try:
+        flags, pos = _headers_position(properties)
+        if flags & FLAG_HEADERS:
+            headers, after = tables.decode_table(
+                properties, pos, len(properties), tables.UNLIMITED, "headers"
+            )
+            properties = b"".join(
+                (_H.pack(flags & ~FLAG_HEADERS), properties[2:pos], properties[after:])
+            )
+    except (IndexError, struct.error):
+        raise errors.FrameError("cannot decode content properties") from None
+    result = _decode_properties(properties)
+    if headers is not None:
+        result.headers = headers  # type: ignore[assignment]
+    return result
+
+
+def _decode_properties(properties: bytes) -> commands.Basic.Properties:
     try:
         flags = 0
         pos = 0
@@ -442,7 +386,7 @@ def decode_properties(properties: bytes) -> commands.Basic.Properties:
                 break
         result = commands.Basic.Properties()
         result.unmarshal(flags, properties[pos:])
-    except (struct.error, ValueError, TypeError, IndexError):
+    except (struct.error, ValueError, TypeError, IndexError, OverflowError, OSError):
         raise errors.FrameError("cannot decode content properties") from None
     return result
 
@@ -633,20 +577,57 @@ def encode_return(
 # cold path: pamqp
 
 
-def decode_method(payload: bytes) -> base.Frame:
+# methods a client sends with a field table: the fields before the table (H: short, B:
+# octet, s: shortstr) and the attribute that holds it
+_TABLE_METHODS: Final[dict[tuple[int, int], tuple[str, str]]] = {
+    (10, 11): ("", "client_properties"),  # connection.start-ok
+    (40, 10): ("HssB", "arguments"),  # exchange.declare
+    (40, 30): ("HsssB", "arguments"),  # exchange.bind
+    (40, 40): ("HsssB", "arguments"),  # exchange.unbind
+    (50, 10): ("HsB", "arguments"),  # queue.declare
+    (50, 20): ("HsssB", "arguments"),  # queue.bind
+    (50, 50): ("Hsss", "arguments"),  # queue.unbind
+    (60, 20): ("HssB", "arguments"),  # basic.consume
+}
+
+
+def _table_start(payload: bytes, layout: str) -> int:
+    pos = 4
+    for kind in layout:
+        pos += 2 if kind == "H" else 1 if kind == "B" else 1 + payload[pos]
+    return pos
+
+
+def decode_method(payload: bytes, limits: tables.TableLimits = tables.DEFAULT_LIMITS) -> base.Frame:
     """Any method frame payload -> pamqp command object.
 
-    Unknown (class, method) pairs raise 540 NOT_IMPLEMENTED; undecodable arguments 501.
+    Unknown (class, method) pairs raise 540 NOT_IMPLEMENTED; undecodable arguments 501. A
+    method's field table (arguments, client properties) is decoded by ``amqp.tables``, held
+    to ``limits`` (406 past one), and pamqp decodes the rest with the table cut out.
     """
     class_id, mid = method_id(payload)
     cls: type[base.Frame] | None = commands.INDEX_MAPPING.get(class_id << 16 | mid)
     if cls is None:
         raise errors.NotImplemented_(f"unknown method {class_id}.{mid}", class_id, mid)
     method: base.Frame = cls()
+    table: tuple[str, dict[str, object]] | None = None
     try:
+        shape = _TABLE_METHODS.get((class_id, mid))
+        if shape is not None:
+            start = _table_start(payload, shape[0])
+            what = f"{shape[1]} of {cls.name.lower()}"
+            try:
+                value, after = tables.decode_table(payload, start, len(payload), limits, what)
+            except errors.AMQPError as error:
+                error.class_id, error.method_id = class_id, mid
+                raise
+            table = (shape[1], value)
+            payload = b"".join((payload[:start], b"\x00\x00\x00\x00", payload[after:]))
         method.unmarshal(bytes(payload[4:]))
-    except (struct.error, ValueError, TypeError, IndexError):
+    except (struct.error, ValueError, TypeError, IndexError, OverflowError):
         raise errors.FrameError(f"cannot decode {cls.name}", class_id, mid) from None
+    if table is not None:
+        setattr(method, table[0], table[1])
     return method
 
 

@@ -35,6 +35,8 @@ class TableLimits:
 
 
 DEFAULT_LIMITS: Final = TableLimits()
+# for data already checked on the way in (stored properties): structure only
+UNLIMITED: Final = TableLimits(2**62, 2**62, 2**62)
 
 _I = struct.Struct(">I")
 _TABLE: Final = 0x46  # F
@@ -101,8 +103,31 @@ def scan_table(
 
     Raises 501 FrameError when malformed, 406 PreconditionFailed past a limit.
     """
-    table_end = _open(data, pos, end, what, "table")
-    pos += 4
+    return _scan(data, pos + 4, _open(data, pos, end, what, "table"), True, limits, what)
+
+
+def skip_value(
+    data: bytes,
+    pos: int,
+    end: int,
+    limits: TableLimits = UNLIMITED,
+    what: str = "field value",
+) -> int:
+    """Offset after the field value (type octet first) at ``pos``; checks it, no recursion."""
+    if pos >= end:
+        raise errors.FrameError(f"{what}: field value truncated")
+    kind = data[pos]
+    if kind in (_TABLE, _ARRAY):
+        kind_name = "table" if kind == _TABLE else "array"
+        stop = _open(data, pos + 1, end, what, kind_name)
+        return _scan(data, pos + 5, stop, kind == _TABLE, limits, what)
+    return _scalar(kind, data, pos + 1, end, what)[1]
+
+
+def _scan(
+    data: bytes, pos: int, table_end: int, root_is_table: bool, limits: TableLimits, what: str
+) -> int:
+    """Check the entries of the container ending at ``table_end``; returns ``table_end``."""
     fixed = FIXED_SIZES
     unpack = _I.unpack_from
     max_entries, max_elements, max_depth = (
@@ -111,7 +136,7 @@ def scan_table(
         limits.max_depth,
     )
     stack: list[tuple[int, bool, int]] = []  # the enclosing containers: (end, is table, count)
-    stop, in_table, count = table_end, True, 0
+    stop, in_table, count = table_end, root_is_table, 0
     while True:
         if pos >= stop:
             if pos != stop:
@@ -297,8 +322,10 @@ def _fill(
 __all__ = [
     "DEFAULT_LIMITS",
     "FIXED_SIZES",
+    "UNLIMITED",
     "TableLimits",
     "decode_table",
     "decode_value",
     "scan_table",
+    "skip_value",
 ]

@@ -154,7 +154,7 @@ class Channel:
         """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
-        method = codec.decode_method(payload)
+        method = codec.decode_method(payload, self.connection.node.limits.tables)
         try:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
         except errors.AMQPError as error:
@@ -171,9 +171,14 @@ class Channel:
         self._pub = (exchange, routing_key, mandatory)
 
     def _content_header(self, payload: bytes) -> None:
-        class_id, size, props = codec.decode_content_header(payload)
+        limits = self.connection.node.limits
+        try:
+            class_id, size, props = codec.decode_content_header(payload, limits.tables)
+        except errors.PreconditionFailed as error:  # a headers table past a limit
+            error.class_id, error.method_id = 60, 40  # nothing of this message is stored
+            raise
         state = self.state
-        if class_id != _PUBLISH_CLASS or size > self.connection.node.limits.max_message_size:
+        if class_id != _PUBLISH_CLASS or size > limits.max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
         self._props = props
         if size == 0:
@@ -204,7 +209,7 @@ class Channel:
         if pub is None:
             return False
         props = hpayload[12:]
-        values = fastpath.property_filter_values(props)
+        values = fastpath.property_filter_values(props, self.connection.node.limits.tables)
         if values is None:
             return False
         self._pub = pub

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from sievemq.amqp import codec, errors
+from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 from sievemq.gateway.model import arguments as stream_args
 
 FILTER_HEADER: Final = "x-stream-filter-value"
@@ -42,13 +43,17 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
     return got
 
 
-def property_filter_values(props: bytes) -> tuple[str, ...] | None:
-    """The filter values of a well-formed property list; None: use the slow path."""
+def property_filter_values(
+    props: bytes, limits: TableLimits = DEFAULT_LIMITS
+) -> tuple[str, ...] | None:
+    """The filter values of a well-formed property list; None: use the slow path.
+
+    Cached per distinct property list: a server runs with one set of ``limits``."""
     got = _properties.get(props)
     if got is not None:
         return got
     try:
-        codec.check_properties(props)
+        codec.check_properties(props, limits)
         values = filter_values(props)
     except errors.AMQPError:
         return None
