@@ -41,7 +41,9 @@ class VirtualHost:
     """Exchanges, queues and bindings of one vhost.
 
     ``open_stream``/``remove_stream`` create and delete the storage behind a queue;
-    ``on_change`` is called after every change to durable definitions (the broker persists).
+    ``on_change`` is called after every change to durable definitions (the broker persists);
+    ``touched`` lists what the change touched, ``("queue" | "exchange", name)`` or
+    ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class VirtualHost:
         self._open_stream = open_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
+        self.touched: list[tuple[str, Any]] = []
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, StreamQueue] = {}
         # bindings whose destination is an exchange/queue, for cleanup on delete
@@ -91,6 +94,7 @@ class VirtualHost:
         )
         self.exchanges[name] = exchange
         if durable:
+            self.touched.append(("exchange", name))
             self._on_change()
         return exchange
 
@@ -114,6 +118,7 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        self.touched.append(("exchange", exchange.name))
         for binding in list(exchange.bindings):
             self._drop_binding(binding, cascade=False)
         for binding in list(self._inbound.get(("exchange", exchange.name), ())):
@@ -156,6 +161,7 @@ class VirtualHost:
         stream = self._open_stream(self.name, name, stream_args)
         queue = StreamQueue(name, self.name, stream_args, stream)
         self.queues[name] = queue
+        self.touched.append(("queue", name))
         return queue
 
     def get_queue(self, name: str) -> StreamQueue:
@@ -176,6 +182,7 @@ class VirtualHost:
             return 0
         count = queue.message_count
         del self.queues[name]
+        self.touched.append(("queue", name))
         for binding in list(self._inbound.get(("queue", name), ())):
             self._drop_binding(binding, cascade=True)
         self._inbound.pop(("queue", name), None)
@@ -250,6 +257,7 @@ class VirtualHost:
         if exchange.add_binding(binding):
             self._inbound.setdefault(binding.dest, set()).add(binding)
             if self.is_durable(binding):
+                self.touched.append(("binding", binding))
                 self._on_change()
 
     def _unbind(
@@ -271,6 +279,8 @@ class VirtualHost:
         goes too (RabbitMQ's auto-delete semantics)."""
         source = self.exchanges.get(binding.source)
         removed = source is not None and source.remove_binding(binding)
+        if removed:
+            self.touched.append(("binding", binding))
         inbound = self._inbound.get(binding.dest)
         if inbound is not None:
             inbound.discard(binding)
