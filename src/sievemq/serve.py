@@ -28,16 +28,12 @@ from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.tls import server_ssl_context
-from sievemq.gateway.runtime.alarms import (
-    ResourceAlarms,
-    SystemProbe,
-    parse_memory_watermark,
-    total_memory,
-)
+from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
 from sievemq.settings import Settings
 from sievemq.storage import Durability, handles
+from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
 
@@ -173,8 +169,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)
     for conn in list(node.connections):
-        if conn.transport is not None:
-            conn.transport.abort()
+        conn.abort()
     node.flush_all()
     broker.close()
     node.executor.shutdown(wait=True)
