@@ -67,8 +67,10 @@ class Server:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
 
-def start_server(data_dir: Path, fsync: str = "never") -> Server:
-    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready."""
+def start_server(data_dir: Path, fsync: str = "never", stderr_path: Path | None = None) -> Server:
+    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready
+    (its stderr goes to ``stderr_path`` when given)."""
+    stderr = open(stderr_path, "w") if stderr_path is not None else None  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -85,8 +87,11 @@ def start_server(data_dir: Path, fsync: str = "never") -> Server:
             fsync,
         ],
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
+    if stderr is not None:
+        stderr.close()  # the child has its own copy
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("sievemq ready"):
