@@ -21,8 +21,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_twenty_thousand_fuzzed_frames(server: ServerProcess) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "bench.fuzz_wire", "--frames", "20000", "--seed", "13"]
-        + ["--url", server.url],
+        [
+            sys.executable,
+            "-m",
+            "bench.fuzz_wire",
+            "--frames",
+            "20000",
+            "--seed",
+            "13",
+            "--url",
+            server.url,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
