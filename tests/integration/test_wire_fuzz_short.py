@@ -17,6 +17,7 @@ from server_process import ServerProcess
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
+FUZZ = [sys.executable, "-m", "bench.fuzz_wire"]
 
 
 def test_twenty_thousand_fuzzed_frames(server: ServerProcess) -> None:
