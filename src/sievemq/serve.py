@@ -115,6 +115,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
+    node.exhaustion_listeners.append(alarms.storage_write_failed)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -68,6 +69,7 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.exhaustion_listeners: list[Callable[[OSError], None]] = []
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -82,6 +84,12 @@ class Node:
     def release(self) -> None:
         self._count -= 1
 
+    def storage_exhausted(self, error: OSError) -> None:
+        """An append failed with ENOSPC/EDQUOT/EMFILE/ENFILE (its publishers were nacked):
+        tell the listeners (the resource alarms raise the disk alarm for a full disk)."""
+        for listener in list(self.exhaustion_listeners):
+            listener(error)
+
     def on_alarms(self, reasons: tuple[str, ...]) -> None:
         """A ``ResourceAlarms`` listener: block or unblock every publishing connection."""
         self.alarm_reasons = reasons
@@ -93,7 +101,11 @@ class Node:
         appender = self._appenders.get(id(queue))
         if appender is None:
             appender = StreamAppender(
-                queue.stream, self.loop, self.executor, self.limits.sync_interval_ms
+                queue.stream,
+                self.loop,
+                self.executor,
+                self.limits.sync_interval_ms,
+                self.storage_exhausted,
             )
             self._appenders[id(queue)] = appender
             self.watch(queue)
