@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sievemq.units import parse_memory_watermark, parse_size
 
 FsyncPolicy = Literal["batch", "always", "never"]
+QueueType = Literal["classic", "quorum", "stream"]
 
 TLS_PAIR_ERROR = "--tls-cert and --tls-key must be given together (or neither, for no TLS)"
 
@@ -32,6 +33,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
 
     fsync: FsyncPolicy = "batch"
+    # what queue.declare without x-queue-type creates (RabbitMQ 4's vhost default queue type)
+    default_queue_type: QueueType = "classic"
     sync_interval_ms: int = Field(default=200, ge=1)
 
     # negotiation (the client may lower these)
@@ -144,6 +147,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind, help_text in _FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
     parser.add_argument(
+        "--default-queue-type",
+        choices=["classic", "quorum", "stream"],
+        default=None,
+        help="queue type of a queue.declare without x-queue-type (default classic)",
+    )
+    parser.add_argument(
         "--fsync",
         choices=["batch", "always", "never"],
         default=None,
@@ -154,7 +163,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Build the frozen Settings from parsed `serve` flags (flags win over env)."""
     given: dict[str, Any] = {}
-    for name in [f[0] for f in _FLAGS] + ["fsync"]:
+    for name in [f[0] for f in _FLAGS] + ["fsync", "default_queue_type"]:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value

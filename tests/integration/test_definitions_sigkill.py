@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from gw_raw import RawClient
 from pamqp import commands, frame
 
-from server_process import ServerProcess
 from sievemq.gateway.model import definitions
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pika
 import pytest
-from gw_raw import PROTOCOL_HEADER, RawClient
 from pamqp import commands, frame
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import PROTOCOL_HEADER, RawClient
 
 pytestmark = pytest.mark.timeout(120)
 

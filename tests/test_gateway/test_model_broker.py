@@ -22,6 +22,9 @@ from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.storage import Durability, Message
 
+# these tests are about stream queues: make them the default queue type
+STREAMS = BrokerSettings(default_queue_type="stream")
+
 
 def publish(queue: StreamQueue, n: int, value: str = "") -> None:
     values = (value,) if value else ()
@@ -29,7 +32,9 @@ def publish(queue: StreamQueue, n: int, value: str = "") -> None:
 
 
 def test_declare_creates_stream_with_arguments(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, BrokerSettings(durability=Durability.ALWAYS))
+    broker = Broker(
+        tmp_path, BrokerSettings(durability=Durability.ALWAYS, default_queue_type="stream")
+    )
     vh = broker.vhost("/")
     args = {
         "x-queue-type": "stream",
@@ -58,7 +63,7 @@ def test_declare_creates_stream_with_arguments(tmp_path: Path) -> None:
 
 
 def test_declare_errors(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     vh.declare_queue("s")
     with pytest.raises(NotFound) as nf:
         vh.declare_queue("missing", passive=True)
@@ -89,7 +94,7 @@ def test_declare_errors(tmp_path: Path) -> None:
 
 
 def test_delete_queue_notifies_then_removes_files(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     queue, _, _ = vh.declare_queue("s")
     publish(queue, 3)
     directory = queue.stream.directory
@@ -115,7 +120,7 @@ def test_delete_queue_notifies_then_removes_files(tmp_path: Path) -> None:
 
 
 def test_message_count(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     queue, _, _ = vh.declare_queue("s")
     publish(queue, 4, "emea")
     publish(queue, 2)
@@ -124,7 +129,7 @@ def test_message_count(tmp_path: Path) -> None:
 
 
 def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     vh = broker.vhost("/")
     queue, _, _ = vh.declare_queue(
         "orders/eu", arguments={"x-max-age": "7D", "x-stream-filter-size-bytes": 32}
@@ -142,7 +147,7 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     broker.save_definitions()
     broker.close()
 
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, STREAMS)
     vh2 = again.vhost("/")
     q2 = vh2.get_queue("orders/eu")
     assert q2.message_count == 7
@@ -163,14 +168,14 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     vh2.delete_queue("orders/eu")
     again.close()
 
-    third = Broker(tmp_path)
+    third = Broker(tmp_path, STREAMS)
     assert "orders/eu" not in third.vhost("/").queues
     assert not (tmp_path / "streams" / "%2F" / "orders%2Feu").exists()
     third.close()
 
 
 def test_definitions_are_an_append_log_of_json_lines(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     before = (tmp_path / "definitions.log").stat().st_size
     broker.vhost("/").declare_queue("s")
     lines = (tmp_path / "definitions.log").read_bytes()[before:].splitlines()
@@ -212,7 +217,7 @@ def test_safe_names() -> None:
 
 
 def test_users_and_vhost_access(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     guest = broker.authenticate("guest", "guest")
     assert guest is not None and guest.is_administrator
     assert guest.may_connect_from("127.0.0.1") and guest.may_connect_from("::1")
@@ -236,7 +241,7 @@ def test_users_and_vhost_access(tmp_path: Path) -> None:
 
 
 def test_delete_vhost_removes_streams(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     vh = broker.add_vhost("tenant")
     queue, _, _ = vh.declare_queue("s")
     directory = queue.stream.directory
@@ -248,7 +253,7 @@ def test_delete_vhost_removes_streams(tmp_path: Path) -> None:
 
 
 def test_facade(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     facade = BrokerFacade(broker)
     view = facade.create_stream("/", "s", {"x-stream-filter-size-bytes": 32})
     assert view["name"] == "s" and view["messages"] == 0
@@ -282,4 +287,4 @@ def test_facade(tmp_path: Path) -> None:
     facade.set_permission("bob", "/")
     assert {"name": "bob", "tags": ["monitoring"], "vhosts": ["/"]} in facade.list_users()
     broker.close()
-    assert Broker(tmp_path).authenticate("bob", "pw") is not None
+    assert Broker(tmp_path, STREAMS).authenticate("bob", "pw") is not None

@@ -70,7 +70,7 @@ def _depth_error(what: str, limits: TableLimits) -> errors.AMQPError:
     )
 
 
-def _count_error(what: str, in_table: bool, limits: TableLimits) -> errors.AMQPError:
+def count_error(what: str, in_table: bool, limits: TableLimits) -> errors.AMQPError:
     if in_table:
         return errors.PreconditionFailed(
             f"{what} has a table of more than {limits.max_entries} entries "
@@ -103,7 +103,7 @@ def scan_table(
 
     Raises 501 FrameError when malformed, 406 PreconditionFailed past a limit.
     """
-    return _scan(data, pos + 4, _open(data, pos, end, what, "table"), True, limits, what)
+    return _scan(data, pos + 4, _open(data, pos, end, what, "table"), True, limits, what, 0)
 
 
 def skip_value(
@@ -112,22 +112,35 @@ def skip_value(
     end: int,
     limits: TableLimits = UNLIMITED,
     what: str = "field value",
+    depth: int = 0,
 ) -> int:
-    """Offset after the field value (type octet first) at ``pos``; checks it, no recursion."""
+    """Offset after the field value (type octet first) at ``pos``; checks it, no recursion.
+
+    ``depth``: the nesting level of the table or array holding the value (a container
+    value is one level deeper, checked against ``limits.max_depth``)."""
     if pos >= end:
         raise errors.FrameError(f"{what}: field value truncated")
     kind = data[pos]
     if kind in (_TABLE, _ARRAY):
+        if depth + 1 > limits.max_depth:
+            raise _depth_error(what, limits)
         kind_name = "table" if kind == _TABLE else "array"
         stop = _open(data, pos + 1, end, what, kind_name)
-        return _scan(data, pos + 5, stop, kind == _TABLE, limits, what)
+        return _scan(data, pos + 5, stop, kind == _TABLE, limits, what, depth)
     return _scalar(kind, data, pos + 1, end, what)[1]
 
 
 def _scan(
-    data: bytes, pos: int, table_end: int, root_is_table: bool, limits: TableLimits, what: str
+    data: bytes,
+    pos: int,
+    table_end: int,
+    root_is_table: bool,
+    limits: TableLimits,
+    what: str,
+    base: int,
 ) -> int:
-    """Check the entries of the container ending at ``table_end``; returns ``table_end``."""
+    """Check the entries of the container ending at ``table_end`` (``base`` levels below
+    the outer table); returns ``table_end``."""
     fixed = FIXED_SIZES
     unpack = _I.unpack_from
     max_entries, max_elements, max_depth = (
@@ -148,12 +161,12 @@ def _scan(
         count += 1
         if in_table:
             if count > max_entries:
-                raise _count_error(what, True, limits)
+                raise count_error(what, True, limits)
             pos += 1 + data[pos]  # the key
             if pos >= stop:
                 raise errors.FrameError(f"{what}: field table entry truncated")
         elif count > max_elements:
-            raise _count_error(what, False, limits)
+            raise count_error(what, False, limits)
         kind = data[pos]
         size = fixed.get(kind)
         if size is not None:
@@ -163,7 +176,7 @@ def _scan(
                 raise errors.FrameError(f"{what}: field value truncated")
             pos += 5 + unpack(data, pos + 1)[0]
         elif kind in (_TABLE, _ARRAY):
-            if len(stack) + 2 > max_depth:
+            if len(stack) + 2 + base > max_depth:
                 raise _depth_error(what, limits)
             inner = _open(data, pos + 1, stop, what, "table" if kind == _TABLE else "array")
             stack.append((stop, in_table, count))
@@ -287,7 +300,7 @@ def _fill(
         key = ""
         if isinstance(container, dict):
             if count > limits.max_entries:
-                raise _count_error(what, True, limits)
+                raise count_error(what, True, limits)
             key_end = pos + 1 + data[pos]
             if key_end >= stop:
                 raise errors.FrameError(f"{what}: field table entry truncated")
@@ -297,7 +310,7 @@ def _fill(
                 raise errors.FrameError(f"{what}: a field table key is not UTF-8") from None
             pos = key_end
         elif count > limits.max_array_length:
-            raise _count_error(what, False, limits)
+            raise count_error(what, False, limits)
         kind = data[pos]
         if kind in (_TABLE, _ARRAY):
             if len(stack) + 2 > limits.max_depth:

@@ -128,8 +128,9 @@ class BrokerFacade:
         """Declare (or idempotently redeclare) a stream with the AMQP rules and texts."""
         args = dict(arguments or {})
         args.setdefault("x-queue-type", "stream")
-        queue, _, _ = self.broker.vhost(vhost).declare_queue(name, arguments=args)
-        return self._stream_view(queue)
+        v = self.broker.vhost(vhost)
+        v.declare_queue(name, arguments=args)
+        return self._stream_view(v.get_queue(name))
 
     def delete_stream(self, vhost: str, name: str) -> int:
         v = self.broker.vhost(vhost)

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 from sievemq.gateway.model import definitions
-from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.definitions import DefinitionStore
+
+STREAMS = BrokerSettings(default_queue_type="stream")
 
 
 def queue(name: str) -> dict[str, object]:
@@ -82,17 +84,17 @@ def test_old_definitions_json_is_converted(tmp_path: Path) -> None:
         "bindings": [],
     }
     (tmp_path / definitions.FILE_NAME).write_text(json.dumps(old))
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     assert "legacy" in broker.vhost("/").queues
     broker.close()
     assert not (tmp_path / definitions.FILE_NAME).exists()
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, STREAMS)
     assert "legacy" in again.vhost("/").queues
     again.close()
 
 
 def test_a_declare_appends_one_line_whatever_the_number_of_streams(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     vhost = broker.vhost("/")
     log = tmp_path / definitions.LOG_NAME
     vhost.declare_exchange("x", "direct")
@@ -105,7 +107,7 @@ def test_a_declare_appends_one_line_whatever_the_number_of_streams(tmp_path: Pat
     vhost.delete_queue("one-more")  # the queue and its binding
     assert log.read_bytes().count(b"\n") - before == 4
     broker.close()
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, STREAMS)
     assert len(again.vhost("/").queues) == 300
     assert not list(again.vhost("/").bindings())
     again.close()

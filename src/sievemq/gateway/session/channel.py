@@ -38,8 +38,10 @@ from sievemq.amqp.hotcodec import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.gateway.session import named_consumers
+from sievemq.gateway.session import classic_consumer as classic
+from sievemq.gateway.session import named_consumers, transactions
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
@@ -80,6 +82,8 @@ class Channel:
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: dict[int, ChannelConsumer] = {}
+        self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.tx: transactions.Transaction | None = None  # after tx.select
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -235,6 +239,9 @@ class Channel:
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Route and store a whole message (the channel is back in the open phase)."""
+        if self.tx is not None:  # held until tx.commit
+            self.tx.publishes.append((self._pub, self._props, body))
+            return
         exchange, routing_key, mandatory = self._pub
         props = self._props
         if values is None:
@@ -314,6 +321,9 @@ class Channel:
         one consume). A tag that is not outstanding is 406 (also with multiple=true, as in
         RabbitMQ; tag 0 with multiple means "everything"), naming the method that sent it.
         """
+        if self.tx is not None:  # held until tx.commit
+            self.tx.settles.append((tag, multiple, finished, method_id))
+            return
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -321,6 +331,8 @@ class Channel:
                 raise errors.PreconditionFailed(
                     f"unknown delivery tag {tag}", CLASS_BASIC, method_id
                 )
+            if self.classic is not None:
+                self.classic.settle(tag, False, finished, method_id)
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -329,6 +341,8 @@ class Channel:
         # found and removed with C-level list/dict operations rather than a loop per tag
         if tag and tag not in unacked:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", CLASS_BASIC, method_id)
+        if self.classic is not None:
+            self.classic.settle(tag, True, finished, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -404,6 +418,8 @@ class Channel:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
+        if self.classic is not None:
+            self.classic.release()  # unacked classic deliveries go back to their queues
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0
@@ -466,6 +482,7 @@ class Channel:
             exclusive=m.exclusive,
             auto_delete=m.auto_delete,
             arguments=dict(m.arguments or {}),
+            owner=self.connection,
         )
         if not m.nowait:
             self.connection.send_method(
@@ -477,6 +494,7 @@ class Channel:
 
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
+        classic.check_delete(self, m.queue)
         count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
@@ -491,11 +509,15 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.purge(self, queue, m)
         raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.get(self, queue, m)
         raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
@@ -507,7 +529,10 @@ class Channel:
 
     def _basic_consume(self, m: Any) -> None:
         vhost_name = self.connection.vhost_name
-        queue = self.vhost.get_queue(m.queue)
+        found = self.vhost.find_queue(m.queue)
+        if isinstance(found, ClassicQueue):
+            return classic.consume(self, found, m)
+        queue = found
         options = stream_args.parse_consumer_arguments(
             dict(m.arguments or {}), queue.name, vhost_name
         )
@@ -595,13 +620,35 @@ class Channel:
             self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
+        transactions.refuse_confirms(self.tx)
         if self.confirm is None:
             self.confirm = ConfirmTracker(self.id)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Confirm.SelectOk())
 
-    def _tx(self, m: Any) -> None:
-        raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
+    def _tx_select(self, m: Any) -> None:
+        self.tx = transactions.select(self.tx, self.confirm is not None)
+        self.connection.send_method(self.id, spec.Tx.SelectOk())
+
+    def _tx_commit(self, m: Any) -> None:
+        """Store the held messages, then settle the held acks, in the order they came."""
+        tx = transactions.require(self.tx, 20)
+        publishes, settles = tx.publishes, tx.settles
+        tx.clear()
+        self.tx = None
+        try:
+            for pub, props, body in publishes:
+                self._pub, self._props = pub, props
+                self._complete(body)
+            for tag, multiple, finished, method_id in settles:
+                self._settle_deliveries(tag, multiple, finished, method_id)
+        finally:
+            self.tx = tx
+        self.connection.send_method(self.id, spec.Tx.CommitOk())
+
+    def _tx_rollback(self, m: Any) -> None:
+        transactions.require(self.tx, 30).clear()
+        self.connection.send_method(self.id, spec.Tx.RollbackOk())
 
     def _answer(self, m: Any) -> None:
         """channel.flow-ok, basic.cancel-ok: answers to what we sent, nothing to do."""
@@ -643,7 +690,7 @@ _COLD: dict[type[Any], Any] = {
     spec.Basic.Recover: Channel._basic_recover,
     spec.Basic.RecoverAsync: Channel._basic_recover_async,
     spec.Confirm.Select: Channel._confirm_select,
-    spec.Tx.Select: Channel._tx,
-    spec.Tx.Commit: Channel._tx,
-    spec.Tx.Rollback: Channel._tx,
+    spec.Tx.Select: Channel._tx_select,
+    spec.Tx.Commit: Channel._tx_commit,
+    spec.Tx.Rollback: Channel._tx_rollback,
 }
