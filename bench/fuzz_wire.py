@@ -28,6 +28,7 @@ import random
 import shutil
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -436,7 +437,15 @@ class FuzzConnection:
             self.sock.close()
 
 
-def run(host: str, port: int, url: str, frames: int, seed: int, mutate: float) -> dict[str, Any]:
+def run(
+    host: str,
+    port: int,
+    url: str,
+    frames: int,
+    seed: int,
+    mutate: float,
+    max_seconds: float = float("inf"),
+) -> dict[str, Any]:
     rng = random.Random(seed)
     gen = Gen(rng)
     canary = Canary(url)
@@ -446,7 +455,11 @@ def run(host: str, port: int, url: str, frames: int, seed: int, mutate: float) -
     sent = conns = 0
     started = time.monotonic()
     history: collections.deque[bytes] = collections.deque(maxlen=64)
-    while sent < frames:
+    next_report = started + 30
+    while sent < frames and time.monotonic() - started < max_seconds:
+        if time.monotonic() >= next_report:
+            next_report += 30
+            print(f"fuzz: {sent} frames, {conns} connections, codes {dict(codes)}", file=sys.stderr)
         conn = FuzzConnection(host, port, gen)
         conns += 1
         try:
@@ -500,18 +513,39 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mutate", type=float, default=0.1)
     parser.add_argument("--url", default=None, help="fuzz a running server instead")
+    parser.add_argument("--max-seconds", type=float, default=float("inf"))
     args = parser.parse_args()
     out: dict[str, Any] = {"machine": machine(), "benchmark": "fuzz_wire", "seed": args.seed}
     if args.url:
         params = pika.URLParameters(args.url)
-        out.update(run(params.host, params.port, args.url, args.frames, args.seed, args.mutate))
+        out.update(
+            run(
+                params.host,
+                params.port,
+                args.url,
+                args.frames,
+                args.seed,
+                args.mutate,
+                args.max_seconds,
+            )
+        )
     else:
         data = Path(tempfile.mkdtemp(prefix="sievemq-fuzz-"))
         stderr_path = data.with_suffix(".stderr")
         server = start_server(data, "never", stderr_path=stderr_path)
         try:
             url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
-            out.update(run("127.0.0.1", server.port, url, args.frames, args.seed, args.mutate))
+            out.update(
+                run(
+                    "127.0.0.1",
+                    server.port,
+                    url,
+                    args.frames,
+                    args.seed,
+                    args.mutate,
+                    args.max_seconds,
+                )
+            )
             out["server_alive"] = server.process.poll() is None
         finally:
             stop_server(server)
