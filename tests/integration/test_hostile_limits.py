@@ -251,3 +251,23 @@ def test_deep_amqplain_response_is_refused_with_403(limited: ServerProcess, cana
     assert "malformed AMQPLAIN response" in close.reply_text
     c.close()
     canary.check()
+
+
+def test_any_utf8_queue_name_gets_its_declare_ok(limited: ServerProcess, canary: Canary) -> None:
+    """Found by the fuzzer: pamqp's DeclareOk refuses names outside [a-zA-Z0-9-_.:@#,/+ ],
+    RabbitMQ accepts any UTF-8 name (the declare used to close with 541)."""
+    c = client(limited)
+    for name in ("é ü", "with\ttab", "semi;colon?", "x" * 255):
+        payload = (
+            struct.pack(">HHH", 50, 10, 0)
+            + bytes((len(name.encode()),))
+            + name.encode()
+            + b"\x02"
+            + table(b"\x0cx-queue-typeS\x00\x00\x00\x06stream")
+        )
+        c.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+        _, ok = c.next_method()
+        assert isinstance(ok, commands.Queue.DeclareOk), ok
+        assert ok.queue == name
+    c.close()
+    canary.check()

@@ -485,11 +485,8 @@ class Channel:
             owner=self.connection,
         )
         if not m.nowait:
-            self.connection.send_method(
-                self.id,
-                spec.Queue.DeclareOk(
-                    queue=queue.name, message_count=messages, consumer_count=consumers
-                ),
+            self.connection.send(
+                codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)
             )
 
     def _queue_delete(self, m: Any) -> None:
