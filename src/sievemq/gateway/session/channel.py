@@ -485,8 +485,8 @@ class Channel:
             owner=self.connection,
         )
         if not m.nowait:
-            self.connection.send(
-                codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)
+            self.connection.write_frames(  # after any queued replies
+                [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
             )
 
     def _queue_delete(self, m: Any) -> None:
