@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY_RE = re.compile(r"^sievemq ready (?P<fields>.*)$")
-START_TIMEOUT = 20.0
-STOP_TIMEOUT = 15.0
+# generous: a loaded 2-core machine (a CI run beside other work) can take many seconds to
+# import and open the store; a healthy start still returns as soon as the ready line appears
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
 
 
 def ready_fields(text: str) -> dict[str, str]:
@@ -53,6 +55,7 @@ class ServerProcess:
     stdout_lines: list[str] = field(default_factory=list)
     _stderr_path: Path | None = None
     _starts: int = 0
+    _pump: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -108,9 +111,11 @@ class ServerProcess:
                 if match and not ready:
                     ready.append(match)
                     got_ready.set()
+            proc.stdout.close()  # EOF: the process exited
             got_ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not got_ready.wait(0.05):
             if time.monotonic() > deadline:
@@ -147,6 +152,7 @@ class ServerProcess:
                 raise AssertionError(
                     f"server did not exit {timeout}s after SIGTERM\nstderr:\n{self.stderr()}"
                 ) from None
+        self._join_pump()
         return self.proc.returncode
 
     def terminate(self) -> int:
@@ -159,6 +165,12 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(STOP_TIMEOUT)
+        self._join_pump()
+
+    def _join_pump(self) -> None:
+        """The stdout reader ends (and closes the pipe) once the process has exited."""
+        if self._pump is not None:
+            self._pump.join(STOP_TIMEOUT)
 
     def restart(self) -> ServerProcess:
         """Start again on the same data directory (after stop() or kill())."""
