@@ -12,6 +12,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
 # component -> top-level modules (or sievemq subpackages) it may import besides the stdlib
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
+    # the RabbitMQ Stream protocol: frames, osiris chunks, AMQP 1.0 and its 0-9-1 conversion
+    "streamproto": {"pamqp", "zstandard", "sievemq.streamproto", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
     # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
     # filtering: the dialect every reader shares; amqp.codec until the property reader is split out
@@ -21,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.gateway",
+        "sievemq.streamproto",
         "uvloop",
         "pamqp.commands",
     },
@@ -41,6 +44,7 @@ WIRING: set[str] = {"serve.py"}
 # stdlib modules a component must not use even though they are in the standard library
 FORBIDDEN: dict[str, set[str]] = {
     "amqp": {"asyncio", "socket", "selectors"},
+    "streamproto": {"asyncio", "socket", "selectors"},
     "storage": {"asyncio", "socket", "selectors"},
     "filtering": {"asyncio", "socket", "selectors"},
 }

@@ -1,9 +1,9 @@
-"""`sievemq serve`: the AMQP listener and the admin HTTP app on one event loop (wiring).
+"""`sievemq serve`: the AMQP and stream listeners and the admin HTTP app on one event loop.
 
-Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``, once all
-listen (port 0 picks a free port; the printed port is the real one). With ``--tls-cert`` and
-``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the line becomes
-``sievemq ready amqp=HOST:PORT amqps=HOST:PORT admin=http://HOST:PORT`` (parse it by key).
+Prints exactly one line, ``sievemq ready amqp=HOST:PORT stream=HOST:PORT admin=http://HOST:PORT``,
+once all listen (port 0 picks a free port; the printed port is the real one). With
+``--tls-cert`` and ``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the
+line gains ``amqps=HOST:PORT`` after the amqp field (parse it by key).
 SIGTERM/SIGINT: stop accepting and reading, flush and fsync every stream, send the confirms
 of what was read, close connections (plain and TLS) with 320 CONNECTION_FORCED, exit 0.
 """
@@ -26,6 +26,7 @@ from sievemq.amqp import errors
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
+from sievemq.gateway.net.stream_protocol import start_stream_listener
 from sievemq.gateway.net.tls import server_ssl_context
 from sievemq.gateway.runtime.alarms import (
     ResourceAlarms,
@@ -35,6 +36,7 @@ from sievemq.gateway.runtime.alarms import (
 )
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.settings import Settings
 from sievemq.storage import Durability
 
@@ -91,9 +93,10 @@ def protocol_factory(node: Node) -> AMQPProtocol:
     return protocol
 
 
-def ready_line(amqp: str, admin: str, amqps: str | None = None) -> str:
+def ready_line(amqp: str, admin: str, amqps: str | None = None, stream: str | None = None) -> str:
     """The start-up line scripts wait for; fields are ``key=value`` in a fixed order."""
     fields = [f"amqp={amqp}"] + ([f"amqps={amqps}"] if amqps is not None else [])
+    fields += [f"stream={stream}"] if stream is not None else []
     return " ".join(["sievemq ready", *fields, f"admin={admin}"])
 
 
@@ -112,6 +115,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     alarms.add_listener(node.on_alarms)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
+    snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
     try:
         amqp_server, amqp_port = await start_amqp_listener(
             lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
@@ -129,6 +133,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             )
             servers.append(amqps_server)
             amqps = f"{settings.amqp_host}:{amqps_port}"
+        stream_server, stream_port = await start_stream_listener(
+            snode, settings.amqp_host, settings.stream_port, settings.write_buffer_high
+        )
+        servers.append(stream_server)
         admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
     except OSError as error:  # a port in use, an address not on this host
         for server in servers:
@@ -153,13 +161,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             f"{settings.amqp_host}:{amqp_port}",
             f"http://{settings.admin_host}:{admin_port}",
             amqps,
+            f"{settings.amqp_host}:{stream_port}",
         ),
         flush=True,
     )
     await stop.wait()
     alarms.stop()
     ready = False
-    await shutdown(node, servers)
+    await shutdown(node, servers, snode)
     deadline = loop.time() + settings.shutdown_timeout_s
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)
@@ -175,7 +184,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     return 0
 
 
-async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
+async def shutdown(
+    node: Node, servers: list[asyncio.AbstractServer], snode: StreamNode | None = None
+) -> None:
     """Stop accepting and reading, store and confirm what was read, then send close 320.
 
     The order matters: a connection's channels stop settling confirms once it is closed, so
@@ -186,11 +197,16 @@ async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
         server.close()
     for conn in list(node.connections):
         conn.stop_reading()
+    if snode is not None:
+        snode.stop_reading()
     node.flush_all()  # waits for appends in flight, writes the buffers, fsyncs
     await asyncio.sleep(0)  # the channels' confirm flushes (call_soon) write their frames
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):
         conn.close(forced)
+    if snode is not None:
+        snode.save_sequences()
+        snode.close_all("shutdown")
 
 
 def serve(settings: Settings) -> int:

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     amqps_port: int = Field(default=5671, ge=0, le=65535)
 
+    # --- RabbitMQ Stream protocol listener (same host, users, vhosts and streams as AMQP)
+    stream_port: int = Field(default=5552, ge=0, le=65535)
+    stream_frame_max: int = Field(default=1048576, ge=8192)
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         # a certificate without its key (or the reverse) is a typo, not "TLS off"
@@ -119,6 +123,9 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
     ("tls_key", Path, "PEM private key of --tls-cert"),
     ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
+    # --- RabbitMQ Stream protocol
+    ("stream_port", int, "RabbitMQ Stream protocol port, 0 picks a free one (default 5552)"),
+    ("stream_frame_max", int, "max stream-protocol frame size offered in Tune (default 1 MiB)"),
 ]
 
 

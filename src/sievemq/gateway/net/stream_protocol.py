@@ -1,0 +1,101 @@
+"""The asyncio Protocol of one stream-protocol connection (port 5552): framing, flow control.
+
+HOT PATH: ``data_received`` splits the bytes into frames (``streamproto.wire``) and hands the
+whole list to the connection handler in one call. When the transport's write buffer passes
+``write_buffer_high`` the handler's subscriptions stop delivering and the protocol stops
+reading from the socket until it drains (a client that publishes but never reads its
+confirms is held back by TCP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import cast
+
+from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.streamproto import wire
+
+
+class StreamProtocol(asyncio.Protocol):
+    __slots__ = ("_buffer", "_conn", "_high", "_max_frame", "_paused", "_stopped", "transport")
+
+    def __init__(self, snode: StreamNode, write_buffer_high: int) -> None:
+        self._conn = StreamConnection(snode)
+        self._conn.read_control = self
+        self._buffer = bytearray()
+        self._max_frame = snode.frame_max
+        self._paused = False
+        self._stopped = False
+        self._high = write_buffer_high
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        t = cast(asyncio.Transport, transport)
+        self.transport = t
+        sock = t.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t.set_write_buffer_limits(high=self._high)
+        self._conn.on_open(t)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        frames, oversized = wire.split_frames(buffer, self._max_frame)
+        if frames:
+            self._conn.on_frames(frames)
+        if oversized is not None:
+            self._buffer.clear()
+            if oversized < 4:
+                self._conn.close(wire.UNKNOWN_FRAME, f"frame of {oversized} bytes")
+            else:
+                self._conn.on_frame_too_large(oversized)
+            self.stop_reading()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn.on_lost()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        self._conn.on_pause_writing()
+        if self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and self._paused and not self._stopped:
+            self._paused = False
+            self.transport.resume_reading()
+        self._conn.on_resume_writing()
+
+    def stop_reading(self) -> None:
+        """For good: shutdown, or after a frame error."""
+        self._stopped = True
+        if self.transport is not None and not self.transport.is_closing():
+            with contextlib.suppress(RuntimeError):
+                self.transport.pause_reading()
+
+
+async def start_stream_listener(
+    snode: StreamNode, host: str, port: int, write_buffer_high: int
+) -> tuple[asyncio.Server, int]:
+    """Listen for stream-protocol clients; returns the server and the real port."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: StreamProtocol(snode, write_buffer_high),
+        host=host,
+        port=port,
+        backlog=1024,
+        reuse_address=True,
+    )
+    sockets = server.sockets
+    real_port = int(sockets[0].getsockname()[1]) if sockets else port
+    snode.advertised_port = real_port
+    return server, real_port
