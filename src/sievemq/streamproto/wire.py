@@ -210,34 +210,27 @@ class Frame(NamedTuple):
 def split_frames(buffer: bytearray, max_size: int) -> tuple[list[Frame], int | None]:
     """Take every complete frame off the front of ``buffer``.
 
-    Returns the frames and, when a frame announces more than ``max_size`` bytes, that size
-    (the caller closes with 14); the buffer then keeps the oversized frame's bytes.
+    Returns the frames and, when a frame announces more than ``max_size`` bytes (or fewer
+    than the 4 bytes of key and version), that size: the caller closes with 14 (or 13).
     """
     frames: list[Frame] = []
     pos = 0
     n = len(buffer)
-    view = memoryview(buffer)
-    try:
-        while n - pos >= 4:
-            (size,) = _U32.unpack_from(buffer, pos)
-            if size > max_size:
-                del view
-                del buffer[:pos]
-                return frames, size
-            if size < 4:
-                del view
-                del buffer[:pos]
-                return frames, size
-            end = pos + 4 + size
-            if end > n:
-                break
-            key, version = _KEY_VERSION.unpack_from(buffer, pos + 4)
-            frames.append(Frame(key, version, bytes(view[pos + 8 : end])))
-            pos = end
-    finally:
-        view.release()
+    bad: int | None = None
+    data = bytes(buffer)
+    while n - pos >= 4:
+        (size,) = _U32.unpack_from(data, pos)
+        if size > max_size or size < 4:
+            bad = size
+            break
+        end = pos + 4 + size
+        if end > n:
+            break
+        key, version = _KEY_VERSION.unpack_from(data, pos + 4)
+        frames.append(Frame(key, version, data[pos + 8 : end]))
+        pos = end
     del buffer[:pos]
-    return frames, None
+    return frames, bad
 
 
 # ---------------------------------------------------------------------------- encoding

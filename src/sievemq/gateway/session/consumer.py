@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from sievemq.amqp import codec
 from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.streamproto.convert import to_amqp091
 
 if TYPE_CHECKING:
     from sievemq.filtering.sql import SqlFilter
@@ -191,7 +192,11 @@ class StreamConsumer:
                 encoder = self._encoder = codec.DeliveryEncoder(channel.id, self.tag, frame_max)
             encode = encoder.encode
             for r in records:
-                encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+                if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                    ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
+                    encode(out, tag, ex, rk, props, body, r.offset)
+                else:
+                    encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
                 unacked[tag] = self
                 tag += 1
             channel.next_delivery_tag = tag
