@@ -156,6 +156,7 @@ async def test_stream_publish_arrives_converted_on_amqp091(
         )
         await p.send_wait(qname, b"not amqp 1.0")
     [(m1, p1, b1), (m2, p2, b2)] = _consume_091(server, qname, 2)
+    assert (m2.exchange, m2.routing_key) == ("", qname)
     assert b1 == b"payload"
     assert (m1.exchange, m1.routing_key) == ("", qname)
     assert p1.delivery_mode == 2 and p1.priority == 7 and p1.expiration == "5000"
