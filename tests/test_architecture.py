@@ -1,4 +1,8 @@
-"""The dependency rules of docs/architecture.md, checked by parsing every import."""
+"""The dependency rules of docs/architecture.md, checked by parsing every import.
+
+Also checks the package picture in docs/architecture.md against the real imports; to redraw
+it after an intended change: ``.venv/bin/python tests/test_architecture.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,38 +12,63 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
+DOC = SRC.parents[1] / "docs" / "architecture.md"
+PICTURE_BEGIN = "<!-- packages:begin (tests/test_architecture.py draws this) -->"
+PICTURE_END = "<!-- packages:end -->"
 
-# component -> top-level modules (or sievemq subpackages) it may import besides the stdlib
+# component (a folder or a module of src/sievemq) -> what it may import besides the stdlib:
+# top-level distributions, or sievemq modules and packages (a prefix covers what is inside).
+# A nested component (gateway/model) obeys its own rule AND its parent's (gateway).
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     # the RabbitMQ Stream protocol: frames, osiris chunks, AMQP 1.0 and its 0-9-1 conversion
     "streamproto": {"pamqp", "zstandard", "sievemq.streamproto", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
     # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; amqp.codec until the property reader is split out
-    "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.codec"},
+    # filtering: the dialect every reader shares; it reads raw properties through amqp.properties
+    "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
         "sievemq.amqp",
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.gateway",
         "sievemq.streamproto",
+        "sievemq.units",
         "uvloop",
+        # cold methods are pamqp objects (codec.decode_method/encode_method)
         "pamqp.commands",
+    },
+    # the broker model: no session, runtime, network or admin facade
+    "gateway/model": {"sievemq.amqp", "sievemq.storage", "sievemq.gateway.model"},
+    # the node and its appenders: below the session, never a connection or a socket
+    "gateway/runtime": {
+        "sievemq.amqp",
+        "sievemq.storage",
+        "sievemq.filtering",
+        "sievemq.gateway.model",
+        "sievemq.gateway.runtime",
+        "sievemq.units",
+    },
+    # the only socket code: frames in, frames out; what a method means is the session's
+    "gateway/net": {
+        "sievemq.amqp.errors",
+        "sievemq.amqp.frames",
+        "sievemq.streamproto.wire",
+        "sievemq.gateway.net",
     },
     "admin_api": {
         "fastapi",
         "pydantic",
         "starlette",
+        "prometheus_client",
         "sievemq.admin_api",
         "sievemq.gateway.facade",
     },
-    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.spark"},
+    "spark": {"pyspark", "pyarrow", "sievemq.storage", "sievemq.filtering", "sievemq.spark"},
+    # settings are built at the edge and passed down: they never import the gateway
+    "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
+    "units.py": set(),
 }
-
-
-# wiring modules inside a component: they may import like sievemq.cli (everything)
-WIRING: set[str] = {"serve.py"}
 
 # stdlib modules a component must not use even though they are in the standard library
 FORBIDDEN: dict[str, set[str]] = {
@@ -47,18 +76,44 @@ FORBIDDEN: dict[str, set[str]] = {
     "streamproto": {"asyncio", "socket", "selectors"},
     "storage": {"asyncio", "socket", "selectors"},
     "filtering": {"asyncio", "socket", "selectors"},
+    "gateway/model": {"asyncio", "socket", "selectors"},
+    "units.py": {"asyncio", "socket", "selectors", "os"},
 }
 
 
-def _imports(path: Path) -> list[str]:
+def _module_of(path: Path, root: Path = SRC) -> tuple[str, str]:
+    """(the module's dotted name, its package) for a file under ``root``."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+        return ".".join(parts), ".".join(parts)
+    return ".".join(parts), ".".join(parts[:-1])
+
+
+def _imports(path: Path, root: Path = SRC) -> list[str]:
+    """Every name imported anywhere in the file (module level, ``TYPE_CHECKING``, functions);
+    relative imports resolved; ``from pkg import name`` gives ``pkg.name``."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    package = _module_of(path, root)[1] if path.is_relative_to(root.parent) else ""
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base == "__future__":
+                names.append(base)
+            else:
+                names.extend(f"{base}.{alias.name}" for alias in node.names)
     return names
+
+
+def _files(component: str) -> list[Path]:
+    target = SRC / component
+    return [target] if target.suffix == ".py" else sorted(target.rglob("*.py"))
 
 
 def _allowed(name: str, allowed: set[str], forbidden: frozenset[str] = frozenset()) -> bool:
@@ -74,12 +129,11 @@ def _allowed(name: str, allowed: set[str], forbidden: frozenset[str] = frozenset
 
 @pytest.mark.parametrize("component", sorted(ALLOWED))
 def test_component_imports_only_what_the_design_allows(component: str) -> None:
-    files = sorted((SRC / component).rglob("*.py"))
-    assert files, f"component {component} has no modules"
+    files = _files(component)
+    assert files and all(f.exists() for f in files), f"component {component} has no modules"
     bad = [
         f"{path.relative_to(SRC)} imports {name}"
         for path in files
-        if path.relative_to(SRC).as_posix() not in WIRING
         for name in _imports(path)
         if not _allowed(name, ALLOWED[component], frozenset(FORBIDDEN.get(component, ())))
     ]
@@ -90,9 +144,89 @@ def test_only_gateway_net_opens_sockets() -> None:
     offenders = [
         str(path.relative_to(SRC))
         for path in SRC.rglob("*.py")
-        if "socket" in _imports(path) and "gateway/net" not in path.as_posix()
+        if "socket" in {name.split(".")[0] for name in _imports(path)}
+        and "gateway/net" not in path.as_posix()
     ]
     assert not offenders, f"socket code outside gateway/net: {offenders}"
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``root`` it imports: every import statement anywhere in the
+    file (module level, under ``if TYPE_CHECKING``, inside functions), relative ones
+    resolved; ``from pkg import name`` counts as ``pkg.name`` when that is a module."""
+    files = {_module_of(path, root)[0]: path for path in root.rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        targets = {known(name) for name in _imports(path, root)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_src() -> None:
+    graph = _import_graph(SRC)
+    assert "sievemq.gateway.session.channel" in graph["sievemq.gateway.session.connection"]
+    cycles = _cycles(graph)
+    assert not cycles, "import circles (TYPE_CHECKING and local imports count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_the_circle_finder_sees_type_checking_and_local_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "sievemq"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from sievemq.sub import b\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n"
+    )
+    (pkg / "sub" / "c.py").write_text("def f() -> None:\n    from ..a import x\n")
+    (pkg / "d.py").write_text("import sievemq.a\n")
+    graph = _import_graph(pkg)
+    assert graph["sievemq.sub.b"] == {"sievemq.sub.c"}
+    assert graph["sievemq.sub.c"] == {"sievemq.a"}
+    assert _cycles(graph) == [["sievemq.a", "sievemq.sub.b", "sievemq.sub.c"]]
 
 
 def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
@@ -102,3 +236,91 @@ def test_the_rule_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     storage_rules = (ALLOWED["storage"], frozenset(FORBIDDEN["storage"]))
     assert not _allowed(names[0], *storage_rules)
     assert not _allowed(names[1], *storage_rules)
+
+
+def test_the_contracts_refuse_what_the_layout_forbids() -> None:
+    model = ALLOWED["gateway/model"]
+    assert not _allowed("sievemq.gateway.session.channel.Channel", model)
+    assert not _allowed("sievemq.gateway.runtime.node", model)
+    assert not _allowed("sievemq.gateway.net.protocol", model)
+    assert not _allowed("sievemq.gateway.facade", model)
+    assert not _allowed("sievemq.gateway.session.connection", ALLOWED["gateway/runtime"])
+    assert not _allowed("sievemq.gateway.runtime.alarms.parse_size", ALLOWED["settings.py"])
+    assert not _allowed("sievemq.gateway.model.broker", ALLOWED["admin_api"])
+    assert _allowed("sievemq.gateway.facade.BrokerFacade", ALLOWED["admin_api"])
+    assert not _allowed("sievemq.gateway", ALLOWED["spark"])
+    assert not _allowed("sievemq.amqp.states", ALLOWED["filtering"])
+
+
+def test_relative_and_local_imports_are_seen(tmp_path: Path) -> None:
+    root = tmp_path / "sievemq"
+    (root / "filtering").mkdir(parents=True)
+    module = root / "filtering" / "x.py"
+    module.write_text("def f() -> None:\n    from ..gateway import node\n")
+    assert _imports(module, root) == ["sievemq.gateway.node"]
+
+
+def _package(module: str) -> str:
+    """The box a module is drawn in: its package below sievemq (gateway's one level deeper),
+    or the top-level module itself (cli, serve, settings, ...)."""
+    parts = module.split(".")[1:]
+    if parts[:1] == ["gateway"] and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0] if parts else "sievemq"
+
+
+def _package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, targets in _import_graph(SRC).items():
+        arrows = graph.setdefault(_package(module), set())
+        arrows.update(_package(t) for t in targets)
+    for package, arrows in graph.items():
+        arrows.discard(package)
+    # the bare containers (sievemq/__init__, gateway/__init__) only when they import something
+    return {p: a for p, a in graph.items() if a or p not in {"sievemq", "gateway"}}
+
+
+def draw_packages() -> str:
+    """Every package with its arrows, those that import the most layers first."""
+    graph = _package_graph()
+    depth: dict[str, int] = {}
+
+    def layer(package: str) -> int:
+        if package not in depth:
+            depth[package] = 1 + max((layer(t) for t in graph.get(package, ())), default=-1)
+        return depth[package]
+
+    order = sorted(graph, key=lambda p: (-layer(p), p))
+    width = max(len(p) for p in order)
+    none = "(stdlib and libraries only)"
+    lines = [f"{p.ljust(width)}  -> {', '.join(sorted(graph[p])) or none}" for p in order]
+    return "\n".join(["```text", *lines, "```"])
+
+
+def _drawn_in_doc(text: str) -> str:
+    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
+    return text[start : text.index(PICTURE_END)].strip()
+
+
+def test_the_package_picture_in_the_docs_is_the_real_import_graph() -> None:
+    drawn = _drawn_in_doc(DOC.read_text())
+    assert drawn == draw_packages(), (
+        "docs/architecture.md's package picture differs from the imports; if the change is "
+        "intended, redraw it: .venv/bin/python tests/test_architecture.py"
+    )
+
+
+def test_the_picture_shows_every_arrow() -> None:
+    picture = draw_packages()
+    session = next(line for line in picture.splitlines() if line.startswith("gateway.session"))
+    assert "gateway.runtime" in session and "gateway.model" in session
+    model = next(line for line in picture.splitlines() if line.startswith("gateway.model"))
+    assert "gateway.session" not in model and "gateway.runtime" not in model
+
+
+if __name__ == "__main__":
+    text = DOC.read_text()
+    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
+    end = text.index(PICTURE_END)
+    DOC.write_text(text[:start] + "\n" + draw_packages() + "\n" + text[end:])
+    print(draw_packages())

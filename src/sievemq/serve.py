@@ -28,17 +28,14 @@ from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import start_stream_listener
 from sievemq.gateway.net.tls import server_ssl_context
-from sievemq.gateway.runtime.alarms import (
-    ResourceAlarms,
-    SystemProbe,
-    parse_memory_watermark,
-    total_memory,
-)
+from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.settings import Settings
 from sievemq.storage import Durability
+from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
 
@@ -134,8 +131,13 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             servers.append(amqps_server)
             amqps = f"{settings.amqp_host}:{amqps_port}"
         stream_server, stream_port = await start_stream_listener(
-            snode, settings.amqp_host, settings.stream_port, settings.write_buffer_high
+            lambda: StreamConnection(snode),
+            settings.amqp_host,
+            settings.stream_port,
+            settings.stream_frame_max,
+            settings.write_buffer_high,
         )
+        snode.advertised_port = stream_port
         servers.append(stream_server)
         admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
     except OSError as error:  # a port in use, an address not on this host
@@ -173,8 +175,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)
     for conn in list(node.connections):
-        if conn.transport is not None:
-            conn.transport.abort()
+        conn.abort()
     node.flush_all()
     broker.close()
     node.executor.shutdown(wait=True)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sievemq.gateway.runtime.alarms import parse_memory_watermark, parse_size
+from sievemq.units import parse_memory_watermark, parse_size
 
 FsyncPolicy = Literal["batch", "always", "never"]
 

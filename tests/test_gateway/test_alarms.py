@@ -13,15 +13,13 @@ import pytest
 from sievemq.gateway.runtime.alarms import (
     DISK,
     MEMORY,
-    MemoryWatermark,
     ResourceAlarms,
     SystemProbe,
     blocked_reason,
-    parse_memory_watermark,
-    parse_size,
     total_memory,
 )
 from sievemq.settings import Settings
+from sievemq.units import MemoryWatermark, parse_memory_watermark, parse_size
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_sql_helpers import view
 
@@ -112,6 +112,7 @@ def test_random_token_soup_compiles_or_raises_compile_error(
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
+@example(".¹")  # a non-ASCII digit after a dot once escaped the lexer as an AssertionError
 def test_arbitrary_text_compiles_or_raises_compile_error(text: str) -> None:
     try:
         compile_filter(text)

@@ -13,10 +13,10 @@ connection phase does not accept is 504 "unexpected method in connection state .
 Once the server has sent a Close, the spec says to discard everything but Close and Close-Ok:
 the tables mark that with the ``Next.DISCARD`` outcome.
 
-Cold path: the gateway (``gateway.connection``, ``gateway.channel``) asks these tables about
-every frame outside the publish / ack hot path; the hot path performs the table's content
-transitions inline, and ``tests/test_gateway/test_states_wiring.py`` checks both give the
-same replies. ``markdown()`` renders the tables for docs/architecture.md.
+Cold path: the gateway (``gateway.session.connection``, ``gateway.session.channel``) asks
+these tables about every frame outside the publish / ack hot path; the hot path performs the
+table's content transitions inline, and ``tests/test_gateway/test_states_wiring.py`` checks
+both give the same replies. ``markdown()`` renders the tables for docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -16,13 +16,9 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
-from sievemq.gateway.runtime.alarms import (
-    ResourceAlarms,
-    parse_memory_watermark,
-    parse_size,
-    total_memory,
-)
+from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
+from sievemq.units import parse_memory_watermark, parse_size
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pamqp import commands
 
-from sievemq.amqp import codec
+from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import FrameError
 from sievemq.streamproto import amqp10
 from sievemq.streamproto.amqp10 import Symbol, Timestamp, UByte, UInt
@@ -70,7 +70,7 @@ def to_amqp10(exchange: str, routing_key: str, properties: bytes, body: bytes) -
     if properties == NO_PROPERTIES or not properties:
         return amqp10.section(amqp10.MESSAGE_ANNOTATIONS, annotations) + amqp10.data_message(body)
     try:
-        props = codec.decode_properties(properties)
+        props = amqp_properties.decode_properties(properties)
     except FrameError:
         return amqp10.section(amqp10.MESSAGE_ANNOTATIONS, annotations) + amqp10.data_message(body)
     msg = amqp10.Message()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from sievemq.filtering.sql.errors import CompileError
 
@@ -65,6 +65,8 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 _WS = frozenset(" \t\r\n\f")
+# ASCII digits only: str.isdigit() also takes "¹", which the number pattern does not match
+_DIGITS: Final = frozenset("0123456789")
 _NUMBER = re.compile(
     r"(?:[0-9]+(?P<frac>\.[0-9]*)?|(?P<lead>\.[0-9]+))(?P<exp>[eE][+-]?[0-9]+)?(?P<long>[lL])?",
     re.ASCII,
@@ -121,7 +123,7 @@ def _next_token(text: str, i: int) -> tuple[Token, int]:
         return _string(text, i)
     if ch == "[":
         return _quoted_name(text, i)
-    if ch.isascii() and (ch.isdigit() or (ch == "." and text[i + 1 : i + 2].isdigit())):
+    if ch in _DIGITS or (ch == "." and text[i + 1 : i + 2] in _DIGITS):
         return _number(text, i)
     m = _IDENT.match(text, i)
     if m:

@@ -1,8 +1,9 @@
 """A stream queue: the broker-side handle on one storage stream.
 
-The connection layer owns consumers and publishers; it puts its consumer objects in
-``consumers`` and registers delete listeners so that a queue.delete (from any connection or
-the admin API) can cancel consumers and settle pending confirms before the files go.
+The session layer owns consumers and publishers; it puts its consumers in ``consumers`` (seen
+here only as ``ConsumerInfo``) and registers delete listeners so that a queue.delete (from any
+connection or the admin API) can cancel consumers and settle pending confirms before the files
+go.
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from sievemq.gateway.model.arguments import StreamArguments
-
-if TYPE_CHECKING:
-    from sievemq.storage import Stream
+from sievemq.storage import FilterSpec, Stream
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,34 @@ class FilterStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+class ConsumerInfo(Protocol):
+    """A live consumer of a stream queue, as the queue, the node and the admin views see it
+    (the session's ``StreamConsumer``)."""
+
+    @property
+    def tag(self) -> str: ...
+    @property
+    def connection_id(self) -> int: ...
+    @property
+    def channel_id(self) -> int: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def credit(self) -> int: ...
+    @property
+    def spec(self) -> FilterSpec | None:
+        """Its ``x-stream-filter`` values, if any."""
+        ...
+
+    def filter_stats(self) -> dict[str, int]:
+        """Its filter and delivery counters since it started (``FilterStats`` names)."""
+        ...
+
+    def cancel_by_server(self) -> None:
+        """Stop it and tell its client (basic.cancel, when the client asked for those)."""
+        ...
+
+
 class StreamQueue:
     """A declared stream queue of a vhost."""
 
@@ -50,7 +77,7 @@ class StreamQueue:
         self.vhost = vhost
         self.arguments = arguments
         self.stream = stream
-        self.consumers: set[Any] = set()
+        self.consumers: set[ConsumerInfo] = set()
         self.filter_stats = FilterStats()
         self.deleted = False
         self._delete_listeners: list[DeleteListener] = []

@@ -28,7 +28,7 @@ from sievemq.amqp import errors, frames
 
 
 class FrameHandler(TypingProtocol):
-    """What the protocol drives: the connection handler (``gateway.connection.Connection``)."""
+    """What the protocol drives: the connection handler (``session.connection.Connection``)."""
 
     def on_open(self, transport: asyncio.Transport) -> None: ...
     def on_frames(self, frames: list[tuple[int, int, bytes]]) -> None: ...

@@ -12,21 +12,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
+from typing import Protocol as TypingProtocol
 
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.streamproto import wire
+
+
+class StreamFrameHandler(TypingProtocol):
+    """What the protocol drives (``gateway.stream_session.connection.StreamConnection``)."""
+
+    read_control: Any
+
+    def on_open(self, transport: asyncio.Transport) -> None: ...
+    def on_frames(self, frames: list[wire.Frame]) -> None: ...
+    def on_frame_too_large(self, size: int) -> None: ...
+    def close(self, code: int, reason: str) -> None: ...
+    def on_lost(self) -> None: ...
+    def on_pause_writing(self) -> None: ...
+    def on_resume_writing(self) -> None: ...
 
 
 class StreamProtocol(asyncio.Protocol):
     __slots__ = ("_buffer", "_conn", "_high", "_max_frame", "_paused", "_stopped", "transport")
 
-    def __init__(self, snode: StreamNode, write_buffer_high: int) -> None:
-        self._conn = StreamConnection(snode)
+    def __init__(self, handler: StreamFrameHandler, frame_max: int, write_buffer_high: int) -> None:
+        self._conn = handler
         self._conn.read_control = self
         self._buffer = bytearray()
-        self._max_frame = snode.frame_max
+        self._max_frame = frame_max
         self._paused = False
         self._stopped = False
         self._high = write_buffer_high
@@ -84,12 +98,16 @@ class StreamProtocol(asyncio.Protocol):
 
 
 async def start_stream_listener(
-    snode: StreamNode, host: str, port: int, write_buffer_high: int
+    handler_factory: Callable[[], StreamFrameHandler],
+    host: str,
+    port: int,
+    frame_max: int,
+    write_buffer_high: int,
 ) -> tuple[asyncio.Server, int]:
     """Listen for stream-protocol clients; returns the server and the real port."""
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: StreamProtocol(snode, write_buffer_high),
+        lambda: StreamProtocol(handler_factory(), frame_max, write_buffer_high),
         host=host,
         port=port,
         backlog=1024,
@@ -97,5 +115,4 @@ async def start_stream_listener(
     )
     sockets = server.sockets
     real_port = int(sockets[0].getsockname()[1]) if sockets else port
-    snode.advertised_port = real_port
     return server, real_port

@@ -12,7 +12,7 @@ confirms are settled. Durability decides where the write runs:
 
 When the stream has registered SQL subscriptions, each batch is evaluated against them here,
 before ``Stream.append``, and the answer travels as the chunk's opaque extra blob (storage
-stays protocol-free; see ``gateway.subscriptions``).
+stays protocol-free; see ``filtering.subscriptions``).
 """
 
 from __future__ import annotations

@@ -6,14 +6,27 @@ import asyncio
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from sievemq.amqp.errors import AMQPError
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.runtime.appender import StreamAppender
 
-if TYPE_CHECKING:
-    from sievemq.gateway.model.broker import Broker
-    from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.session.connection import Connection
+
+class AlarmTarget(Protocol):
+    """Told when the set of resource alarms that are on changes (a client connection)."""
+
+    def apply_alarms(self, reasons: tuple[str, ...]) -> None: ...
+
+
+class ClientConnection(AlarmTarget, Protocol):
+    """A live client connection as the node holds it (``session.connection.Connection``):
+    an alarm target the shutdown can also stop, close and drop."""
+
+    def stop_reading(self) -> None: ...
+    def close(self, error: AMQPError) -> None: ...
+    def abort(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,7 @@ class Node:
         self.broker = broker
         self.limits = limits
         self.loop = loop
-        self.connections: set[Connection] = set()
+        self.connections: set[ClientConnection] = set()
         self._count = 0
         self._ids = itertools.count(1)
         self._appenders: dict[int, StreamAppender] = {}  # id(queue) -> its writer
@@ -48,7 +61,7 @@ class Node:
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
-        # the resource alarms that are on (gateway.alarms), memory before disk; empty: none
+        # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
 
     def next_id(self) -> int:
@@ -90,9 +103,7 @@ class Node:
     def _queue_deleted(self, queue: StreamQueue) -> None:
         self._watched.discard(id(queue))
         for consumer in list(queue.consumers):
-            channel = getattr(consumer, "channel", None)
-            if channel is not None:
-                channel.cancel_consumer_by_server(consumer)
+            consumer.cancel_by_server()
         appender = self._appenders.pop(id(queue), None)
         if appender is not None:
             appender.close()

@@ -21,23 +21,31 @@ import struct
 from bisect import bisect_right
 from collections import Counter
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, states
+from sievemq.amqp import codec, errors, frames, hotcodec, properties, states
+from sievemq.amqp.hotcodec import (
+    BASIC_CONTENT_CLASS,
+    BASIC_PUBLISH,
+    CLASS_BASIC,
+    CONTENT_HEADER_FIELDS,
+    METHOD_ACK,
+    METHOD_NACK,
+    METHOD_PUBLISH,
+    METHOD_REJECT,
+)
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session import named_consumers
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
 from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
+from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
 from sievemq.storage import Message
-
-if TYPE_CHECKING:
-    from sievemq.gateway.model.vhost import VirtualHost
-    from sievemq.gateway.session.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +68,18 @@ _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
 
 
 class Channel:
-    """Channel state; frames arrive through ``on_frame`` from the connection."""
+    """Channel state; frames arrive through ``on_frame`` from the connection.
 
-    def __init__(self, connection: Connection, state: ChannelState) -> None:
+    It is the ``ports.DeliveryTarget`` of its consumers and talks to its connection as a
+    ``ports.ChannelHost``."""
+
+    def __init__(self, connection: ChannelHost, state: ChannelState) -> None:
         self.connection = connection
         self.id = state.channel
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
-        self.consumers: dict[str, StreamConsumer] = {}
-        self.unacked: dict[int, StreamConsumer] = {}
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.unacked: dict[int, ChannelConsumer] = {}
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -103,23 +114,24 @@ class Channel:
         state = self.state
         phase = state.phase
         if ftype == frames.FRAME_METHOD:
-            cid, mid = codec.method_id(payload)
-            if cid == 60 and phase is _OPEN:
-                if mid == 40:
+            cid, mid = hotcodec.method_id(payload)
+            if cid == CLASS_BASIC and phase is _OPEN:
+                if mid == METHOD_PUBLISH:
                     self._publish(payload)
                     state.phase = _AWAIT_HEADER  # the table's publish transition, inline
                     return
-                if mid == 80:
-                    tag, multiple = codec.decode_basic_ack(payload)
-                    self._settle_deliveries(tag, multiple)
+                if mid == METHOD_ACK:
+                    ack = hotcodec.decode_basic_ack(payload)
+                    self._settle_deliveries(ack.delivery_tag, ack.multiple)
                     return
-                if mid == 120:
-                    tag, multiple, requeue = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple, not requeue, 120)
+                if mid == METHOD_NACK:
+                    nack = hotcodec.decode_basic_nack(payload)
+                    finished = not nack.requeue
+                    self._settle_deliveries(nack.delivery_tag, nack.multiple, finished, mid)
                     return
-                if mid == 90:
-                    tag, requeue = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False, not requeue, 90)
+                if mid == METHOD_REJECT:
+                    reject = hotcodec.decode_basic_reject(payload)
+                    self._settle_deliveries(reject.delivery_tag, False, not reject.requeue, mid)
                     return
             self._cold_method(cid, mid, payload)
         elif ftype == frames.FRAME_BODY:
@@ -165,13 +177,13 @@ class Channel:
     # ----------------------------------------------------------------------- publishing
 
     def _publish(self, payload: bytes) -> None:
-        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
-        if immediate:
-            raise errors.NotImplemented_("immediate=true", 60, 40)
-        self._pub = (exchange, routing_key, mandatory)
+        publish = hotcodec.decode_basic_publish(payload)
+        if publish.immediate:
+            raise errors.NotImplemented_("immediate=true", *BASIC_PUBLISH)
+        self._pub = (publish.exchange, publish.routing_key, publish.mandatory)
 
     def _content_header(self, payload: bytes) -> None:
-        class_id, size, props = codec.decode_content_header(payload)
+        class_id, size, props = hotcodec.decode_content_header(payload)
         state = self.state
         if class_id != _PUBLISH_CLASS or size > self.connection.node.limits.max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
@@ -196,14 +208,18 @@ class Channel:
         if htype != 2 or btype != 3 or hchannel != self.id or bchannel != self.id:
             return False
         size = len(bpayload)
-        if len(hpayload) < 14 or hpayload[:2] != b"\x00<" or _body_size(hpayload, 4)[0] != size:
+        if (
+            len(hpayload) < CONTENT_HEADER_FIELDS + 2  # + the first property flag word
+            or hpayload[:2] != BASIC_CONTENT_CLASS
+            or _body_size(hpayload, 4)[0] != size
+        ):
             return False  # not class 60, several body frames, or a size mismatch to report
         if size > self.connection.node.limits.max_message_size:
             return False
         pub = fastpath.publish_args(method)
         if pub is None:
             return False
-        props = hpayload[12:]
+        props = hpayload[CONTENT_HEADER_FIELDS:]
         values = fastpath.property_filter_values(props)
         if values is None:
             return False
@@ -220,21 +236,21 @@ class Channel:
             try:
                 values = fastpath.filter_values(props)
             except errors.PreconditionFailed as error:
-                error.class_id, error.method_id = 60, 40  # nothing of this message is stored
+                error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
                 raise
         vhost = self.connection.vhost
         assert vhost is not None
         try:
             queues = vhost.route(exchange, routing_key, lambda: _headers(props))
         except errors.AMQPError as error:  # missing or internal exchange: basic.publish failed
-            error.class_id, error.method_id = 60, 40
+            error.class_id, error.method_id = BASIC_PUBLISH
             raise
         confirm = self.confirm
         if not queues:
             if mandatory:
                 conn = self.connection
                 conn.write_frames(
-                    codec.encode_return(
+                    hotcodec.encode_return(
                         self.id,
                         312,
                         "NO_ROUTE",
@@ -283,7 +299,7 @@ class Channel:
     # ----------------------------------------------------------------------- consuming
 
     def _settle_deliveries(
-        self, tag: int, multiple: bool, finished: bool = True, method_id: int = 80
+        self, tag: int, multiple: bool, finished: bool = True, method_id: int = METHOD_ACK
     ) -> None:
         """Ack, nack, reject: each settled delivery gives its consumer one credit back.
 
@@ -297,7 +313,9 @@ class Channel:
         if not multiple:
             consumer = unacked.pop(tag, None)
             if consumer is None:
-                raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+                raise errors.PreconditionFailed(
+                    f"unknown delivery tag {tag}", CLASS_BASIC, method_id
+                )
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -305,7 +323,7 @@ class Channel:
         # tags are inserted in increasing order: everything up to ``tag`` is a prefix,
         # found and removed with C-level list/dict operations rather than a loop per tag
         if tag and tag not in unacked:
-            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", CLASS_BASIC, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -323,7 +341,30 @@ class Channel:
         for consumer in self.consumers.values():
             consumer.wake()
 
-    def cancel_consumer_by_server(self, consumer: StreamConsumer) -> None:
+    # ports.DeliveryTarget: once per delivery turn of a consumer, never per message
+
+    @property
+    def connection_id(self) -> int:
+        return self.connection.id
+
+    @property
+    def frame_max(self) -> int:
+        return self.connection.frame_max
+
+    def can_deliver(self) -> bool:
+        connection = self.connection
+        return not connection.writing_paused and self.flow_active and connection.can_write()
+
+    def take_delivery_tags(self, consumer: ChannelConsumer, n: int) -> int:
+        first = self.next_delivery_tag
+        self.next_delivery_tag = first + n
+        self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
+        return first
+
+    def write_deliveries(self, data: bytes) -> None:
+        self.connection.write_joined(data)
+
+    def cancel_consumer_by_server(self, consumer: ChannelConsumer) -> None:
         """The queue went away, its reader failed or a newer consumer took its name: stop
         and tell the client if it asked (its unacked deliveries can still be acked)."""
         consumer.stop()
@@ -480,7 +521,8 @@ class Channel:
         # leaves the old one delivering. Its progress is saved first (resume reads it).
         previous: list[StreamConsumer] = []
         if options.consumer_name is not None:
-            previous = named_consumers.holders(queue.consumers, options.consumer_name)
+            ours = [c for c in queue.consumers if isinstance(c, StreamConsumer)]
+            previous = named_consumers.holders(ours, options.consumer_name)
             for old in previous:
                 if old.tracker is not None:
                     old.tracker.flush()
@@ -521,7 +563,7 @@ class Channel:
             if tracker is not None:
                 log.info("consumer %s: name %r taken over by a new consume", old.tag, tracker.name)
                 tracker.retire()
-            old.channel.cancel_consumer_by_server(old)
+            old.cancel_by_server()
 
     def _basic_cancel(self, m: Any) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)
@@ -565,7 +607,7 @@ def _pending_content_error(limit: int) -> errors.ResourceError:
 
 
 def _headers(props: bytes) -> dict[str, Any]:
-    headers = codec.decode_properties(props).headers
+    headers = properties.decode_properties(props).headers
     return dict(headers) if headers else {}
 
 

@@ -10,7 +10,7 @@ channel without awaiting; replies produced meanwhile go out in one ``writelines`
 else (channel 0, frames before open-ok or after a close) is cold and goes through the
 connection table of ``sievemq.amqp.states``, which decides the phase and the reply code.
 
-Resource alarms (``gateway.alarms``) block a connection once it has published, as RabbitMQ
+Resource alarms (``gateway.runtime.alarms``) block a connection once it has published, as RabbitMQ
 does: connection.blocked when the client asked for it, and no more reading until the alarm
 clears (connection.unblocked). Consumer-only connections keep running. A connection is held
 between messages when it can be: at the first read that leaves no message half received, or,
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, negotiation, states
+from sievemq.amqp import codec, errors, frames, hotcodec, negotiation, states
 from sievemq.amqp.states import (
     ChannelPhase,
     ChannelState,
@@ -36,13 +36,12 @@ from sievemq.amqp.states import (
     ConnectionState,
     Next,
 )
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.alarms import blocked_reason
+from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session.channel import Channel
+from sievemq.gateway.session.ports import ClosedChannel
 from sievemq.gateway.session.publish_cache import PUBLISH_ID as _PUBLISH_ID
-
-if TYPE_CHECKING:
-    from sievemq.gateway.model.vhost import VirtualHost
-    from sievemq.gateway.runtime.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,10 @@ class ReadControl(Protocol):
 
 
 class Connection:
-    """The frame handler of one client (driven by ``net.protocol.AMQPProtocol``)."""
+    """The frame handler of one client (driven by ``net.protocol.AMQPProtocol``).
+
+    Its channels see it as a ``ports.ChannelHost``; the node holds it as a
+    ``runtime.node.ClientConnection`` (alarms, shutdown)."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -125,13 +127,34 @@ class Connection:
             if transport is not None and not transport.is_closing():
                 transport.writelines(out)
 
+    def can_write(self) -> bool:
+        transport = self.transport
+        return transport is not None and not transport.is_closing()
+
     def write_frames(self, data: list[bytes]) -> None:
-        """Write a batch now (deliveries, confirms), after any queued replies."""
+        """Write a batch of frames now (confirms, a basic.return), after any queued replies."""
+        transport = self._after_replies()
+        if transport is not None:
+            transport.writelines(data)
+
+    def write_joined(self, data: bytes) -> None:
+        """Write one buffer of frames now (a consumer's turn of deliveries, joined), after
+        any queued replies."""
+        transport = self._after_replies()
+        if transport is not None:
+            transport.write(data)
+
+    def _after_replies(self) -> asyncio.Transport | None:
+        """Flush the queued replies; the transport when it can take more."""
         if self._out:
             self.flush()
         transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.writelines(data)
+        return transport if transport is not None and not transport.is_closing() else None
+
+    def abort(self) -> None:
+        """Drop the socket at once (shutdown, after the grace period)."""
+        if self.transport is not None:
+            self.transport.abort()
 
     # ----------------------------------------------------------------------- net callbacks
 
@@ -189,7 +212,7 @@ class Connection:
         state = self.state
         if state.receive_frame(ftype, chid) is Next.DISCARD or ftype != frames.FRAME_METHOD:
             return  # discarded, or a heartbeat (it counted as traffic in on_frames)
-        method = codec.method_id(payload)
+        method = hotcodec.method_id(payload)
         if state.receive_method(method) is Next.DISCARD:
             return
         _CONNECTION_METHODS[method](self, codec.decode_method(payload))
@@ -304,7 +327,7 @@ class Connection:
                 self.transport.abort()
                 return
         if not self.writing_paused:
-            self.transport.write(codec.encode_heartbeat())
+            self.transport.write(hotcodec.encode_heartbeat())
         self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
 
     # ----------------------------------------------------------------------- channels
@@ -324,7 +347,7 @@ class Connection:
         state = ChannelState(chid, self.node.limits.max_message_size)
         if ftype != frames.FRAME_METHOD:
             state.out_of_phase(ftype)  # raises 504
-        state.receive_method(codec.method_id(payload))  # 504 unless channel.open
+        state.receive_method(hotcodec.method_id(payload))  # 504 unless channel.open
         if chid > self.channel_max:
             raise errors.ChannelErrorHard(
                 f"channel {chid} is above the negotiated channel_max {self.channel_max}", 20, 10
@@ -333,7 +356,7 @@ class Connection:
         self.channels[chid] = channel
         self.send_method(chid, spec.Channel.OpenOk())
 
-    def channel_closed(self, channel: Channel) -> None:
+    def channel_closed(self, channel: ClosedChannel) -> None:
         if self.channels.get(channel.id) is channel:
             del self.channels[channel.id]
             if channel.has_published:

@@ -4,11 +4,16 @@ HOT PATH. Credit starts at the prefetch count; every delivery costs one and ever
 reject or recover gives it back (nothing is redelivered). The consumer is woken by the
 stream's commit listener (no polling) and by returned credit, reads up to ``credit`` records
 per turn (bounded by the reader's ``max_chunks`` budget so a long filtered scan never holds the
-loop), encodes them with the hand codec and writes the whole batch with ONE ``writelines``.
-It stops while the transport asks us to pause writing, so a slow client cannot make the server
-buffer unbounded data. An ``x-stream-filter-sql`` consumer passes its compiled predicate (and,
-for a registered subscription, the chunk-bits check) to the reader; a named consumer reports
-each delivery to its ``OffsetTracker``. Read counters go to the queue's ``filter_stats``.
+loop), encodes them with the hand codec into one list and hands the batch, joined into ONE
+buffer, to its ``DeliveryTarget`` (the channel), which writes it with one ``transport.write``
+after any replies queued before it (one buffer is far cheaper for the transport than thousands
+of small pieces). Per turn, not per message: one ``can_deliver`` check, one
+``take_delivery_tags`` call (the tags go into the channel's unacked table in one C-level
+update) and one write. It stops while the transport asks us to pause writing, so a slow client
+cannot make the server buffer unbounded data. An ``x-stream-filter-sql`` consumer passes its
+compiled predicate (and, for a registered subscription, the chunk-bits check) to the reader; a
+named consumer reports each delivery to its ``OffsetTracker``. Read counters go to the queue's
+``filter_stats``.
 """
 
 from __future__ import annotations
@@ -19,19 +24,16 @@ import logging
 import struct
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from sievemq.amqp import codec
+from sievemq.amqp import hotcodec
+from sievemq.filtering.sql import SqlFilter
+from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.gateway.session.named_consumers import OffsetTracker
+from sievemq.gateway.session.ports import DeliveryTarget
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 from sievemq.streamproto.convert import to_amqp091
-
-if TYPE_CHECKING:
-    from sievemq.filtering.sql import SqlFilter
-    from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
-    from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.session.channel import Channel
-    from sievemq.gateway.session.named_consumers import OffsetTracker
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,8 @@ def filter_spec(options: ConsumerOptions) -> FilterSpec | None:
 
 
 class StreamConsumer:
-    """One basic.consume on a stream queue."""
+    """One basic.consume on a stream queue (a ``ports.ChannelConsumer``, so a
+    ``model.queue.ConsumerInfo``), delivering through its channel (a ``ports.DeliveryTarget``)."""
 
     __slots__ = (
         "_batch",
@@ -74,7 +77,6 @@ class StreamConsumer:
         "_stream",
         "_thread",
         "active",
-        "channel",
         "chunk_filter",
         "credit",
         "delivered",
@@ -85,12 +87,13 @@ class StreamConsumer:
         "sql",
         "stats",
         "tag",
+        "target",
         "tracker",
     )
 
     def __init__(
         self,
-        channel: Channel,
+        target: DeliveryTarget,
         tag: str,
         queue: StreamQueue,
         stream: Stream,
@@ -104,7 +107,7 @@ class StreamConsumer:
         chunk_filter: Callable[[bytes], bool] | None = None,
         tracker: OffsetTracker | None = None,
     ) -> None:
-        self.channel = channel
+        self.target = target
         self.tag = tag
         self.queue = queue
         self.prefetch = prefetch
@@ -116,7 +119,7 @@ class StreamConsumer:
         self._reader = reader
         self._batch = batch
         self._scheduled = False
-        self._encoder: codec.DeliveryEncoder | None = None
+        self._encoder: hotcodec.DeliveryEncoder | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.sql = sql
@@ -124,6 +127,24 @@ class StreamConsumer:
         self.chunk_filter = chunk_filter
         self.tracker = tracker
         self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats, sql)
+
+    # ------------------------------------------------------------------ model.queue.ConsumerInfo
+
+    @property
+    def channel_id(self) -> int:
+        return self.target.id
+
+    @property
+    def connection_id(self) -> int:
+        return self.target.connection_id
+
+    def filter_stats(self) -> dict[str, int]:
+        return self.stats.as_dict()
+
+    def cancel_by_server(self) -> None:
+        self.target.cancel_consumer_by_server(self)
+
+    # ------------------------------------------------------------------ delivering
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
@@ -154,13 +175,9 @@ class StreamConsumer:
         self._scheduled = False
         if not self.active or self.credit <= 0:
             return
-        channel = self.channel
-        conn = channel.connection
-        if conn.writing_paused or not channel.flow_active:
-            return  # on_resume_writing wakes every consumer of the connection
-        transport = conn.transport
-        if transport is None or transport.is_closing():
-            return
+        target = self.target
+        if not target.can_deliver():
+            return  # the connection wakes every consumer when it can write again
         reader = self._reader
         try:
             records = reader.read(
@@ -173,47 +190,45 @@ class StreamConsumer:
             # struct.error: a truncated or corrupt record that storage did not catch; the
             # consumer is cancelled (basic.cancel if the client asked) instead of stalling
             log.error("consumer %s: read failed: %s", self.tag, error)
-            channel.cancel_consumer_by_server(self)
+            target.cancel_consumer_by_server(self)
             return
         tracker = self.tracker
+        if not records:
+            if tracker is not None:
+                tracker.moved()
+            self.stats.account(0, 0)
+            if not reader.at_end:
+                self.wake()  # the scan budget ran out: continue next tick, let others run
+            return  # else: idle until the stream's listener reports a commit
+        n = len(records)
+        first = target.take_delivery_tags(self, n)
         if tracker is not None:
-            tag = channel.next_delivery_tag
+            tag = first
             for r in records:
                 tracker.delivered(tag, r.offset)
                 tag += 1
             tracker.moved()
-        if records:
-            out: list[bytes] = []
-            tag = channel.next_delivery_tag
-            unacked = channel.unacked
-            encoder = self._encoder
-            frame_max = conn.frame_max
-            if encoder is None or encoder.frame_max != frame_max:
-                encoder = self._encoder = codec.DeliveryEncoder(channel.id, self.tag, frame_max)
-            encode = encoder.encode
-            for r in records:
-                if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
-                    ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
-                    encode(out, tag, ex, rk, props, body, r.offset)
-                else:
-                    encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
-                unacked[tag] = self
-                tag += 1
-            channel.next_delivery_tag = tag
-            n = len(records)
-            self.credit -= n
-            self.delivered += n
-            # one buffer: far cheaper for the transport than thousands of small pieces
-            data = b"".join(out)
-            transport.write(data)
-            self.stats.account(n, len(data))
-            if self.credit > 0:
-                self.wake()
-            return
-        self.stats.account(0, 0)
-        if not self._reader.at_end:
-            self.wake()  # the scan budget ran out: continue next tick, let others run
-        # else: idle until the stream's listener reports a commit
+        out: list[bytes] = []
+        encoder = self._encoder
+        frame_max = target.frame_max
+        if encoder is None or encoder.frame_max != frame_max:
+            encoder = self._encoder = hotcodec.DeliveryEncoder(target.id, self.tag, frame_max)
+        encode = encoder.encode
+        tag = first
+        for r in records:
+            if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
+                encode(out, tag, ex, rk, props, body, r.offset)
+            else:
+                encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+            tag += 1
+        self.credit -= n
+        self.delivered += n
+        data = b"".join(out)
+        target.write_deliveries(data)
+        self.stats.account(n, len(data))
+        if self.credit > 0:
+            self.wake()
 
     def stop(self) -> None:
         """Stop delivering and release the reader."""

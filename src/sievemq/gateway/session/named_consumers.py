@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Protocol, TypeVar
 
 from sievemq.storage import OffsetStore, StorageError
 
@@ -130,7 +130,17 @@ class OffsetTracker:
             self.retired = True
 
 
-def holders(consumers: Iterable[Any], name: str) -> list[Any]:
+class Tracked(Protocol):
+    """A consumer that may commit offsets under a name."""
+
+    @property
+    def tracker(self) -> OffsetTracker | None: ...
+
+
+T = TypeVar("T", bound=Tracked)
+
+
+def holders(consumers: Iterable[T], name: str) -> list[T]:
     """The active consumers of a stream that commit under ``name`` (at most one, normally)."""
     return [
         c

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from sievemq.amqp import codec, errors
+from sievemq.amqp import errors, hotcodec, properties
 from sievemq.gateway.model import arguments as stream_args
 
 FILTER_HEADER: Final = "x-stream-filter-value"
@@ -30,12 +30,12 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
     if got is not None:
         return got
     try:
-        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
+        publish = hotcodec.decode_basic_publish(payload)
     except errors.AMQPError:
         return None
-    if immediate:
+    if publish.immediate:
         return None
-    got = (exchange, routing_key, mandatory)
+    got = (publish.exchange, publish.routing_key, publish.mandatory)
     if len(_publishes) >= _CACHE_MAX:
         _publishes.clear()
     _publishes[payload] = got
@@ -48,7 +48,7 @@ def property_filter_values(props: bytes) -> tuple[str, ...] | None:
     if got is not None:
         return got
     try:
-        codec.check_properties(props)
+        properties.check_properties(props)
         values = filter_values(props)
     except errors.AMQPError:
         return None
@@ -61,5 +61,5 @@ def property_filter_values(props: bytes) -> tuple[str, ...] | None:
 def filter_values(props: bytes) -> tuple[str, ...]:
     """Filter values of a message from its raw properties (406 when malformed)."""
     if _FILTER_HEADER_BYTES in props:
-        return stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+        return stream_args.parse_filter_values(properties.read_header(props, FILTER_HEADER))
     return ()

@@ -11,7 +11,7 @@ from sievemq.storage.publishers import PublisherSequences
 if TYPE_CHECKING:
     from sievemq.gateway.model.queue import StreamQueue
     from sievemq.gateway.runtime.node import Node
-    from sievemq.gateway.stream_session.connection import StreamConnection
+    from sievemq.gateway.stream_session.ports import ConnectionPort
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class StreamNode:
         self.advertised_port = 0  # set by the listener once it knows its port
         self.frame_max = frame_max
         self.heartbeat = heartbeat
-        self.connections: set[StreamConnection] = set()
+        self.connections: set[ConnectionPort] = set()
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}
 
     def sequences(self, queue: StreamQueue) -> PublisherSequences:

@@ -22,7 +22,7 @@ from sievemq.streamproto import wire
 if TYPE_CHECKING:
     from sievemq.gateway.model.queue import StreamQueue
     from sievemq.gateway.runtime.appender import StreamAppender
-    from sievemq.gateway.stream_session.connection import StreamConnection
+    from sievemq.gateway.stream_session.ports import ConnectionPort
 
 
 class StreamPublisher:
@@ -32,7 +32,7 @@ class StreamPublisher:
 
     def __init__(
         self,
-        conn: StreamConnection,
+        conn: ConnectionPort,
         publisher_id: int,
         reference: str,
         queue: StreamQueue,

@@ -25,7 +25,7 @@ from sievemq.streamproto import convert, osiris
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.stream_session.connection import StreamConnection
+    from sievemq.gateway.stream_session.ports import ConnectionPort
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Subscription:
 
     def __init__(
         self,
-        conn: StreamConnection,
+        conn: ConnectionPort,
         subscription_id: int,
         queue: StreamQueue,
         reader: StreamReader,

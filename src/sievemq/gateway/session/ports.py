@@ -1,0 +1,108 @@
+"""The Protocols the session talks through, so that none of its modules imports another back.
+
+The session's modules import in one direction only (``tests/test_architecture.py`` checks that
+no import circle is left anywhere in ``src/``)::
+
+    connection ─> channel ─> consumer ─> ports ─> model.queue, runtime.node
+         │           │                    ^
+         └───────────┴────────────────────┘
+
+Each arrow that used to point back is one of these Protocols instead:
+
+- ``DeliveryTarget``: what a ``StreamConsumer`` delivers through (its ``Channel``): it asks once
+  per delivery turn whether it may write, takes the turn's delivery tags in one call and hands
+  the whole encoded batch over as ONE buffer (nothing here runs per message).
+- ``ChannelConsumer``: what a channel keeps of its consumers (settle, credit back, stop); it is
+  a ``model.queue.ConsumerInfo``, the view the queue, the node and the admin facade have.
+- ``ChannelHost``: what a ``Channel`` needs of its ``Connection``.
+
+The node holds its connections as ``runtime.node.ClientConnection`` (alarms and shutdown).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
+from sievemq.gateway.model.vhost import VirtualHost
+from sievemq.gateway.runtime.node import Node
+from sievemq.gateway.session.named_consumers import OffsetTracker
+
+
+class ChannelConsumer(ConsumerInfo, Protocol):
+    """A consumer as its channel holds it (``session.consumer.StreamConsumer``)."""
+
+    @property
+    def queue(self) -> StreamQueue: ...
+    @property
+    def tracker(self) -> OffsetTracker | None: ...
+    def give_credit(self, n: int) -> None: ...
+    def wake(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class DeliveryTarget(Protocol):
+    """Where a consumer writes its deliveries: its channel (``session.channel.Channel``)."""
+
+    @property
+    def id(self) -> int:
+        """The channel number the deliveries are framed for."""
+        ...
+
+    @property
+    def connection_id(self) -> int: ...
+
+    @property
+    def frame_max(self) -> int:
+        """The connection's negotiated frame size (body frames are split by it)."""
+        ...
+
+    def can_deliver(self) -> bool:
+        """False while the client's socket is backed up, after channel.flow(false), or once
+        the socket is closing; the connection wakes the consumers when that changes."""
+        ...
+
+    def take_delivery_tags(self, consumer: ChannelConsumer, n: int) -> int:
+        """Reserve ``n`` consecutive delivery tags for ``consumer`` (each unacked until the
+        client settles it) and return the first."""
+        ...
+
+    def write_deliveries(self, data: bytes) -> None:
+        """Write one turn's encoded deliveries, after any replies queued before them."""
+        ...
+
+    def cancel_consumer_by_server(self, consumer: ChannelConsumer) -> None: ...
+
+
+class ClosedChannel(Protocol):
+    """A channel telling its connection it is gone."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def has_published(self) -> bool: ...
+
+
+class ChannelHost(Protocol):
+    """What a channel needs of its connection (``session.connection.Connection``)."""
+
+    node: Node
+    vhost: VirtualHost | None
+    vhost_name: str
+    cancel_notify: bool
+    writing_paused: bool
+    # body bytes of unfinished messages over all channels (max_pending_content_bytes)
+    pending_content: int
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def frame_max(self) -> int: ...
+    def can_write(self) -> bool:
+        """The socket is open and not closing."""
+        ...
+
+    def send_method(self, channel: int, method: Any) -> None: ...
+    def write_frames(self, data: list[bytes]) -> None: ...
+    def write_joined(self, data: bytes) -> None: ...
+    def channel_closed(self, channel: ClosedChannel) -> None: ...
