@@ -89,3 +89,15 @@ class RawStreamClient:
 
 
 string = _string
+
+
+async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
+    """One Publish frame, then wait until every message of it is confirmed (rstream's
+    ``send_batch`` returns before the confirms, so two calls can land in one chunk)."""
+    confirmed: list[int] = []
+
+    def on_confirm(status: Any) -> None:
+        confirmed.append(status.message_id)
+
+    await p.send_batch(stream, messages, on_publish_confirm=on_confirm)
+    await wait_for(lambda: len(confirmed) >= len(messages))

@@ -20,7 +20,14 @@ from rstream import (
 )
 from rstream.client import Client
 from rstream.exceptions import OffsetNotFound, PreconditionFailed, StreamDoesNotExist
-from stream_helpers import RawStreamClient, consumer, producer, string, wait_for
+from stream_helpers import (
+    RawStreamClient,
+    consumer,
+    producer,
+    send_confirmed,
+    string,
+    wait_for,
+)
 
 from server_process import ServerProcess
 
@@ -204,11 +211,11 @@ async def test_publish_confirm_and_consume_in_order(server: ServerProcess, qname
 async def test_every_offset_specification(server: ServerProcess, qname: str) -> None:
     async with producer(server) as p:
         await p.create_stream(qname)
-        await p.send_batch(qname, [b"a%d" % i for i in range(10)])  # chunk at 0
+        await send_confirmed(p, qname, [b"a%d" % i for i in range(10)])  # chunk at 0
         await asyncio.sleep(0.05)
         middle = int(time.time() * 1000)
         await asyncio.sleep(0.05)
-        await p.send_batch(qname, [b"b%d" % i for i in range(10)])  # chunk at 10
+        await send_confirmed(p, qname, [b"b%d" % i for i in range(10)])  # chunk at 10
     first = await _consume_all(server, qname, 20)
     assert len(first) == 20
     offset = await _consume_all(
@@ -409,3 +416,29 @@ async def test_deleting_a_stream_tells_its_consumers(server: ServerProcess, qnam
         await wait_for(lambda: updates == [qname])
     finally:
         await client.close()
+
+
+async def test_whole_chunk_delivery_on_request_skips_only_by_bloom(
+    server: ServerProcess, qname: str
+) -> None:
+    async def extract(msg: AMQPMessage) -> str:
+        return str(msg.application_properties["v"])  # type: ignore[index]
+
+    async with producer(server, filter_value_extractor=extract) as p:
+        await p.create_stream(qname)
+        mixed = [AMQPMessage(body=v.encode(), application_properties={"v": v}) for v in "xyx"]
+        await send_confirmed(p, qname, mixed)  # one chunk with x and y
+        await send_confirmed(p, qname, [AMQPMessage(body=b"z", application_properties={"v": "z"})])
+    everything = FilterConfiguration(values_to_filter=["x"], predicate=lambda m: True)
+    exact = await _consume_all(server, qname, 2, decoder=amqp_decoder, filter_input=everything)
+    assert [(o, bytes(m.body)) for o, m in exact] == [(0, b"x"), (2, b"x")]  # type: ignore[attr-defined]
+    whole = await _consume_all(
+        server,
+        qname,
+        3,
+        decoder=amqp_decoder,
+        filter_input=everything,
+        properties={"sievemq-whole-chunks": "true"},
+    )
+    # the x/y chunk whole (as RabbitMQ sends it), the z chunk skipped by its Bloom filter
+    assert [(o, bytes(m.body)) for o, m in whole] == [(0, b"x"), (1, b"y"), (2, b"x")]  # type: ignore[attr-defined]

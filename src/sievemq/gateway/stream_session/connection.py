@@ -18,7 +18,7 @@ from sievemq.amqp.errors import AMQPError, NotAllowed
 from sievemq.gateway.model.users import User
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
-from sievemq.gateway.stream_session.subscription import Subscription
+from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -487,7 +487,9 @@ class StreamConnection:
         values = tuple(v for k, v in props.items() if k.startswith("filter."))
         spec = None
         if values:
-            spec = FilterSpec(values, match_unfiltered=props.get("match-unfiltered") == "true")
+            unfiltered = props.get("match-unfiltered") == "true"
+            whole = props.get("sievemq-whole-chunks") == "true"
+            spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
         reader = queue.stream.reader()
         try:
             if offset_type == wire.OFFSET_FIRST:

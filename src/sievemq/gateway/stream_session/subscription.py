@@ -5,10 +5,12 @@ Deliver). Each turn reads matching records, cuts them into Deliver chunks (conti
 offsets, one timestamp, each within the client's frame_max) and writes all of the turn's
 Deliver frames with ONE ``transport.write``; a Deliver is never split by another frame.
 
-Filtering is exact: with ``filter.N`` properties only the matching records are sent (the
-reader skips chunks by their Bloom filter without reading them, as on AMQP, and drops
-non-matching records of the chunks it reads), so one stored chunk may go out as several
-Deliver chunks. Clients post-filter anyway; RabbitMQ sends whole chunks instead.
+Filtering is exact by default: with ``filter.N`` properties only the matching records are
+sent (the reader skips chunks by their Bloom filter without reading them, as on AMQP, and
+drops non-matching records of the chunks it reads), so one stored chunk may go out as several
+Deliver chunks. With the subscribe property ``sievemq-whole-chunks=true`` a chunk the Bloom
+filter lets through is sent whole, as RabbitMQ does (``WholeChunks``); clients post-filter
+either way.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ log = logging.getLogger(__name__)
 READ_BATCH = 4096  # records per reader call
 MAX_TURN_BYTES = 4 * 1024 * 1024  # Deliver bytes written per turn before yielding
 MAX_ENTRIES = 0xFFFF  # entries per chunk (u16 in the header)
+
+
+class WholeChunks(FilterSpec):
+    """Skip chunks by the Bloom filter like ``FilterSpec``, but keep every record of the
+    chunks that may match (RabbitMQ's chunk-level filtering)."""
+
+    def matches(self, filter_values: tuple[str, ...]) -> bool:
+        return True
 
 
 def payload_of(record: Record) -> bytes:
