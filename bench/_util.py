@@ -57,6 +57,7 @@ class Server:
     process: subprocess.Popen[str]
     port: int
     data_dir: Path
+    admin: str = ""  # the admin HTTP base URL from the ready line
 
     @property
     def pid(self) -> int:
@@ -67,8 +68,12 @@ class Server:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
 
-def start_server(data_dir: Path, fsync: str = "never") -> Server:
-    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready."""
+def start_server(data_dir: Path, fsync: str = "never", src: Path | None = None) -> Server:
+    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready.
+
+    ``src``: run the sievemq package found in that source folder instead (a baseline).
+    """
+    env = None if src is None else dict(os.environ, PYTHONPATH=str(src))
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -86,6 +91,7 @@ def start_server(data_dir: Path, fsync: str = "never") -> Server:
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -93,7 +99,8 @@ def start_server(data_dir: Path, fsync: str = "never") -> Server:
         proc.kill()
         raise RuntimeError(f"sievemq did not start: {line!r}")
     port = int(line.split("amqp=")[1].split()[0].rsplit(":", 1)[1])
-    return Server(proc, port, data_dir)
+    admin = line.split("admin=")[1].split()[0] if "admin=" in line else ""
+    return Server(proc, port, data_dir, admin)
 
 
 def stop_server(server: Server) -> None:

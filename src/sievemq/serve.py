@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import ssl
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
@@ -40,7 +44,7 @@ from sievemq.units import parse_memory_watermark
 log = logging.getLogger("sievemq")
 
 
-class _AdminServer(uvicorn.Server):
+class AdminServer(uvicorn.Server):
     """uvicorn without its own signal handlers: the gateway owns SIGTERM/SIGINT."""
 
     @contextlib.contextmanager
@@ -104,9 +108,23 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
-            durability=Durability(settings.fsync), sync_interval_ms=settings.sync_interval_ms
+            durability=Durability(settings.fsync),
+            sync_interval_ms=settings.sync_interval_ms,
+            default_user=settings.default_user,
+            default_password=settings.default_pass,
+            default_user_loopback_only=settings.default_user == "guest",
+            default_queue_type=settings.default_queue_type,
         ),
     )
+    facade = BrokerFacade(broker, __version__, None)
+    if settings.definitions is not None:
+        problem = load_definitions(facade, settings.definitions)
+        if problem is not None:
+            broker.close()
+            print(
+                f"sievemq serve: --definitions {settings.definitions}: {problem}", file=sys.stderr
+            )
+            return 1
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
@@ -148,9 +166,17 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
     ready = False
-    app = create_app(is_ready=lambda: ready)
+    facade.alarms, facade.node = alarms, node
+    facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
+    if amqps is not None:
+        facade.listeners.append(
+            ListenerView("amqp/ssl", settings.amqp_host, int(amqps.rsplit(":", 1)[1]))
+        )
+    facade.listeners.append(ListenerView("stream", settings.amqp_host, stream_port))
+    facade.listeners.append(ListenerView("http", settings.admin_host, admin_port))
+    app = create_app(is_ready=lambda: ready, facade=facade)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
-    admin = _AdminServer(config)
+    admin = AdminServer(config)
     admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
     while not admin.started and not admin_task.done():
         await asyncio.sleep(0.01)
@@ -168,21 +194,27 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         flush=True,
     )
     await stop.wait()
-    alarms.stop()
     ready = False
-    await shutdown(node, servers, snode)
-    deadline = loop.time() + settings.shutdown_timeout_s
-    while node.connections and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    for conn in list(node.connections):
-        conn.abort()
-    node.flush_all()
-    broker.close()
-    node.executor.shutdown(wait=True)
+    await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
     admin.should_exit = True
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
     return 0
+
+
+def load_definitions(facade: BrokerFacade, path: Path) -> str | None:
+    """Merge a definitions file at boot; the reason it was refused, or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return str(error)
+    if not isinstance(data, dict):
+        return "definitions must be a JSON object"
+    try:
+        facade.import_definitions(data)
+    except errors.AMQPError as error:
+        return error.explanation
+    return None
 
 
 async def shutdown(
@@ -206,8 +238,32 @@ async def shutdown(
     for conn in list(node.connections):
         conn.close(forced)
     if snode is not None:
-        snode.save_sequences()
+        snode.save_sequences()  # every append is written: the snapshot matches the data
         snode.close_all("shutdown")
+
+
+async def stop_gateway(
+    node: Node,
+    servers: list[asyncio.AbstractServer],
+    alarms: ResourceAlarms | None,
+    grace_s: float,
+    snode: StreamNode | None = None,
+) -> None:
+    """The whole stop sequence (``serve`` and ``sievemq.testing`` share it): alarms off,
+    ``shutdown``, up to ``grace_s`` for clients to answer close-ok and hang up, abort the
+    rest, then write and fsync every stream and close the broker."""
+    loop = asyncio.get_running_loop()
+    if alarms is not None:
+        alarms.stop()
+    await shutdown(node, servers, snode)
+    deadline = loop.time() + grace_s
+    while node.connections and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for conn in list(node.connections):
+        conn.abort()
+    node.flush_all()
+    node.broker.close()
+    node.executor.shutdown(wait=True)
 
 
 def serve(settings: Settings) -> int:

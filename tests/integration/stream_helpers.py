@@ -11,7 +11,7 @@ from typing import Any
 
 from rstream import Consumer, Producer
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 
 def producer(server: ServerProcess, **kwargs: Any) -> Producer:

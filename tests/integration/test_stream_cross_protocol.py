@@ -15,9 +15,10 @@ from rstream import (
     amqp_decoder,
 )
 from rstream._pyamqp.message import Header, Properties
-from stream_helpers import consumer, producer, wait_for
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+
+from .stream_helpers import consumer, producer, wait_for
 
 
 def _declare(server: ServerProcess, name: str) -> None:

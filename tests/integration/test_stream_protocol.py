@@ -20,7 +20,10 @@ from rstream import (
 )
 from rstream.client import Client
 from rstream.exceptions import OffsetNotFound, PreconditionFailed, StreamDoesNotExist
-from stream_helpers import (
+
+from sievemq.testing import ServerProcess
+
+from .stream_helpers import (
     RawStreamClient,
     consumer,
     producer,
@@ -28,8 +31,6 @@ from stream_helpers import (
     string,
     wait_for,
 )
-
-from server_process import ServerProcess
 
 
 async def _client(server: ServerProcess) -> Client:

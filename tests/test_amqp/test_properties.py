@@ -69,6 +69,35 @@ def test_read_header_returns_each_value(props: commands.Basic.Properties):
         assert raw_properties.read_header(raw, key) == value
 
 
+@given(properties(headers=field_table.filter(bool)), st.data())
+def test_the_single_pass_check_finds_the_header_pamqp_decodes(
+    props: commands.Basic.Properties, data: st.DataObject
+):
+    raw = props.marshal()
+    key = data.draw(st.sampled_from(sorted(props.headers)))
+    at = raw_properties.check_properties(raw, key.encode())
+    assert at > 0
+    assert raw_properties.header_at(raw, at) == props.headers[key]
+    assert raw_properties.check_properties(raw) == -1  # no key asked: nothing found
+
+
+@given(properties(), field_key)
+def test_the_single_pass_check_reports_an_absent_header(props: commands.Basic.Properties, key: str):
+    if props.headers and key in props.headers:
+        return
+    assert raw_properties.check_properties(props.marshal(), key.encode()) == -1
+
+
+def test_the_single_pass_check_finds_only_top_level_headers():
+    nested = commands.Basic.Properties(content_type="k", headers={"a": {"k": 1}, "b": ["k"]})
+    assert raw_properties.check_properties(nested.marshal(), b"k") == -1
+    first = b"\x01k" + b"S\x00\x00\x00\x01x" + b"\x01k" + b"S\x00\x00\x00\x01y"
+    raw = b"\x20\x00" + len(first).to_bytes(4, "big") + first
+    at = raw_properties.check_properties(raw, b"k")
+    assert raw_properties.header_at(raw, at) == "x"  # the first of two entries, as read_header
+    assert raw_properties.read_header(raw, "k") == "x"
+
+
 @given(properties(), field_key)
 def test_read_header_of_absent_name_is_none(props: commands.Basic.Properties, key: str):
     if props.headers and key in props.headers:

@@ -15,7 +15,7 @@ import struct
 from typing import Final, NamedTuple
 
 from sievemq.amqp import errors
-from sievemq.amqp.properties import STREAM_OFFSET_ENTRY, check_properties, splice_stream_offset
+from sievemq.amqp.properties import check_properties, splice_stream_offset, stream_offset_parts
 
 CLASS_BASIC: Final = 60
 # method ids inside class 60
@@ -31,6 +31,8 @@ BASIC_DELIVER: Final = (CLASS_BASIC, METHOD_DELIVER)
 BASIC_ACK: Final = (CLASS_BASIC, METHOD_ACK)
 BASIC_REJECT: Final = (CLASS_BASIC, METHOD_REJECT)
 BASIC_NACK: Final = (CLASS_BASIC, METHOD_NACK)
+# the first four bytes of a Basic.Publish method payload (class id, method id)
+BASIC_PUBLISH_PREFIX: Final = struct.pack(">HH", *BASIC_PUBLISH)
 # the first two bytes of a class-60 content header payload (its class id, big-endian)
 BASIC_CONTENT_CLASS: Final = struct.pack(">H", CLASS_BASIC)
 # bytes of a content header payload before the property flags: class, weight, body size
@@ -214,6 +216,10 @@ def _content(
     return out
 
 
+# public name of the content encoder (classic-queue deliveries and get-ok use it too)
+encode_content = _content
+
+
 def encode_delivery(
     channel: int,
     consumer_tag: str,
@@ -247,19 +253,14 @@ def encode_delivery(
 _SPLICE_CACHE_MAX: Final = 1024
 
 
-class _DeliverParts(NamedTuple):
-    """A Basic.Deliver frame cut around its delivery tag."""
-
-    head: bytes  # frame head, class/method ids, consumer tag
-    after_tag: bytes  # the redelivered octet, exchange, routing key, frame end
-
-
-class _SplicedProperties(NamedTuple):
-    """Property bytes with ``x-stream-offset`` spliced in, cut around its 8 value bytes."""
-
-    before_value: bytes
-    after_value: bytes
-    size: int  # the length of the whole spliced property bytes
+# The encoder's cached pieces are plain tuples, unpacked into named locals where used: a
+# NamedTuple's attribute reads cost about 0.1 µs per delivery here (CPython 3.11).
+# A Basic.Deliver frame cut around its delivery tag: (frame head + class/method ids +
+# consumer tag, the redelivered octet + exchange + routing key + frame end).
+_DeliverParts = tuple[bytes, bytes]
+# Property bytes with x-stream-offset spliced in, cut around its 8 value bytes:
+# (bytes before the value, bytes after it, length of the whole spliced property bytes).
+_SplicedProperties = tuple[bytes, bytes, int]
 
 
 class DeliveryEncoder:
@@ -286,24 +287,20 @@ class DeliveryEncoder:
         rk = encode_shortstr(routing_key)
         ct = self._ctag
         size = 13 + len(ct) + len(ex) + len(rk)
-        parts = _DeliverParts(
-            _METHOD_HEAD.pack(1, self._channel, size, *BASIC_DELIVER) + ct,
-            b"\x00" + ex + rk + _END,
-        )
+        head = _METHOD_HEAD.pack(1, self._channel, size, *BASIC_DELIVER) + ct
+        parts = (head, b"\x00" + ex + rk + _END)
         if len(self._method) >= _SPLICE_CACHE_MAX:
             self._method.clear()
         self._method[exchange, routing_key] = parts
         return parts
 
     def _props_parts(self, properties: bytes) -> _SplicedProperties | None:
-        """The spliced properties cut around the offset value, if the cut is unambiguous."""
-        probe = splice_stream_offset(properties, 0)
-        mark = STREAM_OFFSET_ENTRY + _OFFSET_VALUE.pack(0)
-        at = probe.rfind(mark)
-        if at < 0 or probe.find(mark) != at:
+        """The spliced properties cut around the offset value (None: splice in full)."""
+        cut = stream_offset_parts(properties)
+        if cut is None:
             return None
-        cut = at + len(STREAM_OFFSET_ENTRY)
-        parts = _SplicedProperties(probe[:cut], probe[cut + 8 :], len(probe))
+        before, after = cut
+        parts = (before, after, len(before) + 8 + len(after))
         if len(self._props) >= _SPLICE_CACHE_MAX:
             self._props.clear()
         self._props[properties] = parts
@@ -326,21 +323,23 @@ class DeliveryEncoder:
         props = self._props.get(properties)
         if props is None:
             props = self._props_parts(properties)
+        head, after_tag = method
         size = len(body)
         if props is None or size > self._limit or not size:
-            out += (method.head, _QB.pack(delivery_tag, 0), method.after_tag[1:])
+            out += (head, _QB.pack(delivery_tag, 0), after_tag[1:])  # redelivered: in _QB
             spliced = splice_stream_offset(properties, offset)
             _content(out, self._channel, spliced, body, self.frame_max)
             return
+        before_value, after_value, props_size = props
         ch = self._channel
         out += (
-            method.head,
-            _Q.pack(delivery_tag),
-            method.after_tag,
-            _CONTENT_HEAD.pack(2, ch, 12 + props.size, CLASS_BASIC, 0, size),
-            props.before_value,
+            head,
+            _Q.pack(delivery_tag),  # the tag; after_tag starts with the redelivered octet
+            after_tag,
+            _CONTENT_HEAD.pack(2, ch, 12 + props_size, CLASS_BASIC, 0, size),
+            before_value,
             _OFFSET_VALUE.pack(offset),
-            props.after_value,
+            after_value,
             _END,
             _BODY_HEAD.pack(3, ch, size),
             body,
@@ -380,6 +379,7 @@ __all__ = [
     "BASIC_DELIVER",
     "BASIC_NACK",
     "BASIC_PUBLISH",
+    "BASIC_PUBLISH_PREFIX",
     "BASIC_REJECT",
     "BASIC_RETURN",
     "CLASS_BASIC",

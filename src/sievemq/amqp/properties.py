@@ -79,6 +79,14 @@ _ARRAY = 0x41  # A
 _LONGSTR = 0x53  # S
 _BYTES = 0x78  # x
 
+# the same as a tuple indexed by type octet, for the table loops: the size of a fixed-width
+# value, _SIZED for a 4-byte length + bytes (S, x), _OTHER for a table, an array or unknown
+_SIZED: Final = -1
+_OTHER: Final = -2
+_VALUE_SIZE: Final = tuple(
+    _FIXED_SIZES.get(kind, _SIZED if kind in (_LONGSTR, _BYTES) else _OTHER) for kind in range(256)
+)
+
 
 def _skip_value(data: bytes, pos: int, end: int) -> int:
     """Offset after the field value (type octet included) at ``pos``; checks it fits."""
@@ -112,9 +120,17 @@ def _skip_value(data: bytes, pos: int, end: int) -> int:
 
 
 def _skip_table(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field table (length prefix included) at ``pos``; checks it all.
+    """Offset after the field table (length prefix included) at ``pos``; checks it all."""
+    return _walk_table(data, pos, end, None)[0]
 
-    The common value types are skipped inline; nested tables and arrays recurse.
+
+def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int, int]:
+    """Check the field table at ``pos`` (length prefix included) and look for ``key`` in it.
+
+    Returns (offset after the table, offset of the value - its type octet - of the first
+    top-level entry named ``key``, or -1). Every entry is checked: fixed-width and longstr
+    values are skipped inline, nested tables and arrays recurse. ``key`` None finds nothing.
+    (``check_properties`` holds a copy of this loop for the headers table.)
     """
     if pos + 4 > end:
         raise errors.FrameError("field table truncated")
@@ -122,38 +138,44 @@ def _skip_table(data: bytes, pos: int, end: int) -> int:
     if table_end > end:
         raise errors.FrameError("field table longer than its container")
     pos += 4
-    fixed = _FIXED_SIZES
+    sizes = _VALUE_SIZE
     unpack = _I.unpack_from
+    klen, wanted = (-1, b"") if key is None else (len(key), key)
+    found = -1
     while pos < table_end:
-        pos += 1 + data[pos]  # the key
+        n = data[pos]
+        if n == klen and found < 0 and data.startswith(wanted, pos + 1):
+            found = pos + 1 + n
+        pos += 1 + n  # the key
         if pos >= table_end:
             raise errors.FrameError("field table entry truncated")
-        kind = data[pos]
-        size = fixed.get(kind)
-        if size is not None:
+        size = sizes[data[pos]]
+        if size >= 0:
             pos += 1 + size
-        elif kind == _LONGSTR and pos + 5 <= table_end:
+        elif size == _SIZED and pos + 5 <= table_end:
             pos += 5 + unpack(data, pos + 1)[0]
         else:
             pos = _skip_value(data, pos, table_end)
     if pos != table_end:
         raise errors.FrameError("field table entry longer than the table")
-    return table_end
+    return table_end, found
 
 
-# property flag bit -> wire type, in property-list order
-_SHORTSTR, _TABLE_PROP, _OCTET, _TIMESTAMP = 0, 1, 2, 3
+# the wire type of each Basic property, in property-list order, by its bit in the first flag
+# word: a shortstr (length octet + bytes), the headers table, or a fixed size in bytes
+_SHORTSTR: Final = -1
+_HEADERS: Final = -2
 _PROPERTY_TYPES: Final = (
     (0x8000, _SHORTSTR),  # content_type
     (0x4000, _SHORTSTR),  # content_encoding
-    (0x2000, _TABLE_PROP),  # headers
-    (0x1000, _OCTET),  # delivery_mode
-    (0x0800, _OCTET),  # priority
+    (FLAG_HEADERS, _HEADERS),  # headers
+    (0x1000, 1),  # delivery_mode: octet
+    (0x0800, 1),  # priority: octet
     (0x0400, _SHORTSTR),  # correlation_id
     (0x0200, _SHORTSTR),  # reply_to
     (0x0100, _SHORTSTR),  # expiration
     (0x0080, _SHORTSTR),  # message_id
-    (0x0040, _TIMESTAMP),  # timestamp
+    (0x0040, 8),  # timestamp: long-long
     (0x0020, _SHORTSTR),  # type
     (0x0010, _SHORTSTR),  # user_id
     (0x0008, _SHORTSTR),  # app_id
@@ -170,20 +192,52 @@ def _layout(flags: int) -> tuple[int, ...]:
     return layout
 
 
-def check_properties(props: bytes) -> None:
-    """Raise errors.FrameError unless ``props`` is a well-formed Basic property list."""
-    flags, pos = _property_start(props)
+def check_properties(props: bytes, key: bytes | None = None) -> int:
+    """Raise errors.FrameError unless ``props`` is a well-formed Basic property list.
+
+    In the same single pass, looks for the top-level header ``key``: returns the offset of
+    its value (the type octet; the first entry of that name) or -1 when there is none, so a
+    caller that needs one header reads it without walking the bytes again (``header_at``).
+    HOT PATH: runs once per published message whose property list is new.
+    """
     end = len(props)
+    if end > 1 and not props[1] & 1:
+        flags = props[0] << 8 | props[1]  # one flag word: the usual case
+        pos = 2
+    else:
+        flags, pos = _property_start(props)
+    found = -1
     try:
-        for kind in _layout(flags):
+        for kind in _LAYOUTS.get(flags) or _layout(flags):
             if kind == _SHORTSTR:
                 pos += 1 + props[pos]
-            elif kind == _TABLE_PROP:
-                pos = _skip_table(props, pos, end)
-            elif kind == _OCTET:
-                pos += 1
-            else:
-                pos += 8
+            elif kind != _HEADERS:
+                pos += kind
+            else:  # _walk_table inlined: the headers table is the bulk of the work
+                if pos + 4 > end:
+                    raise errors.FrameError("field table truncated")
+                table_end = pos + 4 + _I.unpack_from(props, pos)[0]
+                if table_end > end:
+                    raise errors.FrameError("field table longer than its container")
+                pos += 4
+                sizes = _VALUE_SIZE
+                klen, wanted = (-1, b"") if key is None else (len(key), key)
+                while pos < table_end:
+                    n = props[pos]
+                    if n == klen and found < 0 and props.startswith(wanted, pos + 1):
+                        found = pos + 1 + n
+                    pos += 1 + n  # the key
+                    if pos >= table_end:
+                        raise errors.FrameError("field table entry truncated")
+                    size = sizes[props[pos]]
+                    if size >= 0:
+                        pos += 1 + size
+                    elif size == _SIZED and pos + 5 <= table_end:
+                        pos += 5 + _I.unpack_from(props, pos + 1)[0]
+                    else:
+                        pos = _skip_value(props, pos, table_end)
+                if pos != table_end:
+                    raise errors.FrameError("field table entry longer than the table")
     except IndexError:
         raise errors.FrameError("content header properties are truncated") from None
     # shortstr and key bytes are not checked for UTF-8: they are stored and sent as received
@@ -191,25 +245,18 @@ def check_properties(props: bytes) -> None:
         raise errors.FrameError("content header properties are truncated")
     if pos != end:
         raise errors.FrameError("content header has bytes after its properties")
+    return found
 
 
-def _find_key(props: bytes, table: int, key: bytes) -> tuple[int, int, int] | None:
+def _find_key(props: bytes, table: int, key: bytes) -> tuple[int, int] | None:
     """Locate ``key`` among the top-level entries of the table at ``table``.
 
-    Returns (entry start, value start, entry end), or None when absent.
+    Returns (value start, entry end) of the first entry of that name, or None when absent.
     """
-    table_end = table + 4 + _I.unpack_from(props, table)[0]
-    pos = table + 4
-    klen = len(key)
-    while pos < table_end:
-        start = pos
-        n = props[pos]
-        pos += 1 + n
-        value = pos
-        pos = _skip_value(props, pos, table_end)
-        if n == klen and props[start + 1 : value] == key:
-            return start, value, pos
-    return None
+    table_end, value = _walk_table(props, table, len(props), key)
+    if value < 0:
+        return None
+    return value, _skip_value(props, value, table_end)
 
 
 def splice_long_header(properties: bytes, name: str, value: int) -> bytes:
@@ -242,7 +289,8 @@ def splice_long_header(properties: bytes, name: str, value: int) -> bytes:
         if properties.find(key, body_start, table_end) >= 0:
             found = _find_key(properties, pos, key)
             if found is not None:
-                old = properties[body_start : found[0]] + properties[found[2] : table_end]
+                entry_start = found[0] - 1 - len(key)
+                old = properties[body_start:entry_start] + properties[found[1] : table_end]
     except (IndexError, struct.error):
         raise errors.FrameError("content header properties are truncated") from None
     return b"".join(
@@ -257,9 +305,23 @@ STREAM_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
 
 def splice_stream_offset(properties: bytes, offset: int) -> bytes:
     """``splice_long_header(properties, 'x-stream-offset', offset)``, fast for the common case."""
-    flags = properties[0] << 8 | properties[1]
-    if flags & 1:  # more than one flag word: the general path
+    parts = stream_offset_parts(properties)
+    if parts is None:
         return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
+    return b"".join((parts[0], _q.pack(offset), parts[1]))
+
+
+def stream_offset_parts(properties: bytes) -> tuple[bytes, bytes] | None:
+    """The property bytes with ``x-stream-offset`` spliced in, cut where its 8 value bytes go.
+
+    ``before + offset as 8 signed big-endian bytes + after`` equals ``splice_long_header``'s
+    result. None for what the cut does not cover (several flag words, a headers table that
+    already has ``x-stream-offset``, a table longer than the bytes): splice those in full.
+    The entry is appended after the table's own entries, or a table of just it is added.
+    """
+    flags = properties[0] << 8 | properties[1]
+    if flags & 1:  # more than one flag word
+        return None
     pos = 2
     if flags & FLAG_CONTENT_TYPE:
         pos += 1 + properties[pos]
@@ -270,27 +332,20 @@ def splice_stream_offset(properties: bytes, offset: int) -> bytes:
         start = pos + 4
         table_end = start + size
         if table_end > len(properties) or properties.find(_OFFSET_KEY, start, table_end) >= 0:
-            return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
-        return b"".join(
-            (
-                properties[:pos],
-                _I.pack(size + 25),
-                properties[start:table_end],
-                STREAM_OFFSET_ENTRY,
-                _q.pack(offset),
-                properties[table_end:],
-            )
+            return None
+        head = b"".join(
+            (properties[:pos], _I.pack(size + 25), properties[start:table_end], STREAM_OFFSET_ENTRY)
         )
-    return b"".join(
+        return head, properties[table_end:]
+    head = b"".join(
         (
             _H.pack(flags | FLAG_HEADERS),
             properties[2:pos],
             b"\x00\x00\x00\x19",  # table length: 1 + 15 + 1 + 8
             STREAM_OFFSET_ENTRY,
-            _q.pack(offset),
-            properties[pos:],
         )
     )
+    return head, properties[pos:]
 
 
 def read_header(properties: bytes, name: str) -> object | None:
@@ -305,16 +360,28 @@ def read_header(properties: bytes, name: str) -> object | None:
         found = _find_key(properties, pos, key)
         if found is None:
             return None
-        start, end = found[1], found[2]
-        if properties[start] == _LONGSTR:
-            raw = properties[start + 5 : end]
-            try:
-                return raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
-        value: object = decode.embedded_value(properties[start:end])[1]
+        return _value(properties, *found)
     except (IndexError, struct.error, ValueError):
         raise errors.FrameError(f"cannot decode header {name!r}") from None
+
+
+def header_at(properties: bytes, at: int) -> object:
+    """The header value whose type octet is at ``at`` (as returned by ``check_properties``)."""
+    try:
+        return _value(properties, at, _skip_value(properties, at, len(properties)))
+    except (IndexError, struct.error, ValueError):
+        raise errors.FrameError("cannot decode header value") from None
+
+
+def _value(properties: bytes, start: int, end: int) -> object:
+    """Decode the field value (type octet included) in ``properties[start:end]``."""
+    if properties[start] == _LONGSTR:
+        raw = properties[start + 5 : end]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
+    value: object = decode.embedded_value(properties[start:end])[1]
     return value
 
 
@@ -346,7 +413,9 @@ __all__ = [
     "STREAM_OFFSET_HEADER",
     "check_properties",
     "decode_properties",
+    "header_at",
     "read_header",
     "splice_long_header",
     "splice_stream_offset",
+    "stream_offset_parts",
 ]

@@ -1,15 +1,19 @@
 """Memoised decoding of what repeats from one publish to the next.
 
-HOT PATH. A publisher sends the same Basic.Publish arguments and the same property list
-over and over; decoding and structurally checking them once per distinct byte string, not
-once per message, is the cheapest way through the publish path. Both caches are bounded
-(cleared when full) and hold only results of pure functions of the bytes, so a hit is the
-same answer the full decoder would give. Anything that raises is never cached: the caller
-falls back to the regular path, which raises the same error at the same point.
+HOT PATH. A publisher sends the same Basic.Publish arguments over and over, and often the
+same property list; decoding and structurally checking them once per distinct byte string,
+not once per message, is the cheapest way through the publish path. A property list that is
+new (an application's messages each carry their own message-id, timestamp or headers) costs
+ONE pass of ``amqp.properties.check_properties``, which also finds the filter header, and its
+longstr filter value is parsed once per distinct value. Every memo is bounded (cleared when
+full) and holds only results of pure functions of the bytes, so a hit is the same answer the
+full decoder would give. Anything that raises is never cached: the caller falls back to the
+regular path, which raises the same error at the same point.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
 from sievemq.amqp import errors, hotcodec, properties
@@ -18,10 +22,14 @@ from sievemq.gateway.model import arguments as stream_args
 FILTER_HEADER: Final = "x-stream-filter-value"
 _FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()
 _CACHE_MAX: Final = 1024
-PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # class 60, method 40: the first bytes of a publish
+PUBLISH_ID: Final = hotcodec.BASIC_PUBLISH_PREFIX  # the first bytes of a publish payload
+
+_LONGSTR: Final = 0x53  # the 'S' field type
+_U32 = struct.Struct(">I").unpack_from
 
 _publishes: dict[bytes, tuple[str, str, bool]] = {}
 _properties: dict[bytes, tuple[str, ...]] = {}
+_longstr_values: dict[bytes, tuple[str, ...]] = {}  # raw longstr filter value -> its values
 
 
 def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
@@ -43,13 +51,32 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
 
 
 def property_filter_values(props: bytes) -> tuple[str, ...] | None:
-    """The filter values of a well-formed property list; None: use the slow path."""
+    """The filter values of a well-formed property list; None: use the slow path.
+
+    A property list seen before is answered from the memo. A new one is checked and its
+    filter header found in ONE pass (``check_properties`` with the key); a longstr value is
+    parsed once per distinct value (an application's messages share a few filter values
+    while every property list differs).
+    """
     got = _properties.get(props)
     if got is not None:
         return got
     try:
-        properties.check_properties(props)
-        values = filter_values(props)
+        at = properties.check_properties(props, _FILTER_HEADER_BYTES)
+        if at < 0:
+            values: tuple[str, ...] = ()
+        elif props[at] == _LONGSTR:
+            size = _U32(props, at + 1)[0]
+            raw = props[at + 5 : at + 5 + size]
+            cached = _longstr_values.get(raw)
+            if cached is None:
+                cached = stream_args.parse_filter_values(properties.header_at(props, at))
+                if len(_longstr_values) >= _CACHE_MAX:
+                    _longstr_values.clear()
+                _longstr_values[raw] = cached
+            values = cached
+        else:
+            values = stream_args.parse_filter_values(properties.header_at(props, at))
     except errors.AMQPError:
         return None
     if len(_properties) >= _CACHE_MAX:

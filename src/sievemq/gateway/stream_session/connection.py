@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AMQPError, NotAllowed
 from sievemq.gateway.model.users import User
+from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
 from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks
@@ -423,6 +424,7 @@ class StreamConnection:
             return
         sequences = self.snode.sequences(queue) if reference else None
         appender = self.node.appender(queue)
+        assert isinstance(appender, StreamAppender)  # vhost.queues holds stream queues only
         self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
         self._watch(queue)
         self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ import aiormq
 import pytest
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
-from test_filtering_support import FV, Collector, InProc, consume, inproc_server
 
 from sievemq.storage import Message
+from sievemq.testing import RunningGateway, running_gateway
+
+from .aiormq_helpers import FV, Collector, consume
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,11 +65,11 @@ def got(collector: Collector) -> list[tuple[int, bytes]]:
 
 @pytest.fixture
 async def srv(tmp_path: Path) -> Any:
-    async with inproc_server(tmp_path / "data") as server:
+    async with running_gateway(tmp_path / "data") as server:
         yield server
 
 
-async def test_stream_filtering_internals_scenario(srv: InProc) -> None:
+async def test_stream_filtering_internals_scenario(srv: RunningGateway) -> None:
     """RabbitMQ's 'Stream Filtering Internals': one chunk per region, one consumer per region,
     then unfiltered and mixed chunks; match-unfiltered adds the messages without a value."""
     conn = await declare(srv.url, "regions")
@@ -111,18 +114,18 @@ async def test_stream_filtering_internals_scenario(srv: InProc) -> None:
 
     # the APAC reader skipped the AMER and EMEA chunks without reading their 20 KB bodies
     views = {
-        v["filter"]["values"][0] + ("+" if v["filter"]["match_unfiltered"] else ""): v
+        v.filter.values[0] + ("+" if v.filter.match_unfiltered else ""): v
         for v in srv.facade.list_consumers("/", "regions")
     }
-    apac = views["APAC"]["filter_stats"]
+    apac = asdict(views["APAC"].filter_stats)
     assert apac["chunks_skipped"] >= 2
     assert apac["bytes_read"] < len(big)
     assert apac["messages_delivered"] == 11
     assert apac["records_skipped_by_bloom"] >= 20
-    emea = views["EMEA"]["filter_stats"]
+    emea = asdict(views["EMEA"].filter_stats)
     assert emea["bytes_read"] > 10 * len(big)  # it did read its own chunks
-    stream = srv.facade.get_stream("/", "regions")["filter_stats"]
-    per_consumer = [v["filter_stats"] for v in views.values()]
+    stream = asdict(srv.facade.get_stream("/", "regions").filter_stats)
+    per_consumer = [asdict(v.filter_stats) for v in views.values()]
     for key in ("chunks_scanned", "chunks_skipped", "bytes_read", "messages_delivered"):
         assert stream[key] == sum(c[key] for c in per_consumer), key
     assert stream["bytes_delivered"] > 20 * len(big)  # AMER and EMEA delivered their big bodies
@@ -142,7 +145,7 @@ async def test_stream_filtering_internals_scenario(srv: InProc) -> None:
     ],
 )
 async def test_several_values_with_any_and_all(
-    srv: InProc, wanted: list[str], match_type: str | None, unfiltered: bool
+    srv: RunningGateway, wanted: list[str], match_type: str | None, unfiltered: bool
 ) -> None:
     conn = await declare(srv.url, "multi")
     ch = await conn.channel()
@@ -178,7 +181,7 @@ async def test_several_values_with_any_and_all(
     await conn.close()
 
 
-async def test_prefetch_counts_only_delivered_messages(srv: InProc) -> None:
+async def test_prefetch_counts_only_delivered_messages(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "credit")
     ch = await conn.channel()
     items: list[Item] = [("hit" if i % 10 == 0 else "miss", b"%d" % i) for i in range(200)]
@@ -202,7 +205,7 @@ async def test_prefetch_counts_only_delivered_messages(srv: InProc) -> None:
     await conn.close()
 
 
-async def test_a_million_misses_do_not_delay_the_next_match(srv: InProc) -> None:
+async def test_a_million_misses_do_not_delay_the_next_match(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "sparse")
     ch = await conn.channel()
     stream = srv.queue("sparse").stream
@@ -219,7 +222,7 @@ async def test_a_million_misses_do_not_delay_the_next_match(srv: InProc) -> None
     elapsed = time.perf_counter() - started
     assert collector.got == [(1_000_000, "rare", b"found")]
     assert elapsed < 1.0
-    stats = srv.facade.list_consumers("/", "sparse")[0]["filter_stats"]
+    stats = asdict(srv.facade.list_consumers("/", "sparse")[0].filter_stats)
     assert stats["chunks_skipped"] == 200
     assert stats["records_skipped_by_bloom"] == 1_000_000
     assert stats["bytes_read"] < 200 * 200  # headers and Bloom bits only
@@ -232,7 +235,7 @@ def raw_props(fv: str) -> bytes:
     return ContentHeader(0, 0, Basic.Properties(headers={FV: fv})).marshal()[12:]
 
 
-async def test_filter_with_each_offset_form(srv: InProc) -> None:
+async def test_filter_with_each_offset_form(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "offsets")
     ch = await conn.channel()
     stream = srv.queue("offsets").stream
