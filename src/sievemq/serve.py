@@ -94,10 +94,17 @@ def protocol_factory(node: Node) -> AMQPProtocol:
     return protocol
 
 
-def ready_line(amqp: str, admin: str, amqps: str | None = None, stream: str | None = None) -> str:
+def ready_line(
+    amqp: str,
+    admin: str,
+    amqps: str | None = None,
+    stream: str | None = None,
+    stream_tls: str | None = None,
+) -> str:
     """The start-up line scripts wait for; fields are ``key=value`` in a fixed order."""
     fields = [f"amqp={amqp}"] + ([f"amqps={amqps}"] if amqps is not None else [])
     fields += [f"stream={stream}"] if stream is not None else []
+    fields += [f"streams={stream_tls}"] if stream_tls is not None else []
     return " ".join(["sievemq ready", *fields, f"admin={admin}"])
 
 
@@ -157,6 +164,20 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         )
         snode.advertised_port = stream_port
         servers.append(stream_server)
+        stream_tls: str | None = None
+        if ssl_context is not None:
+            stream_tls_server, stream_tls_port = await start_stream_listener(
+                lambda: StreamConnection(snode, tls=True),
+                settings.amqp_host,
+                settings.stream_tls_port,
+                settings.stream_frame_max,
+                settings.write_buffer_high,
+                ssl_context=ssl_context,
+                ssl_handshake_timeout=settings.handshake_timeout_s,
+            )
+            snode.advertised_tls_port = stream_tls_port
+            servers.append(stream_tls_server)
+            stream_tls = f"{settings.amqp_host}:{stream_tls_port}"
         admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
     except OSError as error:  # a port in use, an address not on this host
         for server in servers:
@@ -173,6 +194,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             ListenerView("amqp/ssl", settings.amqp_host, int(amqps.rsplit(":", 1)[1]))
         )
     facade.listeners.append(ListenerView("stream", settings.amqp_host, stream_port))
+    if stream_tls is not None:
+        facade.listeners.append(
+            ListenerView("stream/ssl", settings.amqp_host, int(stream_tls.rsplit(":", 1)[1]))
+        )
     facade.listeners.append(ListenerView("http", settings.admin_host, admin_port))
     app = create_app(is_ready=lambda: ready, facade=facade)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
@@ -190,6 +215,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             f"http://{settings.admin_host}:{admin_port}",
             amqps,
             f"{settings.amqp_host}:{stream_port}",
+            stream_tls,
         ),
         flush=True,
     )

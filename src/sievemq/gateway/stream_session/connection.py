@@ -59,8 +59,10 @@ _PRE_OPEN = {
 class StreamConnection:
     """The state of one client connection."""
 
-    def __init__(self, snode: StreamNode) -> None:
+    def __init__(self, snode: StreamNode, tls: bool = False) -> None:
         self.snode = snode
+        # Open and Metadata advertise the listener this client came through
+        self.tls = tls
         self.node = snode.node
         self.transport: asyncio.Transport | None = None
         self.peer_host = ""
@@ -176,6 +178,10 @@ class StreamConnection:
             return
         handler(self, Cursor(body))
 
+    @property
+    def _port(self) -> int:
+        return self.snode.advertised_tls_port if self.tls else self.snode.advertised_port
+
     # ------------------------------------------------------------------ handshake
 
     def _peer_properties(self, cur: Cursor) -> None:
@@ -250,7 +256,7 @@ class StreamConnection:
             return
         props = {
             "advertised_host": self.snode.advertised_host,
-            "advertised_port": str(self.snode.advertised_port),
+            "advertised_port": str(self._port),
         }
         self.write(wire.open_response(corr, wire.OK, props))
 
@@ -364,11 +370,7 @@ class StreamConnection:
         assert self.vhost is not None
         queues = self.vhost.queues
         items = [(n, wire.OK if n in queues else wire.STREAM_DOES_NOT_EXIST) for n in names]
-        self.write(
-            wire.metadata_response(
-                corr, self.snode.advertised_host, self.snode.advertised_port, items
-            )
-        )
+        self.write(wire.metadata_response(corr, self.snode.advertised_host, self._port, items))
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()

@@ -34,7 +34,8 @@ class StreamNode:
     def __init__(self, node: Node, advertised_host: str, frame_max: int, heartbeat: int) -> None:
         self.node = node
         self.advertised_host = advertised_host
-        self.advertised_port = 0  # set by the listener once it knows its port
+        self.advertised_port = 0  # set by the wiring once the listener knows its port
+        self.advertised_tls_port = 0  # the TLS listener's, when there is one
         self.frame_max = frame_max
         self.heartbeat = heartbeat
         self.connections: set[ConnectionPort] = set()
