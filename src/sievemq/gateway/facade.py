@@ -520,6 +520,32 @@ class BrokerFacade:
             filter_stats=FilterStatsView(**summed.as_dict()),
         )
 
+    def list_queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        """Classic and quorum queues with RabbitMQ's field names (streams: list_streams)."""
+        views = []
+        for v in self.broker.vhosts.values():
+            if vhost is not None and v.name != vhost:
+                continue
+            for q in v.classic.queues.values():
+                ready = q.message_count
+                views.append(
+                    {
+                        "vhost": v.name,
+                        "name": q.name,
+                        "type": q.kind,
+                        "durable": q.durable,
+                        "auto_delete": q.auto_delete,
+                        "exclusive": q.exclusive,
+                        "arguments": dict(q.arguments.table),
+                        "messages_ready": ready,
+                        "messages_unacknowledged": q.outstanding,
+                        "messages": ready + q.outstanding,
+                        "message_bytes_ready": q.ready_bytes,
+                        "consumers": q.consumer_count,
+                    }
+                )
+        return sorted(views, key=lambda d: (d["vhost"], d["name"]))
+
     def active_alarms(self) -> list[str]:
         if self.alarms is None:
             return []

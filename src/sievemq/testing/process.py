@@ -57,6 +57,7 @@ class ServerProcess:
     stdout_lines: list[str] = field(default_factory=list)
     _stderr_path: Path | None = None
     _starts: int = 0
+    _pump: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -116,9 +117,11 @@ class ServerProcess:
                 if match and not ready:
                     ready.append(match)
                     got_ready.set()
+            proc.stdout.close()  # EOF: the process exited
             got_ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not got_ready.wait(0.05):
             if time.monotonic() > deadline:
@@ -159,6 +162,7 @@ class ServerProcess:
                 raise AssertionError(
                     f"server did not exit {timeout}s after SIGTERM\nstderr:\n{self.stderr()}"
                 ) from None
+        self._join_pump()
         return self.proc.returncode
 
     def terminate(self) -> int:
@@ -171,6 +175,12 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(STOP_TIMEOUT)
+        self._join_pump()
+
+    def _join_pump(self) -> None:
+        """The stdout reader ends (and closes the pipe) once the process has exited."""
+        if self._pump is not None:
+            self._pump.join(STOP_TIMEOUT)
 
     def restart(self) -> ServerProcess:
         """Start again on the same data directory (after stop() or kill())."""

@@ -12,6 +12,7 @@ from sievemq.amqp.errors import AMQPError
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.latency import WriteLatencies
@@ -67,6 +68,7 @@ class Node:
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
+        queue_expiry.start(broker, loop)  # x-expires of classic queues
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -97,6 +99,7 @@ class Node:
                     self.loop,
                     self.broker.settings.durability,
                     self.limits.sync_interval_ms,
+                    self.executor,
                 )
             else:
                 appender = StreamAppender(

@@ -8,7 +8,7 @@ from pathlib import Path
 from sievemq.storage import FilterSpec, Message, Stream, StreamConfig, StreamReader
 from sievemq.storage.bloom import BloomFilter
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "storage-format.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "storage-format.md"
 
 
 def _hex_blocks() -> dict[str, bytes]:
