@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
@@ -44,11 +45,32 @@ class WholeChunks(FilterSpec):
         return True
 
 
-def payload_of(record: Record) -> bytes:
-    """What a stream consumer receives for a stored record (AMQP 1.0 for 0-9-1 records)."""
+CONVERTED_PER_STREAM = 65536  # converted 0-9-1 records kept per stream, shared by subscribers
+
+# stream -> offset -> the AMQP 1.0 encoding of that 0-9-1 record: every stream subscriber of
+# the stream reuses it (a stored record never changes; a re-created stream is a new object)
+_converted: weakref.WeakKeyDictionary[Stream, dict[int, bytes]] = weakref.WeakKeyDictionary()
+
+
+def payload_of(record: Record, stream: Stream | None = None) -> bytes:
+    """What a stream consumer receives for a stored record (AMQP 1.0 for 0-9-1 records),
+    converted once per stream when ``stream`` is given."""
     if record.kind == KIND_STREAM:
         return record.body
-    return convert.to_amqp10(record.exchange, record.routing_key, record.properties, record.body)
+    cache = None
+    if stream is not None:
+        cache = _converted.get(stream)
+        if cache is None:
+            cache = _converted[stream] = {}
+        hit = cache.get(record.offset)
+        if hit is not None:
+            return hit
+    out = convert.to_amqp10(record.exchange, record.routing_key, record.properties, record.body)
+    if cache is not None:
+        if len(cache) >= CONVERTED_PER_STREAM:
+            del cache[next(iter(cache))]  # the oldest conversion
+        cache[record.offset] = out
+    return out
 
 
 class Subscription:
@@ -119,6 +141,7 @@ class Subscription:
         if not self.active or self.credit <= 0 or conn.writing_paused or not conn.alive:
             return
         reader = self._reader
+        stream = self._stream
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
         out: list[bytes] = []
@@ -149,7 +172,7 @@ class Subscription:
                         r = records[i]
                         if r.offset != expect or r.timestamp_ms != ts:
                             break
-                        p = r.body if r.kind == KIND_STREAM else payload_of(r)
+                        p = r.body if r.kind == KIND_STREAM else payload_of(r, stream)
                         if payloads and size + 4 + len(p) > budget:
                             break
                         payloads.append(p)
