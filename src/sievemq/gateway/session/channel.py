@@ -275,7 +275,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = _new_message(Message, (values, exchange, routing_key, props, body))
+        message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
         if confirm is None:
             for queue in queues:
