@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sievemq.units import parse_memory_watermark, parse_size
@@ -91,6 +91,29 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     amqps_port: int = Field(default=5671, ge=0, le=65535)
 
+    # --- RabbitMQ Stream protocol listener (same host, users, vhosts and streams as AMQP)
+    stream_port: int = Field(default=5552, ge=0, le=65535)
+    stream_frame_max: int = Field(default=1048576, ge=8192)
+    stream_tls_port: int = Field(default=5551, ge=0, le=65535)  # with --tls-cert/--tls-key
+    # --- the first administrator, created with a new data directory (as RabbitMQ's
+    # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
+    # RabbitMQ definitions file merged at every start
+    default_user: str = Field(
+        default="guest",
+        min_length=1,
+        validation_alias=AliasChoices(
+            "default_user", "SIEVEMQ_DEFAULT_USER", "RABBITMQ_DEFAULT_USER"
+        ),
+    )
+    default_pass: str = Field(
+        default="guest",
+        validation_alias=AliasChoices(
+            "default_pass", "SIEVEMQ_DEFAULT_PASS", "RABBITMQ_DEFAULT_PASS"
+        ),
+        repr=False,
+    )
+    definitions: Path | None = None
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         # a certificate without its key (or the reverse) is a typo, not "TLS off"
@@ -139,6 +162,14 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
     ("tls_key", Path, "PEM private key of --tls-cert"),
     ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
+    # --- RabbitMQ Stream protocol
+    ("stream_port", int, "RabbitMQ Stream protocol port, 0 picks a free one (default 5552)"),
+    ("stream_frame_max", int, "max stream-protocol frame size offered in Tune (default 1 MiB)"),
+    ("stream_tls_port", int, "stream protocol over TLS when --tls-cert is given (default 5551)"),
+    # --- users
+    ("default_user", str, "first administrator of a new data directory (default guest)"),
+    ("default_pass", str, "its password (default guest; env RABBITMQ_DEFAULT_PASS works too)"),
+    ("definitions", Path, "RabbitMQ definitions JSON file merged at start-up"),
 ]
 
 

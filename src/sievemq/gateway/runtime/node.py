@@ -15,8 +15,10 @@ from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.latency import WriteLatencies
 
 
 class AlarmTarget(Protocol):
@@ -72,6 +74,8 @@ class Node:
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []
+        self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
+        queue_expiry.start(broker, loop)  # x-expires of classic queues
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -108,6 +112,7 @@ class Node:
                     self.loop,
                     self.broker.settings.durability,
                     self.limits.sync_interval_ms,
+                    self.executor,
                 )
             else:
                 appender = StreamAppender(
@@ -115,6 +120,7 @@ class Node:
                     self.loop,
                     self.executor,
                     self.limits.sync_interval_ms,
+                    self.latencies,
                     self.storage_exhausted,
                 )
             self._appenders[id(queue)] = appender

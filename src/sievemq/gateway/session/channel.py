@@ -10,7 +10,7 @@ The channel's phase is an ``amqp.states.ChannelState``: every method the hot pat
 take, and every frame out of its phase, goes through that table (open/close handshake, which
 methods a phase accepts, the reply code). The hot path performs the table's three content
 transitions inline (publish, header, last body frame) so that no frame costs a call;
-``tests/test_gateway/test_states_wiring.py`` checks both paths give the same replies.
+``tests/unit/test_gateway/test_state_tables.py`` checks both paths give the same replies.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.vhost import VirtualHost
+from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
-from sievemq.gateway.session import named_consumers, transactions
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
@@ -94,6 +94,7 @@ class Channel:
         self._props = b""
         self._parts: list[bytes] = []
         self._buffered = 0  # body bytes of the unfinished message, counted in pending_content
+        self._may_write: set[str] = set()  # exchanges this channel may publish to
 
     @property
     def closing(self) -> bool:
@@ -243,6 +244,8 @@ class Channel:
             self.tx.publishes.append((self._pub, self._props, body))
             return
         exchange, routing_key, mandatory = self._pub
+        if exchange not in self._may_write:  # RabbitMQ checks write before the lookup
+            self._allow_write(exchange)
         props = self._props
         if values is None:
             try:
@@ -277,7 +280,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = _new_message(Message, (values, exchange, routing_key, props, body))
+        message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
         if confirm is None:
             for queue in queues:
@@ -446,7 +449,23 @@ class Channel:
         if self.flow_active:
             self.wake_consumers()
 
+    def _allow_write(self, exchange: str) -> None:
+        """basic.publish: write on the exchange, remembered for the channel's life (as
+        RabbitMQ's per-channel permission cache)."""
+        try:
+            self._allow("write", "exchange", exchange)
+        except errors.AMQPError as error:
+            error.class_id, error.method_id = BASIC_PUBLISH
+            raise
+        self._may_write.add(exchange)
+
+    def _allow(self, kind: str, resource: str, name: str) -> None:
+        conn = self.connection
+        access.check(conn.user, conn.vhost_name, kind, resource, name)
+
     def _exchange_declare(self, m: Any) -> None:
+        if not m.passive:
+            self._allow("configure", "exchange", m.exchange)
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -460,21 +479,28 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: Any) -> None:
+        self._allow("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: Any) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.bind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.BindOk())
 
     def _exchange_unbind(self, m: Any) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
     def _queue_declare(self, m: Any) -> None:
+        if not m.passive and m.queue:
+            self._allow("configure", "queue", m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -491,17 +517,22 @@ class Channel:
 
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
+        self._allow("configure", "queue", m.queue)
         classic.check_delete(self, m.queue)
         count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
 
     def _queue_bind(self, m: Any) -> None:
+        self._allow("write", "queue", m.queue)
+        self._allow("read", "exchange", m.exchange)
         self.vhost.bind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.BindOk())
 
     def _queue_unbind(self, m: Any) -> None:
+        self._allow("write", "queue", m.queue)
+        self._allow("read", "exchange", m.exchange)
         self.vhost.unbind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
@@ -526,6 +557,7 @@ class Channel:
 
     def _basic_consume(self, m: Any) -> None:
         vhost_name = self.connection.vhost_name
+        self._allow("read", "queue", m.queue)
         found = self.vhost.find_queue(m.queue)
         if isinstance(found, ClassicQueue):
             return classic.consume(self, found, m)
@@ -604,6 +636,8 @@ class Channel:
             self.connection.send_method(self.id, spec.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def _basic_recover(self, m: Any) -> None:
+        if not m.requeue and self.classic is not None:
+            raise errors.NotImplemented_("requeue=false")  # RabbitMQ's reply
         self._recover_all()
         self.connection.send_method(self.id, spec.Basic.RecoverOk())
 
@@ -664,7 +698,7 @@ def _headers(props: bytes) -> dict[str, Any]:
 
 
 # the handler of every method the channel table dispatches, except the hot publish and
-# settles in ``on_frame`` (tests/test_gateway/test_states_wiring.py checks none is missing)
+# settles in ``on_frame`` (tests/unit/test_gateway/test_state_tables.py checks none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,

@@ -90,6 +90,7 @@ class ChannelHost(Protocol):
     node: Node
     vhost: VirtualHost | None
     vhost_name: str
+    user: Any  # the authenticated model.users.User (its permissions are checked per method)
     cancel_notify: bool
     writing_paused: bool
     # body bytes of unfinished messages over all channels (max_pending_content_bytes)
