@@ -186,3 +186,22 @@ def test_definitions_file_at_boot(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "queue 'c' in vhost '/' of type 'classic'" in proc.stderr
+
+
+def test_users_and_permissions_survive_a_restart(fresh_server: ServerProcess) -> None:
+    server = fresh_server
+    with client(server) as http:
+        assert http.put("/api/users/dora", json={"password": "pw", "tags": "management"})
+        r = http.put(
+            "/api/permissions/%2F/dora", json={"configure": "^d-", "write": ".*", "read": ".*"}
+        )
+        assert r.status_code == 201
+    assert server.stop() == 0
+    server.start()
+    with client(server, "dora", "pw") as dora:
+        assert dora.get("/api/whoami").json() == {"name": "dora", "tags": ["management"]}
+    with client(server) as http:
+        perms = http.get("/api/users/dora/permissions").json()
+    assert perms == [
+        {"user": "dora", "vhost": "/", "configure": "^d-", "write": ".*", "read": ".*"}
+    ]
