@@ -429,3 +429,24 @@ def test_kombu_task_queue_round_trip(server: ServerProcess, qname: str) -> None:
         assert got == [(0, True), (1, False), (2, False)]
         bound.delete()
         exchange(conn.channel()).delete()
+
+
+def test_get_right_after_publish_without_confirms(server: ServerProcess, qname: str) -> None:
+    """A basic.get in the same read as the publish before it sees that message (aiormq's
+    test_simple does this)."""
+
+    async def run() -> bytes:
+        import aiormq
+
+        conn = await aiormq.connect(server.url)
+        try:
+            channel = await conn.channel(publisher_confirms=False)
+            ok = await channel.queue_declare(qname, auto_delete=True)
+            await channel.basic_publish(b"foo bar", routing_key=ok.queue)
+            message = await channel.basic_get(ok.queue, no_ack=True)
+            await channel.queue_delete(ok.queue)
+            return message.body
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == b"foo bar"
