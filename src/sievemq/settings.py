@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     amqps_port: int = Field(default=5671, ge=0, le=65535)
 
+    # --- RabbitMQ Stream protocol listener (same host, users, vhosts and streams as AMQP)
+    stream_port: int = Field(default=5552, ge=0, le=65535)
+    stream_frame_max: int = Field(default=1048576, ge=8192)
+    stream_tls_port: int = Field(default=5551, ge=0, le=65535)  # with --tls-cert/--tls-key
     # --- the first administrator, created with a new data directory (as RabbitMQ's
     # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
     # RabbitMQ definitions file merged at every start
@@ -141,6 +145,10 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
     ("tls_key", Path, "PEM private key of --tls-cert"),
     ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
+    # --- RabbitMQ Stream protocol
+    ("stream_port", int, "RabbitMQ Stream protocol port, 0 picks a free one (default 5552)"),
+    ("stream_frame_max", int, "max stream-protocol frame size offered in Tune (default 1 MiB)"),
+    ("stream_tls_port", int, "stream protocol over TLS when --tls-cert is given (default 5551)"),
     # --- users
     ("default_user", str, "first administrator of a new data directory (default guest)"),
     ("default_pass", str, "its password (default guest; env RABBITMQ_DEFAULT_PASS works too)"),

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from spark_data import write_stream
+
+from .spark_data import write_stream
 
 
 def _run(spark: Any, data_dir: Path, out: Path, checkpoint: Path) -> list[int]:

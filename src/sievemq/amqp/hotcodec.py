@@ -2,7 +2,7 @@
 
 HOT PATH. pamqp marshals by reflection (about 14 µs for a publish), so the per-message
 frames are coded here by hand and golden-tested byte for byte against pamqp
-(tests/test_amqp/test_codec_golden.py): Basic.Publish, Ack, Nack, Reject and content headers
+(tests/unit/test_amqp/test_codec_golden.py): Basic.Publish, Ack, Nack, Reject and content headers
 in; Basic.Deliver (``encode_delivery`` and the cached ``DeliveryEncoder``), Return, Ack, Nack
 and heartbeats out. Properties are never decoded here: they stay the raw bytes the publisher
 sent, checked and spliced by ``sievemq.amqp.properties``. Every other method goes through

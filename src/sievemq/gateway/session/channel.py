@@ -10,7 +10,7 @@ The channel's phase is an ``amqp.states.ChannelState``: every method the hot pat
 take, and every frame out of its phase, goes through that table (open/close handshake, which
 methods a phase accepts, the reply code). The hot path performs the table's three content
 transitions inline (publish, header, last body frame) so that no frame costs a call;
-``tests/test_gateway/test_states_wiring.py`` checks both paths give the same replies.
+``tests/unit/test_gateway/test_state_tables.py`` checks both paths give the same replies.
 """
 
 from __future__ import annotations
@@ -275,7 +275,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = _new_message(Message, (values, exchange, routing_key, props, body))
+        message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
         if confirm is None:
             for queue in queues:
@@ -693,7 +693,7 @@ def _headers(props: bytes) -> dict[str, Any]:
 
 
 # the handler of every method the channel table dispatches, except the hot publish and
-# settles in ``on_frame`` (tests/test_gateway/test_states_wiring.py checks none is missing)
+# settles in ``on_frame`` (tests/unit/test_gateway/test_state_tables.py checks none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands
-from tests.test_amqp.strategies import field_table, properties
 
 from sievemq.amqp import errors, hotcodec
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
+from tests.unit.test_amqp.strategies import field_table, properties
 
 # one step: publish a message routed to `streams` streams (0 = unroutable), then maybe
 # report a batch of pending (seq, stream) appends with one outcome
@@ -67,14 +67,35 @@ def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bo
     expected = tuple(hotcodec.decode_basic_publish(payload)[:3])
     first = fastpath.publish_args(payload)
     assert first == expected
-    again = fastpath.publish_args(bytes(bytearray(payload)))  # equal bytes, another object
-    assert again is first  # answered from the memo, not decoded again
+    # an equal payload in another buffer (the next frame) is answered from the memo:
+    # the very object the first decode produced, not a decode of its own
+    again = fastpath.publish_args(bytes(bytearray(payload)))
+    assert again == expected
+    assert again is first
+
+
+def test_publish_args_memo_holds_one_entry_per_distinct_payload():
+    payloads = [b"\x00\x3c\x00\x28" + _publish("", f"memo-{i}", False, False) for i in range(3)]
+    firsts = [fastpath.publish_args(p) for p in payloads]
+    size = len(fastpath._publishes)
+    for p, first in zip(payloads, firsts, strict=True):
+        assert fastpath.publish_args(bytes(bytearray(p))) is first
+    assert len(fastpath._publishes) == size  # hits add nothing
+    fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "memo-new", False, False))
+    assert len(fastpath._publishes) in (size + 1, 1)  # one more entry (or a full memo cleared)
 
 
 def test_publish_args_memo_is_bounded():
     for n in range(fastpath._CACHE_MAX + 10):
         fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"q{n}", False, False))
     assert 0 < len(fastpath._publishes) <= fastpath._CACHE_MAX
+
+
+def test_property_memo_is_bounded():
+    for i in range(fastpath._CACHE_MAX + 10):
+        props = commands.Basic.Properties(headers={"x-stream-filter-value": f"v{i}"}).marshal()
+        fastpath.property_filter_values(props)
+    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
 
 
 def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():

@@ -1,7 +1,7 @@
 """The same stream scenario with every supported client library (SPEC §4–§6).
 
 Declare a durable stream, publish with confirms, consume with prefetch and every kind of
-x-stream-offset; see gw_scenario.py for the steps and what is checked.
+x-stream-offset; see client_scenario.py for the steps and what is checked.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .gw_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
-from .gw_scenario import (
+from .client_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
+from .client_scenario import (
     N_A,
     N_TOTAL,
     PREFETCH,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from test_sql_helpers import ev, truth
 
 from sievemq.filtering.sql import MAX_CHARS, CompileError, compile_filter
+
+from .sql_eval import ev, truth
 
 
 def error(expr: str) -> CompileError:

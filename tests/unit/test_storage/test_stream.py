@@ -16,7 +16,8 @@ from sievemq.storage import (
     StreamConfig,
     StreamReader,
 )
-from tests.test_storage.conftest import files, msg, read_all
+
+from .storage_helpers import files, msg, read_all
 
 
 def test_append_returns_first_offset_and_moves_end(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from sievemq.storage import FilterSpec, Stream, StreamConfig, StreamReader
 from sievemq.storage.tools import dump, verify
-from tests.test_storage.conftest import msg, read_all
+
+from .storage_helpers import msg, read_all
 
 
 def _mixed(directory: Path, **config: object) -> Stream:

@@ -6,9 +6,10 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from test_sql_helpers import ev, truth, view
 
 from sievemq.filtering.sql import DictMessageView, compile_filter
+
+from .sql_eval import ev, truth, view
 
 T, F, U = True, False, None
 BOOL_HEADERS = {"t": True, "f": False}  # "u" is missing: UNKNOWN

@@ -1,4 +1,4 @@
-"""Helpers for storage tests."""
+"""Helpers for storage tests (no tests, no fixtures): a message, read a whole stream, list files."""
 
 from __future__ import annotations
 

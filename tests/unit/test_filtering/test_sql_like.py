@@ -8,10 +8,11 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sql_helpers import ev, truth, view
 
 from sievemq.filtering.sql import compile_filter
 from sievemq.filtering.sql.like import compile_pattern
+
+from .sql_eval import ev, truth, view
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""One small driver per Python AMQP library for the shared scenario (gw_scenario.py).
+"""One small driver per Python AMQP library for the shared scenario (client_scenario.py).
 
 Each driver uses its library the way that library's documentation shows: pika's
 BlockingConnection, aio-pika's robust-free connect, aiormq's channel methods, kombu's
@@ -18,7 +18,7 @@ import kombu
 import pika
 from pamqp.commands import Basic
 
-from .gw_scenario import PREFETCH, QUIET, Delivery, make_delivery, timestamp_arg
+from .client_scenario import PREFETCH, QUIET, Delivery, make_delivery, timestamp_arg
 
 CONSUME_TIMEOUT = 10.0
 PROPS = ("content_type", "message_id", "correlation_id", "timestamp", "priority", "delivery_mode")

@@ -7,9 +7,10 @@ from decimal import Decimal
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_sql_helpers import view
 
 from sievemq.filtering.sql import CompileError, compile_filter
+
+from .sql_eval import view
 
 ATOMS = [
     "a = 1", "a > 2", "b = 'x'", "b LIKE 'x%'", "a IN (1, 3)", "b IS NULL", "a BETWEEN 1 AND 3",

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sievemq.storage import FilterSpec, Stream, StreamConfig, StreamReader
-from tests.test_storage.conftest import msg, read_all
+
+from .storage_helpers import msg, read_all
 
 
 @pytest.fixture
