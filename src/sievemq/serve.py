@@ -26,6 +26,7 @@ import uvicorn
 from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
@@ -38,7 +39,7 @@ from sievemq.gateway.session.connection import Connection
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.settings import Settings
-from sievemq.storage import Durability
+from sievemq.storage import Durability, handles
 from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
@@ -65,6 +66,13 @@ def limits_from(settings: Settings) -> Limits:
         handshake_timeout_s=settings.handshake_timeout_s,
         sync_interval_ms=settings.sync_interval_ms,
         write_buffer_high=settings.write_buffer_high,
+        tables=TableLimits(
+            max_depth=settings.max_table_depth,
+            max_entries=settings.max_table_entries,
+            max_array_length=settings.max_array_length,
+        ),
+        max_sql_length=settings.max_sql_length,
+        max_sql_depth=settings.max_sql_depth,
     )
 
 
@@ -112,6 +120,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``); returns the exit status."""
     loop = asyncio.get_running_loop()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    handles.shared.set_capacity(settings.max_open_files)  # before any stream opens
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
@@ -135,6 +144,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
+    node.exhaustion_listeners.append(alarms.storage_write_failed)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
     snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
