@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from sievemq.amqp.errors import AMQPError
+from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
@@ -48,6 +51,9 @@ class Limits:
     handshake_timeout_s: float = 10.0
     sync_interval_ms: int = 200
     write_buffer_high: int = 1024 * 1024
+    tables: TableLimits = DEFAULT_TABLE_LIMITS  # field tables from the wire
+    max_sql_length: int = 4096
+    max_sql_depth: int = 64
 
 
 class Node:
@@ -67,6 +73,7 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.exhaustion_listeners: list[Callable[[OSError], None]] = []
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
         queue_expiry.start(broker, loop)  # x-expires of classic queues
 
@@ -82,6 +89,12 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    def storage_exhausted(self, error: OSError) -> None:
+        """An append failed with ENOSPC/EDQUOT/EMFILE/ENFILE (its publishers were nacked):
+        tell the listeners (the resource alarms raise the disk alarm for a full disk)."""
+        for listener in list(self.exhaustion_listeners):
+            listener(error)
 
     def on_alarms(self, reasons: tuple[str, ...]) -> None:
         """A ``ResourceAlarms`` listener: block or unblock every publishing connection."""
@@ -108,6 +121,7 @@ class Node:
                     self.executor,
                     self.limits.sync_interval_ms,
                     self.latencies,
+                    self.storage_exhausted,
                 )
             self._appenders[id(queue)] = appender
             self.watch(queue)
