@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test lint bench bench-filter bench-vs-rabbitmq clean
+.PHONY: setup run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ bench-filter: setup
 
 bench-vs-rabbitmq: setup
 	$(VENV)/bin/python -m bench.vs_rabbitmq
+
+# Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
+bench-spark: setup
+	$(VENV)/bin/python -m bench spark_export
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

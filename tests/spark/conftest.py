@@ -21,6 +21,10 @@ def spark() -> Iterator[Any]:
         message = "SPARK TESTS SKIPPED: no Java (install openjdk-17-jre-headless)"
         warnings.warn(message, stacklevel=1)
         pytest.skip(message)
+    # Spark starts many Python workers; without cached bytecode each one compiles pyspark again
+    # (seconds on a loaded machine), and the streaming source's worker must connect back
+    # within a fixed 10 s
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
