@@ -38,6 +38,9 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        # how long a Python worker may take to connect back (default 15 s): the streaming
+        # source's runner is a fresh interpreter importing pyspark, slow on a loaded machine
+        .config("spark.python.authenticate.socketTimeout", "180s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
