@@ -22,8 +22,7 @@ def spark() -> Iterator[Any]:
         warnings.warn(message, stacklevel=1)
         pytest.skip(message)
     # Spark starts many Python workers; without cached bytecode each one compiles pyspark again
-    # (seconds on a loaded machine), and the streaming source's worker must connect back
-    # within a fixed 10 s
+    # (seconds on a loaded machine) before it can connect back to the JVM
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -10,9 +10,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from spark_data import T0, write_stream
 
 from sievemq.spark.export import export
+
+from .spark_data import T0, write_stream
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)

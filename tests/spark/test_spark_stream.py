@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from spark_data import write_stream
+
+from .spark_data import write_stream
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)

@@ -1,4 +1,5 @@
-"""Where streams live in a data directory: ``<data_dir>/streams/<safe vhost>/<safe name>``.
+"""Where streams live in a data directory: ``<data_dir>/streams/<safe vhost>/<safe name>``
+(classic and quorum queues: ``<data_dir>/queues/...``).
 
 Shared by the gateway (which creates the directories) and the stand-alone readers (Spark,
 ``sievemq export``), so both agree on the layout without the readers importing the gateway.
@@ -10,6 +11,7 @@ import hashlib
 from pathlib import Path
 
 STREAMS_DIR = "streams"
+QUEUES_DIR = "queues"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _MAX_NAME = 200
 
@@ -67,3 +69,8 @@ def stream_names(data_dir: Path, vhost: str) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(n for e in entries if (n := name_of(e)) is not None)
+
+
+def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
+    """``<data_dir>/queues/<safe vhost>/<safe name>``: a classic/quorum queue's log."""
+    return Path(data_dir) / QUEUES_DIR / safe_name(vhost) / safe_name(name)

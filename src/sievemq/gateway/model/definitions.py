@@ -17,9 +17,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sievemq.storage.layout import safe_name, stream_directory
+from sievemq.storage.layout import queue_directory, safe_name, stream_directory
 
-__all__ = ["decode_value", "encode_value", "load", "safe_name", "save", "stream_directory"]
+__all__ = [
+    "decode_value",
+    "encode_value",
+    "load",
+    "queue_directory",
+    "safe_name",
+    "save",
+    "stream_directory",
+]
 
 FILE_NAME = "definitions.json"
 FORMAT_VERSION = 1

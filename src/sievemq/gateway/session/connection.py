@@ -232,6 +232,8 @@ class Connection:
             channel.teardown()
         self.channels.clear()
         self._out.clear()
+        if self.vhost is not None:
+            self.vhost.classic.owner_gone(self)  # exclusive queues go with their connection
 
     def on_pause_writing(self) -> None:
         self.writing_paused = True
