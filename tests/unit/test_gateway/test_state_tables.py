@@ -72,7 +72,7 @@ class _Transport:
 
 def _node() -> Any:
     vhost = SimpleNamespace(route=lambda *args: [])  # every message is unroutable: dropped
-    # full permissions in the vhost the test opens ("/"): only the state tables are tested
+    # guest as the default definitions make it: every permission on "/"
     user = SimpleNamespace(
         name="guest", may_connect_from=lambda host: True, permissions={"/": Permission()}
     )
