@@ -141,15 +141,6 @@ class Broker:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
 
-    def sync_all(self) -> None:
-        """fdatasync every stream (the BATCH durability timer calls this)."""
-        for queue in self.queues():
-            queue.stream.sync()
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Apply x-max-length-bytes / x-max-age to every stream; segments deleted."""
-        return sum(q.stream.apply_retention(now_ms) for q in self.queues())
-
     def close(self) -> None:
         """Sync and close every stream."""
         for vhost in self.vhosts.values():
