@@ -67,8 +67,12 @@ class Server:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
 
-def start_server(data_dir: Path, fsync: str = "never") -> Server:
-    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready."""
+def start_server(data_dir: Path, fsync: str = "never", src: Path | None = None) -> Server:
+    """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready.
+
+    ``src``: run the sievemq package found in that source folder instead (a baseline).
+    """
+    env = None if src is None else dict(os.environ, PYTHONPATH=str(src))
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -86,6 +90,7 @@ def start_server(data_dir: Path, fsync: str = "never") -> Server:
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

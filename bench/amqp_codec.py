@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from sievemq.amqp import codec, frames
+from sievemq.amqp import frames, hotcodec, properties
 
 BODY = b"x" * 100
 PROPS = commands.Basic.Properties(
@@ -41,9 +41,9 @@ PUBLISH = b"".join(
 def hand_decode() -> None:
     reader = frames.FrameReader(131072, 1 << 20)
     (_, _, method), (_, _, head), (_, _, _body) = reader.feed(PUBLISH)
-    codec.method_id(method)
-    codec.decode_basic_publish(method)
-    codec.decode_content_header(head)
+    hotcodec.method_id(method)
+    hotcodec.decode_basic_publish(method)
+    hotcodec.decode_content_header(head)
 
 
 _READER = frames.FrameReader(131072, 1 << 20)
@@ -51,17 +51,17 @@ _READER = frames.FrameReader(131072, 1 << 20)
 
 def hand_decode_warm_reader() -> None:
     (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
-    codec.method_id(method)
-    codec.decode_basic_publish(method)
-    codec.decode_content_header(head)
+    hotcodec.method_id(method)
+    hotcodec.decode_basic_publish(method)
+    hotcodec.decode_content_header(head)
 
 
 def hand_decode_with_filter_value() -> None:
     (_, _, method), (_, _, head), (_, _, _body) = _READER.feed(PUBLISH)
-    codec.method_id(method)
-    codec.decode_basic_publish(method)
-    props = codec.decode_content_header(head)[2]
-    codec.read_header(props, "x-stream-filter-value")
+    hotcodec.method_id(method)
+    hotcodec.decode_basic_publish(method)
+    props = hotcodec.decode_content_header(head)[2]
+    properties.read_header(props, "x-stream-filter-value")
 
 
 def pamqp_decode() -> None:
@@ -73,7 +73,7 @@ def pamqp_decode() -> None:
 
 
 def hand_encode() -> None:
-    codec.encode_delivery(
+    hotcodec.encode_delivery(
         1, "ctag-1", 42, "amq.direct", "orders.created", RAW_PROPS, BODY, 131072, 123456
     )
 
@@ -83,7 +83,7 @@ def hand_encode_joined() -> None:
 
 
 def hand_encode_pieces() -> list[bytes]:
-    return codec.encode_delivery(
+    return hotcodec.encode_delivery(
         1, "ctag-1", 42, "amq.direct", "orders.created", RAW_PROPS, BODY, 131072, 123456
     )
 

@@ -4,6 +4,7 @@ filling a stream directly with ``sievemq.storage`` in the server's data-dir layo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +19,10 @@ from bench._util import Server, proc_cpu_s
 from sievemq.gateway.model.definitions import stream_directory
 
 ROOT = Path(__file__).resolve().parents[1]
-LOADGEN = ROOT.parent / "shared" / "peers" / "bin" / "loadgen"
+# SIEVEMQ_LOADGEN: a loadgen built elsewhere (a git worktree has no ../shared beside it)
+LOADGEN = Path(
+    os.environ.get("SIEVEMQ_LOADGEN", ROOT.parent / "shared" / "peers" / "bin" / "loadgen")
+)
 
 
 @contextmanager

@@ -5,6 +5,13 @@ brokers, interleaving the runs so machine noise hits both alike, and prints one 
 with the medians, the server CPU per message and the SieveMQ/RabbitMQ ratios.
 
     python -m bench.vs_rabbitmq [--repeats 3] [--n 200000] [--no-rabbitmq] [--raw FILE]
+                                [--only publish,consume,e2e] [--rabbitmq-port 5682]
+
+Every publish and consume scenario runs with two kinds of messages: ``identical`` (every
+message the same property list, no headers: what memo caches keyed by the bytes hit) and
+``unique`` (loadgen ``-unique-props -filter-values 50``: every message its own message-id,
+timestamp, content-type and ``seq`` header, plus one of 50 ``x-stream-filter-value``s, as an
+application sends them). Scenario names end in ``_unique`` for the second kind.
 
 Ratios are SieveMQ / RabbitMQ of the medians: above 1 is better for msgs/s, below 1 is
 better for latency and CPU per message. ``machine_stall_max_ms`` is the worst oversleep of
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -30,15 +38,18 @@ from typing import Any
 from bench._util import machine, proc_cpu_s, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
-PEERS = ROOT.parent / "shared" / "peers"
-LOADGEN = PEERS / "bin" / "loadgen"
+# the peers kit beside the checkout (../shared/peers); SIEVEMQ_PEERS / SIEVEMQ_LOADGEN point
+# elsewhere (a git worktree in another folder, a loadgen built to another path)
+PEERS = Path(os.environ.get("SIEVEMQ_PEERS", ROOT.parent / "shared" / "peers"))
+LOADGEN = Path(os.environ.get("SIEVEMQ_LOADGEN", PEERS / "bin" / "loadgen"))
+UNIQUE = ["-unique-props", "-filter-values", 50]  # loadgen flags of the ``unique`` kind
 
 
 @contextmanager
-def sievemq_server(fsync: str) -> Iterator[tuple[int, int]]:
-    """Start `sievemq serve` on free ports; yields (amqp port, pid)."""
+def sievemq_server(fsync: str, src: Path | None = None) -> Iterator[tuple[int, int]]:
+    """Start `sievemq serve` (from ``src`` if given) on free ports; yields (amqp port, pid)."""
     data = Path(tempfile.mkdtemp(prefix="sievemq-bench-"))
-    server = start_server(data, fsync)
+    server = start_server(data, fsync, src)
     try:
         yield server.port, server.pid
     finally:
@@ -47,14 +58,22 @@ def sievemq_server(fsync: str) -> Iterator[tuple[int, int]]:
 
 
 @contextmanager
-def rabbitmq_server() -> Iterator[tuple[int, int]]:
-    """Start the private RabbitMQ 3.10.8 peer on 5682; yields (port, beam pid)."""
-    subprocess.run([str(PEERS / "rabbitmq.sh"), "start"], check=True, capture_output=True)
-    pid = int(Path("/tmp/peers-rabbitmq-5682/rabbitmq.pid").read_text().strip())
+def rabbitmq_server(port: int = 5682) -> Iterator[tuple[int, int]]:
+    """Start the private RabbitMQ 3.10.8 peer on ``port``; yields (port, beam pid).
+
+    Another port than 5682 gets its own data dir and epmd port, so two sessions on one
+    machine do not share (or stop) each other's broker.
+    """
+    env = dict(os.environ, RMQ_PORT=str(port))
+    if port != 5682:
+        env["RMQ_EPMD_PORT"] = str(4370 + port - 5682)
+    script = str(PEERS / "rabbitmq.sh")
+    subprocess.run([script, "start"], check=True, capture_output=True, env=env)
+    pid = int(Path(f"/tmp/peers-rabbitmq-{port}/rabbitmq.pid").read_text().strip())
     try:
-        yield 5682, pid
+        yield port, pid
     finally:
-        subprocess.run([str(PEERS / "rabbitmq.sh"), "stop"], capture_output=True)
+        subprocess.run([script, "stop"], capture_output=True, env=env)
 
 
 class StallProbe:
@@ -103,9 +122,13 @@ def loadgen(port: int, pid: int, *args: object) -> dict[str, Any]:
 
 
 def scenarios(n: int) -> dict[str, list[object]]:
+    publish_100 = ["-mode", "publish", "-n", n, "-size", 100, "-window", 1000]
+    publish_1k = ["-mode", "publish", "-n", n, "-size", 1024, "-window", 1000]
     return {
-        "publish_100B": ["-mode", "publish", "-n", n, "-size", 100, "-window", 1000],
-        "publish_1KiB": ["-mode", "publish", "-n", n, "-size", 1024, "-window", 1000],
+        "publish_100B": publish_100,
+        "publish_100B_unique": [*publish_100, *UNIQUE],
+        "publish_1KiB": publish_1k,
+        "publish_1KiB_unique": [*publish_1k, *UNIQUE],
         "e2e_1000_per_s": [
             "-mode",
             "both",
@@ -125,7 +148,11 @@ def scenarios(n: int) -> dict[str, list[object]]:
     }
 
 
-def consume_runs(port: int, pid: int, n: int, size: int, repeats: int) -> list[dict[str, Any]]:
+def consume_runs(
+    port: int, pid: int, n: int, size: int, repeats: int, props: list[object]
+) -> list[dict[str, Any]]:
+    """Fill one stream (with ``props``: loadgen flags of the message kind), read it
+    ``repeats`` times from the first offset, delete it."""
     queue = f"bench-consume-{size}-{time.time_ns()}"
     loadgen(
         port,
@@ -141,6 +168,7 @@ def consume_runs(port: int, pid: int, n: int, size: int, repeats: int) -> list[d
         size,
         "-window",
         1000,
+        *props,
     )
     runs = [
         loadgen(
@@ -185,28 +213,49 @@ def main() -> None:
     parser.add_argument("--fsync", default="batch")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument("--raw", help="also write every run's loadgen JSON to this file")
+    parser.add_argument(
+        "--only", default="publish,consume,e2e", help="comma-separated scenario kinds to run"
+    )
+    parser.add_argument("--rabbitmq-port", type=int, default=5682)
+    parser.add_argument(
+        "--baseline",
+        metavar="COMMIT",
+        help="also run SieveMQ at this commit (git archive into a temp dir) as 'sievemq_baseline',"
+        " interleaved in the same session: before/after from one run",
+    )
     args = parser.parse_args()
+    kinds = set(args.only.split(","))
     if not LOADGEN.exists():
         subprocess.run([str(PEERS / "loadgen" / "build.sh")], check=True)
 
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     brokers = ["sievemq"] if args.no_rabbitmq else ["sievemq", "rabbitmq"]
-    with sievemq_server(args.fsync) as sieve:
+    if args.baseline:
+        brokers.insert(1, "sievemq_baseline")
+    with (
+        sievemq_server(args.fsync) as sieve,
+        _baseline_server(args.baseline, args.fsync) as base,
+        rabbitmq_server(args.rabbitmq_port) if not args.no_rabbitmq else _nothing() as rabbit,
+    ):
         servers = {"sievemq": sieve}
-        with rabbitmq_server() if not args.no_rabbitmq else _nothing() as rabbit:
-            if rabbit:
-                servers["rabbitmq"] = rabbit
-            for _ in range(args.repeats):
-                for name, scenario in scenarios(args.n).items():
-                    for broker in brokers:
-                        port, pid = servers[broker]
-                        result = loadgen(port, pid, *scenario)
-                        runs.setdefault(name, {}).setdefault(broker, []).append(result)
-            for size in (100, 1024):
+        if base:
+            servers["sievemq_baseline"] = base
+        if rabbit:
+            servers["rabbitmq"] = rabbit
+        for _ in range(args.repeats):
+            for name, scenario in scenarios(args.n).items():
+                if name.split("_")[0] not in kinds:
+                    continue
                 for broker in brokers:
                     port, pid = servers[broker]
-                    runs.setdefault(f"consume_{size}B", {})[broker] = consume_runs(
-                        port, pid, args.n, size, args.repeats
+                    result = loadgen(port, pid, *scenario)
+                    runs.setdefault(name, {}).setdefault(broker, []).append(result)
+        for size in (100, 1024) if "consume" in kinds else ():
+            for suffix, props in (("", []), ("_unique", UNIQUE)):
+                for broker in brokers:
+                    port, pid = servers[broker]
+                    runs.setdefault(f"consume_{size}B{suffix}", {})[broker] = consume_runs(
+                        port, pid, args.n, size, args.repeats, props
                     )
 
     summary: dict[str, Any] = {}
@@ -215,14 +264,25 @@ def main() -> None:
         summary[name] = {
             broker: {key: _median(r, key) for key in KEYS[kind]} for broker, r in by_broker.items()
         }
-        if "rabbitmq" in by_broker:
-            # medians of each broker's runs, all taken in this one interleaved session
-            ours, theirs = summary[name]["sievemq"], summary[name]["rabbitmq"]
-            ratios = {}
-            for key in (*KEYS[kind][:2], "server_cpu_us_per_msg"):
-                if ours[key] and theirs[key]:
-                    ratios[key] = round(ours[key] / theirs[key], 3)
-            summary[name]["ratio_sievemq_over_rabbitmq"] = ratios
+        # medians of each broker's runs, all taken in this one interleaved session
+        for other, label in (
+            ("rabbitmq", "ratio_sievemq_over_rabbitmq"),
+            ("sievemq_baseline", "ratio_sievemq_over_baseline"),
+        ):
+            if other in by_broker:
+                ours, theirs = summary[name]["sievemq"], summary[name][other]
+                ratios = {}
+                for key in (*KEYS[kind][:2], "server_cpu_us_per_msg"):
+                    if ours[key] and theirs[key]:
+                        ratios[key] = round(ours[key] / theirs[key], 3)
+                summary[name][label] = ratios
+        if "rabbitmq" in by_broker and "sievemq_baseline" in by_broker:
+            base, theirs = summary[name]["sievemq_baseline"], summary[name]["rabbitmq"]
+            key = KEYS[kind][0]
+            if base[key] and theirs[key]:
+                summary[name]["ratio_baseline_over_rabbitmq"] = {
+                    key: round(base[key] / theirs[key], 3)
+                }
     if args.raw:
         Path(args.raw).write_text(json.dumps(runs, indent=1))
     print(
@@ -230,6 +290,7 @@ def main() -> None:
             {
                 "date": time.strftime("%Y-%m-%d"),
                 "commit": _commit(),
+                "baseline": args.baseline,
                 "machine": machine(),
                 "n": args.n,
                 "repeats": args.repeats,
@@ -251,6 +312,24 @@ def _commit() -> str:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
+
+
+@contextmanager
+def _baseline_server(commit: str | None, fsync: str) -> Iterator[tuple[int, int] | None]:
+    """SieveMQ's source at ``commit`` in a temp dir, served beside the current one."""
+    if commit is None:
+        yield None
+        return
+    tree = Path(tempfile.mkdtemp(prefix="sievemq-baseline-"))
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        with sievemq_server(fsync, tree / "src") as server:
+            yield server
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from sievemq.units import parse_memory_watermark
 log = logging.getLogger("sievemq")
 
 
-class _AdminServer(uvicorn.Server):
+class AdminServer(uvicorn.Server):
     """uvicorn without its own signal handlers: the gateway owns SIGTERM/SIGINT."""
 
     @contextlib.contextmanager
@@ -136,7 +136,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     ready = False
     app = create_app(is_ready=lambda: ready)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
-    admin = _AdminServer(config)
+    admin = AdminServer(config)
     admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
     while not admin.started and not admin_task.done():
         await asyncio.sleep(0.01)
@@ -153,17 +153,8 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         flush=True,
     )
     await stop.wait()
-    alarms.stop()
     ready = False
-    await shutdown(node, servers)
-    deadline = loop.time() + settings.shutdown_timeout_s
-    while node.connections and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    for conn in list(node.connections):
-        conn.abort()
-    node.flush_all()
-    broker.close()
-    node.executor.shutdown(wait=True)
+    await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s)
     admin.should_exit = True
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
@@ -186,6 +177,29 @@ async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):
         conn.close(forced)
+
+
+async def stop_gateway(
+    node: Node,
+    servers: list[asyncio.AbstractServer],
+    alarms: ResourceAlarms | None,
+    grace_s: float,
+) -> None:
+    """The whole stop sequence (``serve`` and ``sievemq.testing`` share it): alarms off,
+    ``shutdown``, up to ``grace_s`` for clients to answer close-ok and hang up, abort the
+    rest, then write and fsync every stream and close the broker."""
+    loop = asyncio.get_running_loop()
+    if alarms is not None:
+        alarms.stop()
+    await shutdown(node, servers)
+    deadline = loop.time() + grace_s
+    while node.connections and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for conn in list(node.connections):
+        conn.abort()
+    node.flush_all()
+    node.broker.close()
+    node.executor.shutdown(wait=True)
 
 
 def serve(settings: Settings) -> int:

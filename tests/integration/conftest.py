@@ -10,16 +10,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 
@@ -27,21 +24,16 @@ NODE_DIR = Path(__file__).resolve().parent / "node"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One running server for the whole test module; clean SIGTERM exit is asserted."""
-    proc = ServerProcess(tmp_path_factory.mktemp("srv") / "data").start()
-    yield proc
-    assert proc.running, f"server died during the module\nstderr:\n{proc.stderr()}"
-    code = proc.stop()
-    assert code == 0, f"exit status {code} after SIGTERM\nstderr:\n{proc.stderr()}"
+    with ServerProcess(tmp_path_factory.mktemp("srv") / "data") as proc:
+        yield proc
+        assert proc.running, f"server died during the module\nstderr:\n{proc.stderr()}"
 
 
 @pytest.fixture
 def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
     """A server of its own, for tests that stop, kill or restart it."""
-    proc = ServerProcess(tmp_path / "data").start()
-    yield proc
-    if proc.running:
-        code = proc.stop()
-        assert code == 0, f"exit status {code} after SIGTERM\nstderr:\n{proc.stderr()}"
+    with ServerProcess(tmp_path / "data") as proc:
+        yield proc
 
 
 @pytest.fixture(autouse=True)

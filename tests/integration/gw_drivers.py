@@ -16,8 +16,9 @@ import aio_pika
 import aiormq
 import kombu
 import pika
-from gw_scenario import PREFETCH, QUIET, Delivery, make_delivery, timestamp_arg
 from pamqp.commands import Basic
+
+from .gw_scenario import PREFETCH, QUIET, Delivery, make_delivery, timestamp_arg
 
 CONSUME_TIMEOUT = 10.0
 PROPS = ("content_type", "message_id", "correlation_id", "timestamp", "priority", "delivery_mode")

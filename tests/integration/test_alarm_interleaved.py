@@ -8,46 +8,20 @@ at most ``max_pending_content_bytes`` more bytes are read before it is held anyw
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from gw_raw import RawClient
 from pamqp import body, commands, frame, header
 
-from sievemq.gateway.facade import BrokerFacade
-from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.runtime.node import Limits, Node
-from sievemq.serve import protocol_factory
-from sievemq.storage import Durability
+from sievemq.testing import RawClient, running_gateway
 
 pytestmark = pytest.mark.timeout(60)
 
 PART = 32 * 1024  # each message: two body frames of PART bytes
 MESSAGES = 400  # about 26 MB in all
 LIMIT = 256 * 1024  # max_pending_content_bytes
-
-
-@contextlib.asynccontextmanager
-async def served(data_dir: Path) -> AsyncIterator[tuple[Node, BrokerFacade, int]]:
-    loop = asyncio.get_running_loop()
-    broker = Broker(data_dir, BrokerSettings(durability=Durability.NEVER))
-    node = Node(broker, Limits(max_pending_content_bytes=LIMIT), loop)
-    server, port = await start_amqp_listener(lambda: protocol_factory(node), "127.0.0.1", 0)
-    try:
-        yield node, BrokerFacade(broker), port
-    finally:
-        server.close()
-        for conn in list(node.connections):
-            if conn.transport is not None:
-                conn.transport.abort()
-        await asyncio.sleep(0.05)
-        node.flush_all()
-        broker.close()
-        node.executor.shutdown(wait=True)
 
 
 def interleaved() -> Iterator[bytes]:
@@ -82,7 +56,8 @@ async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def test_an_interleaving_publisher_is_held_after_a_bounded_read(tmp_path: Path) -> None:
-    async with served(tmp_path / "data") as (node, facade, port):
+    async with running_gateway(tmp_path / "data", max_pending_content_bytes=LIMIT) as gw:
+        node, facade, port = gw.node, gw.facade, gw.port
         facade.create_stream("/", "s")
 
         def count() -> int:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gw_raw import RawClient
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import aio_pika
 import pytest
-from sql_helpers import in_process_server
 
 from sievemq.storage import StreamReader
+from sievemq.testing import running_gateway
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,8 +30,8 @@ async def test_a_failing_read_cancels_the_consumer(
     caplog: pytest.LogCaptureFixture,
     error: Exception,
 ) -> None:
-    async with in_process_server(tmp_path / "data") as (_node, port):
-        conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    async with running_gateway(tmp_path / "data") as gw:
+        conn = await aio_pika.connect(gw.url)
         async with conn:
             ch = await conn.channel(publisher_confirms=True)
             await ch.set_qos(prefetch_count=10)

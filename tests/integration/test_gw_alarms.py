@@ -13,64 +13,27 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiormq
 import pika
-from gw_raw import RawClient
 from pamqp import body, commands, frame, header
 
-from server_process import ServerProcess
 from sievemq.amqp.states import ChannelPhase
-from sievemq.gateway.facade import BrokerFacade
-from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.net.listener import start_amqp_listener
-from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe
-from sievemq.gateway.runtime.node import Limits, Node
-from sievemq.serve import protocol_factory
-from sievemq.storage import Durability
+from sievemq.testing import RawClient, RunningGateway, ServerProcess, running_gateway
 
 PB = "1PB"  # more free disk than any test machine has: the disk alarm is on
 T = TypeVar("T")
 
 
-@dataclass
-class Served:
-    node: Node
-    facade: BrokerFacade
-    port: int
-
-    def count(self, stream: str) -> int:
-        return int(self.facade.get_stream("/", stream)["messages"])
-
-    def connection(self, predicate: Callable[[Any], bool]) -> Any:
-        return next(c for c in self.node.connections if predicate(c))
+def count(gw: RunningGateway, stream: str) -> int:
+    return int(gw.facade.get_stream("/", stream)["messages"])
 
 
-@contextlib.asynccontextmanager
-async def served(data_dir: Path, heartbeat: int = 60) -> AsyncIterator[Served]:
-    loop = asyncio.get_running_loop()
-    broker = Broker(data_dir, BrokerSettings(durability=Durability.NEVER))
-    node = Node(broker, Limits(heartbeat=heartbeat), loop)
-    alarms = ResourceAlarms(SystemProbe(data_dir), memory_limit=1 << 62, disk_free_limit=0)
-    alarms.add_listener(node.on_alarms)
-    alarms.start(loop, 0.05)
-    server, port = await start_amqp_listener(lambda: protocol_factory(node), "127.0.0.1", 0)
-    try:
-        yield Served(node, BrokerFacade(broker, alarms=alarms), port)
-    finally:
-        alarms.stop()
-        server.close()
-        for conn in list(node.connections):
-            if conn.transport is not None:
-                conn.transport.abort()
-        await asyncio.sleep(0.05)
-        node.flush_all()
-        broker.close()
-        node.executor.shutdown(wait=True)
+def connection_of(gw: RunningGateway, predicate: Callable[[Any], bool]) -> Any:
+    return next(c for c in gw.node.connections if predicate(c))
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -112,12 +75,12 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lost(
     tmp_path: Path,
 ) -> None:
-    async with served(tmp_path / "data") as srv:
+    async with running_gateway(tmp_path / "data") as srv:
         srv.facade.create_stream("/", "s")
         pub = await in_thread(Publisher, srv.port, "s")
         for i in range(3):
             await in_thread(pub.publish, b"m%d" % i)
-        assert srv.count("s") == 3
+        assert count(srv, "s") == 3
 
         # the alarm comes on: the connection that published is blocked and told why
         snapshot = srv.facade.set_alarm_limits(disk_free_limit=PB)
@@ -130,7 +93,7 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
         pending = asyncio.ensure_future(in_thread(pub.publish, b"m3"))
         await asyncio.sleep(0.5)
         assert not pending.done()
-        assert srv.count("s") == 3
+        assert count(srv, "s") == 3
 
         # a consumer on another connection still gets every message, acking one at a time
         consumer = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{srv.port}/")
@@ -145,7 +108,7 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
         await channel.basic_consume("s", on_message, arguments={"x-stream-offset": "first"})
         await eventually(lambda: len(got) == 3)
         assert got == [b"m0", b"m1", b"m2"]
-        consumer_conn = srv.connection(lambda c: not c.has_published())
+        consumer_conn = connection_of(srv, lambda c: not c.has_published())
         assert consumer_conn.blocked is False
 
         # the alarm clears: unblocked, the held publish is read, stored once and confirmed
@@ -153,12 +116,12 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
         await asyncio.wait_for(pending, 5)
         await in_thread(pub.pump, 0.2)  # pika hands queued notifications to callbacks here
         assert pub.events == ["blocked: low on disk", "unblocked"]
-        assert srv.count("s") == 4
+        assert count(srv, "s") == 4
         await eventually(lambda: len(got) == 4)
         await asyncio.sleep(0.2)
         assert got == [b"m0", b"m1", b"m2", b"m3"]
         await in_thread(pub.publish, b"m4")  # publishing goes on as before
-        assert srv.count("s") == 5
+        assert count(srv, "s") == 5
         await in_thread(pub.conn.close)
         await consumer.close()
 
@@ -166,7 +129,7 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
 async def test_a_connection_that_starts_publishing_during_the_alarm_is_blocked(
     tmp_path: Path,
 ) -> None:
-    async with served(tmp_path / "data") as srv:
+    async with running_gateway(tmp_path / "data") as srv:
         srv.facade.create_stream("/", "s")
         srv.facade.set_alarm_limits(disk_free_limit=PB)
         pub = await in_thread(Publisher, srv.port, "s")
@@ -179,10 +142,10 @@ async def test_a_connection_that_starts_publishing_during_the_alarm_is_blocked(
         assert pub.events == ["blocked: low on disk"]
         pending = asyncio.ensure_future(in_thread(pub.publish, b"second"))
         await asyncio.sleep(0.4)
-        assert not pending.done() and srv.count("s") == 1
+        assert not pending.done() and count(srv, "s") == 1
         srv.facade.set_alarm_limits(disk_free_limit=0)
         await asyncio.wait_for(pending, 5)
-        assert srv.count("s") == 2
+        assert count(srv, "s") == 2
         await in_thread(pub.conn.close)
 
 
@@ -190,7 +153,7 @@ async def test_a_client_without_the_capability_is_held_silently_and_not_dropped_
     tmp_path: Path,
 ) -> None:
     """RawClient does not advertise connection.blocked; it sends no heartbeats either."""
-    async with served(tmp_path / "data", heartbeat=1) as srv:
+    async with running_gateway(tmp_path / "data", heartbeat=1) as srv:
         srv.facade.create_stream("/", "s")
         client = await in_thread(RawClient, "127.0.0.1", srv.port)
         await in_thread(client.handshake, "guest", "guest", "PLAIN", 131072, 1)
@@ -201,7 +164,7 @@ async def test_a_client_without_the_capability_is_held_silently_and_not_dropped_
         await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"one")
         assert (await in_thread(client.next_method))[1].delivery_tag == 1  # basic.ack
         srv.facade.set_alarm_limits(disk_free_limit=PB)
-        conn = srv.connection(lambda c: c.has_published())
+        conn = connection_of(srv, lambda c: c.has_published())
         assert conn.blocked is True
         await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"two")
         # three heartbeat intervals without a byte read from it: still connected
@@ -215,18 +178,18 @@ async def test_a_client_without_the_capability_is_held_silently_and_not_dropped_
 
         await in_thread(read_for, 3.2)
         assert {f.name for f in frames} == {"Heartbeat"}  # no connection.blocked, no ack
-        assert srv.count("s") == 1 and conn in srv.node.connections
+        assert count(srv, "s") == 1 and conn in srv.node.connections
         srv.facade.set_alarm_limits(disk_free_limit=0)
         _, ack = await in_thread(client.next_method)
         assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2
-        assert srv.count("s") == 2
+        assert count(srv, "s") == 2
         client.sock.close()
 
 
 async def test_a_connection_is_held_between_messages_not_half_way_through_one(
     tmp_path: Path,
 ) -> None:
-    async with served(tmp_path / "data") as srv:
+    async with running_gateway(tmp_path / "data") as srv:
         srv.facade.create_stream("/", "s")
         client = await in_thread(RawClient, "127.0.0.1", srv.port)
         await in_thread(client.handshake)
@@ -235,22 +198,22 @@ async def test_a_connection_is_held_between_messages_not_half_way_through_one(
         method = frame.marshal(commands.Basic.Publish(exchange="", routing_key="s"), 1)
         head = frame.marshal(header.ContentHeader(0, 4, commands.Basic.Properties()), 1)
         await in_thread(client.send, method + head)  # the body is still to come
-        conn = srv.connection(lambda c: c.has_published())
+        conn = connection_of(srv, lambda c: c.has_published())
         await eventually(lambda: conn.channels[1].state.phase is ChannelPhase.AWAIT_BODY)
         srv.facade.set_alarm_limits(disk_free_limit=PB)
         assert conn.blocked is False  # half a message: not held yet
         await in_thread(client.send, frame.marshal(body.ContentBody(b"half"), 1))
         _, ack = await in_thread(client.next_method)
         assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 1
-        assert srv.count("s") == 1
+        assert count(srv, "s") == 1
         await eventually(lambda: conn.blocked)  # held once the message was complete
         await in_thread(client.publish, 1, "", "s", b"\x00\x00", b"next")
         await asyncio.sleep(0.3)
-        assert srv.count("s") == 1
+        assert count(srv, "s") == 1
         srv.facade.set_alarm_limits(disk_free_limit=0)
         _, ack = await in_thread(client.next_method)
         assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 2
-        assert srv.count("s") == 2
+        assert count(srv, "s") == 2
         client.sock.close()
 
 

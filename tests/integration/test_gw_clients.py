@@ -11,8 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gw_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
-from gw_scenario import (
+
+from sievemq.testing import ServerProcess
+
+from .gw_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
+from .gw_scenario import (
     N_A,
     N_TOTAL,
     PREFETCH,
@@ -23,8 +26,6 @@ from gw_scenario import (
     message_spec,
     run_scenario,
 )
-
-from server_process import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from gw_raw import Closed, RawClient
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import Closed, RawClient
 
 pytestmark = pytest.mark.timeout(30)
 

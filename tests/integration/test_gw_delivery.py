@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-from gw_raw import RawClient, decode_props, props_bytes
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient, decode_props, props_bytes
 
 pytestmark = pytest.mark.timeout(30)
 

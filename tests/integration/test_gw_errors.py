@@ -14,10 +14,10 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from gw_raw import PROTOCOL_HEADER, Closed, RawClient
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import PROTOCOL_HEADER, Closed, RawClient
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -496,7 +496,7 @@ def test_bad_login(server: ServerProcess, mechanism: str) -> None:
     client = RawClient(server.host, server.amqp_port)
     client.send(PROTOCOL_HEADER)
     client.expect(commands.Connection.Start)
-    from gw_raw import sasl_response
+    from sievemq.testing.raw import sasl_response
 
     client.send_frame(
         commands.Connection.StartOk(

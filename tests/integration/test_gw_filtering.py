@@ -12,10 +12,10 @@ import struct
 from typing import Any
 
 import pytest
-from gw_raw import RawClient, decode_props, props_bytes
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient, decode_props, props_bytes
 
 pytestmark = pytest.mark.timeout(30)
 

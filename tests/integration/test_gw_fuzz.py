@@ -16,11 +16,11 @@ from typing import Any
 
 import pika
 import pytest
-from gw_raw import RawClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 pytestmark = pytest.mark.timeout(90)
 

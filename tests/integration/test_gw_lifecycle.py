@@ -9,7 +9,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

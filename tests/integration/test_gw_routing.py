@@ -7,7 +7,7 @@ from typing import Any
 import pika
 import pytest
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gw_raw import PROTOCOL_HEADER, Closed, RawClient
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import PROTOCOL_HEADER, Closed, RawClient
 
 pytestmark = pytest.mark.timeout(30)
 

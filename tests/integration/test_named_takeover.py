@@ -13,10 +13,10 @@ from typing import Any
 
 import aio_pika
 import pytest
-from sql_helpers import in_process_server
 
 from sievemq.amqp import errors
 from sievemq.gateway.session import channel as channel_module
+from sievemq.testing import running_gateway
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,8 +37,8 @@ async def until(check: Any, timeout: float = 5.0) -> None:
 async def test_failed_takeover_leaves_the_old_consumer_delivering(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with in_process_server(tmp_path / "data") as (_node, port):
-        url = f"amqp://guest:guest@127.0.0.1:{port}/"
+    async with running_gateway(tmp_path / "data") as gw:
+        url = gw.url
         old_conn = await aio_pika.connect(url)
         new_conn = await aio_pika.connect(url)
         async with old_conn, new_conn:
@@ -78,8 +78,8 @@ async def test_failed_takeover_leaves_the_old_consumer_delivering(
 
 
 async def test_takeover_resumes_from_the_old_consumers_commit(tmp_path: Path) -> None:
-    async with in_process_server(tmp_path / "data") as (_node, port):
-        url = f"amqp://guest:guest@127.0.0.1:{port}/"
+    async with running_gateway(tmp_path / "data") as gw:
+        url = gw.url
         old_conn = await aio_pika.connect(url)
         new_conn = await aio_pika.connect(url)
         async with old_conn, new_conn:

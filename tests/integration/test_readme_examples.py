@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
 
 import pika
-from gw_raw import RawClient
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 MIB = 1 << 20
 
@@ -22,23 +21,11 @@ def _rss_mib(pid: int) -> int:
     return int(status.split("VmRSS:")[1].split()[0]) // 1024
 
 
-def _small_buffered_client(host: str, port: int) -> RawClient:
-    """A raw client with a small receive buffer, set before connect (TCP window)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-    sock.settimeout(5)
-    sock.connect((host, port))
-    client = RawClient.__new__(RawClient)
-    client.sock = sock
-    client.buf = b""
-    return client
-
-
 def test_unread_returns_stop_the_server_reading_and_nothing_is_lost(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path / "data").start()
     try:
         assert srv.proc is not None
-        client = _small_buffered_client(srv.host, srv.amqp_port)
+        client = RawClient(srv.host, srv.amqp_port, receive_buffer=16384)
         client.handshake()
         client.open_channel()
         rss_before = _rss_mib(srv.proc.pid)
@@ -116,7 +103,7 @@ def test_a_client_held_back_by_backpressure_is_not_dropped_for_missed_heartbeats
 ) -> None:
     srv = ServerProcess(tmp_path / "data").start()
     try:
-        client = _small_buffered_client(srv.host, srv.amqp_port)
+        client = RawClient(srv.host, srv.amqp_port, receive_buffer=16384)
         client.handshake(heartbeat=1)
         client.open_channel()
         body = b"x" * MIB

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gw_raw import RawClient
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 LIMIT = 1_000_000
 

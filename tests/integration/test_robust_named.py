@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 import pika
-from sql_helpers import ServerProcess, params, publish, stream_server
 
-__all__ = ["stream_server"]
+from sievemq.testing import ServerProcess
+
+from .sql_helpers import params, publish
 
 
 def _consume(
@@ -32,18 +33,18 @@ def _consume(
 
 
 def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
-    stream_server: ServerProcess,
+    server: ServerProcess,
 ) -> None:
     q = "named-takeover"
-    publish(stream_server, q, [(b"%d" % i, {}) for i in range(100)])
+    publish(server, q, [(b"%d" % i, {}) for i in range(100)])
     named: dict[str, object] = {"x-stream-consumer-name": "n"}
-    c1 = pika.BlockingConnection(params(stream_server))
+    c1 = pika.BlockingConnection(params(server))
     ch_a, got_a, cancelled_a = _consume(c1, q, {**named, "x-stream-offset": "first"}, 100)
     assert [o for _, o in got_a] == list(range(100))
     ch_a.basic_ack(got_a[4][0], multiple=True)  # A is done with 0..4
     c1.process_data_events(time_limit=0.3)
 
-    c2 = pika.BlockingConnection(params(stream_server))
+    c2 = pika.BlockingConnection(params(server))
     ch_b, got_b, _ = _consume(c2, q, named, 95)
     assert got_b[0][1] == 5  # resumes after A's commit
     c1.process_data_events(time_limit=0.3)
@@ -57,8 +58,8 @@ def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
     c1.process_data_events(time_limit=0.3)
     c1.close()
 
-    publish(stream_server, q, [(b"new", {})])
-    c3 = pika.BlockingConnection(params(stream_server))
+    publish(server, q, [(b"new", {})])
+    c3 = pika.BlockingConnection(params(server))
     _, got_c, _ = _consume(c3, q, named, 1)
     assert [o for _, o in got_c] == [100]  # nothing before 100 comes again
     c3.close()

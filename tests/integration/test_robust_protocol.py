@@ -4,10 +4,10 @@ the channel.close a client sees (reply code, text, class and method ids), as Rab
 from __future__ import annotations
 
 import pytest
-from gw_raw import RawClient
 from pamqp import commands
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import RawClient
 
 STREAM = {"x-queue-type": "stream"}
 

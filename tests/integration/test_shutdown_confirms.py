@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from gw_raw import FRAME_END, Closed, RawClient
 from pamqp import body as pbody
 from pamqp import commands, frame
 
-from server_process import ServerProcess
+from sievemq.testing import ServerProcess
+from sievemq.testing.raw import FRAME_END, Closed, RawClient
 
 pytestmark = pytest.mark.timeout(60)
 

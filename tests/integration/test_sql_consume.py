@@ -9,9 +9,10 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from sql_helpers import ServerProcess, in_process_server, params, publish, stream_server
 
-__all__ = ["stream_server"]
+from sievemq.testing import ServerProcess, running_gateway
+
+from .sql_helpers import params, publish
 
 ORDERS = [
     (f"o{i}".encode(), {"region": ("emea", "apac", "amer")[i % 3], "amount": i * 10})
@@ -36,10 +37,10 @@ def _consume(srv: ServerProcess, queue: str, arguments: dict[str, object], n: in
     return got
 
 
-def test_pika_sql_filter_delivers_exactly_the_matches(stream_server: ServerProcess) -> None:
-    publish(stream_server, "sql-pika", ORDERS)
+def test_pika_sql_filter_delivers_exactly_the_matches(server: ServerProcess) -> None:
+    publish(server, "sql-pika", ORDERS)
     got = _consume(
-        stream_server,
+        server,
         "sql-pika",
         {"x-stream-offset": "first", "x-stream-filter-sql": "region = 'apac' AND amount > 100"},
         100,
@@ -48,9 +49,9 @@ def test_pika_sql_filter_delivers_exactly_the_matches(stream_server: ServerProce
     assert got == expected and got
 
 
-def test_bad_expression_is_406_with_the_position(stream_server: ServerProcess) -> None:
-    publish(stream_server, "sql-bad", ORDERS[:1])
-    conn = pika.BlockingConnection(params(stream_server))
+def test_bad_expression_is_406_with_the_position(server: ServerProcess) -> None:
+    publish(server, "sql-bad", ORDERS[:1])
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=10)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
@@ -66,8 +67,8 @@ def test_bad_expression_is_406_with_the_position(stream_server: ServerProcess) -
     conn.close()
 
 
-async def test_aio_pika_sql_with_bloom_filter_and_tags(stream_server: ServerProcess) -> None:
-    url = f"amqp://guest:guest@{stream_server.host}:{stream_server.amqp_port}/"
+async def test_aio_pika_sql_with_bloom_filter_and_tags(server: ServerProcess) -> None:
+    url = f"amqp://guest:guest@{server.host}:{server.amqp_port}/"
     conn = await aio_pika.connect(url)
     async with conn:
         ch = await conn.channel(publisher_confirms=True)
@@ -101,8 +102,9 @@ async def test_aio_pika_sql_with_bloom_filter_and_tags(stream_server: ServerProc
 
 async def test_registered_subscription_skips_chunks_in_statistics(tmp_path: Path) -> None:
     """A named SQL consumer registers its expression: later chunks are skipped by bits."""
-    async with in_process_server(tmp_path / "data") as (node, port):
-        url = f"amqp://guest:guest@127.0.0.1:{port}/"
+    async with running_gateway(tmp_path / "data") as gw:
+        node = gw.node
+        url = gw.url
         conn = await aio_pika.connect(url)
         async with conn:
             ch = await conn.channel(publisher_confirms=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 import pika
-from sql_helpers import ServerProcess, params, publish, stream_server
 
-__all__ = ["stream_server"]
+from sievemq.testing import ServerProcess
+
+from .sql_helpers import params, publish
 
 
 def _deliveries(
@@ -26,10 +27,10 @@ def _deliveries(
     raise AssertionError("consume ended")
 
 
-def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: ServerProcess) -> None:
-    publish(stream_server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
+def test_resume_after_reconnect_with_a_gap_in_acks(server: ServerProcess) -> None:
+    publish(server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
     args: dict[str, object] = {"x-stream-consumer-name": "billing", "x-stream-offset": 5}
-    conn = pika.BlockingConnection(params(stream_server))
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     d = _deliveries(ch, "named-gap", args, 3)
@@ -38,7 +39,7 @@ def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: ServerProcess)
     ch.basic_ack(d[0][0])
     time.sleep(0.2)
     conn.close()  # 6 was never acked: the commit must stay at 5
-    conn = pika.BlockingConnection(params(stream_server))
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     resume = {"x-stream-consumer-name": "billing"}
@@ -48,17 +49,17 @@ def test_resume_after_reconnect_with_a_gap_in_acks(stream_server: ServerProcess)
         ch.basic_ack(tag)
     time.sleep(0.2)
     conn.close()
-    publish(stream_server, "named-gap", [(b"m9", {"i": 9})])
-    conn = pika.BlockingConnection(params(stream_server))
+    publish(server, "named-gap", [(b"m9", {"i": 9})])
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     assert [o for _, o in _deliveries(ch, "named-gap", resume, 1)] == [9]
     conn.close()
 
 
-def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: ServerProcess) -> None:
-    publish(stream_server, "named-next", [(b"old", {})])
-    conn = pika.BlockingConnection(params(stream_server))
+def test_first_consume_starts_at_next_and_nack_reject_settle(server: ServerProcess) -> None:
+    publish(server, "named-next", [(b"old", {})])
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
     got: list[tuple[int, int]] = []
@@ -69,7 +70,7 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: Serv
         got.append((method.delivery_tag, props.headers["x-stream-offset"]))
 
     ch.basic_consume("named-next", on_message, arguments={"x-stream-consumer-name": "c"})
-    publish(stream_server, "named-next", [(b"new1", {}), (b"new2", {}), (b"new3", {})])
+    publish(server, "named-next", [(b"new1", {}), (b"new2", {}), (b"new3", {})])
     deadline = time.monotonic() + 5
     while len(got) < 3 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.1)
@@ -79,18 +80,18 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(stream_server: Serv
     ch.basic_ack(got[2][0])
     conn.process_data_events(time_limit=0.2)
     conn.close()
-    publish(stream_server, "named-next", [(b"new4", {})])
-    conn = pika.BlockingConnection(params(stream_server))
+    publish(server, "named-next", [(b"new4", {})])
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
     assert [o for _, o in _deliveries(ch, "named-next", {"x-stream-consumer-name": "c"}, 1)] == [4]
     conn.close()
 
 
-def test_requeue_keeps_the_commit_before_the_message(stream_server: ServerProcess) -> None:
-    publish(stream_server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
+def test_requeue_keeps_the_commit_before_the_message(server: ServerProcess) -> None:
+    publish(server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
     first = {"x-stream-consumer-name": "retry", "x-stream-offset": "first"}
-    conn = pika.BlockingConnection(params(stream_server))
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     d = _deliveries(ch, "named-requeue", first, 3)
@@ -99,7 +100,7 @@ def test_requeue_keeps_the_commit_before_the_message(stream_server: ServerProces
     ch.basic_ack(d[2][0])
     conn.process_data_events(time_limit=0.2)
     conn.close()
-    conn = pika.BlockingConnection(params(stream_server))
+    conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     resumed = _deliveries(ch, "named-requeue", {"x-stream-consumer-name": "retry"}, 2)

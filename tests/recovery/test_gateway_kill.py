@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import struct
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +20,7 @@ from pamqp import body as pbody
 from pamqp import commands, frame
 from pamqp import header as pheader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from server_process import ServerProcess
+from sievemq.testing import AsyncRawClient, RawClient, ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,47 +47,15 @@ class Round:
     sent: int = 0
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[int, object]:
-    head = await reader.readexactly(7)
-    size = struct.unpack_from(">I", head, 3)[0]
-    rest = await reader.readexactly(size + 1)
-    _, channel, value = frame.unmarshal(head + rest)
-    return channel, value
-
-
-async def read_method(reader: asyncio.StreamReader) -> object:
-    while True:
-        _, value = await read_frame(reader)
-        if getattr(value, "name", "") != "Heartbeat":
-            return value
-
-
 async def publish_until_killed(server: ServerProcess, rnd: int, plan: Round) -> None:
-    reader, writer = await asyncio.open_connection(server.host, server.amqp_port)
-    writer.write(b"AMQP\x00\x00\x09\x01")
-    await read_method(reader)  # connection.start
-    writer.write(
-        frame.marshal(
-            commands.Connection.StartOk(
-                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-            ),
-            0,
-        )
-    )
-    tune = await read_method(reader)
-    assert isinstance(tune, commands.Connection.Tune)
-    writer.write(frame.marshal(commands.Connection.TuneOk(0, 131072, 0), 0))
-    writer.write(frame.marshal(commands.Connection.Open("/"), 0))
-    assert isinstance(await read_method(reader), commands.Connection.OpenOk)
-    writer.write(frame.marshal(commands.Channel.Open(), 1))
-    assert isinstance(await read_method(reader), commands.Channel.OpenOk)
+    client = await AsyncRawClient.connect(server.host, server.amqp_port)
+    await client.handshake()
+    await client.open_channel(1)
     declare = commands.Queue.Declare(
         queue=QUEUE, durable=True, arguments={"x-queue-type": "stream"}
     )
-    writer.write(frame.marshal(declare, 1))
-    assert isinstance(await read_method(reader), commands.Queue.DeclareOk)
-    writer.write(frame.marshal(commands.Confirm.Select(), 1))
-    assert isinstance(await read_method(reader), commands.Confirm.SelectOk)
+    assert isinstance(await client.rpc(declare, 1), commands.Queue.DeclareOk)
+    assert isinstance(await client.rpc(commands.Confirm.Select(), 1), commands.Confirm.SelectOk)
 
     def publish_frames(i: int) -> bytes:
         data = body_of(rnd, i)
@@ -110,9 +74,9 @@ async def publish_until_killed(server: ServerProcess, rnd: int, plan: Round) -> 
                 unconfirmed.add(plan.sent)
                 burst += publish_frames(plan.sent)
                 plan.sent += 1
-            writer.write(burst)
+            client.send(burst)
             # wait for at least one confirm before topping the window up again
-            value = await read_method(reader)
+            value = await client.next_method()
             while True:
                 if isinstance(value, commands.Basic.Ack):
                     tag = value.delivery_tag
@@ -134,16 +98,13 @@ async def publish_until_killed(server: ServerProcess, rnd: int, plan: Round) -> 
                     break
                 if len(unconfirmed) < plan.window // 2:
                     break
-                value = await read_method(reader)
+                value = await client.next_method()
     finally:
-        writer.close()
+        await client.close()
 
 
 def read_stream(server: ServerProcess, expected_at_least: int) -> list[bytes]:
     """All message bodies of the stream, in offset order."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-    from gw_raw import RawClient
-
     client = RawClient(server.host, server.amqp_port)
     client.handshake()
     client.open_channel(1)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pika
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from sql_helpers import ServerProcess, params, publish
+from sievemq.testing import ServerProcess
+from tests.integration.sql_helpers import params, publish
 
 
 def test_commit_survives_sigkill_and_sql_subscription_resumes(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-from sievemq.amqp import codec, frames
+from sievemq.amqp import codec, frames, hotcodec
+from sievemq.amqp import properties as raw_properties
 
 from .strategies import (
     channel_id,
@@ -49,8 +50,8 @@ def pamqp_content(channel: int, props: commands.Basic.Properties, body: bytes, f
 def test_decode_publish_matches_pamqp(exchange: str, rk: str, mandatory: bool, immediate: bool):
     payload = method_payload(commands.Basic.Publish(0, exchange, rk, mandatory, immediate))
     pm = frame._unmarshal_method_frame(payload)
-    assert codec.method_id(payload) == (60, 40)
-    assert codec.decode_basic_publish(payload) == (
+    assert hotcodec.method_id(payload) == (60, 40)
+    assert hotcodec.decode_basic_publish(payload) == (
         pm.exchange,
         pm.routing_key,
         pm.mandatory,
@@ -64,43 +65,43 @@ def test_decode_publish_unicode_names_match_pamqp(exchange: str, rk: str, bits: 
     # pamqp refuses to marshal such exchange names, but decodes them: build the bytes by hand
     payload = b"\x00\x3c\x00\x28\x00\x00" + ss(exchange) + ss(rk) + bytes((bits,))
     pm = frame._unmarshal_method_frame(payload)
-    assert codec.decode_basic_publish(payload) == (exchange, rk, pm.mandatory, pm.immediate)
+    assert hotcodec.decode_basic_publish(payload) == (exchange, rk, pm.mandatory, pm.immediate)
 
 
 @given(pamqp_tag, st.booleans())
 def test_decode_ack_matches_pamqp(tag: int, multiple: bool):
     payload = method_payload(commands.Basic.Ack(tag, multiple))
-    assert codec.method_id(payload) == (60, 80)
-    assert codec.decode_basic_ack(payload) == (tag, multiple)
+    assert hotcodec.method_id(payload) == (60, 80)
+    assert hotcodec.decode_basic_ack(payload) == (tag, multiple)
 
 
 @given(pamqp_tag, st.booleans(), st.booleans())
 def test_decode_nack_matches_pamqp(tag: int, multiple: bool, requeue: bool):
     payload = method_payload(commands.Basic.Nack(tag, multiple, requeue))
-    assert codec.method_id(payload) == (60, 120)
-    assert codec.decode_basic_nack(payload) == (tag, multiple, requeue)
+    assert hotcodec.method_id(payload) == (60, 120)
+    assert hotcodec.decode_basic_nack(payload) == (tag, multiple, requeue)
 
 
 @given(pamqp_tag, st.booleans())
 def test_decode_reject_matches_pamqp(tag: int, requeue: bool):
     payload = method_payload(commands.Basic.Reject(tag, requeue))
-    assert codec.method_id(payload) == (60, 90)
-    assert codec.decode_basic_reject(payload) == (tag, requeue)
+    assert hotcodec.method_id(payload) == (60, 90)
+    assert hotcodec.decode_basic_reject(payload) == (tag, requeue)
 
 
 @given(channel_id, pamqp_tag, st.booleans())
 def test_encode_ack_is_pamqp_bytes(channel: int, tag: int, multiple: bool):
-    assert codec.encode_basic_ack(channel, tag, multiple) == frame.marshal(
+    assert hotcodec.encode_basic_ack(channel, tag, multiple) == frame.marshal(
         commands.Basic.Ack(tag, multiple), channel
     )
 
 
 @given(channel_id, pamqp_tag, st.booleans(), st.booleans())
 def test_encode_nack_is_pamqp_bytes(channel: int, tag: int, multiple: bool, requeue: bool):
-    assert codec.encode_basic_nack(channel, tag, multiple, requeue) == frame.marshal(
+    assert hotcodec.encode_basic_nack(channel, tag, multiple, requeue) == frame.marshal(
         commands.Basic.Nack(tag, multiple, requeue), channel
     )
-    assert codec.encode_basic_nack(channel, tag, multiple) == frame.marshal(
+    assert hotcodec.encode_basic_nack(channel, tag, multiple) == frame.marshal(
         commands.Basic.Nack(tag, multiple, False), channel
     )
 
@@ -108,11 +109,11 @@ def test_encode_nack_is_pamqp_bytes(channel: int, tag: int, multiple: bool, requ
 @given(properties(), st.integers(0, 2**64 - 1))
 def test_decode_content_header_matches_pamqp(props: commands.Basic.Properties, size: int):
     payload = frame.marshal(header.ContentHeader(0, size, props), 1)[7:-1]
-    class_id, body_size, raw = codec.decode_content_header(payload)
+    class_id, body_size, raw = hotcodec.decode_content_header(payload)
     theirs = frame._unmarshal_header_frame(payload)
     assert (class_id, body_size) == (theirs.class_id, theirs.body_size) == (60, size)
     assert raw == props.marshal()
-    assert codec.decode_properties(raw) == theirs.properties == props
+    assert raw_properties.decode_properties(raw) == theirs.properties == props
 
 
 @given(
@@ -139,12 +140,12 @@ def test_encode_delivery_matches_pamqp(
 ):
     raw = props.marshal()
     data = b"".join(
-        codec.encode_delivery(channel, ctag, tag, exchange, rk, raw, body, fmax, offset)
+        hotcodec.encode_delivery(channel, ctag, tag, exchange, rk, raw, body, fmax, offset)
     )
     method = frame.marshal(commands.Basic.Deliver(ctag, tag, False, exchange, rk), channel)
     assert data.startswith(method)
     # the header frame carries the spliced properties; the body frames are pamqp's
-    spliced = codec.splice_long_header(raw, "x-stream-offset", offset)
+    spliced = raw_properties.splice_long_header(raw, "x-stream-offset", offset)
     content_head = struct.pack(">BHIHHQ", 2, channel, 12 + len(spliced), 60, 0, len(body))
     rest = data[len(method) :]
     assert rest.startswith(content_head + spliced + b"\xce")
@@ -187,7 +188,7 @@ def test_encode_return_is_pamqp_bytes(
     fmax: int,
 ):
     ours = b"".join(
-        codec.encode_return(channel, code, text, exchange, rk, props.marshal(), body, fmax)
+        hotcodec.encode_return(channel, code, text, exchange, rk, props.marshal(), body, fmax)
     )
     theirs = frame.marshal(
         commands.Basic.Return(code, text, exchange, rk), channel
@@ -197,7 +198,7 @@ def test_encode_return_is_pamqp_bytes(
 
 @given(properties())
 def test_frames_from_encoders_pass_the_frame_reader(props: commands.Basic.Properties):
-    pieces = codec.encode_delivery(1, "c", 1, "", "rk", props.marshal(), b"x" * 9000, 4096, 7)
+    pieces = hotcodec.encode_delivery(1, "c", 1, "", "rk", props.marshal(), b"x" * 9000, 4096, 7)
     parsed = frames.FrameReader(4096, 8192).feed(b"".join(pieces))
     assert [t for t, _, _ in parsed] == [1, 2, 3, 3, 3]
 
@@ -205,7 +206,7 @@ def test_frames_from_encoders_pass_the_frame_reader(props: commands.Basic.Proper
 def test_heartbeat_is_pamqp_bytes():
     from pamqp import heartbeat
 
-    assert codec.encode_heartbeat() == frame.marshal(heartbeat.Heartbeat(), 0)
+    assert hotcodec.encode_heartbeat() == frame.marshal(heartbeat.Heartbeat(), 0)
 
 
 @given(channel_id, exchange_name, st.booleans(), st.integers(0, 65535))
@@ -228,12 +229,12 @@ def test_tags_up_to_2_64_are_unsigned_on_the_wire(
     # beyond pamqp's signed range: the bytes follow the spec's unsigned longlong
     bits = int(multiple) | int(requeue) << 1
     payload = struct.pack(">HHQB", 60, 120, tag, bits)
-    assert codec.decode_basic_nack(payload) == (tag, multiple, requeue)
-    assert codec.decode_basic_ack(struct.pack(">HHQB", 60, 80, tag, bits)) == (tag, multiple)
-    assert codec.decode_basic_reject(struct.pack(">HHQB", 60, 90, tag, bits)) == (tag, multiple)
-    frame_bytes = codec.encode_basic_nack(channel, tag, multiple, requeue)
+    assert hotcodec.decode_basic_nack(payload) == (tag, multiple, requeue)
+    assert hotcodec.decode_basic_ack(struct.pack(">HHQB", 60, 80, tag, bits)) == (tag, multiple)
+    assert hotcodec.decode_basic_reject(struct.pack(">HHQB", 60, 90, tag, bits)) == (tag, multiple)
+    frame_bytes = hotcodec.encode_basic_nack(channel, tag, multiple, requeue)
     assert frame_bytes == struct.pack(">BHI", 1, channel, 13) + payload + b"\xce"
-    pieces = codec.encode_delivery(channel, "ct", tag, "ex", "rk", b"\x00\x00", b"", 4096, 0)
+    pieces = hotcodec.encode_delivery(channel, "ct", tag, "ex", "rk", b"\x00\x00", b"", 4096, 0)
     method = frames.FrameReader(4096, 4096).feed(b"".join(pieces))[0][2]
     assert struct.unpack_from(">Q", method, 4 + 3) == (tag,)
 
@@ -260,9 +261,11 @@ def test_delivery_encoder_is_encode_delivery(
 ):
     # the cached encoder must give the same bytes as the plain one, delivery after delivery
     raw = props.marshal()
-    encoder = codec.DeliveryEncoder(channel, ctag, fmax)
+    encoder = hotcodec.DeliveryEncoder(channel, ctag, fmax)
     for tag, offset in tags_offsets:
         out: list[bytes] = []
         encoder.encode(out, tag, exchange, rk, raw, body, offset)
-        expected = codec.encode_delivery(channel, ctag, tag, exchange, rk, raw, body, fmax, offset)
+        expected = hotcodec.encode_delivery(
+            channel, ctag, tag, exchange, rk, raw, body, fmax, offset
+        )
         assert b"".join(out) == b"".join(expected)

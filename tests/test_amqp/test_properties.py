@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands, encode
 
-from sievemq.amqp import codec, errors
+from sievemq.amqp import errors, hotcodec
+from sievemq.amqp import properties as raw_properties
 
 from .strategies import field_key, field_table, field_value, properties
 
@@ -22,8 +23,8 @@ def others(props: commands.Basic.Properties) -> dict[str, object]:
 def test_splice_adds_offset_and_keeps_every_other_property(
     props: commands.Basic.Properties, offset: int
 ):
-    spliced = codec.splice_long_header(props.marshal(), "x-stream-offset", offset)
-    back = codec.decode_properties(spliced)
+    spliced = raw_properties.splice_long_header(props.marshal(), "x-stream-offset", offset)
+    back = raw_properties.decode_properties(spliced)
     assert back.headers == {**(props.headers or {}), "x-stream-offset": offset}
     assert others(back) == others(props)
     # the value is an AMQP long-long ('l'), whatever its size
@@ -33,9 +34,9 @@ def test_splice_adds_offset_and_keeps_every_other_property(
 @given(properties(headers=st.none()), OFFSETS)
 def test_splice_without_headers_sets_the_flag(props: commands.Basic.Properties, offset: int):
     raw = props.marshal()
-    spliced = codec.splice_long_header(raw, "x-stream-offset", offset)
+    spliced = raw_properties.splice_long_header(raw, "x-stream-offset", offset)
     assert spliced[0] & 0x20 and not raw[0] & 0x20
-    assert codec.decode_properties(spliced).headers == {"x-stream-offset": offset}
+    assert raw_properties.decode_properties(spliced).headers == {"x-stream-offset": offset}
 
 
 @given(properties(headers=field_table), field_value, OFFSETS, OFFSETS)
@@ -43,10 +44,13 @@ def test_splice_replaces_an_existing_entry(
     props: commands.Basic.Properties, other: object, first: int, second: int
 ):
     props.headers = {**(props.headers or {}), "x-stream-offset": other}
-    once = codec.splice_long_header(props.marshal(), "x-stream-offset", first)
-    twice = codec.splice_long_header(once, "x-stream-offset", second)
+    once = raw_properties.splice_long_header(props.marshal(), "x-stream-offset", first)
+    twice = raw_properties.splice_long_header(once, "x-stream-offset", second)
     assert len(twice) == len(once)  # replaced, not added a second time
-    assert codec.decode_properties(twice).headers == {**props.headers, "x-stream-offset": second}
+    assert raw_properties.decode_properties(twice).headers == {
+        **props.headers,
+        "x-stream-offset": second,
+    }
 
 
 @given(properties(), st.integers(0, 2**63 - 1), st.binary(max_size=10))
@@ -54,40 +58,71 @@ def test_delivery_fast_splice_equals_general_splice(
     props: commands.Basic.Properties, offset: int, body: bytes
 ):
     raw = props.marshal()
-    pieces = codec.encode_delivery(1, "c", 1, "", "", raw, body, 4096, offset)
-    assert codec.splice_long_header(raw, "x-stream-offset", offset) in b"".join(pieces)
+    pieces = hotcodec.encode_delivery(1, "c", 1, "", "", raw, body, 4096, offset)
+    assert raw_properties.splice_long_header(raw, "x-stream-offset", offset) in b"".join(pieces)
 
 
 @given(properties(headers=field_table.filter(bool)))
 def test_read_header_returns_each_value(props: commands.Basic.Properties):
     raw = props.marshal()
     for key, value in props.headers.items():
-        assert codec.read_header(raw, key) == value
+        assert raw_properties.read_header(raw, key) == value
+
+
+@given(properties(headers=field_table.filter(bool)), st.data())
+def test_the_single_pass_check_finds_the_header_pamqp_decodes(
+    props: commands.Basic.Properties, data: st.DataObject
+):
+    raw = props.marshal()
+    key = data.draw(st.sampled_from(sorted(props.headers)))
+    at = raw_properties.check_properties(raw, key.encode())
+    assert at > 0
+    assert raw_properties.header_at(raw, at) == props.headers[key]
+    assert raw_properties.check_properties(raw) == -1  # no key asked: nothing found
+
+
+@given(properties(), field_key)
+def test_the_single_pass_check_reports_an_absent_header(
+    props: commands.Basic.Properties, key: str
+):
+    if props.headers and key in props.headers:
+        return
+    assert raw_properties.check_properties(props.marshal(), key.encode()) == -1
+
+
+def test_the_single_pass_check_finds_only_top_level_headers():
+    nested = commands.Basic.Properties(content_type="k", headers={"a": {"k": 1}, "b": ["k"]})
+    assert raw_properties.check_properties(nested.marshal(), b"k") == -1
+    first = b"\x01k" + b"S\x00\x00\x00\x01x" + b"\x01k" + b"S\x00\x00\x00\x01y"
+    raw = b"\x20\x00" + len(first).to_bytes(4, "big") + first
+    at = raw_properties.check_properties(raw, b"k")
+    assert raw_properties.header_at(raw, at) == "x"  # the first of two entries, as read_header
+    assert raw_properties.read_header(raw, "k") == "x"
 
 
 @given(properties(), field_key)
 def test_read_header_of_absent_name_is_none(props: commands.Basic.Properties, key: str):
     if props.headers and key in props.headers:
         return
-    assert codec.read_header(props.marshal(), key) is None
+    assert raw_properties.read_header(props.marshal(), key) is None
 
 
 def test_read_header_ignores_the_name_in_other_properties():
     props = commands.Basic.Properties(content_type="x-filter", headers={"a": 1})
-    assert codec.read_header(props.marshal(), "x-filter") is None
+    assert raw_properties.read_header(props.marshal(), "x-filter") is None
     props = commands.Basic.Properties(content_type="x-filter", app_id="x-filter")
-    assert codec.read_header(props.marshal(), "x-filter") is None
+    assert raw_properties.read_header(props.marshal(), "x-filter") is None
 
 
 def test_read_header_reads_a_filter_value_array():
     values = ["eu", "us", "ünïcode"]
     props = commands.Basic.Properties(headers={"x-stream-filter-value": values, "z": "q"})
-    assert codec.read_header(props.marshal(), "x-stream-filter-value") == values
+    assert raw_properties.read_header(props.marshal(), "x-stream-filter-value") == values
 
 
 @given(properties())
 def test_well_formed_properties_pass_the_check(props: commands.Basic.Properties):
-    codec.check_properties(props.marshal())
+    raw_properties.check_properties(props.marshal())
 
 
 @given(properties(headers=field_table.filter(bool)), st.data())
@@ -95,29 +130,29 @@ def test_truncated_properties_are_frame_errors(props: commands.Basic.Properties,
     raw = props.marshal()
     cut = data.draw(st.integers(0, len(raw) - 1))
     with pytest.raises(errors.FrameError):
-        codec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw[:cut])
+        hotcodec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw[:cut])
 
 
 @given(st.binary(max_size=64))
 def test_arbitrary_property_bytes_raise_only_frame_errors(raw: bytes):
     try:
-        codec.check_properties(raw)
+        raw_properties.check_properties(raw)
     except errors.FrameError:
         return
     # what the check accepts, pamqp can decode and we can splice
-    codec.decode_properties(raw)
-    codec.splice_long_header(raw, "x-stream-offset", 1)
+    raw_properties.decode_properties(raw)
+    raw_properties.splice_long_header(raw, "x-stream-offset", 1)
 
 
 def test_unknown_field_type_is_rejected():
     table = b"\x01a" + b"Z" + b"\x00"
     raw = b"\x20\x00" + len(table).to_bytes(4, "big") + table
     with pytest.raises(errors.FrameError) as info:
-        codec.check_properties(raw)
+        raw_properties.check_properties(raw)
     assert info.value.reply_code == 501
 
 
 def test_table_longer_than_properties_is_rejected():
     raw = b"\x20\x00" + encode.field_table({"a": 1})[:-1]
     with pytest.raises(errors.FrameError):
-        codec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw)
+        hotcodec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands
 
-from sievemq.amqp import codec, errors
+from sievemq.amqp import errors, hotcodec
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 
@@ -50,7 +50,7 @@ def test_settle_many_of_a_run_is_one_ack():
         tracker.take()
     tracker.settle_many(list(range(1, 251)), True)
     tracker.settle_many(list(range(251, 501)), True)
-    assert tracker.drain() == [codec.encode_basic_ack(3, 500, True)]
+    assert tracker.drain() == [hotcodec.encode_basic_ack(3, 500, True)]
     assert tracker.unconfirmed == 0
 
 
@@ -63,7 +63,7 @@ def _publish(exchange: str, rk: str, mandatory: bool, immediate: bool) -> bytes:
 @given(st.from_regex(r"[a-zA-Z0-9._:-]{0,20}", fullmatch=True), st.text(max_size=20), st.booleans())
 def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bool):
     payload = b"\x00\x3c\x00\x28" + _publish(exchange, rk, mandatory, False)
-    expected = codec.decode_basic_publish(payload)[:3]
+    expected = hotcodec.decode_basic_publish(payload)[:3]
     assert fastpath.publish_args(payload) == expected
     assert fastpath.publish_args(bytes(payload)) == expected  # cached
 

@@ -104,7 +104,9 @@ def test_pathological_pattern_is_linear_not_catastrophic() -> None:
         assert not g.evaluate(message)
         assert not h.evaluate(message)
     elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"60 evaluations took {elapsed:.3f}s"
+    # a backtracking matcher needs about 5000**9 steps here and never returns; a linear one takes
+    # milliseconds, so a bound far above that keeps the test meaningful on a loaded machine
+    assert elapsed < 10.0, f"60 evaluations took {elapsed:.3f}s"
     assert f.errors == g.errors == h.errors == 0
     assert g.evaluate(view({"a": "a" * 5000 + "b"}))
     assert h.evaluate(view({"a": "a" * 5000 + "aaaaaaaaab"}))

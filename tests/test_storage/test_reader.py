@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.test_storage.conftest import msg, read_all
 
 from sievemq.storage import FilterSpec, Stream, StreamConfig, StreamReader
+from tests.test_storage.conftest import msg, read_all
 
 
 @pytest.fixture

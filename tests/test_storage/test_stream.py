@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.test_storage.conftest import files, msg, read_all
 
 from sievemq.storage import (
     Durability,
@@ -17,6 +16,7 @@ from sievemq.storage import (
     StreamConfig,
     StreamReader,
 )
+from tests.test_storage.conftest import files, msg, read_all
 
 
 def test_append_returns_first_offset_and_moves_end(tmp_path: Path) -> None:

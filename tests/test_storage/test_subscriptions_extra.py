@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from tests.test_storage.conftest import msg, read_all
-
 from sievemq.storage import FilterSpec, Stream, StreamConfig, StreamReader
 from sievemq.storage.tools import dump, verify
+from tests.test_storage.conftest import msg, read_all
 
 
 def _mixed(directory: Path, **config: object) -> Stream:

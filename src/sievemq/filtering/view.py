@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sievemq.amqp.codec import decode_properties, read_header
+from sievemq.amqp.properties import decode_properties, read_header
 from sievemq.filtering.sql import SqlFilter
 
 _PAMQP_NAMES = {"type": "message_type"}  # SQL name -> pamqp Basic.Properties attribute

@@ -25,7 +25,17 @@ from typing import Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, states
+from sievemq.amqp import codec, errors, frames, hotcodec, properties, states
+from sievemq.amqp.hotcodec import (
+    BASIC_CONTENT_CLASS,
+    BASIC_PUBLISH,
+    CLASS_BASIC,
+    CONTENT_HEADER_FIELDS,
+    METHOD_ACK,
+    METHOD_NACK,
+    METHOD_PUBLISH,
+    METHOD_REJECT,
+)
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model.vhost import VirtualHost
@@ -104,23 +114,24 @@ class Channel:
         state = self.state
         phase = state.phase
         if ftype == frames.FRAME_METHOD:
-            cid, mid = codec.method_id(payload)
-            if cid == 60 and phase is _OPEN:
-                if mid == 40:
+            cid, mid = hotcodec.method_id(payload)
+            if cid == CLASS_BASIC and phase is _OPEN:
+                if mid == METHOD_PUBLISH:
                     self._publish(payload)
                     state.phase = _AWAIT_HEADER  # the table's publish transition, inline
                     return
-                if mid == 80:
-                    tag, multiple = codec.decode_basic_ack(payload)
-                    self._settle_deliveries(tag, multiple)
+                if mid == METHOD_ACK:
+                    ack = hotcodec.decode_basic_ack(payload)
+                    self._settle_deliveries(ack.delivery_tag, ack.multiple)
                     return
-                if mid == 120:
-                    tag, multiple, requeue = codec.decode_basic_nack(payload)
-                    self._settle_deliveries(tag, multiple, not requeue, 120)
+                if mid == METHOD_NACK:
+                    nack = hotcodec.decode_basic_nack(payload)
+                    finished = not nack.requeue
+                    self._settle_deliveries(nack.delivery_tag, nack.multiple, finished, mid)
                     return
-                if mid == 90:
-                    tag, requeue = codec.decode_basic_reject(payload)
-                    self._settle_deliveries(tag, False, not requeue, 90)
+                if mid == METHOD_REJECT:
+                    reject = hotcodec.decode_basic_reject(payload)
+                    self._settle_deliveries(reject.delivery_tag, False, not reject.requeue, mid)
                     return
             self._cold_method(cid, mid, payload)
         elif ftype == frames.FRAME_BODY:
@@ -166,13 +177,13 @@ class Channel:
     # ----------------------------------------------------------------------- publishing
 
     def _publish(self, payload: bytes) -> None:
-        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
-        if immediate:
-            raise errors.NotImplemented_("immediate=true", 60, 40)
-        self._pub = (exchange, routing_key, mandatory)
+        publish = hotcodec.decode_basic_publish(payload)
+        if publish.immediate:
+            raise errors.NotImplemented_("immediate=true", *BASIC_PUBLISH)
+        self._pub = (publish.exchange, publish.routing_key, publish.mandatory)
 
     def _content_header(self, payload: bytes) -> None:
-        class_id, size, props = codec.decode_content_header(payload)
+        class_id, size, props = hotcodec.decode_content_header(payload)
         state = self.state
         if class_id != _PUBLISH_CLASS or size > self.connection.node.limits.max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
@@ -197,14 +208,18 @@ class Channel:
         if htype != 2 or btype != 3 or hchannel != self.id or bchannel != self.id:
             return False
         size = len(bpayload)
-        if len(hpayload) < 14 or hpayload[:2] != b"\x00<" or _body_size(hpayload, 4)[0] != size:
+        if (
+            len(hpayload) < CONTENT_HEADER_FIELDS + 2  # + the first property flag word
+            or hpayload[:2] != BASIC_CONTENT_CLASS
+            or _body_size(hpayload, 4)[0] != size
+        ):
             return False  # not class 60, several body frames, or a size mismatch to report
         if size > self.connection.node.limits.max_message_size:
             return False
         pub = fastpath.publish_args(method)
         if pub is None:
             return False
-        props = hpayload[12:]
+        props = hpayload[CONTENT_HEADER_FIELDS:]
         values = fastpath.property_filter_values(props)
         if values is None:
             return False
@@ -221,21 +236,21 @@ class Channel:
             try:
                 values = fastpath.filter_values(props)
             except errors.PreconditionFailed as error:
-                error.class_id, error.method_id = 60, 40  # nothing of this message is stored
+                error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
                 raise
         vhost = self.connection.vhost
         assert vhost is not None
         try:
             queues = vhost.route(exchange, routing_key, lambda: _headers(props))
         except errors.AMQPError as error:  # missing or internal exchange: basic.publish failed
-            error.class_id, error.method_id = 60, 40
+            error.class_id, error.method_id = BASIC_PUBLISH
             raise
         confirm = self.confirm
         if not queues:
             if mandatory:
                 conn = self.connection
                 conn.write_frames(
-                    codec.encode_return(
+                    hotcodec.encode_return(
                         self.id,
                         312,
                         "NO_ROUTE",
@@ -284,7 +299,7 @@ class Channel:
     # ----------------------------------------------------------------------- consuming
 
     def _settle_deliveries(
-        self, tag: int, multiple: bool, finished: bool = True, method_id: int = 80
+        self, tag: int, multiple: bool, finished: bool = True, method_id: int = METHOD_ACK
     ) -> None:
         """Ack, nack, reject: each settled delivery gives its consumer one credit back.
 
@@ -298,7 +313,9 @@ class Channel:
         if not multiple:
             consumer = unacked.pop(tag, None)
             if consumer is None:
-                raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+                raise errors.PreconditionFailed(
+                    f"unknown delivery tag {tag}", CLASS_BASIC, method_id
+                )
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -306,7 +323,7 @@ class Channel:
         # tags are inserted in increasing order: everything up to ``tag`` is a prefix,
         # found and removed with C-level list/dict operations rather than a loop per tag
         if tag and tag not in unacked:
-            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", 60, method_id)
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", CLASS_BASIC, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -590,7 +607,7 @@ def _pending_content_error(limit: int) -> errors.ResourceError:
 
 
 def _headers(props: bytes) -> dict[str, Any]:
-    headers = codec.decode_properties(props).headers
+    headers = properties.decode_properties(props).headers
     return dict(headers) if headers else {}
 
 

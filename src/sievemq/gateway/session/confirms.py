@@ -8,7 +8,7 @@ A message routed to several streams is settled once every stream has reported.
 
 from __future__ import annotations
 
-from sievemq.amqp import codec
+from sievemq.amqp import hotcodec
 
 
 class ConfirmTracker:
@@ -117,5 +117,5 @@ class ConfirmTracker:
 def _frame(channel: int, last: int, first: int, ok: bool) -> bytes:
     multiple = last != first
     if ok:
-        return codec.encode_basic_ack(channel, last, multiple)
-    return codec.encode_basic_nack(channel, last, multiple)
+        return hotcodec.encode_basic_ack(channel, last, multiple)
+    return hotcodec.encode_basic_nack(channel, last, multiple)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, negotiation, states
+from sievemq.amqp import codec, errors, frames, hotcodec, negotiation, states
 from sievemq.amqp.states import (
     ChannelPhase,
     ChannelState,
@@ -212,7 +212,7 @@ class Connection:
         state = self.state
         if state.receive_frame(ftype, chid) is Next.DISCARD or ftype != frames.FRAME_METHOD:
             return  # discarded, or a heartbeat (it counted as traffic in on_frames)
-        method = codec.method_id(payload)
+        method = hotcodec.method_id(payload)
         if state.receive_method(method) is Next.DISCARD:
             return
         _CONNECTION_METHODS[method](self, codec.decode_method(payload))
@@ -327,7 +327,7 @@ class Connection:
                 self.transport.abort()
                 return
         if not self.writing_paused:
-            self.transport.write(codec.encode_heartbeat())
+            self.transport.write(hotcodec.encode_heartbeat())
         self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
 
     # ----------------------------------------------------------------------- channels
@@ -347,7 +347,7 @@ class Connection:
         state = ChannelState(chid, self.node.limits.max_message_size)
         if ftype != frames.FRAME_METHOD:
             state.out_of_phase(ftype)  # raises 504
-        state.receive_method(codec.method_id(payload))  # 504 unless channel.open
+        state.receive_method(hotcodec.method_id(payload))  # 504 unless channel.open
         if chid > self.channel_max:
             raise errors.ChannelErrorHard(
                 f"channel {chid} is above the negotiated channel_max {self.channel_max}", 20, 10

@@ -25,7 +25,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from sievemq.amqp import codec
+from sievemq.amqp import hotcodec
 from sievemq.filtering.sql import SqlFilter
 from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
 from sievemq.gateway.model.queue import StreamQueue
@@ -118,7 +118,7 @@ class StreamConsumer:
         self._reader = reader
         self._batch = batch
         self._scheduled = False
-        self._encoder: codec.DeliveryEncoder | None = None
+        self._encoder: hotcodec.DeliveryEncoder | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.sql = sql
@@ -211,7 +211,7 @@ class StreamConsumer:
         encoder = self._encoder
         frame_max = target.frame_max
         if encoder is None or encoder.frame_max != frame_max:
-            encoder = self._encoder = codec.DeliveryEncoder(target.id, self.tag, frame_max)
+            encoder = self._encoder = hotcodec.DeliveryEncoder(target.id, self.tag, frame_max)
         encode = encoder.encode
         tag = first
         for r in records:

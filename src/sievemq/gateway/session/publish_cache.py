@@ -10,9 +10,10 @@ falls back to the regular path, which raises the same error at the same point.
 
 from __future__ import annotations
 
+import struct
 from typing import Final
 
-from sievemq.amqp import codec, errors
+from sievemq.amqp import errors, hotcodec, properties
 from sievemq.gateway.model import arguments as stream_args
 
 FILTER_HEADER: Final = "x-stream-filter-value"
@@ -20,8 +21,12 @@ _FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()
 _CACHE_MAX: Final = 1024
 PUBLISH_ID: Final = b"\x00\x3c\x00\x28"  # class 60, method 40: the first bytes of a publish
 
+_LONGSTR: Final = 0x53  # the 'S' field type
+_U32 = struct.Struct(">I").unpack_from
+
 _publishes: dict[bytes, tuple[str, str, bool]] = {}
 _properties: dict[bytes, tuple[str, ...]] = {}
+_longstr_values: dict[bytes, tuple[str, ...]] = {}  # raw longstr filter value -> its values
 
 
 def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
@@ -30,12 +35,12 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
     if got is not None:
         return got
     try:
-        exchange, routing_key, mandatory, immediate = codec.decode_basic_publish(payload)
+        publish = hotcodec.decode_basic_publish(payload)
     except errors.AMQPError:
         return None
-    if immediate:
+    if publish.immediate:
         return None
-    got = (exchange, routing_key, mandatory)
+    got = (publish.exchange, publish.routing_key, publish.mandatory)
     if len(_publishes) >= _CACHE_MAX:
         _publishes.clear()
     _publishes[payload] = got
@@ -43,13 +48,32 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
 
 
 def property_filter_values(props: bytes) -> tuple[str, ...] | None:
-    """The filter values of a well-formed property list; None: use the slow path."""
+    """The filter values of a well-formed property list; None: use the slow path.
+
+    A property list seen before is answered from the memo. A new one is checked and its
+    filter header found in ONE pass (``check_properties`` with the key); a longstr value is
+    parsed once per distinct value (an application's messages share a few filter values
+    while every property list differs).
+    """
     got = _properties.get(props)
     if got is not None:
         return got
     try:
-        codec.check_properties(props)
-        values = filter_values(props)
+        at = properties.check_properties(props, _FILTER_HEADER_BYTES)
+        if at < 0:
+            values: tuple[str, ...] = ()
+        elif props[at] == _LONGSTR:
+            size = _U32(props, at + 1)[0]
+            raw = props[at + 5 : at + 5 + size]
+            cached = _longstr_values.get(raw)
+            if cached is None:
+                cached = stream_args.parse_filter_values(properties.header_at(props, at))
+                if len(_longstr_values) >= _CACHE_MAX:
+                    _longstr_values.clear()
+                _longstr_values[raw] = cached
+            values = cached
+        else:
+            values = stream_args.parse_filter_values(properties.header_at(props, at))
     except errors.AMQPError:
         return None
     if len(_properties) >= _CACHE_MAX:
@@ -61,5 +85,5 @@ def property_filter_values(props: bytes) -> tuple[str, ...] | None:
 def filter_values(props: bytes) -> tuple[str, ...]:
     """Filter values of a message from its raw properties (406 when malformed)."""
     if _FILTER_HEADER_BYTES in props:
-        return stream_args.parse_filter_values(codec.read_header(props, FILTER_HEADER))
+        return stream_args.parse_filter_values(properties.read_header(props, FILTER_HEADER))
     return ()

@@ -15,18 +15,21 @@ import aiormq
 import aiormq.exceptions
 import pytest
 from pamqp.commands import Basic
-from test_filtering_support import FV, InProc, consume, inproc_server, raw_publish
+
+from sievemq.testing import RunningGateway, running_gateway
+
+from .aiormq_helpers import FV, consume, raw_publish
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
 async def srv(tmp_path: Path) -> Any:
-    async with inproc_server(tmp_path / "data") as server:
+    async with running_gateway(tmp_path / "data") as server:
         yield server
 
 
-async def _stream_with_good_messages(srv: InProc, name: str) -> None:
+async def _stream_with_good_messages(srv: RunningGateway, name: str) -> None:
     conn = await aiormq.connect(srv.url)
     ch = await conn.channel()
     await ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
@@ -38,7 +41,7 @@ async def _stream_with_good_messages(srv: InProc, name: str) -> None:
     await conn.close()
 
 
-async def _assert_only_good_messages(srv: InProc, name: str) -> None:
+async def _assert_only_good_messages(srv: RunningGateway, name: str) -> None:
     assert srv.queue(name).message_count == 3
     c, collector = await consume(srv.url, name, {"x-stream-offset": "first"})
     await collector.wait_for(3)
@@ -62,7 +65,7 @@ async def _assert_only_good_messages(srv: InProc, name: str) -> None:
     ],
 )
 async def test_bad_filter_value_closes_the_channel_and_stores_nothing(
-    srv: InProc, value: Any, why: str
+    srv: RunningGateway, value: Any, why: str
 ) -> None:
     await _stream_with_good_messages(srv, "pub")
     conn = await aiormq.connect(srv.url)
@@ -81,7 +84,7 @@ async def test_bad_filter_value_closes_the_channel_and_stores_nothing(
     await _assert_only_good_messages(srv, "pub")
 
 
-async def test_filter_value_that_is_not_utf8_is_refused(srv: InProc) -> None:
+async def test_filter_value_that_is_not_utf8_is_refused(srv: RunningGateway) -> None:
     await _stream_with_good_messages(srv, "utf")
     close = await raw_publish(
         srv.port, "utf", "\u00ff\u00ff", (b"\xc3\xbf\xc3\xbf", b"\xff\xfe\xff\xfe")
@@ -109,7 +112,7 @@ async def test_filter_value_that_is_not_utf8_is_refused(srv: InProc) -> None:
     ],
 )
 async def test_bad_consumer_filter_arguments_get_406(
-    srv: InProc, arguments: dict[str, Any], why: str
+    srv: RunningGateway, arguments: dict[str, Any], why: str
 ) -> None:
     conn = await aiormq.connect(srv.url)
     ch = await conn.channel()
@@ -128,7 +131,7 @@ async def test_bad_consumer_filter_arguments_get_406(
 
 
 @pytest.mark.parametrize("size", [0, 15, 4097, "big"])
-async def test_filter_size_outside_16_to_4096_is_refused(srv: InProc, size: Any) -> None:
+async def test_filter_size_outside_16_to_4096_is_refused(srv: RunningGateway, size: Any) -> None:
     conn = await aiormq.connect(srv.url)
     ch = await conn.channel()
     with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed) as info:
@@ -143,7 +146,9 @@ async def test_filter_size_outside_16_to_4096_is_refused(srv: InProc, size: Any)
 
 
 @pytest.mark.parametrize("size", [16, 255, 256, 4096])
-async def test_filter_sizes_up_to_4096_are_used_for_every_chunk(srv: InProc, size: int) -> None:
+async def test_filter_sizes_up_to_4096_are_used_for_every_chunk(
+    srv: RunningGateway, size: int
+) -> None:
     conn = await aiormq.connect(srv.url)
     ch = await conn.channel()
     name = f"sized-{size}"

@@ -10,11 +10,10 @@ from __future__ import annotations
 import socket
 
 import pika
-from conn_server import ServerProcess, server
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
-__all__ = ["server"]
+from sievemq.testing import ServerProcess
 
 
 def _recv_frames(sock: socket.socket, buf: bytearray, count: int) -> list[tuple[int, object]]:

@@ -14,9 +14,8 @@ from typing import Any
 import aio_pika
 import pika
 import pytest
-from conn_server import ServerProcess, server
 
-__all__ = ["server"]
+from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

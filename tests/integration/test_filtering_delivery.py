@@ -17,9 +17,11 @@ import aiormq
 import pytest
 from pamqp.commands import Basic
 from pamqp.header import ContentHeader
-from test_filtering_support import FV, Collector, InProc, consume, inproc_server
 
 from sievemq.storage import Message
+from sievemq.testing import RunningGateway, running_gateway
+
+from .aiormq_helpers import FV, Collector, consume
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,11 +64,11 @@ def got(collector: Collector) -> list[tuple[int, bytes]]:
 
 @pytest.fixture
 async def srv(tmp_path: Path) -> Any:
-    async with inproc_server(tmp_path / "data") as server:
+    async with running_gateway(tmp_path / "data") as server:
         yield server
 
 
-async def test_stream_filtering_internals_scenario(srv: InProc) -> None:
+async def test_stream_filtering_internals_scenario(srv: RunningGateway) -> None:
     """RabbitMQ's 'Stream Filtering Internals': one chunk per region, one consumer per region,
     then unfiltered and mixed chunks; match-unfiltered adds the messages without a value."""
     conn = await declare(srv.url, "regions")
@@ -142,7 +144,7 @@ async def test_stream_filtering_internals_scenario(srv: InProc) -> None:
     ],
 )
 async def test_several_values_with_any_and_all(
-    srv: InProc, wanted: list[str], match_type: str | None, unfiltered: bool
+    srv: RunningGateway, wanted: list[str], match_type: str | None, unfiltered: bool
 ) -> None:
     conn = await declare(srv.url, "multi")
     ch = await conn.channel()
@@ -178,7 +180,7 @@ async def test_several_values_with_any_and_all(
     await conn.close()
 
 
-async def test_prefetch_counts_only_delivered_messages(srv: InProc) -> None:
+async def test_prefetch_counts_only_delivered_messages(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "credit")
     ch = await conn.channel()
     items: list[Item] = [("hit" if i % 10 == 0 else "miss", b"%d" % i) for i in range(200)]
@@ -202,7 +204,7 @@ async def test_prefetch_counts_only_delivered_messages(srv: InProc) -> None:
     await conn.close()
 
 
-async def test_a_million_misses_do_not_delay_the_next_match(srv: InProc) -> None:
+async def test_a_million_misses_do_not_delay_the_next_match(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "sparse")
     ch = await conn.channel()
     stream = srv.queue("sparse").stream
@@ -232,7 +234,7 @@ def raw_props(fv: str) -> bytes:
     return ContentHeader(0, 0, Basic.Properties(headers={FV: fv})).marshal()[12:]
 
 
-async def test_filter_with_each_offset_form(srv: InProc) -> None:
+async def test_filter_with_each_offset_form(srv: RunningGateway) -> None:
     conn = await declare(srv.url, "offsets")
     ch = await conn.channel()
     stream = srv.queue("offsets").stream

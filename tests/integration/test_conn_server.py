@@ -11,9 +11,8 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
-from conn_server import ServerProcess, server
 
-__all__ = ["server"]
+from sievemq.testing import ServerProcess
 
 
 def _params(srv: ServerProcess, **kw: object) -> pika.ConnectionParameters:

@@ -1,8 +1,8 @@
 """Run a real `sievemq serve` subprocess: the one launcher every test suite uses.
 
-tests/integration and tests/recovery import it directly; tests/test_gateway gets it through
-conn_server.py (its module-scoped ``server`` fixture) and tests/integration/sql_helpers.py
-re-exports it.
+Why a subprocess at all: only a real process can be SIGKILLed (the recovery tests), can show
+that the command line, the ready line and the exit status work, and runs on its own event
+loop so a blocking client library (pika) in the test cannot deadlock it.
 
 The server picks free ports (port 0) and announces them on one stdout line,
 ``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] admin=http://HOST:PORT`` (read by key: the
@@ -30,7 +30,8 @@ STOP_TIMEOUT = 15.0
 
 def ready_fields(text: str) -> dict[str, str]:
     """``amqp=H:P admin=http://H:P`` -> {"amqp": "H:P", "admin": "http://H:P"}."""
-    return dict(part.split("=", 1) for part in text.split() if "=" in part)
+    pairs = (part.split("=", 1) for part in text.split() if "=" in part)
+    return {key: value for key, value in pairs}
 
 
 class ServerStartError(RuntimeError):
@@ -54,12 +55,19 @@ class ServerProcess:
     _starts: int = 0
 
     @property
+    def pid(self) -> int:
+        """The process id of the current (or last) process."""
+        assert self.proc is not None, "server not started"
+        return self.proc.pid
+
+    @property
     def url(self) -> str:
         """AMQP URL for the default user and vhost."""
         return f"amqp://guest:guest@{self.host}:{self.amqp_port}/%2F"
 
     @property
     def running(self) -> bool:
+        """True while the process has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = START_TIMEOUT) -> ServerProcess:
@@ -141,6 +149,10 @@ class ServerProcess:
                 ) from None
         return self.proc.returncode
 
+    def terminate(self) -> int:
+        """SIGTERM and wait (the name ``subprocess.Popen`` uses); same as ``stop``."""
+        return self.stop()
+
     def kill(self) -> None:
         """SIGKILL: the crash the recovery tests simulate."""
         assert self.proc is not None
@@ -153,7 +165,27 @@ class ServerProcess:
         assert not self.running
         return self.start()
 
+    def __enter__(self) -> ServerProcess:
+        return self if self.running else self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Stop it; a running server must exit 0 after SIGTERM (asserted)."""
+        if self.running:
+            code = self.stop()
+            assert code == 0, f"exit status {code} after SIGTERM\nstderr:\n{self.stderr()}"
+
     def _abort(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT)
+
+
+def start_server_process(
+    data_dir: Path, *extra_args: str, timeout: float = START_TIMEOUT
+) -> ServerProcess:
+    """Start ``sievemq serve`` on free ports over ``data_dir``; returns once it is ready.
+
+    ``extra_args`` are more command-line flags (``"--fsync", "always"``). Use the result as a
+    context manager to have it stopped, and its clean exit asserted, at the end.
+    """
+    return ServerProcess(data_dir, extra_args=tuple(extra_args)).start(timeout)

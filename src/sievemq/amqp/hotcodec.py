@@ -1,0 +1,404 @@
+"""Hand-written ``struct`` codecs for the frames sent or received once per message.
+
+HOT PATH. pamqp marshals by reflection (about 14 µs for a publish), so the per-message
+frames are coded here by hand and golden-tested byte for byte against pamqp
+(tests/test_amqp/test_codec_golden.py): Basic.Publish, Ack, Nack, Reject and content headers
+in; Basic.Deliver (``encode_delivery`` and the cached ``DeliveryEncoder``), Return, Ack, Nack
+and heartbeats out. Properties are never decoded here: they stay the raw bytes the publisher
+sent, checked and spliced by ``sievemq.amqp.properties``. Every other method goes through
+pamqp in ``sievemq.amqp.codec``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, NamedTuple
+
+from sievemq.amqp import errors
+from sievemq.amqp.properties import check_properties, splice_stream_offset, stream_offset_parts
+
+CLASS_BASIC: Final = 60
+# method ids inside class 60
+METHOD_PUBLISH: Final = 40
+METHOD_RETURN: Final = 50
+METHOD_DELIVER: Final = 60
+METHOD_ACK: Final = 80
+METHOD_REJECT: Final = 90
+METHOD_NACK: Final = 120
+BASIC_PUBLISH: Final = (CLASS_BASIC, METHOD_PUBLISH)
+BASIC_RETURN: Final = (CLASS_BASIC, METHOD_RETURN)
+BASIC_DELIVER: Final = (CLASS_BASIC, METHOD_DELIVER)
+BASIC_ACK: Final = (CLASS_BASIC, METHOD_ACK)
+BASIC_REJECT: Final = (CLASS_BASIC, METHOD_REJECT)
+BASIC_NACK: Final = (CLASS_BASIC, METHOD_NACK)
+# the first two bytes of a class-60 content header payload (its class id, big-endian)
+BASIC_CONTENT_CLASS: Final = struct.pack(">H", CLASS_BASIC)
+# bytes of a content header payload before the property flags: class, weight, body size
+CONTENT_HEADER_FIELDS: Final = 12
+
+_END: Final = b"\xce"
+_HEARTBEAT: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_HH = struct.Struct(">HH")
+_QB = struct.Struct(">QB")
+_Q = struct.Struct(">Q")
+_OFFSET_VALUE = struct.Struct(">q")
+_METHOD_HEAD = struct.Struct(">BHIHH")  # frame head + class id + method id
+_CONTENT_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id + weight + body size
+_BODY_HEAD = struct.Struct(">BHI")
+_ACK_FRAME = struct.Struct(">BHIHHQBB")  # a whole Basic.Ack / Nack frame, frame end included
+_REPLY_CODE = struct.Struct(">H")
+_CONTENT_FIELDS = struct.Struct(">HHQ")
+
+
+class BasicPublish(NamedTuple):
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+
+
+class BasicAck(NamedTuple):
+    delivery_tag: int
+    multiple: bool
+
+
+class BasicNack(NamedTuple):
+    delivery_tag: int
+    multiple: bool
+    requeue: bool
+
+
+class BasicReject(NamedTuple):
+    delivery_tag: int
+    requeue: bool
+
+
+class ContentHeader(NamedTuple):
+    class_id: int
+    body_size: int
+    properties: bytes  # property flags + property list, exactly as sent
+
+
+_new = tuple.__new__  # a NamedTuple without its generated ``__new__`` call (hot path)
+
+# ---------------------------------------------------------------------------------------------
+# shortstr encoding, cached: consumer tags, exchanges and routing keys repeat on every delivery
+
+_SHORTSTR_CACHE: dict[str, bytes] = {}
+_SHORTSTR_CACHE_MAX: Final = 8192
+
+
+def encode_shortstr(value: str) -> bytes:
+    """Length octet + UTF-8 bytes; ValueError above 255 bytes. Cached for repeated names."""
+    cached = _SHORTSTR_CACHE.get(value)
+    if cached is not None:
+        return cached
+    raw = value.encode("utf-8")
+    if len(raw) > 255:
+        raise ValueError(f"shortstr longer than 255 bytes: {len(raw)}")
+    encoded = bytes((len(raw),)) + raw
+    if len(_SHORTSTR_CACHE) >= _SHORTSTR_CACHE_MAX:
+        _SHORTSTR_CACHE.clear()
+    _SHORTSTR_CACHE[value] = encoded
+    return encoded
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding: hot methods
+
+
+def method_id(payload: bytes) -> tuple[int, int]:
+    """(class_id, method_id) of a method frame payload."""
+    try:
+        class_id, mid = _HH.unpack_from(payload)
+    except struct.error:
+        raise errors.FrameError("method frame shorter than 4 bytes") from None
+    return class_id, mid
+
+
+def decode_basic_publish(payload: bytes) -> BasicPublish:
+    """Basic.Publish payload -> (exchange, routing_key, mandatory, immediate)."""
+    try:
+        end = 7 + payload[6]
+        exchange = payload[7:end].decode("utf-8")
+        rk_end = end + 1 + payload[end]
+        routing_key = payload[end + 1 : rk_end].decode("utf-8")
+        bits = payload[rk_end]
+    except (IndexError, UnicodeDecodeError):
+        raise errors.FrameError("cannot decode basic.publish", *BASIC_PUBLISH) from None
+    return _new(BasicPublish, (exchange, routing_key, bool(bits & 1), bool(bits & 2)))
+
+
+def decode_basic_ack(payload: bytes) -> BasicAck:
+    """Basic.Ack payload -> (delivery_tag, multiple)."""
+    try:
+        tag, bits = _QB.unpack_from(payload, 4)
+    except struct.error:
+        raise errors.FrameError("cannot decode basic.ack", *BASIC_ACK) from None
+    return _new(BasicAck, (tag, bool(bits & 1)))
+
+
+def decode_basic_nack(payload: bytes) -> BasicNack:
+    """Basic.Nack payload -> (delivery_tag, multiple, requeue)."""
+    try:
+        tag, bits = _QB.unpack_from(payload, 4)
+    except struct.error:
+        raise errors.FrameError("cannot decode basic.nack", *BASIC_NACK) from None
+    return _new(BasicNack, (tag, bool(bits & 1), bool(bits & 2)))
+
+
+def decode_basic_reject(payload: bytes) -> BasicReject:
+    """Basic.Reject payload -> (delivery_tag, requeue)."""
+    try:
+        tag, bits = _QB.unpack_from(payload, 4)
+    except struct.error:
+        raise errors.FrameError("cannot decode basic.reject", *BASIC_REJECT) from None
+    return _new(BasicReject, (tag, bool(bits & 1)))
+
+
+def decode_content_header(payload: bytes) -> ContentHeader:
+    """Content header payload -> (class_id, body_size, raw properties).
+
+    The raw properties are the property flags and property list exactly as sent; their
+    structure is checked by ``properties.check_properties`` (FrameError when malformed).
+    """
+    try:
+        class_id, _weight, body_size = _CONTENT_FIELDS.unpack_from(payload)
+    except struct.error:
+        raise errors.FrameError("content header shorter than 14 bytes") from None
+    properties = payload[CONTENT_HEADER_FIELDS:]
+    check_properties(properties)
+    return _new(ContentHeader, (class_id, body_size, properties))
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding: hot frames
+
+
+def encode_basic_ack(channel: int, tag: int, multiple: bool) -> bytes:
+    """A whole Basic.Ack frame (publisher confirm)."""
+    return _ACK_FRAME.pack(1, channel, 13, *BASIC_ACK, tag, 1 if multiple else 0, 0xCE)
+
+
+def encode_basic_nack(channel: int, tag: int, multiple: bool, requeue: bool = False) -> bytes:
+    """A whole Basic.Nack frame (negative publisher confirm; requeue is meaningless there)."""
+    bits = (1 if multiple else 0) | (2 if requeue else 0)
+    return _ACK_FRAME.pack(1, channel, 13, *BASIC_NACK, tag, bits, 0xCE)
+
+
+def encode_heartbeat() -> bytes:
+    """A whole heartbeat frame."""
+    return _HEARTBEAT
+
+
+def _content(
+    out: list[bytes], channel: int, properties: bytes, body: bytes, frame_max: int
+) -> list[bytes]:
+    """Append the content header frame and the body frames to ``out``."""
+    size = len(body)
+    out.append(_CONTENT_HEAD.pack(2, channel, 12 + len(properties), CLASS_BASIC, 0, size))
+    out.append(properties)
+    limit = frame_max - 8
+    if size <= limit:
+        if size:
+            out += (_END, _BODY_HEAD.pack(3, channel, size), body, _END)
+        else:
+            out.append(_END)
+        return out
+    out.append(_END)
+    view = memoryview(body)
+    for start in range(0, size, limit):
+        chunk = view[start : start + limit]
+        out += (_BODY_HEAD.pack(3, channel, len(chunk)), bytes(chunk), _END)
+    return out
+
+
+def encode_delivery(
+    channel: int,
+    consumer_tag: str,
+    delivery_tag: int,
+    exchange: str,
+    routing_key: str,
+    properties: bytes,
+    body: bytes,
+    frame_max: int,
+    offset: int,
+) -> list[bytes]:
+    """Basic.Deliver + content header (with ``x-stream-offset`` spliced in) + body frames.
+
+    Returns the pieces for ``transport.writelines``; bodies larger than ``frame_max - 8`` are
+    split over several body frames.
+    """
+    ct = encode_shortstr(consumer_tag)
+    ex = encode_shortstr(exchange)
+    rk = encode_shortstr(routing_key)
+    out = [
+        _METHOD_HEAD.pack(1, channel, 13 + len(ct) + len(ex) + len(rk), *BASIC_DELIVER),
+        ct,
+        _QB.pack(delivery_tag, 0),
+        ex,
+        rk,
+        _END,
+    ]
+    return _content(out, channel, splice_stream_offset(properties, offset), body, frame_max)
+
+
+_SPLICE_CACHE_MAX: Final = 1024
+
+
+# The encoder's cached pieces are plain tuples, unpacked into named locals where used: a
+# NamedTuple's attribute reads cost about 0.1 µs per delivery here (CPython 3.11).
+# A Basic.Deliver frame cut around its delivery tag: (frame head + class/method ids +
+# consumer tag, the redelivered octet + exchange + routing key + frame end).
+_DeliverParts = tuple[bytes, bytes]
+# Property bytes with x-stream-offset spliced in, cut around its 8 value bytes:
+# (bytes before the value, bytes after it, length of the whole spliced property bytes).
+_SplicedProperties = tuple[bytes, bytes, int]
+
+
+class DeliveryEncoder:
+    """Basic.Deliver + header + body for one consumer, byte-identical to ``encode_delivery``.
+
+    HOT PATH. The parts that repeat from one delivery to the next are encoded once and
+    cached: the method frame around the delivery tag per (exchange, routing key), and the
+    property bytes around the spliced ``x-stream-offset`` value per distinct property list.
+    ``encode`` appends the pieces to ``out``; the caller joins or writes them in one go.
+    """
+
+    __slots__ = ("_channel", "_ctag", "_limit", "_method", "_props", "frame_max")
+
+    def __init__(self, channel: int, consumer_tag: str, frame_max: int) -> None:
+        self._channel = channel
+        self._ctag = encode_shortstr(consumer_tag)
+        self.frame_max = frame_max
+        self._limit = frame_max - 8
+        self._method: dict[tuple[str, str], _DeliverParts] = {}
+        self._props: dict[bytes, _SplicedProperties] = {}
+
+    def _method_parts(self, exchange: str, routing_key: str) -> _DeliverParts:
+        ex = encode_shortstr(exchange)
+        rk = encode_shortstr(routing_key)
+        ct = self._ctag
+        size = 13 + len(ct) + len(ex) + len(rk)
+        head = _METHOD_HEAD.pack(1, self._channel, size, *BASIC_DELIVER) + ct
+        parts = (head, b"\x00" + ex + rk + _END)
+        if len(self._method) >= _SPLICE_CACHE_MAX:
+            self._method.clear()
+        self._method[exchange, routing_key] = parts
+        return parts
+
+    def _props_parts(self, properties: bytes) -> _SplicedProperties | None:
+        """The spliced properties cut around the offset value (None: splice in full)."""
+        cut = stream_offset_parts(properties)
+        if cut is None:
+            return None
+        before, after = cut
+        parts = (before, after, len(before) + 8 + len(after))
+        if len(self._props) >= _SPLICE_CACHE_MAX:
+            self._props.clear()
+        self._props[properties] = parts
+        return parts
+
+    def encode(
+        self,
+        out: list[bytes],
+        delivery_tag: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+        offset: int,
+    ) -> None:
+        """Append the frames of one delivery to ``out``."""
+        method = self._method.get((exchange, routing_key))
+        if method is None:
+            method = self._method_parts(exchange, routing_key)
+        props = self._props.get(properties)
+        if props is None:
+            props = self._props_parts(properties)
+        head, after_tag = method
+        size = len(body)
+        if props is None or size > self._limit or not size:
+            out += (head, _QB.pack(delivery_tag, 0), after_tag[1:])  # redelivered: in _QB
+            spliced = splice_stream_offset(properties, offset)
+            _content(out, self._channel, spliced, body, self.frame_max)
+            return
+        before_value, after_value, props_size = props
+        ch = self._channel
+        out += (
+            head,
+            _Q.pack(delivery_tag),  # the tag; after_tag starts with the redelivered octet
+            after_tag,
+            _CONTENT_HEAD.pack(2, ch, 12 + props_size, CLASS_BASIC, 0, size),
+            before_value,
+            _OFFSET_VALUE.pack(offset),
+            after_value,
+            _END,
+            _BODY_HEAD.pack(3, ch, size),
+            body,
+            _END,
+        )
+
+
+def encode_return(
+    channel: int,
+    reply_code: int,
+    reply_text: str,
+    exchange: str,
+    routing_key: str,
+    properties: bytes,
+    body: bytes,
+    frame_max: int,
+) -> list[bytes]:
+    """Basic.Return + content header (properties as published) + body frames."""
+    text = reply_text.encode("utf-8")[:255]
+    ex = encode_shortstr(exchange)
+    rk = encode_shortstr(routing_key)
+    out = [
+        _METHOD_HEAD.pack(1, channel, 7 + len(text) + len(ex) + len(rk), *BASIC_RETURN),
+        _REPLY_CODE.pack(reply_code),
+        bytes((len(text),)),
+        text,
+        ex,
+        rk,
+        _END,
+    ]
+    return _content(out, channel, properties, body, frame_max)
+
+
+__all__ = [
+    "BASIC_ACK",
+    "BASIC_CONTENT_CLASS",
+    "BASIC_DELIVER",
+    "BASIC_NACK",
+    "BASIC_PUBLISH",
+    "BASIC_REJECT",
+    "BASIC_RETURN",
+    "CLASS_BASIC",
+    "CONTENT_HEADER_FIELDS",
+    "METHOD_ACK",
+    "METHOD_DELIVER",
+    "METHOD_NACK",
+    "METHOD_PUBLISH",
+    "METHOD_REJECT",
+    "METHOD_RETURN",
+    "BasicAck",
+    "BasicNack",
+    "BasicPublish",
+    "BasicReject",
+    "ContentHeader",
+    "DeliveryEncoder",
+    "decode_basic_ack",
+    "decode_basic_nack",
+    "decode_basic_publish",
+    "decode_basic_reject",
+    "decode_content_header",
+    "encode_basic_ack",
+    "encode_basic_nack",
+    "encode_delivery",
+    "encode_heartbeat",
+    "encode_return",
+    "encode_shortstr",
+    "method_id",
+]

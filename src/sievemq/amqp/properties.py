@@ -1,0 +1,421 @@
+"""The raw Basic property bytes: check, read and splice them without building objects.
+
+HOT PATH. Properties stay the bytes the publisher sent (property flags + property list) from
+the content header to the log and back out to every consumer. This module checks their
+structure once on publish (``check_properties``: every length stays inside the frame, every
+table value has a known type, so what is stored can always be delivered and decoded later),
+reads one header when a caller needs it (``read_header`` decodes nothing unless the name
+occurs in the bytes) and splices ``x-stream-offset`` into them on delivery
+(``splice_stream_offset`` / ``splice_long_header``). ``decode_properties`` builds the pamqp
+object for the cold paths (admin views, header routing, tests).
+
+The filtering package reads stored messages through this module only (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from pamqp import commands, decode
+
+from sievemq.amqp import errors
+
+FLAG_CONTENT_TYPE: Final = 0x8000
+FLAG_CONTENT_ENCODING: Final = 0x4000
+FLAG_HEADERS: Final = 0x2000
+
+STREAM_OFFSET_HEADER: Final = "x-stream-offset"
+
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+_q = struct.Struct(">q")
+
+
+def _property_start(props: bytes) -> tuple[int, int]:
+    """(first flag word, offset of the property list) after all flag words."""
+    try:
+        flags = _H.unpack_from(props)[0]
+        pos = 2
+        word = flags
+        while word & 1:
+            word = _H.unpack_from(props, pos)[0]
+            pos += 2
+    except struct.error:
+        raise errors.FrameError("content header property flags are truncated") from None
+    return flags, pos
+
+
+def _headers_position(props: bytes) -> tuple[int, int]:
+    """(first flag word, offset where the headers table is or would be inserted)."""
+    flags, pos = _property_start(props)
+    if flags & FLAG_CONTENT_TYPE:
+        pos += 1 + props[pos]
+    if flags & FLAG_CONTENT_ENCODING:
+        pos += 1 + props[pos]
+    return flags, pos
+
+
+# size of fixed-width field values by type octet; variable ones are handled in _skip_value
+_FIXED_SIZES: Final = {
+    0x74: 1,  # t boolean
+    0x62: 1,  # b short-short int
+    0x42: 1,  # B short-short uint
+    0x73: 2,  # s short int
+    0x75: 2,  # u short uint
+    0x49: 4,  # I long int
+    0x69: 4,  # i long uint
+    0x6C: 8,  # l long-long int
+    0x4C: 8,  # L long-long uint
+    0x66: 4,  # f float
+    0x64: 8,  # d double
+    0x44: 5,  # D decimal
+    0x54: 8,  # T timestamp
+    0x56: 0,  # V void
+    0x00: 0,  # seen in the wild, pamqp reads it as void
+}
+_TABLE = 0x46  # F
+_ARRAY = 0x41  # A
+_LONGSTR = 0x53  # S
+_BYTES = 0x78  # x
+
+# the same as a tuple indexed by type octet, for the table loops: the size of a fixed-width
+# value, _SIZED for a 4-byte length + bytes (S, x), _OTHER for a table, an array or unknown
+_SIZED: Final = -1
+_OTHER: Final = -2
+_VALUE_SIZE: Final = tuple(
+    _FIXED_SIZES.get(kind, _SIZED if kind in (_LONGSTR, _BYTES) else _OTHER) for kind in range(256)
+)
+
+
+def _skip_value(data: bytes, pos: int, end: int) -> int:
+    """Offset after the field value (type octet included) at ``pos``; checks it fits."""
+    if pos >= end:
+        raise errors.FrameError("field value truncated")
+    kind = data[pos]
+    pos += 1
+    size = _FIXED_SIZES.get(kind)
+    if size is not None:
+        pos += size
+    elif kind in (_LONGSTR, _BYTES):
+        if pos + 4 > end:
+            raise errors.FrameError("field value truncated")
+        pos += 4 + _I.unpack_from(data, pos)[0]
+    elif kind == _TABLE:
+        pos = _skip_table(data, pos, end)
+    elif kind == _ARRAY:
+        if pos + 4 > end:
+            raise errors.FrameError("field array truncated")
+        arr_end = pos + 4 + _I.unpack_from(data, pos)[0]
+        if arr_end > end:
+            raise errors.FrameError("field array longer than its container")
+        pos += 4
+        while pos < arr_end:
+            pos = _skip_value(data, pos, arr_end)
+    else:
+        raise errors.FrameError(f"unknown field value type {bytes((kind,))!r}")
+    if pos > end:
+        raise errors.FrameError("field value longer than its container")
+    return pos
+
+
+def _skip_table(data: bytes, pos: int, end: int) -> int:
+    """Offset after the field table (length prefix included) at ``pos``; checks it all."""
+    return _walk_table(data, pos, end, None)[0]
+
+
+def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int, int]:
+    """Check the field table at ``pos`` (length prefix included) and look for ``key`` in it.
+
+    Returns (offset after the table, offset of the value - its type octet - of the first
+    top-level entry named ``key``, or -1). Every entry is checked: fixed-width and longstr
+    values are skipped inline, nested tables and arrays recurse. ``key`` None finds nothing.
+    (``check_properties`` holds a copy of this loop for the headers table.)
+    """
+    if pos + 4 > end:
+        raise errors.FrameError("field table truncated")
+    table_end: int = pos + 4 + _I.unpack_from(data, pos)[0]
+    if table_end > end:
+        raise errors.FrameError("field table longer than its container")
+    pos += 4
+    sizes = _VALUE_SIZE
+    unpack = _I.unpack_from
+    klen, wanted = (-1, b"") if key is None else (len(key), key)
+    found = -1
+    while pos < table_end:
+        n = data[pos]
+        if n == klen and found < 0 and data.startswith(wanted, pos + 1):
+            found = pos + 1 + n
+        pos += 1 + n  # the key
+        if pos >= table_end:
+            raise errors.FrameError("field table entry truncated")
+        size = sizes[data[pos]]
+        if size >= 0:
+            pos += 1 + size
+        elif size == _SIZED and pos + 5 <= table_end:
+            pos += 5 + unpack(data, pos + 1)[0]
+        else:
+            pos = _skip_value(data, pos, table_end)
+    if pos != table_end:
+        raise errors.FrameError("field table entry longer than the table")
+    return table_end, found
+
+
+# the wire type of each Basic property, in property-list order, by its bit in the first flag
+# word: a shortstr (length octet + bytes), the headers table, or a fixed size in bytes
+_SHORTSTR: Final = -1
+_HEADERS: Final = -2
+_PROPERTY_TYPES: Final = (
+    (0x8000, _SHORTSTR),  # content_type
+    (0x4000, _SHORTSTR),  # content_encoding
+    (FLAG_HEADERS, _HEADERS),  # headers
+    (0x1000, 1),  # delivery_mode: octet
+    (0x0800, 1),  # priority: octet
+    (0x0400, _SHORTSTR),  # correlation_id
+    (0x0200, _SHORTSTR),  # reply_to
+    (0x0100, _SHORTSTR),  # expiration
+    (0x0080, _SHORTSTR),  # message_id
+    (0x0040, 8),  # timestamp: long-long
+    (0x0020, _SHORTSTR),  # type
+    (0x0010, _SHORTSTR),  # user_id
+    (0x0008, _SHORTSTR),  # app_id
+    (0x0004, _SHORTSTR),  # cluster_id
+)
+_LAYOUTS: dict[int, tuple[int, ...]] = {}  # first flag word -> wire types present (<= 2**16)
+
+
+def _layout(flags: int) -> tuple[int, ...]:
+    layout = _LAYOUTS.get(flags)
+    if layout is None:
+        layout = tuple(kind for bit, kind in _PROPERTY_TYPES if flags & bit)
+        _LAYOUTS[flags] = layout
+    return layout
+
+
+def check_properties(props: bytes, key: bytes | None = None) -> int:
+    """Raise errors.FrameError unless ``props`` is a well-formed Basic property list.
+
+    In the same single pass, looks for the top-level header ``key``: returns the offset of
+    its value (the type octet; the first entry of that name) or -1 when there is none, so a
+    caller that needs one header reads it without walking the bytes again (``header_at``).
+    HOT PATH: runs once per published message whose property list is new.
+    """
+    end = len(props)
+    if end > 1 and not props[1] & 1:
+        flags = props[0] << 8 | props[1]  # one flag word: the usual case
+        pos = 2
+    else:
+        flags, pos = _property_start(props)
+    found = -1
+    try:
+        for kind in _LAYOUTS.get(flags) or _layout(flags):
+            if kind == _SHORTSTR:
+                pos += 1 + props[pos]
+            elif kind != _HEADERS:
+                pos += kind
+            else:  # _walk_table inlined: the headers table is the bulk of the work
+                if pos + 4 > end:
+                    raise errors.FrameError("field table truncated")
+                table_end = pos + 4 + _I.unpack_from(props, pos)[0]
+                if table_end > end:
+                    raise errors.FrameError("field table longer than its container")
+                pos += 4
+                sizes = _VALUE_SIZE
+                klen, wanted = (-1, b"") if key is None else (len(key), key)
+                while pos < table_end:
+                    n = props[pos]
+                    if n == klen and found < 0 and props.startswith(wanted, pos + 1):
+                        found = pos + 1 + n
+                    pos += 1 + n  # the key
+                    if pos >= table_end:
+                        raise errors.FrameError("field table entry truncated")
+                    size = sizes[props[pos]]
+                    if size >= 0:
+                        pos += 1 + size
+                    elif size == _SIZED and pos + 5 <= table_end:
+                        pos += 5 + _I.unpack_from(props, pos + 1)[0]
+                    else:
+                        pos = _skip_value(props, pos, table_end)
+                if pos != table_end:
+                    raise errors.FrameError("field table entry longer than the table")
+    except IndexError:
+        raise errors.FrameError("content header properties are truncated") from None
+    # shortstr and key bytes are not checked for UTF-8: they are stored and sent as received
+    if pos > end:
+        raise errors.FrameError("content header properties are truncated")
+    if pos != end:
+        raise errors.FrameError("content header has bytes after its properties")
+    return found
+
+
+def _find_key(props: bytes, table: int, key: bytes) -> tuple[int, int] | None:
+    """Locate ``key`` among the top-level entries of the table at ``table``.
+
+    Returns (value start, entry end) of the first entry of that name, or None when absent.
+    """
+    table_end, value = _walk_table(props, table, len(props), key)
+    if value < 0:
+        return None
+    return value, _skip_value(props, value, table_end)
+
+
+def splice_long_header(properties: bytes, name: str, value: int) -> bytes:
+    """Return ``properties`` with header ``name`` set to ``value`` as AMQP long-long ('l').
+
+    Adds the headers table (and its flag) when there is none; otherwise appends the entry to
+    the table (replacing an entry of the same name) and fixes the table length. Every other
+    byte is kept as sent.
+    """
+    key = name.encode("utf-8")
+    entry = bytes((len(key),)) + key + b"l" + _q.pack(value)
+    try:
+        flags, pos = _headers_position(properties)
+        if not flags & FLAG_HEADERS:
+            return b"".join(
+                (
+                    _H.pack(flags | FLAG_HEADERS),
+                    properties[2:pos],
+                    _I.pack(len(entry)),
+                    entry,
+                    properties[pos:],
+                )
+            )
+        size = _I.unpack_from(properties, pos)[0]
+        body_start = pos + 4
+        table_end = body_start + size
+        if table_end > len(properties):
+            raise errors.FrameError("headers table longer than the properties")
+        old = properties[body_start:table_end]
+        if properties.find(key, body_start, table_end) >= 0:
+            found = _find_key(properties, pos, key)
+            if found is not None:
+                entry_start = found[0] - 1 - len(key)
+                old = properties[body_start:entry_start] + properties[found[1] : table_end]
+    except (IndexError, struct.error):
+        raise errors.FrameError("content header properties are truncated") from None
+    return b"".join(
+        (properties[:pos], _I.pack(len(old) + len(entry)), old, entry, properties[table_end:])
+    )
+
+
+_OFFSET_KEY: Final = b"x-stream-offset"
+# the header entry up to its value: key length, key, type 'l' (long-long); 8 value bytes follow
+STREAM_OFFSET_ENTRY: Final = b"\x0fx-stream-offsetl"
+
+
+def splice_stream_offset(properties: bytes, offset: int) -> bytes:
+    """``splice_long_header(properties, 'x-stream-offset', offset)``, fast for the common case."""
+    parts = stream_offset_parts(properties)
+    if parts is None:
+        return splice_long_header(properties, STREAM_OFFSET_HEADER, offset)
+    return b"".join((parts[0], _q.pack(offset), parts[1]))
+
+
+def stream_offset_parts(properties: bytes) -> tuple[bytes, bytes] | None:
+    """The property bytes with ``x-stream-offset`` spliced in, cut where its 8 value bytes go.
+
+    ``before + offset as 8 signed big-endian bytes + after`` equals ``splice_long_header``'s
+    result. None for what the cut does not cover (several flag words, a headers table that
+    already has ``x-stream-offset``, a table longer than the bytes): splice those in full.
+    The entry is appended after the table's own entries, or a table of just it is added.
+    """
+    flags = properties[0] << 8 | properties[1]
+    if flags & 1:  # more than one flag word
+        return None
+    pos = 2
+    if flags & FLAG_CONTENT_TYPE:
+        pos += 1 + properties[pos]
+    if flags & FLAG_CONTENT_ENCODING:
+        pos += 1 + properties[pos]
+    if flags & FLAG_HEADERS:
+        size = _I.unpack_from(properties, pos)[0]
+        start = pos + 4
+        table_end = start + size
+        if table_end > len(properties) or properties.find(_OFFSET_KEY, start, table_end) >= 0:
+            return None
+        head = b"".join(
+            (properties[:pos], _I.pack(size + 25), properties[start:table_end], STREAM_OFFSET_ENTRY)
+        )
+        return head, properties[table_end:]
+    head = b"".join(
+        (
+            _H.pack(flags | FLAG_HEADERS),
+            properties[2:pos],
+            b"\x00\x00\x00\x19",  # table length: 1 + 15 + 1 + 8
+            STREAM_OFFSET_ENTRY,
+        )
+    )
+    return head, properties[pos:]
+
+
+def read_header(properties: bytes, name: str) -> object | None:
+    """Value of header ``name``, or None. Decodes nothing unless the name occurs in the bytes."""
+    key = name.encode("utf-8")
+    if key not in properties:
+        return None
+    try:
+        flags, pos = _headers_position(properties)
+        if not flags & FLAG_HEADERS:
+            return None
+        found = _find_key(properties, pos, key)
+        if found is None:
+            return None
+        return _value(properties, *found)
+    except (IndexError, struct.error, ValueError):
+        raise errors.FrameError(f"cannot decode header {name!r}") from None
+
+
+def header_at(properties: bytes, at: int) -> object:
+    """The header value whose type octet is at ``at`` (as returned by ``check_properties``)."""
+    try:
+        return _value(properties, at, _skip_value(properties, at, len(properties)))
+    except (IndexError, struct.error, ValueError):
+        raise errors.FrameError("cannot decode header value") from None
+
+
+def _value(properties: bytes, start: int, end: int) -> object:
+    """Decode the field value (type octet included) in ``properties[start:end]``."""
+    if properties[start] == _LONGSTR:
+        raw = properties[start + 5 : end]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
+    value: object = decode.embedded_value(properties[start:end])[1]
+    return value
+
+
+def decode_properties(properties: bytes) -> commands.Basic.Properties:
+    """Raw property bytes -> pamqp Basic.Properties (cold path: admin views, tests)."""
+    try:
+        flags = 0
+        pos = 0
+        index = 0
+        while True:
+            word = _H.unpack_from(properties, pos)[0]
+            pos += 2
+            flags |= word << (index * 16)
+            index += 1
+            if not word & 1:
+                break
+        result = commands.Basic.Properties()
+        result.unmarshal(flags, properties[pos:])
+    except (struct.error, ValueError, TypeError, IndexError):
+        raise errors.FrameError("cannot decode content properties") from None
+    return result
+
+
+__all__ = [
+    "FLAG_CONTENT_ENCODING",
+    "FLAG_CONTENT_TYPE",
+    "FLAG_HEADERS",
+    "STREAM_OFFSET_ENTRY",
+    "STREAM_OFFSET_HEADER",
+    "check_properties",
+    "decode_properties",
+    "header_at",
+    "read_header",
+    "splice_long_header",
+    "splice_stream_offset",
+    "stream_offset_parts",
+]

@@ -1,0 +1,28 @@
+"""Test helpers shipped with SieveMQ (aiosmtpd's pattern): use them to test SieveMQ itself or
+an application against a real gateway.
+
+- ``running_gateway()``: the gateway in-process on free ports (AMQP + admin), stopped and
+  checked for a clean stop when the ``async with`` block ends.
+- ``ServerProcess`` / ``start_server_process()``: ``sievemq serve`` as a real subprocess,
+  for tests that SIGKILL it, restart it, or use a blocking client library.
+- ``RawClient`` / ``AsyncRawClient``: an AMQP 0-9-1 client that sends and reads raw frames.
+
+This package is wiring (like ``serve.py``): it may import any part of the gateway, and no
+part of the gateway may import it.
+"""
+
+from sievemq.testing.gateway import GatewayShutdownError, RunningGateway, running_gateway
+from sievemq.testing.process import ServerProcess, ServerStartError, start_server_process
+from sievemq.testing.raw import AsyncRawClient, Closed, RawClient
+
+__all__ = [
+    "AsyncRawClient",
+    "Closed",
+    "GatewayShutdownError",
+    "RawClient",
+    "RunningGateway",
+    "ServerProcess",
+    "ServerStartError",
+    "running_gateway",
+    "start_server_process",
+]
