@@ -22,8 +22,7 @@ PICTURE_END = "<!-- packages:end -->"
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
-    # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; it reads raw properties through amqp.properties
+    # the dialect every reader shares (gateway, Spark): storage and the AMQP property reader
     "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
         "sievemq.amqp",

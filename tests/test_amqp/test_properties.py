@@ -82,9 +82,7 @@ def test_the_single_pass_check_finds_the_header_pamqp_decodes(
 
 
 @given(properties(), field_key)
-def test_the_single_pass_check_reports_an_absent_header(
-    props: commands.Basic.Properties, key: str
-):
+def test_the_single_pass_check_reports_an_absent_header(props: commands.Basic.Properties, key: str):
     if props.headers and key in props.headers:
         return
     assert raw_properties.check_properties(props.marshal(), key.encode()) == -1
