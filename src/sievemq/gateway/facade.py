@@ -14,7 +14,7 @@ from sievemq.amqp.errors import AMQPError, NotFound, PreconditionFailed
 from sievemq.filtering.subscriptions import registry
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
@@ -268,19 +268,16 @@ class BrokerFacade:
         }
 
 
-def _consumer_view(queue: StreamQueue, consumer: Any) -> dict[str, Any]:
-    spec = getattr(consumer, "spec", None)
-    stats = getattr(consumer, "stats", None)
-    channel = getattr(consumer, "channel", None)
-    connection = getattr(channel, "connection", None)
+def _consumer_view(queue: StreamQueue, consumer: ConsumerInfo) -> dict[str, Any]:
+    spec = consumer.spec
     return {
         "vhost": queue.vhost,
         "stream": queue.name,
-        "consumer_tag": getattr(consumer, "tag", ""),
-        "connection": getattr(connection, "id", None),
-        "channel": getattr(channel, "id", None),
-        "prefetch": getattr(consumer, "prefetch", 0),
-        "credit": getattr(consumer, "credit", 0),
+        "consumer_tag": consumer.tag,
+        "connection": consumer.connection_id,
+        "channel": consumer.channel_id,
+        "prefetch": consumer.prefetch,
+        "credit": consumer.credit,
         "filter": None
         if spec is None
         else {
@@ -288,7 +285,7 @@ def _consumer_view(queue: StreamQueue, consumer: Any) -> dict[str, Any]:
             "match_unfiltered": spec.match_unfiltered,
             "match_type": "all" if spec.match_all else "any",
         },
-        "filter_stats": stats.as_dict() if stats is not None else {},
+        "filter_stats": consumer.filter_stats(),
     }
 
 
