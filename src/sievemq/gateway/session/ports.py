@@ -21,6 +21,7 @@ The node holds its connections as ``runtime.node.ClientConnection`` (alarms and 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
@@ -54,7 +55,8 @@ class DeliveryTarget(Protocol):
 
     @property
     def frame_max(self) -> int:
-        """The connection's negotiated frame size (body frames are split by it)."""
+        """The connection's negotiated frame size (body frames are split by it; fixed once
+        a channel is open)."""
         ...
 
     def can_deliver(self) -> bool:
@@ -98,10 +100,8 @@ class ChannelHost(Protocol):
     def id(self) -> int: ...
     @property
     def frame_max(self) -> int: ...
-    def can_write(self) -> bool:
-        """The socket is open and not closing."""
-        ...
-
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
     def send_method(self, channel: int, method: Any) -> None: ...
     def write_frames(self, data: list[bytes]) -> None: ...
     def write_joined(self, data: bytes) -> None: ...
