@@ -10,7 +10,7 @@ VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test lint bench bench-filter bench-vs-rabbitmq clean
+.PHONY: setup chromium run test lint bench bench-filter bench-vs-rabbitmq clean
 
 setup: $(STAMP)
 
@@ -25,8 +25,12 @@ $(STAMP): $(UV) pyproject.toml uv.lock
 run: setup
 	$(VENV)/bin/sievemq serve
 
-test: setup
+test: setup chromium
 	$(VENV)/bin/python -m pytest -q
+
+# the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
+chromium:
+	@test -x /usr/bin/chromium || (apt-get install -y chromium || sudo apt-get install -y chromium)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench

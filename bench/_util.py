@@ -57,6 +57,7 @@ class Server:
     process: subprocess.Popen[str]
     port: int
     data_dir: Path
+    admin: str = ""  # the admin HTTP base URL from the ready line
 
     @property
     def pid(self) -> int:
@@ -98,7 +99,8 @@ def start_server(data_dir: Path, fsync: str = "never", src: Path | None = None) 
         proc.kill()
         raise RuntimeError(f"sievemq did not start: {line!r}")
     port = int(line.split("amqp=")[1].split()[0].rsplit(":", 1)[1])
-    return Server(proc, port, data_dir)
+    admin = line.split("admin=")[1].split()[0] if "admin=" in line else ""
+    return Server(proc, port, data_dir, admin)
 
 
 def stop_server(server: Server) -> None:

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -64,6 +65,12 @@ def rabbitmq_server(port: int = 5682) -> Iterator[tuple[int, int]]:
     Another port than 5682 gets its own data dir and epmd port, so two sessions on one
     machine do not share (or stop) each other's broker.
     """
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise SystemExit(
+                f"127.0.0.1:{port} is already in use (someone else's broker?): "
+                "pick a free --rabbitmq-port"
+            )
     env = dict(os.environ, RMQ_PORT=str(port))
     if port != 5682:
         env["RMQ_EPMD_PORT"] = str(4370 + port - 5682)
@@ -225,6 +232,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     kinds = set(args.only.split(","))
+    commit = _commit()  # what the servers run: taken before anything starts
     if not LOADGEN.exists():
         subprocess.run([str(PEERS / "loadgen" / "build.sh")], check=True)
 
@@ -289,7 +297,7 @@ def main() -> None:
         json.dumps(
             {
                 "date": time.strftime("%Y-%m-%d"),
-                "commit": _commit(),
+                "commit": commit,
                 "baseline": args.baseline,
                 "machine": machine(),
                 "n": args.n,
@@ -304,7 +312,9 @@ def main() -> None:
 
 def _commit() -> str:
     got = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
+        capture_output=True,
+        text=True,
     )
     return got.stdout.strip()
 

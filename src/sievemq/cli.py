@@ -25,6 +25,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "--data-dir", default=None, help="data directory (default $SIEVEMQ_DATA_DIR or ./data)"
     )
 
+    export = commands.add_parser(
+        "export", help="write a stream (or a filtered slice) to Parquet or JSON with Spark"
+    )
+    from sievemq.spark.export import add_arguments  # no pyspark import until it runs
+
+    add_arguments(export)
+
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
     verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
@@ -66,6 +73,10 @@ def _run(args: argparse.Namespace) -> int:
         from sievemq.streams_listing import list_streams
 
         return list_streams(args.data_dir, out=sys.stdout, err=sys.stderr)
+    if args.command == "export":
+        from sievemq.spark.export import run_export
+
+        return run_export(args, out=sys.stdout, err=sys.stderr)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

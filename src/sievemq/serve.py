@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import ssl
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
@@ -100,9 +104,23 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
-            durability=Durability(settings.fsync), sync_interval_ms=settings.sync_interval_ms
+            durability=Durability(settings.fsync),
+            sync_interval_ms=settings.sync_interval_ms,
+            default_user=settings.default_user,
+            default_password=settings.default_pass,
+            default_user_loopback_only=settings.default_user == "guest",
+            default_queue_type=settings.default_queue_type,
         ),
     )
+    facade = BrokerFacade(broker, __version__, None)
+    if settings.definitions is not None:
+        problem = load_definitions(facade, settings.definitions)
+        if problem is not None:
+            broker.close()
+            print(
+                f"sievemq serve: --definitions {settings.definitions}: {problem}", file=sys.stderr
+            )
+            return 1
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
@@ -134,7 +152,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
     ready = False
-    app = create_app(is_ready=lambda: ready)
+    facade.alarms, facade.node = alarms, node
+    facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
+    if amqps is not None:
+        facade.listeners.append(
+            ListenerView("amqp/ssl", settings.amqp_host, int(amqps.rsplit(":", 1)[1]))
+        )
+    facade.listeners.append(ListenerView("http", settings.admin_host, admin_port))
+    app = create_app(is_ready=lambda: ready, facade=facade)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     admin = AdminServer(config)
     admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
@@ -159,6 +184,21 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
     return 0
+
+
+def load_definitions(facade: BrokerFacade, path: Path) -> str | None:
+    """Merge a definitions file at boot; the reason it was refused, or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return str(error)
+    if not isinstance(data, dict):
+        return "definitions must be a JSON object"
+    try:
+        facade.import_definitions(data)
+    except errors.AMQPError as error:
+        return error.explanation
+    return None
 
 
 async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:

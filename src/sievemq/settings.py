@@ -10,12 +10,13 @@ import argparse
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sievemq.units import parse_memory_watermark, parse_size
 
 FsyncPolicy = Literal["batch", "always", "never"]
+QueueType = Literal["classic", "quorum", "stream"]
 
 TLS_PAIR_ERROR = "--tls-cert and --tls-key must be given together (or neither, for no TLS)"
 
@@ -32,6 +33,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
 
     fsync: FsyncPolicy = "batch"
+    # what queue.declare without x-queue-type creates (RabbitMQ 4's vhost default queue type)
+    default_queue_type: QueueType = "classic"
     sync_interval_ms: int = Field(default=200, ge=1)
 
     # negotiation (the client may lower these)
@@ -77,6 +80,25 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     amqps_port: int = Field(default=5671, ge=0, le=65535)
 
+    # --- the first administrator, created with a new data directory (as RabbitMQ's
+    # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
+    # RabbitMQ definitions file merged at every start
+    default_user: str = Field(
+        default="guest",
+        min_length=1,
+        validation_alias=AliasChoices(
+            "default_user", "SIEVEMQ_DEFAULT_USER", "RABBITMQ_DEFAULT_USER"
+        ),
+    )
+    default_pass: str = Field(
+        default="guest",
+        validation_alias=AliasChoices(
+            "default_pass", "SIEVEMQ_DEFAULT_PASS", "RABBITMQ_DEFAULT_PASS"
+        ),
+        repr=False,
+    )
+    definitions: Path | None = None
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         # a certificate without its key (or the reverse) is a typo, not "TLS off"
@@ -119,6 +141,10 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
     ("tls_key", Path, "PEM private key of --tls-cert"),
     ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
+    # --- users
+    ("default_user", str, "first administrator of a new data directory (default guest)"),
+    ("default_pass", str, "its password (default guest; env RABBITMQ_DEFAULT_PASS works too)"),
+    ("definitions", Path, "RabbitMQ definitions JSON file merged at start-up"),
 ]
 
 
@@ -126,6 +152,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `serve` flags; unset flags fall back to env then defaults."""
     for name, kind, help_text in _FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+    parser.add_argument(
+        "--default-queue-type",
+        choices=["classic", "quorum", "stream"],
+        default=None,
+        help="queue type of a queue.declare without x-queue-type (default classic)",
+    )
     parser.add_argument(
         "--fsync",
         choices=["batch", "always", "never"],
@@ -137,7 +169,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Build the frozen Settings from parsed `serve` flags (flags win over env)."""
     given: dict[str, Any] = {}
-    for name in [f[0] for f in _FLAGS] + ["fsync"]:
+    for name in [f[0] for f in _FLAGS] + ["fsync", "default_queue_type"]:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value

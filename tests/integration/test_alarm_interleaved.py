@@ -61,7 +61,7 @@ async def test_an_interleaving_publisher_is_held_after_a_bounded_read(tmp_path: 
         facade.create_stream("/", "s")
 
         def count() -> int:
-            return int(facade.get_stream("/", "s")["messages"])
+            return int(facade.get_stream("/", "s").messages)
 
         client = await asyncio.to_thread(RawClient, "127.0.0.1", port)
         await asyncio.to_thread(client.handshake)

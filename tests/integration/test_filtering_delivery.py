@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,18 +114,18 @@ async def test_stream_filtering_internals_scenario(srv: RunningGateway) -> None:
 
     # the APAC reader skipped the AMER and EMEA chunks without reading their 20 KB bodies
     views = {
-        v["filter"]["values"][0] + ("+" if v["filter"]["match_unfiltered"] else ""): v
+        v.filter.values[0] + ("+" if v.filter.match_unfiltered else ""): v
         for v in srv.facade.list_consumers("/", "regions")
     }
-    apac = views["APAC"]["filter_stats"]
+    apac = asdict(views["APAC"].filter_stats)
     assert apac["chunks_skipped"] >= 2
     assert apac["bytes_read"] < len(big)
     assert apac["messages_delivered"] == 11
     assert apac["records_skipped_by_bloom"] >= 20
-    emea = views["EMEA"]["filter_stats"]
+    emea = asdict(views["EMEA"].filter_stats)
     assert emea["bytes_read"] > 10 * len(big)  # it did read its own chunks
-    stream = srv.facade.get_stream("/", "regions")["filter_stats"]
-    per_consumer = [v["filter_stats"] for v in views.values()]
+    stream = asdict(srv.facade.get_stream("/", "regions").filter_stats)
+    per_consumer = [asdict(v.filter_stats) for v in views.values()]
     for key in ("chunks_scanned", "chunks_skipped", "bytes_read", "messages_delivered"):
         assert stream[key] == sum(c[key] for c in per_consumer), key
     assert stream["bytes_delivered"] > 20 * len(big)  # AMER and EMEA delivered their big bodies
@@ -221,7 +222,7 @@ async def test_a_million_misses_do_not_delay_the_next_match(srv: RunningGateway)
     elapsed = time.perf_counter() - started
     assert collector.got == [(1_000_000, "rare", b"found")]
     assert elapsed < 1.0
-    stats = srv.facade.list_consumers("/", "sparse")[0]["filter_stats"]
+    stats = asdict(srv.facade.list_consumers("/", "sparse")[0].filter_stats)
     assert stats["chunks_skipped"] == 200
     assert stats["records_skipped_by_bloom"] == 1_000_000
     assert stats["bytes_read"] < 200 * 200  # headers and Bloom bits only

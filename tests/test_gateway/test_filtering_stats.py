@@ -85,16 +85,16 @@ def test_filter_advice_from_observed_values_per_chunk(facade: BrokerFacade) -> N
     for chunk in range(30):  # 40 distinct values per chunk
         stream.append([_msg(f"v{chunk}-{i}") for i in range(40)])
     advice = facade.filter_advice("/", "busy", target_fpr=0.01)
-    assert advice["chunks_sampled"] == 30
-    assert advice["current_filter_size_bytes"] == 16
+    assert advice.chunks_sampled == 30
+    assert advice.current_filter_size_bytes == 16
     # a 16-byte filter cannot count 40 values exactly; the estimate must not undercount much
-    assert advice["distinct_values_per_chunk_p95"] >= 30
-    assert advice["current_false_positive_rate"] > 0.01
-    size = advice["recommended_filter_size_bytes"]
-    assert advice["reachable"] and size > 16
+    assert advice.distinct_values_per_chunk_p95 >= 30
+    assert advice.current_false_positive_rate > 0.01
+    size = advice.recommended_filter_size_bytes
+    assert advice.reachable and size > 16
     assert false_positive_rate(size, 40) <= 0.02
-    assert advice["expected_false_positive_rate"] <= 0.01
-    assert advice["rabbitmq_compatible"] == (size <= 255)
+    assert advice.expected_false_positive_rate <= 0.01
+    assert advice.rabbitmq_compatible == (size <= 255)
 
 
 def test_filter_advice_reads_the_newest_chunks_with_their_filter_size(
@@ -107,12 +107,12 @@ def test_filter_advice_reads_the_newest_chunks_with_their_filter_size(
     for chunk in range(5):
         stream.append([_msg(f"w{chunk}-{i}") for i in range(300)])
     quiet = facade.filter_advice("/", "grown", target_fpr=0.05, chunks=20)
-    assert quiet["chunks_sampled"] == 20
+    assert quiet.chunks_sampled == 20
     newest = facade.filter_advice("/", "grown", target_fpr=0.05, chunks=5)
-    assert newest["distinct_values_per_chunk_p95"] == pytest.approx(300, rel=0.15)
-    assert newest["recommended_filter_size_bytes"] > quiet["recommended_filter_size_bytes"]
-    assert newest["recommended_filter_size_bytes"] > 255
-    assert newest["rabbitmq_compatible"] is False
+    assert newest.distinct_values_per_chunk_p95 == pytest.approx(300, rel=0.15)
+    assert newest.recommended_filter_size_bytes > quiet.recommended_filter_size_bytes
+    assert newest.recommended_filter_size_bytes > 255
+    assert newest.rabbitmq_compatible is False
 
 
 def test_filter_advice_errors(facade: BrokerFacade) -> None:
@@ -125,8 +125,8 @@ def test_filter_advice_errors(facade: BrokerFacade) -> None:
     with pytest.raises(PreconditionFailed):
         facade.filter_advice("/", "s", chunks=0)
     empty = facade.filter_advice("/", "s")
-    assert empty["chunks_sampled"] == 0
-    assert empty["recommended_filter_size_bytes"] == 16
+    assert empty.chunks_sampled == 0
+    assert empty.recommended_filter_size_bytes == 16
 
 
 def test_recent_blooms_walks_back_across_segments(tmp_path: Path) -> None:

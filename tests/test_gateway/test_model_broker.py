@@ -16,11 +16,14 @@ from sievemq.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.facade import BindingView, BrokerFacade, PermissionView
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.storage import Durability, Message
+
+# these tests are about stream queues: make them the default queue type
+STREAMS = BrokerSettings(default_queue_type="stream")
 
 
 def publish(queue: StreamQueue, n: int, value: str = "") -> None:
@@ -29,7 +32,9 @@ def publish(queue: StreamQueue, n: int, value: str = "") -> None:
 
 
 def test_declare_creates_stream_with_arguments(tmp_path: Path) -> None:
-    broker = Broker(tmp_path, BrokerSettings(durability=Durability.ALWAYS))
+    broker = Broker(
+        tmp_path, BrokerSettings(durability=Durability.ALWAYS, default_queue_type="stream")
+    )
     vh = broker.vhost("/")
     args = {
         "x-queue-type": "stream",
@@ -58,7 +63,7 @@ def test_declare_creates_stream_with_arguments(tmp_path: Path) -> None:
 
 
 def test_declare_errors(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     vh.declare_queue("s")
     with pytest.raises(NotFound) as nf:
         vh.declare_queue("missing", passive=True)
@@ -89,7 +94,7 @@ def test_declare_errors(tmp_path: Path) -> None:
 
 
 def test_delete_queue_notifies_then_removes_files(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     queue, _, _ = vh.declare_queue("s")
     publish(queue, 3)
     directory = queue.stream.directory
@@ -115,7 +120,7 @@ def test_delete_queue_notifies_then_removes_files(tmp_path: Path) -> None:
 
 
 def test_message_count(tmp_path: Path) -> None:
-    vh = Broker(tmp_path).vhost("/")
+    vh = Broker(tmp_path, STREAMS).vhost("/")
     queue, _, _ = vh.declare_queue("s")
     publish(queue, 4, "emea")
     publish(queue, 2)
@@ -124,7 +129,7 @@ def test_message_count(tmp_path: Path) -> None:
 
 
 def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     vh = broker.vhost("/")
     queue, _, _ = vh.declare_queue(
         "orders/eu", arguments={"x-max-age": "7D", "x-stream-filter-size-bytes": 32}
@@ -142,7 +147,7 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     broker.save_definitions()
     broker.close()
 
-    again = Broker(tmp_path)
+    again = Broker(tmp_path, STREAMS)
     vh2 = again.vhost("/")
     q2 = vh2.get_queue("orders/eu")
     assert q2.message_count == 7
@@ -163,14 +168,14 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     vh2.delete_queue("orders/eu")
     again.close()
 
-    third = Broker(tmp_path)
+    third = Broker(tmp_path, STREAMS)
     assert "orders/eu" not in third.vhost("/").queues
     assert not (tmp_path / "streams" / "%2F" / "orders%2Feu").exists()
     third.close()
 
 
 def test_definitions_file_is_json_and_atomic(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     broker.vhost("/").declare_queue("s")
     data = json.loads((tmp_path / "definitions.json").read_text())
     assert data["version"] == 1
@@ -203,7 +208,7 @@ def test_safe_names() -> None:
 
 
 def test_users_and_vhost_access(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     guest = broker.authenticate("guest", "guest")
     assert guest is not None and guest.is_administrator
     assert guest.may_connect_from("127.0.0.1") and guest.may_connect_from("::1")
@@ -227,7 +232,7 @@ def test_users_and_vhost_access(tmp_path: Path) -> None:
 
 
 def test_delete_vhost_removes_streams(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     vh = broker.add_vhost("tenant")
     queue, _, _ = vh.declare_queue("s")
     directory = queue.stream.directory
@@ -239,38 +244,33 @@ def test_delete_vhost_removes_streams(tmp_path: Path) -> None:
 
 
 def test_facade(tmp_path: Path) -> None:
-    broker = Broker(tmp_path)
+    broker = Broker(tmp_path, STREAMS)
     facade = BrokerFacade(broker)
     view = facade.create_stream("/", "s", {"x-stream-filter-size-bytes": 32})
-    assert view["name"] == "s" and view["messages"] == 0
+    assert view.name == "s" and view.messages == 0
     publish(broker.vhost("/").get_queue("s"), 3, "emea")
     got = facade.get_stream("/", "s")
-    assert got["messages"] == 3 and got["chunks"] == 1 and got["last_offset"] == 2
-    assert got["arguments"]["x-stream-filter-size-bytes"] == 32
-    assert got["filter_stats"]["chunks_skipped"] == 0
-    assert [s["name"] for s in facade.list_streams()] == ["s"]
+    assert got.messages == 3 and got.chunks == 1 and got.last_offset == 2
+    assert got.arguments["x-stream-filter-size-bytes"] == 32
+    assert got.filter_stats.chunks_skipped == 0
+    assert [s.name for s in facade.list_streams()] == ["s"]
     facade.declare_exchange("/", "ev", "topic")
     facade.bind("/", "ev", "queue", "s", "a.*")
     assert facade.list_bindings("/") == [
-        {
-            "vhost": "/",
-            "source": "ev",
-            "destination_type": "queue",
-            "destination": "s",
-            "routing_key": "a.*",
-            "arguments": {},
-        }
+        BindingView("/", "", "s", "queue", "s", {}, "s"),  # the default exchange's
+        BindingView("/", "ev", "s", "queue", "a.*", {}, "a.*"),
     ]
-    assert any(x["name"] == "amq.topic" for x in facade.list_exchanges("/"))
+    assert any(x.name == "amq.topic" for x in facade.list_exchanges("/"))
     overview = facade.overview()
-    assert overview["streams"] == 1 and overview["messages"] == 3
+    assert overview.totals.queues == 1 and overview.totals.messages == 3
     with pytest.raises(NotFound):
         facade.get_stream("/", "missing")
     with pytest.raises(NotFound):
         facade.delete_stream("/", "missing")
     assert facade.delete_stream("/", "s") == 3
     facade.put_user("bob", "pw", ("monitoring",))
-    facade.set_permission("bob", "/")
-    assert {"name": "bob", "tags": ["monitoring"], "vhosts": ["/"]} in facade.list_users()
+    facade.set_permission("bob", "/", "^bob-", "", ".*")
+    assert [u.tags for u in facade.list_users() if u.name == "bob"] == [["monitoring"]]
+    assert facade.list_permissions(user="bob") == [PermissionView("bob", "/", "^bob-", "", ".*")]
     broker.close()
-    assert Broker(tmp_path).authenticate("bob", "pw") is not None
+    assert Broker(tmp_path, STREAMS).authenticate("bob", "pw") is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands
+from tests.test_amqp.strategies import field_table, properties
 
 from sievemq.amqp import errors, hotcodec
 from sievemq.gateway.session import publish_cache as fastpath
@@ -63,9 +64,17 @@ def _publish(exchange: str, rk: str, mandatory: bool, immediate: bool) -> bytes:
 @given(st.from_regex(r"[a-zA-Z0-9._:-]{0,20}", fullmatch=True), st.text(max_size=20), st.booleans())
 def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bool):
     payload = b"\x00\x3c\x00\x28" + _publish(exchange, rk, mandatory, False)
-    expected = hotcodec.decode_basic_publish(payload)[:3]
-    assert fastpath.publish_args(payload) == expected
-    assert fastpath.publish_args(bytes(payload)) == expected  # cached
+    expected = tuple(hotcodec.decode_basic_publish(payload)[:3])
+    first = fastpath.publish_args(payload)
+    assert first == expected
+    again = fastpath.publish_args(bytes(bytearray(payload)))  # equal bytes, another object
+    assert again is first  # answered from the memo, not decoded again
+
+
+def test_publish_args_memo_is_bounded():
+    for n in range(fastpath._CACHE_MAX + 10):
+        fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"q{n}", False, False))
+    assert 0 < len(fastpath._publishes) <= fastpath._CACHE_MAX
 
 
 def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():
@@ -73,12 +82,35 @@ def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():
     assert fastpath.publish_args(b"\x00\x3c\x00\x28\x00\x00\x09ab") is None
 
 
+# headers with an x-stream-filter-value of every shape: a value, an array, garbage (406)
+_filter_value = st.one_of(
+    st.text(max_size=8),
+    st.lists(st.text(max_size=5), max_size=4),
+    st.integers(-5, 5),
+    st.just("a\x00b"),
+)
+_with_filter = st.builds(
+    lambda table, value: {**table, "x-stream-filter-value": value}, field_table, _filter_value
+)
+
+
+@given(properties() | properties(headers=_with_filter))
+def test_property_filter_values_equal_the_slow_path(props: commands.Basic.Properties):
+    raw = props.marshal()
+    try:
+        expected: tuple[str, ...] | None = fastpath.filter_values(raw)
+    except errors.AMQPError:
+        expected = None  # the slow path raises: the fast path must step aside
+    assert fastpath.property_filter_values(raw) == expected
+
+
 def test_property_filter_values():
     props = commands.Basic.Properties(
         content_type="text/plain", headers={"x-stream-filter-value": "eu", "n": 1}
     ).marshal()
-    assert fastpath.property_filter_values(props) == ("eu",)
-    assert fastpath.property_filter_values(props) == ("eu",)
+    first = fastpath.property_filter_values(props)
+    assert first == ("eu",)
+    assert fastpath.property_filter_values(bytes(bytearray(props))) is first  # the memo
     assert fastpath.property_filter_values(b"\x00\x00") == ()
     assert fastpath.property_filter_values(props[:-1]) is None  # truncated: slow path raises
     bad = commands.Basic.Properties(headers={"x-stream-filter-value": "a\x00b"}).marshal()
@@ -89,3 +121,21 @@ def test_property_filter_values():
         pass
     else:
         raise AssertionError("a NUL in a filter value is a 406")
+
+
+def test_unique_property_lists_share_the_parsed_filter_value():
+    """Every property list differs (message-id, seq), the filter value repeats: it is parsed
+    once and the same tuple is handed out, while each list is still checked in full."""
+
+    def props(seq: int) -> bytes:
+        return commands.Basic.Properties(
+            message_id=str(seq), headers={"seq": seq, "x-stream-filter-value": "emea"}
+        ).marshal()
+
+    first = fastpath.property_filter_values(props(1))
+    assert first == ("emea",)
+    assert fastpath.property_filter_values(props(2)) is first
+    assert fastpath.property_filter_values(props(3)[:-1]) is None  # still checked in full
+    for seq in range(fastpath._CACHE_MAX + 10):
+        assert fastpath.property_filter_values(props(seq)) == ("emea",)
+    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX

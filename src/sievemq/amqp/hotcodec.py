@@ -31,6 +31,8 @@ BASIC_DELIVER: Final = (CLASS_BASIC, METHOD_DELIVER)
 BASIC_ACK: Final = (CLASS_BASIC, METHOD_ACK)
 BASIC_REJECT: Final = (CLASS_BASIC, METHOD_REJECT)
 BASIC_NACK: Final = (CLASS_BASIC, METHOD_NACK)
+# the first four bytes of a Basic.Publish method payload (class id, method id)
+BASIC_PUBLISH_PREFIX: Final = struct.pack(">HH", *BASIC_PUBLISH)
 # the first two bytes of a class-60 content header payload (its class id, big-endian)
 BASIC_CONTENT_CLASS: Final = struct.pack(">H", CLASS_BASIC)
 # bytes of a content header payload before the property flags: class, weight, body size
@@ -214,6 +216,10 @@ def _content(
     return out
 
 
+# public name of the content encoder (classic-queue deliveries and get-ok use it too)
+encode_content = _content
+
+
 def encode_delivery(
     channel: int,
     consumer_tag: str,
@@ -373,6 +379,7 @@ __all__ = [
     "BASIC_DELIVER",
     "BASIC_NACK",
     "BASIC_PUBLISH",
+    "BASIC_PUBLISH_PREFIX",
     "BASIC_REJECT",
     "BASIC_RETURN",
     "CLASS_BASIC",

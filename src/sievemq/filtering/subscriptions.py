@@ -229,3 +229,16 @@ def registry(stream: Stream) -> SubscriptionRegistry:
     if reg is None:
         reg = _registries[stream] = SubscriptionRegistry(stream.directory)
     return reg
+
+
+def registered_slot(directory: Path, name: str, expression: str) -> int | None:
+    """Read-only: the slot whose chunk bits answer (name, expression), if registered.
+
+    For stand-alone readers (Spark, export) beside a running server: nothing is written. A
+    slot's bits are exact for its expression whether or not it is still active (an inactive
+    slot's later bits are all 1), so any slot with the same id can be used to skip chunks.
+    """
+    reg = SubscriptionRegistry(directory)
+    if reg.disabled:
+        return None
+    return reg._by_id.get(subscription_id(name, expression))

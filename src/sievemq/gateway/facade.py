@@ -1,148 +1,709 @@
-"""Read views and commands over the broker model, for the admin API.
+"""Typed read views and commands over the broker, for the admin plane.
 
-The admin API imports only this module; it returns plain dicts (JSON-ready) and raises the
-same ``amqp.errors`` classes as the AMQP side (404 NotFound, 406 PreconditionFailed, ...),
-which the API maps to HTTP statuses.
+The admin API imports only this module. Every view is a dataclass (FastAPI turns them into
+the OpenAPI schemas of SieveMQ's own endpoints; the RabbitMQ-shaped answers are built from
+them in ``admin_api``). Refusals raise the same ``amqp.errors`` classes as the AMQP side
+(404 NotFound, 406 PreconditionFailed, 403 AccessRefused, 540 NotImplemented_ ...), whose
+``explanation`` is the text RabbitMQ would send; the API maps them to HTTP statuses.
+
+Everything here runs on the event loop and never blocks on the network. Reading messages
+(``browse``) reads the stream files with ``pread`` under a time budget and a byte cap.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import datetime
+import hashlib
+import json
+import platform
 import time
-from typing import Any
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sievemq.amqp.errors import AMQPError, NotFound, PreconditionFailed
+from pamqp.commands import Basic
+
+from sievemq.amqp import properties as amqp_properties
+from sievemq.amqp.errors import (
+    AccessRefused,
+    AMQPError,
+    ConnectionForced,
+    NotAllowed,
+    NotFound,
+    NotImplemented_,
+    PreconditionFailed,
+)
+from sievemq.filtering.sql import CompileError, compile_filter
 from sievemq.filtering.subscriptions import registry
+from sievemq.filtering.view import sql_predicate
+from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
+from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
+from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.users import (
+    HASHING_ALGORITHMS,
+    SHA256,
+    Permission,
+    User,
+    check_regex,
+    hash_password,
+    valid_hash,
+)
 from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
+from sievemq.gateway.session.connection import Connection
+from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.units import parse_memory_watermark, parse_size
 
-RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
+if TYPE_CHECKING:
+    from sievemq.gateway.runtime.node import Node
+    from sievemq.gateway.session.channel import Channel
 
-__all__ = ["AMQPError", "BrokerFacade"]
+RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
+PRODUCT = "SieveMQ"
+RATE_WINDOW_S = 5.0
+BROWSE_MAX_LIMIT = 1000
+BROWSE_MAX_BYTES = 4 * 1024 * 1024
+BROWSE_TIME_BUDGET_S = 0.05
+
+__all__ = [
+    "BROWSE_MAX_LIMIT",
+    "EXCHANGE_TYPES",
+    "AMQPError",
+    "AccessRefused",
+    "BrokerFacade",
+    "HistogramView",
+    "NotAllowed",
+    "NotFound",
+    "NotImplemented_",
+    "PreconditionFailed",
+]
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass
+class FilterStatsView:
+    """Filter and delivery counters (SPEC §9), of a stream or of one consumer."""
+
+    chunks_scanned: int = 0
+    chunks_skipped: int = 0
+    chunks_false_positive: int = 0
+    chunks_skipped_subscription: int = 0
+    records_matched: int = 0
+    records_skipped: int = 0
+    records_skipped_by_bloom: int = 0
+    bytes_read: int = 0
+    messages_delivered: int = 0
+    bytes_delivered: int = 0
+    sql_errors: int = 0
+
+
+@dataclass
+class StreamView:
+    """One stream queue: its arguments, storage facts, rates and filter statistics."""
+
+    vhost: str
+    name: str
+    arguments: dict[str, Any]
+    messages: int
+    bytes: int
+    segments: int
+    chunks: int
+    first_offset: int
+    last_offset: int | None
+    first_timestamp_ms: int | None
+    last_timestamp_ms: int | None
+    consumers: int
+    published: int  # messages appended since the stream was created (its end offset)
+    publish_rate: float
+    delivered: int
+    deliver_rate: float
+    filter_size_bytes: int
+    filter_stats: FilterStatsView
+    durable: bool = True
+    auto_delete: bool = False
+    exclusive: bool = False
+    type: str = "stream"
+
+
+@dataclass
+class ConsumerFilterView:
+    values: list[str]
+    match_unfiltered: bool
+    match_type: Literal["any", "all"]
+
+
+@dataclass
+class ConsumerView:
+    vhost: str
+    stream: str
+    consumer_tag: str
+    connection_name: str
+    channel_number: int
+    channel_name: str
+    user: str
+    peer_host: str
+    peer_port: int
+    prefetch_count: int
+    credit: int
+    active: bool
+    arguments: dict[str, Any]
+    consumer_name: str | None
+    position: int  # the next offset it will read
+    lag: int  # messages stored after its position
+    filter: ConsumerFilterView | None
+    sql: str | None
+    filter_stats: FilterStatsView
+    ack_required: bool = True
+    exclusive: bool = False
+
+
+@dataclass
+class ConnectionView:
+    name: str
+    id: int
+    user: str
+    vhost: str
+    peer_host: str
+    peer_port: int
+    host: str
+    port: int
+    ssl: bool
+    client_properties: dict[str, Any]
+    user_provided_name: str | None
+    channels: int
+    channel_max: int
+    frame_max: int
+    timeout: int
+    connected_at: int  # ms since the epoch
+    state: str  # running | blocked | closing
+    blocked_reason: str
+    protocol: str = "AMQP 0-9-1"
+    auth_mechanism: str = "PLAIN"
+    type: str = "network"
+
+
+@dataclass
+class ChannelView:
+    name: str
+    connection_name: str
+    number: int
+    user: str
+    vhost: str
+    peer_host: str
+    peer_port: int
+    prefetch_count: int
+    global_prefetch_count: int
+    consumer_count: int
+    confirm: bool
+    messages_unacknowledged: int
+    messages_unconfirmed: int
+    state: str
+
+
+@dataclass
+class ExchangeView:
+    vhost: str
+    name: str
+    type: str
+    durable: bool
+    auto_delete: bool
+    internal: bool
+    arguments: dict[str, Any]
+
+
+@dataclass
+class BindingView:
+    vhost: str
+    source: str
+    destination: str
+    destination_type: str
+    routing_key: str
+    arguments: dict[str, Any]
+    properties_key: str
+
+
+@dataclass
+class VhostView:
+    name: str
+    description: str
+    tags: list[str]
+    default_queue_type: str
+    messages: int
+    streams: int
+    exchanges: int
+    connections: int
+
+
+@dataclass
+class UserView:
+    name: str
+    password_hash: str
+    hashing_algorithm: str
+    tags: list[str]
+    limits: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PermissionView:
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+
+
+@dataclass
+class ListenerView:
+    protocol: str
+    ip_address: str
+    port: int
+
+
+@dataclass
+class Totals:
+    connections: int
+    channels: int
+    consumers: int
+    exchanges: int
+    queues: int
+    vhosts: int
+    users: int
+    messages: int
+    bytes: int
+    published: int
+    publish_rate: float
+    delivered: int
+    deliver_rate: float
+
+
+@dataclass
+class OverviewView:
+    product_name: str
+    product_version: str
+    node: str
+    uptime_ms: int
+    listeners: list[ListenerView]
+    totals: Totals
+    alarms: list[str]
+    filter_stats: FilterStatsView
+
+
+@dataclass
+class Principal:
+    """An authenticated user as the admin plane sees it."""
+
+    name: str
+    tags: list[str]
+    permissions: dict[str, PermissionView]
+
+    @property
+    def is_administrator(self) -> bool:
+        return "administrator" in self.tags
+
+    @property
+    def may_monitor(self) -> bool:
+        return "administrator" in self.tags or "monitoring" in self.tags
+
+    @property
+    def may_manage(self) -> bool:
+        """May use the management UI/API at all (RabbitMQ: any of these tags)."""
+        return bool(set(self.tags) & {"administrator", "monitoring", "management", "policymaker"})
+
+    def may_see(self, vhost: str) -> bool:
+        return self.may_monitor or vhost in self.permissions
+
+    def allows(self, vhost: str, kind: str, name: str) -> bool:
+        perm = self.permissions.get(vhost)
+        if perm is None:
+            return False
+        return Permission(perm.configure, perm.write, perm.read).allows(kind, name)
+
+
+@dataclass
+class BrowsedMessage:
+    offset: int
+    timestamp_ms: int
+    exchange: str
+    routing_key: str
+    filter_values: list[str]
+    properties: dict[str, Any]
+    payload: str
+    payload_encoding: Literal["string", "base64"]
+    payload_bytes: int
+
+
+@dataclass
+class BrowseResult:
+    """Messages read without consuming. ``next_offset`` is where to continue; ``complete``
+    is False when the scan stopped at the limit, the byte cap or the time budget."""
+
+    messages: list[BrowsedMessage]
+    next_offset: int
+    end_offset: int
+    complete: bool
+    stopped_by: Literal["end", "limit", "bytes", "time"]
+
+
+@dataclass
+class ConsumerOffsetView:
+    stream: str
+    vhost: str
+    consumer: str
+    offset: int
+    lag: int
+
+
+@dataclass
+class FilterAdviceView:
+    vhost: str
+    name: str
+    target_false_positive_rate: float
+    recommended_filter_size_bytes: int
+    expected_false_positive_rate: float
+    reachable: bool
+    distinct_values_per_chunk_p95: float
+    chunks_sampled: int
+    current_filter_size_bytes: int
+    current_false_positive_rate: float
+    rabbitmq_compatible: bool
+
+
+@dataclass
+class SubscriptionView:
+    slot: int
+    consumer: str
+    expression: str
+    active: bool
+
+
+@dataclass
+class Definitions:
+    """RabbitMQ's definitions document (the subset SieveMQ holds)."""
+
+    rabbit_version: str
+    rabbitmq_version: str
+    product_name: str
+    product_version: str
+    users: list[dict[str, Any]]
+    vhosts: list[dict[str, Any]]
+    permissions: list[dict[str, Any]]
+    topic_permissions: list[dict[str, Any]]
+    parameters: list[dict[str, Any]]
+    global_parameters: list[dict[str, Any]]
+    policies: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    exchanges: list[dict[str, Any]]
+    bindings: list[dict[str, Any]]
+
+
+@dataclass
+class HistogramView:
+    """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+
+
+@dataclass
+class WriteLatencyView:
+    append: HistogramView
+    fsync: HistogramView
+
+
+class BadRequest(PreconditionFailed):
+    """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""
+
+
+# --------------------------------------------------------------------------- rates
+
+
+class _Rates:
+    """Per key, a few (time, counter) samples; the rate is over the last RATE_WINDOW_S."""
+
+    def __init__(self) -> None:
+        self._samples: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
+
+    def rate(self, key: tuple[str, ...], value: int, now: float) -> float:
+        samples = self._samples.setdefault(key, deque(maxlen=16))
+        if not samples or now - samples[-1][0] >= 1.0:
+            samples.append((now, value))
+        while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_S:
+            samples.popleft()
+        then, before = samples[0]
+        elapsed = now - then
+        if elapsed <= 0 or value < before:
+            return 0.0
+        return round((value - before) / elapsed, 1)
+
+    def forget(self, keep: set[tuple[str, ...]]) -> None:
+        for key in [k for k in self._samples if k not in keep]:
+            del self._samples[key]
+
+
+# --------------------------------------------------------------------------- the facade
 
 
 class BrokerFacade:
     """What the admin plane may see and do."""
 
     def __init__(
-        self, broker: Broker, version: str = "0.1.0", alarms: ResourceAlarms | None = None
+        self,
+        broker: Broker,
+        version: str = "0.1.0",
+        alarms: ResourceAlarms | None = None,
+        node: Node | None = None,
     ) -> None:
         self.broker = broker
         self.version = version
         self.started = time.time()
         self.alarms = alarms
+        self.node = node
+        self.listeners: list[ListenerView] = []
+        self.node_name = "sievemq@" + (platform.node() or "localhost")
+        self._rates = _Rates()
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ auth
 
-    def overview(self) -> dict[str, Any]:
+    def authenticate(self, username: str, password: str, peer_host: str) -> Principal | None:
+        """The user when the password matches and it may log in from ``peer_host``."""
+        user = self.broker.authenticate(username, password)
+        if user is None or not user.may_connect_from(peer_host):
+            return None
+        return _principal(user)
+
+    # ------------------------------------------------------------------ overview
+
+    def overview(self, streams: list[StreamView] | None = None) -> OverviewView:
+        """Totals over every stream (``streams``: the views of all of them, when the caller
+        already has them)."""
+        now = time.time()
         queues = list(self.broker.queues())
-        return {
-            "version": self.version,
-            "uptime_s": round(time.time() - self.started, 3),
-            "vhosts": len(self.broker.vhosts),
-            "streams": len(queues),
-            "exchanges": sum(len(v.exchanges) for v in self.broker.vhosts.values()),
-            "consumers": sum(q.consumer_count for q in queues),
-            "messages": sum(q.message_count for q in queues),
-            "alarms": self.alarms.snapshot() if self.alarms is not None else {"active": []},
-        }
+        views = streams if streams is not None else [self._stream_view(q, now) for q in queues]
+        connections = self._connections()
+        totals = Totals(
+            connections=len(connections),
+            channels=sum(len(c.channels) for c in connections),
+            consumers=sum(q.consumer_count for q in queues),
+            exchanges=sum(len(v.exchanges) for v in self.broker.vhosts.values()),
+            queues=len(queues),
+            vhosts=len(self.broker.vhosts),
+            users=len(list(self.broker.users)),
+            messages=sum(v.messages for v in views),
+            bytes=sum(v.bytes for v in views),
+            published=sum(v.published for v in views),
+            publish_rate=round(sum(v.publish_rate for v in views), 1),
+            delivered=sum(v.delivered for v in views),
+            deliver_rate=round(sum(v.deliver_rate for v in views), 1),
+        )
+        summed = FilterStats()
+        sums = vars(summed)
+        for q in queues:
+            for name, value in vars(q.filter_stats).items():
+                sums[name] += value
+        return OverviewView(
+            product_name=PRODUCT,
+            product_version=self.version,
+            node=self.node_name,
+            uptime_ms=int((now - self.started) * 1000),
+            listeners=list(self.listeners),
+            totals=totals,
+            alarms=self.active_alarms(),
+            filter_stats=FilterStatsView(**summed.as_dict()),
+        )
 
-    def list_streams(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return [
-            self._stream_view(q) for q in self.broker.queues() if vhost is None or q.vhost == vhost
-        ]
+    def active_alarms(self) -> list[str]:
+        if self.alarms is None:
+            return []
+        return list(self.alarms.snapshot().get("active", []))
 
-    def get_stream(self, vhost: str, name: str) -> dict[str, Any]:
-        return self._stream_view(self.broker.vhost(vhost).get_queue(name))
+    def vhost_exists(self, vhost: str) -> bool:
+        return vhost in self.broker.vhosts
 
-    def list_consumers(
-        self, vhost: str | None = None, stream: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Live consumers with their filter and filter statistics (SPEC §9)."""
-        if stream is not None:
-            queues = [self.broker.vhost(vhost or "/").get_queue(stream)]
-        else:
-            queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
-        views = [_consumer_view(q, c) for q in queues for c in list(q.consumers)]
-        return sorted(views, key=lambda v: (v["vhost"], v["stream"], v["consumer_tag"]))
+    # ------------------------------------------------------------------ streams
 
-    def filter_advice(
-        self, vhost: str, name: str, target_fpr: float = 0.01, chunks: int = 1000
-    ) -> dict[str, Any]:
-        """The x-stream-filter-size-bytes that meets ``target_fpr`` for the newest chunks.
+    def list_streams(self, vhost: str | None = None) -> list[StreamView]:
+        now = time.time()
+        queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
+        if vhost is None:
+            self._rates.forget({k for q in queues for k in _rate_keys(q)} | {("",)})
+        return [self._stream_view(q, now) for q in queues]
 
-        Distinct values per chunk are estimated from the chunks' stored Bloom bits, so this
-        reads headers only. 406 for a target outside (0, 1) or a non-positive chunk count.
-        """
-        queue = self.broker.vhost(vhost).get_queue(name)
-        if not 0.0 < target_fpr < 1.0:
-            raise PreconditionFailed(f"target_fpr must be between 0 and 1, got {target_fpr}")
-        if chunks < 1:
-            raise PreconditionFailed(f"chunks must be at least 1, got {chunks}")
-        stream = queue.stream
-        advice = stream_filter_advice(stream.directory, target_fpr, chunks, stream.end_offset)
-        current = stream.config.filter_size_bytes
-        return {
-            "vhost": queue.vhost,
-            "name": queue.name,
-            "target_false_positive_rate": target_fpr,
-            "recommended_filter_size_bytes": advice.size_bytes,
-            "expected_false_positive_rate": advice.expected_false_positive_rate,
-            "reachable": advice.reachable,
-            "distinct_values_per_chunk_p95": advice.distinct_values_per_chunk,
-            "chunks_sampled": advice.chunks_sampled,
-            "current_filter_size_bytes": current,
-            "current_false_positive_rate": false_positive_rate(
-                current, advice.distinct_values_per_chunk
-            ),
-            "rabbitmq_compatible": advice.size_bytes <= RABBITMQ_MAX_FILTER_BYTES,
-        }
+    def get_stream(self, vhost: str, name: str) -> StreamView:
+        return self._stream_view(self._queue(vhost, name), time.time())
 
-    def list_exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return [_exchange_view(x) for v in self._vhosts(vhost) for x in v.exchanges.values()]
+    def stream_exists(self, vhost: str, name: str) -> bool:
+        v = self.broker.vhosts.get(vhost)
+        return v is not None and name in v.queues
 
-    def list_bindings(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        return [_binding_view(v.name, b) for v in self._vhosts(vhost) for b in v.bindings()]
-
-    def list_vhosts(self) -> list[dict[str, Any]]:
-        return [
-            {"name": v.name, "streams": len(v.queues), "exchanges": len(v.exchanges)}
-            for v in self.broker.vhosts.values()
-        ]
-
-    def list_users(self) -> list[dict[str, Any]]:
-        return [
-            {"name": u.name, "tags": list(u.tags), "vhosts": sorted(u.vhosts)}
-            for u in self.broker.users
-        ]
-
-    # ------------------------------------------------------------------ commands
+    def declare_stream(
+        self,
+        vhost: str,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        durable: bool = True,
+        auto_delete: bool = False,
+        exclusive: bool = False,
+    ) -> bool:
+        """queue.declare with the AMQP rules and texts; True when it was created."""
+        v = self.broker.vhost(vhost)
+        existed = name in v.queues
+        v.declare_queue(
+            name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=dict(arguments or {}),
+        )
+        return not existed
 
     def create_stream(
         self, vhost: str, name: str, arguments: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Declare (or idempotently redeclare) a stream with the AMQP rules and texts."""
+    ) -> StreamView:
+        """Declare (or idempotently redeclare) a stream; ``x-queue-type`` defaults to stream."""
         args = dict(arguments or {})
         args.setdefault("x-queue-type", "stream")
-        queue, _, _ = self.broker.vhost(vhost).declare_queue(name, arguments=args)
-        return self._stream_view(queue)
+        self.declare_stream(vhost, name, args)
+        return self.get_stream(vhost, name)
 
     def delete_stream(self, vhost: str, name: str) -> int:
         v = self.broker.vhost(vhost)
         v.get_queue(name)  # 404 when missing
         return v.delete_queue(name)
 
-    def declare_exchange(self, vhost: str, name: str, type: str, **flags: Any) -> dict[str, Any]:
-        return _exchange_view(self.broker.vhost(vhost).declare_exchange(name, type, **flags))
+    # ------------------------------------------------------------------ consumers
+
+    def list_consumers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[ConsumerView]:
+        """Live consumers with their filter, lag and filter statistics (SPEC §9)."""
+        if stream is not None:
+            queues = [self._queue(vhost or "/", stream)]
+        else:
+            queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
+        connections = {c.id: c for c in self._connections()}
+        views = [_consumer_view(q, c, connections) for q in queues for c in list(q.consumers)]
+        return sorted(views, key=lambda v: (v.vhost, v.stream, v.consumer_tag))
+
+    # ------------------------------------------------------------------ connections
+
+    def _connections(self) -> list[Connection]:
+        if self.node is None:
+            return []
+        return sorted(
+            (c for c in self.node.connections if isinstance(c, Connection) and c.opened),
+            key=lambda c: c.id,
+        )
+
+    def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
+        return [
+            _connection_view(c)
+            for c in self._connections()
+            if vhost is None or c.vhost_name == vhost
+        ]
+
+    def get_connection(self, name: str) -> ConnectionView:
+        return _connection_view(self._connection(name))
+
+    def _connection(self, name: str) -> Connection:
+        for conn in self._connections():
+            if _connection_name(conn) == name:
+                return conn
+        raise NotFound(f"no connection '{name}'")
+
+    def close_connection(self, name: str, reason: str | None = None) -> None:
+        """Close with 320 CONNECTION_FORCED and the reason (RabbitMQ's default text)."""
+        conn = self._connection(name)
+        conn.close(ConnectionForced(reason or "Closed via management plugin"))
+
+    def list_channels(
+        self, vhost: str | None = None, connection: str | None = None
+    ) -> list[ChannelView]:
+        conns = [self._connection(connection)] if connection is not None else self._connections()
+        return [
+            _channel_view(c, ch)
+            for c in conns
+            if vhost is None or c.vhost_name == vhost
+            for ch in sorted(c.channels.values(), key=lambda ch: ch.id)
+        ]
+
+    def get_channel(self, name: str) -> ChannelView:
+        for view in self.list_channels():
+            if view.name == name:
+                return view
+        raise NotFound(f"no channel '{name}'")
+
+    # ------------------------------------------------------------------ exchanges, bindings
+
+    def list_exchanges(self, vhost: str | None = None) -> list[ExchangeView]:
+        return [_exchange_view(x) for v in self._vhosts(vhost) for x in v.exchanges.values()]
+
+    def get_exchange(self, vhost: str, name: str) -> ExchangeView:
+        return _exchange_view(self.broker.vhost(vhost).get_exchange(name))
+
+    def declare_exchange(
+        self,
+        vhost: str,
+        name: str,
+        type: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> bool:
+        """exchange.declare's rules and texts; True when it was created."""
+        v = self.broker.vhost(vhost)
+        existed = name in v.exchanges
+        v.declare_exchange(
+            name,
+            type,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=dict(arguments or {}),
+        )
+        return not existed
 
     def delete_exchange(self, vhost: str, name: str, if_unused: bool = False) -> None:
         v = self.broker.vhost(vhost)
         v.get_exchange(name)
         v.delete_exchange(name, if_unused)
+
+    def list_bindings(
+        self,
+        vhost: str | None = None,
+        source: str | None = None,
+        destination: str | None = None,
+        destination_type: str | None = None,
+    ) -> list[BindingView]:
+        """Bindings as RabbitMQ lists them: each queue's implicit default-exchange binding
+        first, then the declared ones."""
+        out: list[BindingView] = []
+        for v in self._vhosts(vhost):
+            implicit = [
+                BindingView(v.name, "", q, "queue", q, {}, _properties_key(q, {}))
+                for q in sorted(v.queues)
+            ]
+            declared = sorted(
+                (_binding_view(v.name, b) for b in v.bindings()),
+                key=lambda b: (b.source, b.destination_type, b.destination, b.routing_key),
+            )
+            out.extend(implicit + declared)
+        return [
+            b
+            for b in out
+            if (source is None or b.source == source)
+            and (destination is None or b.destination == destination)
+            and (destination_type is None or b.destination_type == destination_type)
+        ]
 
     def bind(
         self,
@@ -152,38 +713,408 @@ class BrokerFacade:
         destination: str,
         routing_key: str = "",
         arguments: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> str:
+        """queue.bind / exchange.bind; returns the binding's properties key."""
         v = self.broker.vhost(vhost)
+        args = dict(arguments or {})
         if destination_type == "queue":
-            v.bind_queue(destination, source, routing_key, arguments)
+            v.bind_queue(destination, source, routing_key, args)
         elif destination_type == "exchange":
-            v.bind_exchange(destination, source, routing_key, arguments)
+            v.bind_exchange(destination, source, routing_key, args)
         else:
             raise PreconditionFailed(f"unknown destination type '{destination_type}'")
+        return _properties_key(routing_key, args)
 
-    def add_vhost(self, name: str) -> None:
+    def unbind(
+        self, vhost: str, source: str, destination_type: str, destination: str, props: str
+    ) -> None:
+        """Remove the binding with this properties key; 404 when there is none."""
+        for b in self.list_bindings(vhost, source, destination, destination_type):
+            if b.properties_key == props and b.source != "":
+                v = self.broker.vhost(vhost)
+                if destination_type == "queue":
+                    v.unbind_queue(destination, source, b.routing_key, b.arguments)
+                else:
+                    v.unbind_exchange(destination, source, b.routing_key, b.arguments)
+                return
+        raise NotFound(f"no binding '{props}'")
+
+    # ------------------------------------------------------------------ publish
+
+    async def publish(
+        self,
+        vhost: str,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: dict[str, Any] | None = None,
+    ) -> bool:
+        """Route and store one message; returns once every routed stream confirmed it
+        stored (False when nothing routed). ``x-stream-filter-value`` in the headers is
+        the message's filter value, as on AMQP. 406 for bad properties."""
+        if self.node is None:
+            raise PreconditionFailed("publishing needs a running node")
+        v = self.broker.vhost(vhost)
+        props = encode_properties(properties or {})
+        headers = dict((properties or {}).get("headers") or {})
+        values = qargs.parse_filter_values(headers.get("x-stream-filter-value"))
+        queues = v.route(exchange, routing_key, lambda: headers)
+        if not queues:
+            return False
+        message = Message(values, exchange, routing_key, props, body)
+        sink = _OneShotSink(len(queues))
+        for queue in queues:
+            self.node.appender(queue).submit(message, sink, 1)
+        if not await sink.wait():
+            raise PreconditionFailed("the message could not be stored")
+        return True
+
+    # ------------------------------------------------------------------ browse
+
+    def browse(
+        self,
+        vhost: str,
+        name: str,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        limit: int = 20,
+        filter_values: list[str] | None = None,
+        match_unfiltered: bool = False,
+        sql: str | None = None,
+        newest_first: bool = False,
+        max_bytes: int = BROWSE_MAX_BYTES,
+        encoding: Literal["auto", "base64"] = "auto",
+    ) -> BrowseResult:
+        """Read up to ``limit`` messages without consuming, from ``offset`` (or the first at
+        or after ``timestamp_ms``; without either: the first, or with ``newest_first`` the
+        newest ``limit``). Bounded by ``max_bytes`` of payload and a time budget."""
+        queue = self._queue(vhost, name)
+        if not 1 <= limit <= BROWSE_MAX_LIMIT:
+            raise BadRequest(f"limit must be between 1 and {BROWSE_MAX_LIMIT}, got {limit}")
+        if offset is not None and offset < 0:
+            raise BadRequest(f"offset must be >= 0, got {offset}")
+        predicate = None
+        if sql:
+            try:
+                predicate = sql_predicate(compile_filter(sql))
+            except CompileError as error:
+                raise BadRequest(f"invalid sql: {error}") from None
+        spec = None
+        if filter_values:
+            spec = FilterSpec(tuple(filter_values), match_unfiltered, False)
+        stream = queue.stream
+        end = stream.end_offset
+        reader = stream.reader()
+        try:
+            if offset is not None:
+                reader.seek_offset(offset)
+            elif timestamp_ms is not None:
+                reader.seek_timestamp(timestamp_ms)
+            elif newest_first and spec is None and predicate is None:
+                reader.seek_offset(max(stream.first_offset, end - limit))
+            else:
+                reader.seek_first()
+            return _read_bounded(reader, end, limit, spec, predicate, max_bytes, encoding)
+        finally:
+            reader.close()
+
+    # ------------------------------------------------------------------ vhosts
+
+    def list_vhosts(self) -> list[VhostView]:
+        conns = self._connections()
+        return [
+            VhostView(
+                name=v.name,
+                description="Default virtual host" if v.name == "/" else "",
+                tags=[],
+                default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                messages=sum(q.message_count for q in v.queues.values()),
+                streams=len(v.queues),
+                exchanges=len(v.exchanges),
+                connections=sum(1 for c in conns if c.vhost_name == v.name),
+            )
+            for v in self.broker.vhosts.values()
+        ]
+
+    def add_vhost(self, name: str) -> bool:
+        """Create a vhost; True when it was created."""
+        if not name:
+            raise BadRequest("vhost name must not be empty")
+        existed = name in self.broker.vhosts
         self.broker.add_vhost(name)
+        return not existed
 
     def delete_vhost(self, name: str) -> None:
+        if self.node is not None:
+            forced = ConnectionForced(f"vhost '{name}' is deleted")
+            for conn in [c for c in self._connections() if c.vhost_name == name]:
+                conn.close(forced)
         self.broker.delete_vhost(name)
 
-    def put_user(self, name: str, password: str, tags: tuple[str, ...] = ()) -> None:
+    # ------------------------------------------------------------------ users, permissions
+
+    def list_users(self) -> list[UserView]:
+        return [_user_view(u) for u in self.broker.users]
+
+    def get_user(self, name: str) -> UserView:
+        user = self.broker.users.get(name)
+        if user is None:
+            raise NotFound(f"no user '{name}'")
+        return _user_view(user)
+
+    def put_user(
+        self,
+        name: str,
+        password: str | None = None,
+        tags: Iterable[str] = (),
+        password_hash: str | None = None,
+        hashing_algorithm: str = SHA256,
+    ) -> bool:
+        """Create or update a user (password, or a hash in RabbitMQ's format, or neither to
+        keep the current one); True when created. Permissions are kept."""
+        if not name:
+            raise BadRequest("user name must not be empty")
+        tag_list = _check_tags(tags)
         existing = self.broker.users.get(name)
-        vhosts = existing.vhosts if existing else set()
-        self.broker.users.add(name, password, tags=tags, vhosts=set(vhosts))
+        if password is not None:
+            stored, algorithm = hash_password(password), SHA256
+        elif password_hash is not None:
+            if hashing_algorithm not in HASHING_ALGORITHMS:
+                raise BadRequest(f"unsupported hashing_algorithm '{hashing_algorithm}'")
+            if not valid_hash(password_hash, hashing_algorithm):
+                raise BadRequest("password_hash is not a valid hash")
+            stored, algorithm = password_hash, hashing_algorithm
+        elif existing is not None:
+            stored, algorithm = existing.password_hash, existing.hashing_algorithm
+        else:
+            raise BadRequest("password or password_hash must be set")
+        self.broker.users.put(
+            User(
+                name,
+                stored,
+                tag_list,
+                dict(existing.permissions) if existing else {},
+                existing.loopback_only if existing else False,
+                algorithm,
+            )
+        )
         self.broker.save_definitions()
+        return existing is None
 
     def delete_user(self, name: str) -> None:
         if not self.broker.users.delete(name):
             raise NotFound(f"no user '{name}'")
         self.broker.save_definitions()
 
-    def set_permission(self, user: str, vhost: str) -> None:
+    def list_permissions(
+        self, vhost: str | None = None, user: str | None = None
+    ) -> list[PermissionView]:
+        return [
+            PermissionView(u.name, v, p.configure, p.write, p.read)
+            for u in self.broker.users
+            if user is None or u.name == user
+            for v, p in sorted(u.permissions.items())
+            if vhost is None or v == vhost
+        ]
+
+    def get_permission(self, vhost: str, user: str) -> PermissionView:
+        found = self.list_permissions(vhost, user)
+        if not found:
+            raise NotFound(f"no permission for '{user}' in vhost '{vhost}'")
+        return found[0]
+
+    def set_permission(
+        self,
+        user: str,
+        vhost: str,
+        configure: str = ".*",
+        write: str = ".*",
+        read: str = ".*",
+    ) -> bool:
+        """Set a user's permission in a vhost; True when it was new. 400 for a bad regex."""
         if user not in self.broker.users:
             raise NotFound(f"no user '{user}'")
         self.broker.vhost(vhost)
-        self.broker.users.set_permission(user, vhost)
+        for kind, pattern in (("configure", configure), ("write", write), ("read", read)):
+            problem = check_regex(pattern)
+            if problem is not None:
+                raise BadRequest(f"invalid {kind} regex '{pattern}': {problem}")
+        u = self.broker.users.get(user)
+        assert u is not None
+        new = vhost not in u.permissions
+        self.broker.users.set_permission(user, vhost, Permission(configure, write, read))
         self.broker.save_definitions()
+        return new
+
+    def clear_permission(self, user: str, vhost: str) -> None:
+        if not self.broker.users.clear_permission(user, vhost):
+            raise NotFound(f"no permission for '{user}' in vhost '{vhost}'")
+        self.broker.save_definitions()
+
+    # ------------------------------------------------------------------ definitions
+
+    def export_definitions(self, vhost: str | None = None) -> Definitions:
+        stored = self.broker.definitions()
+        exchanges = [
+            {k: x[k] for k in ("name", "vhost", "type", "durable", "auto_delete", "internal")}
+            | {"arguments": _jsonable(x["arguments"])}
+            for x in stored["exchanges"]
+            if vhost is None or x["vhost"] == vhost
+        ]
+        queues = [
+            {
+                "name": q["name"],
+                "vhost": q["vhost"],
+                "durable": True,
+                "auto_delete": False,
+                "arguments": _jsonable(q["arguments"]),
+            }
+            for q in stored["queues"]
+            if vhost is None or q["vhost"] == vhost
+        ]
+        bindings = [
+            {
+                "source": b["source"],
+                "vhost": b["vhost"],
+                "destination": b["destination"],
+                "destination_type": b["destination_type"],
+                "routing_key": b["routing_key"],
+                "arguments": _jsonable(b["arguments"]),
+            }
+            for b in stored["bindings"]
+            if vhost is None or b["vhost"] == vhost
+        ]
+        users = [
+            {
+                "name": u.name,
+                "password_hash": u.password_hash,
+                "hashing_algorithm": u.hashing_algorithm,
+                "tags": list(u.tags),
+                "limits": {},
+            }
+            for u in self.broker.users
+        ]
+        return Definitions(
+            rabbit_version=self.version,
+            rabbitmq_version=self.version,
+            product_name=PRODUCT,
+            product_version=self.version,
+            users=users if vhost is None else [],
+            vhosts=[{"name": n} for n in self.broker.vhosts if vhost is None or n == vhost],
+            permissions=[dict(p.__dict__) for p in self.list_permissions(vhost)],
+            topic_permissions=[],
+            parameters=[],
+            global_parameters=[],
+            policies=[],
+            queues=queues,
+            exchanges=exchanges,
+            bindings=bindings,
+        )
+
+    def import_definitions(self, data: dict[str, Any], vhost: str | None = None) -> None:
+        """Merge a RabbitMQ definitions document. Everything is checked first; a document
+        with objects SieveMQ cannot hold (classic/quorum queues, policies, parameters,
+        topic permissions), bad hashes or bad regexes is refused as a whole (400 naming
+        them) and nothing is applied."""
+        plan = _DefinitionsPlan(self, data, vhost)
+        plan.check()
+        plan.apply()
+
+    # ------------------------------------------------------------------ named consumers
+
+    def list_consumer_offsets(self, vhost: str, stream: str) -> dict[str, int]:
+        """Committed offsets of the stream's named consumers (last offset each is done with)."""
+        return self._queue(vhost, stream).stream.offsets.items()
+
+    def consumer_offsets(self, vhost: str, stream: str) -> list[ConsumerOffsetView]:
+        queue = self._queue(vhost, stream)
+        end = queue.stream.end_offset
+        return [
+            ConsumerOffsetView(stream, vhost, name, offset, max(0, end - offset - 1))
+            for name, offset in sorted(queue.stream.offsets.items().items())
+        ]
+
+    def get_consumer_offset(self, vhost: str, stream: str, consumer: str) -> int:
+        offset = self._queue(vhost, stream).stream.offsets.get(consumer)
+        if offset is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        return offset
+
+    def set_consumer_offset(self, vhost: str, stream: str, consumer: str, offset: int) -> None:
+        """Store a committed offset: the consumer resumes at ``offset + 1`` on its next
+        consume (a live consumer of that name overwrites it with its own commits)."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
+        if not consumer or len(consumer.encode("utf-8")) > qargs.MAX_CONSUMER_NAME_BYTES:
+            raise PreconditionFailed("consumer name must be 1 to 255 bytes")
+        self._queue(vhost, stream).stream.offsets.set(consumer, offset)
+
+    def delete_consumer_offset(self, vhost: str, stream: str, consumer: str) -> None:
+        """Forget the consumer: its offset and its registered SQL subscription."""
+        queue = self._queue(vhost, stream)
+        if queue.stream.offsets.get(consumer) is None:
+            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
+        queue.stream.offsets.delete(consumer)
+        registry(queue.stream).forget(consumer)
+
+    def list_subscriptions(self, vhost: str, stream: str) -> list[SubscriptionView]:
+        """The stream's registered SQL subscriptions, with the slot their chunk bit uses."""
+        queue = self._queue(vhost, stream)
+        return [
+            SubscriptionView(i, s.name, s.expression, s.active)
+            for i, s in enumerate(registry(queue.stream).slots)
+        ]
+
+    def filter_advice(
+        self, vhost: str, name: str, target_fpr: float = 0.01, chunks: int = 1000
+    ) -> FilterAdviceView:
+        """The x-stream-filter-size-bytes that meets ``target_fpr`` for the newest chunks.
+
+        Distinct values per chunk are estimated from the chunks' stored Bloom bits, so this
+        reads headers only. 406 for a target outside (0, 1) or a non-positive chunk count.
+        """
+        queue = self._queue(vhost, name)
+        if not 0.0 < target_fpr < 1.0:
+            raise PreconditionFailed(f"target_fpr must be between 0 and 1, got {target_fpr}")
+        if chunks < 1:
+            raise PreconditionFailed(f"chunks must be at least 1, got {chunks}")
+        stream = queue.stream
+        advice = stream_filter_advice(stream.directory, target_fpr, chunks, stream.end_offset)
+        current = stream.config.filter_size_bytes
+        return FilterAdviceView(
+            vhost=queue.vhost,
+            name=queue.name,
+            target_false_positive_rate=target_fpr,
+            recommended_filter_size_bytes=advice.size_bytes,
+            expected_false_positive_rate=advice.expected_false_positive_rate,
+            reachable=advice.reachable,
+            distinct_values_per_chunk_p95=advice.distinct_values_per_chunk,
+            chunks_sampled=advice.chunks_sampled,
+            current_filter_size_bytes=current,
+            current_false_positive_rate=false_positive_rate(
+                current, advice.distinct_values_per_chunk
+            ),
+            rabbitmq_compatible=advice.size_bytes <= RABBITMQ_MAX_FILTER_BYTES,
+        )
+
+    # ------------------------------------------------------------------ metrics
+
+    def write_latencies(self) -> WriteLatencyView:
+        """Append-batch and fdatasync latency histograms of every stream of this node."""
+        if self.node is None:
+            empty = HistogramView([(float("inf"), 0)], 0.0, 0)
+            return WriteLatencyView(empty, empty)
+        lat = self.node.latencies
+        return WriteLatencyView(
+            HistogramView(lat.append.cumulative(), lat.append.sum, lat.append.count),
+            HistogramView(lat.fsync.cumulative(), lat.fsync.sum, lat.fsync.count),
+        )
+
+    def publishers(self) -> int:
+        """Channels that have published at least once (RabbitMQ's ``publishers``)."""
+        return sum(1 for c in self._connections() for ch in c.channels.values() if ch.has_published)
+
+    # ------------------------------------------------------------------ alarms
 
     def set_alarm_limits(
         self,
@@ -206,107 +1137,533 @@ class BrokerFacade:
         self.alarms.set_limits(memory_limit=memory, disk_free_limit=disk)
         return self.alarms.snapshot()
 
-    # ------------------------------------------------------------------ named consumers
-
-    def list_consumer_offsets(self, vhost: str, stream: str) -> dict[str, int]:
-        """Committed offsets of the stream's named consumers (last offset each is done with)."""
-        return self.broker.vhost(vhost).get_queue(stream).stream.offsets.items()
-
-    def get_consumer_offset(self, vhost: str, stream: str, consumer: str) -> int:
-        offset = self.broker.vhost(vhost).get_queue(stream).stream.offsets.get(consumer)
-        if offset is None:
-            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
-        return offset
-
-    def set_consumer_offset(self, vhost: str, stream: str, consumer: str, offset: int) -> None:
-        """Store a committed offset: the consumer resumes at ``offset + 1`` on its next
-        consume (a live consumer of that name overwrites it with its own commits)."""
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
-        self.broker.vhost(vhost).get_queue(stream).stream.offsets.set(consumer, offset)
-
-    def delete_consumer_offset(self, vhost: str, stream: str, consumer: str) -> None:
-        """Forget the consumer: its offset and its registered SQL subscription."""
-        queue = self.broker.vhost(vhost).get_queue(stream)
-        if queue.stream.offsets.get(consumer) is None:
-            raise NotFound(f"no offset for consumer '{consumer}' on stream '{stream}'")
-        queue.stream.offsets.delete(consumer)
-        registry(queue.stream).forget(consumer)
-
-    def list_subscriptions(self, vhost: str, stream: str) -> list[dict[str, Any]]:
-        """The stream's registered SQL subscriptions, with the slot their chunk bit uses."""
-        queue = self.broker.vhost(vhost).get_queue(stream)
-        return [
-            {"slot": i, "consumer": s.name, "expression": s.expression, "active": s.active}
-            for i, s in enumerate(registry(queue.stream).slots)
-        ]
-
     # ------------------------------------------------------------------ helpers
+
+    def _queue(self, vhost: str, name: str) -> StreamQueue:
+        return self.broker.vhost(vhost).get_queue(name)
 
     def _vhosts(self, vhost: str | None) -> list[Any]:
         if vhost is None:
             return list(self.broker.vhosts.values())
         return [self.broker.vhost(vhost)]
 
-    @staticmethod
-    def _stream_view(queue: StreamQueue) -> dict[str, Any]:
+    def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
         stats = queue.stream.stats()
-        return {
-            "vhost": queue.vhost,
-            "name": queue.name,
-            "arguments": dict(queue.arguments.table),
-            "messages": stats.messages,
-            "bytes": stats.bytes,
-            "segments": stats.segments,
-            "chunks": stats.chunks,
-            "first_offset": stats.first_offset,
-            "last_offset": stats.last_offset,
-            "first_timestamp_ms": stats.first_timestamp_ms,
-            "last_timestamp_ms": stats.last_timestamp_ms,
-            "consumers": queue.consumer_count,
-            "filter_stats": queue.filter_stats.as_dict(),
-        }
+        published = queue.stream.end_offset
+        delivered = queue.filter_stats.messages_delivered
+        key_pub, key_del = _rate_keys(queue)
+        return StreamView(
+            vhost=queue.vhost,
+            name=queue.name,
+            arguments=_jsonable(dict(queue.arguments.table)),
+            messages=stats.messages,
+            bytes=stats.bytes,
+            segments=stats.segments,
+            chunks=stats.chunks,
+            first_offset=stats.first_offset,
+            last_offset=stats.last_offset,
+            first_timestamp_ms=stats.first_timestamp_ms,
+            last_timestamp_ms=stats.last_timestamp_ms,
+            consumers=queue.consumer_count,
+            published=published,
+            publish_rate=self._rates.rate(key_pub, published, now),
+            delivered=delivered,
+            deliver_rate=self._rates.rate(key_del, delivered, now),
+            filter_size_bytes=queue.arguments.filter_size_bytes,
+            filter_stats=FilterStatsView(**vars(queue.filter_stats)),
+        )
 
 
-def _consumer_view(queue: StreamQueue, consumer: ConsumerInfo) -> dict[str, Any]:
-    spec = consumer.spec
-    return {
-        "vhost": queue.vhost,
-        "stream": queue.name,
-        "consumer_tag": consumer.tag,
-        "connection": consumer.connection_id,
-        "channel": consumer.channel_id,
-        "prefetch": consumer.prefetch,
-        "credit": consumer.credit,
-        "filter": None
-        if spec is None
-        else {
-            "values": list(spec.values),
-            "match_unfiltered": spec.match_unfiltered,
-            "match_type": "all" if spec.match_all else "any",
+# --------------------------------------------------------------------------- helpers
+
+
+def _rate_keys(queue: StreamQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
+
+
+def _principal(user: User) -> Principal:
+    return Principal(
+        user.name,
+        list(user.tags),
+        {
+            v: PermissionView(user.name, v, p.configure, p.write, p.read)
+            for v, p in user.permissions.items()
         },
-        "filter_stats": consumer.filter_stats(),
-    }
+    )
 
 
-def _exchange_view(x: Exchange) -> dict[str, Any]:
-    return {
-        "vhost": x.vhost,
-        "name": x.name,
-        "type": x.type,
-        "durable": x.durable,
-        "auto_delete": x.auto_delete,
-        "internal": x.internal,
-        "arguments": dict(x.arguments),
-    }
+def _check_tags(tags: Iterable[str]) -> tuple[str, ...]:
+    out = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise BadRequest(f"tags must be strings, got {tag!r}")
+        tag = tag.strip()
+        if tag:
+            out.append(tag)
+    return tuple(out)
 
 
-def _binding_view(vhost: str, b: Binding) -> dict[str, Any]:
-    return {
-        "vhost": vhost,
-        "source": b.source,
-        "destination_type": b.destination_kind,
-        "destination": b.destination,
-        "routing_key": b.routing_key,
-        "arguments": dict(b.arguments),
-    }
+def _user_view(u: User) -> UserView:
+    return UserView(u.name, u.password_hash, u.hashing_algorithm, list(u.tags))
+
+
+def _jsonable(value: Any) -> Any:
+    """Field-table values as JSON (bytes as text when UTF-8, timestamps as epoch seconds)."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return int(value.timestamp())
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """RabbitMQ's binding key: the routing key (``~`` when empty), plus a hash of the
+    arguments when there are any."""
+    key = routing_key.replace("%", "%25").replace("/", "%2F") if routing_key else "~"
+    if not arguments:
+        return key
+    digest = hashlib.sha256(
+        json.dumps(_jsonable(arguments), sort_keys=True).encode("utf-8")
+    ).digest()
+    return key + "~" + base64.urlsafe_b64encode(digest[:16]).decode("ascii").rstrip("=")
+
+
+def _binding_view(vhost: str, b: Binding) -> BindingView:
+    args = _jsonable(dict(b.arguments))
+    return BindingView(
+        vhost,
+        b.source,
+        b.destination,
+        b.destination_kind,
+        b.routing_key,
+        args,
+        _properties_key(b.routing_key, dict(b.arguments)),
+    )
+
+
+def _exchange_view(x: Exchange) -> ExchangeView:
+    return ExchangeView(
+        x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal, _jsonable(x.arguments)
+    )
+
+
+def _split_peer(peer: str) -> tuple[str, int]:
+    host, _, port = peer.rpartition(":")
+    try:
+        return host, int(port)
+    except ValueError:
+        return peer, 0
+
+
+def _local(conn: Connection) -> tuple[str, int]:
+    transport = conn.transport
+    sock = transport.get_extra_info("sockname") if transport is not None else None
+    if isinstance(sock, tuple) and len(sock) >= 2:
+        return str(sock[0]), int(sock[1])
+    return "", 0
+
+
+def _connection_name(conn: Connection) -> str:
+    """RabbitMQ's ``peer_host:peer_port -> host:port``."""
+    host, port = _local(conn)
+    return f"{conn.peer} -> {host}:{port}"
+
+
+def _connection_view(conn: Connection) -> ConnectionView:
+    peer_host, peer_port = _split_peer(conn.peer)
+    host, port = _local(conn)
+    transport = conn.transport
+    ssl = transport is not None and transport.get_extra_info("sslcontext") is not None
+    provided = conn.client_properties.get("connection_name")
+    if isinstance(provided, bytes):
+        provided = provided.decode("utf-8", "replace")
+    if conn.state.phase.name in ("CLOSING", "CLOSED"):
+        state = "closing"
+    elif conn.blocked:
+        state = "blocked"
+    else:
+        state = "running"
+    return ConnectionView(
+        name=_connection_name(conn),
+        id=conn.id,
+        user=conn.username,
+        vhost=conn.vhost_name,
+        peer_host=peer_host,
+        peer_port=peer_port,
+        host=host,
+        port=port,
+        ssl=ssl,
+        client_properties=_jsonable(conn.client_properties),
+        user_provided_name=provided if isinstance(provided, str) else None,
+        channels=len(conn.channels),
+        channel_max=conn.channel_max,
+        frame_max=conn.frame_max,
+        timeout=conn.heartbeat,
+        connected_at=int(getattr(conn, "connected_at", time.time()) * 1000),
+        state=state,
+        blocked_reason=conn.blocked_reason,
+    )
+
+
+def _channel_view(conn: Connection, ch: Channel) -> ChannelView:
+    peer_host, peer_port = _split_peer(conn.peer)
+    confirm = ch.confirm
+    return ChannelView(
+        name=f"{_connection_name(conn)} ({ch.id})",
+        connection_name=_connection_name(conn),
+        number=ch.id,
+        user=conn.username,
+        vhost=conn.vhost_name,
+        peer_host=peer_host,
+        peer_port=peer_port,
+        prefetch_count=ch.prefetch,
+        global_prefetch_count=ch.global_prefetch,
+        consumer_count=len(ch.consumers),
+        confirm=confirm is not None,
+        messages_unacknowledged=len(ch.unacked),
+        messages_unconfirmed=_unconfirmed(confirm),
+        state="closing" if ch.closing else "running",
+    )
+
+
+def _unconfirmed(confirm: Any) -> int:
+    if confirm is None:
+        return 0
+    return max(0, int(confirm.next_seq) - int(getattr(confirm, "_next_out", confirm.next_seq)))
+
+
+def _consumer_view(
+    queue: StreamQueue, consumer: ConsumerInfo, connections: dict[int, Connection]
+) -> ConsumerView:
+    spec = consumer.spec
+    connection = connections.get(consumer.connection_id)
+    position = consumer.position
+    end = queue.stream.end_offset
+    arguments: dict[str, Any] = {}
+    if spec is not None:
+        arguments["x-stream-filter"] = list(spec.values)
+        if spec.match_unfiltered:
+            arguments["x-stream-match-unfiltered"] = True
+    if consumer.sql_text is not None:
+        arguments["x-stream-filter-sql"] = consumer.sql_text
+    if consumer.consumer_name is not None:
+        arguments["x-stream-consumer-name"] = consumer.consumer_name
+    conn_name = _connection_name(connection) if connection is not None else ""
+    peer_host, peer_port = _split_peer(connection.peer if connection is not None else "")
+    return ConsumerView(
+        vhost=queue.vhost,
+        stream=queue.name,
+        consumer_tag=consumer.tag,
+        connection_name=conn_name,
+        channel_number=consumer.channel_id,
+        channel_name=f"{conn_name} ({consumer.channel_id})" if connection is not None else "",
+        user=connection.username if connection is not None else "",
+        peer_host=peer_host,
+        peer_port=peer_port,
+        prefetch_count=consumer.prefetch,
+        credit=consumer.credit,
+        active=True,
+        arguments=arguments,
+        consumer_name=consumer.consumer_name,
+        position=position,
+        lag=max(0, end - position),
+        filter=None
+        if spec is None
+        else ConsumerFilterView(
+            list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
+        ),
+        sql=consumer.sql_text,
+        filter_stats=FilterStatsView(**consumer.filter_stats()),
+    )
+
+
+class _OneShotSink:
+    """A ConfirmSink for one HTTP publish routed to ``n`` streams."""
+
+    def __init__(self, n: int) -> None:
+        self._left = n
+        self._ok = True
+        self._future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
+        self._left -= len(seqs)
+        self._ok = self._ok and ok
+        if self._left <= 0 and not self._future.done():
+            self._future.set_result(self._ok)
+
+    async def wait(self) -> bool:
+        return await self._future
+
+
+_PROPERTY_NAMES = {
+    "content_type": str,
+    "content_encoding": str,
+    "headers": dict,
+    "delivery_mode": int,
+    "priority": int,
+    "correlation_id": str,
+    "reply_to": str,
+    "expiration": str,
+    "message_id": str,
+    "timestamp": int,
+    "type": str,
+    "user_id": str,
+    "app_id": str,
+}
+
+
+def encode_properties(properties: dict[str, Any]) -> bytes:
+    """JSON message properties (RabbitMQ's management names) as raw AMQP property bytes."""
+    kwargs: dict[str, Any] = {}
+    for key, value in properties.items():
+        kind = _PROPERTY_NAMES.get(key)
+        if kind is None:
+            raise BadRequest(f"unknown message property '{key}'")
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise BadRequest(f"message property '{key}' must be an integer")
+        if kind is not int and not isinstance(value, kind):
+            raise BadRequest(f"message property '{key}' must be a {kind.__name__}")
+        if key == "timestamp":
+            value = datetime.datetime.fromtimestamp(value, datetime.UTC)
+        kwargs[key] = value
+    try:
+        return bytes(Basic.Properties(**kwargs).marshal())
+    except (TypeError, ValueError) as error:
+        raise BadRequest(f"bad message properties: {error}") from None
+
+
+def decode_properties(props: bytes) -> dict[str, Any]:
+    """Raw property bytes as the JSON object RabbitMQ's management API shows."""
+    try:
+        decoded = amqp_properties.decode_properties(props)
+    except AMQPError:
+        return {}
+    out: dict[str, Any] = {}
+    for key in _PROPERTY_NAMES:
+        value = getattr(decoded, key, None)
+        if value is not None and value != {}:
+            out[key] = _jsonable(value)
+    return out
+
+
+def _read_bounded(
+    reader: Any,
+    end: int,
+    limit: int,
+    spec: FilterSpec | None,
+    predicate: Any,
+    max_bytes: int,
+    encoding: str,
+) -> BrowseResult:
+    deadline = time.monotonic() + BROWSE_TIME_BUDGET_S
+    out: list[BrowsedMessage] = []
+    used = 0
+    stopped: Literal["end", "limit", "bytes", "time"] = "end"
+    while True:
+        if reader.position >= end:
+            stopped = "end"
+            break
+        if len(out) >= limit:
+            stopped = "limit"
+            break
+        if time.monotonic() > deadline:
+            stopped = "time"
+            break
+        records: list[Record] = reader.read(limit - len(out), spec, predicate, max_chunks=16)
+        records = [r for r in records if r.offset < end]
+        for record in records:
+            if out and used + len(record.body) > max_bytes:
+                stopped = "bytes"
+                break
+            used += len(record.body)
+            out.append(_browsed(record, encoding))
+        else:
+            if not records and reader.at_end:
+                stopped = "end"
+                break
+            continue
+        break
+    next_offset = out[-1].offset + 1 if stopped in ("bytes", "limit") and out else reader.position
+    if stopped == "end":
+        next_offset = max(next_offset, min(reader.position, end))
+    return BrowseResult(out, next_offset, end, stopped == "end", stopped)
+
+
+def _browsed(record: Record, encoding: str) -> BrowsedMessage:
+    payload: str
+    kind: Literal["string", "base64"]
+    if encoding == "auto":
+        try:
+            payload, kind = record.body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            payload, kind = base64.b64encode(record.body).decode("ascii"), "base64"
+    else:
+        payload, kind = base64.b64encode(record.body).decode("ascii"), "base64"
+    return BrowsedMessage(
+        offset=record.offset,
+        timestamp_ms=record.timestamp_ms,
+        exchange=record.exchange,
+        routing_key=record.routing_key,
+        filter_values=list(record.filter_values),
+        properties=decode_properties(record.properties),
+        payload=payload,
+        payload_encoding=kind,
+        payload_bytes=len(record.body),
+    )
+
+
+# --------------------------------------------------------------------------- definitions
+
+_UNSUPPORTED_SECTIONS = ("policies", "parameters", "topic_permissions")
+
+
+class _DefinitionsPlan:
+    """Check a whole definitions document, then apply it (all or nothing)."""
+
+    def __init__(self, facade: BrokerFacade, data: dict[str, Any], vhost: str | None) -> None:
+        self.facade = facade
+        self.data = data
+        self.vhost = vhost
+
+    def _section(self, key: str) -> list[dict[str, Any]]:
+        items = self.data.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise BadRequest(f"'{key}' must be a list of objects")
+        if self.vhost is not None:
+            return [dict(i, vhost=self.vhost) for i in items]
+        return items
+
+    def check(self) -> None:
+        if not isinstance(self.data, dict):
+            raise BadRequest("definitions must be a JSON object")
+        problems: list[str] = []
+        for key in _UNSUPPORTED_SECTIONS:
+            items = self.data.get(key) or []
+            if items:
+                problems.append(f"{key} ({len(items)})")
+        for q in self._section("queues"):
+            qtype = (q.get("arguments") or {}).get("x-queue-type", q.get("type"))
+            if qtype not in qargs.STREAM_TYPE_ALIASES:
+                problems.append(
+                    f"queue '{q.get('name')}' in vhost '{q.get('vhost')}' of type "
+                    f"'{qtype or 'classic'}'"
+                )
+        if problems:
+            raise BadRequest("definitions refused, SieveMQ cannot hold: " + "; ".join(problems))
+        known_vhosts = set(self.facade.broker.vhosts) | {
+            str(v.get("name")) for v in self._section("vhosts")
+        }
+        if self.vhost is not None:
+            known_vhosts.add(self.vhost)
+        for u in self._section("users"):
+            if not isinstance(u.get("name"), str) or not u["name"]:
+                raise BadRequest("a user without a name")
+            algorithm = u.get("hashing_algorithm", SHA256)
+            if "password" in u and "password_hash" not in u:
+                continue
+            if not valid_hash(str(u.get("password_hash", "")), str(algorithm)):
+                raise BadRequest(f"user '{u['name']}': bad password_hash or hashing_algorithm")
+            tags = u.get("tags", [])
+            if isinstance(tags, str):
+                tags = [t for t in tags.split(",") if t]
+            _check_tags(tags)
+        users = {u.name for u in self.facade.broker.users} | {
+            str(u.get("name")) for u in self._section("users")
+        }
+        for p in self._section("permissions"):
+            if p.get("user") not in users:
+                raise BadRequest(f"permission for unknown user '{p.get('user')}'")
+            if p.get("vhost") not in known_vhosts:
+                raise BadRequest(f"permission in unknown vhost '{p.get('vhost')}'")
+            for kind in ("configure", "write", "read"):
+                problem = check_regex(str(p.get(kind, "")))
+                if problem is not None:
+                    raise BadRequest(f"invalid {kind} regex '{p.get(kind)}': {problem}")
+        for key in ("queues", "exchanges", "bindings"):
+            for item in self._section(key):
+                if item.get("vhost") not in known_vhosts:
+                    raise BadRequest(f"{key[:-1]} in unknown vhost '{item.get('vhost')}'")
+        for x in self._section("exchanges"):
+            if x.get("type") not in EXCHANGE_TYPES:
+                raise BadRequest(f"exchange '{x.get('name')}' of unknown type '{x.get('type')}'")
+        for q in self._section("queues"):
+            try:
+                qargs.validate_stream_declare(
+                    str(q["name"]),
+                    str(q["vhost"]),
+                    bool(q.get("durable", True)),
+                    False,
+                    bool(q.get("auto_delete", False)),
+                    dict(q.get("arguments") or {}),
+                )
+            except AMQPError as error:
+                raise BadRequest(error.explanation) from None
+            except KeyError as error:
+                raise BadRequest(f"queue without {error}") from None
+
+    def apply(self) -> None:
+        f = self.facade
+        if self.vhost is None:
+            for v in self._section("vhosts"):
+                f.broker.add_vhost(str(v["name"]))
+        for u in self._section("users"):
+            tags = u.get("tags", [])
+            if isinstance(tags, str):
+                tags = [t for t in tags.split(",") if t]
+            if "password_hash" in u:
+                f.put_user(
+                    u["name"],
+                    tags=tags,
+                    password_hash=str(u["password_hash"]),
+                    hashing_algorithm=str(u.get("hashing_algorithm", SHA256)),
+                )
+            else:
+                f.put_user(u["name"], password=str(u.get("password", "")), tags=tags)
+        for p in self._section("permissions"):
+            f.set_permission(
+                str(p["user"]),
+                str(p["vhost"]),
+                str(p.get("configure", "")),
+                str(p.get("write", "")),
+                str(p.get("read", "")),
+            )
+        for x in self._section("exchanges"):
+            f.declare_exchange(
+                str(x["vhost"]),
+                str(x["name"]),
+                str(x["type"]),
+                durable=bool(x.get("durable", True)),
+                auto_delete=bool(x.get("auto_delete", False)),
+                internal=bool(x.get("internal", False)),
+                arguments=dict(x.get("arguments") or {}),
+            )
+        for q in self._section("queues"):
+            f.declare_stream(
+                str(q["vhost"]),
+                str(q["name"]),
+                dict(q.get("arguments") or {}),
+                durable=bool(q.get("durable", True)),
+                auto_delete=bool(q.get("auto_delete", False)),
+            )
+        for b in self._section("bindings"):
+            f.bind(
+                str(b["vhost"]),
+                str(b["source"]),
+                str(b.get("destination_type", "queue")),
+                str(b["destination"]),
+                str(b.get("routing_key", "")),
+                dict(b.get("arguments") or {}),
+            )

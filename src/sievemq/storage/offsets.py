@@ -34,6 +34,34 @@ def _record(name: str, offset: int) -> bytes:
     return struct.pack(">I", zlib.crc32(body)) + body
 
 
+def _parse(data: bytes) -> tuple[dict[str, int], int, int]:
+    """(live offsets, records read, length of the valid prefix) of an offsets log."""
+    offsets: dict[str, int] = {}
+    records = 0
+    p = 0
+    while p + _HEAD.size <= len(data):
+        crc, offset, n = _HEAD.unpack_from(data, p)
+        end = p + _HEAD.size + n
+        if end > len(data) or zlib.crc32(data[p + 4 : end]) != crc:
+            break
+        name = data[p + _HEAD.size : end].decode()
+        if offset == _DELETED:
+            offsets.pop(name, None)
+        else:
+            offsets[name] = offset
+        records += 1
+        p = end
+    return offsets, records, p
+
+
+def read_offsets(path: Path) -> dict[str, int]:
+    """The named-consumer offsets in a log, read-only (safe beside the running server)."""
+    try:
+        return _parse(path.read_bytes())[0]
+    except FileNotFoundError:
+        return {}
+
+
 class OffsetStore:
     """Named-consumer offsets of one stream; ``fsync`` makes every set durable on disk."""
 
@@ -53,21 +81,9 @@ class OffsetStore:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        p = 0
-        while p + _HEAD.size <= len(data):
-            crc, offset, n = _HEAD.unpack_from(data, p)
-            end = p + _HEAD.size + n
-            if end > len(data) or zlib.crc32(data[p + 4 : end]) != crc:
-                break
-            name = data[p + _HEAD.size : end].decode()
-            if offset == _DELETED:
-                self._offsets.pop(name, None)
-            else:
-                self._offsets[name] = offset
-            self._records += 1
-            p = end
-        if p != len(data):
-            os.truncate(self.path, p)  # drop the torn last record
+        self._offsets, self._records, valid = _parse(data)
+        if valid != len(data):
+            os.truncate(self.path, valid)  # drop the torn last record
 
     def get(self, name: str) -> int | None:
         return self._offsets.get(name)

@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from sievemq.admin_api import create_app
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
@@ -139,8 +139,16 @@ async def _gateway(
     amqp_server, amqp_port = await start_amqp_listener(lambda: protocol_factory(node), HOST, 0)
     admin_sock, admin_port = bind_tcp(HOST, 0)
     ready = False
+    facade = BrokerFacade(broker, alarms=alarms, node=node)
+    facade.listeners = [
+        ListenerView("amqp", HOST, amqp_port),
+        ListenerView("http", HOST, admin_port),
+    ]
     config = uvicorn.Config(
-        create_app(is_ready=lambda: ready), lifespan="off", log_level="warning", access_log=False
+        create_app(is_ready=lambda: ready, facade=facade),
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
     )
     admin = AdminServer(config)
     admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
@@ -152,7 +160,7 @@ async def _gateway(
         broker=broker,
         node=node,
         alarms=alarms,
-        facade=BrokerFacade(broker, alarms=alarms),
+        facade=facade,
         amqp_port=amqp_port,
         admin_port=admin_port,
         loop_errors=errors,

@@ -16,10 +16,12 @@ from typing import Any
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import Durability, Stream, StreamConfig
+from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ class BrokerSettings:
     default_user: str = "guest"
     default_password: str = "guest"
     default_user_loopback_only: bool = True
+    default_queue_type: str = "classic"  # what queue.declare without x-queue-type makes
 
 
 class Broker:
@@ -88,6 +91,14 @@ class Broker:
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None:
                 continue
+            if item.get("type") in ("classic", "quorum"):
+                vhost.classic.restore(
+                    item["name"],
+                    item["type"],
+                    item.get("arguments") or {},
+                    bool(item.get("auto_delete")),
+                )
+                continue
             stream_args = stream_arguments_from_table(
                 item.get("arguments") or {}, item["name"], vhost.name
             )
@@ -137,6 +148,10 @@ class Broker:
     def _remove_stream(queue: StreamQueue) -> None:
         queue.stream.delete()
 
+    def _open_queue_log(self, vhost: str, name: str) -> QueueLog:
+        """The message log of a durable classic/quorum queue (recovered by the queue)."""
+        return QueueLog(definitions.queue_directory(self.data_dir, vhost, name))
+
     def queues(self) -> Iterator[StreamQueue]:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
@@ -152,7 +167,12 @@ class Broker:
         """Create a vhost (idempotent)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = VirtualHost(name, self._open_stream, self._remove_stream, self.save_definitions)
+            classic = ClassicQueues(
+                name, self.settings.default_queue_type, self._open_queue_log, self.save_definitions
+            )
+            vhost = VirtualHost(
+                name, self._open_stream, self._remove_stream, self.save_definitions, classic
+            )
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
@@ -162,7 +182,7 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             raise NotFound(f"no vhost '{name}'")
-        for queue_name in list(vhost.queues):
+        for queue_name in list(vhost.queues) + list(vhost.classic.queues):
             vhost.delete_queue(queue_name)
         del self.vhosts[name]
         self.users.forget_vhost(name)
@@ -191,7 +211,9 @@ class Broker:
 
     def definitions(self) -> dict[str, Any]:
         """Everything durable, shaped like RabbitMQ's definitions export."""
-        exchanges, queues, bindings = [], [], []
+        exchanges: list[dict[str, Any]] = []
+        queues: list[dict[str, Any]] = []
+        bindings: list[dict[str, Any]] = []
         for vhost in self.vhosts.values():
             for x in vhost.exchanges.values():
                 if x.durable and not x.builtin:
@@ -208,6 +230,18 @@ class Broker:
                     )
             for q in vhost.queues.values():
                 queues.append({"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table})
+            for c in vhost.classic.queues.values():
+                if c.durable and not c.exclusive:
+                    queues.append(
+                        {
+                            "vhost": vhost.name,
+                            "name": c.name,
+                            "type": c.kind,
+                            "durable": True,
+                            "auto_delete": c.auto_delete,
+                            "arguments": c.arguments.table,
+                        }
+                    )
             for b in vhost.bindings():
                 if vhost.is_durable(b):
                     bindings.append(

@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import base64
 import datetime
-import hashlib
 import json
 import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sievemq.storage.layout import queue_directory, safe_name, stream_directory
+
+__all__ = [
+    "decode_value",
+    "encode_value",
+    "load",
+    "queue_directory",
+    "safe_name",
+    "save",
+    "stream_directory",
+]
+
 FILE_NAME = "definitions.json"
 FORMAT_VERSION = 1
 _TAG = "__amqp__"
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-_MAX_NAME = 200
 
 
 def encode_value(value: Any) -> Any:
@@ -60,26 +69,6 @@ def decode_value(value: Any) -> Any:
     if isinstance(value, list):
         return [decode_value(v) for v in value]
     return value
-
-
-def safe_name(name: str) -> str:
-    """A file-system-safe, reversible-enough, collision-free directory name.
-
-    Letters, digits, ``_`` and ``-`` stay; every other byte becomes ``%XX`` (so ``.``,
-    ``..`` and ``/`` cannot escape). Names that would be too long for a file system end
-    in a SHA-256 prefix instead.
-    """
-    raw = name.encode("utf-8")
-    out = "".join(chr(b) if chr(b) in _SAFE else f"%{b:02X}" for b in raw) or "%"
-    if len(out) > _MAX_NAME:
-        digest = hashlib.sha256(raw).hexdigest()[:32]
-        out = out[: _MAX_NAME - 33] + "~" + digest
-    return out
-
-
-def stream_directory(data_dir: Path, vhost: str, name: str) -> Path:
-    """``<data_dir>/streams/<safe vhost>/<safe name>``."""
-    return Path(data_dir) / "streams" / safe_name(vhost) / safe_name(name)
 
 
 def load(data_dir: Path) -> dict[str, Any] | None:

@@ -64,6 +64,21 @@ class ConsumerInfo(Protocol):
         """Its filter and delivery counters since it started (``FilterStats`` names)."""
         ...
 
+    @property
+    def consumer_name(self) -> str | None:
+        """Its ``x-stream-consumer-name``, if it is a named consumer."""
+        ...
+
+    @property
+    def sql_text(self) -> str | None:
+        """Its ``x-stream-filter-sql`` expression, if any."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The next offset it will read (its lag is the stream's end minus this)."""
+        ...
+
     def cancel_by_server(self) -> None:
         """Stop it and tell its client (basic.cancel, when the client asked for those)."""
         ...

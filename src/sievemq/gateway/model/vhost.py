@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model import classic_vhost
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
 StreamOpener = Callable[[str, str, qargs.StreamArguments], "Stream"]
 StreamRemover = Callable[[StreamQueue], None]
+AnyQueue = StreamQueue | ClassicQueue
 
 
 def check_queue_name(name: str) -> None:
@@ -50,13 +53,17 @@ class VirtualHost:
         open_stream: StreamOpener,
         remove_stream: StreamRemover,
         on_change: Callable[[], None] = lambda: None,
+        classic: classic_vhost.ClassicQueues | None = None,
     ) -> None:
         self.name = name
         self._open_stream = open_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, StreamQueue] = {}
+        self.queues: dict[str, StreamQueue] = {}  # stream queues
+        # classic and quorum queues (their own module: declare, delete, dead-lettering)
+        self.classic = classic or classic_vhost.ClassicQueues(name, "classic")
+        self.classic.attach(self)
         # bindings whose destination is an exchange/queue, for cleanup on delete
         self._inbound: dict[tuple[DestKind, str], set[Binding]] = {}
         self.exchanges[DEFAULT_EXCHANGE] = Exchange(DEFAULT_EXCHANGE, "direct", vhost=name)
@@ -130,13 +137,22 @@ class VirtualHost:
         exclusive: bool = False,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
-    ) -> tuple[StreamQueue, int, int]:
-        """queue.declare of a stream queue: (queue, message_count, consumer_count)."""
+        owner: object | None = None,
+    ) -> tuple[AnyQueue, int, int]:
+        """queue.declare: (queue, message_count, consumer_count). Classic and quorum
+        queues (the default type unless ``x-queue-type`` says stream) are declared by
+        ``classic_vhost``; streams here."""
         if passive:
-            queue = self.get_queue(name)
+            queue = self.find_queue(name)
+            if isinstance(queue, ClassicQueue):
+                self.classic.check_owner(queue, owner)
             return queue, queue.message_count, queue.consumer_count
         if name:
             check_queue_name(name)
+        if (name and name in self.classic.queues) or (
+            name not in self.queues and self.classic.wants(arguments)
+        ):
+            return self.classic.declare(name, durable, exclusive, auto_delete, arguments, owner)
         existing = self.queues.get(name) if name else None
         if existing is not None:
             qargs.assert_exclusive_access(False, exclusive, name, self.name)
@@ -164,6 +180,13 @@ class VirtualHost:
             raise NotFound(f"no {rs('queue', name, self.name)}")
         return queue
 
+    def find_queue(self, name: str) -> AnyQueue:
+        """A stream, classic or quorum queue; 404 NOT_FOUND when there is none."""
+        queue: AnyQueue | None = self.queues.get(name) or self.classic.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no {rs('queue', name, self.name)}")
+        return queue
+
     def delete_queue(self, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
         """queue.delete: cancel consumers (delete listeners), drop bindings, remove files.
 
@@ -171,18 +194,24 @@ class VirtualHost:
         delete is idempotent, as in RabbitMQ). if-unused and if-empty are ignored for
         streams, as RabbitMQ does.
         """
+        if name in self.classic.queues:
+            return self.classic.delete(name, if_unused, if_empty)
         queue = self.queues.get(name)
         if queue is None:
             return 0
         count = queue.message_count
         del self.queues[name]
-        for binding in list(self._inbound.get(("queue", name), ())):
-            self._drop_binding(binding, cascade=True)
-        self._inbound.pop(("queue", name), None)
+        self.drop_queue_bindings(name)
         queue.notify_deleted()
         self._remove_stream(queue)
         self._on_change()
         return count
+
+    def drop_queue_bindings(self, name: str) -> None:
+        """Every binding to the queue goes (it is being deleted)."""
+        for binding in list(self._inbound.get(("queue", name), ())):
+            self._drop_binding(binding, cascade=True)
+        self._inbound.pop(("queue", name), None)
 
     # ------------------------------------------------------------------ bindings
 
@@ -230,7 +259,9 @@ class VirtualHost:
         exchange = self.exchanges.get(source)
         if exchange is None:
             raise NotFound(f"no {rs('exchange', source, self.name)}")
-        known = self.queues if kind == "queue" else self.exchanges
+        known: Any = self.queues if kind == "queue" else self.exchanges
+        if kind == "queue" and destination in self.classic.queues:
+            known = self.classic.queues
         if destination not in known:
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
@@ -293,7 +324,8 @@ class VirtualHost:
         if source is None or not source.durable:
             return False
         if binding.destination_kind == "queue":
-            return True
+            classic = self.classic.queues.get(binding.destination)
+            return classic is None or classic.durable
         dest = self.exchanges.get(binding.destination)
         return dest is not None and dest.durable
 
@@ -304,17 +336,16 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ publish
 
-    def route(
-        self, exchange_name: str, routing_key: str, headers_fn: HeadersFn
-    ) -> list[StreamQueue]:
+    def route(self, exchange_name: str, routing_key: str, headers_fn: HeadersFn) -> list[AnyQueue]:
         """The queues a message published to ``exchange_name`` goes to (no duplicates).
 
         Follows exchange-to-exchange bindings (cycle-safe) and ``alternate-exchange``.
         ``headers_fn`` is called at most once, and only when a headers exchange needs it.
         Hot path.
         """
+        classic = self.classic.queues
         if exchange_name == DEFAULT_EXCHANGE:
-            queue = self.queues.get(routing_key)
+            queue: AnyQueue | None = self.queues.get(routing_key) or classic.get(routing_key)
             return [queue] if queue is not None else []
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:
@@ -332,7 +363,7 @@ class VirtualHost:
                 cached, fetched = headers_fn(), True
             return cached
 
-        queues: dict[str, StreamQueue] = {}
+        queues: dict[str, AnyQueue] = {}
         seen = {exchange_name}
         pending = [exchange]
         while pending:
@@ -340,7 +371,7 @@ class VirtualHost:
             routed = False
             for kind, name in current.match(routing_key, headers_once):
                 if kind == "queue":
-                    queue = self.queues.get(name)
+                    queue = self.queues.get(name) or classic.get(name)
                     if queue is not None:
                         queues[name] = queue
                         routed = True
@@ -369,3 +400,4 @@ class VirtualHost:
         """Close (sync) every stream of the vhost."""
         for queue in self.queues.values():
             queue.stream.close()
+        self.classic.close()

@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
 from typing import Protocol
 
 from sievemq.filtering.subscriptions import registry
+from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.storage import Durability, Message, StorageError, Stream
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,10 @@ class StreamAppender:
         "_subscriptions",
         "_sync_handle",
         "_sync_interval",
+        "_sync_started",
         "_tokens",
         "durability",
+        "latencies",
         "stream",
     )
 
@@ -67,8 +71,11 @@ class StreamAppender:
         loop: asyncio.AbstractEventLoop,
         executor: Executor | None,
         sync_interval_ms: int | None = None,
+        latencies: WriteLatencies | None = None,
     ) -> None:
         self.stream = stream
+        self.latencies = latencies or WriteLatencies()
+        self._sync_started = 0.0
         self.durability = stream.config.durability
         self._loop = loop
         self._executor = executor
@@ -131,6 +138,7 @@ class StreamAppender:
                 extra,
             )
             return
+        started = time.perf_counter()
         try:
             self.stream.append(batch, None, self._extra(batch))
         except _APPEND_ERRORS as error:
@@ -139,6 +147,7 @@ class StreamAppender:
             _settle_each(sinks, tokens, oks)
             ok = any(oks)
         else:
+            self.latencies.append.observe(time.perf_counter() - started)
             _settle(tokens, True)
             ok = True
         if ok and self.durability is Durability.BATCH:
@@ -165,6 +174,7 @@ class StreamAppender:
     ) -> None:
         assert self._executor is not None
         future = self._executor.submit(fn, *args)
+        self._sync_started = time.perf_counter()
         self._in_flight = future
         self._in_flight_done = done
         self._in_flight_tokens = tokens
@@ -192,6 +202,8 @@ class StreamAppender:
     ) -> None:
         error = future.exception()
         if error is None:
+            # durability always: the worker appended and fdatasynced the batch
+            self.latencies.append.observe(time.perf_counter() - self._sync_started)
             _settle(tokens, True)
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
@@ -232,12 +244,15 @@ class StreamAppender:
         except (StorageError, OSError, ValueError) as error:
             log.error("sync of %s failed: %s", self.stream.directory, error)
             return
+        self._sync_started = time.perf_counter()
         future = self._loop.run_in_executor(self._executor, _sync_fds, fds)
         future.add_done_callback(self._after_sync)
 
     def _after_sync(self, future: asyncio.Future[None]) -> None:
         error = future.exception()
-        if error is not None:
+        if error is None:
+            self.latencies.fsync.observe(time.perf_counter() - self._sync_started)
+        else:
             log.error("sync of %s failed: %s", self.stream.directory, error)
 
     # ------------------------------------------------------------------ shutdown, delete

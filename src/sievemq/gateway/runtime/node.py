@@ -10,8 +10,11 @@ from typing import Protocol
 
 from sievemq.amqp.errors import AMQPError
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.latency import WriteLatencies
 
 
 class AlarmTarget(Protocol):
@@ -56,13 +59,14 @@ class Node:
         self.connections: set[ClientConnection] = set()
         self._count = 0
         self._ids = itertools.count(1)
-        self._appenders: dict[int, StreamAppender] = {}  # id(queue) -> its writer
+        self._appenders: dict[int, StreamAppender | ClassicAppender] = {}  # id(queue) -> writer
         self._watched: set[int] = set()
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -83,24 +87,36 @@ class Node:
         for conn in list(self.connections):
             conn.apply_alarms(reasons)
 
-    def appender(self, queue: StreamQueue) -> StreamAppender:
-        """The one writer of the queue's stream (created on first publish)."""
+    def appender(self, queue: StreamQueue | ClassicQueue) -> StreamAppender | ClassicAppender:
+        """The one writer of the queue (created on first publish)."""
         appender = self._appenders.get(id(queue))
         if appender is None:
-            appender = StreamAppender(
-                queue.stream, self.loop, self.executor, self.limits.sync_interval_ms
-            )
+            if isinstance(queue, ClassicQueue):
+                appender = ClassicAppender(
+                    queue,
+                    self.loop,
+                    self.broker.settings.durability,
+                    self.limits.sync_interval_ms,
+                )
+            else:
+                appender = StreamAppender(
+                    queue.stream,
+                    self.loop,
+                    self.executor,
+                    self.limits.sync_interval_ms,
+                    self.latencies,
+                )
             self._appenders[id(queue)] = appender
             self.watch(queue)
         return appender
 
-    def watch(self, queue: StreamQueue) -> None:
+    def watch(self, queue: StreamQueue | ClassicQueue) -> None:
         """Make sure a queue.delete (from anywhere) cancels consumers and nacks pending."""
         if id(queue) not in self._watched:
             self._watched.add(id(queue))
             queue.add_delete_listener(self._queue_deleted)
 
-    def _queue_deleted(self, queue: StreamQueue) -> None:
+    def _queue_deleted(self, queue: StreamQueue | ClassicQueue) -> None:
         self._watched.discard(id(queue))
         for consumer in list(queue.consumers):
             consumer.cancel_by_server()

@@ -38,8 +38,10 @@ from sievemq.amqp.hotcodec import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.gateway.session import named_consumers
+from sievemq.gateway.session import access, named_consumers, transactions
+from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.consume_setup import consumer_extras
@@ -80,6 +82,8 @@ class Channel:
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: dict[int, ChannelConsumer] = {}
+        self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.tx: transactions.Transaction | None = None  # after tx.select
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -90,6 +94,7 @@ class Channel:
         self._props = b""
         self._parts: list[bytes] = []
         self._buffered = 0  # body bytes of the unfinished message, counted in pending_content
+        self._may_write: set[str] = set()  # exchanges this channel may publish to
 
     @property
     def closing(self) -> bool:
@@ -230,7 +235,12 @@ class Channel:
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Route and store a whole message (the channel is back in the open phase)."""
+        if self.tx is not None:  # held until tx.commit
+            self.tx.publishes.append((self._pub, self._props, body))
+            return
         exchange, routing_key, mandatory = self._pub
+        if exchange not in self._may_write:  # RabbitMQ checks write before the lookup
+            self._allow_write(exchange)
         props = self._props
         if values is None:
             try:
@@ -309,6 +319,9 @@ class Channel:
         one consume). A tag that is not outstanding is 406 (also with multiple=true, as in
         RabbitMQ; tag 0 with multiple means "everything"), naming the method that sent it.
         """
+        if self.tx is not None:  # held until tx.commit
+            self.tx.settles.append((tag, multiple, finished, method_id))
+            return
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -316,6 +329,8 @@ class Channel:
                 raise errors.PreconditionFailed(
                     f"unknown delivery tag {tag}", CLASS_BASIC, method_id
                 )
+            if self.classic is not None:
+                self.classic.settle(tag, False, finished, method_id)
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -324,6 +339,8 @@ class Channel:
         # found and removed with C-level list/dict operations rather than a loop per tag
         if tag and tag not in unacked:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", CLASS_BASIC, method_id)
+        if self.classic is not None:
+            self.classic.settle(tag, True, finished, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -405,6 +422,8 @@ class Channel:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
+        if self.classic is not None:
+            self.classic.release()  # unacked classic deliveries go back to their queues
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0
@@ -431,7 +450,23 @@ class Channel:
         if self.flow_active:
             self.wake_consumers()
 
+    def _allow_write(self, exchange: str) -> None:
+        """basic.publish: write on the exchange, remembered for the channel's life (as
+        RabbitMQ's per-channel permission cache)."""
+        try:
+            self._allow("write", "exchange", exchange)
+        except errors.AMQPError as error:
+            error.class_id, error.method_id = BASIC_PUBLISH
+            raise
+        self._may_write.add(exchange)
+
+    def _allow(self, kind: str, resource: str, name: str) -> None:
+        conn = self.connection
+        access.check(conn.user, conn.vhost_name, kind, resource, name)
+
     def _exchange_declare(self, m: Any) -> None:
+        if not m.passive:
+            self._allow("configure", "exchange", m.exchange)
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -445,21 +480,28 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: Any) -> None:
+        self._allow("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: Any) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.bind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.BindOk())
 
     def _exchange_unbind(self, m: Any) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
     def _queue_declare(self, m: Any) -> None:
+        if not m.passive and m.queue:
+            self._allow("configure", "queue", m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -467,6 +509,7 @@ class Channel:
             exclusive=m.exclusive,
             auto_delete=m.auto_delete,
             arguments=dict(m.arguments or {}),
+            owner=self.connection,
         )
         if not m.nowait:
             self.connection.send_method(
@@ -478,25 +521,35 @@ class Channel:
 
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
+        self._allow("configure", "queue", m.queue)
+        classic.check_delete(self, m.queue)
         count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
 
     def _queue_bind(self, m: Any) -> None:
+        self._allow("write", "queue", m.queue)
+        self._allow("read", "exchange", m.exchange)
         self.vhost.bind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.BindOk())
 
     def _queue_unbind(self, m: Any) -> None:
+        self._allow("write", "queue", m.queue)
+        self._allow("read", "exchange", m.exchange)
         self.vhost.unbind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.purge(self, queue, m)
         raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
-        queue = self.vhost.get_queue(m.queue)
+        queue = self.vhost.find_queue(m.queue)
+        if isinstance(queue, ClassicQueue):
+            return classic.get(self, queue, m)
         raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
@@ -508,7 +561,11 @@ class Channel:
 
     def _basic_consume(self, m: Any) -> None:
         vhost_name = self.connection.vhost_name
-        queue = self.vhost.get_queue(m.queue)
+        self._allow("read", "queue", m.queue)
+        found = self.vhost.find_queue(m.queue)
+        if isinstance(found, ClassicQueue):
+            return classic.consume(self, found, m)
+        queue = found
         options = stream_args.parse_consumer_arguments(
             dict(m.arguments or {}), queue.name, vhost_name
         )
@@ -593,13 +650,35 @@ class Channel:
             self._settle_deliveries(tag, True, finished=False)
 
     def _confirm_select(self, m: Any) -> None:
+        transactions.refuse_confirms(self.tx)
         if self.confirm is None:
             self.confirm = ConfirmTracker(self.id)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Confirm.SelectOk())
 
-    def _tx(self, m: Any) -> None:
-        raise errors.NotImplemented_(f"{m.name.lower()}: transactions are not supported")
+    def _tx_select(self, m: Any) -> None:
+        self.tx = transactions.select(self.tx, self.confirm is not None)
+        self.connection.send_method(self.id, spec.Tx.SelectOk())
+
+    def _tx_commit(self, m: Any) -> None:
+        """Store the held messages, then settle the held acks, in the order they came."""
+        tx = transactions.require(self.tx, 20)
+        publishes, settles = tx.publishes, tx.settles
+        tx.clear()
+        self.tx = None
+        try:
+            for pub, props, body in publishes:
+                self._pub, self._props = pub, props
+                self._complete(body)
+            for tag, multiple, finished, method_id in settles:
+                self._settle_deliveries(tag, multiple, finished, method_id)
+        finally:
+            self.tx = tx
+        self.connection.send_method(self.id, spec.Tx.CommitOk())
+
+    def _tx_rollback(self, m: Any) -> None:
+        transactions.require(self.tx, 30).clear()
+        self.connection.send_method(self.id, spec.Tx.RollbackOk())
 
     def _answer(self, m: Any) -> None:
         """channel.flow-ok, basic.cancel-ok: answers to what we sent, nothing to do."""
@@ -641,7 +720,7 @@ _COLD: dict[type[Any], Any] = {
     spec.Basic.Recover: Channel._basic_recover,
     spec.Basic.RecoverAsync: Channel._basic_recover_async,
     spec.Confirm.Select: Channel._confirm_select,
-    spec.Tx.Select: Channel._tx,
-    spec.Tx.Commit: Channel._tx,
-    spec.Tx.Rollback: Channel._tx,
+    spec.Tx.Select: Channel._tx_select,
+    spec.Tx.Commit: Channel._tx_commit,
+    spec.Tx.Rollback: Channel._tx_rollback,
 }

@@ -127,6 +127,10 @@ class Connection:
             if transport is not None and not transport.is_closing():
                 transport.writelines(out)
 
+    def can_write(self) -> bool:
+        transport = self.transport
+        return transport is not None and not transport.is_closing()
+
     def write_frames(self, data: list[bytes]) -> None:
         """Write a batch of frames now (confirms, a basic.return), after any queued replies."""
         if self._out:
@@ -225,6 +229,8 @@ class Connection:
             channel.teardown()
         self.channels.clear()
         self._out.clear()
+        if self.vhost is not None:
+            self.vhost.classic.owner_gone(self)  # exclusive queues go with their connection
 
     def on_pause_writing(self) -> None:
         self.writing_paused = True

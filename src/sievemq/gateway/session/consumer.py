@@ -141,6 +141,18 @@ class StreamConsumer:
     def filter_stats(self) -> dict[str, int]:
         return self.stats.as_dict()
 
+    @property
+    def consumer_name(self) -> str | None:
+        return self.tracker.name if self.tracker is not None else None
+
+    @property
+    def sql_text(self) -> str | None:
+        return self.sql.text if self.sql is not None else None
+
+    @property
+    def position(self) -> int:
+        return self._reader.position
+
     def cancel_by_server(self) -> None:
         self.target.cancel_consumer_by_server(self)
 

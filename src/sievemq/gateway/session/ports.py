@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.node import Node
@@ -34,7 +35,7 @@ class ChannelConsumer(ConsumerInfo, Protocol):
     """A consumer as its channel holds it (``session.consumer.StreamConsumer``)."""
 
     @property
-    def queue(self) -> StreamQueue: ...
+    def queue(self) -> StreamQueue | ClassicQueue: ...
     @property
     def tracker(self) -> OffsetTracker | None: ...
     def give_credit(self, n: int) -> None: ...
@@ -91,6 +92,7 @@ class ChannelHost(Protocol):
     node: Node
     vhost: VirtualHost | None
     vhost_name: str
+    user: Any  # the authenticated model.users.User (its permissions are checked per method)
     cancel_notify: bool
     writing_paused: bool
     # body bytes of unfinished messages over all channels (max_pending_content_bytes)
@@ -102,6 +104,10 @@ class ChannelHost(Protocol):
     def frame_max(self) -> int: ...
     @property
     def transport(self) -> asyncio.Transport | None: ...
+    def can_write(self) -> bool:
+        """The socket is open and not closing."""
+        ...
+
     def send_method(self, channel: int, method: Any) -> None: ...
     def write_frames(self, data: list[bytes]) -> None: ...
     def write_joined(self, data: bytes) -> None: ...

@@ -1,0 +1,150 @@
+"""Spark export speed: `sievemq export` to Parquet on local[2] beside its limits (JSON out).
+
+    python -m bench spark_export [-- --messages 1000000 --body 100 --runs 3]
+
+Writes N messages (body B bytes, chunks of 1000, 50 filter values clustered in time: chunk c
+carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a median of runs:
+
+- ``raw_read``: reading the segment files' bytes (the physical limit);
+- ``arrow_decode``: the source's own decode (StreamReader + Arrow batches) in one process,
+  without Spark (the pure-pyarrow path);
+- ``spark_parquet``: the export function writing Parquet through Spark on local[2] (session
+  already started: JVM start-up is reported apart);
+- ``filtered``: an export of one value of 50; the share of chunks whose body was read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._util import machine
+from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage.layout import stream_directory
+from sievemq.storage.segment import list_segments, segment_name
+
+PER_CHUNK = 1000
+VALUES = 50
+
+
+def write(data_dir: Path, messages: int, body: int) -> Path:
+    directory = stream_directory(data_dir, "/", "bench")
+    directory.mkdir(parents=True)
+    chunks = messages // PER_CHUNK
+    payload = b"x" * body
+    with Stream.open(directory, StreamConfig(filter_size_bytes=64)) as stream:
+        for c in range(chunks):
+            value = (f"value-{c * VALUES // chunks}",)
+            batch = [Message(value, "", "bench", b"\x00\x00", payload)] * PER_CHUNK
+            stream.append(batch)
+    return directory
+
+
+def raw_read(directory: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    size = 0
+    for first in list_segments(directory):
+        with open(directory / segment_name(first), "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                size += len(chunk)
+    return time.perf_counter() - started, size
+
+
+def arrow_decode(directory: Path, messages: int) -> float:
+    from pyspark.sql.types import StructType
+
+    from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range
+    from sievemq.spark.schema import arrow_schema, source_schema
+
+    schema: StructType = source_schema(False)
+    arrow = arrow_schema(schema)
+    started = time.perf_counter()
+    rows = sum(
+        b.num_rows
+        for b in read_range(
+            RangeTask(str(directory), "/", "bench", 0, messages),
+            ReadSettings(tuple(schema.names)),
+            arrow,
+        )
+    )
+    assert rows == messages, rows
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--body", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    n = args.messages
+    tmp = Path(tempfile.mkdtemp(prefix="sievemq-bench-spark-"))
+    try:
+        data_dir = tmp / "data"
+        directory = write(data_dir, n, args.body)
+        raw = [raw_read(directory) for _ in range(args.runs)]
+        raw_s = statistics.median(t for t, _ in raw)
+        size = raw[0][1]
+        decode_s = statistics.median(arrow_decode(directory, n) for _ in range(args.runs))
+
+        from sievemq.spark.export import build_session, export
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        started = time.perf_counter()
+        spark = build_session("local[2]", "1g")
+        jvm_s = time.perf_counter() - started
+        try:
+            options = {"path": str(data_dir), "stream": "bench"}
+            times = []
+            for i in range(args.runs):
+                result = export(options, tmp / f"out{i}", "parquet", spark=spark)
+                assert result.messages == n, result.messages
+                times.append(result.seconds)
+            export_s = statistics.median(times)
+            filtered = export(
+                options | {"filterValues": "value-17"}, tmp / "filtered", "parquet", spark=spark
+            )
+        finally:
+            spark.stop()
+        scanned = filtered.counters["chunks_scanned"]
+        body_read = scanned - filtered.counters["chunks_skipped"]
+        result_json: dict[str, Any] = {
+            "bench": "spark_export",
+            "machine": machine(),
+            "messages": n,
+            "body_bytes": args.body,
+            "segment_bytes": size,
+            "runs": args.runs,
+            "raw_read": {"seconds": raw_s, "mb_per_s": size / raw_s / 1e6, "rows_per_s": n / raw_s},
+            "arrow_decode": {"seconds": decode_s, "rows_per_s": n / decode_s},
+            "spark_parquet": {
+                "seconds": export_s,
+                "rows_per_s": n / export_s,
+                "mb_per_s": size / export_s / 1e6,
+                "jvm_start_seconds": jvm_s,
+                "of_arrow_decode": (n / export_s) / (n / decode_s),
+            },
+            "filtered": {
+                "rows": filtered.messages,
+                "chunks_scanned": scanned,
+                "chunks_body_read": body_read,
+                "share_of_chunks_read": body_read / scanned,
+                "seconds": filtered.seconds,
+            },
+        }
+        print(json.dumps(result_json, indent=1))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

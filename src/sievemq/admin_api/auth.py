@@ -1,0 +1,89 @@
+"""HTTP basic authentication against the gateway's users, and RabbitMQ's tag rules.
+
+``administrator`` may do everything; ``monitoring`` may read everything; ``management`` and
+``policymaker`` see and change only the vhosts they have a permission in, within their
+configure/write/read regexes. A user without any of these tags may not use the HTTP API.
+guest stays loopback-only here too (the login fails from elsewhere, as on AMQP).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from fastapi import Request
+
+from sievemq.admin_api.errors import REALM, ApiError, not_authorised
+from sievemq.gateway.facade import BrokerFacade, Principal
+
+
+def facade_of(request: Request) -> BrokerFacade:
+    facade: BrokerFacade = request.app.state.facade
+    return facade
+
+
+def _login_failed() -> ApiError:
+    return ApiError(401, "not_authorized", "Login failed")
+
+
+def authenticate(request: Request) -> Principal:
+    """The principal of a request; 401 without credentials (empty body + challenge), with
+    bad ones, or without a management tag."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic" or not token:
+        raise ApiError(401, None, headers={"www-authenticate": REALM})
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise _login_failed() from None
+    username, sep, password = decoded.partition(":")
+    if not sep:
+        raise _login_failed()
+    host = request.client.host if request.client is not None else ""
+    principal = facade_of(request).authenticate(username, password, host)
+    if principal is None:
+        raise _login_failed()
+    if not principal.may_manage:
+        raise not_authorised("Not management user")
+    return principal
+
+
+async def user(request: Request) -> Principal:
+    """Dependency: any management user."""
+    return authenticate(request)
+
+
+async def monitor(request: Request) -> Principal:
+    """Dependency: a user that may read everything (monitoring or administrator)."""
+    principal = authenticate(request)
+    if not principal.may_monitor:
+        raise not_authorised("Not monitor user")
+    return principal
+
+
+async def admin(request: Request) -> Principal:
+    """Dependency: an administrator."""
+    principal = authenticate(request)
+    if not principal.is_administrator:
+        raise not_authorised("Not administrator user")
+    return principal
+
+
+def require_vhost(principal: Principal, vhost: str, write: bool = False) -> None:
+    """Reading a vhost: monitoring/administrator or a permission in it; changing: a
+    permission in it (administrators too, as in RabbitMQ)."""
+    if write:
+        if vhost not in principal.permissions:
+            raise not_authorised(f"access to vhost '{vhost}' refused for user '{principal.name}'")
+        return
+    if not principal.may_see(vhost):
+        raise not_authorised("Not_Authorized")
+
+
+def require(principal: Principal, vhost: str, kind: str, resource: str, name: str) -> None:
+    """A configure/write/read permission on a resource; RabbitMQ's refusal text."""
+    if not principal.allows(vhost, kind, name):
+        raise not_authorised(
+            f"access to {resource} '{name}' in vhost '{vhost}' refused for user '{principal.name}'"
+        )

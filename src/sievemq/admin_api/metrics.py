@@ -1,0 +1,268 @@
+"""Prometheus: ``/metrics`` (totals) and ``/metrics/per-object`` (labelled per stream).
+
+RabbitMQ's metric names where RabbitMQ has the fact (``rabbitmq_prometheus``: so its Grafana
+dashboards work), ``sievemq_*`` for what only SieveMQ measures (filter work, write latency).
+A scrape is computed on the event loop from in-memory counters and segment tables (no file
+reads); like RabbitMQ's prometheus endpoint it needs no credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from sievemq.admin_api.auth import facade_of
+from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
+from sievemq.gateway.facade import BrokerFacade, ConsumerView, HistogramView, StreamView
+
+router = APIRouter(tags=["Prometheus"])
+
+# sievemq filter counters: (metric name, FilterStatsView field, help)
+FILTER_COUNTERS = (
+    ("sievemq_stream_chunks_scanned", "chunks_scanned", "Chunk headers looked at by readers"),
+    (
+        "sievemq_stream_chunks_skipped_bloom",
+        "chunks_skipped",
+        "Chunks skipped by their Bloom filter without reading the body",
+    ),
+    (
+        "sievemq_stream_chunks_skipped_subscription",
+        "chunks_skipped_subscription",
+        "Chunks skipped by a registered SQL subscription's bits",
+    ),
+    (
+        "sievemq_stream_chunks_false_positive",
+        "chunks_false_positive",
+        "Chunks read because the Bloom filter said maybe, that held no match",
+    ),
+    ("sievemq_stream_messages_matched", "records_matched", "Messages that matched a filter"),
+    ("sievemq_stream_messages_skipped", "records_skipped", "Messages a filter skipped"),
+    (
+        "sievemq_stream_messages_skipped_bloom",
+        "records_skipped_by_bloom",
+        "Messages skipped inside chunks the Bloom filter ruled out",
+    ),
+    ("sievemq_stream_read_bytes", "bytes_read", "Bytes read from segments by consumers"),
+    ("sievemq_stream_messages_delivered", "messages_delivered", "Messages delivered"),
+    ("sievemq_stream_delivered_bytes", "bytes_delivered", "Body bytes delivered"),
+    ("sievemq_stream_sql_errors", "sql_errors", "SQL filter evaluation errors"),
+)
+
+
+def _histogram(name: str, doc: str, h: HistogramView) -> HistogramMetricFamily:
+    buckets = [("+Inf" if b == float("inf") else repr(b), n) for b, n in h.buckets]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=h.sum)
+
+
+class _Collector:
+    def __init__(self, facade: BrokerFacade, per_object: bool) -> None:
+        self.facade = facade
+        self.per_object = per_object
+
+    def collect(self) -> Iterator[Metric]:
+        f = self.facade
+        streams = f.list_streams()
+        overview = f.overview(streams)
+        t = overview.totals
+        consumers = f.list_consumers()
+        build = GaugeMetricFamily(
+            "rabbitmq_build_info",
+            "RabbitMQ & Erlang/OTP version info",
+            labels=["rabbitmq_version", "prometheus_plugin_version", "product", "product_version"],
+        )
+        build.add_metric(
+            [EMULATED_RABBITMQ_VERSION, f.version, "SieveMQ", f.version],
+            1,
+        )
+        yield build
+        identity = GaugeMetricFamily(
+            "rabbitmq_identity_info",
+            "RabbitMQ node & cluster identity info",
+            labels=[
+                "rabbitmq_node",
+                "rabbitmq_cluster",
+                "rabbitmq_cluster_permanent_id",
+                "rabbitmq_endpoint",
+            ],
+        )
+        endpoint = "per-object" if self.per_object else "memory-breakdown"
+        identity.add_metric([f.node_name, f.node_name, f.node_name, endpoint], 1)
+        yield identity
+        yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open", t.connections)
+        yield GaugeMetricFamily("rabbitmq_channels", "Channels currently open", t.channels)
+        yield GaugeMetricFamily("rabbitmq_consumers", "Consumers currently connected", t.consumers)
+        yield GaugeMetricFamily("rabbitmq_queues", "Queues available", t.queues)
+        yield GaugeMetricFamily(
+            "rabbitmq_global_consumers", "Current number of consumers", t.consumers
+        )
+        yield GaugeMetricFamily(
+            "rabbitmq_global_publishers", "Current number of publishers", f.publishers()
+        )
+        labels = ["protocol", "queue_type"]
+        qtype = ["amqp091", "rabbit_stream_queue"]
+        for name, value, doc in (
+            (
+                "rabbitmq_global_messages_received",
+                t.published,
+                "Total number of messages received from publishers",
+            ),
+            (
+                "rabbitmq_global_messages_routed",
+                t.published,
+                "Total number of messages routed to queues or streams",
+            ),
+            (
+                "rabbitmq_global_messages_confirmed",
+                t.published,
+                "Total number of messages confirmed to publishers",
+            ),
+            (
+                "rabbitmq_global_messages_delivered",
+                t.delivered,
+                "Total number of messages delivered to consumers",
+            ),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(qtype, value)
+            yield counter
+        alarms = set(overview.alarms)
+        yield GaugeMetricFamily(
+            "rabbitmq_alarms_memory_used_watermark",
+            "is 1 if VM memory watermark threshold is reached",
+            1 if "memory" in alarms else 0,
+        )
+        yield GaugeMetricFamily(
+            "rabbitmq_alarms_free_disk_space_watermark",
+            "is 1 if free disk space threshold is reached",
+            1 if "disk" in alarms else 0,
+        )
+        yield from self._queues(streams, consumers)
+        lat = f.write_latencies()
+        yield _histogram(
+            "sievemq_append_seconds",
+            "Time to write one batch of published messages as a chunk (with fdatasync "
+            "under fsync=always)",
+            lat.append,
+        )
+        yield _histogram(
+            "sievemq_fsync_seconds", "Time of one periodic fdatasync (fsync=batch)", lat.fsync
+        )
+
+    def _queues(self, streams: list[StreamView], consumers: list[ConsumerView]) -> Iterator[Metric]:
+        lab = ["vhost", "queue"] if self.per_object else []
+
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=lab)
+
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, labels=lab)
+
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "messages": gauge(
+                "rabbitmq_queue_messages",
+                "Sum of ready and unacknowledged messages - total queue depth",
+            ),
+            "ready": gauge(
+                "rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"
+            ),
+            "unacked": gauge(
+                "rabbitmq_queue_messages_unacked",
+                "Messages delivered to consumers but not yet acknowledged",
+            ),
+            "bytes": gauge(
+                "rabbitmq_queue_messages_bytes",
+                "Size in bytes of ready and unacknowledged messages",
+            ),
+            "consumers": gauge("rabbitmq_queue_consumers", "Consumers on a queue"),
+            "published": counter(
+                "rabbitmq_queue_messages_published", "Total number of messages published to queues"
+            ),
+            "segments": gauge("rabbitmq_stream_segments", "Number of segment files of a stream"),
+            "lag": gauge(
+                "rabbitmq_stream_consumer_max_offset_lag",
+                "Highest offset lag of the stream's consumers",
+            ),
+            "chunks": gauge("sievemq_stream_chunks", "Chunks stored in a stream"),
+            "first": gauge("sievemq_stream_first_offset", "First offset retained"),
+        }
+        filters = {field: counter(name, doc) for name, field, doc in FILTER_COUNTERS}
+        unacked: dict[tuple[str, str], int] = {}
+        lag: dict[tuple[str, str], int] = {}
+        for c in consumers:
+            key = (c.vhost, c.stream)
+            unacked[key] = unacked.get(key, 0) + max(0, c.prefetch_count - c.credit)
+            lag[key] = max(lag.get(key, 0), c.lag or 0)
+        totals: dict[str, float] = {}
+        filter_totals: dict[str, float] = {}
+        for s in streams:
+            key = (s.vhost, s.name)
+            values = {
+                "messages": s.messages,
+                "ready": s.messages,
+                "unacked": unacked.get(key, 0),
+                "bytes": s.bytes,
+                "consumers": s.consumers,
+                "published": s.published,
+                "segments": s.segments,
+                "lag": lag.get(key, 0),
+                "chunks": s.chunks,
+                "first": s.first_offset,
+            }
+            stats = vars(s.filter_stats)
+            if self.per_object:
+                for k, v in values.items():
+                    families[k].add_metric([s.vhost, s.name], v)
+                for k, ffam in filters.items():
+                    ffam.add_metric([s.vhost, s.name], stats[k])
+            else:
+                for k, v in values.items():
+                    totals[k] = max(totals.get(k, 0), v) if k == "lag" else totals.get(k, 0) + v
+                for k in filters:
+                    filter_totals[k] = filter_totals.get(k, 0) + stats[k]
+        if not self.per_object:
+            for k, fam in families.items():
+                if k != "first":
+                    fam.add_metric([], totals.get(k, 0))
+            for k, ffam in filters.items():
+                ffam.add_metric([], filter_totals.get(k, 0))
+        for k, fam in families.items():
+            if self.per_object or k != "first":
+                yield fam
+        yield from filters.values()
+        if self.per_object:
+            named = GaugeMetricFamily(
+                "sievemq_named_consumer_offset_lag",
+                "Messages stored after a named consumer's committed offset",
+                labels=["vhost", "queue", "consumer"],
+            )
+            for s in streams:
+                for o in self.facade.consumer_offsets(s.vhost, s.name):
+                    named.add_metric([s.vhost, s.name, o.consumer], o.lag)
+            yield named
+
+
+def _scrape(request: Request, per_object: bool) -> Response:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(facade_of(request), per_object))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Totals, without per-object labels (RabbitMQ's aggregated endpoint)."""
+    return _scrape(request, per_object=False)
+
+
+@router.get("/metrics/per-object", response_class=Response)
+async def metrics_per_object(request: Request) -> Response:
+    """Every stream's metrics labelled ``{vhost, queue}``."""
+    return _scrape(request, per_object=True)

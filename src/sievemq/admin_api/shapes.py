@@ -1,0 +1,272 @@
+"""The facade's typed views in the shapes of RabbitMQ's management API (field names and
+nesting as a RabbitMQ 3.10 node answers, plus RabbitMQ 4's stream fields)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from sievemq.gateway.facade import (
+    BindingView,
+    ChannelView,
+    ConnectionView,
+    ConsumerView,
+    ExchangeView,
+    OverviewView,
+    StreamView,
+    VhostView,
+)
+
+EMULATED_RABBITMQ_VERSION = "3.13.7"
+
+
+def details(rate: float) -> dict[str, float]:
+    return {"rate": float(rate)}
+
+
+def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool) -> dict[str, Any]:
+    unacked = sum(max(0, c.prefetch_count - c.credit) for c in consumers)
+    out: dict[str, Any] = {
+        "arguments": v.arguments,
+        "auto_delete": v.auto_delete,
+        "consumers": v.consumers,
+        "durable": v.durable,
+        "effective_policy_definition": {},
+        "exclusive": v.exclusive,
+        "leader": node,
+        "members": [node],
+        "memory": 0,
+        "message_stats": {
+            "publish": v.published,
+            "publish_details": details(v.publish_rate),
+            "deliver_get": v.delivered,
+            "deliver_get_details": details(v.deliver_rate),
+            "deliver": v.delivered,
+            "deliver_details": details(v.deliver_rate),
+        },
+        "messages": v.messages,
+        "messages_details": details(0.0),
+        "messages_ready": v.messages,
+        "messages_ready_details": details(0.0),
+        "messages_unacknowledged": unacked,
+        "messages_unacknowledged_details": details(0.0),
+        "name": v.name,
+        "node": node,
+        "online": [node],
+        "operator_policy": None,
+        "policy": None,
+        "readers": {node: v.consumers},
+        "state": "running",
+        "type": "stream",
+        "vhost": v.vhost,
+        # RabbitMQ 4's stream fields
+        "segments": v.segments,
+        "first_timestamp": v.first_timestamp_ms,
+        "committed_offset": v.last_offset,
+        # what only SieveMQ knows
+        "sievemq": {
+            "bytes": v.bytes,
+            "chunks": v.chunks,
+            "first_offset": v.first_offset,
+            "last_offset": v.last_offset,
+            "last_timestamp": v.last_timestamp_ms,
+            "filter_size_bytes": v.filter_size_bytes,
+            "filter_stats": dict(vars(v.filter_stats)),
+        },
+    }
+    if detail:
+        out["consumer_details"] = [consumer(c, node) for c in consumers]
+        out["deliveries"] = []
+        out["incoming"] = []
+    return out
+
+
+def consumer(c: ConsumerView, node: str) -> dict[str, Any]:
+    return {
+        "arguments": c.arguments,
+        "ack_required": c.ack_required,
+        "active": c.active,
+        "activity_status": "up" if c.active else "waiting",
+        "channel_details": {
+            "connection_name": c.connection_name,
+            "name": c.channel_name,
+            "node": node,
+            "number": c.channel_number,
+            "peer_host": c.peer_host,
+            "peer_port": c.peer_port,
+            "user": c.user,
+        },
+        "consumer_tag": c.consumer_tag,
+        "exclusive": c.exclusive,
+        "prefetch_count": c.prefetch_count,
+        "queue": {"name": c.stream, "vhost": c.vhost},
+        "sievemq": {
+            "consumer_name": c.consumer_name,
+            "position": c.position,
+            "offset_lag": c.lag,
+            "credit": c.credit,
+            "filter": None if c.filter is None else dict(vars(c.filter)),
+            "sql": c.sql,
+            "filter_stats": dict(vars(c.filter_stats)),
+        },
+    }
+
+
+def connection(c: ConnectionView, node: str) -> dict[str, Any]:
+    return {
+        "auth_mechanism": c.auth_mechanism,
+        "channel_max": c.channel_max,
+        "channels": c.channels,
+        "client_properties": c.client_properties,
+        "connected_at": c.connected_at,
+        "frame_max": c.frame_max,
+        "host": c.host,
+        "name": c.name,
+        "node": node,
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": c.peer_host,
+        "peer_port": c.peer_port,
+        "port": c.port,
+        "protocol": c.protocol,
+        "ssl": c.ssl,
+        "state": c.state,
+        "timeout": c.timeout,
+        "type": c.type,
+        "user": c.user,
+        "user_provided_name": c.user_provided_name,
+        "user_who_performed_action": c.user,
+        "vhost": c.vhost,
+    }
+
+
+def channel(c: ChannelView, node: str) -> dict[str, Any]:
+    return {
+        "acks_uncommitted": 0,
+        "confirm": c.confirm,
+        "connection_details": {
+            "name": c.connection_name,
+            "peer_host": c.peer_host,
+            "peer_port": c.peer_port,
+        },
+        "consumer_count": c.consumer_count,
+        "global_prefetch_count": c.global_prefetch_count,
+        "messages_unacknowledged": c.messages_unacknowledged,
+        "messages_uncommitted": 0,
+        "messages_unconfirmed": c.messages_unconfirmed,
+        "name": c.name,
+        "node": node,
+        "number": c.number,
+        "prefetch_count": c.prefetch_count,
+        "state": c.state,
+        "transactional": False,
+        "user": c.user,
+        "user_who_performed_action": c.user,
+        "vhost": c.vhost,
+    }
+
+
+def exchange(x: ExchangeView) -> dict[str, Any]:
+    return {
+        "arguments": x.arguments,
+        "auto_delete": x.auto_delete,
+        "durable": x.durable,
+        "internal": x.internal,
+        "name": x.name,
+        "type": x.type,
+        "user_who_performed_action": "rmq-internal",
+        "vhost": x.vhost,
+    }
+
+
+def binding(b: BindingView) -> dict[str, Any]:
+    return {
+        "source": b.source,
+        "vhost": b.vhost,
+        "destination": b.destination,
+        "destination_type": b.destination_type,
+        "routing_key": b.routing_key,
+        "arguments": b.arguments,
+        "properties_key": b.properties_key,
+    }
+
+
+def vhost(v: VhostView, node: str) -> dict[str, Any]:
+    return {
+        "cluster_state": {node: "running"},
+        "default_queue_type": v.default_queue_type,
+        "description": v.description,
+        "messages": v.messages,
+        "messages_details": details(0.0),
+        "messages_ready": v.messages,
+        "messages_ready_details": details(0.0),
+        "messages_unacknowledged": 0,
+        "messages_unacknowledged_details": details(0.0),
+        "metadata": {"description": v.description, "tags": v.tags},
+        "name": v.name,
+        "tags": v.tags,
+        "tracing": False,
+    }
+
+
+def overview(o: OverviewView, exchange_types: list[str]) -> dict[str, Any]:
+    t = o.totals
+    return {
+        "management_version": EMULATED_RABBITMQ_VERSION,
+        "rates_mode": "basic",
+        "exchange_types": [
+            {"name": name, "description": f"AMQP {name} exchange", "enabled": True}
+            for name in exchange_types
+        ],
+        "product_version": o.product_version,
+        "product_name": o.product_name,
+        "rabbitmq_version": EMULATED_RABBITMQ_VERSION,
+        "cluster_name": o.node,
+        "erlang_version": "none",
+        "disable_stats": False,
+        "enable_queue_totals": True,
+        "message_stats": {
+            "publish": t.published,
+            "publish_details": details(t.publish_rate),
+            "confirm": t.published,
+            "confirm_details": details(t.publish_rate),
+            "deliver_get": t.delivered,
+            "deliver_get_details": details(t.deliver_rate),
+            "deliver": t.delivered,
+            "deliver_details": details(t.deliver_rate),
+        },
+        "queue_totals": {
+            "messages": t.messages,
+            "messages_details": details(0.0),
+            "messages_ready": t.messages,
+            "messages_ready_details": details(0.0),
+            "messages_unacknowledged": 0,
+            "messages_unacknowledged_details": details(0.0),
+        },
+        "object_totals": {
+            "channels": t.channels,
+            "connections": t.connections,
+            "consumers": t.consumers,
+            "exchanges": t.exchanges,
+            "queues": t.queues,
+        },
+        "node": o.node,
+        "listeners": [
+            {"node": o.node, "protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
+            for li in o.listeners
+        ],
+        "contexts": [
+            {"node": o.node, "description": "SieveMQ admin", "path": "/", "port": str(li.port)}
+            for li in o.listeners
+            if li.protocol == "http"
+        ],
+        "sievemq": {
+            "uptime_ms": o.uptime_ms,
+            "alarms": o.alarms,
+            "bytes": t.bytes,
+            "vhosts": t.vhosts,
+            "users": t.users,
+            "filter_stats": asdict(o.filter_stats),
+        },
+    }

@@ -1,0 +1,299 @@
+"""SieveMQ's stream API (SPEC §9): what RabbitMQ's management API has no place for.
+
+Per-stream facts, reading messages without consuming (by offset or timestamp, with the
+consumers' value filter or an SQL filter, bounded by a limit, a byte cap and a time budget),
+publishing one message, named consumer offsets with their lag, Bloom filter size advice; and
+LavinMQ's ``POST /api/queues/{vhost}/{name}/stream`` browse shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from sievemq.admin_api.auth import facade_of, require, require_vhost, user
+from sievemq.admin_api.errors import bad_request, not_found
+from sievemq.admin_api.paths import name
+from sievemq.gateway.facade import (
+    BROWSE_MAX_LIMIT,
+    BrowseResult,
+    ConsumerOffsetView,
+    ConsumerView,
+    FilterAdviceView,
+    Principal,
+    StreamView,
+    SubscriptionView,
+)
+
+router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
+_STREAMS = TypeAdapter(list[StreamView])
+User = Annotated[Principal, Depends(user)]
+
+
+class StreamBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessageBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    payload: str = ""
+    payload_encoding: Literal["string", "base64"] = "string"
+    routing_key: str | None = None
+    filter_value: str | list[str] | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+
+class PublishAnswer(BaseModel):
+    routed: bool
+    stored: bool
+
+
+class OffsetBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    offset: int = Field(ge=0)
+
+
+class LavinBrowse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    count: int = Field(default=1, ge=1, le=BROWSE_MAX_LIMIT)
+    offset: str | int = "first"
+    encoding: Literal["auto", "base64"] = "auto"
+
+
+def _stream(request: Request, who: Principal, vhost: str, stream: str) -> tuple[str, str]:
+    v, s = name(vhost), name(stream)
+    f = facade_of(request)
+    if not f.vhost_exists(v):
+        raise not_found()
+    require_vhost(who, v)
+    return v, s
+
+
+@router.get("/streams", response_model=list[StreamView])
+async def list_streams(request: Request, who: User) -> Response:
+    views = [s for s in facade_of(request).list_streams() if who.may_see(s.vhost)]
+    # serialized by pydantic-core directly: thousands of streams, on the event loop
+    return Response(_STREAMS.dump_json(views), media_type="application/json")
+
+
+@router.get("/streams/{vhost}", response_model=list[StreamView])
+async def list_vhost_streams(request: Request, vhost: str, who: User) -> list[StreamView]:
+    v = name(vhost)
+    f = facade_of(request)
+    if not f.vhost_exists(v):
+        raise not_found()
+    require_vhost(who, v)
+    return f.list_streams(v)
+
+
+@router.get("/streams/{vhost}/{stream}", response_model=StreamView)
+async def get_stream(request: Request, vhost: str, stream: str, who: User) -> StreamView:
+    v, s = _stream(request, who, vhost, stream)
+    return facade_of(request).get_stream(v, s)
+
+
+@router.put("/streams/{vhost}/{stream}", status_code=201)
+async def put_stream(
+    request: Request, vhost: str, stream: str, body: StreamBody, who: User
+) -> Response:
+    """Create a stream with these arguments (``x-queue-type`` may be left out); 204 when
+    an equivalent one exists, 400 with queue.declare's text otherwise."""
+    v, s = _stream(request, who, vhost, stream)
+    require_vhost(who, v, write=True)
+    require(who, v, "configure", "queue", s)
+    created = facade_of(request).declare_stream(v, s, body.arguments)
+    return Response(status_code=201 if created else 204)
+
+
+@router.delete("/streams/{vhost}/{stream}", status_code=204)
+async def delete_stream(request: Request, vhost: str, stream: str, who: User) -> Response:
+    v, s = _stream(request, who, vhost, stream)
+    require_vhost(who, v, write=True)
+    require(who, v, "configure", "queue", s)
+    facade_of(request).delete_stream(v, s)
+    return Response(status_code=204)
+
+
+@router.get("/streams/{vhost}/{stream}/consumers", response_model=list[ConsumerView])
+async def stream_consumers(
+    request: Request, vhost: str, stream: str, who: User
+) -> list[ConsumerView]:
+    v, s = _stream(request, who, vhost, stream)
+    return facade_of(request).list_consumers(v, s)
+
+
+@router.get("/streams/{vhost}/{stream}/messages", response_model=BrowseResult)
+async def browse(
+    request: Request,
+    vhost: str,
+    stream: str,
+    who: User,
+    offset: Annotated[int | None, Query(ge=0)] = None,
+    timestamp: Annotated[int | None, Query(description="ms since the epoch")] = None,
+    limit: Annotated[int, Query(ge=1, le=BROWSE_MAX_LIMIT)] = 20,
+    filter: Annotated[list[str] | None, Query()] = None,
+    match_unfiltered: bool = False,
+    sql: str | None = None,
+    newest: Annotated[
+        bool, Query(description="without offset/timestamp: the newest `limit` messages")
+    ] = False,
+    encoding: Literal["auto", "base64"] = "auto",
+    max_bytes: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 4 * 1024 * 1024,
+) -> BrowseResult:
+    """Read messages without consuming. ``next_offset`` says where to continue when the
+    scan stopped at the limit, the byte cap or the time budget (``stopped_by``)."""
+    v, s = _stream(request, who, vhost, stream)
+    require(who, v, "read", "queue", s)
+    values = [x for item in filter or [] for x in item.split(",") if x]
+    return facade_of(request).browse(
+        v,
+        s,
+        offset=offset,
+        timestamp_ms=timestamp,
+        limit=limit,
+        filter_values=values,
+        match_unfiltered=match_unfiltered,
+        sql=sql,
+        newest_first=newest,
+        max_bytes=max_bytes,
+        encoding=encoding,
+    )
+
+
+@router.post("/streams/{vhost}/{stream}/messages", response_model=PublishAnswer)
+async def publish_one(
+    request: Request, vhost: str, stream: str, body: MessageBody, who: User
+) -> PublishAnswer:
+    """Publish one message to the stream (through the default exchange); answers once it
+    is stored. ``filter_value`` becomes the ``x-stream-filter-value`` header."""
+    v, s = _stream(request, who, vhost, stream)
+    require(who, v, "write", "exchange", "amq.default")
+    f = facade_of(request)
+    f.get_stream(v, s)
+    if body.payload_encoding == "base64":
+        try:
+            payload = base64.b64decode(body.payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise bad_request("payload is not valid base64") from None
+    else:
+        payload = body.payload.encode("utf-8")
+    properties = dict(body.properties)
+    if body.filter_value is not None:
+        headers = dict(properties.get("headers") or {})
+        headers["x-stream-filter-value"] = (
+            body.filter_value if isinstance(body.filter_value, str) else ",".join(body.filter_value)
+        )
+        properties["headers"] = headers
+    routed = await f.publish(v, "", s, payload, properties)
+    return PublishAnswer(routed=routed, stored=routed)
+
+
+@router.get("/streams/{vhost}/{stream}/offsets", response_model=list[ConsumerOffsetView])
+async def offsets(request: Request, vhost: str, stream: str, who: User) -> list[ConsumerOffsetView]:
+    """Every named consumer's committed offset and its lag (messages stored after it)."""
+    v, s = _stream(request, who, vhost, stream)
+    return facade_of(request).consumer_offsets(v, s)
+
+
+@router.get(
+    "/streams/{vhost}/{stream}/consumers/{consumer}/offset", response_model=ConsumerOffsetView
+)
+async def get_offset(
+    request: Request, vhost: str, stream: str, consumer: str, who: User
+) -> ConsumerOffsetView:
+    v, s = _stream(request, who, vhost, stream)
+    c = name(consumer)
+    for view in facade_of(request).consumer_offsets(v, s):
+        if view.consumer == c:
+            return view
+    raise not_found()
+
+
+@router.put("/streams/{vhost}/{stream}/consumers/{consumer}/offset", status_code=204)
+async def put_offset(
+    request: Request, vhost: str, stream: str, consumer: str, body: OffsetBody, who: User
+) -> Response:
+    """Store a committed offset: the named consumer resumes after it."""
+    v, s = _stream(request, who, vhost, stream)
+    require(who, v, "read", "queue", s)
+    facade_of(request).set_consumer_offset(v, s, name(consumer), body.offset)
+    return Response(status_code=204)
+
+
+@router.delete("/streams/{vhost}/{stream}/consumers/{consumer}/offset", status_code=204)
+async def delete_offset(
+    request: Request, vhost: str, stream: str, consumer: str, who: User
+) -> Response:
+    v, s = _stream(request, who, vhost, stream)
+    require(who, v, "read", "queue", s)
+    facade_of(request).delete_consumer_offset(v, s, name(consumer))
+    return Response(status_code=204)
+
+
+@router.get("/streams/{vhost}/{stream}/subscriptions", response_model=list[SubscriptionView])
+async def subscriptions(
+    request: Request, vhost: str, stream: str, who: User
+) -> list[SubscriptionView]:
+    v, s = _stream(request, who, vhost, stream)
+    return facade_of(request).list_subscriptions(v, s)
+
+
+@router.get("/streams/{vhost}/{stream}/filter-advice", response_model=FilterAdviceView)
+async def filter_advice(
+    request: Request,
+    vhost: str,
+    stream: str,
+    who: User,
+    target_fpr: Annotated[float, Query(gt=0, lt=1)] = 0.01,
+    chunks: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+) -> FilterAdviceView:
+    """The ``x-stream-filter-size-bytes`` that keeps Bloom false positives at
+    ``target_fpr``, from the distinct filter values seen per chunk in the newest chunks."""
+    v, s = _stream(request, who, vhost, stream)
+    return facade_of(request).filter_advice(v, s, target_fpr, chunks)
+
+
+@router.post("/queues/{vhost}/{queue}/stream", tags=["LavinMQ compatible"])
+async def lavinmq_browse(
+    request: Request, vhost: str, queue: str, body: LavinBrowse, who: User
+) -> list[dict[str, Any]]:
+    """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}``."""
+    v, s = _stream(request, who, vhost, queue)
+    require(who, v, "read", "queue", s)
+    f = facade_of(request)
+    view = f.get_stream(v, s)
+    offset: int | None
+    newest = False
+    if isinstance(body.offset, int) or str(body.offset).isdigit():
+        offset = int(body.offset)
+    elif body.offset == "first":
+        offset = None
+    elif body.offset in ("last", "next"):
+        offset, newest = None, True
+        if body.offset == "next":
+            offset = view.published
+    else:
+        raise bad_request(f"offset must be first, last, next or a number, got '{body.offset}'")
+    result = f.browse(
+        v, s, offset=offset, limit=body.count, newest_first=newest, encoding=body.encoding
+    )
+    return [
+        {
+            "payload_bytes": m.payload_bytes,
+            "redelivered": False,
+            "exchange": m.exchange,
+            "routing_key": m.routing_key,
+            "message_count": view.messages,
+            "properties": m.properties,
+            "payload": m.payload,
+            "payload_encoding": m.payload_encoding,
+            "offset": m.offset,
+            "timestamp": m.timestamp_ms,
+        }
+        for m in result.messages
+    ]

@@ -1,0 +1,566 @@
+"""A classic (or single-node quorum) queue: RabbitMQ's queue semantics over a ``QueueLog``.
+
+Messages wait in ``ready`` (FIFO per priority; a requeued message goes back to its place by
+id, as RabbitMQ keeps order) until a consumer or basic.get takes them; taken messages are
+outstanding until acked (gone: its ack is recorded in the log), requeued (redelivered flag
+set; a quorum queue counts ``x-delivery-count`` and dead-letters past ``x-delivery-limit``)
+or rejected (dead-lettered when the queue has a dead-letter exchange). Persistent messages of
+a durable queue are written to the log before they are confirmed; everything else lives in
+memory only. ``x-message-ttl`` / per-message ``expiration`` are applied at the head,
+``x-max-length`` / ``-bytes`` on publish with ``x-overflow``.
+
+No sockets and no asyncio: the session layer sets ``on_ready`` (schedule a dispatch) and the
+vhost sets ``dead_letter`` and ``on_unused`` (auto-delete).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from sievemq.gateway.model.classic_arguments import QueueArguments
+
+if TYPE_CHECKING:
+    from sievemq.storage.queue_log import QueueLog
+
+log = logging.getLogger(__name__)
+
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PublishFacts:
+    """What the queue needs from a message's properties: persistence, priority, expiration."""
+
+    __slots__ = ("expiration_ms", "persistent", "priority")
+
+    def __init__(self, persistent: bool, priority: int, expiration_ms: int | None) -> None:
+        self.persistent = persistent
+        self.priority = priority
+        self.expiration_ms = expiration_ms
+
+
+_FACTS: dict[bytes, PublishFacts] = {}
+
+
+def publish_facts(props: bytes) -> PublishFacts:
+    """delivery-mode, priority and expiration from raw property bytes (cached per list)."""
+    got = _FACTS.get(props)
+    if got is not None:
+        return got
+    persistent, priority, expiration = False, 0, None
+    try:
+        flags = _H.unpack_from(props)[0]
+        pos = 2
+        word = flags
+        while word & 1:
+            word = _H.unpack_from(props, pos)[0]
+            pos += 2
+        if flags & 0x8000:
+            pos += 1 + props[pos]
+        if flags & 0x4000:
+            pos += 1 + props[pos]
+        if flags & 0x2000:
+            pos += 4 + _I.unpack_from(props, pos)[0]
+        if flags & 0x1000:
+            persistent = props[pos] == 2
+            pos += 1
+        if flags & 0x0800:
+            priority = props[pos]
+            pos += 1
+        if flags & 0x0400:
+            pos += 1 + props[pos]
+        if flags & 0x0200:
+            pos += 1 + props[pos]
+        if flags & 0x0100:
+            n = props[pos]
+            text = props[pos + 1 : pos + 1 + n].decode("ascii", errors="replace")
+            expiration = int(text) if text.isdigit() else None
+    except (IndexError, struct.error, ValueError):
+        pass
+    facts = PublishFacts(persistent, priority, expiration)
+    if len(_FACTS) > 1024:
+        _FACTS.clear()
+    _FACTS[props] = facts
+    return facts
+
+
+class QueueMessage:
+    """One message in a queue (ready or outstanding)."""
+
+    __slots__ = (
+        "body",
+        "delivery_count",
+        "enqueued_ms",
+        "exchange",
+        "expires_ms",
+        "id",
+        "logged",
+        "priority",
+        "properties",
+        "redelivered",
+        "routing_key",
+    )
+
+    def __init__(
+        self,
+        msg_id: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+        enqueued_ms: int,
+        expires_ms: int | None,
+        priority: int,
+        logged: bool,
+    ) -> None:
+        self.id = msg_id
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.enqueued_ms = enqueued_ms
+        self.expires_ms = expires_ms
+        self.priority = priority
+        self.logged = logged
+        self.redelivered = False
+        self.delivery_count = 0
+
+    def __lt__(self, other: QueueMessage) -> bool:
+        return self.id < other.id
+
+
+class _Level:
+    """Ready messages of one priority: fresh ones in a deque, requeued ones in a heap by id
+    (a requeued message always precedes every fresh one: it was delivered before them)."""
+
+    __slots__ = ("fresh", "requeued")
+
+    def __init__(self) -> None:
+        self.fresh: deque[QueueMessage] = deque()
+        self.requeued: list[QueueMessage] = []
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.requeued)
+
+    def peek(self) -> QueueMessage | None:
+        if self.requeued:
+            return self.requeued[0]
+        return self.fresh[0] if self.fresh else None
+
+    def pop(self) -> QueueMessage:
+        if self.requeued:
+            return heapq.heappop(self.requeued)
+        return self.fresh.popleft()
+
+    def __iter__(self) -> Iterator[QueueMessage]:
+        yield from sorted(self.requeued)
+        yield from self.fresh
+
+
+DeleteListener = Callable[["ClassicQueue"], None]
+DeadLetter = Callable[["ClassicQueue", list[QueueMessage], str], None]
+
+
+class ClassicQueue:
+    """A declared classic or quorum queue of a vhost."""
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        arguments: QueueArguments,
+        *,
+        durable: bool,
+        auto_delete: bool = False,
+        owner: object | None = None,
+        log_store: QueueLog | None = None,
+    ) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.arguments = arguments
+        self.kind = arguments.kind
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.owner = owner  # the exclusive owner connection, or None
+        self.log = log_store
+        self.consumers: ConsumerList = ConsumerList()
+        self.deleted = False
+        self.on_ready: Callable[[], None] = _nothing
+        self.on_unused: Callable[[ClassicQueue], None] = _nothing_q
+        self.dead_letter: DeadLetter = _no_dead_letter
+        self.last_used_ms = now_ms()
+        self.had_consumer = False
+        levels = (arguments.max_priority or 0) + 1
+        self._levels = [_Level() for _ in range(levels)]
+        self._ready = 0
+        self._ready_bytes = 0
+        self.outstanding = 0
+        self._next_id = log_store.last_id if log_store is not None else 0
+        self._delete_listeners: list[DeleteListener] = []
+        self._pending_acks: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"ClassicQueue({self.name!r}, vhost={self.vhost!r}, kind={self.kind!r})"
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (what queue.declare-ok and basic.get-ok report)."""
+        self.expire()
+        return self._ready
+
+    @property
+    def has_ready(self) -> bool:
+        """Any ready message (expired ones included: ``take`` drops those)."""
+        return self._ready > 0
+
+    @property
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    @property
+    def exclusive(self) -> bool:
+        return self.owner is not None
+
+    # ------------------------------------------------------------------ enqueue
+
+    def restore(self, messages: Iterable[Any], delivered_through: int) -> None:
+        """Messages recovered from the log (LoggedMessage), in id order."""
+        ttl = self.arguments.message_ttl
+        for rec in messages:
+            facts = publish_facts(rec.properties)
+            msg = self._message(
+                rec.id,
+                rec.exchange,
+                rec.routing_key,
+                rec.properties,
+                rec.body,
+                rec.enqueued_ms,
+                facts,
+                ttl,
+                logged=True,
+            )
+            msg.redelivered = rec.id <= delivered_through
+            self._push(msg)
+        self._next_id = max(self._next_id, self.log.last_id if self.log is not None else 0)
+
+    def _message(
+        self,
+        msg_id: int,
+        exchange: str,
+        routing_key: str,
+        props: bytes,
+        body: bytes,
+        ts: int,
+        facts: PublishFacts,
+        ttl: int | None,
+        logged: bool,
+    ) -> QueueMessage:
+        expires = None
+        per_msg = facts.expiration_ms
+        if ttl is not None or per_msg is not None:
+            lifetime = min(x for x in (ttl, per_msg) if x is not None)
+            expires = ts + lifetime
+        top = len(self._levels) - 1
+        priority = min(facts.priority, top)
+        return QueueMessage(
+            msg_id, exchange, routing_key, props, body, ts, expires, priority, logged
+        )
+
+    def enqueue(self, batch: list[tuple[str, str, bytes, bytes]]) -> list[bool]:
+        """Publish messages (exchange, routing key, properties, body); False: refused by
+        ``x-overflow`` reject-publish. Persistent messages of a durable queue are written
+        to the log (one write) before this returns."""
+        ts = now_ms()
+        ttl = self.arguments.message_ttl
+        results: list[bool] = []
+        to_log: list[tuple[int, int, str, str, bytes, bytes]] = []
+        log_store = self.log if self.durable else None
+        for exchange, routing_key, props, body in batch:
+            if self._overflowing(len(body)):
+                results.append(False)
+                if self.arguments.overflow == "reject-publish-dlx":
+                    self.dead_letter(
+                        self,
+                        [
+                            self._message(
+                                0,
+                                exchange,
+                                routing_key,
+                                props,
+                                body,
+                                ts,
+                                publish_facts(props),
+                                None,
+                                False,
+                            )
+                        ],
+                        "maxlen",
+                    )
+                continue
+            facts = publish_facts(props)
+            self._next_id += 1
+            msg_id = self._next_id
+            logged = log_store is not None and facts.persistent
+            msg = self._message(msg_id, exchange, routing_key, props, body, ts, facts, ttl, logged)
+            if msg.expires_ms is not None and msg.expires_ms <= ts and not self.consumers:
+                # expired at once (ttl 0 and nobody to take it): dead-letter, never stored
+                self.dead_letter(self, [msg], "expired")
+                results.append(True)
+                continue
+            if logged:
+                to_log.append((msg_id, ts, exchange, routing_key, props, body))
+            self._push(msg)
+            results.append(True)
+            self._drop_head_overflow()
+        if to_log and log_store is not None:
+            log_store.last_id = max(log_store.last_id, self._next_id)
+            log_store.append(to_log)
+        if self._ready:
+            self.on_ready()
+        return results
+
+    def _overflowing(self, size: int) -> bool:
+        args = self.arguments
+        if args.overflow == "drop-head":
+            return False
+        if args.max_length is not None and self._ready >= args.max_length:
+            return True
+        return (
+            args.max_length_bytes is not None and self._ready_bytes + size > args.max_length_bytes
+        )
+
+    def _drop_head_overflow(self) -> None:
+        args = self.arguments
+        if args.overflow != "drop-head":
+            return
+        dropped: list[QueueMessage] = []
+        while self._ready and (
+            (args.max_length is not None and self._ready > args.max_length)
+            or (args.max_length_bytes is not None and self._ready_bytes > args.max_length_bytes)
+        ):
+            msg = self._pop_any()
+            dropped.append(msg)
+        if dropped:
+            self._discard(dropped, "maxlen")
+
+    def _push(self, msg: QueueMessage) -> None:
+        self._levels[msg.priority].fresh.append(msg)
+        self._ready += 1
+        self._ready_bytes += len(msg.body)
+
+    def _pop_any(self) -> QueueMessage:
+        for level in reversed(self._levels):
+            if len(level):
+                msg = level.pop()
+                self._ready -= 1
+                self._ready_bytes -= len(msg.body)
+                return msg
+        raise IndexError("queue is empty")
+
+    # ------------------------------------------------------------------ take
+
+    def expire(self, now: int | None = None) -> None:
+        """Dead-letter (or drop) expired messages at the head of each priority level."""
+        if self.arguments.message_ttl is None and not self._has_expiring():
+            return
+        t = now_ms() if now is None else now
+        expired: list[QueueMessage] = []
+        for level in self._levels:
+            while True:
+                head = level.peek()
+                if head is None or head.expires_ms is None or head.expires_ms > t:
+                    break
+                level.pop()
+                self._ready -= 1
+                self._ready_bytes -= len(head.body)
+                expired.append(head)
+        if expired:
+            self._discard(expired, "expired")
+
+    def _has_expiring(self) -> bool:
+        for level in self._levels:
+            head = level.peek()
+            if head is not None and head.expires_ms is not None:
+                return True
+        return False
+
+    def take(self) -> QueueMessage | None:
+        """The next ready message (highest priority first), now outstanding."""
+        if not self._ready:
+            return None
+        self.expire()
+        if not self._ready:
+            return None
+        msg = self._pop_any()
+        self.outstanding += 1
+        if msg.logged and self.log is not None:
+            self.log.mark_delivered(msg.id)
+        return msg
+
+    def next_expiry(self) -> int | None:
+        """The earliest expiry among the heads (for the runtime's TTL timer)."""
+        soonest = None
+        for level in self._levels:
+            head = level.peek()
+            if head is not None and head.expires_ms is not None:
+                soonest = head.expires_ms if soonest is None else min(soonest, head.expires_ms)
+        return soonest
+
+    # ------------------------------------------------------------------ settle
+
+    def ack(self, messages: list[QueueMessage]) -> None:
+        """Outstanding messages are done: forget them (the log records the ack)."""
+        if self.deleted:
+            return
+        self.outstanding -= len(messages)
+        ids = [m.id for m in messages if m.logged]
+        if ids and self.log is not None:
+            self.log.ack(ids)
+
+    def requeue(self, messages: list[QueueMessage]) -> None:
+        """Back to the queue at their places, redelivered; quorum queues count deliveries."""
+        if self.deleted:
+            return
+        self.outstanding -= len(messages)
+        limit = self.arguments.delivery_limit if self.kind == "quorum" else None
+        over: list[QueueMessage] = []
+        for msg in messages:
+            msg.redelivered = True
+            if self.kind == "quorum":
+                msg.delivery_count += 1
+                if limit is not None and msg.delivery_count > limit:
+                    over.append(msg)
+                    continue
+            heapq.heappush(self._levels[msg.priority].requeued, msg)
+            self._ready += 1
+            self._ready_bytes += len(msg.body)
+        if over:
+            self._discard(over, "delivery_limit")
+        if self._ready:
+            self.on_ready()
+
+    def reject(self, messages: list[QueueMessage]) -> None:
+        """Rejected without requeue: dead-lettered (reason ``rejected``) or dropped."""
+        if self.deleted:
+            return
+        self.outstanding -= len(messages)
+        self._discard(messages, "rejected")
+
+    def _discard(self, messages: list[QueueMessage], reason: str) -> None:
+        self.dead_letter(self, messages, reason)
+        ids = [m.id for m in messages if m.logged]
+        if ids and self.log is not None:
+            self.log.ack(ids)
+
+    def purge(self) -> int:
+        """Drop every ready message; returns how many."""
+        count = self._ready
+        ids = [m.id for level in self._levels for m in level if m.logged]
+        for i, _level in enumerate(self._levels):
+            self._levels[i] = _Level()
+        self._ready = 0
+        self._ready_bytes = 0
+        if ids and self.log is not None:
+            if self.outstanding == 0:
+                self.log.purge()
+            else:
+                self.log.ack(ids)
+        return count
+
+    def ready_messages(self) -> Iterator[QueueMessage]:
+        for level in reversed(self._levels):
+            yield from level
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def consumer_added(self) -> None:
+        self.had_consumer = True
+        self.last_used_ms = now_ms()
+
+    def consumer_removed(self) -> None:
+        self.last_used_ms = now_ms()
+        if self.auto_delete and self.had_consumer and not self.consumers and not self.deleted:
+            self.on_unused(self)
+
+    def add_delete_listener(self, listener: DeleteListener) -> None:
+        self._delete_listeners.append(listener)
+
+    def remove_delete_listener(self, listener: DeleteListener) -> None:
+        if listener in self._delete_listeners:
+            self._delete_listeners.remove(listener)
+
+    def notify_deleted(self) -> None:
+        self.deleted = True
+        listeners, self._delete_listeners = self._delete_listeners, []
+        for listener in listeners:
+            try:
+                listener(self)
+            except Exception:  # a broken consumer must not keep the queue alive
+                log.exception("delete listener of %r failed", self)
+
+    def sync(self) -> None:
+        if self.log is not None and self.log.dirty:
+            self.log.sync()
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+    def destroy(self) -> None:
+        """Delete the queue's files (queue.delete)."""
+        if self.log is not None:
+            self.log.delete()
+
+
+class ConsumerList:
+    """The consumers of a queue in attach order, with a round-robin cursor."""
+
+    __slots__ = ("cursor", "items")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.cursor = 0
+
+    def add(self, consumer: Any) -> None:
+        self.items.append(consumer)
+
+    def discard(self, consumer: Any) -> None:
+        if consumer in self.items:
+            self.items.remove(consumer)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self.items))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _nothing_q(queue: ClassicQueue) -> None:
+    return None
+
+
+def _no_dead_letter(queue: ClassicQueue, messages: list[QueueMessage], reason: str) -> None:
+    return None

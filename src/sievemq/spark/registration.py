@@ -1,0 +1,43 @@
+"""register(spark): the `sievemq` source on a session, optionally with reader metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql import SparkSession
+
+from sievemq.spark.arrow_read import STAT_FIELDS
+from sievemq.spark.source import SieveDataSource
+
+
+class _SumParam(AccumulatorParam[tuple[int, ...]]):
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return (0,) * len(STAT_FIELDS)
+
+    def addInPlace(self, value1: tuple[int, ...], value2: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(a + b for a, b in zip(value1, value2, strict=True))
+
+
+@dataclass
+class ReadMetrics:
+    """Reader counters summed over every finished task of this session's sievemq reads."""
+
+    accumulator: Any
+
+    def value(self) -> dict[str, int]:
+        return dict(zip(STAT_FIELDS, self.accumulator.value, strict=True))
+
+
+def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | None:
+    """Register ``format("sievemq")`` on this session (and enable filter pushdown)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    if not metrics:
+        spark.dataSource.register(SieveDataSource)
+        return None
+    acc = spark.sparkContext.accumulator((0,) * len(STAT_FIELDS), _SumParam())
+    # a subclass made here is pickled by value, carrying the accumulator to the executors
+    source = type("SieveDataSource", (SieveDataSource,), {"metrics": acc})
+    spark.dataSource.register(source)
+    return ReadMetrics(acc)

@@ -1,0 +1,286 @@
+"""The `sievemq` PySpark data source: batch reader and streaming reader (wiring).
+
+Where each method runs matters (research/spark.md §1.2): ``schema``/``reader`` run in Python
+processes on the driver, ``pushFilters`` and ``partitions`` in the planner process (what they
+store on ``self`` reaches ``read``), ``read`` in executor workers. The streaming reader's
+driver methods run in one long-lived process and ``read`` in a reader created separately, so
+everything ``read`` needs travels in the partition or comes from the options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from sievemq.filtering.subscriptions import registered_slot
+from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
+from sievemq.spark.options import ReadOptions, parse_options
+from sievemq.spark.planning import (
+    Bounds,
+    OffsetRange,
+    StreamRef,
+    end_offset,
+    plan_ranges,
+    resolve_streams,
+    split_for_min_partitions,
+    start_offset,
+    stream_chunks,
+    stream_state,
+    timestamp_bounds,
+)
+from sievemq.spark.pushdown import Pushed, push
+from sievemq.spark.schema import arrow_schema, check_user_schema, source_schema
+from sievemq.storage import ReadStats
+
+try:  # 4.2+: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - pyspark is pinned >= 4.3
+    raise
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One Spark partition: a chunk-aligned offset range of one stream."""
+
+    task: RangeTask
+
+    def __init__(self, task: RangeTask) -> None:
+        super().__init__(None)
+        self.task = task
+
+
+def _stats_tuple(stats: ReadStats) -> tuple[int, ...]:
+    return tuple(int(getattr(stats, name)) for name in STAT_FIELDS)
+
+
+class SieveDataSource(DataSource):
+    """``spark.read.format("sievemq").option("stream", "orders").load(DATA_DIR)``."""
+
+    # set on a per-session subclass by register(spark, metrics=...): a Spark accumulator
+    metrics: ClassVar[Any] = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "sievemq"
+
+    def _options(self, streaming: bool = False, either: bool = False) -> ReadOptions:
+        return parse_options(dict(self.options), streaming=streaming, either=either)
+
+    def schema(self) -> StructType:
+        # stream options are accepted here too: schema() does not know which read it serves
+        return source_schema(self._options(either=True).several)
+
+    def reader(self, schema: StructType) -> SieveBatchReader:
+        options = self._options()
+        check_user_schema(schema, options.several)
+        return SieveBatchReader(options, schema, type(self).metrics)
+
+    def streamReader(self, schema: StructType) -> SieveStreamReader:
+        options = self._options(streaming=True)
+        check_user_schema(schema, options.several)
+        return SieveStreamReader(options, schema, type(self).metrics)
+
+
+class _ReadsRanges:
+    """The executor side shared by batch and stream readers."""
+
+    options: ReadOptions
+    settings: ReadSettings
+    arrow: Any
+    metrics: Any
+
+    def _init_read(self, options: ReadOptions, schema: StructType, metrics: Any) -> None:
+        self.options = options
+        self.arrow = arrow_schema(schema)
+        self.metrics = metrics
+        self.settings = ReadSettings(
+            columns=tuple(schema.names),
+            filter_values=options.filter_values,
+            match_unfiltered=options.match_unfiltered,
+            match_all=options.match_all,
+            sql=options.sql,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+
+    def _slot(self, ref: StreamRef) -> int | None:
+        if self.options.sql is None or self.options.consumer_name is None:
+            return None
+        return registered_slot(Path(ref.directory), self.options.consumer_name, self.options.sql)
+
+    def _task(self, r: OffsetRange) -> RangePartition:
+        ref = r.stream
+        return RangePartition(
+            RangeTask(ref.directory, ref.vhost, ref.name, r.start, r.until, self._slot(ref))
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, RangePartition):
+            return  # Spark replaces an empty partition list by one bare InputPartition
+        metrics = self.metrics
+
+        def report(stats: ReadStats) -> None:
+            if metrics is not None:
+                metrics.add(_stats_tuple(stats))
+
+        yield from read_range(partition.task, self.settings, self.arrow, report)
+
+
+class SieveBatchReader(_ReadsRanges, DataSourceReader):
+    def __init__(self, options: ReadOptions, schema: StructType, metrics: Any) -> None:
+        self._init_read(options, schema, metrics)
+        self.pushed = Pushed()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        # the read closure is pickled before partitions() runs: settle the settings here
+        remaining = list(push(filters, self.pushed))
+        values = self.pushed.filter_values
+        if values and not self.options.filter_values:
+            self.settings = replace(self.settings, filter_values=values, match_unfiltered=False)
+        return iter(remaining)
+
+    def partitions(self) -> list[InputPartition]:
+        options = self.options
+        pushed = self.pushed
+        if pushed.filter_values is not None and not pushed.filter_values:
+            return []  # filter_value = 'a' AND filter_value = 'b'
+        bounds = timestamp_bounds(options).narrow(pushed.bounds)
+        planned = []
+        for ref in resolve_streams(options):
+            state = stream_state(ref)
+            lo = start_offset(options, ref, state, streaming=False)
+            hi = end_offset(options, ref, state)
+            b = bounds.narrow(Bounds(lo, hi))
+            if b.lo >= b.hi:
+                continue
+            planned += plan_ranges(
+                ref,
+                stream_chunks(Path(ref.directory), min(state.end, b.hi)),
+                b,
+                options.max_bytes_per_partition,
+                options.max_offsets_per_partition,
+            )
+        ranges = split_for_min_partitions(planned, options.min_partitions)
+        return [self._task(r) for r in ranges]
+
+
+def _offset_key(ref: StreamRef) -> tuple[str, str]:
+    return ref.vhost, ref.name
+
+
+class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over committed data; offsets ``{"<vhost>": {"<stream>": next}}``."""
+
+    def __init__(self, options: ReadOptions, schema: StructType, metrics: Any) -> None:
+        self._init_read(options, schema, metrics)
+        self._target: dict[str, dict[str, int]] | None = None
+
+    def _refs(self) -> list[StreamRef]:
+        return resolve_streams(self.options)
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for ref in self._refs():
+            state = stream_state(ref)
+            out.setdefault(ref.vhost, {})[ref.name] = start_offset(
+                self.options, ref, state, streaming=True
+            )
+        return out
+
+    def _ends(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for ref in self._refs():
+            out.setdefault(ref.vhost, {})[ref.name] = stream_state(ref).end
+        return out
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._ends()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(
+        self, start: dict[str, dict[str, int]], limit: ReadLimit
+    ) -> dict[str, dict[str, int]]:
+        ends = self._target if self._target is not None else self._ends()
+        begin: dict[str, dict[str, int]] = {}
+        for ref in self._refs():
+            new = ref.vhost not in start or ref.name not in start[ref.vhost]
+            first = stream_state(ref).first if new else start[ref.vhost][ref.name]
+            begin.setdefault(ref.vhost, {})[ref.name] = first
+        if isinstance(limit, ReadMaxRows):
+            return _cap(begin, ends, limit.max_rows)
+        return {
+            v: {s: max(begin[v][s], ends.get(v, {}).get(s, begin[v][s])) for s in streams}
+            for v, streams in begin.items()
+        }
+
+    def partitions(
+        self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
+    ) -> list[InputPartition]:
+        options = self.options
+        out: list[InputPartition] = []
+        for ref in self._refs():
+            until = end.get(ref.vhost, {}).get(ref.name)
+            if until is None:
+                continue
+            since = start.get(ref.vhost, {}).get(ref.name)
+            if since is None:
+                since = stream_state(ref).first
+            if since >= until:
+                continue
+            planned = plan_ranges(
+                ref,
+                stream_chunks(Path(ref.directory), until),
+                Bounds(since, until),
+                options.max_bytes_per_partition,
+                options.max_offsets_per_partition,
+            )
+            if not planned:  # retention removed the whole range: read() reports the loss
+                out.append(self._task(OffsetRange(ref, since, until, 0, 0)))
+                continue
+            if planned[0][0].start > since:  # the first offsets were deleted by retention
+                planned.insert(0, (OffsetRange(ref, since, planned[0][0].start, 0, 0), []))
+            out += [
+                self._task(r) for r in split_for_min_partitions(planned, options.min_partitions)
+            ]
+        return out
+
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
+        """Nothing to do: Spark's checkpoint is the source of truth for progress."""
+
+
+def _cap(
+    begin: dict[str, dict[str, int]], ends: dict[str, dict[str, int]], max_rows: int
+) -> dict[str, dict[str, int]]:
+    """Kafka's maxOffsetsPerTrigger: the budget split across streams by what they have."""
+    avail = {
+        (v, s): max(0, ends.get(v, {}).get(s, b) - b)
+        for v, streams in begin.items()
+        for s, b in streams.items()
+    }
+    total = sum(avail.values())
+    out: dict[str, dict[str, int]] = {}
+    for (v, s), n in avail.items():
+        take = n if total <= max_rows else (n * max_rows) // total
+        if total > max_rows and n and not take:
+            take = 1
+        out.setdefault(v, {})[s] = begin[v][s] + min(n, take)
+    return out

@@ -1,0 +1,76 @@
+"""Where streams live in a data directory: ``<data_dir>/streams/<safe vhost>/<safe name>``
+(classic and quorum queues: ``<data_dir>/queues/...``).
+
+Shared by the gateway (which creates the directories) and the stand-alone readers (Spark,
+``sievemq export``), so both agree on the layout without the readers importing the gateway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+STREAMS_DIR = "streams"
+QUEUES_DIR = "queues"
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_MAX_NAME = 200
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe, reversible-enough, collision-free directory name.
+
+    Letters, digits, ``_`` and ``-`` stay; every other byte becomes ``%XX`` (so ``.``,
+    ``..`` and ``/`` cannot escape). Names that would be too long for a file system end
+    in a SHA-256 prefix instead.
+    """
+    raw = name.encode("utf-8")
+    out = "".join(chr(b) if chr(b) in _SAFE else f"%{b:02X}" for b in raw) or "%"
+    if len(out) > _MAX_NAME:
+        digest = hashlib.sha256(raw).hexdigest()[:32]
+        out = out[: _MAX_NAME - 33] + "~" + digest
+    return out
+
+
+def name_of(directory_name: str) -> str | None:
+    """The name a ``safe_name`` directory stands for; None for a shortened (hashed) one."""
+    if "~" in directory_name:
+        return None
+    if directory_name == "%":
+        return ""
+    raw = bytearray()
+    i = 0
+    while i < len(directory_name):
+        c = directory_name[i]
+        if c == "%":
+            try:
+                raw.append(int(directory_name[i + 1 : i + 3], 16))
+            except ValueError:
+                return None
+            i += 3
+        else:
+            raw.append(ord(c))
+            i += 1
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def stream_directory(data_dir: Path, vhost: str, name: str) -> Path:
+    """``<data_dir>/streams/<safe vhost>/<safe name>``."""
+    return Path(data_dir) / STREAMS_DIR / safe_name(vhost) / safe_name(name)
+
+
+def stream_names(data_dir: Path, vhost: str) -> list[str]:
+    """The streams of a vhost that have a directory on disk, sorted."""
+    base = Path(data_dir) / STREAMS_DIR / safe_name(vhost)
+    try:
+        entries = sorted(p.name for p in base.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+    return sorted(n for e in entries if (n := name_of(e)) is not None)
+
+
+def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
+    """``<data_dir>/queues/<safe vhost>/<safe name>``: a classic/quorum queue's log."""
+    return Path(data_dir) / QUEUES_DIR / safe_name(vhost) / safe_name(name)

@@ -1,0 +1,167 @@
+"""The web dashboard in a real browser: Playwright (PyPI) driving Debian's chromium against a
+real server. Screenshots of each page go to docs/dashboard-*.png."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pika
+import pika.exceptions
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from server_process import ServerProcess
+
+CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("dash") / "data").start()
+    http = httpx.Client(base_url=proc.admin_url, auth=("guest", "guest"))
+    http.put("/api/streams/%2F/orders", json={"arguments": {"x-stream-filter-size-bytes": 32}})
+    for i in range(30):
+        region = ("emea", "amer", "apac")[i % 3]
+        http.post(
+            "/api/streams/%2F/orders/messages",
+            json={
+                "payload": f"order {i} <b>not bold</b>",
+                "filter_value": region,
+                "properties": {"headers": {"region": region, "n": i}},
+            },
+        )
+    http.close()
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: run `apt-get install -y chromium`"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    pg.goto(server.admin_url + "/")
+    pg.fill("input[name=user]", "guest")
+    pg.fill("input[name=password]", "guest")
+    pg.click("button[type=submit]")
+    expect(pg.locator("#who")).to_contain_text("guest (administrator)")
+    yield pg
+    context.close()
+
+
+def test_login_refuses_a_bad_password(browser: Browser, server: ServerProcess) -> None:
+    pg = browser.new_page()
+    pg.goto(server.admin_url + "/")
+    pg.fill("input[name=user]", "guest")
+    pg.fill("input[name=password]", "nope")
+    pg.click("button[type=submit]")
+    expect(pg.locator("#login-error")).to_have_text("Login failed")
+    assert pg.locator("#nav").is_hidden()
+    pg.screenshot(path=str(DOCS / "dashboard-login.png"))
+    pg.close()
+
+
+def test_overview(page: Page) -> None:
+    expect(page.locator("h1")).to_have_text("Overview")
+    expect(page.locator(".tile[data-key=streams] .v")).to_have_text("1")
+    expect(page.locator(".tile[data-key=messages] .v")).to_have_text("30")
+    expect(page.locator("table")).to_contain_text("amqp")
+    page.screenshot(path=str(DOCS / "dashboard-overview.png"), full_page=True)
+
+
+def test_stream_page_and_message_browser(page: Page, server: ServerProcess) -> None:
+    page.click("text=Streams")
+    page.click("a:text('orders')")
+    expect(page.locator("h1")).to_contain_text("Stream orders")
+    expect(page.locator(".tile[data-key=messages] .v")).to_have_text("30")
+    rows = page.locator("#messages tbody tr")
+    expect(rows).to_have_count(20)
+    # newest first by default; payload shown as text, never as HTML
+    expect(rows.first.locator("td").first).to_have_text("29")
+    expect(rows.first).to_contain_text("order 29 <b>not bold</b>")
+    assert page.locator("#messages b").count() == 0
+    page.fill("#browse input[name=filter]", "apac")
+    page.click("#browse button")
+    expect(rows).to_have_count(10)
+    page.fill("#browse input[name=filter]", "")
+    page.fill("#browse input[name=sql]", "region = 'emea' AND n >= 27")
+    page.click("#browse button")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td").first).to_have_text("27")
+    page.fill("#browse input[name=sql]", "region = ")
+    page.click("#browse button")
+    expect(page.locator("#messages .error")).to_contain_text("invalid sql")
+    page.fill("#browse input[name=sql]", "")
+    page.fill("#browse input[name=offset]", "5")
+    page.fill("#browse input[name=limit]", "3")
+    page.click("#browse button")
+    expect(rows).to_have_count(3)
+    expect(rows.last.locator("td").first).to_have_text("5")
+    expect(page.locator("#advice")).to_contain_text("recommended size")
+    page.fill("#browse input[name=offset]", "")
+    page.fill("#browse input[name=limit]", "20")
+    page.click("#browse button")
+    page.screenshot(path=str(DOCS / "dashboard-stream.png"), full_page=True)
+    page.click("text=Streams")
+    expect(page.locator("table")).to_contain_text("orders")
+    page.screenshot(path=str(DOCS / "dashboard-streams.png"), full_page=True)
+
+
+def test_connections_page_closes_a_connection(page: Page, server: ServerProcess) -> None:
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(
+            host=server.host,
+            port=server.amqp_port,
+            client_properties={"connection_name": "dashboard-victim"},
+        )
+    )
+    page.click("text=Connections")
+    row = page.locator("tr", has_text="dashboard-victim")
+    expect(row).to_have_count(1)
+    page.screenshot(path=str(DOCS / "dashboard-connections.png"), full_page=True)
+    row.locator("button").click()
+    closed = None
+    deadline = time.monotonic() + 5
+    while closed is None and time.monotonic() < deadline:
+        try:
+            conn.process_data_events(0.1)
+        except pika.exceptions.ConnectionClosedByBroker as error:
+            closed = (error.reply_code, error.reply_text)
+    assert closed == (320, "CONNECTION_FORCED - Closed from the SieveMQ dashboard")
+    page.click("text=Overview")
+    page.click("text=Connections")
+    expect(page.locator("tr", has_text="dashboard-victim")).to_have_count(0)
+
+
+def test_users_page_adds_a_user_who_can_log_in(page: Page, server: ServerProcess) -> None:
+    page.click("text=Users")
+    expect(page.locator("table").first).to_contain_text("rabbit_password_hashing_sha256")
+    page.fill("#add-user input[name=name]", "carol")
+    page.fill("#add-user input[name=password]", "pw1")
+    page.fill("#add-user input[name=tags]", "monitoring")
+    page.click("#add-user button")
+    expect(page.locator("table").first).to_contain_text("carol")
+    expect(page.locator("table").nth(1)).to_contain_text("carol")
+    page.screenshot(path=str(DOCS / "dashboard-users.png"), full_page=True)
+    r = httpx.get(server.admin_url + "/api/whoami", auth=("carol", "pw1"))
+    assert r.json() == {"name": "carol", "tags": ["monitoring"]}
