@@ -51,15 +51,13 @@ async def test_list_consumers_names_connection_channel_prefetch_and_credit() -> 
 
             (server_side,) = gw.node.connections
             (view,) = gw.facade.list_consumers("/", "views")
-            assert view["consumer_tag"] == "viewer"
-            assert view["connection"] == server_side.id
-            assert view["channel"] == consumer.number == 2
-            assert (view["prefetch"], view["credit"]) == (5, 2)
-            assert view["filter"] == {
-                "values": ["a"],
-                "match_unfiltered": False,
-                "match_type": "any",
-            }
-            assert view["filter_stats"]["messages_delivered"] == 3
+            assert view.consumer_tag == "viewer"
+            assert view.connection_name.startswith(server_side.peer + " -> ")
+            assert view.channel_number == consumer.number == 2
+            assert (view.prefetch_count, view.credit) == (5, 2)
+            assert view.filter is not None
+            assert (view.filter.values, view.filter.match_unfiltered) == (["a"], False)
+            assert view.filter.match_type == "any"
+            assert view.filter_stats.messages_delivered == 3
         finally:
             await conn.close()
