@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 # uv is bootstrapped with pip into .tools/ (pinned), then installs the locked
-# dependencies (uv.lock) into .venv/ with the project editable.
+# dependencies (uv.lock) into .venv/ with the project editable. `make test` also installs
+# the amqplib client (tests/integration/node, from its package-lock.json) with npm ci.
 
 PYTHON ?= python3
 UV_VERSION := 0.13.8
@@ -9,8 +10,10 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+NODE_DIR := tests/integration/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup chromium run test lint bench bench-filter bench-vs-rabbitmq clean
+.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
 
 setup: $(STAMP)
 
@@ -25,12 +28,22 @@ $(STAMP): $(UV) pyproject.toml uv.lock
 run: setup
 	$(VENV)/bin/sievemq serve
 
-test: setup chromium
-	$(VENV)/bin/python -m pytest -q
+# npm writes node_modules/.package-lock.json on every install: the stamp of `npm ci`
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make test needs Node.js and npm (the amqplib" \
+		"client tests in $(NODE_DIR)); install them, e.g. apt-get install nodejs npm" >&2; exit 1; }
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+
+node-deps: $(NODE_STAMP)
+
+# the summary: per-file progress, a line per failure/skip (-ra) and the 10 slowest tests
+test: setup node-deps chromium
+	$(VENV)/bin/python -m pytest --durations=10
 
 # the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
 chromium:
-	@test -x /usr/bin/chromium || (apt-get install -y chromium || sudo apt-get install -y chromium)
+	@test -x /usr/bin/chromium || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq chromium; }
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
@@ -47,5 +60,9 @@ bench-filter: setup
 bench-vs-rabbitmq: setup
 	$(VENV)/bin/python -m bench.vs_rabbitmq
 
+# Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
+bench-spark: setup
+	$(VENV)/bin/python -m bench spark_export
+
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
-from fastapi.testclient import TestClient
 
 from sievemq.admin_api import create_app
 from sievemq.cli import _build_parser
@@ -41,12 +41,15 @@ def test_gateway_service_publishes_the_default_ports() -> None:
     assert published == {defaults.amqp_port, defaults.admin_port}
 
 
-def test_healthcheck_route_is_served_by_the_admin_app() -> None:
+async def test_healthcheck_route_is_served_by_the_admin_app() -> None:
     gateway = _compose()["services"]["gateway"]
     url = " ".join(gateway["healthcheck"]["test"])
     path = re.search(r"http://[^/]+(/[a-z]+)", url)
     assert path is not None
-    response = TestClient(create_app()).get(path.group(1))
+    # httpx's own ASGI transport: starlette's TestClient warns that its httpx use is deprecated
+    transport = httpx.ASGITransport(app=create_app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+        response = await client.get(path.group(1))
     assert response.status_code == 200
 
 

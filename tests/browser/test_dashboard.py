@@ -12,7 +12,8 @@ import pika
 import pika.exceptions
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import httpx
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
 
 
 def client(server: ServerProcess, user: str = "guest", password: str = "guest") -> httpx.Client:

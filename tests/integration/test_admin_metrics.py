@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import httpx
 import pika
-from admin_client import client, q
 from prometheus_client.parser import text_string_to_metric_families
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
+
+from .admin_client import client, q
 
 
 def scrape(server: ServerProcess, path: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -13,8 +13,10 @@ import httpx
 import pika
 import pika.exceptions
 import pytest
-from admin_client import client
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
+
+from .admin_client import client
 
 
 def as_user(server: ServerProcess, user: str, pw: str) -> pika.BlockingConnection:

@@ -13,8 +13,10 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
-from admin_client import client, q
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
+
+from .admin_client import client, q
 
 HERE = Path(__file__).resolve().parent
 RABBIT_QUEUE = json.loads((HERE / "rabbitmq_3_10_8_stream_queue.json").read_text())

@@ -6,8 +6,10 @@ import base64
 import time
 
 import pika
-from admin_client import client, q
-from server_process import ServerProcess
+
+from sievemq.testing import ServerProcess
+
+from .admin_client import client, q
 
 
 def make_stream(server: ServerProcess, name: str, **args: object) -> None:

@@ -12,14 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_data import T0, write_stream
 
 from sievemq.filtering.subscriptions import SubscriptionRegistry
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import list_segments
 
+from .spark_data import T0, write_stream
+
 CHUNKS, PER_CHUNK = 50, 20
 TOTAL = CHUNKS * PER_CHUNK
+
+# the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")

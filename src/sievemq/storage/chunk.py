@@ -40,6 +40,10 @@ HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (bytes 0..43 + 
 HEADER_SIZE = HEADER.size  # 48
 ENTRY = struct.Struct(">BIBBII")  # filter count, filter bytes, exchange, rk, props, body
 ENTRY_SIZE = ENTRY.size  # 15
+# top bit of an entry's filter-count byte: the record is KIND_STREAM (a stream-protocol
+# payload kept byte for byte); the low 7 bits are the filter value count (at most 64)
+_KIND_BIT = 0x80
+_COUNT_MASK = 0x7F
 
 SEGMENT_MAGIC = b"SQSG\x00\x00\x00\x01"
 INDEX_MAGIC = b"SQIX\x00\x00\x00\x01"
@@ -116,7 +120,7 @@ def encode_chunk(
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
-    for fv, ex, rk, props, body in messages:
+    for fv, ex, rk, props, body, kind in messages:
         if not fv:
             fb = b""
             values.add("")
@@ -128,7 +132,16 @@ def encode_chunk(
             values.update(fv)
         exb = ex.encode()
         rkb = rk.encode()
-        ext((len(fv), len(fb), len(exb), len(rkb), len(props), len(body)))
+        ext(
+            (
+                (len(fv) | _KIND_BIT) if kind else len(fv),
+                len(fb),
+                len(exb),
+                len(rkb),
+                len(props),
+                len(body),
+            )
+        )
         add((fb, exb, rkb, props, body))
     try:
         table = struct.pack(">" + "BIBBII" * n, *lengths)
@@ -304,6 +317,8 @@ def _decode_records(
             p += fl + el + rl + pl + bl
             offset += 1
             continue
+        kind = nf >> 7
+        nf &= _COUNT_MASK
         if nf == 0:
             fv: tuple[str, ...] = ()
         else:
@@ -325,7 +340,7 @@ def _decode_records(
         e = s + bl
         ex = raw[p:q].decode()
         rk = raw[q:r].decode()
-        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e])))
+        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e], kind)))
         p = e
         offset += 1
     return out, rejected

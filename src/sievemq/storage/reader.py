@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sievemq.storage import handles
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
     FLAG_ZSTD,
@@ -25,6 +26,7 @@ from sievemq.storage.chunk import (
 )
 from sievemq.storage.errors import StorageError
 from sievemq.storage.filters import FilterSpec
+from sievemq.storage.handles import CachedFile
 from sievemq.storage.segment import (
     bisect_offset,
     bisect_timestamp,
@@ -87,7 +89,8 @@ class StreamReader:
         self._disk_bound = disk_end(self.directory) if bound is None else 0
         self.stats = ReadStats()
         self.position = 0
-        self._fd = -1
+        self._file: CachedFile | None = None  # the current segment (storage.handles)
+        self._fd = -1  # its descriptor while pinned (inside read and attach)
         self._segment = -1
         self._pos = FILE_HEADER_SIZE
         self._chunk_offset = 0
@@ -111,11 +114,35 @@ class StreamReader:
         return self._disk_bound
 
     def _open_segment(self, first: int) -> None:
-        fd = os.open(self.directory / segment_name(first), os.O_RDONLY)
+        """Switch to segment ``first`` (FileNotFoundError when retention removed it)."""
+        handle = handles.shared.file(self.directory / segment_name(first), os.O_RDONLY)
+        handle.acquire()  # opens now: a missing file is seen here, not in the middle of read
         if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = fd
+            self._unpin()
+        if self._file is not None:
+            self._file.close()
+        self._file, self._fd = handle, handle.fd
         self._segment = first
+
+    def _pin(self) -> int:
+        """Pin the current segment's descriptor (reopened if the cache closed it)."""
+        if self._fd < 0:
+            assert self._file is not None
+            try:
+                self._fd = self._file.acquire()
+            except FileNotFoundError:
+                # retention removed the segment while its descriptor was closed: the
+                # unread records went with it, as with an open one at the next roll-over
+                segments = self._segments()
+                self._attach(max(self._chunk_offset, segments[0]))
+                self.position = max(self.position, self._chunk_offset)
+                self._pin()
+        return self._fd
+
+    def _unpin(self) -> None:
+        if self._fd >= 0 and self._file is not None:
+            self._fd = -1
+            self._file.release()
 
     def _segments(self) -> list[int]:
         segments = list_segments(self.directory)
@@ -129,13 +156,16 @@ class StreamReader:
         Retention may delete the segment we picked between listing and opening it (under
         durability ``always`` it runs in the writer's thread): then list again.
         """
-        for _ in range(3):
-            try:
-                self._attach_once(target)
-                return
-            except FileNotFoundError:
-                continue
-        self._attach_once(target)
+        try:
+            for _ in range(3):
+                try:
+                    self._attach_once(target)
+                    return
+                except FileNotFoundError:
+                    continue
+            self._attach_once(target)
+        finally:
+            self._unpin()
 
     def _attach_once(self, target: int) -> None:
         self._pending = []
@@ -258,6 +288,20 @@ class StreamReader:
         ``chunk_filter(extra)`` is asked only for chunks that carry an extra blob; False skips
         the chunk without reading its body.
         """
+        self._pin()
+        try:
+            return self._read(max_records, spec, predicate, max_chunks, chunk_filter)
+        finally:
+            self._unpin()
+
+    def _read(
+        self,
+        max_records: int,
+        spec: FilterSpec | None,
+        predicate: Callable[[Record], bool] | None,
+        max_chunks: int,
+        chunk_filter: Callable[[bytes], bool] | None,
+    ) -> list[Record]:
         stats = self.stats
         out: list[Record] = []
         if self._pending:
@@ -350,6 +394,7 @@ class StreamReader:
         return out
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._unpin()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

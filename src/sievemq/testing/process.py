@@ -49,12 +49,15 @@ class ServerProcess:
     host: str = ""
     amqp_port: int = 0
     amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
+    stream_port: int = 0  # the RabbitMQ Stream protocol listener
+    stream_tls_port: int = 0  # its TLS twin, with --tls-cert/--tls-key
     admin_url: str = ""
     admin_port: int = 0
     proc: subprocess.Popen[str] | None = None
     stdout_lines: list[str] = field(default_factory=list)
     _stderr_path: Path | None = None
     _starts: int = 0
+    _pump: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -90,6 +93,10 @@ class ServerProcess:
             "0",
             "--admin-port",
             "0",
+            "--stream-port",
+            "0",
+            "--stream-tls-port",
+            "0",
             *self.extra_args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -110,9 +117,11 @@ class ServerProcess:
                 if match and not ready:
                     ready.append(match)
                     got_ready.set()
+            proc.stdout.close()  # EOF: the process exited
             got_ready.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         deadline = time.monotonic() + timeout
         while not got_ready.wait(0.05):
             if time.monotonic() > deadline:
@@ -127,6 +136,10 @@ class ServerProcess:
         self.host, port = fields["amqp"].rsplit(":", 1)
         self.amqp_port = int(port)
         self.amqps_port = int(fields["amqps"].rsplit(":", 1)[1]) if "amqps" in fields else 0
+        self.stream_port = int(fields["stream"].rsplit(":", 1)[1]) if "stream" in fields else 0
+        self.stream_tls_port = (
+            int(fields["streams"].rsplit(":", 1)[1]) if "streams" in fields else 0
+        )
         self.admin_url = fields["admin"]
         self.admin_port = int(self.admin_url.rsplit(":", 1)[1])
         return self
@@ -149,6 +162,7 @@ class ServerProcess:
                 raise AssertionError(
                     f"server did not exit {timeout}s after SIGTERM\nstderr:\n{self.stderr()}"
                 ) from None
+        self._join_pump()
         return self.proc.returncode
 
     def terminate(self) -> int:
@@ -161,6 +175,12 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(STOP_TIMEOUT)
+        self._join_pump()
+
+    def _join_pump(self) -> None:
+        """The stdout reader ends (and closes the pipe) once the process has exited."""
+        if self._pump is not None:
+            self._pump.join(STOP_TIMEOUT)
 
     def restart(self) -> ServerProcess:
         """Start again on the same data directory (after stop() or kill())."""

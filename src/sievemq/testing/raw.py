@@ -35,6 +35,7 @@ __all__ = [
     "Closed",
     "FrameBuffer",
     "RawClient",
+    "close_leftover_clients",
     "decode_props",
     "props_bytes",
     "raw_content",
@@ -112,6 +113,19 @@ def publish_frames(method: Any, channel: int, raw_properties: bytes, body: bytes
     return bytes(frame.marshal(method, channel)) + raw_content(channel, raw_properties, body)
 
 
+_open_clients: set[RawClient] = set()
+
+
+def close_leftover_clients() -> int:
+    """Close every ``RawClient`` not closed yet; returns how many. For a test suite's
+    teardown: a protocol test often ends on an assertion with its client still open, and
+    the socket would otherwise be left to the garbage collector (a ResourceWarning)."""
+    leftovers = list(_open_clients)
+    for client in leftovers:
+        client.close()
+    return len(leftovers)
+
+
 class RawClient:
     """A blocking raw client: send bytes or frames, read frames, with a timeout on each."""
 
@@ -127,6 +141,7 @@ class RawClient:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
             self.sock.settimeout(timeout)
             self.sock.connect((host, port))
+        _open_clients.add(self)
         self.frames = FrameBuffer()
         self.server_properties: dict[str, Any] = {}
         self.next_tag = 1
@@ -319,6 +334,13 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+        _open_clients.discard(self)
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class AsyncRawClient:

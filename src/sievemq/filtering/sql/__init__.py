@@ -4,7 +4,7 @@ Stdlib only. ``compile_filter(text)`` parses and checks an expression (raising C
 which the gateway maps to 406) and generates one Python function for it; ``SqlFilter.evaluate``
 is the hot path run for every candidate message of a filtered consumer.
 
-Choices the SPEC leaves open, made here (tests in tests/test_gateway/test_sql_*.py):
+Choices the SPEC leaves open, made here (tests in tests/unit/test_filtering/test_sql_*.py):
 
 - NOT binds below comparison, as in SQL (RocketMQ parses ``NOT a = 4`` as ``(NOT a) = 4``).
 - Comparisons do not chain (``a = b = c`` is a syntax error; use parentheses).

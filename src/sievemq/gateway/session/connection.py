@@ -212,7 +212,7 @@ class Connection:
         method = hotcodec.method_id(payload)
         if state.receive_method(method) is Next.DISCARD:
             return
-        _CONNECTION_METHODS[method](self, codec.decode_method(payload))
+        _CONNECTION_METHODS[method](self, codec.decode_method(payload, self.node.limits.tables))
 
     def on_frame_error(self, error: errors.AMQPError) -> None:
         self._fail(error, 0)

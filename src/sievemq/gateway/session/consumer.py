@@ -33,6 +33,7 @@ from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.gateway.session.named_consumers import OffsetTracker
 from sievemq.gateway.session.ports import DeliveryTarget
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.streamproto.convert import to_amqp091
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,11 @@ class StreamConsumer:
         encode = self._encoder.encode
         tag = first
         for r in records:
-            encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+            if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
+                encode(out, tag, ex, rk, props, body, r.offset)
+            else:
+                encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
             tag += 1
         self.credit -= n
         self.delivered += n

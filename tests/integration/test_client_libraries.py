@@ -1,0 +1,70 @@
+"""The same stream scenario with every supported client library (SPEC §4–§6).
+
+Declare a durable stream, publish with confirms, consume with prefetch and every kind of
+x-stream-offset; see client_scenario.py for the steps and what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sievemq.testing import ServerProcess
+
+from .client_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
+from .client_scenario import (
+    N_A,
+    N_TOTAL,
+    PREFETCH,
+    QUIET,
+    Delivery,
+    ScenarioResult,
+    check_scenario,
+    message_spec,
+    run_scenario,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+
+
+@pytest.mark.parametrize(
+    "driver_cls",
+    [PikaDriver, AioPikaDriver, AiormqDriver, KombuDriver],
+    ids=["pika", "aio-pika", "aiormq", "kombu"],
+)
+def test_scenario_python_client(server: ServerProcess, qname: str, driver_cls: type) -> None:
+    exchange = f"{qname}.x"
+    result = run_scenario(driver_cls(server.url), exchange, qname)
+    check_scenario(result, exchange)
+
+
+def test_scenario_amqplib(server: ServerProcess, qname: str, node_modules: Path) -> None:
+    exchange = f"{qname}.x"
+    cfg = {
+        "url": server.url,
+        "exchange": exchange,
+        "queue": qname,
+        "messages": [message_spec(i) for i in range(N_TOTAL + 1)],
+        "nA": N_A,
+        "nTotal": N_TOTAL,
+        "prefetch": PREFETCH,
+        "quietMs": int(QUIET * 1000),
+    }
+    proc = subprocess.run(
+        ["node", str(NODE_DIR / "scenario.js"), json.dumps(cfg)],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 0, f"node scenario failed:\n{proc.stderr}"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = {
+        name: [Delivery(**d) for d in deliveries] for name, deliveries in out["results"].items()
+    }
+    check_scenario(ScenarioResult(out["splitTs"], results), exchange)

@@ -1,0 +1,162 @@
+"""The hot-path shortcuts give the same answers as the plain code they stand in for."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pamqp import commands
+
+from sievemq.amqp import errors, hotcodec
+from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.session.confirms import ConfirmTracker
+from tests.unit.test_amqp.strategies import field_table, properties
+
+# one step: publish a message routed to `streams` streams (0 = unroutable), then maybe
+# report a batch of pending (seq, stream) appends with one outcome
+_steps = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 6), st.booleans(), st.booleans()),
+    max_size=60,
+)
+
+
+@given(_steps)
+def test_settle_many_sends_the_frames_settle_sends(steps: list[tuple[int, int, bool, bool]]):
+    one_by_one = ConfirmTracker(1)
+    batched = ConfirmTracker(1)
+    pending: list[int] = []  # one entry per append still to report
+    sent_a: list[bytes] = []
+    sent_b: list[bytes] = []
+    for streams, report, ok, drain in steps:
+        seq = one_by_one.take(streams)
+        assert batched.take(streams) == seq
+        pending += [seq] * streams
+        batch = sorted(set(pending[:report]))  # an appender reports each seq once per batch
+        for s in batch:
+            pending.remove(s)
+            one_by_one.settle(s, ok)
+        if batch:
+            batched.settle_many(batch, ok)
+        if drain:
+            sent_a += one_by_one.drain()
+            sent_b += batched.drain()
+            assert one_by_one.unconfirmed == batched.unconfirmed
+    one_by_one.fail_all()
+    batched.fail_all()
+    assert sent_a + one_by_one.drain() == sent_b + batched.drain()
+
+
+def test_settle_many_of_a_run_is_one_ack():
+    tracker = ConfirmTracker(3)
+    for _ in range(500):
+        tracker.take()
+    tracker.settle_many(list(range(1, 251)), True)
+    tracker.settle_many(list(range(251, 501)), True)
+    assert tracker.drain() == [hotcodec.encode_basic_ack(3, 500, True)]
+    assert tracker.unconfirmed == 0
+
+
+def _publish(exchange: str, rk: str, mandatory: bool, immediate: bool) -> bytes:
+    return commands.Basic.Publish(
+        exchange=exchange, routing_key=rk, mandatory=mandatory, immediate=immediate
+    ).marshal()
+
+
+@given(st.from_regex(r"[a-zA-Z0-9._:-]{0,20}", fullmatch=True), st.text(max_size=20), st.booleans())
+def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bool):
+    payload = b"\x00\x3c\x00\x28" + _publish(exchange, rk, mandatory, False)
+    expected = tuple(hotcodec.decode_basic_publish(payload)[:3])
+    first = fastpath.publish_args(payload)
+    assert first == expected
+    # an equal payload in another buffer (the next frame) is answered from the memo:
+    # the very object the first decode produced, not a decode of its own
+    again = fastpath.publish_args(bytes(bytearray(payload)))
+    assert again == expected
+    assert again is first
+
+
+def test_publish_args_memo_holds_one_entry_per_distinct_payload():
+    payloads = [b"\x00\x3c\x00\x28" + _publish("", f"memo-{i}", False, False) for i in range(3)]
+    firsts = [fastpath.publish_args(p) for p in payloads]
+    size = len(fastpath._publishes)
+    for p, first in zip(payloads, firsts, strict=True):
+        assert fastpath.publish_args(bytes(bytearray(p))) is first
+    assert len(fastpath._publishes) == size  # hits add nothing
+    fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "memo-new", False, False))
+    assert len(fastpath._publishes) in (size + 1, 1)  # one more entry (or a full memo cleared)
+
+
+def test_publish_args_memo_is_bounded():
+    for n in range(fastpath._CACHE_MAX + 10):
+        fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"q{n}", False, False))
+    assert 0 < len(fastpath._publishes) <= fastpath._CACHE_MAX
+
+
+def test_property_memo_is_bounded():
+    for i in range(fastpath._CACHE_MAX + 10):
+        props = commands.Basic.Properties(headers={"x-stream-filter-value": f"v{i}"}).marshal()
+        fastpath.property_filter_values(props)
+    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
+
+
+def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():
+    assert fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "q", False, True)) is None
+    assert fastpath.publish_args(b"\x00\x3c\x00\x28\x00\x00\x09ab") is None
+
+
+# headers with an x-stream-filter-value of every shape: a value, an array, garbage (406)
+_filter_value = st.one_of(
+    st.text(max_size=8),
+    st.lists(st.text(max_size=5), max_size=4),
+    st.integers(-5, 5),
+    st.just("a\x00b"),
+)
+_with_filter = st.builds(
+    lambda table, value: {**table, "x-stream-filter-value": value}, field_table, _filter_value
+)
+
+
+@given(properties() | properties(headers=_with_filter))
+def test_property_filter_values_equal_the_slow_path(props: commands.Basic.Properties):
+    raw = props.marshal()
+    try:
+        expected: tuple[str, ...] | None = fastpath.filter_values(raw)
+    except errors.AMQPError:
+        expected = None  # the slow path raises: the fast path must step aside
+    assert fastpath.property_filter_values(raw) == expected
+
+
+def test_property_filter_values():
+    props = commands.Basic.Properties(
+        content_type="text/plain", headers={"x-stream-filter-value": "eu", "n": 1}
+    ).marshal()
+    first = fastpath.property_filter_values(props)
+    assert first == ("eu",)
+    assert fastpath.property_filter_values(bytes(bytearray(props))) is first  # the memo
+    assert fastpath.property_filter_values(b"\x00\x00") == ()
+    assert fastpath.property_filter_values(props[:-1]) is None  # truncated: slow path raises
+    bad = commands.Basic.Properties(headers={"x-stream-filter-value": "a\x00b"}).marshal()
+    assert fastpath.property_filter_values(bad) is None
+    try:
+        fastpath.filter_values(bad)
+    except errors.PreconditionFailed:
+        pass
+    else:
+        raise AssertionError("a NUL in a filter value is a 406")
+
+
+def test_unique_property_lists_share_the_parsed_filter_value():
+    """Every property list differs (message-id, seq), the filter value repeats: it is parsed
+    once and the same tuple is handed out, while each list is still checked in full."""
+
+    def props(seq: int) -> bytes:
+        return commands.Basic.Properties(
+            message_id=str(seq), headers={"seq": seq, "x-stream-filter-value": "emea"}
+        ).marshal()
+
+    first = fastpath.property_filter_values(props(1))
+    assert first == ("emea",)
+    assert fastpath.property_filter_values(props(2)) is first
+    assert fastpath.property_filter_values(props(3)[:-1]) is None  # still checked in full
+    for seq in range(fastpath._CACHE_MAX + 10):
+        assert fastpath.property_filter_values(props(seq)) == ("emea",)
+    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
