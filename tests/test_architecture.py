@@ -24,8 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     # the RabbitMQ Stream protocol: frames, osiris chunks, AMQP 1.0 and its 0-9-1 conversion
     "streamproto": {"pamqp", "zstandard", "sievemq.streamproto", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
-    # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; it reads raw properties through amqp.properties
+    # the dialect every reader shares (gateway, Spark): storage and the AMQP property reader
     "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
         "sievemq.amqp",

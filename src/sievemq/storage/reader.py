@@ -19,14 +19,10 @@ from sievemq.storage import handles
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
     FLAG_ZSTD,
-    HEADER,
     HEADER_SIZE,
-    MAGIC,
-    VERSION,
-    VERSION_EXTRA,
     decode_records,
-    parse_header,
-    raw_data,
+    decompress,
+    unpack_header,
 )
 from sievemq.storage.errors import StorageError
 from sievemq.storage.filters import FilterSpec
@@ -43,8 +39,6 @@ from sievemq.storage.segment import (
     segment_name,
 )
 from sievemq.storage.types import Record
-
-_unpack_header = HEADER.unpack_from
 
 
 @dataclass
@@ -324,7 +318,7 @@ class StreamReader:
         may_match = spec.may_match_bytes if spec is not None else None
         fd_pread = os.pread
         fd, pos, guess = self._fd, self._pos, self._guess
-        unpack = _unpack_header
+        unpack = unpack_header
         crc32 = zlib.crc32
         while len(out) < max_records and looked < max_chunks and self._chunk_offset < limit:
             buf = fd_pread(fd, HEADER_SIZE + guess, pos)
@@ -337,23 +331,19 @@ class StreamReader:
                     )
                 fd, pos = self._fd, self._pos
                 continue
-            magic, version, _t, flags, _h, bsize, first, count, ts, dlen, _r, dcrc, xlen, hcrc = (
-                unpack(buf)
-            )
-            if version == VERSION:
-                xlen = 0  # reserved in version 1
-            elif version != VERSION_EXTRA:
-                magic = b""  # an unknown version: rejected just below
-            if magic != MAGIC or first != self._chunk_offset:
+            fields = unpack(buf)  # None: bad magic or unknown version
+            if fields is None or fields[6] != self._chunk_offset:
                 raise StorageError(
                     f"{self.directory}: bad chunk header at segment {self._segment} position {pos}"
                 )
+            _m, _v, _t, flags, _h, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = fields
             meta = bsize + xlen
             if meta > guess:
                 more = fd_pread(fd, meta - guess, pos + len(buf))
                 stats.bytes_read += len(more)
                 buf += more
                 self._guess = guess = meta
+            # header_ok's check, inline: bytes 0..43, then Bloom + extra
             if crc32(buf[HEADER_SIZE : HEADER_SIZE + meta], crc32(buf[: HEADER_SIZE - 4])) != hcrc:
                 raise StorageError(f"{self.directory}: header CRC mismatch at {pos}")
             looked += 1
@@ -378,7 +368,7 @@ class StreamReader:
                 if len(data) != dlen or crc32(data) != dcrc:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
                 if flags & FLAG_ZSTD:
-                    data = raw_data(parse_header(buf), data)  # type: ignore[arg-type]
+                    data = decompress(data, rlen)
                 records, rejected = decode_records(data, count, first, ts, self.position, spec)
                 if spec is not None and not records:
                     stats.chunks_false_positive += 1

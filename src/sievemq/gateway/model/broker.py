@@ -161,18 +161,6 @@ class Broker:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
 
-    def sync_all(self) -> None:
-        """fdatasync every stream (the BATCH durability timer calls this)."""
-        for queue in self.queues():
-            queue.stream.sync()
-        for vhost in self.vhosts.values():
-            for classic in vhost.classic.queues.values():
-                classic.sync()
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Apply x-max-length-bytes / x-max-age to every stream; segments deleted."""
-        return sum(q.stream.apply_retention(now_ms) for q in self.queues())
-
     def close(self) -> None:
         """Sync and close every stream, then the definitions log."""
         for vhost in self.vhosts.values():

@@ -380,6 +380,3 @@ def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Seque
             (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
     _settle(good, True)
     _settle(bad, False)
-
-
-AppenderFactory = Callable[[Stream], StreamAppender]

@@ -375,12 +375,18 @@ class Channel:
 
     def can_deliver(self) -> bool:
         connection = self.connection
-        return not connection.writing_paused and self.flow_active and connection.can_write()
+        if connection.writing_paused or not self.flow_active:
+            return False
+        transport = connection.transport
+        return transport is not None and not transport.is_closing()
 
     def take_delivery_tags(self, consumer: ChannelConsumer, n: int) -> int:
         first = self.next_delivery_tag
         self.next_delivery_tag = first + n
-        self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
+        if n == 1:
+            self.unacked[first] = consumer
+        else:
+            self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
         return first
 
     def write_deliveries(self, data: bytes) -> None:

@@ -119,7 +119,8 @@ class StreamConsumer:
         self._reader = reader
         self._batch = batch
         self._scheduled = False
-        self._encoder: hotcodec.DeliveryEncoder | None = None
+        # frame_max is fixed once a channel is open (tune-ok comes before connection.open-ok)
+        self._encoder = hotcodec.DeliveryEncoder(target.id, tag, target.frame_max)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.sql = sql
@@ -221,11 +222,7 @@ class StreamConsumer:
                 tag += 1
             tracker.moved()
         out: list[bytes] = []
-        encoder = self._encoder
-        frame_max = target.frame_max
-        if encoder is None or encoder.frame_max != frame_max:
-            encoder = self._encoder = hotcodec.DeliveryEncoder(target.id, self.tag, frame_max)
-        encode = encoder.encode
+        encode = self._encoder.encode
         tag = first
         for r in records:
             if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
