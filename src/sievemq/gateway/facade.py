@@ -83,6 +83,7 @@ __all__ = [
     "NotFound",
     "NotImplemented_",
     "PreconditionFailed",
+    "QueueView",
 ]
 
 
@@ -132,6 +133,24 @@ class StreamView:
     auto_delete: bool = False
     exclusive: bool = False
     type: str = "stream"
+
+
+@dataclass
+class QueueView:
+    """A classic or quorum queue (SieveMQ's queue log; no filtering statistics)."""
+
+    vhost: str
+    name: str
+    type: str  # classic | quorum
+    durable: bool
+    auto_delete: bool
+    exclusive: bool
+    arguments: dict[str, Any]
+    messages: int
+    messages_ready: int
+    messages_unacknowledged: int
+    bytes: int
+    consumers: int
 
 
 @dataclass
@@ -521,32 +540,6 @@ class BrokerFacade:
             filter_stats=FilterStatsView(**summed.as_dict()),
         )
 
-    def list_queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
-        """Classic and quorum queues with RabbitMQ's field names (streams: list_streams)."""
-        views = []
-        for v in self.broker.vhosts.values():
-            if vhost is not None and v.name != vhost:
-                continue
-            for q in v.classic.queues.values():
-                ready = q.message_count
-                views.append(
-                    {
-                        "vhost": v.name,
-                        "name": q.name,
-                        "type": q.kind,
-                        "durable": q.durable,
-                        "auto_delete": q.auto_delete,
-                        "exclusive": q.exclusive,
-                        "arguments": dict(q.arguments.table),
-                        "messages_ready": ready,
-                        "messages_unacknowledged": q.outstanding,
-                        "messages": ready + q.outstanding,
-                        "message_bytes_ready": q.ready_bytes,
-                        "consumers": q.consumer_count,
-                    }
-                )
-        return sorted(views, key=lambda d: (d["vhost"], d["name"]))
-
     def active_alarms(self) -> list[str]:
         if self.alarms is None:
             return []
@@ -600,6 +593,27 @@ class BrokerFacade:
         args.setdefault("x-queue-type", "stream")
         self.declare_stream(vhost, name, args)
         return self.get_stream(vhost, name)
+
+    def list_queues(self, vhost: str | None = None) -> list[QueueView]:
+        """The classic and quorum queues (streams are ``list_streams``)."""
+        return [
+            _queue_view(q)
+            for v in self._vhosts(vhost)
+            for q in sorted(v.classic.queues.values(), key=lambda q: q.name)
+        ]
+
+    def get_queue(self, vhost: str, name: str) -> QueueView:
+        """A classic or quorum queue; 404 for a stream or a missing queue."""
+        q = self.broker.vhost(vhost).classic.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        return _queue_view(q)
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        """Delete a queue of any type; 404 when missing."""
+        v = self.broker.vhost(vhost)
+        v.find_queue(name)
+        v.delete_queue(name)
 
     def delete_stream(self, vhost: str, name: str) -> int:
         v = self.broker.vhost(vhost)
@@ -995,9 +1009,10 @@ class BrokerFacade:
                 "name": q["name"],
                 "vhost": q["vhost"],
                 "durable": True,
-                "auto_delete": False,
+                "auto_delete": bool(q.get("auto_delete", False)),
                 "arguments": _jsonable(q["arguments"]),
             }
+            | ({"type": str(q["type"])} if "type" in q else {})
             for q in stored["queues"]
             if vhost is None or q["vhost"] == vhost
         ]
@@ -1204,6 +1219,24 @@ class BrokerFacade:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _queue_view(q: Any) -> QueueView:
+    ready = q.message_count
+    return QueueView(
+        vhost=q.vhost,
+        name=q.name,
+        type=str(q.kind),
+        durable=bool(q.durable),
+        auto_delete=bool(q.auto_delete),
+        exclusive=bool(q.exclusive),
+        arguments=_jsonable(dict(q.arguments.table)),
+        messages=ready + q.outstanding,
+        messages_ready=ready,
+        messages_unacknowledged=q.outstanding,
+        bytes=q.ready_bytes,
+        consumers=q.consumer_count,
+    )
 
 
 def _rate_keys(queue: StreamQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:

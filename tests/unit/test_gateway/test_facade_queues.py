@@ -1,4 +1,4 @@
-"""The admin facade's view of classic queues (RabbitMQ's field names)."""
+"""The admin facade's typed view of classic queues."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def test_facade_lists_classic_queues_with_rabbitmq_fields(tmp_path: Path) -> Non
     queue.enqueue([("", "work", b"\x00\x00", b"a"), ("", "work", b"\x00\x00", b"bc")])
     queue.take()
     [view] = BrokerFacade(broker).list_queues("/")
-    assert view["name"] == "work" and view["type"] == "classic" and view["durable"]
-    assert (view["messages_ready"], view["messages_unacknowledged"], view["messages"]) == (1, 1, 2)
-    assert view["message_bytes_ready"] == 2
+    assert view.name == "work" and view.type == "classic" and view.durable
+    assert (view.messages_ready, view.messages_unacknowledged, view.messages) == (1, 1, 2)
+    assert view.bytes == 2
     broker.close()
