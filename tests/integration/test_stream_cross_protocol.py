@@ -241,3 +241,19 @@ async def test_one_filter_value_across_protocols(server: ServerProcess, qname: s
     delivered = _consume_091(server, qname, 2, {"x-stream-filter": "emea"})
     assert sorted(b for _, _, b in delivered) == [b"091-emea", b"s-emea"]
     assert {p.headers["x-stream-filter-value"] for _, p, _ in delivered} <= {"emea", b"emea"}
+
+
+async def test_admin_api_shows_stream_records_as_amqp091(server: ServerProcess, qname: str) -> None:
+    from .admin_client import client, q
+
+    async with producer(server) as p:
+        await p.create_stream(qname)
+        await p.send_wait(
+            qname,
+            AMQPMessage(body=b"hello", properties=Properties(content_type="text/plain")),
+        )
+    with client(server) as http:
+        answer = http.get(f"/api/streams/%2F/{q(qname)}/messages").json()
+    [message] = answer["messages"]
+    assert message["payload"] == "hello"  # the data section, not the AMQP 1.0 bytes
+    assert message["properties"]["content_type"] == "text/plain"

@@ -58,6 +58,7 @@ from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
 from sievemq.gateway.session.connection import Connection
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
+from sievemq.streamproto.convert import to_amqp091
 from sievemq.units import parse_memory_watermark, parse_size
 
 if TYPE_CHECKING:
@@ -854,7 +855,9 @@ class BrokerFacade:
                 reader.seek_offset(max(stream.first_offset, end - limit))
             else:
                 reader.seek_first()
-            return _read_bounded(reader, end, limit, spec, predicate, max_bytes, encoding)
+            return _read_bounded(
+                reader, end, limit, spec, predicate, max_bytes, encoding, queue.name
+            )
         finally:
             reader.close()
 
@@ -1526,6 +1529,7 @@ def _read_bounded(
     predicate: Any,
     max_bytes: int,
     encoding: str,
+    stream_name: str = "",
 ) -> BrowseResult:
     deadline = time.monotonic() + BROWSE_TIME_BUDGET_S
     out: list[BrowsedMessage] = []
@@ -1548,7 +1552,7 @@ def _read_bounded(
                 stopped = "bytes"
                 break
             used += len(record.body)
-            out.append(_browsed(record, encoding))
+            out.append(_browsed(record, encoding, stream_name))
         else:
             if not records and reader.at_end:
                 stopped = "end"
@@ -1561,9 +1565,16 @@ def _read_bounded(
     return BrowseResult(out, next_offset, end, stopped == "end", stopped)
 
 
-def _browsed(record: Record, encoding: str) -> BrowsedMessage:
+def _browsed(record: Record, encoding: str, stream_name: str = "") -> BrowsedMessage:
     payload: str
     kind: Literal["string", "base64"]
+    if record.kind:  # a stream-protocol payload: shown as a 0-9-1 consumer would get it
+        exchange, routing_key, props, body = to_amqp091(
+            record.body, stream_name, record.filter_values
+        )
+        record = record._replace(
+            exchange=exchange, routing_key=routing_key, properties=props, body=body
+        )
     if encoding == "auto":
         try:
             payload, kind = record.body.decode("utf-8"), "string"

@@ -5,8 +5,9 @@ that the command line, the ready line and the exit status work, and runs on its 
 loop so a blocking client library (pika) in the test cannot deadlock it.
 
 The server picks free ports (port 0) and announces them on one stdout line,
-``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] admin=http://HOST:PORT`` (read by key: the
-amqps field is there only with TLS); we wait for that line instead of
+``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] stream=HOST:PORT [streams=HOST:PORT]
+admin=http://HOST:PORT`` (read by key: the amqps and streams fields are there only with TLS);
+we wait for that line instead of
 polling a port, so a test never races the listener. stderr goes to a file so a chatty server
 can never block on a full pipe, and it is shown when start-up fails.
 """
