@@ -78,6 +78,10 @@ class ClassicAppender:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def flush(self) -> None:
+        """Enqueue the buffered publishes now (the tick's callback does it otherwise)."""
+        self._flush()
+
     def _flush(self) -> None:
         self._scheduled = False
         batch, sinks = self._batch, self._sinks

@@ -127,6 +127,13 @@ class Node:
             self.watch(queue)
         return appender
 
+    def flush_classic(self, queue: ClassicQueue) -> None:
+        """Enqueue what this tick's publishes left buffered for ``queue`` now, so a basic.get
+        or queue.purge after a publish on the same channel sees it (as in RabbitMQ)."""
+        appender = self._appenders.get(id(queue))
+        if isinstance(appender, ClassicAppender) and appender.pending:
+            appender.flush()
+
     def watch(self, queue: StreamQueue | ClassicQueue) -> None:
         """Make sure a queue.delete (from anywhere) cancels consumers and nacks pending."""
         if id(queue) not in self._watched:
