@@ -145,7 +145,7 @@ def test_guest_is_loopback_only_and_default_user_from_env(tmp_path: Path) -> Non
         assert (
             httpx.get(server.admin_url + "/api/whoami", auth=("guest", "guest")).status_code == 401
         )
-        stored = (tmp_path / "data" / "definitions.json").read_text()
+        stored = (tmp_path / "data" / "definitions.log").read_text()  # the definitions log
         assert "s3cret" not in stored
     finally:
         assert server.stop() == 0
