@@ -62,7 +62,11 @@ async def test_enospc_nacks_raises_the_disk_alarm_and_loses_nothing_confirmed(
     alarms.add_listener(heard.append)
     executor = ThreadPoolExecutor(1)
     appender = StreamAppender(
-        stream, asyncio.get_running_loop(), executor, 1000, alarms.storage_write_failed
+        stream,
+        asyncio.get_running_loop(),
+        executor,
+        1000,
+        on_exhausted=alarms.storage_write_failed,
     )
     sink = Sink()
     for i in range(3):
