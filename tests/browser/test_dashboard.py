@@ -1,8 +1,11 @@
 """The web dashboard in a real browser: Playwright (PyPI) driving Debian's chromium against a
-real server. Screenshots of each page go to docs/dashboard-*.png."""
+real server. Screenshots of each page go to $SIEVEMQ_SCREENSHOTS (set it to docs/ to refresh
+docs/dashboard-*.png), else to a scratch folder, so a test run leaves the tree unchanged."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from sievemq.testing import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+SHOTS = Path(os.environ.get("SIEVEMQ_SCREENSHOTS") or tempfile.mkdtemp(prefix="sievemq-shots-"))
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -78,7 +81,7 @@ def test_login_refuses_a_bad_password(browser: Browser, server: ServerProcess) -
     pg.click("button[type=submit]")
     expect(pg.locator("#login-error")).to_have_text("Login failed")
     assert pg.locator("#nav").is_hidden()
-    pg.screenshot(path=str(DOCS / "dashboard-login.png"))
+    pg.screenshot(path=str(SHOTS / "dashboard-login.png"))
     pg.close()
 
 
@@ -87,7 +90,7 @@ def test_overview(page: Page) -> None:
     expect(page.locator(".tile[data-key=streams] .v")).to_have_text("1")
     expect(page.locator(".tile[data-key=messages] .v")).to_have_text("30")
     expect(page.locator("table")).to_contain_text("amqp")
-    page.screenshot(path=str(DOCS / "dashboard-overview.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "dashboard-overview.png"), full_page=True)
 
 
 def test_stream_page_and_message_browser(page: Page, server: ServerProcess) -> None:
@@ -122,10 +125,10 @@ def test_stream_page_and_message_browser(page: Page, server: ServerProcess) -> N
     page.fill("#browse input[name=offset]", "")
     page.fill("#browse input[name=limit]", "20")
     page.click("#browse button")
-    page.screenshot(path=str(DOCS / "dashboard-stream.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "dashboard-stream.png"), full_page=True)
     page.click("text=Streams")
     expect(page.locator("table")).to_contain_text("orders")
-    page.screenshot(path=str(DOCS / "dashboard-streams.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "dashboard-streams.png"), full_page=True)
 
 
 def test_connections_page_closes_a_connection(page: Page, server: ServerProcess) -> None:
@@ -139,7 +142,7 @@ def test_connections_page_closes_a_connection(page: Page, server: ServerProcess)
     page.click("text=Connections")
     row = page.locator("tr", has_text="dashboard-victim")
     expect(row).to_have_count(1)
-    page.screenshot(path=str(DOCS / "dashboard-connections.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "dashboard-connections.png"), full_page=True)
     row.locator("button").click()
     closed = None
     deadline = time.monotonic() + 5
@@ -163,6 +166,6 @@ def test_users_page_adds_a_user_who_can_log_in(page: Page, server: ServerProcess
     page.click("#add-user button")
     expect(page.locator("table").first).to_contain_text("carol")
     expect(page.locator("table").nth(1)).to_contain_text("carol")
-    page.screenshot(path=str(DOCS / "dashboard-users.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "dashboard-users.png"), full_page=True)
     r = httpx.get(server.admin_url + "/api/whoami", auth=("carol", "pw1"))
     assert r.json() == {"name": "carol", "tags": ["monitoring"]}
