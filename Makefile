@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq clean
+.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
 
 setup: $(STAMP)
 
@@ -42,7 +42,8 @@ test: setup node-deps chromium
 
 # the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
 chromium:
-	@test -x /usr/bin/chromium || (apt-get install -y chromium || sudo apt-get install -y chromium)
+	@test -x /usr/bin/chromium || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq chromium; }
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
@@ -58,6 +59,10 @@ bench-filter: setup
 
 bench-vs-rabbitmq: setup
 	$(VENV)/bin/python -m bench.vs_rabbitmq
+
+# Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
+bench-spark: setup
+	$(VENV)/bin/python -m bench spark_export
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -68,12 +68,19 @@ class Server:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
 
-def start_server(data_dir: Path, fsync: str = "never", src: Path | None = None) -> Server:
+def start_server(
+    data_dir: Path,
+    fsync: str = "never",
+    src: Path | None = None,
+    stderr_path: Path | None = None,
+) -> Server:
     """`sievemq serve` on free ports with its data in `data_dir`, once it printed ready.
 
-    ``src``: run the sievemq package found in that source folder instead (a baseline).
+    ``src``: run the sievemq package found in that source folder instead (a baseline);
+    ``stderr_path``: where the server's stderr goes.
     """
     env = None if src is None else dict(os.environ, PYTHONPATH=str(src))
+    stderr = open(stderr_path, "w") if stderr_path is not None else None  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -90,9 +97,12 @@ def start_server(data_dir: Path, fsync: str = "never", src: Path | None = None) 
             fsync,
         ],
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=env,
     )
+    if stderr is not None:
+        stderr.close()  # the child has its own copy
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("sievemq ready"):

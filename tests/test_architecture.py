@@ -21,15 +21,17 @@ PICTURE_END = "<!-- packages:end -->"
 # A nested component (gateway/model) obeys its own rule AND its parent's (gateway).
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
+    # the RabbitMQ Stream protocol: frames, osiris chunks, AMQP 1.0 and its 0-9-1 conversion
+    "streamproto": {"pamqp", "zstandard", "sievemq.streamproto", "sievemq.amqp"},
     "storage": {"mmh3", "zstandard", "sievemq.storage"},
-    # pamqp.commands: cold methods are pamqp objects (codec.decode_method/encode_method)
-    # filtering: the dialect every reader shares; it reads raw properties through amqp.properties
+    # the dialect every reader shares (gateway, Spark): storage and the AMQP property reader
     "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
         "sievemq.amqp",
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.gateway",
+        "sievemq.streamproto",
         "sievemq.units",
         "uvloop",
         # cold methods are pamqp objects (codec.decode_method/encode_method)
@@ -47,7 +49,12 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.units",
     },
     # the only socket code: frames in, frames out; what a method means is the session's
-    "gateway/net": {"sievemq.amqp.errors", "sievemq.amqp.frames", "sievemq.gateway.net"},
+    "gateway/net": {
+        "sievemq.amqp.errors",
+        "sievemq.amqp.frames",
+        "sievemq.streamproto.wire",
+        "sievemq.gateway.net",
+    },
     "admin_api": {
         "fastapi",
         "pydantic",
@@ -68,6 +75,7 @@ ALLOWED: dict[str, set[str]] = {
 # stdlib modules a component must not use even though they are in the standard library
 FORBIDDEN: dict[str, set[str]] = {
     "amqp": {"asyncio", "socket", "selectors"},
+    "streamproto": {"asyncio", "socket", "selectors"},
     "storage": {"asyncio", "socket", "selectors"},
     "filtering": {"asyncio", "socket", "selectors"},
     "gateway/model": {"asyncio", "socket", "selectors"},

@@ -1,9 +1,9 @@
-"""`sievemq serve`: the AMQP listener and the admin HTTP app on one event loop (wiring).
+"""`sievemq serve`: the AMQP and stream listeners and the admin HTTP app on one event loop.
 
-Prints exactly one line, ``sievemq ready amqp=HOST:PORT admin=http://HOST:PORT``, once all
-listen (port 0 picks a free port; the printed port is the real one). With ``--tls-cert`` and
-``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the line becomes
-``sievemq ready amqp=HOST:PORT amqps=HOST:PORT admin=http://HOST:PORT`` (parse it by key).
+Prints exactly one line, ``sievemq ready amqp=HOST:PORT stream=HOST:PORT admin=http://HOST:PORT``,
+once all listen (port 0 picks a free port; the printed port is the real one). With
+``--tls-cert`` and ``--tls-key`` a second AMQP listener speaks TLS on ``amqps_port`` and the
+line gains ``amqps=HOST:PORT`` after the amqp field (parse it by key).
 SIGTERM/SIGINT: stop accepting and reading, flush and fsync every stream, send the confirms
 of what was read, close connections (plain and TLS) with 320 CONNECTION_FORCED, exit 0.
 """
@@ -26,16 +26,20 @@ import uvicorn
 from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
+from sievemq.gateway.net.stream_protocol import start_stream_listener
 from sievemq.gateway.net.tls import server_ssl_context
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.settings import Settings
-from sievemq.storage import Durability
+from sievemq.storage import Durability, handles
 from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
@@ -62,6 +66,13 @@ def limits_from(settings: Settings) -> Limits:
         handshake_timeout_s=settings.handshake_timeout_s,
         sync_interval_ms=settings.sync_interval_ms,
         write_buffer_high=settings.write_buffer_high,
+        tables=TableLimits(
+            max_depth=settings.max_table_depth,
+            max_entries=settings.max_table_entries,
+            max_array_length=settings.max_array_length,
+        ),
+        max_sql_length=settings.max_sql_length,
+        max_sql_depth=settings.max_sql_depth,
     )
 
 
@@ -91,9 +102,17 @@ def protocol_factory(node: Node) -> AMQPProtocol:
     return protocol
 
 
-def ready_line(amqp: str, admin: str, amqps: str | None = None) -> str:
+def ready_line(
+    amqp: str,
+    admin: str,
+    amqps: str | None = None,
+    stream: str | None = None,
+    stream_tls: str | None = None,
+) -> str:
     """The start-up line scripts wait for; fields are ``key=value`` in a fixed order."""
     fields = [f"amqp={amqp}"] + ([f"amqps={amqps}"] if amqps is not None else [])
+    fields += [f"stream={stream}"] if stream is not None else []
+    fields += [f"streams={stream_tls}"] if stream_tls is not None else []
     return " ".join(["sievemq ready", *fields, f"admin={admin}"])
 
 
@@ -101,6 +120,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``); returns the exit status."""
     loop = asyncio.get_running_loop()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    handles.shared.set_capacity(settings.max_open_files)  # before any stream opens
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
@@ -124,8 +144,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     node = Node(broker, limits_from(settings), loop)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
+    node.exhaustion_listeners.append(alarms.storage_write_failed)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
+    snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
     try:
         amqp_server, amqp_port = await start_amqp_listener(
             lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
@@ -143,6 +165,29 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             )
             servers.append(amqps_server)
             amqps = f"{settings.amqp_host}:{amqps_port}"
+        stream_server, stream_port = await start_stream_listener(
+            lambda: StreamConnection(snode),
+            settings.amqp_host,
+            settings.stream_port,
+            settings.stream_frame_max,
+            settings.write_buffer_high,
+        )
+        snode.advertised_port = stream_port
+        servers.append(stream_server)
+        stream_tls: str | None = None
+        if ssl_context is not None:
+            stream_tls_server, stream_tls_port = await start_stream_listener(
+                lambda: StreamConnection(snode, tls=True),
+                settings.amqp_host,
+                settings.stream_tls_port,
+                settings.stream_frame_max,
+                settings.write_buffer_high,
+                ssl_context=ssl_context,
+                ssl_handshake_timeout=settings.handshake_timeout_s,
+            )
+            snode.advertised_tls_port = stream_tls_port
+            servers.append(stream_tls_server)
+            stream_tls = f"{settings.amqp_host}:{stream_tls_port}"
         admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
     except OSError as error:  # a port in use, an address not on this host
         for server in servers:
@@ -157,6 +202,11 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     if amqps is not None:
         facade.listeners.append(
             ListenerView("amqp/ssl", settings.amqp_host, int(amqps.rsplit(":", 1)[1]))
+        )
+    facade.listeners.append(ListenerView("stream", settings.amqp_host, stream_port))
+    if stream_tls is not None:
+        facade.listeners.append(
+            ListenerView("stream/ssl", settings.amqp_host, int(stream_tls.rsplit(":", 1)[1]))
         )
     facade.listeners.append(ListenerView("http", settings.admin_host, admin_port))
     app = create_app(is_ready=lambda: ready, facade=facade)
@@ -174,12 +224,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             f"{settings.amqp_host}:{amqp_port}",
             f"http://{settings.admin_host}:{admin_port}",
             amqps,
+            f"{settings.amqp_host}:{stream_port}",
+            stream_tls,
         ),
         flush=True,
     )
     await stop.wait()
     ready = False
-    await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s)
+    await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
     admin.should_exit = True
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
@@ -201,7 +253,9 @@ def load_definitions(facade: BrokerFacade, path: Path) -> str | None:
     return None
 
 
-async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
+async def shutdown(
+    node: Node, servers: list[asyncio.AbstractServer], snode: StreamNode | None = None
+) -> None:
     """Stop accepting and reading, store and confirm what was read, then send close 320.
 
     The order matters: a connection's channels stop settling confirms once it is closed, so
@@ -212,11 +266,16 @@ async def shutdown(node: Node, servers: list[asyncio.AbstractServer]) -> None:
         server.close()
     for conn in list(node.connections):
         conn.stop_reading()
+    if snode is not None:
+        snode.stop_reading()
     node.flush_all()  # waits for appends in flight, writes the buffers, fsyncs
     await asyncio.sleep(0)  # the channels' confirm flushes (call_soon) write their frames
     forced = errors.ConnectionForced("broker forced connection closure with reason 'shutdown'")
     for conn in list(node.connections):
         conn.close(forced)
+    if snode is not None:
+        snode.save_sequences()  # every append is written: the snapshot matches the data
+        snode.close_all("shutdown")
 
 
 async def stop_gateway(
@@ -224,6 +283,7 @@ async def stop_gateway(
     servers: list[asyncio.AbstractServer],
     alarms: ResourceAlarms | None,
     grace_s: float,
+    snode: StreamNode | None = None,
 ) -> None:
     """The whole stop sequence (``serve`` and ``sievemq.testing`` share it): alarms off,
     ``shutdown``, up to ``grace_s`` for clients to answer close-ok and hang up, abort the
@@ -231,7 +291,7 @@ async def stop_gateway(
     loop = asyncio.get_running_loop()
     if alarms is not None:
         alarms.stop()
-    await shutdown(node, servers)
+    await shutdown(node, servers, snode)
     deadline = loop.time() + grace_s
     while node.connections and loop.time() < deadline:
         await asyncio.sleep(0.02)

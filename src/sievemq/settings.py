@@ -53,6 +53,17 @@ class Settings(BaseSettings):
     write_buffer_high: int = Field(default=1024 * 1024, ge=4096)
     # how many deliveries one consumer writes per loop tick before yielding
     delivery_batch: int = Field(default=256, ge=1)
+    # storage descriptors kept open (segment, index and offset files, least recently used
+    # closed first and reopened when needed): bounds descriptors whatever the stream count
+    max_open_files: int = Field(default=2048, ge=4)
+
+    # hostile-input limits (docs/compatibility.md "Limits"): field tables from the wire
+    # (headers, arguments, client properties) and x-stream-filter-sql expressions
+    max_table_depth: int = Field(default=32, ge=1, le=200)
+    max_table_entries: int = Field(default=4096, ge=1)
+    max_array_length: int = Field(default=4096, ge=1)
+    max_sql_length: int = Field(default=4096, ge=16, le=4096)  # the compiler's own cap
+    max_sql_depth: int = Field(default=64, ge=1, le=64)
 
     # resource alarms (RabbitMQ's): while the process's memory is above the high watermark or
     # the data directory's free disk is below the limit, publishing connections are blocked
@@ -80,6 +91,10 @@ class Settings(BaseSettings):
     tls_key: Path | None = None
     amqps_port: int = Field(default=5671, ge=0, le=65535)
 
+    # --- RabbitMQ Stream protocol listener (same host, users, vhosts and streams as AMQP)
+    stream_port: int = Field(default=5552, ge=0, le=65535)
+    stream_frame_max: int = Field(default=1048576, ge=8192)
+    stream_tls_port: int = Field(default=5551, ge=0, le=65535)  # with --tls-cert/--tls-key
     # --- the first administrator, created with a new data directory (as RabbitMQ's
     # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
     # RabbitMQ definitions file merged at every start
@@ -137,10 +152,20 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("disk_free_limit", str, "block publishers below this free disk, e.g. 1GB (default 50MB)"),
     ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
+    ("max_open_files", int, "storage file descriptors kept open, LRU (default 2048)"),
+    ("max_table_depth", int, "max nesting of a field table from the wire (default 32)"),
+    ("max_table_entries", int, "max entries of one field table from the wire (default 4096)"),
+    ("max_array_length", int, "max elements of one field array from the wire (default 4096)"),
+    ("max_sql_length", int, "max characters of an x-stream-filter-sql expression (default 4096)"),
+    ("max_sql_depth", int, "max nesting of an x-stream-filter-sql expression (default 64)"),
     # --- TLS (AMQPS)
     ("tls_cert", Path, "PEM certificate (chain) for the AMQPS listener; turns TLS on"),
     ("tls_key", Path, "PEM private key of --tls-cert"),
     ("amqps_port", int, "AMQPS (TLS) port when --tls-cert is given, 0 picks one (default 5671)"),
+    # --- RabbitMQ Stream protocol
+    ("stream_port", int, "RabbitMQ Stream protocol port, 0 picks a free one (default 5552)"),
+    ("stream_frame_max", int, "max stream-protocol frame size offered in Tune (default 1 MiB)"),
+    ("stream_tls_port", int, "stream protocol over TLS when --tls-cert is given (default 5551)"),
     # --- users
     ("default_user", str, "first administrator of a new data directory (default guest)"),
     ("default_pass", str, "its password (default guest; env RABBITMQ_DEFAULT_PASS works too)"),

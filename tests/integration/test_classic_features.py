@@ -207,3 +207,12 @@ def test_quorum_queue_rules_and_delivery_limit(
     assert counts == [None, 1]
     assert ch.basic_get(qname) == (None, None, None)  # past the limit: dropped
     ch.queue_delete(qname)
+
+
+def test_x_expires_deletes_an_unused_queue(server: ServerProcess, qname: str) -> None:
+    conn = connect(server)
+    conn.channel().queue_declare(qname, arguments={"x-expires": 300})
+    conn.close()
+    time.sleep(2.5)  # the sweep runs every second
+    code, _ = error_of(server, lambda c: c.queue_declare(qname, passive=True))
+    assert code == 404

@@ -398,3 +398,55 @@ def test_work_queue_with_aio_pika(server: ServerProcess, qname: str) -> None:
     done = asyncio.run(run())
     assert sorted(done["w1"] + done["w2"]) == list(range(40))
     assert done["w1"] and done["w2"]  # both workers got work
+
+
+def test_kombu_task_queue_round_trip(server: ServerProcess, qname: str) -> None:
+    """kombu (Celery's transport) over py-amqp: a direct exchange and a durable task queue,
+    messages published, fetched with manual acks, one rejected and requeued once."""
+    import kombu
+
+    exchange = kombu.Exchange(qname + ".tasks", type="direct", durable=True)
+    queue = kombu.Queue(qname, exchange, routing_key="task", durable=True)
+    with kombu.Connection(server.url) as conn:
+        producer = conn.Producer()
+        for i in range(3):
+            producer.publish(
+                {"task": "add", "args": [i, i]},
+                exchange=exchange,
+                routing_key="task",
+                declare=[queue],
+                serializer="json",
+                delivery_mode=2,
+            )
+        bound = queue(conn.channel())
+        first = bound.get(no_ack=False)
+        assert first is not None and first.payload == {"task": "add", "args": [0, 0]}
+        first.requeue()
+        got = []
+        while (message := bound.get(no_ack=False)) is not None:
+            got.append((message.payload["args"][0], message.delivery_info["redelivered"]))
+            message.ack()
+        assert got == [(0, True), (1, False), (2, False)]
+        bound.delete()
+        exchange(conn.channel()).delete()
+
+
+def test_get_right_after_publish_without_confirms(server: ServerProcess, qname: str) -> None:
+    """A basic.get in the same read as the publish before it sees that message (aiormq's
+    test_simple does this)."""
+
+    async def run() -> bytes:
+        import aiormq
+
+        conn = await aiormq.connect(server.url)
+        try:
+            channel = await conn.channel(publisher_confirms=False)
+            ok = await channel.queue_declare(qname, auto_delete=True)
+            await channel.basic_publish(b"foo bar", routing_key=ok.queue)
+            message = await channel.basic_get(ok.queue, no_ack=True)
+            await channel.queue_delete(ok.queue)
+            return message.body
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == b"foo bar"

@@ -142,7 +142,11 @@ def expected() -> list[bytes]:
 
 def test_ready_line_names_the_tls_port_between_amqp_and_admin(tls_server: ServerProcess) -> None:
     line = next(x for x in tls_server.stdout_lines if x.startswith("sievemq ready"))
-    assert re.fullmatch(r"sievemq ready amqp=\S+:\d+ amqps=\S+:\d+ admin=http://\S+:\d+", line)
+    assert re.fullmatch(
+        r"sievemq ready amqp=\S+:\d+ amqps=\S+:\d+ stream=\S+:\d+ streams=\S+:\d+"
+        r" admin=http://\S+:\d+",
+        line,
+    )
     assert tls_server.amqps_port not in (0, tls_server.amqp_port)
 
 

@@ -21,6 +21,9 @@ def spark() -> Iterator[Any]:
         message = "SPARK TESTS SKIPPED: no Java (install openjdk-17-jre-headless)"
         warnings.warn(message, stacklevel=1)
         pytest.skip(message)
+    # Spark starts many Python workers; without cached bytecode each one compiles pyspark again
+    # (seconds on a loaded machine) before it can connect back to the JVM
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -34,6 +37,9 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        # how long a Python worker may take to connect back (default 15 s): the streaming
+        # source's runner is a fresh interpreter importing pyspark, slow on a loaded machine
+        .config("spark.python.authenticate.socketTimeout", "180s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

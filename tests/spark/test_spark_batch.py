@@ -22,6 +22,9 @@ from .spark_data import T0, write_stream
 CHUNKS, PER_CHUNK = 50, 20
 TOTAL = CHUNKS * PER_CHUNK
 
+# the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(1200)
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

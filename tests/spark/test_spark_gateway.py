@@ -11,6 +11,9 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
+# the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(1200)
+
 
 @pytest.fixture
 def server(tmp_path: Path) -> Any:

@@ -15,7 +15,7 @@ import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_vhost, user
@@ -39,6 +39,12 @@ MAX_BODY_BYTES = 20 * 1024 * 1024  # RabbitMQ's management.http.max_body_size de
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+    @field_validator("arguments", mode="before", check_fields=False)
+    @classmethod
+    def _empty_list_is_empty_table(cls, value: Any) -> Any:
+        """Erlang-minded clients (pyrabbit2) send ``"arguments": []``; RabbitMQ takes it."""
+        return {} if value == [] or value is None else value
 
 
 class QueueBody(_Body):
@@ -253,11 +259,15 @@ def _queues(f: BrokerFacade, who: Principal, vhost: str | None, detail: bool) ->
     by_queue: dict[tuple[str, str], list[Any]] = {}
     for c in consumers:
         by_queue.setdefault((c.vhost, c.stream), []).append(c)
-    return [
+    streams = [
         shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, detail)
         for v in f.list_streams(vhost)
         if who.may_see(v.vhost)
     ]
+    classic = [
+        shapes.classic_queue(v, f.node_name) for v in f.list_queues(vhost) if who.may_see(v.vhost)
+    ]
+    return sorted(streams + classic, key=lambda q: (q["vhost"], q["name"]))
 
 
 @router.get("/queues")
@@ -279,6 +289,8 @@ async def get_queue(request: Request, vhost: str, queue: str, who: User) -> dict
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v)
+    if not f.stream_exists(v, q):
+        return shapes.classic_queue(f.get_queue(v, q), f.node_name)
     view = f.get_stream(v, q)
     return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
 
@@ -302,7 +314,7 @@ async def delete_queue(request: Request, vhost: str, queue: str, who: User) -> R
     f = _facade(request)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    f.delete_stream(v, q)
+    f.delete_queue(v, q)
     return Response(status_code=204)
 
 
@@ -320,7 +332,9 @@ async def get_messages(request: Request, vhost: str, queue: str, who: User) -> R
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v, write=True)
-    f.get_stream(v, q)
+    if not f.stream_exists(v, q):
+        f.get_queue(v, q)  # 404 when missing
+        raise bad_request("basic.get over HTTP is not built in SieveMQ; use AMQP basic.get")
     raise bad_request(f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'")
 
 

@@ -13,6 +13,7 @@ from sievemq.gateway.facade import (
     ConsumerView,
     ExchangeView,
     OverviewView,
+    QueueView,
     StreamView,
     VhostView,
 )
@@ -79,6 +80,33 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
         out["deliveries"] = []
         out["incoming"] = []
     return out
+
+
+def classic_queue(v: QueueView, node: str) -> dict[str, Any]:
+    """A classic or quorum queue (SieveMQ's queue log) in RabbitMQ's shape."""
+    return {
+        "arguments": v.arguments,
+        "auto_delete": v.auto_delete,
+        "consumers": v.consumers,
+        "durable": v.durable,
+        "effective_policy_definition": {},
+        "exclusive": v.exclusive,
+        "memory": 0,
+        "message_bytes": v.bytes,
+        "messages": v.messages,
+        "messages_details": details(0.0),
+        "messages_ready": v.messages_ready,
+        "messages_ready_details": details(0.0),
+        "messages_unacknowledged": v.messages_unacknowledged,
+        "messages_unacknowledged_details": details(0.0),
+        "name": v.name,
+        "node": node,
+        "operator_policy": None,
+        "policy": None,
+        "state": "running",
+        "type": v.type,
+        "vhost": v.vhost,
+    }
 
 
 def consumer(c: ConsumerView, node: str) -> dict[str, Any]:

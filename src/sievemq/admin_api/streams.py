@@ -106,7 +106,8 @@ async def put_stream(
     v, s = _stream(request, who, vhost, stream)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
-    created = facade_of(request).declare_stream(v, s, body.arguments)
+    arguments = {"x-queue-type": "stream", **body.arguments}
+    created = facade_of(request).declare_stream(v, s, arguments)
     return Response(status_code=201 if created else 204)
 
 

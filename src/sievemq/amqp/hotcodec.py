@@ -16,6 +16,7 @@ from typing import Final, NamedTuple
 
 from sievemq.amqp import errors
 from sievemq.amqp.properties import check_properties, splice_stream_offset, stream_offset_parts
+from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 
 CLASS_BASIC: Final = 60
 # method ids inside class 60
@@ -159,7 +160,7 @@ def decode_basic_reject(payload: bytes) -> BasicReject:
     return _new(BasicReject, (tag, bool(bits & 1)))
 
 
-def decode_content_header(payload: bytes) -> ContentHeader:
+def decode_content_header(payload: bytes, limits: TableLimits = DEFAULT_LIMITS) -> ContentHeader:
     """Content header payload -> (class_id, body_size, raw properties).
 
     The raw properties are the property flags and property list exactly as sent; their
@@ -170,7 +171,7 @@ def decode_content_header(payload: bytes) -> ContentHeader:
     except struct.error:
         raise errors.FrameError("content header shorter than 14 bytes") from None
     properties = payload[CONTENT_HEADER_FIELDS:]
-    check_properties(properties)
+    check_properties(properties, None, limits)  # the headers table held to ``limits`` (406)
     return _new(ContentHeader, (class_id, body_size, properties))
 
 

@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from pamqp import commands, common, decode
+from pamqp import commands, common
 
-from sievemq.amqp import errors
+from sievemq.amqp import errors, tables
 from sievemq.amqp.frames import FRAME_MIN_SIZE
 
 CHANNEL_MAX: Final = 2047
@@ -93,9 +93,11 @@ def credentials(start_ok: commands.Connection.StartOk) -> Credentials:
 def _amqplain(raw: bytes) -> tuple[bytes, bytes]:
     """AMQPLAIN: a field table without its length prefix, with LOGIN and PASSWORD."""
     try:
-        _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
-    except ValueError:
-        raise errors.ConnectionAccessRefused("malformed AMQPLAIN response", 10, 11) from None
+        table = tables.decode_table(struct.pack(">I", len(raw)) + raw, what="AMQPLAIN response")[0]
+    except errors.AMQPError as error:
+        raise errors.ConnectionAccessRefused(
+            f"malformed AMQPLAIN response: {error.explanation}", 10, 11
+        ) from None
     login, password = table.get("LOGIN"), table.get("PASSWORD")
     values: list[bytes] = []
     for value in (login, password):

@@ -17,9 +17,9 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from pamqp import commands, decode
+from pamqp import commands
 
-from sievemq.amqp import errors
+from sievemq.amqp import errors, tables
 
 FLAG_CONTENT_TYPE: Final = 0x8000
 FLAG_CONTENT_ENCODING: Final = 0x4000
@@ -89,34 +89,10 @@ _VALUE_SIZE: Final = tuple(
 
 
 def _skip_value(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field value (type octet included) at ``pos``; checks it fits."""
-    if pos >= end:
-        raise errors.FrameError("field value truncated")
-    kind = data[pos]
-    pos += 1
-    size = _FIXED_SIZES.get(kind)
-    if size is not None:
-        pos += size
-    elif kind in (_LONGSTR, _BYTES):
-        if pos + 4 > end:
-            raise errors.FrameError("field value truncated")
-        pos += 4 + _I.unpack_from(data, pos)[0]
-    elif kind == _TABLE:
-        pos = _skip_table(data, pos, end)
-    elif kind == _ARRAY:
-        if pos + 4 > end:
-            raise errors.FrameError("field array truncated")
-        arr_end = pos + 4 + _I.unpack_from(data, pos)[0]
-        if arr_end > end:
-            raise errors.FrameError("field array longer than its container")
-        pos += 4
-        while pos < arr_end:
-            pos = _skip_value(data, pos, arr_end)
-    else:
-        raise errors.FrameError(f"unknown field value type {bytes((kind,))!r}")
-    if pos > end:
-        raise errors.FrameError("field value longer than its container")
-    return pos
+    """Offset after the field value (type octet included) at ``pos``; checks it fits.
+
+    Nested tables and arrays are walked by ``amqp.tables`` without recursion."""
+    return tables.skip_value(data, pos, end)
 
 
 def _skip_table(data: bytes, pos: int, end: int) -> int:
@@ -192,8 +168,13 @@ def _layout(flags: int) -> tuple[int, ...]:
     return layout
 
 
-def check_properties(props: bytes, key: bytes | None = None) -> int:
+def check_properties(
+    props: bytes, key: bytes | None = None, limits: tables.TableLimits = tables.DEFAULT_LIMITS
+) -> int:
     """Raise errors.FrameError unless ``props`` is a well-formed Basic property list.
+
+    The headers table is held to ``limits`` (406 PRECONDITION_FAILED naming the setting
+    past one); nested tables and arrays are walked without recursion (``amqp.tables``).
 
     In the same single pass, looks for the top-level header ``key``: returns the offset of
     its value (the type octet; the first entry of that name) or -1 when there is none, so a
@@ -222,7 +203,11 @@ def check_properties(props: bytes, key: bytes | None = None) -> int:
                 pos += 4
                 sizes = _VALUE_SIZE
                 klen, wanted = (-1, b"") if key is None else (len(key), key)
+                entries = limits.max_entries
                 while pos < table_end:
+                    entries -= 1
+                    if entries < 0:
+                        raise tables.count_error("headers", True, limits)
                     n = props[pos]
                     if n == klen and found < 0 and props.startswith(wanted, pos + 1):
                         found = pos + 1 + n
@@ -235,7 +220,7 @@ def check_properties(props: bytes, key: bytes | None = None) -> int:
                     elif size == _SIZED and pos + 5 <= table_end:
                         pos += 5 + _I.unpack_from(props, pos + 1)[0]
                     else:
-                        pos = _skip_value(props, pos, table_end)
+                        pos = tables.skip_value(props, pos, table_end, limits, "headers", 1)
                 if pos != table_end:
                     raise errors.FrameError("field table entry longer than the table")
     except IndexError:
@@ -381,12 +366,34 @@ def _value(properties: bytes, start: int, end: int) -> object:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             return raw  # as pamqp: a longstr that is not UTF-8 stays bytes
-    value: object = decode.embedded_value(properties[start:end])[1]
+    value: object = tables.decode_value(properties, start, end, tables.UNLIMITED)[0]
     return value
 
 
 def decode_properties(properties: bytes) -> commands.Basic.Properties:
-    """Raw property bytes -> pamqp Basic.Properties (cold path: admin views, tests)."""
+    """Raw property bytes -> pamqp Basic.Properties (cold path: admin views, tests).
+
+    The headers table is decoded by ``amqp.tables`` (linear, no recursion), the rest by
+    pamqp with the table cut out."""
+    headers: dict[str, object] | None = None
+    try:
+        flags, pos = _headers_position(properties)
+        if flags & FLAG_HEADERS:
+            headers, after = tables.decode_table(
+                properties, pos, len(properties), tables.UNLIMITED, "headers"
+            )
+            properties = b"".join(
+                (_H.pack(flags & ~FLAG_HEADERS), properties[2:pos], properties[after:])
+            )
+    except (IndexError, struct.error):
+        raise errors.FrameError("cannot decode content properties") from None
+    result = _decode_properties(properties)
+    if headers is not None:
+        result.headers = headers  # type: ignore[assignment]
+    return result
+
+
+def _decode_properties(properties: bytes) -> commands.Basic.Properties:
     try:
         flags = 0
         pos = 0
@@ -400,7 +407,7 @@ def decode_properties(properties: bytes) -> commands.Basic.Properties:
                 break
         result = commands.Basic.Properties()
         result.unmarshal(flags, properties[pos:])
-    except (struct.error, ValueError, TypeError, IndexError):
+    except (struct.error, ValueError, TypeError, IndexError, OverflowError, OSError):
         raise errors.FrameError("cannot decode content properties") from None
     return result
 

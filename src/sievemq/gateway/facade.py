@@ -58,6 +58,7 @@ from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
 from sievemq.gateway.session.connection import Connection
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
+from sievemq.streamproto.convert import to_amqp091
 from sievemq.units import parse_memory_watermark, parse_size
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ __all__ = [
     "NotFound",
     "NotImplemented_",
     "PreconditionFailed",
+    "QueueView",
 ]
 
 
@@ -131,6 +133,24 @@ class StreamView:
     auto_delete: bool = False
     exclusive: bool = False
     type: str = "stream"
+
+
+@dataclass
+class QueueView:
+    """A classic or quorum queue (SieveMQ's queue log; no filtering statistics)."""
+
+    vhost: str
+    name: str
+    type: str  # classic | quorum
+    durable: bool
+    auto_delete: bool
+    exclusive: bool
+    arguments: dict[str, Any]
+    messages: int
+    messages_ready: int
+    messages_unacknowledged: int
+    bytes: int
+    consumers: int
 
 
 @dataclass
@@ -574,6 +594,27 @@ class BrokerFacade:
         self.declare_stream(vhost, name, args)
         return self.get_stream(vhost, name)
 
+    def list_queues(self, vhost: str | None = None) -> list[QueueView]:
+        """The classic and quorum queues (streams are ``list_streams``)."""
+        return [
+            _queue_view(q)
+            for v in self._vhosts(vhost)
+            for q in sorted(v.classic.queues.values(), key=lambda q: q.name)
+        ]
+
+    def get_queue(self, vhost: str, name: str) -> QueueView:
+        """A classic or quorum queue; 404 for a stream or a missing queue."""
+        q = self.broker.vhost(vhost).classic.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        return _queue_view(q)
+
+    def delete_queue(self, vhost: str, name: str) -> None:
+        """Delete a queue of any type; 404 when missing."""
+        v = self.broker.vhost(vhost)
+        v.find_queue(name)
+        v.delete_queue(name)
+
     def delete_stream(self, vhost: str, name: str) -> int:
         v = self.broker.vhost(vhost)
         v.get_queue(name)  # 404 when missing
@@ -814,7 +855,9 @@ class BrokerFacade:
                 reader.seek_offset(max(stream.first_offset, end - limit))
             else:
                 reader.seek_first()
-            return _read_bounded(reader, end, limit, spec, predicate, max_bytes, encoding)
+            return _read_bounded(
+                reader, end, limit, spec, predicate, max_bytes, encoding, queue.name
+            )
         finally:
             reader.close()
 
@@ -966,9 +1009,10 @@ class BrokerFacade:
                 "name": q["name"],
                 "vhost": q["vhost"],
                 "durable": True,
-                "auto_delete": False,
+                "auto_delete": bool(q.get("auto_delete", False)),
                 "arguments": _jsonable(q["arguments"]),
             }
+            | ({"type": str(q["type"])} if "type" in q else {})
             for q in stored["queues"]
             if vhost is None or q["vhost"] == vhost
         ]
@@ -1175,6 +1219,24 @@ class BrokerFacade:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _queue_view(q: Any) -> QueueView:
+    ready = q.message_count
+    return QueueView(
+        vhost=q.vhost,
+        name=q.name,
+        type=str(q.kind),
+        durable=bool(q.durable),
+        auto_delete=bool(q.auto_delete),
+        exclusive=bool(q.exclusive),
+        arguments=_jsonable(dict(q.arguments.table)),
+        messages=ready + q.outstanding,
+        messages_ready=ready,
+        messages_unacknowledged=q.outstanding,
+        bytes=q.ready_bytes,
+        consumers=q.consumer_count,
+    )
 
 
 def _rate_keys(queue: StreamQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -1467,6 +1529,7 @@ def _read_bounded(
     predicate: Any,
     max_bytes: int,
     encoding: str,
+    stream_name: str = "",
 ) -> BrowseResult:
     deadline = time.monotonic() + BROWSE_TIME_BUDGET_S
     out: list[BrowsedMessage] = []
@@ -1489,7 +1552,7 @@ def _read_bounded(
                 stopped = "bytes"
                 break
             used += len(record.body)
-            out.append(_browsed(record, encoding))
+            out.append(_browsed(record, encoding, stream_name))
         else:
             if not records and reader.at_end:
                 stopped = "end"
@@ -1502,9 +1565,16 @@ def _read_bounded(
     return BrowseResult(out, next_offset, end, stopped == "end", stopped)
 
 
-def _browsed(record: Record, encoding: str) -> BrowsedMessage:
+def _browsed(record: Record, encoding: str, stream_name: str = "") -> BrowsedMessage:
     payload: str
     kind: Literal["string", "base64"]
+    if record.kind:  # a stream-protocol payload: shown as a 0-9-1 consumer would get it
+        exchange, routing_key, props, body = to_amqp091(
+            record.body, stream_name, record.filter_values
+        )
+        record = record._replace(
+            exchange=exchange, routing_key=routing_key, properties=props, body=body
+        )
     if encoding == "auto":
         try:
             payload, kind = record.body.decode("utf-8"), "string"

@@ -245,7 +245,7 @@ def run_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         spark.stop()
     rate = result.messages / result.seconds if result.seconds > 0 else 0.0
     print(
-        f"exported {result.messages} messages from {args.vhost}/{args.stream} to {target} "
+        f"exported {result.messages} messages from {args.stream} (vhost {args.vhost}) to {target} "
         f"({args.format}, {result.files} files, {result.bytes} bytes) in {result.seconds:.1f} s "
         f"({rate:,.0f} messages/s)",
         file=out,

@@ -36,12 +36,6 @@ def positions(value: str, bits: int) -> tuple[tuple[int, int], tuple[int, int]]:
     return (b1 >> 3, 0x80 >> (b1 & 7)), (b2 >> 3, 0x80 >> (b2 & 7))
 
 
-def bytes_might_contain(data: bytes, value: str) -> bool:
-    """Check raw Bloom bytes without building a BloomFilter (used when skipping chunks)."""
-    (i1, m1), (i2, m2) = positions(value, len(data) << 3)
-    return bool(data[i1] & m1) and bool(data[i2] & m2)
-
-
 class BloomFilter:
     """A fixed-size Bloom filter whose bytes go into a chunk header."""
 

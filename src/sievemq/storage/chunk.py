@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from sievemq.storage.bloom import HASH_MMH3, BloomFilter
 from sievemq.storage.errors import StorageError
@@ -40,6 +40,10 @@ HEADER = struct.Struct(">2sBBBBHQIqIIIII")  # ... + header CRC32 (bytes 0..43 + 
 HEADER_SIZE = HEADER.size  # 48
 ENTRY = struct.Struct(">BIBBII")  # filter count, filter bytes, exchange, rk, props, body
 ENTRY_SIZE = ENTRY.size  # 15
+# top bit of an entry's filter-count byte: the record is KIND_STREAM (a stream-protocol
+# payload kept byte for byte); the low 7 bits are the filter value count (at most 64)
+_KIND_BIT = 0x80
+_COUNT_MASK = 0x7F
 
 SEGMENT_MAGIC = b"SQSG\x00\x00\x00\x01"
 INDEX_MAGIC = b"SQIX\x00\x00\x00\x01"
@@ -116,7 +120,7 @@ def encode_chunk(
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
-    for fv, ex, rk, props, body in messages:
+    for fv, ex, rk, props, body, kind in messages:
         if not fv:
             fb = b""
             values.add("")
@@ -128,7 +132,16 @@ def encode_chunk(
             values.update(fv)
         exb = ex.encode()
         rkb = rk.encode()
-        ext((len(fv), len(fb), len(exb), len(rkb), len(props), len(body)))
+        ext(
+            (
+                (len(fv) | _KIND_BIT) if kind else len(fv),
+                len(fb),
+                len(exb),
+                len(rkb),
+                len(props),
+                len(body),
+            )
+        )
         add((fb, exb, rkb, props, body))
     try:
         table = struct.pack(">" + "BIBBII" * n, *lengths)
@@ -178,21 +191,38 @@ def encode_chunk(
 
 _unpack_header = HEADER.unpack_from
 
+# the 14 header fields in byte order (see HEADER), the extra length 0 in a version 1 chunk
+HeaderFields = tuple[bytes, int, int, int, int, int, int, int, int, int, int, int, int, int]
+
+
+def unpack_header(buf: bytes, offset: int = 0) -> HeaderFields | None:
+    """THE chunk header parser; None when the magic or the version is wrong.
+
+    ``buf[offset:]`` must hold ``HEADER_SIZE`` bytes. HOT PATH: the reader calls it once per
+    chunk it looks at and unpacks the plain tuple (no object per chunk); ``parse_header``
+    names the fields for everyone else. The header CRC is checked once the Bloom bytes and
+    the extra blob are at hand (``header_ok``).
+    """
+    fields = cast(HeaderFields, _unpack_header(buf, offset))
+    if fields[0] != MAGIC:
+        return None
+    version = fields[1]
+    if version == VERSION_EXTRA:
+        return fields
+    if version == VERSION:
+        return (*fields[:12], 0, fields[13])  # bytes 40..43 are reserved in version 1
+    return None
+
 
 def parse_header(buf: bytes, offset: int = 0) -> ChunkHeader | None:
-    """Parse a header at ``buf[offset:]``; None when magic/version is wrong or it is short.
-
-    The header CRC is checked by ``header_ok`` once the Bloom bytes are at hand.
-    """
+    """The header at ``buf[offset:]`` with named fields; None when it is short or its magic
+    or version is wrong (``unpack_header``)."""
     if len(buf) - offset < HEADER_SIZE:
         return None
-    magic, version, ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = (
-        _unpack_header(buf, offset)
-    )
-    if magic != MAGIC or version not in VERSIONS:
+    fields = unpack_header(buf, offset)
+    if fields is None:
         return None
-    if version == VERSION:
-        xlen = 0  # reserved in version 1
+    _, _, ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = fields
     return ChunkHeader(ctype, flags, hid, bsize, first, count, ts, dlen, rlen, dcrc, hcrc, xlen)
 
 
@@ -207,14 +237,15 @@ def header_ok(header: ChunkHeader, buf: bytes, offset: int = 0) -> bool:
 
 def raw_data(header: ChunkHeader, data: bytes) -> bytes:
     """The uncompressed record table + payloads of a chunk."""
-    if header.flags & FLAG_ZSTD:
-        import zstandard
+    return decompress(data, header.raw_length) if header.flags & FLAG_ZSTD else data
 
-        out: bytes = zstandard.ZstdDecompressor().decompress(
-            data, max_output_size=header.raw_length
-        )
-        return out
-    return data
+
+def decompress(data: bytes, raw_length: int) -> bytes:
+    """The data of a chunk whose flags have ``FLAG_ZSTD``."""
+    import zstandard
+
+    out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_length)
+    return out
 
 
 def _split_filters(blob: bytes, count: int) -> tuple[str, ...]:
@@ -286,6 +317,8 @@ def _decode_records(
             p += fl + el + rl + pl + bl
             offset += 1
             continue
+        kind = nf >> 7
+        nf &= _COUNT_MASK
         if nf == 0:
             fv: tuple[str, ...] = ()
         else:
@@ -307,7 +340,7 @@ def _decode_records(
         e = s + bl
         ex = raw[p:q].decode()
         rk = raw[q:r].decode()
-        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e])))
+        append(_new_record(Record, (offset, timestamp_ms, fv, ex, rk, raw[r:s], raw[s:e], kind)))
         p = e
         offset += 1
     return out, rejected

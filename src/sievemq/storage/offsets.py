@@ -13,6 +13,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from sievemq.storage.handles import CachedFile, shared
+
 _HEAD = struct.Struct(">IqH")
 _DELETED = -1
 _COMPACT_MIN = 1024
@@ -70,11 +72,13 @@ class OffsetStore:
         self._fsync = fsync
         self._offsets: dict[str, int] = {}
         self._records = 0
+        self._dirty = False  # written since the last fsync
         tmp = path.with_name(path.name + ".tmp")
         if tmp.exists():
             tmp.unlink()  # a compaction that died before its rename
         self._load()
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # opened when first written, closed by the shared descriptor cache when idle
+        self._file: CachedFile | None = shared.file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     def _load(self) -> None:
         try:
@@ -107,9 +111,17 @@ class OffsetStore:
         return dict(self._offsets)
 
     def _write(self, record: bytes) -> None:
-        os.write(self._fd, record)
-        if self._fsync:
-            os.fdatasync(self._fd)
+        if self._file is None:
+            raise ValueError(f"offset store {self.path} is closed")
+        fd = self._file.acquire()
+        try:
+            os.write(fd, record)
+            if self._fsync:
+                os.fdatasync(fd)
+            else:
+                self._dirty = True
+        finally:
+            self._file.release()
         self._records += 1
         if self._records > _COMPACT_MIN and self._records > 4 * len(self._offsets):
             self.compact()
@@ -124,17 +136,25 @@ class OffsetStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if self._file is not None:
+            self._file.close()  # the next write opens the new file
         os.replace(tmp, self.path)
         _fsync_dir(self.path.parent)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
         self._records = len(self._offsets)
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        if self._file is None:
+            return
+        fd = self._file.acquire()
+        try:
+            os.fsync(fd)
+            self._dirty = False
+        finally:
+            self._file.release()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        if self._file is not None:
+            if self._dirty:
+                self.sync()
+            self._file.close()
+            self._file = None

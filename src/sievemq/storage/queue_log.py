@@ -17,6 +17,7 @@ confirmed: the confirm follows the write).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 import zlib
@@ -242,6 +243,7 @@ class QueueLog:
 
     def _roll(self, first: int) -> None:
         if self._fd >= 0:
+            os.fdatasync(self._fd)  # a sealed segment is durable before the next one starts
             os.close(self._fd)
         previous = self._current
         if previous is not None and previous.live <= 0:
@@ -304,7 +306,11 @@ class QueueLog:
         self.dirty = False
         for fd in (self._fd, self._ack_fd):
             if fd >= 0:
-                os.fdatasync(fd)
+                try:
+                    os.fdatasync(fd)
+                except OSError as error:  # closed by a segment roll meanwhile: it was synced
+                    if error.errno != errno.EBADF:
+                        raise
 
     @property
     def segment_count(self) -> int:

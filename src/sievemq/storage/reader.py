@@ -15,20 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sievemq.storage import handles
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
     FLAG_ZSTD,
-    HEADER,
     HEADER_SIZE,
-    MAGIC,
-    VERSION,
-    VERSION_EXTRA,
     decode_records,
-    parse_header,
-    raw_data,
+    decompress,
+    unpack_header,
 )
 from sievemq.storage.errors import StorageError
 from sievemq.storage.filters import FilterSpec
+from sievemq.storage.handles import CachedFile
 from sievemq.storage.segment import (
     bisect_offset,
     bisect_timestamp,
@@ -41,8 +39,6 @@ from sievemq.storage.segment import (
     segment_name,
 )
 from sievemq.storage.types import Record
-
-_unpack_header = HEADER.unpack_from
 
 
 @dataclass
@@ -93,7 +89,8 @@ class StreamReader:
         self._disk_bound = disk_end(self.directory) if bound is None else 0
         self.stats = ReadStats()
         self.position = 0
-        self._fd = -1
+        self._file: CachedFile | None = None  # the current segment (storage.handles)
+        self._fd = -1  # its descriptor while pinned (inside read and attach)
         self._segment = -1
         self._pos = FILE_HEADER_SIZE
         self._chunk_offset = 0
@@ -117,11 +114,35 @@ class StreamReader:
         return self._disk_bound
 
     def _open_segment(self, first: int) -> None:
-        fd = os.open(self.directory / segment_name(first), os.O_RDONLY)
+        """Switch to segment ``first`` (FileNotFoundError when retention removed it)."""
+        handle = handles.shared.file(self.directory / segment_name(first), os.O_RDONLY)
+        handle.acquire()  # opens now: a missing file is seen here, not in the middle of read
         if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = fd
+            self._unpin()
+        if self._file is not None:
+            self._file.close()
+        self._file, self._fd = handle, handle.fd
         self._segment = first
+
+    def _pin(self) -> int:
+        """Pin the current segment's descriptor (reopened if the cache closed it)."""
+        if self._fd < 0:
+            assert self._file is not None
+            try:
+                self._fd = self._file.acquire()
+            except FileNotFoundError:
+                # retention removed the segment while its descriptor was closed: the
+                # unread records went with it, as with an open one at the next roll-over
+                segments = self._segments()
+                self._attach(max(self._chunk_offset, segments[0]))
+                self.position = max(self.position, self._chunk_offset)
+                self._pin()
+        return self._fd
+
+    def _unpin(self) -> None:
+        if self._fd >= 0 and self._file is not None:
+            self._fd = -1
+            self._file.release()
 
     def _segments(self) -> list[int]:
         segments = list_segments(self.directory)
@@ -135,13 +156,16 @@ class StreamReader:
         Retention may delete the segment we picked between listing and opening it (under
         durability ``always`` it runs in the writer's thread): then list again.
         """
-        for _ in range(3):
-            try:
-                self._attach_once(target)
-                return
-            except FileNotFoundError:
-                continue
-        self._attach_once(target)
+        try:
+            for _ in range(3):
+                try:
+                    self._attach_once(target)
+                    return
+                except FileNotFoundError:
+                    continue
+            self._attach_once(target)
+        finally:
+            self._unpin()
 
     def _attach_once(self, target: int) -> None:
         self._pending = []
@@ -264,6 +288,20 @@ class StreamReader:
         ``chunk_filter(extra)`` is asked only for chunks that carry an extra blob; False skips
         the chunk without reading its body.
         """
+        self._pin()
+        try:
+            return self._read(max_records, spec, predicate, max_chunks, chunk_filter)
+        finally:
+            self._unpin()
+
+    def _read(
+        self,
+        max_records: int,
+        spec: FilterSpec | None,
+        predicate: Callable[[Record], bool] | None,
+        max_chunks: int,
+        chunk_filter: Callable[[bytes], bool] | None,
+    ) -> list[Record]:
         stats = self.stats
         out: list[Record] = []
         if self._pending:
@@ -280,7 +318,7 @@ class StreamReader:
         may_match = spec.may_match_bytes if spec is not None else None
         fd_pread = os.pread
         fd, pos, guess = self._fd, self._pos, self._guess
-        unpack = _unpack_header
+        unpack = unpack_header
         crc32 = zlib.crc32
         while len(out) < max_records and looked < max_chunks and self._chunk_offset < limit:
             buf = fd_pread(fd, HEADER_SIZE + guess, pos)
@@ -293,23 +331,19 @@ class StreamReader:
                     )
                 fd, pos = self._fd, self._pos
                 continue
-            magic, version, _t, flags, _h, bsize, first, count, ts, dlen, _r, dcrc, xlen, hcrc = (
-                unpack(buf)
-            )
-            if version == VERSION:
-                xlen = 0  # reserved in version 1
-            elif version != VERSION_EXTRA:
-                magic = b""  # an unknown version: rejected just below
-            if magic != MAGIC or first != self._chunk_offset:
+            fields = unpack(buf)  # None: bad magic or unknown version
+            if fields is None or fields[6] != self._chunk_offset:
                 raise StorageError(
                     f"{self.directory}: bad chunk header at segment {self._segment} position {pos}"
                 )
+            _m, _v, _t, flags, _h, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = fields
             meta = bsize + xlen
             if meta > guess:
                 more = fd_pread(fd, meta - guess, pos + len(buf))
                 stats.bytes_read += len(more)
                 buf += more
                 self._guess = guess = meta
+            # header_ok's check, inline: bytes 0..43, then Bloom + extra
             if crc32(buf[HEADER_SIZE : HEADER_SIZE + meta], crc32(buf[: HEADER_SIZE - 4])) != hcrc:
                 raise StorageError(f"{self.directory}: header CRC mismatch at {pos}")
             looked += 1
@@ -334,7 +368,7 @@ class StreamReader:
                 if len(data) != dlen or crc32(data) != dcrc:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
                 if flags & FLAG_ZSTD:
-                    data = raw_data(parse_header(buf), data)  # type: ignore[arg-type]
+                    data = decompress(data, rlen)
                 records, rejected = decode_records(data, count, first, ts, self.position, spec)
                 if spec is not None and not records:
                     stats.chunks_false_positive += 1
@@ -360,6 +394,7 @@ class StreamReader:
         return out
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._unpin()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -16,6 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from sievemq.storage import bloom as _bloom
+from sievemq.storage import handles
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
     INDEX_ENTRY,
@@ -228,8 +229,8 @@ class Stream:
         self.config = config
         self._segments = segments
         self._listeners: list[Callable[[int], None]] = []
-        self._seg_fd = -1
-        self._idx_fd = -1
+        self._seg: handles.CachedFile | None = None  # the last segment and its index, for appending
+        self._idx: handles.CachedFile | None = None
         self._closed = False
         self._always = config.durability is Durability.ALWAYS
         self._compress: Callable[[bytes], bytes] | None = None
@@ -261,23 +262,21 @@ class Stream:
         return self._segments[0].first_offset
 
     def _open_files(self, first: int) -> None:
-        seg_fd = os.open(self.directory / segment_name(first), os.O_WRONLY)
-        idx_fd = os.open(self.directory / index_name(first), os.O_WRONLY)
-        os.lseek(seg_fd, 0, os.SEEK_END)
-        os.lseek(idx_fd, 0, os.SEEK_END)
-        self._seg_fd, self._idx_fd = seg_fd, idx_fd
+        """Handles on the last segment and index: opened (at their end) when first used,
+        closed by the shared descriptor cache when idle (``storage.handles``)."""
+        self._seg = handles.shared.file(self.directory / segment_name(first), os.O_WRONLY, True)
+        self._idx = handles.shared.file(self.directory / index_name(first), os.O_WRONLY, True)
 
     def _close_files(self) -> None:
-        for fd in (self._seg_fd, self._idx_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._seg_fd = self._idx_fd = -1
+        for handle in (self._seg, self._idx):
+            if handle is not None:
+                handle.close()
+        self._seg = self._idx = None
 
     def _roll(self) -> None:
         """Start a new segment named after the next offset, then apply retention."""
         if self.config.durability is not Durability.NEVER:
-            os.fdatasync(self._seg_fd)
-            os.fdatasync(self._idx_fd)
+            self.sync()
         self._close_files()
         first = self.end_offset
         _ensure_file_header(self.directory / segment_name(first), SEGMENT_MAGIC)
@@ -317,16 +316,30 @@ class Stream:
         )
         size = sum(map(len, buffers))
         pos = seg.size
+        seg_file, idx_file = self._seg, self._idx
+        assert seg_file is not None and idx_file is not None
         try:
-            written = os.writev(self._seg_fd, buffers)
-            if written != size:
-                _write_all(self._seg_fd, b"".join(buffers)[written:])
-            os.write(self._idx_fd, INDEX_ENTRY.pack(first, ts, pos))
-            if self._always:
-                os.fdatasync(self._seg_fd)
+            seg_fd = seg_file.acquire()
         except OSError as exc:
-            self._undo(pos, seg.chunks)
             raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+        try:
+            idx_fd = idx_file.acquire()
+        except OSError as exc:
+            seg_file.release()
+            raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+        try:
+            written = os.writev(seg_fd, buffers)
+            if written != size:
+                _write_all(seg_fd, b"".join(buffers)[written:])
+            os.write(idx_fd, INDEX_ENTRY.pack(first, ts, pos))
+            if self._always:
+                os.fdatasync(seg_fd)
+        except OSError as exc:
+            self._undo(seg_fd, idx_fd, pos, seg.chunks)
+            raise StorageError(f"append to {self.directory} failed: {exc}") from exc
+        finally:
+            seg_file.release()
+            idx_file.release()
         seg.size = pos + size
         seg.chunks += 1
         if seg.first_ts is None:
@@ -338,30 +351,37 @@ class Stream:
             cb(end)
         return first
 
-    def _undo(self, pos: int, chunks: int) -> None:
+    def _undo(self, seg_fd: int, idx_fd: int, pos: int, chunks: int) -> None:
         """Cut a failed write back so the files hold only committed chunks."""
         try:
-            os.ftruncate(self._seg_fd, pos)
-            os.lseek(self._seg_fd, pos, os.SEEK_SET)
+            os.ftruncate(seg_fd, pos)
+            os.lseek(seg_fd, pos, os.SEEK_SET)
             idx_end = FILE_HEADER_SIZE + chunks * INDEX_ENTRY_SIZE
-            os.ftruncate(self._idx_fd, idx_end)
-            os.lseek(self._idx_fd, idx_end, os.SEEK_SET)
+            os.ftruncate(idx_fd, idx_end)
+            os.lseek(idx_fd, idx_end, os.SEEK_SET)
         except OSError:
             pass  # recovery on the next open cuts the tail anyway
 
     def sync(self) -> None:
-        """fdatasync the current segment and index now."""
-        if self._seg_fd >= 0:
-            os.fdatasync(self._seg_fd)
-            os.fdatasync(self._idx_fd)
+        """fdatasync the current segment and index now.
+
+        A file the descriptor cache closed since its last write is reopened for it: its
+        written pages are still the kernel's to flush (closing does not drop them)."""
+        for handle in (self._seg, self._idx):
+            if handle is not None:
+                fd = handle.acquire()
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    handle.release()
 
     def sync_handles(self) -> list[int]:
         """Duplicates of the current segment and index descriptors, for an fdatasync in
         another thread that a roll-over or close on the writer's thread cannot disturb.
         The caller closes them."""
-        if self._seg_fd < 0:
+        if self._seg is None or self._idx is None:
             return []
-        return [os.dup(self._seg_fd), os.dup(self._idx_fd)]
+        return [self._seg.dup(), self._idx.dup()]
 
     def add_listener(self, cb: Callable[[int], None]) -> None:
         """cb(new end_offset) is called after every commit, on the appending thread."""

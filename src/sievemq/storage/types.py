@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# Record kinds (docs/storage-format.md "Record kinds"):
+KIND_AMQP091 = 0  # properties = AMQP 0-9-1 content-header property bytes, body = the body
+# a stream-protocol publish: body = the client's payload byte for byte (AMQP 1.0 by
+# convention, never parsed on write); properties = the publisher tag (u64 publishing id +
+# publisher reference, UTF-8) or empty; exchange and routing key are empty
+KIND_STREAM = 1
+
 
 class Message(NamedTuple):
     """One published message as the gateway hands it to the store."""
@@ -13,6 +20,7 @@ class Message(NamedTuple):
     routing_key: str
     properties: bytes  # raw content-header property flags + list, as published
     body: bytes
+    kind: int = KIND_AMQP091
 
 
 class Record(NamedTuple):
@@ -25,3 +33,4 @@ class Record(NamedTuple):
     routing_key: str
     properties: bytes
     body: bytes
+    kind: int = KIND_AMQP091

@@ -5,8 +5,9 @@ that the command line, the ready line and the exit status work, and runs on its 
 loop so a blocking client library (pika) in the test cannot deadlock it.
 
 The server picks free ports (port 0) and announces them on one stdout line,
-``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] admin=http://HOST:PORT`` (read by key: the
-amqps field is there only with TLS); we wait for that line instead of
+``sievemq ready amqp=HOST:PORT [amqps=HOST:PORT] stream=HOST:PORT [streams=HOST:PORT]
+admin=http://HOST:PORT`` (read by key: the amqps and streams fields are there only with TLS);
+we wait for that line instead of
 polling a port, so a test never races the listener. stderr goes to a file so a chatty server
 can never block on a full pipe, and it is shown when start-up fails.
 """
@@ -49,6 +50,8 @@ class ServerProcess:
     host: str = ""
     amqp_port: int = 0
     amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
+    stream_port: int = 0  # the RabbitMQ Stream protocol listener
+    stream_tls_port: int = 0  # its TLS twin, with --tls-cert/--tls-key
     admin_url: str = ""
     admin_port: int = 0
     proc: subprocess.Popen[str] | None = None
@@ -91,6 +94,10 @@ class ServerProcess:
             "0",
             "--admin-port",
             "0",
+            "--stream-port",
+            "0",
+            "--stream-tls-port",
+            "0",
             *self.extra_args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -130,6 +137,10 @@ class ServerProcess:
         self.host, port = fields["amqp"].rsplit(":", 1)
         self.amqp_port = int(port)
         self.amqps_port = int(fields["amqps"].rsplit(":", 1)[1]) if "amqps" in fields else 0
+        self.stream_port = int(fields["stream"].rsplit(":", 1)[1]) if "stream" in fields else 0
+        self.stream_tls_port = (
+            int(fields["streams"].rsplit(":", 1)[1]) if "streams" in fields else 0
+        )
         self.admin_url = fields["admin"]
         self.admin_port = int(self.admin_url.rsplit(":", 1)[1])
         return self

@@ -174,13 +174,22 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     third.close()
 
 
-def test_definitions_file_is_json_and_atomic(tmp_path: Path) -> None:
+def test_definitions_are_an_append_log_of_json_lines(tmp_path: Path) -> None:
     broker = Broker(tmp_path, STREAMS)
+    before = (tmp_path / "definitions.log").stat().st_size
     broker.vhost("/").declare_queue("s")
-    data = json.loads((tmp_path / "definitions.json").read_text())
-    assert data["version"] == 1
+    lines = (tmp_path / "definitions.log").read_bytes()[before:].splitlines()
+    assert len(lines) == 1  # the declare appended one line, nothing else was rewritten
+    assert json.loads(lines[0][9:]) == [
+        "put",
+        "queues",
+        '["/","s"]',
+        {"vhost": "/", "name": "s", "arguments": {"x-queue-type": "stream"}},
+    ]
+    data = definitions.load(tmp_path)
+    assert data is not None and data["version"] == 1
     assert data["queues"] == [{"vhost": "/", "name": "s", "arguments": {"x-queue-type": "stream"}}]
-    assert not (tmp_path / "definitions.json.tmp").exists()
+    assert not (tmp_path / "definitions.json").exists()
     broker.close()
 
 
@@ -226,7 +235,7 @@ def test_users_and_vhost_access(tmp_path: Path) -> None:
     assert info.value.reply_text == (
         "NOT_ALLOWED - access to vhost 'private' refused for user 'guest'"
     )
-    stored = json.loads((tmp_path / "definitions.json").read_text())["users"]
+    stored = definitions.load(tmp_path)["users"]  # type: ignore[index]
     assert stored[0]["name"] == "guest"
     assert "guest" not in stored[0]["password_hash"]  # only the salted hash is stored
 

@@ -21,6 +21,7 @@ from pamqp import commands, frame
 from sievemq.amqp import errors, states
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
 from sievemq.amqp.states import ChannelPhase, ChannelState, ConnectionPhase, Next
+from sievemq.gateway.model.users import Permission
 from sievemq.gateway.runtime.node import Limits
 from sievemq.gateway.session import channel as channel_module
 from sievemq.gateway.session import connection as connection_module
@@ -71,7 +72,10 @@ class _Transport:
 
 def _node() -> Any:
     vhost = SimpleNamespace(route=lambda *args: [])  # every message is unroutable: dropped
-    user = SimpleNamespace(may_connect_from=lambda host: True)
+    # guest as the default definitions make it: every permission on "/"
+    user = SimpleNamespace(
+        name="guest", may_connect_from=lambda host: True, permissions={"/": Permission()}
+    )
     broker = SimpleNamespace(
         users=SimpleNamespace(authenticate=lambda name, password: user),
         open_vhost=lambda user, name: vhost,

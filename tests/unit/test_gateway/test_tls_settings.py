@@ -42,6 +42,10 @@ def test_ready_line_field_order() -> None:
         ready_line("h:1", "http://h:3", "h:2")
         == "sievemq ready amqp=h:1 amqps=h:2 admin=http://h:3"
     )
+    assert (
+        ready_line("h:1", "http://h:3", "h:2", "h:4", "h:5")
+        == "sievemq ready amqp=h:1 amqps=h:2 stream=h:4 streams=h:5 admin=http://h:3"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,21 @@ def test_documented_bloom_bits_for_emea() -> None:
     bloom.add("emea")
     assert bloom.to_bytes() == bytes.fromhex("04000008000000000000000000000000")
     assert FilterSpec(("emea",)).chunk_may_match(bloom)
+
+
+def test_stream_record_example_matches_the_bytes_the_code_writes(tmp_path: Path) -> None:
+    from sievemq.storage.publishers import publisher_tag, read_tag
+    from sievemq.storage.types import KIND_STREAM
+
+    text = re.findall(r"<!-- record: stream -->\s*```hex\n(.*?)```", DOC.read_text(), re.S)[0]
+    digits = "".join(line.split("#", 1)[0] for line in text.splitlines())
+    expected = bytes.fromhex("".join(digits.split()))
+    payload = bytes.fromhex("005375a0026d34")
+    s = Stream.open(tmp_path / "s", StreamConfig())
+    s.append([Message(("emea",), "", "", publisher_tag("ref", 7), payload, KIND_STREAM)])
+    s.close()
+    segment = (tmp_path / "s" / "00000000000000000000.segment").read_bytes()
+    assert segment.endswith(expected)  # the data section is this one record
+    [record] = StreamReader.open(tmp_path / "s").read(10)
+    assert (record.kind, record.body, record.filter_values) == (KIND_STREAM, payload, ("emea",))
+    assert read_tag(record.properties) == ("ref", 7)

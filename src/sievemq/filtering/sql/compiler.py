@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from sievemq.filtering.sql import like, runtime
 from sievemq.filtering.sql.errors import CompileError
+from sievemq.filtering.sql.lexer import MAX_CHARS
 from sievemq.filtering.sql.nodes import (
     Arith,
     Between,
@@ -31,7 +32,7 @@ from sievemq.filtering.sql.nodes import (
     Ref,
     StrPredicate,
 )
-from sievemq.filtering.sql.parser import parse
+from sievemq.filtering.sql.parser import MAX_NESTING, parse
 from sievemq.filtering.sql.view import MessageView
 
 HOIST_DEPTH = 8  # deeper sub-expressions become their own function (keeps source nesting low)
@@ -350,8 +351,8 @@ def _refs(node: Node) -> list[Ref]:
 
 
 @lru_cache(maxsize=256)
-def _compile(text: str) -> _Compiled:
-    tree = parse(text)
+def _compile(text: str, max_depth: int) -> _Compiled:
+    tree = parse(text, max_depth)
     gen = _Generator()
     src, _ = gen.cond(tree)
     lines = ["def _build(_K, _owner):"]
@@ -424,6 +425,17 @@ class SqlFilter:
         return f"SqlFilter({self.text!r}, errors={self.errors})"
 
 
-def compile_filter(text: str) -> SqlFilter:
-    """Compile an expression once (cached by text); raise CompileError when it is invalid."""
-    return SqlFilter(text, _compile(text))
+def compile_filter(
+    text: str, max_length: int = MAX_CHARS, max_depth: int = MAX_NESTING
+) -> SqlFilter:
+    """Compile an expression once (cached by text); raise CompileError when it is invalid.
+
+    ``max_length`` and ``max_depth`` (settings max_sql_length, max_sql_depth) may lower the
+    compiler's own caps, MAX_CHARS characters and MAX_NESTING levels, never raise them."""
+    if len(text) > max_length:
+        raise CompileError(
+            max_length + 1,
+            f"expression is longer than {max_length} characters (limit max_sql_length)",
+            "limit exceeded",
+        )
+    return SqlFilter(text, _compile(text, max_depth))

@@ -85,7 +85,9 @@ def tokenize(text: str) -> list[Token]:
     """Split ``text`` into tokens ending with an END token; raise CompileError on bad input."""
     if len(text) > MAX_CHARS:
         raise CompileError(
-            MAX_CHARS + 1, f"expression is longer than {MAX_CHARS} characters", "limit exceeded"
+            MAX_CHARS + 1,
+            f"expression is longer than {MAX_CHARS} characters (limit max_sql_length)",
+            "limit exceeded",
         )
     tokens: list[Token] = []
     i, n = 0, len(text)

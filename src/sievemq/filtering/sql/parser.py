@@ -38,9 +38,11 @@ _STRING_PREDICATES = frozenset({"CONTAINS", "STARTSWITH", "ENDSWITH"})
 _FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def parse(text: str) -> Node:
-    """Parse a whole expression; it must be a condition and nothing may follow it."""
-    return _Parser(tokenize(text)).parse_all()
+def parse(text: str, max_depth: int = MAX_NESTING) -> Node:
+    """Parse a whole expression; it must be a condition and nothing may follow it.
+
+    ``max_depth`` (at most MAX_NESTING) lowers the nesting limit (setting max_sql_depth)."""
+    return _Parser(tokenize(text), min(max_depth, MAX_NESTING)).parse_all()
 
 
 def _describe(node: Node) -> str:
@@ -54,10 +56,11 @@ def _describe(node: Node) -> str:
 
 
 class _Parser:
-    def __init__(self, tokens: list[Token]) -> None:
+    def __init__(self, tokens: list[Token], max_depth: int = MAX_NESTING) -> None:
         self.tokens = tokens
         self.i = 0
         self.depth = 0
+        self.max_depth = max_depth
 
     # -- token helpers -------------------------------------------------------------------
     @property
@@ -92,9 +95,12 @@ class _Parser:
 
     def nest(self, pos: int) -> None:
         self.depth += 1
-        if self.depth > MAX_NESTING:
+        if self.depth > self.max_depth:
             raise CompileError(
-                pos, f"expression is nested more than {MAX_NESTING} levels deep", "limit exceeded"
+                pos,
+                f"expression is nested more than {self.max_depth} levels deep "
+                "(limit max_sql_depth)",
+                "limit exceeded",
             )
 
     # -- checks --------------------------------------------------------------------------

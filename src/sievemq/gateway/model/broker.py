@@ -1,7 +1,7 @@
 """The broker model: vhosts, users and the durable definitions behind them.
 
 No sockets and no asyncio: the connection handler calls these methods synchronously. On
-start the broker loads ``definitions.json`` and reopens every stream from
+start the broker loads ``definitions.log`` and reopens every stream from
 ``<data_dir>/streams/<safe vhost>/<safe name>`` with its declared arguments.
 """
 
@@ -17,7 +17,9 @@ from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
 from sievemq.gateway.model.classic_vhost import ClassicQueues
+from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import Durability, Stream, StreamConfig
@@ -49,11 +51,14 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        stored = definitions.load(self.data_dir)
+        self.store = definitions.DefinitionStore(self.data_dir)
+        stored = self.store.load()
         if stored is None:
             self._create_defaults()
         else:
             self._restore(stored)
+        for vhost in self.vhosts.values():
+            vhost.touched.clear()
         self._loading = False
         self.save_definitions()
 
@@ -156,22 +161,11 @@ class Broker:
         for vhost in self.vhosts.values():
             yield from vhost.queues.values()
 
-    def sync_all(self) -> None:
-        """fdatasync every stream (the BATCH durability timer calls this)."""
-        for queue in self.queues():
-            queue.stream.sync()
-        for vhost in self.vhosts.values():
-            for classic in vhost.classic.queues.values():
-                classic.sync()
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Apply x-max-length-bytes / x-max-age to every stream; segments deleted."""
-        return sum(q.stream.apply_retention(now_ms) for q in self.queues())
-
     def close(self) -> None:
-        """Sync and close every stream."""
+        """Sync and close every stream, then the definitions log."""
         for vhost in self.vhosts.values():
             vhost.close()
+        self.store.close()
 
     # ------------------------------------------------------------------ vhosts
 
@@ -179,11 +173,17 @@ class Broker:
         """Create a vhost (idempotent)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
+            # classic queues persist through the full (diffing) save; streams, exchanges and
+            # bindings through _vhost_changed, which writes only what a change touched
             classic = ClassicQueues(
                 name, self.settings.default_queue_type, self._open_queue_log, self.save_definitions
             )
             vhost = VirtualHost(
-                name, self._open_stream, self._remove_stream, self.save_definitions, classic
+                name,
+                self._open_stream,
+                self._remove_stream,
+                lambda: self._vhost_changed(name),
+                classic,
             )
             self.vhosts[name] = vhost
             self.save_definitions()
@@ -221,6 +221,33 @@ class Broker:
 
     # ------------------------------------------------------------------ persistence
 
+    @staticmethod
+    def _exchange_record(vhost: VirtualHost, x: Exchange) -> dict[str, Any]:
+        return {
+            "vhost": vhost.name,
+            "name": x.name,
+            "type": x.type,
+            "durable": True,
+            "auto_delete": x.auto_delete,
+            "internal": x.internal,
+            "arguments": x.arguments,
+        }
+
+    @staticmethod
+    def _queue_record(vhost: VirtualHost, q: StreamQueue) -> dict[str, Any]:
+        return {"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table}
+
+    @staticmethod
+    def _binding_record(vhost: VirtualHost, b: Binding) -> dict[str, Any]:
+        return {
+            "vhost": vhost.name,
+            "source": b.source,
+            "destination_type": b.destination_kind,
+            "destination": b.destination,
+            "routing_key": b.routing_key,
+            "arguments": b.arguments,
+        }
+
     def definitions(self) -> dict[str, Any]:
         """Everything durable, shaped like RabbitMQ's definitions export."""
         exchanges: list[dict[str, Any]] = []
@@ -229,19 +256,9 @@ class Broker:
         for vhost in self.vhosts.values():
             for x in vhost.exchanges.values():
                 if x.durable and not x.builtin:
-                    exchanges.append(
-                        {
-                            "vhost": vhost.name,
-                            "name": x.name,
-                            "type": x.type,
-                            "durable": True,
-                            "auto_delete": x.auto_delete,
-                            "internal": x.internal,
-                            "arguments": x.arguments,
-                        }
-                    )
+                    exchanges.append(self._exchange_record(vhost, x))
             for q in vhost.queues.values():
-                queues.append({"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table})
+                queues.append(self._queue_record(vhost, q))
             for c in vhost.classic.queues.values():
                 if c.durable and not c.exclusive:
                     queues.append(
@@ -256,16 +273,7 @@ class Broker:
                     )
             for b in vhost.bindings():
                 if vhost.is_durable(b):
-                    bindings.append(
-                        {
-                            "vhost": vhost.name,
-                            "source": b.source,
-                            "destination_type": b.destination_kind,
-                            "destination": b.destination,
-                            "routing_key": b.routing_key,
-                            "arguments": b.arguments,
-                        }
-                    )
+                    bindings.append(self._binding_record(vhost, b))
         bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
         return {
             "vhosts": [{"name": n} for n in self.vhosts],
@@ -276,7 +284,42 @@ class Broker:
         }
 
     def save_definitions(self) -> None:
-        """Persist now (called by the vhosts after each durable change)."""
+        """Persist everything now (after changing users or vhosts directly): only what
+        differs from the stored definitions is written."""
         if self._loading:
             return
-        definitions.save(self.data_dir, self.definitions())
+        self.store.save(self.definitions())
+
+    def _vhost_changed(self, name: str) -> None:
+        """A vhost changed durable definitions: persist the objects it touched, nothing
+        else (one append and one fdatasync, whatever the number of streams)."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            return
+        touched, vhost.touched = vhost.touched, []
+        if self._loading:
+            return
+        store = self.store
+        for kind, key in touched:
+            if kind == "queue":
+                queue = vhost.queues.get(key)
+                if queue is not None:
+                    store.put("queues", self._queue_record(vhost, queue))
+                elif key in vhost.classic.queues:
+                    continue  # a classic queue of that name: persisted by save_definitions
+                else:
+                    store.delete("queues", {"vhost": name, "name": key})
+            elif kind == "exchange":
+                x = vhost.exchanges.get(key)
+                if x is not None and x.durable and not x.builtin:
+                    store.put("exchanges", self._exchange_record(vhost, x))
+                else:
+                    store.delete("exchanges", {"vhost": name, "name": key})
+            else:
+                record = self._binding_record(vhost, key)
+                source = vhost.exchanges.get(key.source)
+                if source is not None and key in source.bindings and vhost.is_durable(key):
+                    store.put("bindings", record)
+                else:
+                    store.delete("bindings", record)
+        store.commit()

@@ -518,6 +518,11 @@ class ClassicQueue:
         if self.log is not None and self.log.dirty:
             self.log.sync()
 
+    def sync_now(self) -> None:
+        """fdatasync the log whether or not it is marked dirty (a worker thread may call it)."""
+        if self.log is not None:
+            self.log.sync()
+
     def close(self) -> None:
         if self.log is not None:
             self.log.close()

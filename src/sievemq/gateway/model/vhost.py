@@ -44,7 +44,9 @@ class VirtualHost:
     """Exchanges, queues and bindings of one vhost.
 
     ``open_stream``/``remove_stream`` create and delete the storage behind a queue;
-    ``on_change`` is called after every change to durable definitions (the broker persists).
+    ``on_change`` is called after every change to durable definitions (the broker persists);
+    ``touched`` lists what the change touched, ``("queue" | "exchange", name)`` or
+    ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class VirtualHost:
         self._open_stream = open_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
+        self.touched: list[tuple[str, Any]] = []
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, StreamQueue] = {}  # stream queues
         # classic and quorum queues (their own module: declare, delete, dead-lettering)
@@ -98,6 +101,7 @@ class VirtualHost:
         )
         self.exchanges[name] = exchange
         if durable:
+            self.touched.append(("exchange", name))
             self._on_change()
         return exchange
 
@@ -121,6 +125,7 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        self.touched.append(("exchange", exchange.name))
         for binding in list(exchange.bindings):
             self._drop_binding(binding, cascade=False)
         for binding in list(self._inbound.get(("exchange", exchange.name), ())):
@@ -172,6 +177,7 @@ class VirtualHost:
         stream = self._open_stream(self.name, name, stream_args)
         queue = StreamQueue(name, self.name, stream_args, stream)
         self.queues[name] = queue
+        self.touched.append(("queue", name))
         return queue
 
     def get_queue(self, name: str) -> StreamQueue:
@@ -201,6 +207,7 @@ class VirtualHost:
             return 0
         count = queue.message_count
         del self.queues[name]
+        self.touched.append(("queue", name))
         self.drop_queue_bindings(name)
         queue.notify_deleted()
         self._remove_stream(queue)
@@ -281,6 +288,7 @@ class VirtualHost:
         if exchange.add_binding(binding):
             self._inbound.setdefault(binding.dest, set()).add(binding)
             if self.is_durable(binding):
+                self.touched.append(("binding", binding))
                 self._on_change()
 
     def _unbind(
@@ -302,6 +310,8 @@ class VirtualHost:
         goes too (RabbitMQ's auto-delete semantics)."""
         source = self.exchanges.get(binding.source)
         removed = source is not None and source.remove_binding(binding)
+        if removed:
+            self.touched.append(("binding", binding))
         inbound = self._inbound.get(binding.dest)
         if inbound is not None:
             inbound.discard(binding)

@@ -10,6 +10,7 @@ publishing connections). Limits may change at runtime (``set_limits``), as
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -78,6 +79,7 @@ class ResourceAlarms:
         self.disk_free: int | None = None
         self._listeners: list[Listener] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._write_failed = False  # a write hit ENOSPC since the last check
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -100,13 +102,31 @@ class ResourceAlarms:
             disk_on = self.disk_free < self.disk_free_limit
         except OSError as error:
             log.warning("disk alarm: cannot read free disk space: %s", error)
+        if self._write_failed:  # held until a check after the failed write finds room
+            self._write_failed = False
+            disk_on = True
+        self._set(memory_on, disk_on)
+        return self.reasons
+
+    def storage_write_failed(self, error: OSError) -> None:
+        """A stream write failed with ``error``: for a full disk (ENOSPC, EDQUOT) the disk
+        alarm goes on now, stays on through the next periodic check, and then until a check
+        finds free space above the limit (publishers are blocked, not nacked message after
+        message); once it clears, publishing resumes by itself. Descriptor exhaustion is
+        only logged here: the storage descriptor cache already gave back every idle one."""
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            log.error("storage: out of descriptors: %s", error)
+            return
+        self._write_failed = True
+        self._set(MEMORY in self.reasons, True)
+
+    def _set(self, memory_on: bool, disk_on: bool) -> None:
         reasons = tuple(name for name, on in ((MEMORY, memory_on), (DISK, disk_on)) if on)
         if reasons != self.reasons:
             previous, self.reasons = self.reasons, reasons
             self._log_change(previous, reasons)
             for listener in list(self._listeners):
                 listener(reasons)
-        return reasons
 
     def set_limits(
         self, memory_limit: int | None = None, disk_free_limit: int | None = None

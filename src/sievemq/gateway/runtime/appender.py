@@ -18,6 +18,7 @@ stays protocol-free; see ``filtering.subscriptions``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -53,6 +54,7 @@ class StreamAppender:
         "_in_flight_done",
         "_in_flight_tokens",
         "_loop",
+        "_on_exhausted",
         "_scheduled",
         "_sinks",
         "_subscriptions",
@@ -72,10 +74,14 @@ class StreamAppender:
         executor: Executor | None,
         sync_interval_ms: int | None = None,
         latencies: WriteLatencies | None = None,
+        on_exhausted: Callable[[OSError], None] | None = None,
     ) -> None:
         self.stream = stream
         self.latencies = latencies or WriteLatencies()
         self._sync_started = 0.0
+        # told when an append failed for want of disk space or descriptors (the node raises
+        # the disk alarm): the batch is nacked at once, without retrying message by message
+        self._on_exhausted = on_exhausted
         self.durability = stream.config.durability
         self._loop = loop
         self._executor = executor
@@ -143,6 +149,9 @@ class StreamAppender:
             self.stream.append(batch, None, self._extra(batch))
         except _APPEND_ERRORS as error:
             log.error("append to %s failed: %s", self.stream.directory, error)
+            if self._exhausted(error):
+                _settle(tokens, False)
+                return
             oks = _append_each(self.stream, batch, self._extras(batch))
             _settle_each(sinks, tokens, oks)
             ok = any(oks)
@@ -154,6 +163,15 @@ class StreamAppender:
             self._dirty = True
             if self._sync_handle is None:
                 self._sync_handle = self._loop.call_later(self._sync_interval, self._sync)
+
+    def _exhausted(self, error: BaseException) -> bool:
+        """Whether the append failed for want of disk or descriptors (then reported)."""
+        cause = exhausted_resource(error)
+        if cause is None:
+            return False
+        if self._on_exhausted is not None:
+            self._on_exhausted(cause)
+        return True
 
     def _extra(self, batch: Sequence[Message]) -> bytes:
         subscriptions = self._subscriptions
@@ -207,7 +225,7 @@ class StreamAppender:
             _settle(tokens, True)
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
-        if len(batch) == 1:
+        if len(batch) == 1 or self._exhausted(error):
             _settle(tokens, False)
             return
         # one bad message must not nack the others: write them one chunk each, still in the
@@ -302,6 +320,16 @@ class StreamAppender:
 
 
 _APPEND_ERRORS = (StorageError, OSError, ValueError)
+_EXHAUSTED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE})
+
+
+def exhausted_resource(error: BaseException | None) -> OSError | None:
+    """The OSError (ENOSPC, EDQUOT, EMFILE, ENFILE) behind ``error``, if any."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in _EXHAUSTED:
+            return error
+        error = error.__cause__
+    return None
 
 
 def _append_each(stream: Stream, batch: Sequence[Message], extras: Sequence[bytes]) -> list[bool]:
@@ -352,6 +380,3 @@ def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Seque
             (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
     _settle(good, True)
     _settle(bad, False)
-
-
-AppenderFactory = Callable[[Stream], StreamAppender]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.runtime.appender import ConfirmSink
@@ -26,12 +28,14 @@ class ClassicAppender:
     __slots__ = (
         "_batch",
         "_closed",
+        "_executor",
         "_expiry_handle",
         "_loop",
         "_scheduled",
         "_sinks",
         "_sync_handle",
         "_sync_interval",
+        "_syncing",
         "durability",
         "queue",
     )
@@ -42,8 +46,11 @@ class ClassicAppender:
         loop: asyncio.AbstractEventLoop,
         durability: Durability,
         sync_interval_ms: int,
+        executor: Executor | None = None,
     ) -> None:
         self.queue = queue
+        self._executor = executor
+        self._syncing = False
         self.durability = durability
         self._loop = loop
         self._sync_interval = sync_interval_ms / 1000.0
@@ -71,6 +78,10 @@ class ClassicAppender:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def flush(self) -> None:
+        """Enqueue the buffered publishes now (the tick's callback does it otherwise)."""
+        self._flush()
+
     def _flush(self) -> None:
         self._scheduled = False
         batch, sinks = self._batch, self._sinks
@@ -83,13 +94,35 @@ class ClassicAppender:
             qlog = queue.log
             if qlog is not None and qlog.dirty:
                 if self.durability is Durability.ALWAYS:
-                    qlog.sync()
-                elif self.durability is Durability.BATCH and self._sync_handle is None:
+                    # fdatasync off the loop; the confirms wait for it
+                    qlog.dirty = False
+                    self._arm_expiry()
+                    self._after_sync(lambda: self._settle(sinks, results))
+                    return
+                if self.durability is Durability.BATCH and self._sync_handle is None:
                     self._sync_handle = self._loop.call_later(self._sync_interval, self._sync)
         except OSError as error:
             log.error("enqueue into %r failed: %s", queue, error)
             results = [False] * len(batch)
         self._arm_expiry()
+        self._settle(sinks, results)
+
+    def _after_sync(self, done: Callable[[], None]) -> None:
+        """fdatasync the log in a worker thread (inline without one), then call ``done``."""
+        if self._executor is None:
+            self._sync_inline()
+            done()
+            return
+        future: Future[None] = self._executor.submit(self._sync_inline)
+        future.add_done_callback(lambda _f: self._loop.call_soon_threadsafe(done))
+
+    def _sync_inline(self) -> None:
+        try:
+            self.queue.sync_now()
+        except OSError as error:
+            log.error("sync of %r failed: %s", self.queue, error)
+
+    def _settle(self, sinks: list[tuple[ConfirmSink | None, int]], results: list[bool]) -> None:
         settled: dict[tuple[ConfirmSink, bool], list[int]] = {}
         for (sink, seq), ok in zip(sinks, results, strict=True):
             if sink is not None:
@@ -115,18 +148,25 @@ class ClassicAppender:
         self._arm_expiry()
 
     def _sync(self) -> None:
+        """The batch timer: fdatasync in a worker thread, one at a time."""
         self._sync_handle = None
-        try:
-            self.queue.sync()
-        except OSError as error:
-            log.error("sync of %r failed: %s", self.queue, error)
+        qlog = self.queue.log
+        if qlog is None or not qlog.dirty or self._syncing:
+            return
+        qlog.dirty = False
+        self._syncing = True
+        self._after_sync(self._synced)
+
+    def _synced(self) -> None:
+        self._syncing = False
 
     def flush_now(self) -> None:
         """Shutdown: enqueue what is buffered and fdatasync."""
         self._flush()
         if self._sync_handle is not None:
             self._sync_handle.cancel()
-        self._sync()
+            self._sync_handle = None
+        self._sync_inline()
 
     def close(self) -> None:
         """The queue was deleted: pending publishes are nacked."""

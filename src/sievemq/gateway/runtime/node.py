@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from sievemq.amqp.errors import AMQPError
+from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.latency import WriteLatencies
@@ -47,6 +51,9 @@ class Limits:
     handshake_timeout_s: float = 10.0
     sync_interval_ms: int = 200
     write_buffer_high: int = 1024 * 1024
+    tables: TableLimits = DEFAULT_TABLE_LIMITS  # field tables from the wire
+    max_sql_length: int = 4096
+    max_sql_depth: int = 64
 
 
 class Node:
@@ -66,7 +73,9 @@ class Node:
         self.accepting = True
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.exhaustion_listeners: list[Callable[[OSError], None]] = []
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
+        queue_expiry.start(broker, loop)  # x-expires of classic queues
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -80,6 +89,12 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    def storage_exhausted(self, error: OSError) -> None:
+        """An append failed with ENOSPC/EDQUOT/EMFILE/ENFILE (its publishers were nacked):
+        tell the listeners (the resource alarms raise the disk alarm for a full disk)."""
+        for listener in list(self.exhaustion_listeners):
+            listener(error)
 
     def on_alarms(self, reasons: tuple[str, ...]) -> None:
         """A ``ResourceAlarms`` listener: block or unblock every publishing connection."""
@@ -97,6 +112,7 @@ class Node:
                     self.loop,
                     self.broker.settings.durability,
                     self.limits.sync_interval_ms,
+                    self.executor,
                 )
             else:
                 appender = StreamAppender(
@@ -105,10 +121,18 @@ class Node:
                     self.executor,
                     self.limits.sync_interval_ms,
                     self.latencies,
+                    self.storage_exhausted,
                 )
             self._appenders[id(queue)] = appender
             self.watch(queue)
         return appender
+
+    def flush_classic(self, queue: ClassicQueue) -> None:
+        """Enqueue what this tick's publishes left buffered for ``queue`` now, so a basic.get
+        or queue.purge after a publish on the same channel sees it (as in RabbitMQ)."""
+        appender = self._appenders.get(id(queue))
+        if isinstance(appender, ClassicAppender) and appender.pending:
+            appender.flush()
 
     def watch(self, queue: StreamQueue | ClassicQueue) -> None:
         """Make sure a queue.delete (from anywhere) cancels consumers and nacks pending."""

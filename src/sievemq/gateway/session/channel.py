@@ -171,7 +171,7 @@ class Channel:
         """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
-        method = codec.decode_method(payload)
+        method = codec.decode_method(payload, self.connection.node.limits.tables)
         try:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
         except errors.AMQPError as error:
@@ -188,9 +188,14 @@ class Channel:
         self._pub = (publish.exchange, publish.routing_key, publish.mandatory)
 
     def _content_header(self, payload: bytes) -> None:
-        class_id, size, props = hotcodec.decode_content_header(payload)
+        limits = self.connection.node.limits
+        try:
+            class_id, size, props = hotcodec.decode_content_header(payload, limits.tables)
+        except errors.PreconditionFailed as error:  # a headers table past a limit
+            error.class_id, error.method_id = BASIC_PUBLISH  # nothing of this message is stored
+            raise
         state = self.state
-        if class_id != _PUBLISH_CLASS or size > self.connection.node.limits.max_message_size:
+        if class_id != _PUBLISH_CLASS or size > limits.max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
         self._props = props
         if size == 0:
@@ -225,7 +230,7 @@ class Channel:
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
-        values = fastpath.property_filter_values(props)
+        values = fastpath.property_filter_values(props, self.connection.node.limits.tables)
         if values is None:
             return False
         self._pub = pub
@@ -275,7 +280,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = _new_message(Message, (values, exchange, routing_key, props, body))
+        message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
         if confirm is None:
             for queue in queues:
@@ -370,12 +375,18 @@ class Channel:
 
     def can_deliver(self) -> bool:
         connection = self.connection
-        return not connection.writing_paused and self.flow_active and connection.can_write()
+        if connection.writing_paused or not self.flow_active:
+            return False
+        transport = connection.transport
+        return transport is not None and not transport.is_closing()
 
     def take_delivery_tags(self, consumer: ChannelConsumer, n: int) -> int:
         first = self.next_delivery_tag
         self.next_delivery_tag = first + n
-        self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
+        if n == 1:
+            self.unacked[first] = consumer
+        else:
+            self.unacked.update(dict.fromkeys(range(first, first + n), consumer))
         return first
 
     def write_deliveries(self, data: bytes) -> None:
@@ -506,11 +517,8 @@ class Channel:
             owner=self.connection,
         )
         if not m.nowait:
-            self.connection.send_method(
-                self.id,
-                spec.Queue.DeclareOk(
-                    queue=queue.name, message_count=messages, consumer_count=consumers
-                ),
+            self.connection.write_frames(  # after any queued replies
+                [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
             )
 
     def _queue_delete(self, m: Any) -> None:
@@ -573,7 +581,10 @@ class Channel:
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
         stream = queue.stream
-        extras = consumer_extras(options, stream, self.connection.node.loop)  # 406 on bad SQL
+        node = self.connection.node
+        extras = consumer_extras(  # 406 on bad SQL
+            options, stream, node.loop, (node.limits.max_sql_length, node.limits.max_sql_depth)
+        )
         # newest wins, but only once the new consumer is positioned: a consume that fails
         # leaves the old one delivering. Its progress is saved first (resume reads it).
         previous: list[StreamConsumer] = []
@@ -631,6 +642,8 @@ class Channel:
             self.connection.send_method(self.id, spec.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def _basic_recover(self, m: Any) -> None:
+        if not m.requeue and self.classic is not None:
+            raise errors.NotImplemented_("requeue=false")  # RabbitMQ's reply
         self._recover_all()
         self.connection.send_method(self.id, spec.Basic.RecoverOk())
 

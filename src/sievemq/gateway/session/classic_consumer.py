@@ -370,6 +370,7 @@ def consume(channel: Channel, queue: ClassicQueue, m: Any) -> None:
 def get(channel: Channel, queue: ClassicQueue, m: Any) -> None:
     """basic.get: get-ok with the ready count left, or get-empty."""
     channel.vhost.classic.check_owner(queue, channel.connection)
+    channel.connection.node.flush_classic(queue)
     queue.last_used_ms = _now_ms()
     msg = queue.take()
     conn = channel.connection
@@ -402,6 +403,7 @@ def get(channel: Channel, queue: ClassicQueue, m: Any) -> None:
 
 def purge(channel: Channel, queue: ClassicQueue, m: Any) -> None:
     channel.vhost.classic.check_owner(queue, channel.connection)
+    channel.connection.node.flush_classic(queue)
     count = queue.purge()
     if not m.nowait:
         channel.connection.send_method(channel.id, spec.Queue.PurgeOk(message_count=count))

@@ -133,23 +133,20 @@ class Connection:
 
     def write_frames(self, data: list[bytes]) -> None:
         """Write a batch of frames now (confirms, a basic.return), after any queued replies."""
-        transport = self._after_replies()
-        if transport is not None:
+        if self._out:
+            self.flush()
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
             transport.writelines(data)
 
     def write_joined(self, data: bytes) -> None:
         """Write one buffer of frames now (a consumer's turn of deliveries, joined), after
-        any queued replies."""
-        transport = self._after_replies()
-        if transport is not None:
-            transport.write(data)
-
-    def _after_replies(self) -> asyncio.Transport | None:
-        """Flush the queued replies; the transport when it can take more."""
+        any queued replies. HOT PATH: once per delivery turn."""
         if self._out:
             self.flush()
         transport = self.transport
-        return transport if transport is not None and not transport.is_closing() else None
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
 
     def abort(self) -> None:
         """Drop the socket at once (shutdown, after the grace period)."""
@@ -215,7 +212,7 @@ class Connection:
         method = hotcodec.method_id(payload)
         if state.receive_method(method) is Next.DISCARD:
             return
-        _CONNECTION_METHODS[method](self, codec.decode_method(payload))
+        _CONNECTION_METHODS[method](self, codec.decode_method(payload, self.node.limits.tables))
 
     def on_frame_error(self, error: errors.AMQPError) -> None:
         self._fail(error, 0)

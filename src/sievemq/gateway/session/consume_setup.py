@@ -21,10 +21,10 @@ from sievemq.gateway.session.named_consumers import OffsetTracker, resume_offset
 from sievemq.storage import Record, Stream, StreamReader
 
 
-def compile_or_406(text: str) -> SqlFilter:
+def compile_or_406(text: str, max_length: int = 4096, max_depth: int = 64) -> SqlFilter:
     """The compiled filter, or the 406 the client sees (with position and expectation)."""
     try:
-        return compile_filter(text)
+        return compile_filter(text, max_length, max_depth)
     except CompileError as error:
         raise errors.PreconditionFailed(f"invalid x-stream-filter-sql: {error}", 60, 20) from None
 
@@ -57,12 +57,16 @@ class ConsumerExtras:
 
 
 def consumer_extras(
-    options: ConsumerOptions, stream: Stream, loop: asyncio.AbstractEventLoop | None
+    options: ConsumerOptions,
+    stream: Stream,
+    loop: asyncio.AbstractEventLoop | None,
+    sql_limits: tuple[int, int] = (4096, 64),
 ) -> ConsumerExtras:
+    """``sql_limits``: (max_sql_length, max_sql_depth)."""
     extras = ConsumerExtras(options, stream, loop)
     if options.sql is None:
         return extras
-    sql = compile_or_406(options.sql)
+    sql = compile_or_406(options.sql, *sql_limits)
     extras.sql = sql
     extras.predicate = sql_predicate(sql)
     if options.consumer_name is not None:

@@ -33,6 +33,7 @@ from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.gateway.session.named_consumers import OffsetTracker
 from sievemq.gateway.session.ports import DeliveryTarget
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.streamproto.convert import to_amqp091
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ class StreamConsumer:
         self._reader = reader
         self._batch = batch
         self._scheduled = False
-        self._encoder: hotcodec.DeliveryEncoder | None = None
+        # frame_max is fixed once a channel is open (tune-ok comes before connection.open-ok)
+        self._encoder = hotcodec.DeliveryEncoder(target.id, tag, target.frame_max)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         self.sql = sql
@@ -220,14 +222,14 @@ class StreamConsumer:
                 tag += 1
             tracker.moved()
         out: list[bytes] = []
-        encoder = self._encoder
-        frame_max = target.frame_max
-        if encoder is None or encoder.frame_max != frame_max:
-            encoder = self._encoder = hotcodec.DeliveryEncoder(target.id, self.tag, frame_max)
-        encode = encoder.encode
+        encode = self._encoder.encode
         tag = first
         for r in records:
-            encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+            if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
+                encode(out, tag, ex, rk, props, body, r.offset)
+            else:
+                encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
             tag += 1
         self.credit -= n
         self.delivered += n

@@ -21,6 +21,7 @@ The node holds its connections as ``runtime.node.ClientConnection`` (alarms and 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from sievemq.gateway.model.classic_queue import ClassicQueue
@@ -55,7 +56,8 @@ class DeliveryTarget(Protocol):
 
     @property
     def frame_max(self) -> int:
-        """The connection's negotiated frame size (body frames are split by it)."""
+        """The connection's negotiated frame size (body frames are split by it; fixed once
+        a channel is open)."""
         ...
 
     def can_deliver(self) -> bool:
@@ -100,6 +102,8 @@ class ChannelHost(Protocol):
     def id(self) -> int: ...
     @property
     def frame_max(self) -> int: ...
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
     def can_write(self) -> bool:
         """The socket is open and not closing."""
         ...

@@ -17,6 +17,7 @@ import struct
 from typing import Final
 
 from sievemq.amqp import errors, hotcodec, properties
+from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 from sievemq.gateway.model import arguments as stream_args
 
 FILTER_HEADER: Final = "x-stream-filter-value"
@@ -50,8 +51,13 @@ def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
     return got
 
 
-def property_filter_values(props: bytes) -> tuple[str, ...] | None:
+def property_filter_values(
+    props: bytes, limits: TableLimits = DEFAULT_LIMITS
+) -> tuple[str, ...] | None:
     """The filter values of a well-formed property list; None: use the slow path.
+
+    ``limits``: the headers table limits (a server runs with one set; the memo holds only
+    property lists that passed them).
 
     A property list seen before is answered from the memo. A new one is checked and its
     filter header found in ONE pass (``check_properties`` with the key); a longstr value is
@@ -62,7 +68,7 @@ def property_filter_values(props: bytes) -> tuple[str, ...] | None:
     if got is not None:
         return got
     try:
-        at = properties.check_properties(props, _FILTER_HEADER_BYTES)
+        at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
         if at < 0:
             values: tuple[str, ...] = ()
         elif props[at] == _LONGSTR:

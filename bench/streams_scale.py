@@ -1,0 +1,158 @@
+"""Thousands of streams: declare cost, descriptors and memory per stream; JSON to stdout.
+
+    python -m bench.streams_scale [--n 10000] [--touch 1000] [--rabbitmq-n 0]
+
+SieveMQ (default ``--fsync batch``, ``--max-open-files`` default) on free ports: declare
+``--n`` stream queues one after another over one pika connection (time per declare, median
+of each block of 1,000, so a cost that grows with the count shows), then publish one
+message with confirms to ``--touch`` random streams and read it back from each (descriptors
+after). Descriptors (``/proc/PID/fd``) and RSS (``VmRSS``) of the server are taken before the
+declares, after them, and after touching streams; per-stream figures are the deltas / n.
+
+With ``--rabbitmq-n N`` the same declares (N of them) run against the private RabbitMQ
+3.10.8 peer (``../shared/peers/rabbitmq.sh``, on its own port ``--rabbitmq-port``), and its
+beam process's descriptors and RSS are measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from bench._util import machine, start_server, stop_server
+
+# the RabbitMQ starter lives outside the repository (issue 13 item 6 moves it in)
+PEERS = Path(os.environ.get("SIEVEMQ_PEERS", "/work/shared/peers"))
+
+
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def declare_all(url: str, n: int, pid: int, prefix: str) -> dict[str, Any]:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    before = {"fds": fds(pid), "rss_kib": rss_kib(pid)}
+    blocks: list[float] = []
+    start = block_start = time.perf_counter()
+    for i in range(n):
+        ch.queue_declare(f"{prefix}{i}", durable=True, arguments={"x-queue-type": "stream"})
+        if (i + 1) % 1000 == 0:
+            now = time.perf_counter()
+            blocks.append((now - block_start) / 1000 * 1000)  # ms per declare in this block
+            block_start = now
+    total = time.perf_counter() - start
+    time.sleep(1.0)
+    after = {"fds": fds(pid), "rss_kib": rss_kib(pid)}
+    conn.close()
+    return {
+        "n": n,
+        "total_s": round(total, 2),
+        "ms_per_declare": round(total / n * 1000, 3),
+        "ms_per_declare_by_block_of_1000": [round(b, 3) for b in blocks],
+        "before": before,
+        "after": after,
+        "fds_per_idle_stream": round((after["fds"] - before["fds"]) / n, 4),
+        "rss_kib_per_idle_stream": round((after["rss_kib"] - before["rss_kib"]) / n, 2),
+    }
+
+
+def touch_random(url: str, n: int, touch: int, pid: int, prefix: str) -> dict[str, Any]:
+    """Publish one confirmed message to ``touch`` random streams and read each back."""
+    names = [f"{prefix}{i}" for i in random.Random(1).sample(range(n), touch)]
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    pub = conn.channel()
+    pub.confirm_delivery()
+    start = time.perf_counter()
+    for name in names:
+        pub.basic_publish("", name, name.encode())
+    published = time.perf_counter() - start
+    sub = conn.channel()
+    sub.basic_qos(prefetch_count=10)
+    got: dict[str, bytes] = {}
+    start = time.perf_counter()
+    for name in names:
+        tag = sub.basic_consume(
+            name,
+            lambda c, m, p, b, name=name: (got.__setitem__(name, b), c.basic_ack(m.delivery_tag)),
+            arguments={"x-stream-offset": "first"},
+        )
+        while name not in got:
+            conn.process_data_events(time_limit=0.05)
+        sub.basic_cancel(tag)
+    read = time.perf_counter() - start
+    assert all(got[name] == name.encode() for name in names)
+    result = {
+        "touched": touch,
+        "publish_ms_each": round(published / touch * 1000, 3),
+        "consume_first_message_ms_each": round(read / touch * 1000, 3),
+        "fds_after": fds(pid),
+        "rss_kib_after": rss_kib(pid),
+    }
+    conn.close()
+    return result
+
+
+def rabbitmq(n: int, port: int) -> dict[str, Any]:
+    env = dict(os.environ, RMQ_PORT=str(port), RMQ_EPMD_PORT=str(port - 1300))
+    script = str(PEERS / "rabbitmq.sh")
+    subprocess.run([script, "wipe"], env=env, capture_output=True)
+    subprocess.run([script, "start"], env=env, check=True, capture_output=True)
+    try:
+        pid = int(Path(f"/tmp/peers-rabbitmq-{port}/rabbitmq.pid").read_text().strip())
+        url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        return {"version": "3.10.8", **declare_all(url, n, pid, "s")}
+    finally:
+        subprocess.run([script, "wipe"], env=env, capture_output=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--touch", type=int, default=1000)
+    parser.add_argument("--rabbitmq-n", type=int, default=0)
+    parser.add_argument("--rabbitmq-port", type=int, default=5698)
+    args = parser.parse_args()
+    out: dict[str, Any] = {"machine": machine(), "benchmark": "streams_scale"}
+    data = Path(tempfile.mkdtemp(prefix="sievemq-streams-"))
+    server = start_server(data, "batch")
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+        sieve = declare_all(url, args.n, server.pid, "s")
+        sieve["touch"] = touch_random(url, args.n, min(args.touch, args.n), server.pid, "s")
+        log = data / "definitions.log"
+        sieve["definitions_log_bytes"] = log.stat().st_size if log.exists() else None
+        out["sievemq"] = sieve
+    finally:
+        stop_server(server)
+        shutil.rmtree(data, ignore_errors=True)
+    if args.rabbitmq_n:
+        out["rabbitmq"] = rabbitmq(args.rabbitmq_n, args.rabbitmq_port)
+        ours = statistics.median(out["sievemq"]["ms_per_declare_by_block_of_1000"] or [0])
+        theirs = statistics.median(out["rabbitmq"]["ms_per_declare_by_block_of_1000"] or [0])
+        if ours and theirs:
+            out["declare_ms_ratio_sievemq_over_rabbitmq"] = round(ours / theirs, 3)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,597 @@
+"""One stream-protocol connection: handshake, commands, publishers, subscriptions.
+
+Driven by ``gateway.net.stream_protocol`` (frames in, bytes out through ``transport``).
+Errors in a command become its response code; a frame that cannot be parsed closes the
+connection with Close(13); nothing a client sends raises out of ``on_frames``.
+Cleanup (publishers, subscriptions, listeners) runs on TCP EOF as well as after Close:
+rstream never sends Close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sievemq.amqp.errors import AMQPError, NotAllowed
+from sievemq.gateway.model.users import User
+from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
+from sievemq.gateway.stream_session.publisher import StreamPublisher
+from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks
+from sievemq.storage import FilterSpec, StorageError
+from sievemq.streamproto import osiris, wire
+from sievemq.streamproto.wire import Cursor, FrameError
+
+if TYPE_CHECKING:
+    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.model.vhost import VirtualHost
+
+log = logging.getLogger(__name__)
+
+MAX_IDS = 256  # publisher and subscription ids are u8
+MAX_REFERENCE_BYTES = 255
+
+# Create arguments -> queue arguments (RabbitMQ's rabbit_stream_manager); others are ignored
+_CREATE_ARGUMENTS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "max-length-bytes": ("x-max-length-bytes", int),
+    "max-age": ("x-max-age", str),
+    "stream-max-segment-size-bytes": ("x-stream-max-segment-size-bytes", int),
+    "stream-filter-size-bytes": ("x-stream-filter-size-bytes", int),
+    "initial-cluster-size": ("x-initial-cluster-size", int),
+    "queue-leader-locator": ("x-queue-leader-locator", str),
+}
+
+_PRE_OPEN = {
+    wire.PEER_PROPERTIES,
+    wire.SASL_HANDSHAKE,
+    wire.SASL_AUTHENTICATE,
+    wire.TUNE,
+    wire.OPEN,
+    wire.HEARTBEAT,
+    wire.CLOSE,
+    wire.CLOSE | wire.RESPONSE,
+    wire.TUNE | wire.RESPONSE,
+}
+
+
+class StreamConnection:
+    """The state of one client connection."""
+
+    def __init__(self, snode: StreamNode, tls: bool = False) -> None:
+        self.snode = snode
+        # Open and Metadata advertise the listener this client came through
+        self.tls = tls
+        self.node = snode.node
+        self.transport: asyncio.Transport | None = None
+        self.peer_host = ""
+        self.alive = False
+        self.writing_paused = False
+        self.user: User | None = None
+        self.vhost: VirtualHost | None = None
+        self.client_properties: dict[str, str] = {}
+        self.frame_max = snode.frame_max
+        self.heartbeat = snode.heartbeat
+        self.max_chunk_bytes = self._chunk_budget(self.frame_max)
+        self.publishers: dict[int, StreamPublisher] = {}
+        self.subscriptions: dict[int, Subscription] = {}
+        self._watched: dict[int, StreamQueue] = {}
+        self._received = False
+        self._sent = False
+        self._heartbeat_handle: asyncio.TimerHandle | None = None
+        self._missed = 0
+        self.read_control: Any = None  # the protocol: stop_reading()
+
+    @staticmethod
+    def _chunk_budget(frame_max: int) -> int:
+        if frame_max <= 0:
+            return 8 * 1024 * 1024
+        return max(1, frame_max - osiris.FRAME_OVERHEAD_V2 - osiris.HEADER_SIZE)
+
+    # ------------------------------------------------------------------ transport events
+
+    def on_open(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.alive = True
+        self.snode.connections.add(self)
+
+    def on_lost(self) -> None:
+        """TCP EOF or reset: drop every publisher and subscription (no Close needed)."""
+        self.alive = False
+        self.snode.connections.discard(self)
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
+            self._heartbeat_handle = None
+        for sub in list(self.subscriptions.values()):
+            sub.stop()
+        self.subscriptions.clear()
+        self.publishers.clear()
+        for queue in self._watched.values():
+            queue.remove_delete_listener(self._queue_deleted)
+        self._watched.clear()
+
+    def on_pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def on_resume_writing(self) -> None:
+        self.writing_paused = False
+        for sub in list(self.subscriptions.values()):
+            sub.wake()
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+            self._sent = True
+
+    def close(self, code: int, reason: str) -> None:
+        """Server-initiated Close; the transport closes after the client's answer or EOF."""
+        if not self.alive:
+            return
+        self.write(wire.close_request(0, code, reason))
+        self.alive = False
+        if self.transport is not None:
+            self.node.loop.call_later(1.0, self._abort)
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def stop_reading(self) -> None:
+        if self.read_control is not None:
+            self.read_control.stop_reading()
+
+    def on_frame_too_large(self, size: int) -> None:
+        self.close(wire.FRAME_TOO_LARGE, f"frame of {size} bytes is larger than {self.frame_max}")
+
+    # ------------------------------------------------------------------ dispatch
+
+    def on_frames(self, frames: list[wire.Frame]) -> None:
+        self._received = True
+        for key, version, body in frames:
+            if not self.alive:
+                return
+            try:
+                self._dispatch(key, version, body)
+            except FrameError as error:
+                self.close(wire.UNKNOWN_FRAME, f"unknown frame: {error}")
+            except Exception:  # a bug must cost one connection, never the server
+                log.exception("stream connection: command %d failed", key)
+                self.close(wire.INTERNAL_ERROR, "internal error")
+
+    def _dispatch(self, key: int, version: int, body: bytes) -> None:
+        if key == wire.PUBLISH:
+            self._publish(body, version)
+            return
+        if key == wire.CREDIT:
+            self._credit(body)
+            return
+        if self.vhost is None and key not in _PRE_OPEN:
+            self.close(wire.UNKNOWN_FRAME, f"command {key} before open")
+            return
+        handler = _HANDLERS.get(key)
+        if handler is None:
+            self.close(wire.UNKNOWN_FRAME, f"unknown frame: key {key} version {version}")
+            return
+        handler(self, Cursor(body))
+
+    @property
+    def _port(self) -> int:
+        return self.snode.advertised_tls_port if self.tls else self.snode.advertised_port
+
+    # ------------------------------------------------------------------ handshake
+
+    def _peer_properties(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        self.client_properties = cur.properties()
+        self.write(wire.peer_properties_response(corr, SERVER_PROPERTIES))
+
+    def _sasl_handshake(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        self.write(wire.sasl_handshake_response(corr, ["PLAIN"]))
+
+    def _sasl_authenticate(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        mechanism = cur.string()
+        data = cur.bytes_()
+        if mechanism != "PLAIN":
+            self.write(
+                wire.response(wire.SASL_AUTHENTICATE, corr, wire.SASL_MECHANISM_NOT_SUPPORTED)
+            )
+            return
+        parts = data.split(b"\x00")
+        if len(parts) != 3:
+            self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.SASL_ERROR))
+            return
+        try:
+            username, password = parts[1].decode(), parts[2].decode()
+        except UnicodeDecodeError:
+            self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.SASL_ERROR))
+            return
+        user = self.node.broker.authenticate(username, password)
+        if user is None:
+            self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.AUTHENTICATION_FAILURE))
+            self.close(wire.AUTHENTICATION_FAILURE, "authentication failure")
+            return
+        if not user.may_connect_from(self.peer_host):
+            code = wire.AUTHENTICATION_FAILURE_LOOPBACK
+            self.write(wire.response(wire.SASL_AUTHENTICATE, corr, code))
+            self.close(code, f"user '{username}' can only connect via localhost")
+            return
+        if self.user is not None:  # re-authentication after open: same user only
+            if user.name != self.user.name:
+                self.write(wire.response(wire.SASL_AUTHENTICATE, corr, 21))
+                return
+            self.user = user
+            self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.OK))
+            return
+        self.user = user
+        self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.OK))
+        self.write(wire.tune(self.snode.frame_max, self.snode.heartbeat))
+
+    def _tune(self, cur: Cursor) -> None:
+        frame_max = cur.u32()
+        heartbeat = cur.u32()
+        server_max = self.snode.frame_max
+        self.frame_max = min(frame_max, server_max) if frame_max else server_max
+        self.max_chunk_bytes = self._chunk_budget(self.frame_max)
+        self.heartbeat = heartbeat
+        if heartbeat and self._heartbeat_handle is None:
+            self._heartbeat_handle = self.node.loop.call_later(heartbeat, self._beat)
+
+    def _open(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        if self.user is None:
+            self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
+            return
+        try:
+            self.vhost = self.node.broker.open_vhost(self.user, name)
+        except NotAllowed:
+            self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
+            self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, f"access to vhost '{name}' refused")
+            return
+        props = {
+            "advertised_host": self.snode.advertised_host,
+            "advertised_port": str(self._port),
+        }
+        self.write(wire.open_response(corr, wire.OK, props))
+
+    def _heartbeat(self, cur: Cursor) -> None:
+        return  # receiving anything counts (``_received``)
+
+    def _close(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        self.write(wire.response(wire.CLOSE, corr, wire.OK))
+        self.alive = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def _close_ok(self, cur: Cursor) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _beat(self) -> None:
+        """Every interval: a heartbeat when we were silent; drop a peer silent for two."""
+        self._heartbeat_handle = None
+        if not self.alive or self.transport is None:
+            return
+        if self._received or self.writing_paused:
+            self._received = False
+            self._missed = 0
+        else:
+            self._missed += 1
+            if self._missed >= 2:
+                log.info("stream connection from %s: missed heartbeats, closing", self.peer_host)
+                self.transport.abort()
+                return
+        if not self._sent:
+            self.write(wire.heartbeat())
+        self._sent = False
+        self._heartbeat_handle = self.node.loop.call_later(self.heartbeat, self._beat)
+
+    # ------------------------------------------------------------------ streams
+
+    def _queue(self, name: str) -> StreamQueue | None:
+        assert self.vhost is not None
+        return self.vhost.queues.get(name)
+
+    def _watch(self, queue: StreamQueue) -> None:
+        if id(queue) not in self._watched:
+            self._watched[id(queue)] = queue
+            queue.add_delete_listener(self._queue_deleted)
+
+    def _queue_deleted(self, queue: StreamQueue) -> None:
+        """Any connection (or the admin API) deleted a stream we use: MetadataUpdate(6)."""
+        self._watched.pop(id(queue), None)
+        lost = False
+        for pid, pub in list(self.publishers.items()):
+            if pub.queue is queue:
+                del self.publishers[pid]
+                lost = True
+        for sid, sub in list(self.subscriptions.items()):
+            if sub.queue is queue:
+                sub.stop()
+                del self.subscriptions[sid]
+                lost = True
+        if lost and self.alive:
+            self.write(wire.metadata_update(wire.STREAM_NOT_AVAILABLE, queue.name))
+
+    def _create(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        args = cur.properties()
+        assert self.vhost is not None
+        arguments: dict[str, Any] = {"x-queue-type": "stream"}
+        try:
+            for key, value in args.items():
+                mapped = _CREATE_ARGUMENTS.get(key)
+                if mapped is not None:
+                    arguments[mapped[0]] = mapped[1](value)
+        except ValueError:
+            self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
+            return
+        if not name or name.startswith("amq.") or len(name.encode()) > 255:
+            self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
+            return
+        existing = self.vhost.queues.get(name)
+        try:
+            self.vhost.declare_queue(name, durable=True, arguments=arguments)
+        except AMQPError:
+            self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
+            return
+        except (StorageError, OSError) as error:
+            log.error("create stream %s failed: %s", name, error)
+            self.write(wire.response(wire.CREATE, corr, wire.INTERNAL_ERROR))
+            return
+        code = wire.STREAM_ALREADY_EXISTS if existing is not None else wire.OK
+        self.write(wire.response(wire.CREATE, corr, code))
+
+    def _delete(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        assert self.vhost is not None
+        if name not in self.vhost.queues:
+            self.write(wire.response(wire.DELETE, corr, wire.STREAM_DOES_NOT_EXIST))
+            return
+        try:
+            self.vhost.delete_queue(name)
+        except AMQPError:
+            self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
+            return
+        self.write(wire.response(wire.DELETE, corr, wire.OK))
+
+    def _metadata(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        names = cur.strings()
+        assert self.vhost is not None
+        queues = self.vhost.queues
+        items = [(n, wire.OK if n in queues else wire.STREAM_DOES_NOT_EXIST) for n in names]
+        self.write(wire.metadata_response(corr, self.snode.advertised_host, self._port, items))
+
+    def _stream_stats(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        queue = self._queue(cur.string())
+        if queue is None:
+            self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
+            return
+        stream = queue.stream
+        if stream.end_offset <= stream.first_offset:
+            stats = {
+                "first_chunk_id": -1,
+                "committed_chunk_id": -1,
+                "last_chunk_id": -1,
+                "committed_offset": -1,
+            }
+        else:
+            reader = stream.reader()
+            try:
+                reader.seek_last()
+                last_chunk = reader.position
+                reader.seek_first()
+                first_chunk = reader.position
+            finally:
+                reader.close()
+            stats = {
+                "first_chunk_id": first_chunk,
+                "committed_chunk_id": last_chunk,
+                "last_chunk_id": last_chunk,
+                "committed_offset": stream.end_offset - 1,
+            }
+        self.write(wire.stream_stats_response(corr, wire.OK, stats))
+
+    def _exchange_command_versions(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        self.write(wire.exchange_command_versions_response(corr))
+
+    # ------------------------------------------------------------------ publishing
+
+    def _declare_publisher(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        pid = cur.u8()
+        reference = cur.string()
+        queue = self._queue(cur.string())
+        if queue is None:
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.STREAM_DOES_NOT_EXIST))
+            return
+        clash = pid in self.publishers or (
+            reference != ""
+            and any(p.reference == reference and p.queue is queue for p in self.publishers.values())
+        )
+        if clash or len(reference.encode()) > MAX_REFERENCE_BYTES:
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.PRECONDITION_FAILED))
+            return
+        sequences = self.snode.sequences(queue) if reference else None
+        appender = self.node.appender(queue)
+        assert isinstance(appender, StreamAppender)  # vhost.queues holds stream queues only
+        self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
+        self._watch(queue)
+        self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))
+
+    def _publish(self, body: bytes, version: int) -> None:
+        if self.vhost is None:
+            self.close(wire.UNKNOWN_FRAME, "publish before open")
+            return
+        if version not in (1, 2):
+            raise FrameError(f"Publish version {version}")
+        pid, entries = wire.parse_publish(body, version)
+        pub = self.publishers.get(pid)
+        if pub is None:
+            code = wire.PUBLISHER_DOES_NOT_EXIST
+            self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
+            return
+        pub.publish(entries)
+
+    def _query_publisher_sequence(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        reference = cur.string()
+        queue = self._queue(cur.string())
+        if queue is None:
+            self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
+            return
+        stored = self.snode.sequences(queue).get(reference) if reference else None
+        self.write(wire.query_publisher_sequence_response(corr, wire.OK, stored or 0))
+
+    def _delete_publisher(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        pid = cur.u8()
+        code = wire.PUBLISHER_DOES_NOT_EXIST if self.publishers.pop(pid, None) is None else wire.OK
+        self.write(wire.response(wire.DELETE_PUBLISHER, corr, code))
+
+    # ------------------------------------------------------------------ consuming
+
+    def _subscribe(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        sid = cur.u8()
+        queue = self._queue(cur.string())
+        offset_type = cur.u16()
+        value = 0
+        if offset_type == wire.OFFSET_OFFSET:
+            value = cur.u64()
+        elif offset_type == wire.OFFSET_TIMESTAMP:
+            value = cur.i64()
+        elif offset_type not in (wire.OFFSET_FIRST, wire.OFFSET_LAST, wire.OFFSET_NEXT):
+            raise FrameError(f"unknown offset type {offset_type}")
+        credit = cur.u16()
+        props = cur.properties()
+        if queue is None:
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.STREAM_DOES_NOT_EXIST))
+            return
+        if sid in self.subscriptions:
+            code = wire.SUBSCRIPTION_ID_ALREADY_EXISTS
+            self.write(wire.response(wire.SUBSCRIBE, corr, code))
+            return
+        if props.get("single-active-consumer") == "true":
+            # single active consumer is not built: refuse rather than act as a plain one
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.PRECONDITION_FAILED))
+            return
+        values = tuple(v for k, v in props.items() if k.startswith("filter."))
+        spec = None
+        if values:
+            unfiltered = props.get("match-unfiltered") == "true"
+            whole = props.get("sievemq-whole-chunks") == "true"
+            spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
+        reader = queue.stream.reader()
+        try:
+            if offset_type == wire.OFFSET_FIRST:
+                reader.seek_first()
+            elif offset_type == wire.OFFSET_LAST:
+                reader.seek_last()
+            elif offset_type == wire.OFFSET_NEXT:
+                reader.seek_next()
+            elif offset_type == wire.OFFSET_OFFSET:
+                reader.seek_offset(value)
+            else:
+                reader.seek_timestamp(value)
+        except (StorageError, OSError) as error:
+            reader.close()
+            log.error("subscribe to %s failed: %s", queue.name, error)
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
+            return
+        sub = Subscription(self, sid, queue, reader, credit, spec)
+        self.subscriptions[sid] = sub
+        self._watch(queue)
+        self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
+        sub.start()
+
+    def _credit(self, body: bytes) -> None:
+        cur = Cursor(body)
+        sid = cur.u8()
+        credit = cur.i16()
+        sub = self.subscriptions.get(sid)
+        if sub is None:
+            self.write(wire.credit_error(wire.SUBSCRIPTION_ID_DOES_NOT_EXIST, sid))
+            return
+        if credit > 0:
+            sub.add_credit(credit)
+
+    def _unsubscribe(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        sid = cur.u8()
+        sub = self.subscriptions.pop(sid, None)
+        if sub is None:
+            code = wire.SUBSCRIPTION_ID_DOES_NOT_EXIST
+            self.write(wire.response(wire.UNSUBSCRIBE, corr, code))
+            return
+        sub.stop()
+        self.write(wire.response(wire.UNSUBSCRIBE, corr, wire.OK))
+
+    def drop_subscription(self, sub: Subscription, notify: bool) -> None:
+        """A subscription that cannot go on (read error): stop it, tell the client."""
+        sub.stop()
+        if self.subscriptions.get(sub.subscription_id) is sub:
+            del self.subscriptions[sub.subscription_id]
+        if notify:
+            self.write(wire.metadata_update(wire.STREAM_NOT_AVAILABLE, sub.queue.name))
+
+    def _store_offset(self, cur: Cursor) -> None:
+        reference = cur.string()
+        queue = self._queue(cur.string())
+        offset = cur.u64()
+        if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
+            return  # StoreOffset has no reply, even on error (as RabbitMQ)
+        try:
+            queue.stream.offsets.set(reference, offset)
+        except (StorageError, OSError, ValueError) as error:
+            log.error("store offset %s on %s failed: %s", reference, queue.name, error)
+
+    def _query_offset(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        reference = cur.string()
+        queue = self._queue(cur.string())
+        if queue is None:
+            self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
+            return
+        stored = queue.stream.offsets.get(reference)
+        if stored is None:
+            self.write(wire.query_offset_response(corr, wire.NO_OFFSET, 0))
+            return
+        self.write(wire.query_offset_response(corr, wire.OK, stored))
+
+
+_HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
+    wire.PEER_PROPERTIES: StreamConnection._peer_properties,
+    wire.SASL_HANDSHAKE: StreamConnection._sasl_handshake,
+    wire.SASL_AUTHENTICATE: StreamConnection._sasl_authenticate,
+    wire.TUNE: StreamConnection._tune,
+    wire.TUNE | wire.RESPONSE: StreamConnection._tune,
+    wire.OPEN: StreamConnection._open,
+    wire.HEARTBEAT: StreamConnection._heartbeat,
+    wire.CLOSE: StreamConnection._close,
+    wire.CLOSE | wire.RESPONSE: StreamConnection._close_ok,
+    wire.CREATE: StreamConnection._create,
+    wire.DELETE: StreamConnection._delete,
+    wire.METADATA: StreamConnection._metadata,
+    wire.STREAM_STATS: StreamConnection._stream_stats,
+    wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
+    wire.DECLARE_PUBLISHER: StreamConnection._declare_publisher,
+    wire.QUERY_PUBLISHER_SEQUENCE: StreamConnection._query_publisher_sequence,
+    wire.DELETE_PUBLISHER: StreamConnection._delete_publisher,
+    wire.SUBSCRIBE: StreamConnection._subscribe,
+    wire.UNSUBSCRIBE: StreamConnection._unsubscribe,
+    wire.STORE_OFFSET: StreamConnection._store_offset,
+    wire.QUERY_OFFSET: StreamConnection._query_offset,
+}

@@ -1,0 +1,18 @@
+"""What publishers, subscriptions and the shared node need from a connection (no circles)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class ConnectionPort(Protocol):
+    """A stream-protocol connection as its publishers and subscriptions see it."""
+
+    alive: bool
+    writing_paused: bool
+    max_chunk_bytes: int
+
+    def write(self, data: bytes) -> None: ...
+    def drop_subscription(self, sub: Any, notify: bool) -> None: ...
+    def stop_reading(self) -> None: ...
+    def close(self, code: int, reason: str) -> None: ...

@@ -1,0 +1,90 @@
+"""A declared stream-protocol publisher: dedup by reference, append, confirm.
+
+HOT PATH: ``publish`` runs per Publish frame. Messages go to the stream's shared appender
+(group commit with AMQP publishers); the appender calls ``settle_confirms`` once per written
+batch with the publishing ids this publisher owns in it, and that becomes ONE PublishConfirm
+(or PublishError) frame.
+
+Deduplication (named publishers only): an id at or below the last id stored for the
+reference on this stream is not written but confirmed (RabbitMQ's rule). The last id is
+recorded in each written record (``storage.publishers``), so it is durable with the data.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sievemq.storage import Message
+from sievemq.storage.publishers import PublisherSequences, publisher_tag
+from sievemq.storage.types import KIND_STREAM
+from sievemq.streamproto import wire
+
+if TYPE_CHECKING:
+    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.runtime.appender import StreamAppender
+    from sievemq.gateway.stream_session.ports import ConnectionPort
+
+
+class StreamPublisher:
+    """One DeclarePublisher on one connection."""
+
+    __slots__ = ("appender", "conn", "publisher_id", "queue", "reference", "sequences")
+
+    def __init__(
+        self,
+        conn: ConnectionPort,
+        publisher_id: int,
+        reference: str,
+        queue: StreamQueue,
+        appender: StreamAppender,
+        sequences: PublisherSequences | None,
+    ) -> None:
+        self.conn = conn
+        self.publisher_id = publisher_id
+        self.reference = reference
+        self.queue = queue
+        self.appender = appender
+        self.sequences = sequences
+
+    def publish(self, entries: list[wire.PublishedEntry]) -> None:
+        errors: list[tuple[int, int]] = []
+        duplicates: list[int] = []
+        submit = self.appender.submit
+        sequences = self.sequences
+        ref = self.reference
+        last = -1
+        if sequences is not None:
+            stored = sequences.get(ref)
+            last = -1 if stored is None else stored
+        for pid, fv, payloads, error in entries:
+            if error:
+                errors.append((pid, error))
+                continue
+            filters = (fv,) if fv else ()
+            if sequences is not None:
+                if pid <= last:
+                    duplicates.append(pid)
+                    continue
+                last = pid
+                tag = publisher_tag(ref, pid)
+            else:
+                tag = b""
+            for payload in payloads[:-1]:
+                submit(Message(filters, "", "", tag, payload, KIND_STREAM), None, pid)
+            submit(Message(filters, "", "", tag, payloads[-1], KIND_STREAM), self, pid)
+        if sequences is not None and last >= 0:
+            sequences.update(ref, last)
+        if duplicates:
+            self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
+        if errors:
+            self.conn.write(wire.publish_error(self.publisher_id, errors))
+
+    # gateway.runtime.appender.ConfirmSink
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
+        if not self.conn.alive:
+            return
+        if ok:
+            self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
+        else:
+            code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
+            self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))

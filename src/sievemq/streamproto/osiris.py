@@ -1,0 +1,84 @@
+"""The chunk a Deliver carries, in osiris's layout (research stream-protocol.md §3).
+
+``u32 size | u16 8 | u16 version | u8 subscription id | [v2: u64 committed chunk id] |
+48-byte chunk header | data``, where data is one simple entry (``u32 length | payload``)
+per record. Offsets in one chunk are contiguous from its chunk id. The Bloom bytes and the
+trailer never go on the wire, so trailer length and Bloom size are 0.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+
+from sievemq.streamproto.wire import DELIVER
+
+MAGIC_VERSION = 0x50
+CHUNK_TYPE_USER = 0
+EPOCH = 1
+HEADER_SIZE = 48
+# frame size field (4) is not counted in the frame's size
+FRAME_OVERHEAD_V1 = 4 + 2 + 2 + 1
+FRAME_OVERHEAD_V2 = FRAME_OVERHEAD_V1 + 8
+ENTRY_OVERHEAD = 4
+
+_FRAME_V1 = struct.Struct(">IHHB")
+_FRAME_V2 = struct.Struct(">IHHBQ")
+# magic+version, chunk type, entries, records, timestamp, epoch, chunk id, crc, data length,
+# trailer length, bloom size + reserved
+_HEADER = struct.Struct(">BBHIqQQIIII")
+_U32 = struct.Struct(">I")
+
+
+def entries(payloads: Sequence[bytes]) -> bytes:
+    """The data section: one simple entry per payload."""
+    pack = _U32.pack
+    parts: list[bytes] = []
+    add = parts.append
+    for p in payloads:
+        add(pack(len(p)))
+        add(p)
+    return b"".join(parts)
+
+
+def chunk_header(first_offset: int, count: int, timestamp_ms: int, data: bytes) -> bytes:
+    return _HEADER.pack(
+        MAGIC_VERSION,
+        CHUNK_TYPE_USER,
+        count,
+        count,
+        timestamp_ms,
+        EPOCH,
+        first_offset,
+        zlib.crc32(data),
+        len(data),
+        0,
+        0,
+    )
+
+
+def deliver_prefix(
+    subscription_id: int, chunk_bytes: int, version: int = 1, committed_chunk_id: int = 0
+) -> bytes:
+    """The frame head before a chunk of ``chunk_bytes`` (header + data)."""
+    if version >= 2:
+        return _FRAME_V2.pack(
+            FRAME_OVERHEAD_V2 - 4 + chunk_bytes, DELIVER, 2, subscription_id, committed_chunk_id
+        )
+    return _FRAME_V1.pack(FRAME_OVERHEAD_V1 - 4 + chunk_bytes, DELIVER, 1, subscription_id)
+
+
+def deliver(
+    subscription_id: int,
+    first_offset: int,
+    timestamp_ms: int,
+    payloads: Sequence[bytes],
+    version: int = 1,
+    committed_chunk_id: int = 0,
+) -> bytes:
+    """A whole Deliver frame for records ``first_offset ..`` with these payloads."""
+    data = entries(payloads)
+    head = chunk_header(first_offset, len(payloads), timestamp_ms, data)
+    prefix = deliver_prefix(subscription_id, len(head) + len(data), version, committed_chunk_id)
+    return b"".join((prefix, head, data))

@@ -1,0 +1,445 @@
+"""Stream-protocol frames: split the byte stream, parse requests, encode replies.
+
+All integers are big-endian. A frame is ``u32 size | u16 key | u16 version | body``; the
+top bit of the key marks a response. ``string`` is i16 length + UTF-8 (-1 = null), ``bytes``
+is i32 length + data, arrays are i32 count + items. Anything malformed raises
+``FrameError``; the session answers it with Close(13, ...).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+# ---------------------------------------------------------------------------- keys
+DECLARE_PUBLISHER = 1
+PUBLISH = 2
+PUBLISH_CONFIRM = 3
+PUBLISH_ERROR = 4
+QUERY_PUBLISHER_SEQUENCE = 5
+DELETE_PUBLISHER = 6
+SUBSCRIBE = 7
+DELIVER = 8
+CREDIT = 9
+STORE_OFFSET = 10
+QUERY_OFFSET = 11
+UNSUBSCRIBE = 12
+CREATE = 13
+DELETE = 14
+METADATA = 15
+METADATA_UPDATE = 16
+PEER_PROPERTIES = 17
+SASL_HANDSHAKE = 18
+SASL_AUTHENTICATE = 19
+TUNE = 20
+OPEN = 21
+CLOSE = 22
+HEARTBEAT = 23
+ROUTE = 24
+PARTITIONS = 25
+CONSUMER_UPDATE = 26
+EXCHANGE_COMMAND_VERSIONS = 27
+STREAM_STATS = 28
+RESPONSE = 0x8000
+
+# ---------------------------------------------------------------------------- codes
+OK = 1
+STREAM_DOES_NOT_EXIST = 2
+SUBSCRIPTION_ID_ALREADY_EXISTS = 3
+SUBSCRIPTION_ID_DOES_NOT_EXIST = 4
+STREAM_ALREADY_EXISTS = 5
+STREAM_NOT_AVAILABLE = 6
+SASL_MECHANISM_NOT_SUPPORTED = 7
+AUTHENTICATION_FAILURE = 8
+SASL_ERROR = 9
+SASL_CHALLENGE = 10
+AUTHENTICATION_FAILURE_LOOPBACK = 11
+VIRTUAL_HOST_ACCESS_FAILURE = 12
+UNKNOWN_FRAME = 13
+FRAME_TOO_LARGE = 14
+INTERNAL_ERROR = 15
+ACCESS_REFUSED = 16
+PRECONDITION_FAILED = 17
+PUBLISHER_DOES_NOT_EXIST = 18
+NO_OFFSET = 19
+
+# offset specifications of Subscribe
+OFFSET_FIRST = 1
+OFFSET_LAST = 2
+OFFSET_NEXT = 3
+OFFSET_OFFSET = 4
+OFFSET_TIMESTAMP = 5
+
+# the commands this server handles and their versions, in RabbitMQ's order (clients such
+# as rstream read the ExchangeCommandVersions reply by position)
+COMMAND_VERSIONS: tuple[tuple[int, int, int], ...] = (
+    (DECLARE_PUBLISHER, 1, 1),
+    (PUBLISH, 1, 2),
+    (QUERY_PUBLISHER_SEQUENCE, 1, 1),
+    (DELETE_PUBLISHER, 1, 1),
+    (SUBSCRIBE, 1, 1),
+    (CREDIT, 1, 1),
+    (STORE_OFFSET, 1, 1),
+    (QUERY_OFFSET, 1, 1),
+    (UNSUBSCRIBE, 1, 1),
+    (CREATE, 1, 1),
+    (DELETE, 1, 1),
+    (METADATA, 1, 1),
+    (CLOSE, 1, 1),
+    (HEARTBEAT, 1, 1),
+    (STREAM_STATS, 1, 1),
+)
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_U64 = struct.Struct(">Q")
+_I64 = struct.Struct(">q")
+_HEAD = struct.Struct(">IHH")  # size, key, version
+_KEY_VERSION = struct.Struct(">HH")
+
+
+class FrameError(ValueError):
+    """A frame this server cannot parse (answered with Close 13)."""
+
+
+class Cursor:
+    """Reads the fields of one frame body in order; raises FrameError when it runs out."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+
+    def _take(self, st: struct.Struct) -> int:
+        try:
+            (value,) = st.unpack_from(self.data, self.pos)
+        except struct.error as error:
+            raise FrameError(f"frame too short at byte {self.pos}") from error
+        self.pos += st.size
+        return int(value)
+
+    def u8(self) -> int:
+        return self._take(_U8)
+
+    def u16(self) -> int:
+        return self._take(_U16)
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def u32(self) -> int:
+        return self._take(_U32)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def u64(self) -> int:
+        return self._take(_U64)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def raw(self, n: int) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.data):
+            raise FrameError(f"field of {n} bytes runs past the frame end")
+        out = self.data[self.pos : end]
+        self.pos = end
+        return bytes(out)
+
+    def string(self) -> str:
+        n = self.i16()
+        if n < 0:
+            return ""
+        try:
+            return self.raw(n).decode()
+        except UnicodeDecodeError as error:
+            raise FrameError(f"string is not UTF-8: {error}") from error
+
+    def nullable_string(self) -> str | None:
+        n = self.i16()
+        if n < 0:
+            return None
+        try:
+            return self.raw(n).decode()
+        except UnicodeDecodeError as error:
+            raise FrameError(f"string is not UTF-8: {error}") from error
+
+    def bytes_(self) -> bytes:
+        n = self.i32()
+        return b"" if n < 0 else self.raw(n)
+
+    def count(self) -> int:
+        n = self.i32()
+        if n < 0 or n > len(self.data):
+            raise FrameError(f"bad array length {n}")
+        return n
+
+    def strings(self) -> list[str]:
+        return [self.string() for _ in range(self.count())]
+
+    def properties(self) -> dict[str, str]:
+        """A [key, value] string map; an absent map (frame ends here) is empty."""
+        if self.pos >= len(self.data):
+            return {}
+        out: dict[str, str] = {}
+        for _ in range(self.count()):
+            key = self.string()
+            out[key] = self.string()
+        return out
+
+    @property
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+# ---------------------------------------------------------------------------- framing
+
+
+class Frame(NamedTuple):
+    key: int
+    version: int
+    body: bytes  # after key and version
+
+
+def split_frames(buffer: bytearray, max_size: int) -> tuple[list[Frame], int | None]:
+    """Take every complete frame off the front of ``buffer``.
+
+    Returns the frames and, when a frame announces more than ``max_size`` bytes (or fewer
+    than the 4 bytes of key and version), that size: the caller closes with 14 (or 13).
+    """
+    frames: list[Frame] = []
+    pos = 0
+    n = len(buffer)
+    bad: int | None = None
+    data = bytes(buffer)
+    while n - pos >= 4:
+        (size,) = _U32.unpack_from(data, pos)
+        if size > max_size or size < 4:
+            bad = size
+            break
+        end = pos + 4 + size
+        if end > n:
+            break
+        key, version = _KEY_VERSION.unpack_from(data, pos + 4)
+        frames.append(Frame(key, version, data[pos + 8 : end]))
+        pos = end
+    del buffer[:pos]
+    return frames, bad
+
+
+# ---------------------------------------------------------------------------- encoding
+
+
+def enc_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\xff\xff"
+    raw = value.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def enc_properties(props: dict[str, str]) -> bytes:
+    parts = [_I32.pack(len(props))]
+    for key, value in props.items():
+        parts.append(enc_string(key))
+        parts.append(enc_string(value))
+    return b"".join(parts)
+
+
+def frame(key: int, body: bytes, version: int = 1) -> bytes:
+    return _HEAD.pack(len(body) + 4, key, version) + body
+
+
+def response(key: int, corr: int, code: int, extra: bytes = b"") -> bytes:
+    """A reply to a request with a correlation id: key|0x8000, corr, code, then ``extra``."""
+    return frame(key | RESPONSE, _U32.pack(corr) + _U16.pack(code) + extra)
+
+
+def peer_properties_response(corr: int, props: dict[str, str]) -> bytes:
+    return response(PEER_PROPERTIES, corr, OK, enc_properties(props))
+
+
+def sasl_handshake_response(corr: int, mechanisms: Sequence[str]) -> bytes:
+    body = _I32.pack(len(mechanisms)) + b"".join(enc_string(m) for m in mechanisms)
+    return response(SASL_HANDSHAKE, corr, OK, body)
+
+
+def tune(frame_max: int, heartbeat: int) -> bytes:
+    return frame(TUNE, _U32.pack(frame_max) + _U32.pack(heartbeat))
+
+
+def open_response(corr: int, code: int, props: dict[str, str]) -> bytes:
+    return response(OPEN, corr, code, enc_properties(props) if code == OK and props else b"")
+
+
+def heartbeat() -> bytes:
+    return frame(HEARTBEAT, b"")
+
+
+def close_request(corr: int, code: int, reason: str) -> bytes:
+    return frame(CLOSE, _U32.pack(corr) + _U16.pack(code) + enc_string(reason))
+
+
+def metadata_response(corr: int, host: str, port: int, streams: Iterable[tuple[str, int]]) -> bytes:
+    """One broker (ref 0, this server) and per stream ``(name, code)``: leader 0 when the
+    code is OK, else 0xFFFF; never replicas (a single node)."""
+    parts = [_U32.pack(corr), _I32.pack(1), _U16.pack(0), enc_string(host), _U32.pack(port)]
+    items = list(streams)
+    parts.append(_I32.pack(len(items)))
+    for name, code in items:
+        parts.append(enc_string(name))
+        parts.append(_U16.pack(code))
+        parts.append(_U16.pack(0 if code == OK else 0xFFFF))
+        parts.append(_I32.pack(0))
+    return frame(METADATA | RESPONSE, b"".join(parts))
+
+
+def metadata_update(code: int, stream: str) -> bytes:
+    return frame(METADATA_UPDATE, _U16.pack(code) + enc_string(stream))
+
+
+def publish_confirm(publisher_id: int, ids: Sequence[int]) -> bytes:
+    return frame(
+        PUBLISH_CONFIRM,
+        _U8.pack(publisher_id) + _I32.pack(len(ids)) + struct.pack(f">{len(ids)}Q", *ids),
+    )
+
+
+def publish_error(publisher_id: int, errors: Sequence[tuple[int, int]]) -> bytes:
+    body = [_U8.pack(publisher_id), _I32.pack(len(errors))]
+    for pid, code in errors:
+        body.append(_U64.pack(pid) + _U16.pack(code))
+    return frame(PUBLISH_ERROR, b"".join(body))
+
+
+def query_publisher_sequence_response(corr: int, code: int, sequence: int) -> bytes:
+    return response(QUERY_PUBLISHER_SEQUENCE, corr, code, _U64.pack(sequence))
+
+
+def query_offset_response(corr: int, code: int, offset: int) -> bytes:
+    return response(QUERY_OFFSET, corr, code, _U64.pack(offset))
+
+
+def credit_error(code: int, subscription_id: int) -> bytes:
+    return frame(CREDIT | RESPONSE, _U16.pack(code) + _U8.pack(subscription_id))
+
+
+def exchange_command_versions_response(corr: int) -> bytes:
+    body = [_I32.pack(len(COMMAND_VERSIONS))]
+    for key, lo, hi in COMMAND_VERSIONS:
+        body.append(struct.pack(">HHH", key, lo, hi))
+    return response(EXCHANGE_COMMAND_VERSIONS, corr, OK, b"".join(body))
+
+
+def stream_stats_response(corr: int, code: int, stats: dict[str, int]) -> bytes:
+    body = [_I32.pack(len(stats))]
+    for key, value in stats.items():
+        body.append(enc_string(key) + _I64.pack(value))
+    return response(STREAM_STATS, corr, code, b"".join(body))
+
+
+# ---------------------------------------------------------------------------- publish
+
+# sub-entry batch compression codes
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_ZSTD = 4
+
+
+class PublishedEntry(NamedTuple):
+    """One publishing id of a Publish frame: its payloads (several for a sub-entry batch)."""
+
+    publishing_id: int
+    filter_value: str | None
+    payloads: list[bytes]
+    error: int  # 0, or the code to answer with in a PublishError
+
+
+_MAX_SUB_BATCH = 64 * 1024 * 1024
+
+
+def _sub_batch(cur: Cursor, entry_type: int) -> tuple[list[bytes], int]:
+    compression = (entry_type >> 4) & 0x07
+    records = cur.u16()
+    uncompressed = cur.u32()
+    stored = cur.u32()
+    data = cur.raw(stored)
+    if records == 0 or uncompressed > _MAX_SUB_BATCH:
+        return [], PRECONDITION_FAILED
+    if compression == COMPRESSION_NONE:
+        raw = data
+    elif compression == COMPRESSION_GZIP:
+        import gzip
+
+        try:
+            raw = gzip.decompress(data)
+        except (OSError, EOFError, ValueError):
+            return [], PRECONDITION_FAILED
+    elif compression == COMPRESSION_ZSTD:
+        import zstandard
+
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed)
+        except zstandard.ZstdError:
+            return [], PRECONDITION_FAILED
+    else:
+        return [], PRECONDITION_FAILED  # snappy, lz4: not supported
+    inner = Cursor(raw)
+    out = []
+    try:
+        for _ in range(records):
+            out.append(inner.raw(inner.u32()))
+    except FrameError:
+        return [], PRECONDITION_FAILED
+    return out, 0
+
+
+def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]:
+    """Publish v1/v2: (publisher id, entries). A bad sub-entry batch is an entry with an
+    error code (RabbitMQ rejects it with PublishError 17); a torn frame raises FrameError."""
+    cur = Cursor(body)
+    publisher_id = cur.u8()
+    n = cur.count()
+    entries: list[PublishedEntry] = []
+    append = entries.append
+    data = body
+    unpack_q = _U64.unpack_from
+    unpack_i = _I32.unpack_from
+    unpack_h = _I16.unpack_from
+    pos = cur.pos
+    size = len(data)
+    try:
+        for _ in range(n):
+            (pid,) = unpack_q(data, pos)
+            pos += 8
+            fv: str | None = None
+            if version >= 2:
+                (fl,) = unpack_h(data, pos)
+                pos += 2
+                if fl >= 0:
+                    fv = data[pos : pos + fl].decode()
+                    pos += fl
+            (length,) = unpack_i(data, pos)
+            pos += 4
+            if length >= 0:
+                end = pos + length
+                if end > size:
+                    raise FrameError("message runs past the frame end")
+                append(PublishedEntry(pid, fv, [data[pos:end]], 0))
+                pos = end
+            else:
+                if version >= 2:
+                    raise FrameError("sub-entry batches are not allowed in Publish v2")
+                cur.pos = pos - 4
+                entry_type = cur.u8()
+                payloads, error = _sub_batch(cur, entry_type)
+                pos = cur.pos
+                append(PublishedEntry(pid, None, payloads, error))
+    except (struct.error, UnicodeDecodeError) as error:
+        raise FrameError(f"malformed Publish frame: {error}") from error
+    return publisher_id, entries

@@ -1,0 +1,103 @@
+"""Helpers for the stream-protocol tests: rstream clients on a ServerProcess, a raw socket
+client for frames rstream cannot send, and a waiter."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from rstream import Consumer, Producer
+
+from sievemq.testing import ServerProcess
+
+
+def producer(server: ServerProcess, **kwargs: Any) -> Producer:
+    return Producer(server.host, server.stream_port, username="guest", password="guest", **kwargs)
+
+
+def consumer(server: ServerProcess, **kwargs: Any) -> Consumer:
+    return Consumer(server.host, server.stream_port, username="guest", password="guest", **kwargs)
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack(">H", len(raw)) + raw
+
+
+class RawStreamClient:
+    """A blocking socket speaking just enough of the protocol to send odd frames."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.sock = socket.create_connection((server.host, server.stream_port), timeout=5)
+        self.corr = 0
+
+    def send(self, key: int, body: bytes, version: int = 1) -> None:
+        self.sock.sendall(struct.pack(">IHH", len(body) + 4, key, version) + body)
+
+    def request(self, key: int, body: bytes) -> None:
+        self.corr += 1
+        self.send(key, struct.pack(">I", self.corr) + body)
+
+    def read_frame(self) -> tuple[int, int, bytes]:
+        head = self._exact(4)
+        (size,) = struct.unpack(">I", head)
+        data = self._exact(size)
+        key, version = struct.unpack_from(">HH", data)
+        return key, version, data[4:]
+
+    def _exact(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise EOFError("connection closed")
+            out += chunk
+        return out
+
+    def open(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> int:
+        """Handshake up to Open; returns Open's response code."""
+        self.request(17, struct.pack(">i", 0))
+        self.read_frame()
+        self.request(18, b"")
+        self.read_frame()
+        data = f"\0{user}\0{password}".encode()
+        self.request(19, _string("PLAIN") + struct.pack(">i", len(data)) + data)
+        _, _, body = self.read_frame()
+        code = struct.unpack_from(">H", body, 4)[0]
+        if code != 1:
+            return int(code)
+        key, _, tune = self.read_frame()
+        assert key == 20
+        self.send(20, tune)
+        self.request(21, _string(vhost))
+        _, _, body = self.read_frame()
+        return int(struct.unpack_from(">H", body, 4)[0])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+string = _string
+
+
+async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
+    """One Publish frame, then wait until every message of it is confirmed (rstream's
+    ``send_batch`` returns before the confirms, so two calls can land in one chunk)."""
+    confirmed: list[int] = []
+
+    def on_confirm(status: Any) -> None:
+        confirmed.append(status.message_id)
+
+    await p.send_batch(stream, messages, on_publish_confirm=on_confirm)
+    await wait_for(lambda: len(confirmed) >= len(messages))
