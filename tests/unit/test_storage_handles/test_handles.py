@@ -85,8 +85,15 @@ def test_out_of_descriptors_gives_back_idle_ones(tmp_path: Path) -> None:
     cache = handles.FileCache(capacity=10_000)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     files = [cache.file(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT) for i in range(60)]
+    # RLIMIT_NOFILE bounds descriptor numbers, not their count: fill the holes that earlier
+    # tests left below the highest open descriptor, so exactly 40 numbers stay free
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    fillers: list[int] = []
+    while (fd := os.open(os.devnull, os.O_RDONLY)) < highest:
+        fillers.append(fd)
+    os.close(fd)
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds() + 40, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1 + 40, hard))
         for handle in files:  # more files than the process may open
             handle.acquire()
             handle.release()
@@ -95,3 +102,5 @@ def test_out_of_descriptors_gives_back_idle_ones(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         for handle in files:
             handle.close()
+        for fd in fillers:
+            os.close(fd)
