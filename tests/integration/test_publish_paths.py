@@ -116,3 +116,58 @@ def test_fast_and_slow_publishes_in_one_write_confirm_and_store_alike(
             break
     conn.close()
     assert bodies == [b"one", b"two-split", b"", big, b"five"]
+
+
+def test_a_window_sent_in_one_write_is_confirmed_and_stored_in_order(
+    server: ServerProcess,
+) -> None:
+    """Several hundred KB in one write: the server handles the read in slices (confirms of
+    the first messages go out while it works on the rest); messages whose frames straddle a
+    slice boundary, split bodies and empty ones among them, are all stored, in order."""
+    stream = "s-publish-window"
+    count = 3000
+    with socket.create_connection((server.host, server.amqp_port), timeout=10) as sock:
+        buf = bytearray()
+        _open(sock, buf)
+        sock.sendall(
+            frame.marshal(commands.Channel.Open(), 1)
+            + frame.marshal(commands.Confirm.Select(), 1)
+            + frame.marshal(
+                commands.Queue.Declare(
+                    queue=stream, durable=True, arguments={"x-queue-type": "stream"}
+                ),
+                1,
+            )
+        )
+        _recv_frames(sock, buf, 3)
+        bodies = [b"" if i % 97 == 0 else f"{i:06d}".encode() * (1 + i % 30) for i in range(count)]
+        sock.sendall(
+            b"".join(
+                _message("", stream, body, split=7 if i % 13 == 0 else 0)
+                for i, body in enumerate(bodies)
+            )
+        )
+        acked = 0
+        while acked < count:
+            for _, reply in _recv_frames(sock, buf, 1):
+                assert isinstance(reply, commands.Basic.Ack), reply
+                acked = max(acked, reply.delivery_tag)
+        assert acked == count
+
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(host=server.host, port=server.amqp_port)
+    )
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=500)
+    got: list[bytes] = []
+    for method, _, body in ch.consume(
+        stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=5
+    ):
+        if method is None:
+            break
+        got.append(body)
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    conn.close()
+    assert got == bodies

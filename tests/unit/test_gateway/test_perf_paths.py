@@ -160,3 +160,20 @@ def test_unique_property_lists_share_the_parsed_filter_value():
     for seq in range(fastpath._CACHE_MAX + 10):
         assert fastpath.property_filter_values(props(seq)) == ("emea",)
     assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
+
+
+def test_the_channels_inline_memo_lookups_stay_on_the_live_memos():
+    """The channel looks the memos up through ``known_publish`` / ``known_properties``:
+    they answer what the memos hold, also after a full memo was cleared and refilled."""
+    for n in range(fastpath._CACHE_MAX + 10):  # past the bound: the memos are cleared once
+        props = commands.Basic.Properties(headers={"x-stream-filter-value": f"k{n}"}).marshal()
+        values = fastpath.property_filter_values(props)
+        assert fastpath.known_properties(props) is values
+        payload = b"\x00\x3c\x00\x28" + _publish("", f"known{n}", False, False)
+        assert fastpath.known_publish(payload) is None
+        args = fastpath.publish_args(payload)
+        assert args is not None and fastpath.known_publish(payload) is args
+    assert fastpath.known_properties(b"\x00\x01\x02") is None  # never seen: not known
+    fresh = commands.Basic.Properties(headers={"x-stream-filter-value": "fresh"}).marshal()
+    assert fastpath.new_property_filter_values(fresh) == ("fresh",)
+    assert fastpath.known_properties(fresh) == ("fresh",)

@@ -353,10 +353,12 @@ class VirtualHost:
         ``headers_fn`` is called at most once, and only when a headers exchange needs it.
         Hot path.
         """
-        classic = self.classic.queues
-        if exchange_name == DEFAULT_EXCHANGE:
-            queue: AnyQueue | None = self.queues.get(routing_key) or classic.get(routing_key)
+        if exchange_name == DEFAULT_EXCHANGE:  # a stream first: classic queues only on a miss
+            queue: AnyQueue | None = self.queues.get(routing_key) or self.classic.queues.get(
+                routing_key
+            )
             return [queue] if queue is not None else []
+        classic = self.classic.queues
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:
             raise NotFound(f"no {rs('exchange', exchange_name, self.name)}")

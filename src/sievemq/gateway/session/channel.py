@@ -39,7 +39,9 @@ from sievemq.amqp.hotcodec import (
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.vhost import VirtualHost
+from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
+from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -48,8 +50,11 @@ from sievemq.gateway.session.consume_setup import consumer_extras
 from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
 from sievemq.storage import Message
+from sievemq.storage.types import KIND_AMQP091
 
 log = logging.getLogger(__name__)
+
+Appender = StreamAppender | ClassicAppender
 
 _tag_of = itemgetter(0)
 _body_size = struct.Struct(">Q").unpack_from
@@ -57,6 +62,13 @@ _new_message = tuple.__new__  # Message(...) without the NamedTuple constructor'
 _consumer_of = itemgetter(1)
 
 FILTER_HEADER = fastpath.FILTER_HEADER
+_known_publish = fastpath.known_publish  # memo hits only: None when not known
+_known_properties = fastpath.known_properties
+_FRAME_HEADER = frames.FRAME_HEADER
+_FRAME_BODY = frames.FRAME_BODY
+_MIN_CONTENT_HEADER = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
+_AMQP091 = KIND_AMQP091  # the record kind of every AMQP publish
+_APPENDERS_MAX = 64  # queues whose writers a channel remembers
 
 _OPEN = ChannelPhase.OPEN
 _AWAIT_HEADER = ChannelPhase.AWAIT_HEADER
@@ -95,6 +107,14 @@ class Channel:
         self._parts: list[bytes] = []
         self._buffered = 0  # body bytes of the unfinished message, counted in pending_content
         self._may_write: set[str] = set()  # exchanges this channel may publish to
+        # the node and its limits are fixed for the server's life (``Limits`` is frozen):
+        # held here so the publish path reads one attribute, not ``connection.node.limits.x``
+        self._node = node = connection.node
+        limits = node.limits
+        self._max_message_size = limits.max_message_size
+        self._max_pending_content = limits.max_pending_content_bytes
+        self._table_limits = limits.tables
+        self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
 
     @property
     def closing(self) -> bool:
@@ -153,8 +173,8 @@ class Channel:
                 state.remaining = remaining
                 self._buffered += size
                 conn.pending_content += size
-                if conn.pending_content > conn.node.limits.max_pending_content_bytes:
-                    raise _pending_content_error(conn.node.limits.max_pending_content_bytes)
+                if conn.pending_content > self._max_pending_content:
+                    raise _pending_content_error(self._max_pending_content)
                 return
             conn.pending_content -= self._buffered
             self._buffered = 0
@@ -171,7 +191,7 @@ class Channel:
         """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
-        method = codec.decode_method(payload, self.connection.node.limits.tables)
+        method = codec.decode_method(payload, self._table_limits)
         try:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
         except errors.AMQPError as error:
@@ -188,14 +208,13 @@ class Channel:
         self._pub = (publish.exchange, publish.routing_key, publish.mandatory)
 
     def _content_header(self, payload: bytes) -> None:
-        limits = self.connection.node.limits
         try:
-            class_id, size, props = hotcodec.decode_content_header(payload, limits.tables)
+            class_id, size, props = hotcodec.decode_content_header(payload, self._table_limits)
         except errors.PreconditionFailed as error:  # a headers table past a limit
             error.class_id, error.method_id = BASIC_PUBLISH  # nothing of this message is stored
             raise
         state = self.state
-        if class_id != _PUBLISH_CLASS or size > limits.max_message_size:
+        if class_id != _PUBLISH_CLASS or size > self._max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
         self._props = props
         if size == 0:
@@ -215,24 +234,33 @@ class Channel:
             return False
         htype, hchannel, hpayload = header
         btype, bchannel, bpayload = body
-        if htype != 2 or btype != 3 or hchannel != self.id or bchannel != self.id:
+        if (
+            htype != _FRAME_HEADER
+            or btype != _FRAME_BODY
+            or hchannel != self.id
+            or bchannel != self.id
+        ):
             return False
         size = len(bpayload)
         if (
-            len(hpayload) < CONTENT_HEADER_FIELDS + 2  # + the first property flag word
+            len(hpayload) < _MIN_CONTENT_HEADER
             or hpayload[:2] != BASIC_CONTENT_CLASS
             or _body_size(hpayload, 4)[0] != size
         ):
             return False  # not class 60, several body frames, or a size mismatch to report
-        if size > self.connection.node.limits.max_message_size:
+        if size > self._max_message_size:
             return False
-        pub = fastpath.publish_args(method)
+        # the memo lookups inline (a repeated publish or property list costs a dict get,
+        # not a call); a miss decodes and checks, and None sends us the slow way
+        pub = _known_publish(method) or fastpath.publish_args(method)
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
-        values = fastpath.property_filter_values(props, self.connection.node.limits.tables)
+        values = _known_properties(props)
         if values is None:
-            return False
+            values = fastpath.new_property_filter_values(props, self._table_limits)
+            if values is None:
+                return False
         self._pub = pub
         self._props = props
         self._complete(bpayload, values)
@@ -280,15 +308,29 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
-        node = self.connection.node
+        message = _new_message(Message, (values, exchange, routing_key, props, body, _AMQP091))
+        appenders = self._appenders
         if confirm is None:
             for queue in queues:
-                node.appender(queue).submit(message, None, 0)
+                (appenders.get(queue) or self._appender(queue)).submit(message, None, 0)
             return
-        seq = confirm.take(len(queues))
+        if len(queues) == 1:  # ConfirmTracker.take(1) inline: one append reports for it
+            seq = confirm.next_seq
+            confirm.next_seq = seq + 1
+        else:
+            seq = confirm.take(len(queues))
         for queue in queues:
-            node.appender(queue).submit(message, self, seq)
+            (appenders.get(queue) or self._appender(queue)).submit(message, self, seq)
+
+    def _appender(self, queue: AnyQueue) -> Appender:
+        """The node's writer of ``queue``, remembered by this channel (a dict get per
+        publish instead of a call). A deleted queue is never routed to again, so what is
+        remembered of it is only dropped (with everything, past ``_APPENDERS_MAX`` queues)."""
+        appenders = self._appenders
+        if len(appenders) >= _APPENDERS_MAX:
+            appenders.clear()
+        appender = appenders[queue] = self._node.appender(queue)
+        return appender
 
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
         """From the appender: messages ``seqs`` were stored (or not)."""

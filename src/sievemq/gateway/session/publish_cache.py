@@ -32,6 +32,12 @@ _publishes: dict[bytes, tuple[str, str, bool]] = {}
 _properties: dict[bytes, tuple[str, ...]] = {}
 _longstr_values: dict[bytes, tuple[str, ...]] = {}  # raw longstr filter value -> its values
 
+# the memo lookups alone, for a caller that inlines the hit (the channel's publish path):
+# None when the bytes are not known (call ``publish_args`` / ``property_filter_values``).
+# The memos are cleared in place, never replaced, so these stay bound to the live dicts.
+known_publish = _publishes.get
+known_properties = _properties.get
+
 
 def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
     """(exchange, routing key, mandatory) of a Basic.Publish payload; None: use the slow path."""
@@ -67,6 +73,14 @@ def property_filter_values(
     got = _properties.get(props)
     if got is not None:
         return got
+    return new_property_filter_values(props, limits)
+
+
+def new_property_filter_values(
+    props: bytes, limits: TableLimits = DEFAULT_LIMITS
+) -> tuple[str, ...] | None:
+    """``property_filter_values`` for bytes the memo does not hold (``known_properties``
+    said None): checked, read and remembered without looking the memo up again."""
     try:
         at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
         if at < 0:
