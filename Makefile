@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
+.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq bench-spark soak clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,12 @@ bench-vs-rabbitmq: setup
 # Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
 bench-spark: setup
 	$(VENV)/bin/python -m bench spark_export
+
+# publishers, named and filtered consumers, the server SIGKILLed at random and restarted
+# (`make soak MINUTES=30`; JSON out, exit 1 on any finding; a short one runs in `make test`)
+MINUTES ?= 30
+soak: setup
+	$(VENV)/bin/python -m bench.soak --minutes $(MINUTES)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
