@@ -53,7 +53,8 @@ lint: setup
 bench: setup
 	$(VENV)/bin/python -m bench
 
-# through a real server with the Go load generator of ../shared/peers
+# through a real server with the Go load generator of bench/loadgen (built on first use;
+# SIEVEMQ_BENCH_PEERS=1 or --peers: the older kit in ../shared/peers)
 bench-filter: setup
 	$(VENV)/bin/python -m bench filter_bandwidth filter_scan filter_throughput
 
