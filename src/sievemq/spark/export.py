@@ -121,6 +121,9 @@ def planned_messages(options: dict[str, str]) -> int:
 
 
 def build_session(master: str, driver_memory: str) -> Any:
+    # Spark starts many Python workers; without cached bytecode each one compiles pyspark
+    # again (seconds on a loaded machine) before it can connect back to the JVM
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
