@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
+.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,10 @@ bench-vs-rabbitmq: setup
 # Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
 bench-spark: setup
 	$(VENV)/bin/python -m bench spark_export
+
+# publish -> streaming query (1 s trigger) -> foreachBatch sink, through a real gateway
+bench-spark-latency: setup
+	$(VENV)/bin/python -m bench spark_stream_latency
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
