@@ -1,7 +1,8 @@
 """filter + map -> stream: keep the messages whose body is not empty, upper-case the body,
 keep the filter value, publish into the output stream (exactly once across restarts).
 
-    python examples/spark/filter_map.py --data-dir DATA --uri amqp://guest:guest@127.0.0.1:5672/%2F \
+    python examples/spark/filter_map.py --data-dir DATA \
+        --uri amqp://guest:guest@127.0.0.1:5672/%2F \
         --checkpoint /tmp/ck-filter-map [--source orders] [--sink orders-upper]
 """
 
@@ -24,8 +25,12 @@ def query(spark: Any, args: Any) -> Any:
     return jobs.run(out.writeStream, args)
 
 
+def arguments(argv: list[str]) -> Any:
+    return jobs.parser(__doc__ or "", "orders", "orders-upper").parse_args(argv)
+
+
 def main(argv: list[str]) -> None:
-    args = jobs.parser(__doc__ or "", "orders", "orders-upper").parse_args(argv)
+    args = arguments(argv)
     spark = jobs.session(args.master, "filter-map")
     q = query(spark, args)
     q.awaitTermination()

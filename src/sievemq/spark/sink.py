@@ -331,3 +331,26 @@ class SieveStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: what was stored stays, and the replay skips it by its ids."""
+
+
+def foreach_batch(uri: str, stream: str, query_key: str, **options: str) -> Any:
+    """A ``foreachBatch`` function publishing each micro-batch into ``stream`` exactly once.
+
+    For output modes the Python sink cannot take (``update``): ``query_key`` names the query
+    for good (keep it across restarts, e.g. the job's name), and the batch id numbers the
+    messages, so a replayed batch publishes nothing twice. ``options``: more sink options
+    (``exchange``)."""
+
+    def publish(df: Any, batch_id: int) -> None:
+        (
+            df.write.format("sievemq")
+            .option("uri", uri)
+            .option("stream", stream)
+            .option("queryId", query_key)
+            .option("batchId", str(batch_id))
+            .options(**options)
+            .mode("append")
+            .save()
+        )
+
+    return publish
