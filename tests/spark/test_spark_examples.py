@@ -65,7 +65,10 @@ def _run(module: ModuleType, spark: Any, server: ServerProcess, ck: Path, *extra
 
 
 def _windows(rows: list[dict[str, Any]]) -> collections.Counter[tuple[Any, ...]]:
-    return collections.Counter((r["key"], r["start"][-6:-1], r["end"][-6:-1], r["count"]) for r in rows)
+    """(key, start mm:ss, end mm:ss, count) of each published window."""
+    return collections.Counter(
+        (r["key"], r["start"][-6:-1], r["end"][-6:-1], r["count"]) for r in rows
+    )
 
 
 def test_word_count_publishes_changed_counts_once(
