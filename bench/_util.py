@@ -93,6 +93,8 @@ def start_server(
             "0",
             "--admin-port",
             "0",
+            "--stream-port",
+            "0",  # 5552 may be taken by another server on this machine
             "--fsync",
             fsync,
         ],
