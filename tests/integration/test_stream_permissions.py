@@ -22,11 +22,12 @@ from rstream import (
     OffsetType,
     Producer,
 )
+from rstream.client import Client
 from rstream.exceptions import AccessRefused, OffsetNotFound, ServerError
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import consumer, producer, wait_for
+from .stream_helpers import consumer, open_client, producer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,3 +155,36 @@ def _first() -> object:
     from rstream import ConsumerOffsetSpecification
 
     return ConsumerOffsetSpecification(OffsetType.FIRST, None)
+
+
+async def test_super_stream_management_needs_configure(server: ServerProcess, alice: str) -> None:
+    """Create/DeleteSuperStream need configure on the super stream (its exchange) and on
+    every partition stream."""
+    client = Client(server.host, server.stream_port, frame_max=1024 * 1024, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username=USER, password=PASSWORD)
+    try:
+        with pytest.raises(AccessRefused):  # a partition outside ^alice-
+            await client.create_super_stream("alice-orders", ["alice-o-0", "bob-o-1"], ["a", "b"])
+        with pytest.raises(AccessRefused):  # the super stream's own name outside ^alice-
+            await client.create_super_stream("orders-of-bob", ["alice-o-2"], ["a"])
+        await client.create_super_stream("alice-orders", ["alice-o-0", "alice-o-1"], ["a", "b"])
+        assert await client.partitions("alice-orders") == ["alice-o-0", "alice-o-1"]
+    finally:
+        await client.close()
+    guest = await open_client(server)
+    try:
+        assert not await guest.stream_exists("bob-o-1")  # the refused create made nothing
+        await guest.create_super_stream("shared-orders", ["shared-o-0"], ["a"])
+    finally:
+        await guest.close()
+    client = Client(server.host, server.stream_port, frame_max=1024 * 1024, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username=USER, password=PASSWORD)
+    try:
+        with pytest.raises(AccessRefused):
+            await client.delete_super_stream("shared-orders")
+        await client.delete_super_stream("alice-orders")
+        assert not await client.stream_exists("alice-o-0")
+    finally:
+        await client.close()
