@@ -83,6 +83,9 @@ class Channel:
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
+        # while this channel deletes a queue: the basic.cancel of its own consumers on it,
+        # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
+        self._held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
         self.tx: transactions.Transaction | None = None  # after tx.select
@@ -420,9 +423,11 @@ class Channel:
             del self.consumers[consumer.tag]
             consumer.queue.consumers.discard(consumer)
             if self.connection.cancel_notify and not self.closing:
-                self.connection.send_method(
-                    self.id, spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
-                )
+                cancel = spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+                if self._held_cancels is not None:
+                    self._held_cancels.append(cancel)
+                else:
+                    self.connection.send_method(self.id, cancel)
 
     # ----------------------------------------------------------------------- closing
 
@@ -545,9 +550,15 @@ class Channel:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
         classic.check_delete(self, m.queue)
-        count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        self._held_cancels = []
+        try:
+            count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        finally:
+            held, self._held_cancels = self._held_cancels, None
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
+        for cancel in held:
+            self.connection.send_method(self.id, cancel)
 
     def _queue_bind(self, m: Any) -> None:
         self._allow("write", "queue", m.queue)

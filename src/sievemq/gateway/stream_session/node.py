@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from sievemq.gateway.stream_session.sac import SacCoordinator
 from sievemq.storage import StorageError
 from sievemq.storage.publishers import PublisherSequences
 
@@ -39,6 +40,7 @@ class StreamNode:
         self.frame_max = frame_max
         self.heartbeat = heartbeat
         self.connections: set[ConnectionPort] = set()
+        self.sac = SacCoordinator()  # single-active-consumer groups
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}
 
     def sequences(self, queue: StreamQueue) -> PublisherSequences:
