@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import AccessRefused, PreconditionFailed, ResourceLocked
 from sievemq.gateway.model import classic_arguments as cargs
-from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic_queue import (
+    DEFAULT_WINDOW,
+    ClassicQueue,
+    MemoryWindow,
+    QueueMessage,
+)
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
 
 if TYPE_CHECKING:
@@ -61,8 +66,10 @@ class ClassicQueues:
         default_type: str,
         open_log: LogOpener | None = None,
         on_change: Callable[[], None] = lambda: None,
+        window: MemoryWindow = DEFAULT_WINDOW,
     ) -> None:
         self.vhost_name = vhost
+        self.window = window
         self.default_type = default_type
         self.queues: dict[str, ClassicQueue] = {}
         self._open_log = open_log
@@ -179,9 +186,10 @@ class ClassicQueues:
             auto_delete=auto_delete,
             owner=owner,
             log_store=log_store,
+            window=self.window,
         )
         if log_store is not None:
-            queue.restore(log_store.recover(), log_store.delivered)
+            queue.restore(log_store.scan(), log_store.delivered)
         queue.on_unused = self._auto_delete
         queue.dead_letter = self._dead_letter
         self.queues[name] = queue
