@@ -7,6 +7,15 @@ deleted whole; the ack file is rewritten without the ids of deleted segments onc
 (write-temp + rename, so a crash leaves the old or the new file). ``delivered`` holds the
 highest id ever handed to a consumer, written before the delivery goes out, so after a crash the
 messages at or below it come back with the redelivered flag (never twice without it).
+``floor`` holds the id at or below which every message is gone: a purge writes it before it
+deletes the segments, so a crash half way through a purge brings nothing back.
+
+Crash windows (tests/recovery/test_queue_log_recovery.py): a record torn at the tail of a
+segment is cut off (never confirmed); an ack entry torn at the end of ``acks`` is ignored (the
+message comes back, redelivered); a segment whose every message was acked but that was not
+deleted yet is deleted at recovery; ack ids of segments already deleted are dropped when the
+ack file is rewritten (temp + rename); ids never go back below ``delivered`` or ``floor``, so
+a new message is never taken for one delivered before.
 
 Record layout (big-endian): ``u32 length of the rest | u32 crc32 of the rest | rest`` where rest
 is ``u64 id | u64 enqueue time ms | u8 len + exchange | u8 len + routing key | u32 len +
@@ -40,6 +49,7 @@ _U64 = struct.Struct(">Q")
 SEGMENT_SUFFIX = ".qseg"
 ACK_FILE = "acks"
 DELIVERED_FILE = "delivered"
+FLOOR_FILE = "floor"
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
@@ -158,6 +168,7 @@ class QueueLog:
         self._ack_entries = 0
         self._delivered_fd = -1
         self.delivered = 0
+        self.floor = 0
         self.last_id = 0
         self.dirty = False
         self._staged: list[bytes] = []  # encoded records not written yet (``stage``)
@@ -174,7 +185,9 @@ class QueueLog:
         One segment's bytes are in memory at a time. ``delivered`` is set before this
         returns; the log is ready for writing once the iterator is exhausted."""
         acked = self._read_acks()
-        self.delivered = self._read_delivered()
+        self.delivered = self._read_mark(DELIVERED_FILE)
+        self.floor = self._read_mark(FLOOR_FILE)
+        self.last_id = max(self.last_id, self.delivered, self.floor)
         return self._scan(acked)
 
     def _scan(self, acked: set[int]) -> Iterator[Located]:
@@ -193,7 +206,7 @@ class QueueLog:
                 valid = found.position + found.size
                 seg.count += 1
                 self.last_id = max(self.last_id, found.message.id)
-                if found.message.id not in acked:
+                if found.message.id not in acked and found.message.id > self.floor:
                     survivors.append(found)
             del data
             if valid != path.stat().st_size:
@@ -218,9 +231,9 @@ class QueueLog:
         usable = len(data) - len(data) % 8
         return {v for (v,) in _U64.iter_unpack(data[:usable])}
 
-    def _read_delivered(self) -> int:
+    def _read_mark(self, name: str) -> int:
         try:
-            data = (self.directory / DELIVERED_FILE).read_bytes()
+            data = (self.directory / name).read_bytes()
         except FileNotFoundError:
             return 0
         return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
@@ -380,8 +393,15 @@ class QueueLog:
             os.pwrite(self._delivered_fd, _U64.pack(msg_id), 0)
 
     def purge(self) -> None:
-        """Forget every message: all segments go, the ack record restarts empty."""
-        self._staged = []
+        """Forget every message: all segments go, the ack record restarts empty. The floor
+        is written first: a crash half way through brings none of them back."""
+        self.write_staged()
+        self.floor = self.last_id
+        fd = os.open(self.directory / FLOOR_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, _U64.pack(self.floor), 0)
+        finally:
+            os.close(fd)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -128,7 +128,9 @@ class ClassicQueues:
         )
         if not name:
             name = server_name()
-        queue = self._create(name, qargs, durable, auto_delete, owner if exclusive else None)
+        queue = self._create(
+            name, qargs, durable, auto_delete, owner if exclusive else None, fresh=True
+        )
         if queue.durable and not queue.exclusive:
             self._on_change()
         return queue, 0, 0
@@ -174,10 +176,16 @@ class ClassicQueues:
         durable: bool,
         auto_delete: bool,
         owner: object | None,
+        fresh: bool = False,
     ) -> ClassicQueue:
+        """``fresh``: a new declare, so files a deleted queue of that name left behind (a
+        crash between forgetting it and deleting them) are removed, never recovered."""
         log_store = None
         if durable and owner is None and self._open_log is not None:
             log_store = self._open_log(self.vhost_name, name)
+            if fresh:
+                log_store.delete()
+                log_store = self._open_log(self.vhost_name, name)
         queue = ClassicQueue(
             name,
             self.vhost_name,
@@ -241,9 +249,9 @@ class ClassicQueues:
         if self._vhost is not None:
             self._vhost.drop_queue_bindings(queue.name)
         queue.notify_deleted()
-        queue.destroy()
         if queue.durable and not queue.exclusive:
-            self._on_change()
+            self._on_change()  # forgotten first: a crash before the files go leaves no queue
+        queue.destroy()
 
     def _auto_delete(self, queue: ClassicQueue) -> None:
         self.remove(queue)
