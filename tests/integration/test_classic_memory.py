@@ -69,3 +69,50 @@ def test_deep_durable_queue_keeps_memory_bounded_and_drains_in_order(tmp_path: P
         conn.close()
         segments = list((server.data_dir / "queues").rglob("*.qseg"))
         assert len(segments) <= 1  # every fully acked segment was deleted
+
+
+def test_small_window_keeps_priorities_requeues_and_dead_letters(tmp_path: Path) -> None:
+    """A window of 4 messages (and 64 KiB): everything past it is read back from disk, with
+    priorities, requeue order and dead-lettering as with every body in memory, across a
+    restart."""
+    args = ("--queue-memory-messages", "4", "--queue-memory-bytes", "64KiB")
+    with ServerProcess(tmp_path / "data", extra_args=args) as server:
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        ch.queue_declare("dead", durable=True)
+        ch.queue_declare(
+            "prio",
+            durable=True,
+            arguments={"x-max-priority": 2, "x-dead-letter-exchange": ""}
+            | {"x-dead-letter-routing-key": "dead"},
+        )
+        ch.confirm_delivery()
+        sent = [(i, i % 3) for i in range(60)]
+        for i, priority in sent:
+            props = pika.BasicProperties(delivery_mode=2, priority=priority)
+            ch.basic_publish("", "prio", b"%d" % i, props)
+        first = [ch.basic_get("prio") for _ in range(3)]
+        for method, _, _ in first[:2]:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        ch.basic_reject(first[2][0].delivery_tag, requeue=False)  # dead-lettered
+        conn.close()
+        server.stop()
+        server.start()
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        got = []
+        while True:
+            method, _props, body = ch.basic_get("prio", auto_ack=True)
+            if method is None:
+                break
+            got.append((int(body), method.redelivered))
+        by_priority = [i for p in (2, 1, 0) for i, q in sent if q == p]
+        assert [i for i, _ in got] == [i for i in by_priority if i != by_priority[2]]
+        flagged = {i for i, r in got if r}
+        # the requeued ones are flagged; so is every id below the highest one delivered (the
+        # delivered mark is a high-water mark), and nothing above it
+        assert set(by_priority[:2]) <= flagged
+        assert flagged == {i for i, _ in got if i <= max(by_priority[:3])}
+        method, _props, body = ch.basic_get("dead", auto_ack=True)
+        assert method is not None and int(body) == by_priority[2]
+        conn.close()
