@@ -73,18 +73,20 @@ def publish(port: int, pid: int, queue: str, n: int, size: int) -> dict[str, Any
     )  # fmt: skip
 
 
-def consume_args(port: int, queue: str, m: int) -> list[str]:
+def consume_args(port: int, queue: str, m: int, idle: str = "5s") -> list[str]:
     return [
         str(LOADGEN), "-port", str(port), "-mode", "consume", "-m", str(m), "-prefetch", "1000",
-        "-ack-every", "500", "-offset", "", "-idle", "5s", "-queue", queue, "-no-declare",
+        "-ack-every", "500", "-offset", "", "-idle", idle, "-queue", queue, "-no-declare",
         "-keep",
     ]  # fmt: skip
 
 
-def consume_many(port: int, pid: int, queue: str, n: int, consumers: int) -> dict[str, Any]:
+def consume_many(
+    port: int, pid: int, queue: str, n: int, consumers: int, idle: str = "5s"
+) -> dict[str, Any]:
     """``consumers`` loadgen consumers at once, n/consumers each; rate over their wall time."""
     if consumers == 1:
-        return loadgen(port, pid, *consume_args(port, queue, n)[3:])
+        return loadgen(port, pid, *consume_args(port, queue, n, idle)[3:])
     share = n // consumers
     before = proc_cpu_s(pid)
     start = time.perf_counter()
@@ -234,10 +236,12 @@ def deep_round(port: int, pid: int, n: int, size: int) -> dict[str, Any]:
         pub = publish(port, pid, queue, n, size)
     full = rss_kib(pid)
     with RssSampler(pid) as during_drain:
-        con = consume_many(port, pid, queue, n, 1)
+        # a deep RabbitMQ queue can pause deliveries for seconds while it pages
+        con = consume_many(port, pid, queue, n, 1, idle="120s")
     delete(port, queue)
     return {
         "n": n,
+        "drained": con.get("consumed"),
         "size": size,
         "publish_msgs_per_s": pub.get("pub_msgs_per_s"),
         "publish_server_cpu_us_per_msg": pub.get("server_cpu_us_per_msg"),
