@@ -2,10 +2,10 @@
 
 Per repeat and broker (interleaved, so noise hits both alike), on a durable classic queue:
 
-* work queue: publish N persistent messages with confirms (window 1000, Go loadgen of
-  ``../shared/peers``), then consume them with manual acks (prefetch 1000, ack multiple every
-  500) by one consumer or by four at once (four loadgen processes, N/4 each: the rate is N over
-  the wall time of the four), at each body size;
+* work queue: publish N persistent messages with confirms (window 1000, the Go loadgen of
+  ``bench/loadgen``, see ``bench/kit.py``), then consume them with manual acks (prefetch
+  1000, ack multiple every 500) by one consumer or by four at once (four loadgen processes,
+  N/4 each: the rate is N over the wall time of the four), at each body size;
 * RPC: sequential round trips from a client (pika) over an exclusive, server-named reply queue
   to a responder in another process that consumes a request queue and answers each request
   (reply_to + correlation_id): p50 and p99 of the round trip.
@@ -16,9 +16,12 @@ drain them; publish and drain rates, and the server's peak resident memory (VmRS
 one JSON document: medians per broker and the SieveMQ/RabbitMQ ratios (above 1 is better for
 rates and RSS ratios are below 1 when SieveMQ uses less).
 
-    SIEVEMQ_PEERS=/work/shared/peers python -m bench.classic_work_queue [--repeats 3] \
-        [--n 50000] [--sizes 100,1024] [--consumers 1,4] [--rpc 2000] [--deep 1000000] \
-        [--deep-size 100] [--rabbitmq-port 5682] [--no-rabbitmq]
+    python -m bench.classic_work_queue [--repeats 3] [--n 50000] [--sizes 100,1024] \
+        [--consumers 1,4] [--rpc 2000] [--deep 1000000] [--deep-size 100] [--fsync batch] \
+        [--rabbitmq-port 0] [--no-rabbitmq] [--peers]
+
+``--peers`` uses the older kit beside the checkout (``../shared/peers``), as
+``bench.vs_rabbitmq`` does.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from typing import Any
 
 import pika
 
+from bench import kit
 from bench._util import machine, proc_cpu_s
-from bench.vs_rabbitmq import LOADGEN, _commit, loadgen, rabbitmq_server, sievemq_server
+from bench.vs_rabbitmq import _commit, loadgen, rabbitmq_server, sievemq_server
 
 RPC_QUEUE = "bench-rpc-requests"
 
@@ -75,9 +79,9 @@ def publish(port: int, pid: int, queue: str, n: int, size: int) -> dict[str, Any
 
 def consume_args(port: int, queue: str, m: int, idle: str = "5s") -> list[str]:
     return [
-        str(LOADGEN), "-port", str(port), "-mode", "consume", "-m", str(m), "-prefetch", "1000",
-        "-ack-every", "500", "-offset", "", "-idle", idle, "-queue", queue, "-no-declare",
-        "-keep",
+        str(kit.loadgen()), "-port", str(port), "-mode", "consume", "-m", str(m),
+        "-prefetch", "1000", "-ack-every", "500", "-offset", "", "-idle", idle,
+        "-queue", queue, "-no-declare", "-keep",
     ]  # fmt: skip
 
 
@@ -311,13 +315,16 @@ def main() -> None:
     parser.add_argument("--deep", type=int, default=1_000_000, help="deep queue (0: none)")
     parser.add_argument("--deep-size", type=int, default=100)
     parser.add_argument("--fsync", default="batch")
-    parser.add_argument("--rabbitmq-port", type=int, default=5682)
+    parser.add_argument("--rabbitmq-port", type=int, default=0, help="0: a free port")
     parser.add_argument("--no-rabbitmq", action="store_true")
+    parser.add_argument("--peers", action="store_true", help="use ../shared/peers")
     parser.add_argument("--rpc-responder", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rpc_responder:
         rpc_responder(args.rpc_responder)
         return
+    kit.use_peers(args.peers)
+    kit.loadgen()  # built now if missing, not inside a timed run
     sizes = [int(s) for s in args.sizes.split(",") if s]
     consumer_counts = [int(c) for c in args.consumers.split(",") if c]
     names = ["sievemq"] + ([] if args.no_rabbitmq else ["rabbitmq"])
