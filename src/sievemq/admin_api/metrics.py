@@ -248,8 +248,7 @@ class _Collector:
             for k, fam in everything.items():
                 self.labelled.append(
                     f"# HELP {sample_names[k]} {fam.documentation}\n"
-                    f"# TYPE {sample_names[k]} {fam.type}\n"
-                    + "".join(lines[k])
+                    f"# TYPE {sample_names[k]} {fam.type}\n" + "".join(lines[k])
                 )
         else:
             for k, fam in families.items():
