@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency clean
+.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -66,7 +66,8 @@ lint: setup
 bench: setup
 	$(VENV)/bin/python -m bench
 
-# through a real server with the Go load generator of ../shared/peers
+# through a real server with the Go load generator of bench/loadgen (built on first use;
+# SIEVEMQ_BENCH_PEERS=1 or --peers: the older kit in ../shared/peers)
 bench-filter: setup
 	$(VENV)/bin/python -m bench filter_bandwidth filter_scan filter_throughput
 
@@ -76,6 +77,12 @@ bench-vs-rabbitmq: setup
 # Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
 bench-spark: setup
 	$(VENV)/bin/python -m bench spark_export
+
+# publishers, named and filtered consumers, the server SIGKILLed at random and restarted
+# (`make soak MINUTES=30`; JSON out, exit 1 on any finding; a short one runs in `make test`)
+MINUTES ?= 30
+soak: setup
+	$(VENV)/bin/python -m bench.soak --minutes $(MINUTES)
 
 # publish -> streaming query (1 s trigger) -> foreachBatch sink, through a real gateway
 bench-spark-latency: setup

@@ -1,4 +1,4 @@
-"""The `sievemq` PySpark data source: batch reader and streaming reader (wiring).
+"""The `sievemq` PySpark data source: batch and streaming readers and writers (wiring).
 
 Where each method runs matters (research/spark.md §1.2): ``schema``/``reader`` run in Python
 processes on the driver, ``pushFilters`` and ``partitions`` in the planner process (what they
@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from sievemq.filtering.subscriptions import registered_slot
 from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
-from sievemq.spark.options import ReadOptions, parse_options
+from sievemq.spark.options import OptionError, ReadOptions, parse_options
 from sievemq.spark.planning import (
     Bounds,
     OffsetRange,
@@ -41,6 +41,13 @@ from sievemq.spark.planning import (
 )
 from sievemq.spark.pushdown import Pushed, push
 from sievemq.spark.schema import arrow_schema, check_user_schema, source_schema
+from sievemq.spark.sink import (
+    SieveBatchWriter,
+    SieveStreamWriter,
+    SinkOptions,
+    check_sink_schema,
+    parse_sink_options,
+)
 from sievemq.storage import ReadStats
 
 try:  # 4.2+: admission control and Trigger.AvailableNow
@@ -96,6 +103,20 @@ class SieveDataSource(DataSource):
         options = self._options(streaming=True)
         check_user_schema(schema, options.several)
         return SieveStreamReader(options, schema, type(self).metrics)
+
+    def _sink_options(self, schema: StructType) -> SinkOptions:
+        options = parse_sink_options(dict(self.options))
+        check_sink_schema(schema, options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> SieveBatchWriter:
+        if overwrite:
+            raise OptionError("mode", "a stream is append-only: use mode('append')")
+        return SieveBatchWriter(self._sink_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> SieveStreamWriter:
+        # overwrite = outputMode("complete"): every micro-batch publishes the whole result
+        return SieveStreamWriter(self._sink_options(schema))
 
 
 class _ReadsRanges:
