@@ -63,10 +63,12 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.admin_api",
         "sievemq.gateway.facade",
     },
-    # the sink publishes through the gateway as an AMQP client (aiormq), never by its code
+    # the sink publishes through the gateway as an AMQP client (aiormq), never by its code;
+    # `sievemq export --format delta` commits through delta-rs (deltalake)
     "spark": {
         "pyspark",
         "pyarrow",
+        "deltalake",
         "aiormq",
         "pamqp",
         "sievemq.storage",
