@@ -71,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
         "deltalake",
         "aiormq",
         "pamqp",
+        "deltalake",  # `sievemq export --format delta` (delta-rs; delta-spark cannot work offline)
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.spark",
