@@ -63,12 +63,10 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.admin_api",
         "sievemq.gateway.facade",
     },
-    # the sink publishes through the gateway as an AMQP client (aiormq), never by its code;
-    # `sievemq export --format delta` commits through delta-rs (deltalake)
+    # the sink publishes through the gateway as an AMQP client (aiormq), never by its code
     "spark": {
         "pyspark",
         "pyarrow",
-        "deltalake",
         "aiormq",
         "pamqp",
         "deltalake",  # `sievemq export --format delta` (delta-rs; delta-spark cannot work offline)
