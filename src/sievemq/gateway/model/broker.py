@@ -8,7 +8,7 @@ start the broker loads ``definitions.log`` and reopens every stream from
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Stream, StreamConfig
+from sievemq.storage import Durability, Message, Stream, StreamConfig, layout
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,13 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.users = Users()
         self.vhosts: dict[str, VirtualHost] = {}
+        # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
+        # dead-letters routed to a stream go through it, and are dropped while it is None
+        self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if removed := layout.remove_tombstones(self.data_dir):
+            log.info("removed %d deleted stream(s) a crash left behind", removed)
         self.store = definitions.DefinitionStore(self.data_dir)
         stored = self.store.load()
         if stored is None:
@@ -149,6 +154,10 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _write_stream(self, queue: Any, message: Message) -> None:
+        if self.stream_writer is not None and isinstance(queue, StreamQueue):
+            self.stream_writer(queue, message)
+
     @staticmethod
     def _remove_stream(queue: StreamQueue) -> None:
         queue.stream.delete()
@@ -178,6 +187,7 @@ class Broker:
             classic = ClassicQueues(
                 name, self.settings.default_queue_type, self._open_queue_log, self.save_definitions
             )
+            classic.write_stream = self._write_stream
             vhost = VirtualHost(
                 name,
                 self._open_stream,

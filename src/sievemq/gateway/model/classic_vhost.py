@@ -13,10 +13,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.amqp import properties as amqp_properties
-from sievemq.amqp.errors import AccessRefused, PreconditionFailed, ResourceLocked
+from sievemq.amqp.errors import AccessRefused, AMQPError, PreconditionFailed, ResourceLocked
+from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
+from sievemq.storage import Message
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -35,6 +37,9 @@ class Host(Protocol):
 
 LogOpener = Callable[[str, str], "QueueLog"]
 LogRemover = Callable[[str, str], None]
+# writes one dead-lettered message into a stream (the node's stream appender); the first
+# argument is the ``StreamQueue`` a dead-letter exchange routed it to
+StreamWriter = Callable[[Any, Message], None]
 CLASSIC_ALIASES = ("classic", cargs.CLASSIC_TYPE_NAME)
 QUORUM_ALIASES = ("quorum", cargs.QUORUM_TYPE_NAME)
 
@@ -69,6 +74,8 @@ class ClassicQueues:
         self._on_change = on_change
         self._vhost: Host | None = None
         self.on_created: Callable[[ClassicQueue], None] = lambda q: None
+        # set by the broker: dead-letters routed to a stream go through its appender
+        self.write_stream: StreamWriter | None = None
 
     def attach(self, vhost: Host) -> None:
         self._vhost = vhost
@@ -266,11 +273,15 @@ class ClassicQueues:
             except Exception:  # the exchange went away meanwhile: the message is dropped
                 continue
             for target in targets:
-                if not isinstance(target, ClassicQueue):
-                    continue  # streams are written through the appender (not from here)
                 if reason != "rejected" and _cycle(deaths, target.name):
                     continue
-                target.enqueue([(dlx, routing_key, props, msg.body)])
+                if isinstance(target, ClassicQueue):
+                    target.enqueue([(dlx, routing_key, props, msg.body)])
+                elif self.write_stream is not None:
+                    # a stream: the record a publish of these properties would make (its
+                    # x-stream-filter-value header indexed), through the stream's one writer
+                    values = _filter_values(props)
+                    self.write_stream(target, Message(values, dlx, routing_key, props, msg.body))
 
 
 def _now() -> int:
@@ -293,6 +304,17 @@ def _headers_of(props: bytes) -> Callable[[], dict[str, Any]]:
         return dict(got) if got else {}
 
     return headers
+
+
+def _filter_values(props: bytes) -> tuple[str, ...]:
+    """A dead-letter's filter values, as a publish of its properties would have; a value a
+    publish would have refused (406) leaves it unfiltered rather than losing the message."""
+    try:
+        return stream_args.parse_filter_values(
+            amqp_properties.read_header(props, "x-stream-filter-value")
+        )
+    except AMQPError:
+        return ()
 
 
 def _text(value: Any) -> Any:

@@ -245,12 +245,17 @@ class Connection:
     # each runs after the table accepted its method (and moved to the next phase)
 
     def _close(self, method: Any) -> None:
-        """The client closes (in any phase, or answering ours at the same time)."""
+        """The client closes (in any phase, or answering ours at the same time). After the
+        close-ok the client closes the socket (it received the close-ok: the spec's "safe to
+        close the socket"); RabbitMQ waits for that, and so do we, for at most
+        ``_CLOSE_OK_TIMEOUT_S``. Closing first raced clients that read EOF before the close-ok
+        (aiormq then loses the error its close was given)."""
         self.send_method(0, spec.Connection.CloseOk())
         self.flush()
         self._teardown_channels()
-        if self.transport is not None:
-            self.transport.close()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self._close_timer = self.node.loop.call_later(_CLOSE_OK_TIMEOUT_S, self._force_close)
 
     def _close_ok(self, method: Any) -> None:
         """The answer to our connection.close."""

@@ -47,7 +47,7 @@ class StreamNode:
         """The publisher sequences of the queue's stream (loaded on first use)."""
         entry = self._sequences.get(id(queue))
         if entry is None or entry[0] is not queue:
-            entry = (queue, PublisherSequences(queue.stream))
+            entry = (queue, queue.publisher_sequences())  # shared with AMQP dedup
             self._sequences[id(queue)] = entry
             queue.add_delete_listener(self._forget)
         return entry[1]
