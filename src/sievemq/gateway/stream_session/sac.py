@@ -123,6 +123,7 @@ class SacCoordinator:
     def on_reply(self, conn: ConnectionPort, reply: wire.ConsumerUpdateReply) -> None:
         """The client's answer (0x801a) to one of our ConsumerUpdate requests."""
         member = self._awaited.pop(reply.corr, None)
+        log.debug("ConsumerUpdate answer %s for %s", reply, member and member.group.key)
         if member is None or member.conn is not conn or member.pending != reply.corr:
             return  # unknown, or superseded by a later request
         member.pending = -1
@@ -154,8 +155,10 @@ class SacCoordinator:
         member.pending = corr
         self._awaited[corr] = member
         member.conn.write(wire.consumer_update(corr, member.sub.subscription_id, active))
-
-    def members_of(self, key: GroupKey) -> list[tuple[int, str]]:
-        """(subscription id, state) in arrival order: for tests and the admin view."""
-        group = self.groups.get(key)
-        return [] if group is None else [(m.sub.subscription_id, m.state) for m in group.members]
+        log.debug(
+            "ConsumerUpdate %s sid=%d active=%s corr=%d",
+            member.group.key,
+            member.sub.subscription_id,
+            active,
+            corr,
+        )
