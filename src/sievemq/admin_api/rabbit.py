@@ -591,7 +591,7 @@ async def list_connections(request: Request, who: User) -> Any:
 async def list_stream_connections(request: Request, who: User) -> Any:
     """The stream plugin's view: stream-protocol connections only."""
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [
             shapes.connection(c, f.node_name)
