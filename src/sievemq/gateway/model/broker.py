@@ -82,7 +82,9 @@ class Broker:
 
     def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("vhosts", []):
-            self.add_vhost(item["name"])
+            self.add_vhost(item["name"]).limits = {
+                str(k): int(v) for k, v in dict(item.get("limits") or {}).items()
+            }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
         for item in data.get("exchanges", []):
@@ -286,7 +288,10 @@ class Broker:
                     bindings.append(self._binding_record(vhost, b))
         bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
         return {
-            "vhosts": [{"name": n} for n in self.vhosts],
+            "vhosts": [
+                {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
+                for n, v in self.vhosts.items()
+            ],
             "users": [u.to_json() for u in self.users],
             "exchanges": exchanges,
             "queues": queues,

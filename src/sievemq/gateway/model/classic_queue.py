@@ -208,6 +208,15 @@ class ClassicQueue:
         self._next_id = log_store.last_id if log_store is not None else 0
         self._delete_listeners: list[DeleteListener] = []
         self._pending_acks: list[int] = []
+        # RabbitMQ's per-queue message_stats (the admin API shows them)
+        self.published = 0  # messages enqueued
+        self.delivered = 0  # messages taken (consumer deliveries and basic.get)
+        self.got = 0  # of them by basic.get with acks (the session counts those)
+        self.got_no_ack = 0  # by basic.get without acks
+        self.delivered_no_ack = 0  # to consumers without acks
+        self.redelivered = 0  # taken again after a requeue
+        self.get_empty = 0  # basic.get answered get-empty
+        self.acked = 0  # acknowledged by clients (not the no-ack settles)
 
     def __repr__(self) -> str:
         return f"ClassicQueue({self.name!r}, vhost={self.vhost!r}, kind={self.kind!r})"
@@ -326,6 +335,7 @@ class ClassicQueue:
             if logged:
                 to_log.append((msg_id, ts, exchange, routing_key, props, body))
             self._push(msg)
+            self.published += 1
             results.append(True)
             self._drop_head_overflow()
         if to_log and log_store is not None:
@@ -409,6 +419,9 @@ class ClassicQueue:
             return None
         msg = self._pop_any()
         self.outstanding += 1
+        self.delivered += 1
+        if msg.redelivered:
+            self.redelivered += 1
         if msg.logged and self.log is not None:
             self.log.mark_delivered(msg.id)
         return msg
@@ -424,11 +437,14 @@ class ClassicQueue:
 
     # ------------------------------------------------------------------ settle
 
-    def ack(self, messages: list[QueueMessage]) -> None:
-        """Outstanding messages are done: forget them (the log records the ack)."""
+    def ack(self, messages: list[QueueMessage], client: bool = True) -> None:
+        """Outstanding messages are done: forget them (the log records the ack).
+        ``client``: a client's basic.ack (counted in ``acked``), not a no-ack settle."""
         if self.deleted:
             return
         self.outstanding -= len(messages)
+        if client:
+            self.acked += len(messages)
         ids = [m.id for m in messages if m.logged]
         if ids and self.log is not None:
             self.log.ack(ids)
