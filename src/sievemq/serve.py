@@ -152,6 +152,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
     snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
+    alarms.add_listener(snode.on_alarms)
     try:
         amqp_server, amqp_port = await start_amqp_listener(
             lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
@@ -201,7 +202,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
     ready = False
-    facade.alarms, facade.node = alarms, node
+    facade.alarms, facade.node, facade.stream_node = alarms, node, snode
     facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
     if amqps is not None:
         facade.listeners.append(

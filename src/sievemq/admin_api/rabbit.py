@@ -615,6 +615,20 @@ async def list_connections(request: Request, who: User) -> Any:
     )
 
 
+@router.get("/stream/connections")
+async def list_stream_connections(request: Request, who: User) -> Any:
+    """The stream plugin's view: stream-protocol connections only."""
+    f = _facade(request)
+    return await paginate(
+        request,
+        [
+            shapes.connection(c, f.node_name)
+            for c in _visible_connections(f, who, None)
+            if c.protocol == "stream"
+        ],
+    )
+
+
 @router.get("/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any:
     v = name(vhost)

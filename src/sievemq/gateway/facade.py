@@ -58,8 +58,10 @@ from sievemq.gateway.model.users import (
     hash_password,
     valid_hash,
 )
-from sievemq.gateway.runtime.alarms import ResourceAlarms, total_memory
+from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091
@@ -528,6 +530,7 @@ class BrokerFacade:
         self.alarms = alarms
         self.node = node
         self.listeners: list[ListenerView] = []
+        self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
         self._rates = _Rates()
 
@@ -790,14 +793,30 @@ class BrokerFacade:
             key=lambda c: c.id,
         )
 
+    def _stream_connections(self) -> list[StreamConnection]:
+        """Open stream-protocol connections (past Open), oldest first."""
+        if self.stream_node is None:
+            return []
+        return sorted(
+            (
+                c
+                for c in self.stream_node.connections
+                if isinstance(c, StreamConnection) and c.alive and c.vhost is not None
+            ),
+            key=lambda c: c.id,
+        )
+
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
-        return [
-            _connection_view(c)
-            for c in self._connections()
-            if vhost is None or c.vhost_name == vhost
-        ]
+        """AMQP 0-9-1 and stream-protocol connections (``protocol`` tells them apart)."""
+        views = [_connection_view(c) for c in self._connections()]
+        views += [_stream_connection_view(c) for c in self._stream_connections()]
+        views.sort(key=lambda v: v.id)
+        return [v for v in views if vhost is None or v.vhost == vhost]
 
     def get_connection(self, name: str) -> ConnectionView:
+        for conn in self._stream_connections():
+            if _stream_connection_name(conn) == name:
+                return _stream_connection_view(conn)
         return _connection_view(self._connection(name))
 
     def _connection(self, name: str) -> Connection:
@@ -807,13 +826,22 @@ class BrokerFacade:
         raise NotFound(f"no connection '{name}'")
 
     def close_connection(self, name: str, reason: str | None = None) -> None:
-        """Close with 320 CONNECTION_FORCED and the reason (RabbitMQ's default text)."""
+        """Close with 320 CONNECTION_FORCED and the reason (RabbitMQ's default text); a
+        stream-protocol connection is dropped (its clients see a broken connection)."""
+        for stream_conn in self._stream_connections():
+            if _stream_connection_name(stream_conn) == name:
+                stream_conn.abort()
+                return
         conn = self._connection(name)
         conn.close(ConnectionForced(reason or "Closed via management plugin"))
 
     def list_channels(
         self, vhost: str | None = None, connection: str | None = None
     ) -> list[ChannelView]:
+        if connection is not None and any(
+            _stream_connection_name(c) == connection for c in self._stream_connections()
+        ):
+            return []  # stream-protocol connections have no channels
         conns = [self._connection(connection)] if connection is not None else self._connections()
         return [
             _channel_view(c, ch)
@@ -1552,7 +1580,7 @@ def _split_peer(peer: str) -> tuple[str, int]:
         return peer, 0
 
 
-def _local(conn: Connection) -> tuple[str, int]:
+def _local(conn: Connection | StreamConnection) -> tuple[str, int]:
     transport = conn.transport
     sock = transport.get_extra_info("sockname") if transport is not None else None
     if isinstance(sock, tuple) and len(sock) >= 2:
@@ -1599,6 +1627,40 @@ def _connection_view(conn: Connection) -> ConnectionView:
         connected_at=int(getattr(conn, "connected_at", time.time()) * 1000),
         state=state,
         blocked_reason=conn.blocked_reason,
+    )
+
+
+def _stream_connection_name(conn: StreamConnection) -> str:
+    """RabbitMQ names stream connections like AMQP ones: ``peer_host:peer_port -> host:port``."""
+    host, port = _local(conn)
+    return f"{conn.peer_host}:{conn.peer_port} -> {host}:{port}"
+
+
+def _stream_connection_view(conn: StreamConnection) -> ConnectionView:
+    host, port = _local(conn)
+    transport = conn.transport
+    ssl = transport is not None and transport.get_extra_info("sslcontext") is not None
+    provided = conn.client_properties.get("connection_name")
+    return ConnectionView(
+        name=_stream_connection_name(conn),
+        id=conn.id,
+        user=conn.user.name if conn.user is not None else "",
+        vhost=conn.vhost.name if conn.vhost is not None else "",
+        peer_host=conn.peer_host,
+        peer_port=conn.peer_port,
+        host=host,
+        port=port,
+        ssl=ssl,
+        client_properties=dict(conn.client_properties),
+        user_provided_name=provided,
+        channels=0,
+        channel_max=0,
+        frame_max=conn.frame_max,
+        timeout=conn.heartbeat,
+        connected_at=int(conn.connected_at * 1000),
+        state="blocked" if conn.blocked else "running",
+        blocked_reason=blocked_reason(conn.node.alarm_reasons) if conn.blocked else "",
+        protocol="stream",
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ class StreamConnection:
         self.node = snode.node
         self.transport: asyncio.Transport | None = None
         self.peer_host = ""
+        self.peer_port = 0
         self.alive = False
         self.writing_paused = False
         self.user: User | None = None
@@ -83,7 +85,11 @@ class StreamConnection:
         self._sent = False
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._missed = 0
-        self.read_control: Any = None  # the protocol: stop_reading()
+        self.read_control: Any = None  # the protocol: stop_reading(), hold_reading()
+        self.id = 0
+        self.connected_at = 0.0
+        self._admitted = False
+        self.blocked = False  # a resource alarm holds this publishing connection
 
     @staticmethod
     def _chunk_budget(frame_max: int) -> int:
@@ -95,14 +101,26 @@ class StreamConnection:
 
     def on_open(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        if not self.node.admit():
+            # over max_connections (AMQP and stream connections count together), or
+            # shutting down: the peer sees the socket close before any frame
+            transport.abort()
+            return
+        self._admitted = True
         peer = transport.get_extra_info("peername")
         self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.peer_port = int(peer[1]) if isinstance(peer, tuple) and len(peer) > 1 else 0
+        self.id = self.node.next_id()
+        self.connected_at = time.time()
         self.alive = True
         self.snode.connections.add(self)
 
     def on_lost(self) -> None:
         """TCP EOF or reset: drop every publisher and subscription (no Close needed)."""
         self.alive = False
+        if self._admitted:
+            self._admitted = False
+            self.node.release()
         self.snode.connections.discard(self)
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
@@ -145,6 +163,20 @@ class StreamConnection:
     def stop_reading(self) -> None:
         if self.read_control is not None:
             self.read_control.stop_reading()
+
+    def abort(self) -> None:
+        """Drop the TCP connection now (the admin API's close; clients see it broken)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def apply_alarms(self, reasons: tuple[str, ...]) -> None:
+        """A memory or disk alarm: like RabbitMQ's stream reader, stop reading the socket of
+        a connection that has publishers (its Publish frames wait in TCP) until it clears."""
+        blocked = bool(reasons) and bool(self.publishers)
+        if blocked != self.blocked:
+            self.blocked = blocked
+            if self.read_control is not None:
+                self.read_control.hold_reading(blocked)
 
     def on_frame_too_large(self, size: int) -> None:
         self.close(wire.FRAME_TOO_LARGE, f"frame of {size} bytes is larger than {self.frame_max}")
@@ -550,6 +582,8 @@ class StreamConnection:
         self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
         self._watch(queue)
         self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))
+        if self.node.alarm_reasons:
+            self.apply_alarms(self.node.alarm_reasons)  # a publisher now: held like the others
 
     def _publish(self, body: bytes, version: int) -> None:
         if self.vhost is None:

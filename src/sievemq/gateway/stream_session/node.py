@@ -71,6 +71,11 @@ class StreamNode:
         for conn in list(self.connections):
             conn.stop_reading()
 
+    def on_alarms(self, reasons: tuple[str, ...]) -> None:
+        """A ``ResourceAlarms`` listener: hold or release every publishing connection."""
+        for conn in list(self.connections):
+            conn.apply_alarms(reasons)
+
     def close_all(self, reason: str) -> None:
         for conn in list(self.connections):
             conn.close(15, reason)
