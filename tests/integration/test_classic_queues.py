@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import aio_pika
+import amqp
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
@@ -282,6 +283,23 @@ def test_queue_delete_cancels_consumers(server: ServerProcess, qname: str) -> No
     other.close()
     conn.process_data_events(time_limit=0.5)
     assert cancelled == ["watcher"]
+    conn.close()
+
+
+def test_delete_on_the_consuming_channel_answers_before_the_cancel(
+    server: ServerProcess, qname: str
+) -> None:
+    """The channel that deletes a queue it consumes gets queue.delete-ok first and then its
+    basic.cancel, as from RabbitMQ: py-amqp (kombu's client) fails the delete otherwise."""
+    conn = amqp.Connection(f"{server.host}:{server.amqp_port}", userid="guest", password="guest")
+    conn.connect()
+    ch = conn.channel()
+    ch.queue_declare(qname)
+    cancelled: list[str] = []
+    ch.basic_consume(qname, callback=lambda m: None, on_cancel=cancelled.append)
+    assert ch.queue_delete(qname) == 0  # raised ConsumerCancelled when the cancel came first
+    conn.drain_events(timeout=2)
+    assert len(cancelled) == 1
     conn.close()
 
 

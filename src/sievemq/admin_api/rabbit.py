@@ -22,8 +22,12 @@ from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_v
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
+from sievemq.admin_api.slicing import Slicer, heavy
 from sievemq.gateway.facade import (
     EXCHANGE_TYPES,
+    USER_LIMITS,
+    VHOST_LIMITS,
+    AMQPError,
     BrokerFacade,
     NotFound,
     Principal,
@@ -34,6 +38,7 @@ router = APIRouter(prefix="/api", tags=["RabbitMQ management API"])
 User = Annotated[Principal, Depends(user)]
 Monitor = Annotated[Principal, Depends(monitor)]
 Admin = Annotated[Principal, Depends(admin)]
+Heavy = Annotated[Slicer, Depends(heavy)]
 MAX_BODY_BYTES = 20 * 1024 * 1024  # RabbitMQ's management.http.max_body_size default
 
 
@@ -119,9 +124,10 @@ def _need_vhost(f: BrokerFacade, vhost: str) -> None:
 
 
 @router.get("/overview")
-async def overview(request: Request, who: User) -> dict[str, Any]:
+async def overview(request: Request, who: User, slicer: Heavy) -> dict[str, Any]:
     f = _facade(request)
-    return shapes.overview(f.overview(), list(EXCHANGE_TYPES))
+    streams = await slicer.collect(f.iter_streams())
+    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
 
 
 @router.get("/whoami")
@@ -254,34 +260,36 @@ async def health_conn_limit(request: Request, who: User) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ queues
 
 
-def _queues(f: BrokerFacade, who: Principal, vhost: str | None, detail: bool) -> list[Any]:
+async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Slicer) -> list[Any]:
     consumers = f.list_consumers(vhost)
     by_queue: dict[tuple[str, str], list[Any]] = {}
     for c in consumers:
         by_queue.setdefault((c.vhost, c.stream), []).append(c)
-    streams = [
-        shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, detail)
-        for v in f.list_streams(vhost)
-        if who.may_see(v.vhost)
-    ]
-    classic = [
-        shapes.classic_queue(v, f.node_name) for v in f.list_queues(vhost) if who.may_see(v.vhost)
-    ]
-    return sorted(streams + classic, key=lambda q: (q["vhost"], q["name"]))
+    out: list[Any] = []
+    for v in f.iter_streams(vhost):
+        if who.may_see(v.vhost):
+            out.append(shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, False))
+        await slicer.step()
+    for q in f.iter_queues(vhost):
+        if who.may_see(q.vhost):
+            out.append(shapes.classic_queue(q, f.node_name))
+        await slicer.step()
+    out.sort(key=lambda q: (q["vhost"], q["name"]))
+    return out
 
 
 @router.get("/queues")
-async def list_queues(request: Request, who: User) -> Any:
-    return paginate(request, _queues(_facade(request), who, None, False))
+async def list_queues(request: Request, who: User, slicer: Heavy) -> Any:
+    return await paginate(request, await _queues(_facade(request), who, None, slicer), slicer)
 
 
 @router.get("/queues/{vhost}")
-async def list_vhost_queues(request: Request, vhost: str, who: User) -> Any:
+async def list_vhost_queues(request: Request, vhost: str, who: User, slicer: Heavy) -> Any:
     v = name(vhost)
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, _queues(f, who, v, False))
+    return await paginate(request, await _queues(f, who, v, slicer), slicer)
 
 
 @router.get("/queues/{vhost}/{queue}")
@@ -290,7 +298,8 @@ async def get_queue(request: Request, vhost: str, queue: str, who: User) -> dict
     f = _facade(request)
     require_vhost(who, v)
     if not f.stream_exists(v, q):
-        return shapes.classic_queue(f.get_queue(v, q), f.node_name)
+        view_q = f.get_queue(v, q)
+        return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
     return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
 
@@ -332,10 +341,34 @@ async def get_messages(request: Request, vhost: str, queue: str, who: User) -> R
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v, write=True)
-    if not f.stream_exists(v, q):
-        f.get_queue(v, q)  # 404 when missing
-        raise bad_request("basic.get over HTTP is not built in SieveMQ; use AMQP basic.get")
-    raise bad_request(f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'")
+    if f.stream_exists(v, q):
+        raise bad_request(
+            f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'"
+        )
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("not_json")
+    missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    count, truncate = body["count"], body.get("truncate")
+    for value in (count, truncate):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            err = ApiError(400, "bad_request")
+            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
+            raise err
+    if body["encoding"] not in ("auto", "base64"):
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    require(who, v, "read", "queue", q)
+    try:
+        got = f.get_messages(v, q, count, str(body["ackmode"]), body["encoding"], truncate)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    # RabbitMQ shows an empty property table as [] (an empty Erlang proplist)
+    items = [dict(vars(m), properties=m.properties or []) for m in got]
+    return Response(json.dumps(items), media_type="application/json")
 
 
 @router.get("/queues/{vhost}/{queue}/bindings")
@@ -358,7 +391,7 @@ def _exchanges(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[
 
 @router.get("/exchanges")
 async def list_exchanges(request: Request, who: User) -> Any:
-    return paginate(request, _exchanges(_facade(request), who, None))
+    return await paginate(request, _exchanges(_facade(request), who, None))
 
 
 @router.get("/exchanges/{vhost}")
@@ -367,7 +400,7 @@ async def list_vhost_exchanges(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, _exchanges(f, who, v))
+    return await paginate(request, _exchanges(f, who, v))
 
 
 @router.get("/exchanges/{vhost}/{exchange}")
@@ -460,7 +493,9 @@ async def exchange_bindings_destination(
 @router.get("/bindings")
 async def list_bindings(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(request, [shapes.binding(b) for b in f.list_bindings() if who.may_see(b.vhost)])
+    return await paginate(
+        request, [shapes.binding(b) for b in f.list_bindings() if who.may_see(b.vhost)]
+    )
 
 
 @router.get("/bindings/{vhost}")
@@ -469,7 +504,7 @@ async def list_vhost_bindings(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
+    return await paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
 
 
 _KINDS = {"q": "queue", "e": "exchange"}
@@ -574,7 +609,7 @@ def _visible_connections(f: BrokerFacade, who: Principal, vhost: str | None) -> 
 @router.get("/connections")
 async def list_connections(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, None)],
     )
@@ -586,7 +621,7 @@ async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(
+    return await paginate(
         request, [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, v)]
     )
 
@@ -624,7 +659,7 @@ async def connection_channels(request: Request, conn: str, who: User) -> list[di
 @router.get("/channels")
 async def list_channels(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [
             shapes.channel(c, f.node_name)
@@ -640,7 +675,7 @@ async def list_vhost_channels(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(
+    return await paginate(
         request,
         [
             shapes.channel(c, f.node_name)
@@ -662,7 +697,7 @@ async def get_channel(request: Request, channel: str, who: User) -> dict[str, An
 @router.get("/consumers")
 async def list_consumers(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.consumer(c, f.node_name) for c in f.list_consumers() if who.may_see(c.vhost)],
     )
@@ -674,7 +709,7 @@ async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
+    return await paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
 
 
 # ------------------------------------------------------------------------------ vhosts
@@ -683,7 +718,7 @@ async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
 @router.get("/vhosts")
 async def list_vhosts(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.vhost(v, f.node_name) for v in f.list_vhosts() if who.may_see(v.name)],
     )
@@ -703,7 +738,11 @@ async def get_vhost(request: Request, vhost: str, who: User) -> dict[str, Any]:
 @router.put("/vhosts/{vhost}", status_code=201)
 async def put_vhost(request: Request, vhost: str, who: Admin) -> Response:
     await _optional_json(request, VhostBody)
-    return _created(_facade(request).add_vhost(name(vhost)))
+    f = _facade(request)
+    with f.unsynced():
+        created = f.add_vhost(name(vhost))
+    await f.synced()
+    return _created(created)
 
 
 @router.delete("/vhosts/{vhost}", status_code=204)
@@ -735,7 +774,7 @@ def _user_json(u: Any) -> dict[str, Any]:
 
 @router.get("/users")
 async def list_users(request: Request, who: Admin) -> Any:
-    return paginate(request, [_user_json(u) for u in _facade(request).list_users()])
+    return await paginate(request, [_user_json(u) for u in _facade(request).list_users()])
 
 
 @router.get("/users/without-permissions")
@@ -748,9 +787,11 @@ async def users_without_permissions(request: Request, who: Admin) -> list[dict[s
 @router.post("/users/bulk-delete", status_code=204)
 async def bulk_delete_users(request: Request, body: BulkDelete, who: Admin) -> Response:
     f = _facade(request)
-    for username in body.users:
-        with contextlib.suppress(NotFound):
-            f.delete_user(username)
+    with f.unsynced():
+        for username in body.users:
+            with contextlib.suppress(NotFound):
+                f.delete_user(username)
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -762,19 +803,24 @@ async def get_user(request: Request, username: str, who: Admin) -> dict[str, Any
 @router.put("/users/{username}", status_code=201)
 async def put_user(request: Request, username: str, body: UserBody, who: Admin) -> Response:
     f = _facade(request)
-    created = f.put_user(
-        name(username),
-        password=body.password,
-        tags=_tags(body.tags),
-        password_hash=body.password_hash,
-        hashing_algorithm=body.hashing_algorithm,
-    )
+    with f.unsynced():
+        created = f.put_user(
+            name(username),
+            password=body.password,
+            tags=_tags(body.tags),
+            password_hash=body.password_hash,
+            hashing_algorithm=body.hashing_algorithm,
+        )
+    await f.synced()  # answered once it is on disk, without an fdatasync on the loop
     return _created(created)
 
 
 @router.delete("/users/{username}", status_code=204)
 async def delete_user(request: Request, username: str, who: Admin) -> Response:
-    _facade(request).delete_user(name(username))
+    f = _facade(request)
+    with f.unsynced():
+        f.delete_user(name(username))
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -789,9 +835,102 @@ async def user_permissions(request: Request, username: str, who: Admin) -> list[
 # ------------------------------------------------------------------------------ permissions
 
 
+# ------------------------------------------------------------------------------ limits
+
+
+def _limits_json(key: str, items: list[tuple[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    return [{key: owner, "value": limits} for owner, limits in items]
+
+
+async def _limit_value(request: Request, name_: str, known: tuple[str, ...]) -> int:
+    """The ``{"value": N}`` body of a limit, with RabbitMQ's refusal texts."""
+    body = await _json_body(request)
+    if not isinstance(body, dict) or "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    value = body["value"]
+    if name_ not in known:
+        raise bad_request(
+            f'Validation failed\n\nUnrecognised terms [{{<<"{name_}">>,{json.dumps(value)}}}] '
+            "in limits\n"
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
+        raise bad_request(
+            f"Validation failed\n\n{name_} should be a number, actually was {shown}\n"
+        )
+    return value
+
+
+@router.get("/vhost-limits")
+async def list_vhost_limits(request: Request, who: Monitor) -> list[dict[str, Any]]:
+    return _limits_json("vhost", _facade(request).vhost_limits())
+
+
+@router.get("/vhost-limits/{vhost}")
+async def get_vhost_limits(request: Request, vhost: str, who: Monitor) -> list[dict[str, Any]]:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    return _limits_json("vhost", f.vhost_limits(v))
+
+
+@router.put("/vhost-limits/{vhost}/{limit}", status_code=204)
+async def put_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    value = await _limit_value(request, limit, VHOST_LIMITS)
+    with f.unsynced():
+        f.set_vhost_limit(v, limit, value)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.delete("/vhost-limits/{vhost}/{limit}", status_code=204)
+async def delete_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    with f.unsynced():
+        f.clear_vhost_limit(v, limit)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.get("/user-limits")
+async def list_user_limits(request: Request, who: Admin) -> list[dict[str, Any]]:
+    return _limits_json("user", _facade(request).user_limits())
+
+
+@router.get("/user-limits/{username}")
+async def get_user_limits(request: Request, username: str, who: Admin) -> list[dict[str, Any]]:
+    return _limits_json("user", _facade(request).user_limits(name(username)))
+
+
+@router.put("/user-limits/{username}/{limit}", status_code=204)
+async def put_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    u = name(username)
+    f.get_user(u)  # 404 first
+    value = await _limit_value(request, limit, USER_LIMITS)
+    with f.unsynced():
+        f.set_user_limit(u, limit, value)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.delete("/user-limits/{username}/{limit}", status_code=204)
+async def delete_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    with f.unsynced():
+        f.clear_user_limit(name(username), limit)
+    await f.synced()
+    return Response(status_code=204)
+
+
 @router.get("/permissions")
 async def list_permissions(request: Request, who: Admin) -> Any:
-    return paginate(request, [p.__dict__ for p in _facade(request).list_permissions()])
+    return await paginate(request, [p.__dict__ for p in _facade(request).list_permissions()])
 
 
 @router.get("/permissions/{vhost}/{username}")
@@ -806,13 +945,18 @@ async def put_permission(
     f = _facade(request)
     v, u = name(vhost), name(username)
     _need_vhost(f, v)
-    created = f.set_permission(u, v, body.configure, body.write, body.read)
+    with f.unsynced():
+        created = f.set_permission(u, v, body.configure, body.write, body.read)
+    await f.synced()
     return _created(created)
 
 
 @router.delete("/permissions/{vhost}/{username}", status_code=204)
 async def delete_permission(request: Request, vhost: str, username: str, who: Admin) -> Response:
-    _facade(request).clear_permission(name(username), name(vhost))
+    f = _facade(request)
+    with f.unsynced():
+        f.clear_permission(name(username), name(vhost))
+    await f.synced()
     return Response(status_code=204)
 
 

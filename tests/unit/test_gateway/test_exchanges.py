@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sievemq.amqp.errors import AccessRefused, CommandInvalid, NotFound, PreconditionFailed
+from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.vhost import VirtualHost
 
@@ -24,11 +24,11 @@ def test_declare_and_redeclare(vh: VirtualHost) -> None:
     assert vh.declare_exchange("logs", "", passive=True) is x
 
 
-def test_unknown_type_is_503(vh: VirtualHost) -> None:
-    with pytest.raises(CommandInvalid) as info:
+def test_unknown_type_is_a_406_channel_error(vh: VirtualHost) -> None:
+    with pytest.raises(PreconditionFailed) as info:
         vh.declare_exchange("x", "x-delayed")
-    assert info.value.reply_code == 503 and info.value.closes_connection
-    assert info.value.reply_text == "COMMAND_INVALID - unknown exchange type 'x-delayed'"
+    assert info.value.reply_code == 406 and not info.value.closes_connection
+    assert info.value.reply_text == "PRECONDITION_FAILED - unknown exchange type 'x-delayed'"
 
 
 def test_inequivalent_exchange(vh: VirtualHost) -> None:

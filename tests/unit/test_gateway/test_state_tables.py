@@ -38,12 +38,17 @@ class _Handle:
 
 
 class _Loop:
-    """Never runs anything: the tests look at what the connection wrote synchronously."""
+    """Never runs anything by itself: the tests look at what the connection wrote
+    synchronously (and may fire the timers it set: ``later``)."""
+
+    def __init__(self) -> None:
+        self.later: list[tuple[float, Any, tuple[Any, ...]]] = []
 
     def call_soon(self, *args: Any) -> _Handle:
         return _Handle()
 
-    def call_later(self, *args: Any) -> _Handle:
+    def call_later(self, delay: float, fn: Any, *args: Any) -> _Handle:
+        self.later.append((delay, fn, args))
         return _Handle()
 
 
@@ -71,13 +76,17 @@ class _Transport:
 
 
 def _node() -> Any:
-    vhost = SimpleNamespace(route=lambda *args: [])  # every message is unroutable: dropped
-    # guest as the default definitions make it: every permission on "/"
+    # every message is unroutable: dropped; no vhost limits
+    vhost = SimpleNamespace(route=lambda *args: [], name="/", limits={})
+    # guest as the default definitions make it: every permission on "/", no user limits
     user = SimpleNamespace(
-        name="guest", may_connect_from=lambda host: True, permissions={"/": Permission()}
+        name="guest",
+        may_connect_from=lambda host: True,
+        permissions={"/": Permission()},
+        limits={},
     )
     broker = SimpleNamespace(
-        users=SimpleNamespace(authenticate=lambda name, password: user),
+        users=SimpleNamespace(authenticate=lambda name, password: user, get=lambda name: user),
         open_vhost=lambda user, name: vhost,
     )
     ids = iter(range(1, 1000))
@@ -296,13 +305,22 @@ def test_after_our_close_only_close_ok_counts() -> None:
 
 
 def test_client_close_during_the_handshake_is_answered() -> None:
-    conn = Connection(_node())
+    node = _node()
+    conn = Connection(node)
     transport = _Transport()
     conn.on_open(transport)  # type: ignore[arg-type]
     transport.data = b""
+    node.loop.later.clear()
     conn.on_frames([_method(0, commands.Connection.Close(200, "", 0, 0)), OPEN_CHANNEL])
     assert [type(v) for _, v in _replies(transport.data)] == [commands.Connection.CloseOk]
-    assert transport.closed and conn.state.phase is ConnectionPhase.CLOSED
+    assert conn.state.phase is ConnectionPhase.CLOSED
+    # the client closes the socket once it has the close-ok (as with RabbitMQ); a client
+    # that does not is closed by the server a second later
+    assert not transport.closed
+    [(delay, fire, args)] = node.loop.later
+    assert delay == 1.0
+    fire(*args)
+    assert transport.closed
 
 
 # --- docs ---------------------------------------------------------------------------------------

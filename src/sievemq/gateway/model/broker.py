@@ -8,7 +8,7 @@ start the broker loads ``definitions.log`` and reopens every stream from
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,14 @@ from typing import Any
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, MemoryWindow
 from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Stream, StreamConfig, layout
+from sievemq.storage import Durability, Message, Stream, StreamConfig, layout
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,9 @@ class BrokerSettings:
     default_password: str = "guest"
     default_user_loopback_only: bool = True
     default_queue_type: str = "classic"  # what queue.declare without x-queue-type makes
+    # ready messages (and body bytes) a classic/quorum queue holds in memory; past them a
+    # durable queue's persistent messages are read back from its log
+    queue_window: MemoryWindow = DEFAULT_WINDOW
 
 
 class Broker:
@@ -49,6 +53,9 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.users = Users()
         self.vhosts: dict[str, VirtualHost] = {}
+        # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
+        # dead-letters routed to a stream go through it, and are dropped while it is None
+        self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if removed := layout.remove_tombstones(self.data_dir):
@@ -79,7 +86,9 @@ class Broker:
 
     def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("vhosts", []):
-            self.add_vhost(item["name"])
+            self.add_vhost(item["name"]).limits = {
+                str(k): int(v) for k, v in dict(item.get("limits") or {}).items()
+            }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
         for item in data.get("exchanges", []):
@@ -151,6 +160,10 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _write_stream(self, queue: Any, message: Message) -> None:
+        if self.stream_writer is not None and isinstance(queue, StreamQueue):
+            self.stream_writer(queue, message)
+
     @staticmethod
     def _remove_stream(queue: StreamQueue) -> None:
         queue.stream.delete()
@@ -178,8 +191,13 @@ class Broker:
             # classic queues persist through the full (diffing) save; streams, exchanges and
             # bindings through _vhost_changed, which writes only what a change touched
             classic = ClassicQueues(
-                name, self.settings.default_queue_type, self._open_queue_log, self.save_definitions
+                name,
+                self.settings.default_queue_type,
+                self._open_queue_log,
+                self.save_definitions,
+                self.settings.queue_window,
             )
+            classic.write_stream = self._write_stream
             vhost = VirtualHost(
                 name,
                 self._open_stream,
@@ -278,7 +296,10 @@ class Broker:
                     bindings.append(self._binding_record(vhost, b))
         bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
         return {
-            "vhosts": [{"name": n} for n in self.vhosts],
+            "vhosts": [
+                {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
+                for n, v in self.vhosts.items()
+            ],
             "users": [u.to_json() for u in self.users],
             "exchanges": exchanges,
             "queues": queues,

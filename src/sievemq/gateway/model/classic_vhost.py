@@ -13,10 +13,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.amqp import properties as amqp_properties
-from sievemq.amqp.errors import AccessRefused, PreconditionFailed, ResourceLocked
+from sievemq.amqp.errors import AccessRefused, AMQPError, PreconditionFailed, ResourceLocked
+from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model import classic_arguments as cargs
-from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic_queue import (
+    DEFAULT_WINDOW,
+    ClassicQueue,
+    MemoryWindow,
+    QueueMessage,
+)
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
+from sievemq.storage import Message
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -35,6 +42,9 @@ class Host(Protocol):
 
 LogOpener = Callable[[str, str], "QueueLog"]
 LogRemover = Callable[[str, str], None]
+# writes one dead-lettered message into a stream (the node's stream appender); the first
+# argument is the ``StreamQueue`` a dead-letter exchange routed it to
+StreamWriter = Callable[[Any, Message], None]
 CLASSIC_ALIASES = ("classic", cargs.CLASSIC_TYPE_NAME)
 QUORUM_ALIASES = ("quorum", cargs.QUORUM_TYPE_NAME)
 
@@ -61,14 +71,18 @@ class ClassicQueues:
         default_type: str,
         open_log: LogOpener | None = None,
         on_change: Callable[[], None] = lambda: None,
+        window: MemoryWindow = DEFAULT_WINDOW,
     ) -> None:
         self.vhost_name = vhost
+        self.window = window
         self.default_type = default_type
         self.queues: dict[str, ClassicQueue] = {}
         self._open_log = open_log
         self._on_change = on_change
         self._vhost: Host | None = None
         self.on_created: Callable[[ClassicQueue], None] = lambda q: None
+        # set by the broker: dead-letters routed to a stream go through its appender
+        self.write_stream: StreamWriter | None = None
 
     def attach(self, vhost: Host) -> None:
         self._vhost = vhost
@@ -121,7 +135,9 @@ class ClassicQueues:
         )
         if not name:
             name = server_name()
-        queue = self._create(name, qargs, durable, auto_delete, owner if exclusive else None)
+        queue = self._create(
+            name, qargs, durable, auto_delete, owner if exclusive else None, fresh=True
+        )
         if queue.durable and not queue.exclusive:
             self._on_change()
         return queue, 0, 0
@@ -167,10 +183,16 @@ class ClassicQueues:
         durable: bool,
         auto_delete: bool,
         owner: object | None,
+        fresh: bool = False,
     ) -> ClassicQueue:
+        """``fresh``: a new declare, so files a deleted queue of that name left behind (a
+        crash between forgetting it and deleting them) are removed, never recovered."""
         log_store = None
         if durable and owner is None and self._open_log is not None:
             log_store = self._open_log(self.vhost_name, name)
+            if fresh:
+                log_store.delete()
+                log_store = self._open_log(self.vhost_name, name)
         queue = ClassicQueue(
             name,
             self.vhost_name,
@@ -179,9 +201,10 @@ class ClassicQueues:
             auto_delete=auto_delete,
             owner=owner,
             log_store=log_store,
+            window=self.window,
         )
         if log_store is not None:
-            queue.restore(log_store.recover(), log_store.delivered)
+            queue.restore(log_store.scan(), log_store.delivered)
         queue.on_unused = self._auto_delete
         queue.dead_letter = self._dead_letter
         self.queues[name] = queue
@@ -233,9 +256,9 @@ class ClassicQueues:
         if self._vhost is not None:
             self._vhost.drop_queue_bindings(queue.name)
         queue.notify_deleted()
-        queue.destroy()
         if queue.durable and not queue.exclusive:
-            self._on_change()
+            self._on_change()  # forgotten first: a crash before the files go leaves no queue
+        queue.destroy()
 
     def _auto_delete(self, queue: ClassicQueue) -> None:
         self.remove(queue)
@@ -266,11 +289,15 @@ class ClassicQueues:
             except Exception:  # the exchange went away meanwhile: the message is dropped
                 continue
             for target in targets:
-                if not isinstance(target, ClassicQueue):
-                    continue  # streams are written through the appender (not from here)
                 if reason != "rejected" and _cycle(deaths, target.name):
                     continue
-                target.enqueue([(dlx, routing_key, props, msg.body)])
+                if isinstance(target, ClassicQueue):
+                    target.enqueue([(dlx, routing_key, props, msg.body)])
+                elif self.write_stream is not None:
+                    # a stream: the record a publish of these properties would make (its
+                    # x-stream-filter-value header indexed), through the stream's one writer
+                    values = _filter_values(props)
+                    self.write_stream(target, Message(values, dlx, routing_key, props, msg.body))
 
 
 def _now() -> int:
@@ -293,6 +320,17 @@ def _headers_of(props: bytes) -> Callable[[], dict[str, Any]]:
         return dict(got) if got else {}
 
     return headers
+
+
+def _filter_values(props: bytes) -> tuple[str, ...]:
+    """A dead-letter's filter values, as a publish of its properties would have; a value a
+    publish would have refused (406) leaves it unfiltered rather than losing the message."""
+    try:
+        return stream_args.parse_filter_values(
+            amqp_properties.read_header(props, "x-stream-filter-value")
+        )
+    except AMQPError:
+        return ()
 
 
 def _text(value: Any) -> Any:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sievemq.amqp.errors import AccessRefused, CommandInvalid, PreconditionFailed
+from sievemq.amqp.errors import AccessRefused, PreconditionFailed
 from sievemq.gateway.model.replies import amqp_type, display_value, rs, type_class
 from sievemq.gateway.model.routing import MATCHERS, Binding, Destination, HeadersFn, Matcher
 
@@ -106,9 +106,11 @@ def _val(value: Any) -> str:
 
 
 def check_type(type_: str) -> str:
-    """503 COMMAND_INVALID for an exchange type this broker does not know."""
+    """406 PRECONDITION_FAILED (a channel error) for an exchange type this broker does not
+    know, as RabbitMQ since 3.12.x/3.13.x (rabbitmq-server#11214; 3.10 closed the whole
+    connection with 503 COMMAND_INVALID)."""
     if type_ not in EXCHANGE_TYPES:
-        raise CommandInvalid(f"unknown exchange type '{type_}'")
+        raise PreconditionFailed(f"unknown exchange type '{type_}'")
     return type_
 
 

@@ -19,6 +19,7 @@ from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.latency import WriteLatencies
+from sievemq.storage import Message
 
 
 class AlarmTarget(Protocol):
@@ -76,6 +77,12 @@ class Node:
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
         queue_expiry.start(broker, loop)  # x-expires of classic queues
+        broker.stream_writer = self._write_stream  # dead-letters routed into a stream
+
+    def _write_stream(self, queue: StreamQueue, message: Message) -> None:
+        """One dead-lettered message into a stream: the same writer (and record) as a
+        publish; unconfirmed, as RabbitMQ's at-most-once dead-lettering."""
+        self.appender(queue).submit(message, None, 0)
 
     def next_id(self) -> int:
         return next(self._ids)

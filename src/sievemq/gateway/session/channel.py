@@ -38,7 +38,9 @@ from sievemq.amqp.hotcodec import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model import dedup
 from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
@@ -81,6 +83,9 @@ class Channel:
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
+        # while this channel deletes a queue: the basic.cancel of its own consumers on it,
+        # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
+        self._held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
         self.tx: transactions.Transaction | None = None  # after tx.select
@@ -280,8 +285,15 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
+        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+            queues = self._not_duplicate(queues, props)
         message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
+        if not queues:  # a duplicate in every stream: confirmed, stored nowhere
+            if confirm is not None:
+                confirm.take(0)
+                self._schedule_confirms()
+            return
         if confirm is None:
             for queue in queues:
                 node.appender(queue).submit(message, None, 0)
@@ -289,6 +301,17 @@ class Channel:
         seq = confirm.take(len(queues))
         for queue in queues:
             node.appender(queue).submit(message, self, seq)
+
+    def _not_duplicate(self, queues: list[Any], props: bytes) -> list[Any]:
+        """The routed queues minus the streams that already hold this publisher id."""
+        try:
+            tag = dedup.publisher_of(props)
+        except errors.PreconditionFailed as error:
+            error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
+            raise
+        if tag is None:
+            return queues
+        return [q for q in queues if not isinstance(q, StreamQueue) or q.admit(*tag)]
 
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
         """From the appender: messages ``seqs`` were stored (or not)."""
@@ -400,9 +423,11 @@ class Channel:
             del self.consumers[consumer.tag]
             consumer.queue.consumers.discard(consumer)
             if self.connection.cancel_notify and not self.closing:
-                self.connection.send_method(
-                    self.id, spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
-                )
+                cancel = spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
+                if self._held_cancels is not None:
+                    self._held_cancels.append(cancel)
+                else:
+                    self.connection.send_method(self.id, cancel)
 
     # ----------------------------------------------------------------------- closing
 
@@ -525,9 +550,15 @@ class Channel:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
         classic.check_delete(self, m.queue)
-        count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        self._held_cancels = []
+        try:
+            count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        finally:
+            held, self._held_cancels = self._held_cancels, None
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
+        for cancel in held:
+            self.connection.send_method(self.id, cancel)
 
     def _queue_bind(self, m: Any) -> None:
         self._allow("write", "queue", m.queue)

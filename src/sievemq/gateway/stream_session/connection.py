@@ -14,12 +14,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sievemq.amqp.errors import AMQPError, NotAllowed
+from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
+from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
-from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks
+from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks, seek
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -295,6 +297,28 @@ class StreamConnection:
 
     # ------------------------------------------------------------------ streams
 
+    def _may(self, kind: str, stream: str, resource: str = "queue") -> bool:
+        """RabbitMQ's stream plugin rules (``rabbit_stream_utils:check_*_permitted``):
+        Create and Delete need configure on the stream, DeclarePublisher and Publish write,
+        Subscribe, QueryOffset, StoreOffset, QueryPublisherSequence and StreamStats read.
+        A refusal answers 16 (access refused); StoreOffset has no answer."""
+        assert self.vhost is not None and self.user is not None
+        # the user's permissions now (an HTTP change reaches open connections, as
+        # RabbitMQ's live lookup does); a deleted user may do nothing
+        live = self.node.broker.users.get(self.user.name)
+        try:
+            access.check(live, self.vhost.name, kind, resource, stream)
+        except AccessRefused:
+            return False
+        return True
+
+    def _may_manage_super_stream(self, name: str, partitions: list[str]) -> bool:
+        """Create/DeleteSuperStream: configure on the super stream's exchange and on every
+        partition stream."""
+        return self._may("configure", name, "exchange") and all(
+            self._may("configure", p) for p in partitions
+        )
+
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
@@ -325,17 +349,16 @@ class StreamConnection:
         name = cur.string()
         args = cur.properties()
         assert self.vhost is not None
-        arguments: dict[str, Any] = {"x-queue-type": "stream"}
         try:
-            for key, value in args.items():
-                mapped = _CREATE_ARGUMENTS.get(key)
-                if mapped is not None:
-                    arguments[mapped[0]] = mapped[1](value)
+            arguments = self._queue_arguments(args)
         except ValueError:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
         if not name or name.startswith("amq.") or len(name.encode()) > 255:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
+            return
+        if not self._may("configure", name):
+            self.write(wire.response(wire.CREATE, corr, wire.ACCESS_REFUSED))
             return
         existing = self.vhost.queues.get(name)
         try:
@@ -354,6 +377,9 @@ class StreamConnection:
         corr = cur.u32()
         name = cur.string()
         assert self.vhost is not None
+        if not self._may("configure", name):
+            self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
+            return
         if name not in self.vhost.queues:
             self.write(wire.response(wire.DELETE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -374,7 +400,11 @@ class StreamConnection:
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
@@ -403,6 +433,92 @@ class StreamConnection:
             }
         self.write(wire.stream_stats_response(corr, wire.OK, stats))
 
+    def _queue_arguments(self, args: dict[str, str]) -> dict[str, Any]:
+        """Create arguments -> queue arguments (ValueError for a bad number)."""
+        arguments: dict[str, Any] = {"x-queue-type": "stream"}
+        for key, value in args.items():
+            mapped = _CREATE_ARGUMENTS.get(key)
+            if mapped is not None:
+                arguments[mapped[0]] = mapped[1](value)
+        return arguments
+
+    def _create_super_stream(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        partitions = cur.strings()
+        binding_keys = cur.strings()
+        args = cur.properties()
+        assert self.vhost is not None
+        key = wire.CREATE_SUPER_STREAM
+        try:
+            arguments = self._queue_arguments(args)
+        except ValueError:
+            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
+            return
+        if not self._may_manage_super_stream(name, partitions):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
+        # RabbitMQ spreads the partitions over the cluster unless told otherwise
+        arguments.setdefault("x-queue-leader-locator", "balanced")
+        try:
+            super_streams.create(self.vhost, name, partitions, binding_keys, arguments)
+        except super_streams.SuperStreamError as error:
+            code = (
+                wire.STREAM_ALREADY_EXISTS if error.kind == "exists" else wire.PRECONDITION_FAILED
+            )
+            self.write(wire.response(key, corr, code))
+            return
+        except AMQPError:
+            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
+            return
+        except (StorageError, OSError) as error:
+            log.error("create super stream %s failed: %s", name, error)
+            self.write(wire.response(key, corr, wire.INTERNAL_ERROR))
+            return
+        self.write(wire.response(key, corr, wire.OK))
+
+    def _delete_super_stream(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        assert self.vhost is not None
+        key = wire.DELETE_SUPER_STREAM
+        if not self._may_manage_super_stream(
+            name, super_streams.partitions(self.vhost, name) or []
+        ):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
+        try:
+            super_streams.delete(self.vhost, name)
+        except super_streams.SuperStreamError:
+            self.write(wire.response(key, corr, wire.STREAM_DOES_NOT_EXIST))
+            return
+        except AMQPError:
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
+        self.write(wire.response(key, corr, wire.OK))
+
+    def _route(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        routing_key = cur.string()
+        name = cur.string()
+        assert self.vhost is not None
+        streams = super_streams.route(self.vhost, name, routing_key)
+        if streams is None:
+            self.write(wire.streams_response(wire.ROUTE, corr, wire.STREAM_DOES_NOT_EXIST, []))
+            return
+        self.write(wire.streams_response(wire.ROUTE, corr, wire.OK, streams))
+
+    def _partitions(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        assert self.vhost is not None
+        streams = super_streams.partitions(self.vhost, name)
+        if streams is None:
+            code = wire.STREAM_DOES_NOT_EXIST
+            self.write(wire.streams_response(wire.PARTITIONS, corr, code, []))
+            return
+        self.write(wire.streams_response(wire.PARTITIONS, corr, wire.OK, streams))
+
     def _exchange_command_versions(self, cur: Cursor) -> None:
         corr = cur.u32()
         self.write(wire.exchange_command_versions_response(corr))
@@ -413,7 +529,11 @@ class StreamConnection:
         corr = cur.u32()
         pid = cur.u8()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("write", name):
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.ACCESS_REFUSED))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -443,12 +563,20 @@ class StreamConnection:
             code = wire.PUBLISHER_DOES_NOT_EXIST
             self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
             return
+        if not self._may("write", pub.queue.name):  # permissions may change after declare
+            code = wire.ACCESS_REFUSED
+            self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
+            return
         pub.publish(entries)
 
     def _query_publisher_sequence(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_publisher_sequence_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
@@ -466,17 +594,14 @@ class StreamConnection:
     def _subscribe(self, cur: Cursor) -> None:
         corr = cur.u32()
         sid = cur.u8()
-        queue = self._queue(cur.string())
-        offset_type = cur.u16()
-        value = 0
-        if offset_type == wire.OFFSET_OFFSET:
-            value = cur.u64()
-        elif offset_type == wire.OFFSET_TIMESTAMP:
-            value = cur.i64()
-        elif offset_type not in (wire.OFFSET_FIRST, wire.OFFSET_LAST, wire.OFFSET_NEXT):
-            raise FrameError(f"unknown offset type {offset_type}")
+        name = cur.string()
+        queue = self._queue(name)
+        offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
+        if not self._may("read", name):
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.ACCESS_REFUSED))
+            return
         if queue is None:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -484,8 +609,10 @@ class StreamConnection:
             code = wire.SUBSCRIPTION_ID_ALREADY_EXISTS
             self.write(wire.response(wire.SUBSCRIBE, corr, code))
             return
-        if props.get("single-active-consumer") == "true":
-            # single active consumer is not built: refuse rather than act as a plain one
+        single_active = props.get("single-active-consumer") == "true"
+        group_name = props.get("name", "")
+        if single_active and (not group_name or len(group_name.encode()) > MAX_REFERENCE_BYTES):
+            # RabbitMQ: a single active consumer needs a name of at most 255 bytes
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.PRECONDITION_FAILED))
             return
         values = tuple(v for k, v in props.items() if k.startswith("filter."))
@@ -496,26 +623,30 @@ class StreamConnection:
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
         reader = queue.stream.reader()
         try:
-            if offset_type == wire.OFFSET_FIRST:
-                reader.seek_first()
-            elif offset_type == wire.OFFSET_LAST:
-                reader.seek_last()
-            elif offset_type == wire.OFFSET_NEXT:
-                reader.seek_next()
-            elif offset_type == wire.OFFSET_OFFSET:
-                reader.seek_offset(value)
-            else:
-                reader.seek_timestamp(value)
+            seek(reader, offset)
         except (StorageError, OSError) as error:
             reader.close()
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        sub = Subscription(self, sid, queue, reader, credit, spec)
+        sub = Subscription(self, sid, queue, reader, credit, spec, offset)
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
+        if single_active:
+            assert self.vhost is not None
+            super_stream = props.get("super-stream", "")
+            index = (
+                super_streams.partition_index(self.vhost, super_stream, queue.name)
+                if super_stream
+                else -1
+            )
+            # held until the group activates it (ConsumerUpdate answered)
+            self.snode.sac.register(self, sub, (self.vhost.name, queue.name, group_name), index)
         sub.start()
+
+    def _consumer_update_reply(self, cur: Cursor) -> None:
+        self.snode.sac.on_reply(self, wire.parse_consumer_update_reply(cur.data))
 
     def _credit(self, body: bytes) -> None:
         cur = Cursor(body)
@@ -549,10 +680,13 @@ class StreamConnection:
 
     def _store_offset(self, cur: Cursor) -> None:
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
         offset = cur.u64()
+        queue = self._queue(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
+        if not self._may("read", name):
+            return
         try:
             queue.stream.offsets.set(reference, offset)
         except (StorageError, OSError, ValueError) as error:
@@ -561,7 +695,11 @@ class StreamConnection:
     def _query_offset(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_offset_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
@@ -587,11 +725,16 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.METADATA: StreamConnection._metadata,
     wire.STREAM_STATS: StreamConnection._stream_stats,
     wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
+    wire.CREATE_SUPER_STREAM: StreamConnection._create_super_stream,
+    wire.DELETE_SUPER_STREAM: StreamConnection._delete_super_stream,
+    wire.ROUTE: StreamConnection._route,
+    wire.PARTITIONS: StreamConnection._partitions,
     wire.DECLARE_PUBLISHER: StreamConnection._declare_publisher,
     wire.QUERY_PUBLISHER_SEQUENCE: StreamConnection._query_publisher_sequence,
     wire.DELETE_PUBLISHER: StreamConnection._delete_publisher,
     wire.SUBSCRIBE: StreamConnection._subscribe,
     wire.UNSUBSCRIBE: StreamConnection._unsubscribe,
+    wire.CONSUMER_UPDATE | wire.RESPONSE: StreamConnection._consumer_update_reply,
     wire.STORE_OFFSET: StreamConnection._store_offset,
     wire.QUERY_OFFSET: StreamConnection._query_offset,
 }
