@@ -97,6 +97,10 @@ def start_server(
             "0",
             "--admin-port",
             "0",
+            "--stream-port",  # free ports: another server may hold 5552 on a shared machine
+            "0",
+            "--stream-tls-port",
+            "0",
             "--fsync",
             fsync,
         ],
@@ -117,7 +121,10 @@ def start_server(
     return Server(proc, port, data_dir, admin)
 
 
-def stop_server(server: Server) -> None:
+def stop_server(server: Server, timeout: float = 60.0) -> float:
+    """SIGTERM and wait; returns the seconds the server took to exit."""
+    started = time.perf_counter()
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
-        server.process.wait(60)
+        server.process.wait(timeout)
+    return time.perf_counter() - started

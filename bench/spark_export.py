@@ -82,6 +82,38 @@ def arrow_decode(directory: Path, messages: int) -> float:
     return time.perf_counter() - started
 
 
+def row_decode(directory: Path, messages: int) -> float:
+    """storage's per-record decode (``StreamReader.read`` -> Record tuples): the first stage
+    of the source's decode before the columnar decoder, without its Arrow building."""
+    from sievemq.storage import StreamReader
+
+    started = time.perf_counter()
+    reader = StreamReader.open(directory)
+    rows = 0
+    while not reader.at_end:
+        rows += len(reader.read(8192, None, None, 64))
+    reader.close()
+    assert rows == messages, rows
+    return time.perf_counter() - started
+
+
+def decode_only(tmp: Path, n: int, body: int, runs: int) -> dict[str, Any]:
+    """Columnar decode beside the per-record decode, interleaved, in one process."""
+    directory = write(tmp / f"data{body}", n, body)
+    columnar, rows = [], []
+    for _ in range(runs):
+        columnar.append(arrow_decode(directory, n))
+        rows.append(row_decode(directory, n))
+    shutil.rmtree(tmp / f"data{body}", ignore_errors=True)
+    c, r = statistics.median(columnar), statistics.median(rows)
+    return {
+        "body_bytes": body,
+        "columnar_arrow_decode_rows_per_s": n / c,
+        "per_record_decode_rows_per_s": n / r,
+        "columnar_over_per_record": r / c,
+    }
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -143,11 +175,36 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--bodies", default="100,1024", help="body sizes in bytes, comma list")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="no Spark: the columnar decode beside storage's per-record decode",
+    )
     args = parser.parse_args()
     n = args.messages
     bodies = [int(b) for b in args.bodies.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="sievemq-bench-spark-"))
     load_before = load_average()
+    if args.decode_only:
+        try:
+            sizes = [decode_only(tmp, n, body, args.runs) for body in bodies]
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(
+            json.dumps(
+                {
+                    "bench": "spark_export --decode-only",
+                    "machine": machine(),
+                    "load_average_before": load_before,
+                    "load_average_after": load_average(),
+                    "messages": n,
+                    "runs": args.runs,
+                    "sizes": sizes,
+                },
+                indent=1,
+            )
+        )
+        return 0
     try:
         from sievemq.spark.export import build_session
 

@@ -29,6 +29,7 @@ from sievemq.amqp import errors
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
+from sievemq.gateway.model.classic_queue import MemoryWindow
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import start_stream_listener
@@ -130,6 +131,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             default_password=settings.default_pass,
             default_user_loopback_only=settings.default_user == "guest",
             default_queue_type=settings.default_queue_type,
+            queue_window=MemoryWindow(
+                messages=settings.queue_memory_messages, bytes=settings.queue_memory_bytes
+            ),
         ),
     )
     facade = BrokerFacade(broker, __version__, None)
@@ -148,6 +152,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
     snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
+    alarms.add_listener(snode.on_alarms)
     try:
         amqp_server, amqp_port = await start_amqp_listener(
             lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
@@ -197,7 +202,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
     ready = False
-    facade.alarms, facade.node = alarms, node
+    facade.alarms, facade.node, facade.stream_node = alarms, node, snode
     facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
     if amqps is not None:
         facade.listeners.append(

@@ -48,6 +48,11 @@ def test_metrics_totals_and_per_object(server: ServerProcess, qname: str) -> Non
             break
     totals = scrape(server, "/metrics")
     per = scrape(server, "/metrics/per-object")
+    # every per-object series belongs to a typed, documented family (promtool's lint): the
+    # counters' HELP/TYPE lines must name the _total series
+    per_text = httpx.get(server.admin_url + "/metrics/per-object", timeout=10).text
+    untyped = [f.name for f in text_string_to_metric_families(per_text) if f.type == "unknown"]
+    assert untyped == []
     conn.close()
     assert got == [b"red", b"red"]
     for name in (

@@ -121,8 +121,8 @@ def test_every_compose_service_command_runs(tmp_path: Path) -> None:
                 text=True,
                 timeout=60,
             )
-            # exit 1 = lint warnings only (naming advice); 3 = the text does not parse
-            assert lint.returncode in (0, 1), lint.stdout + lint.stderr
-            assert "error while linting" not in lint.stdout + lint.stderr
+            # promtool found that /metrics/per-object wrote HELP/TYPE without the counters'
+            # _total suffix (the series were untyped for Prometheus): fixed with this test
+            assert lint.returncode == 0, lint.stdout + lint.stderr
     finally:
         server.stop()

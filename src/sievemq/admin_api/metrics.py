@@ -263,8 +263,8 @@ class _Collector:
         if self.per_object:
             for k, fam in everything.items():
                 self.labelled.append(
-                    f"# HELP {fam.name} {fam.documentation}\n# TYPE {fam.name} {fam.type}\n"
-                    + "".join(lines[k])
+                    f"# HELP {sample_names[k]} {fam.documentation}\n"
+                    f"# TYPE {sample_names[k]} {fam.type}\n" + "".join(lines[k])
                 )
         out: list[Metric] = []
         if not self.per_object:

@@ -241,6 +241,9 @@ class Stream:
         self._writing = 0
         self._remove_pending = False
         self._always = config.durability is Durability.ALWAYS
+        # written since the last sync() (not under always, where each append syncs): close()
+        # syncs only then, so a shutdown does not reopen and fsync every idle stream's files
+        self._unsynced = False
         self._compress: Callable[[bytes], bytes] | None = None
         if config.compression == "zstd":
             import zstandard
@@ -361,6 +364,8 @@ class Stream:
             os.write(idx_fd, INDEX_ENTRY.pack(first, ts, pos))
             if self._always:
                 os.fdatasync(seg_fd)
+            else:
+                self._unsynced = True
         except OSError as exc:
             self._undo(seg_fd, idx_fd, pos, seg.chunks)
             raise StorageError(f"append to {self.directory} failed: {exc}") from exc
@@ -401,6 +406,7 @@ class Stream:
                     os.fdatasync(fd)
                 finally:
                     handle.release()
+        self._unsynced = False
 
     def sync_handles(self) -> list[int]:
         """Duplicates of the current segment and index descriptors, for an fdatasync in
@@ -451,12 +457,13 @@ class Stream:
         )
 
     def close(self) -> None:
-        """Sync and close (idempotent)."""
+        """Sync what was written since the last sync, and close (idempotent)."""
         if self._closed:
             return
         self._closed = True
         try:
-            self.sync()
+            if self._unsynced:
+                self.sync()
         finally:
             self._close_files()
             self.offsets.close()

@@ -73,3 +73,31 @@ def test_delete_without_a_writer_removes_at_once_without_syncing(
     stream.delete()
     assert syncs == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_close_syncs_only_a_stream_written_since_its_last_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a shutdown with 50,000 idle streams used to reopen and fdatasync every one's files
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    written = Stream.open(tmp_path / "w", StreamConfig(durability=Durability.BATCH))
+    idle = Stream.open(tmp_path / "i", StreamConfig(durability=Durability.BATCH))
+    synced = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.BATCH))
+    written.append([_msg(b"x")])
+    synced.append([_msg(b"y")])
+    synced.sync()
+    monkeypatch.setattr(os, "fdatasync", counting)
+    idle.close()
+    synced.close()
+    assert syncs == []
+    written.close()
+    assert len(syncs) == 2  # its segment and its index
+    reopened = Stream.open(tmp_path / "w", StreamConfig(durability=Durability.BATCH))
+    assert reopened.end_offset == 1
+    reopened.close()

@@ -35,7 +35,16 @@ class StreamFrameHandler(TypingProtocol):
 
 
 class StreamProtocol(asyncio.Protocol):
-    __slots__ = ("_buffer", "_conn", "_high", "_max_frame", "_paused", "_stopped", "transport")
+    __slots__ = (
+        "_buffer",
+        "_conn",
+        "_held",
+        "_high",
+        "_max_frame",
+        "_paused",
+        "_stopped",
+        "transport",
+    )
 
     def __init__(self, handler: StreamFrameHandler, frame_max: int, write_buffer_high: int) -> None:
         self._conn = handler
@@ -43,6 +52,7 @@ class StreamProtocol(asyncio.Protocol):
         self._buffer = bytearray()
         self._max_frame = frame_max
         self._paused = False
+        self._held = False  # a resource alarm: the handler's publishers wait in TCP
         self._stopped = False
         self._high = write_buffer_high
         self.transport: asyncio.Transport | None = None
@@ -87,8 +97,23 @@ class StreamProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None and self._paused and not self._stopped:
             self._paused = False
-            self.transport.resume_reading()
+            if not self._held:
+                self.transport.resume_reading()
         self._conn.on_resume_writing()
+
+    def hold_reading(self, held: bool) -> None:
+        """Stop (or restart) reading for a resource alarm, independently of write pauses."""
+        if held == self._held:
+            return
+        self._held = held
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._stopped:
+            return
+        with contextlib.suppress(RuntimeError):
+            if held:
+                transport.pause_reading()
+            elif not self._paused:
+                transport.resume_reading()
 
     def stop_reading(self) -> None:
         """For good: shutdown, or after a frame error."""

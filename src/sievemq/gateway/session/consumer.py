@@ -18,17 +18,16 @@ named consumer reports each delivery to its ``OffsetTracker``. Read counters go 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import struct
-import threading
 from collections.abc import Callable
 
 from sievemq.amqp import hotcodec
 from sievemq.filtering.sql import SqlFilter
 from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.gateway.session.named_consumers import OffsetTracker
 from sievemq.gateway.session.ports import DeliveryTarget
@@ -64,19 +63,14 @@ def filter_spec(options: ConsumerOptions) -> FilterSpec | None:
     )
 
 
-class StreamConsumer:
+class StreamConsumer(CommitWaker):
     """One basic.consume on a stream queue (a ``ports.ChannelConsumer``, so a
     ``model.queue.ConsumerInfo``), delivering through its channel (a ``ports.DeliveryTarget``)."""
 
     __slots__ = (
         "_batch",
         "_encoder",
-        "_loop",
         "_reader",
-        "_scheduled",
-        "_stream",
-        "_thread",
-        "active",
         "chunk_filter",
         "credit",
         "delivered",
@@ -114,15 +108,11 @@ class StreamConsumer:
         self.credit = prefetch
         self.spec = spec
         self.delivered = 0
-        self.active = True
-        self._stream = stream
+        self._init_waker(stream)
         self._reader = reader
         self._batch = batch
-        self._scheduled = False
         # frame_max is fixed once a channel is open (tune-ok comes before connection.open-ok)
         self._encoder = hotcodec.DeliveryEncoder(target.id, tag, target.frame_max)
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.get_ident()
         self.sql = sql
         self.predicate = predicate
         self.chunk_filter = chunk_filter
@@ -161,22 +151,8 @@ class StreamConsumer:
 
     def start(self) -> None:
         """Begin delivering (after consume-ok has been written)."""
-        self._stream.add_listener(self._on_commit)
+        self.listen()
         self.wake()
-
-    def _on_commit(self, end_offset: int) -> None:
-        # storage calls listeners in the appending thread: a worker under fsync=always
-        if threading.get_ident() == self._thread:
-            self.wake()
-        else:
-            self._loop.call_soon_threadsafe(self.wake)
-
-    def wake(self) -> None:
-        """Schedule a delivery turn unless one is pending."""
-        if self._scheduled or not self.active:
-            return
-        self._scheduled = True
-        self._loop.call_soon(self._run)
 
     def give_credit(self, n: int) -> None:
         was = self.credit
@@ -267,7 +243,6 @@ class StreamConsumer:
         self.active = False
         if self.tracker is not None:
             self.tracker.flush()  # a reconnect right after cancel must see the commit
-        with contextlib.suppress(ValueError, KeyError):
-            self._stream.remove_listener(self._on_commit)
+        self.unlisten()
         with contextlib.suppress(StorageError, OSError):
             self._reader.close()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sievemq.amqp.errors import AMQPError, NotAllowed
+from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
 from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks, seek
@@ -67,6 +69,7 @@ class StreamConnection:
         self.node = snode.node
         self.transport: asyncio.Transport | None = None
         self.peer_host = ""
+        self.peer_port = 0
         self.alive = False
         self.writing_paused = False
         self.user: User | None = None
@@ -82,7 +85,11 @@ class StreamConnection:
         self._sent = False
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._missed = 0
-        self.read_control: Any = None  # the protocol: stop_reading()
+        self.read_control: Any = None  # the protocol: stop_reading(), hold_reading()
+        self.id = 0
+        self.connected_at = 0.0
+        self._admitted = False
+        self.blocked = False  # a resource alarm holds this publishing connection
 
     @staticmethod
     def _chunk_budget(frame_max: int) -> int:
@@ -94,14 +101,26 @@ class StreamConnection:
 
     def on_open(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        if not self.node.admit():
+            # over max_connections (AMQP and stream connections count together), or
+            # shutting down: the peer sees the socket close before any frame
+            transport.abort()
+            return
+        self._admitted = True
         peer = transport.get_extra_info("peername")
         self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self.peer_port = int(peer[1]) if isinstance(peer, tuple) and len(peer) > 1 else 0
+        self.id = self.node.next_id()
+        self.connected_at = time.time()
         self.alive = True
         self.snode.connections.add(self)
 
     def on_lost(self) -> None:
         """TCP EOF or reset: drop every publisher and subscription (no Close needed)."""
         self.alive = False
+        if self._admitted:
+            self._admitted = False
+            self.node.release()
         self.snode.connections.discard(self)
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
@@ -144,6 +163,20 @@ class StreamConnection:
     def stop_reading(self) -> None:
         if self.read_control is not None:
             self.read_control.stop_reading()
+
+    def abort(self) -> None:
+        """Drop the TCP connection now (the admin API's close; clients see it broken)."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def apply_alarms(self, reasons: tuple[str, ...]) -> None:
+        """A memory or disk alarm: like RabbitMQ's stream reader, stop reading the socket of
+        a connection that has publishers (its Publish frames wait in TCP) until it clears."""
+        blocked = bool(reasons) and bool(self.publishers)
+        if blocked != self.blocked:
+            self.blocked = blocked
+            if self.read_control is not None:
+                self.read_control.hold_reading(blocked)
 
     def on_frame_too_large(self, size: int) -> None:
         self.close(wire.FRAME_TOO_LARGE, f"frame of {size} bytes is larger than {self.frame_max}")
@@ -296,6 +329,28 @@ class StreamConnection:
 
     # ------------------------------------------------------------------ streams
 
+    def _may(self, kind: str, stream: str, resource: str = "queue") -> bool:
+        """RabbitMQ's stream plugin rules (``rabbit_stream_utils:check_*_permitted``):
+        Create and Delete need configure on the stream, DeclarePublisher and Publish write,
+        Subscribe, QueryOffset, StoreOffset, QueryPublisherSequence and StreamStats read.
+        A refusal answers 16 (access refused); StoreOffset has no answer."""
+        assert self.vhost is not None and self.user is not None
+        # the user's permissions now (an HTTP change reaches open connections, as
+        # RabbitMQ's live lookup does); a deleted user may do nothing
+        live = self.node.broker.users.get(self.user.name)
+        try:
+            access.check(live, self.vhost.name, kind, resource, stream)
+        except AccessRefused:
+            return False
+        return True
+
+    def _may_manage_super_stream(self, name: str, partitions: list[str]) -> bool:
+        """Create/DeleteSuperStream: configure on the super stream's exchange and on every
+        partition stream."""
+        return self._may("configure", name, "exchange") and all(
+            self._may("configure", p) for p in partitions
+        )
+
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
@@ -334,6 +389,9 @@ class StreamConnection:
         if not name or name.startswith("amq.") or len(name.encode()) > 255:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
+        if not self._may("configure", name):
+            self.write(wire.response(wire.CREATE, corr, wire.ACCESS_REFUSED))
+            return
         existing = self.vhost.queues.get(name)
         try:
             self.vhost.declare_queue(name, durable=True, arguments=arguments)
@@ -351,6 +409,9 @@ class StreamConnection:
         corr = cur.u32()
         name = cur.string()
         assert self.vhost is not None
+        if not self._may("configure", name):
+            self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
+            return
         if name not in self.vhost.queues:
             self.write(wire.response(wire.DELETE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -371,7 +432,11 @@ class StreamConnection:
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
@@ -422,6 +487,9 @@ class StreamConnection:
         except ValueError:
             self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
             return
+        if not self._may_manage_super_stream(name, partitions):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
         # RabbitMQ spreads the partitions over the cluster unless told otherwise
         arguments.setdefault("x-queue-leader-locator", "balanced")
         try:
@@ -446,6 +514,11 @@ class StreamConnection:
         name = cur.string()
         assert self.vhost is not None
         key = wire.DELETE_SUPER_STREAM
+        if not self._may_manage_super_stream(
+            name, super_streams.partitions(self.vhost, name) or []
+        ):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
         try:
             super_streams.delete(self.vhost, name)
         except super_streams.SuperStreamError:
@@ -488,7 +561,11 @@ class StreamConnection:
         corr = cur.u32()
         pid = cur.u8()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("write", name):
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.ACCESS_REFUSED))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -505,6 +582,8 @@ class StreamConnection:
         self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
         self._watch(queue)
         self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))
+        if self.node.alarm_reasons:
+            self.apply_alarms(self.node.alarm_reasons)  # a publisher now: held like the others
 
     def _publish(self, body: bytes, version: int) -> None:
         if self.vhost is None:
@@ -518,12 +597,20 @@ class StreamConnection:
             code = wire.PUBLISHER_DOES_NOT_EXIST
             self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
             return
+        if not self._may("write", pub.queue.name):  # permissions may change after declare
+            code = wire.ACCESS_REFUSED
+            self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
+            return
         pub.publish(entries)
 
     def _query_publisher_sequence(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_publisher_sequence_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
@@ -541,10 +628,14 @@ class StreamConnection:
     def _subscribe(self, cur: Cursor) -> None:
         corr = cur.u32()
         sid = cur.u8()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        queue = self._queue(name)
         offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
+        if not self._may("read", name):
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.ACCESS_REFUSED))
+            return
         if queue is None:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -623,10 +714,13 @@ class StreamConnection:
 
     def _store_offset(self, cur: Cursor) -> None:
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
         offset = cur.u64()
+        queue = self._queue(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
+        if not self._may("read", name):
+            return
         try:
             queue.stream.offsets.set(reference, offset)
         except (StorageError, OSError, ValueError) as error:
@@ -635,7 +729,11 @@ class StreamConnection:
     def _query_offset(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_offset_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return

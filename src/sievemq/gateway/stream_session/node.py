@@ -56,9 +56,11 @@ class StreamNode:
         self._sequences.pop(id(queue), None)
 
     def save_sequences(self) -> None:
-        """Shutdown, after every append is written: snapshot the sequences of each stream."""
-        for queue, sequences in list(self._sequences.values()):
-            if queue.deleted:
+        """Shutdown, after every append is written: snapshot the sequences of each stream
+        (those stream-protocol publishers and deduplicated AMQP publishes loaded)."""
+        for queue in list(self.node.broker.queues()):
+            sequences = getattr(queue, "loaded_sequences", None)
+            if sequences is None or queue.deleted:
                 continue
             try:
                 sequences.save(queue.stream.end_offset)
@@ -68,6 +70,11 @@ class StreamNode:
     def stop_reading(self) -> None:
         for conn in list(self.connections):
             conn.stop_reading()
+
+    def on_alarms(self, reasons: tuple[str, ...]) -> None:
+        """A ``ResourceAlarms`` listener: hold or release every publishing connection."""
+        for conn in list(self.connections):
+            conn.apply_alarms(reasons)
 
     def close_all(self, reason: str) -> None:
         for conn in list(self.connections):

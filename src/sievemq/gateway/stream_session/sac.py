@@ -122,9 +122,11 @@ class SacCoordinator:
 
     def on_reply(self, conn: ConnectionPort, reply: wire.ConsumerUpdateReply) -> None:
         """The client's answer (0x801a) to one of our ConsumerUpdate requests."""
-        member = self._awaited.pop(reply.corr, None)
+        member = self._awaited.get(reply.corr)
+        log.debug("ConsumerUpdate answer %s for %s", reply, member and member.group.key)
         if member is None or member.conn is not conn or member.pending != reply.corr:
-            return  # unknown, or superseded by a later request
+            return  # unknown, another connection's, or superseded by a later request
+        del self._awaited[reply.corr]
         member.pending = -1
         if member.state == ACTIVATING:
             member.state = ACTIVE
@@ -154,8 +156,10 @@ class SacCoordinator:
         member.pending = corr
         self._awaited[corr] = member
         member.conn.write(wire.consumer_update(corr, member.sub.subscription_id, active))
-
-    def members_of(self, key: GroupKey) -> list[tuple[int, str]]:
-        """(subscription id, state) in arrival order: for tests and the admin view."""
-        group = self.groups.get(key)
-        return [] if group is None else [(m.sub.subscription_id, m.state) for m in group.members]
+        log.debug(
+            "ConsumerUpdate %s sid=%d active=%s corr=%d",
+            member.group.key,
+            member.sub.subscription_id,
+            active,
+            corr,
+        )

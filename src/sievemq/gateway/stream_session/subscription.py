@@ -15,13 +15,12 @@ either way.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
@@ -91,15 +90,10 @@ def seek(reader: StreamReader, offset: wire.OffsetSpec) -> None:
         reader.seek_timestamp(offset.value)
 
 
-class Subscription:
+class Subscription(CommitWaker):
     __slots__ = (
-        "_loop",
         "_pending",
         "_reader",
-        "_scheduled",
-        "_stream",
-        "_thread",
-        "active",
         "conn",
         "credit",
         "delivered",
@@ -124,35 +118,19 @@ class Subscription:
         self.conn = conn
         self.subscription_id = subscription_id
         self.queue = queue
-        self._stream: Stream = queue.stream
+        self._init_waker(queue.stream)
         self._reader = reader
         self.credit = credit
         self.spec = spec
-        self.active = True
         self.holding = False  # an inactive single active consumer: no delivery
         self.offset_spec = offset_spec  # as given at Subscribe
         self.sac: GroupMember | None = None
         self.delivered = 0
         self._pending: list[Record] = []
-        self._scheduled = False
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.get_ident()
 
     def start(self) -> None:
-        self._stream.add_listener(self._on_commit)
+        self.listen()
         self.wake()
-
-    def _on_commit(self, end_offset: int) -> None:
-        if threading.get_ident() == self._thread:
-            self.wake()
-        else:
-            self._loop.call_soon_threadsafe(self.wake)
-
-    def wake(self) -> None:
-        if self._scheduled or not self.active:
-            return
-        self._scheduled = True
-        self._loop.call_soon(self._run)
 
     def add_credit(self, n: int) -> None:
         was = self.credit
@@ -258,7 +236,6 @@ class Subscription:
         self.active = False
         if self.sac is not None:
             self.sac.leave()  # the group picks another member
-        with contextlib.suppress(ValueError, KeyError):
-            self._stream.remove_listener(self._on_commit)
+        self.unlisten()
         with contextlib.suppress(StorageError, OSError):
             self._reader.close()
