@@ -13,7 +13,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium run test lint bench bench-filter bench-vs-rabbitmq bench-spark clean
+.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -37,13 +37,26 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 node-deps: $(NODE_STAMP)
 
 # the summary: per-file progress, a line per failure/skip (-ra) and the 10 slowest tests
-test: setup node-deps chromium
+test: setup node-deps chromium promtool
 	$(VENV)/bin/python -m pytest --durations=10
 
 # the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
 chromium:
 	@test -x /usr/bin/chromium || { export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq chromium; }
+
+# promtool checks deploy/prometheus.yml (tests/test_compose.py): taken out of Debian's
+# prometheus package without installing it (no daemon, no postinst)
+PROMTOOL := $(TOOLS)/bin/promtool
+promtool: $(PROMTOOL)
+
+$(PROMTOOL):
+	@mkdir -p $(TOOLS)/deb $(TOOLS)/bin
+	cd $(TOOLS)/deb && { apt-get download prometheus 2>/dev/null || \
+		{ apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(TOOLS)/deb/prometheus_*.deb $(TOOLS)/deb/root
+	cp $(TOOLS)/deb/root/usr/bin/promtool $(PROMTOOL)
+	rm -rf $(TOOLS)/deb
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
@@ -53,7 +66,8 @@ lint: setup
 bench: setup
 	$(VENV)/bin/python -m bench
 
-# through a real server with the Go load generator of ../shared/peers
+# through a real server with the Go load generator of bench/loadgen (built on first use;
+# SIEVEMQ_BENCH_PEERS=1 or --peers: the older kit in ../shared/peers)
 bench-filter: setup
 	$(VENV)/bin/python -m bench filter_bandwidth filter_scan filter_throughput
 
@@ -63,6 +77,16 @@ bench-vs-rabbitmq: setup
 # Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
 bench-spark: setup
 	$(VENV)/bin/python -m bench spark_export
+
+# publishers, named and filtered consumers, the server SIGKILLed at random and restarted
+# (`make soak MINUTES=30`; JSON out, exit 1 on any finding; a short one runs in `make test`)
+MINUTES ?= 30
+soak: setup
+	$(VENV)/bin/python -m bench.soak --minutes $(MINUTES)
+
+# publish -> streaming query (1 s trigger) -> foreachBatch sink, through a real gateway
+bench-spark-latency: setup
+	$(VENV)/bin/python -m bench spark_stream_latency
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -79,7 +79,11 @@ def start_server(
     ``src``: run the sievemq package found in that source folder instead (a baseline);
     ``stderr_path``: where the server's stderr goes.
     """
-    env = None if src is None else dict(os.environ, PYTHONPATH=str(src))
+    # the stream-protocol listeners on free ports too (5552 may be another server's); set
+    # through the environment, which a baseline from before those settings ignores
+    env = dict(os.environ, SIEVEMQ_STREAM_PORT="0", SIEVEMQ_STREAM_TLS_PORT="0")
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     stderr = open(stderr_path, "w") if stderr_path is not None else None  # noqa: SIM115
     proc = subprocess.Popen(
         [

@@ -2,7 +2,7 @@
 
 Per repeat and broker (interleaved, so noise hits both alike): declare a durable classic
 queue, publish N persistent messages with confirms (window 1000, Go loadgen of
-``../shared/peers``), then consume them with manual acks (prefetch 1000, ack multiple every
+``bench/loadgen``), then consume them with manual acks (prefetch 1000, ack multiple every
 500). Prints one JSON document: medians of msgs/s and server CPU per message, and the
 SieveMQ/RabbitMQ ratios (above 1 is better for msgs/s, below 1 for CPU per message).
 

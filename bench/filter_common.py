@@ -4,7 +4,6 @@ filling a stream directly with ``sievemq.storage`` in the server's data-dir layo
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -15,14 +14,11 @@ from typing import Any
 
 import pika
 
+from bench import kit
 from bench._util import Server, proc_cpu_s
 from sievemq.gateway.model.definitions import stream_directory
 
 ROOT = Path(__file__).resolve().parents[1]
-# SIEVEMQ_LOADGEN: a loadgen built elsewhere (a git worktree has no ../shared beside it)
-LOADGEN = Path(
-    os.environ.get("SIEVEMQ_LOADGEN", ROOT.parent / "shared" / "peers" / "bin" / "loadgen")
-)
 
 
 @contextmanager
@@ -45,10 +41,10 @@ def declare(server: Server, name: str, **arguments: Any) -> Path:
 
 
 def loadgen(server: Server, *args: object) -> dict[str, Any]:
-    """One loadgen run (Go amqp091 client); adds the server's CPU seconds."""
+    """One loadgen run (bench/loadgen, Go amqp091 client); adds the server's CPU seconds."""
     before = proc_cpu_s(server.pid)
     out = subprocess.run(
-        [str(LOADGEN), "-port", str(server.port), *map(str, args)],
+        [str(kit.loadgen()), "-port", str(server.port), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=900,

@@ -30,7 +30,6 @@ import socket
 import struct
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import pika
 from pamqp import commands, frame
 
 from bench._util import machine, start_server, stop_server
+from bench.canary import Canary
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 QUEUES = [f"fz-{i}" for i in range(8)]
@@ -278,45 +278,6 @@ _TABLE_METHODS = {
     struct.pack(">HH", 50, 50),
     struct.pack(">HH", 60, 20),
 }
-
-
-class Canary(threading.Thread):
-    """Publishes with confirms and consumes its own stream until told to stop."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.queue = f"canary-{random.randrange(1 << 30)}"
-        self.stop_event = threading.Event()
-        self.published: list[bytes] = []
-        self.received: list[bytes] = []
-        self.error: str | None = None
-
-    def run(self) -> None:
-        try:
-            conn = pika.BlockingConnection(pika.URLParameters(self.url))
-            pub = conn.channel()
-            pub.confirm_delivery()
-            pub.queue_declare(self.queue, durable=True, arguments={"x-queue-type": "stream"})
-            sub = conn.channel()
-            sub.basic_qos(prefetch_count=50)
-
-            def on_message(c: Any, method: Any, _p: Any, body: bytes) -> None:
-                self.received.append(body)
-                c.basic_ack(method.delivery_tag)
-
-            sub.basic_consume(self.queue, on_message, arguments={"x-stream-offset": "first"})
-            while not self.stop_event.is_set():
-                body = f"canary-{len(self.published)}".encode()
-                pub.basic_publish("", self.queue, body)
-                self.published.append(body)
-                conn.process_data_events(time_limit=0.05)
-            deadline = time.monotonic() + 20
-            while len(self.received) < len(self.published) and time.monotonic() < deadline:
-                conn.process_data_events(time_limit=0.1)
-            conn.close()
-        except Exception as exc:  # reported in the results
-            self.error = repr(exc)
 
 
 class FuzzConnection:

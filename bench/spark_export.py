@@ -1,6 +1,6 @@
 """Spark export speed: `sievemq export` to Parquet on local[2] beside its limits (JSON out).
 
-    python -m bench spark_export [-- --messages 1000000 --body 100 --runs 3]
+    python -m bench spark_export [-- --messages 1000000 --bodies 100,1024 --runs 3]
 
 Writes N messages (body B bytes, chunks of 1000, 50 filter values clustered in time: chunk c
 carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a median of runs:
@@ -9,8 +9,12 @@ carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a 
 - ``arrow_decode``: the source's own decode (StreamReader + Arrow batches) in one process,
   without Spark (the pure-pyarrow path);
 - ``spark_parquet``: the export function writing Parquet through Spark on local[2] (session
-  already started: JVM start-up is reported apart);
-- ``filtered``: an export of one value of 50; the share of chunks whose body was read.
+  already started: JVM start-up and the first export, which starts Spark's Python workers,
+  are reported apart);
+- ``filtered`` (first size only): an export of one value of 50; the share of chunks whose
+  body was read.
+
+for each body size, with the load average before and after (the machine is shared).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,66 +82,95 @@ def arrow_decode(directory: Path, messages: int) -> float:
     return time.perf_counter() - started
 
 
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool) -> dict[str, Any]:
+    from sievemq.spark.export import export
+
+    data_dir = tmp / f"data{body}"
+    directory = write(data_dir, n, body)
+    raw = [raw_read(directory) for _ in range(runs)]
+    raw_s = statistics.median(t for t, _ in raw)
+    size = raw[0][1]
+    decode_s = statistics.median(arrow_decode(directory, n) for _ in range(runs))
+    options = {"path": str(data_dir), "stream": "bench"}
+    times = []
+    for i in range(runs + 1):  # the first run starts Spark's Python workers: reported apart
+        result = export(options, tmp / f"out{body}-{i}", "parquet", spark=spark)
+        assert result.messages == n, result.messages
+        times.append(result.seconds)
+        shutil.rmtree(tmp / f"out{body}-{i}", ignore_errors=True)
+    export_s = statistics.median(times[1:])
+    out: dict[str, Any] = {
+        "body_bytes": body,
+        "segment_bytes": size,
+        "raw_read": {"seconds": raw_s, "mb_per_s": size / raw_s / 1e6, "rows_per_s": n / raw_s},
+        "arrow_decode": {
+            "seconds": decode_s,
+            "rows_per_s": n / decode_s,
+            "mb_per_s": size / decode_s / 1e6,
+        },
+        "spark_parquet": {
+            "seconds": export_s,
+            "rows_per_s": n / export_s,
+            "mb_per_s": size / export_s / 1e6,
+            "first_export_seconds": times[0],
+            "of_arrow_decode": decode_s / export_s,
+            "of_raw_read": raw_s / export_s,
+        },
+    }
+    if filtered:
+        got = export(
+            options | {"filterValues": "value-17"}, tmp / "filtered", "parquet", spark=spark
+        )
+        scanned = got.counters["chunks_scanned"]
+        body_read = scanned - got.counters["chunks_skipped"]
+        out["filtered"] = {
+            "rows": got.messages,
+            "chunks_scanned": scanned,
+            "chunks_body_read": body_read,
+            "share_of_chunks_read": body_read / scanned,
+            "seconds": got.seconds,
+        }
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--body", type=int, default=100)
+    parser.add_argument("--bodies", default="100,1024", help="body sizes in bytes, comma list")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     n = args.messages
+    bodies = [int(b) for b in args.bodies.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="sievemq-bench-spark-"))
+    load_before = load_average()
     try:
-        data_dir = tmp / "data"
-        directory = write(data_dir, n, args.body)
-        raw = [raw_read(directory) for _ in range(args.runs)]
-        raw_s = statistics.median(t for t, _ in raw)
-        size = raw[0][1]
-        decode_s = statistics.median(arrow_decode(directory, n) for _ in range(args.runs))
+        from sievemq.spark.export import build_session
 
-        from sievemq.spark.export import build_session, export
-
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         started = time.perf_counter()
         spark = build_session("local[2]", "1g")
         jvm_s = time.perf_counter() - started
         try:
-            options = {"path": str(data_dir), "stream": "bench"}
-            times = []
-            for i in range(args.runs):
-                result = export(options, tmp / f"out{i}", "parquet", spark=spark)
-                assert result.messages == n, result.messages
-                times.append(result.seconds)
-            export_s = statistics.median(times)
-            filtered = export(
-                options | {"filterValues": "value-17"}, tmp / "filtered", "parquet", spark=spark
-            )
+            sizes = [
+                one_size(tmp, spark, n, body, args.runs, filtered=i == 0)
+                for i, body in enumerate(bodies)
+            ]
         finally:
             spark.stop()
-        scanned = filtered.counters["chunks_scanned"]
-        body_read = scanned - filtered.counters["chunks_skipped"]
         result_json: dict[str, Any] = {
             "bench": "spark_export",
             "machine": machine(),
+            "load_average_before": load_before,
+            "load_average_after": load_average(),
             "messages": n,
-            "body_bytes": args.body,
-            "segment_bytes": size,
             "runs": args.runs,
-            "raw_read": {"seconds": raw_s, "mb_per_s": size / raw_s / 1e6, "rows_per_s": n / raw_s},
-            "arrow_decode": {"seconds": decode_s, "rows_per_s": n / decode_s},
-            "spark_parquet": {
-                "seconds": export_s,
-                "rows_per_s": n / export_s,
-                "mb_per_s": size / export_s / 1e6,
-                "jvm_start_seconds": jvm_s,
-                "of_arrow_decode": (n / export_s) / (n / decode_s),
-            },
-            "filtered": {
-                "rows": filtered.messages,
-                "chunks_scanned": scanned,
-                "chunks_body_read": body_read,
-                "share_of_chunks_read": body_read / scanned,
-                "seconds": filtered.seconds,
-            },
+            "master": "local[2]",
+            "jvm_start_seconds": jvm_s,
+            "sizes": sizes,
         }
         print(json.dumps(result_json, indent=1))
     finally:

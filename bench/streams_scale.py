@@ -9,8 +9,8 @@ message with confirms to ``--touch`` random streams and read it back from each (
 after). Descriptors (``/proc/PID/fd``) and RSS (``VmRSS``) of the server are taken before the
 declares, after them, and after touching streams; per-stream figures are the deltas / n.
 
-With ``--rabbitmq-n N`` the same declares (N of them) run against the private RabbitMQ
-3.10.8 peer (``../shared/peers/rabbitmq.sh``, on its own port ``--rabbitmq-port``), and its
+With ``--rabbitmq-n N`` the same declares (N of them) run against a private RabbitMQ from
+Debian's package (``bench/rabbitmq.sh``; ``--peers``: ``../shared/peers/rabbitmq.sh``), and its
 beam process's descriptors and RSS are measured the same way.
 """
 
@@ -30,10 +30,8 @@ from typing import Any
 
 import pika
 
+from bench import kit
 from bench._util import machine, start_server, stop_server
-
-# the RabbitMQ starter lives outside the repository (issue 13 item 6 moves it in)
-PEERS = Path(os.environ.get("SIEVEMQ_PEERS", "/work/shared/peers"))
 
 
 def fds(pid: int) -> int:
@@ -113,16 +111,16 @@ def touch_random(url: str, n: int, touch: int, pid: int, prefix: str) -> dict[st
 
 
 def rabbitmq(n: int, port: int) -> dict[str, Any]:
-    env = dict(os.environ, RMQ_PORT=str(port), RMQ_EPMD_PORT=str(port - 1300))
-    script = str(PEERS / "rabbitmq.sh")
-    subprocess.run([script, "wipe"], env=env, capture_output=True)
-    subprocess.run([script, "start"], env=env, check=True, capture_output=True)
-    try:
-        pid = int(Path(f"/tmp/peers-rabbitmq-{port}/rabbitmq.pid").read_text().strip())
-        url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
-        return {"version": "3.10.8", **declare_all(url, n, pid, "s")}
-    finally:
-        subprocess.run([script, "wipe"], env=env, capture_output=True)
+    with kit.rabbitmq_server(port) as (amqp_port, pid):
+        url = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
+        return {"version": _rabbitmq_version(), **declare_all(url, n, pid, "s")}
+
+
+def _rabbitmq_version() -> str:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "rabbitmq-server"], capture_output=True, text=True
+    )
+    return out.stdout.split("-")[0] or "unknown"
 
 
 def main() -> None:
@@ -130,8 +128,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--touch", type=int, default=1000)
     parser.add_argument("--rabbitmq-n", type=int, default=0)
-    parser.add_argument("--rabbitmq-port", type=int, default=5698)
+    parser.add_argument("--rabbitmq-port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--peers", action="store_true", help="use ../shared/peers' RabbitMQ")
     args = parser.parse_args()
+    kit.use_peers(args.peers)
     out: dict[str, Any] = {"machine": machine(), "benchmark": "streams_scale"}
     data = Path(tempfile.mkdtemp(prefix="sievemq-streams-"))
     server = start_server(data, "batch")

@@ -1,11 +1,15 @@
 """SieveMQ beside RabbitMQ 3.10.8 in one run: publish-with-confirms, consume, end-to-end latency.
 
-Drives the Go load generator of ``../shared/peers`` (real amqp091-go client) against both
-brokers, interleaving the runs so machine noise hits both alike, and prints one JSON document
-with the medians, the server CPU per message and the SieveMQ/RabbitMQ ratios.
+Drives this repository's Go load generator (``bench/loadgen``, the real amqp091-go client)
+against SieveMQ and Debian's RabbitMQ (``bench/rabbitmq.sh``; both built or installed on first
+use, see ``bench/kit.py``), interleaving the runs so machine noise hits both alike, and prints
+one JSON document with the medians, the server CPU per message and the SieveMQ/RabbitMQ ratios.
 
     python -m bench.vs_rabbitmq [--repeats 3] [--n 200000] [--no-rabbitmq] [--raw FILE]
-                                [--only publish,consume,e2e] [--rabbitmq-port 5682]
+                                [--only publish,consume,e2e] [--rabbitmq-port 0] [--peers]
+
+``--peers`` uses the older kit beside the checkout (``../shared/peers``: its loadgen and its
+RabbitMQ on port 5682 unless ``--rabbitmq-port`` says otherwise).
 
 Every publish and consume scenario runs with two kinds of messages: ``identical`` (every
 message the same property list, no headers: what memo caches keyed by the bytes hit) and
@@ -23,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -36,13 +38,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench import kit
 from bench._util import machine, proc_cpu_s, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
-# the peers kit beside the checkout (../shared/peers); SIEVEMQ_PEERS / SIEVEMQ_LOADGEN point
-# elsewhere (a git worktree in another folder, a loadgen built to another path)
-PEERS = Path(os.environ.get("SIEVEMQ_PEERS", ROOT.parent / "shared" / "peers"))
-LOADGEN = Path(os.environ.get("SIEVEMQ_LOADGEN", PEERS / "bin" / "loadgen"))
+# the RabbitMQ of the comparison (bench/rabbitmq.sh, or ../shared/peers with --peers)
+rabbitmq_server = kit.rabbitmq_server
 UNIQUE = ["-unique-props", "-filter-values", 50]  # loadgen flags of the ``unique`` kind
 
 
@@ -56,31 +57,6 @@ def sievemq_server(fsync: str, src: Path | None = None) -> Iterator[tuple[int, i
     finally:
         stop_server(server)
         shutil.rmtree(data, ignore_errors=True)
-
-
-@contextmanager
-def rabbitmq_server(port: int = 5682) -> Iterator[tuple[int, int]]:
-    """Start the private RabbitMQ 3.10.8 peer on ``port``; yields (port, beam pid).
-
-    Another port than 5682 gets its own data dir and epmd port, so two sessions on one
-    machine do not share (or stop) each other's broker.
-    """
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
-            raise SystemExit(
-                f"127.0.0.1:{port} is already in use (someone else's broker?): "
-                "pick a free --rabbitmq-port"
-            )
-    env = dict(os.environ, RMQ_PORT=str(port))
-    if port != 5682:
-        env["RMQ_EPMD_PORT"] = str(4370 + port - 5682)
-    script = str(PEERS / "rabbitmq.sh")
-    subprocess.run([script, "start"], check=True, capture_output=True, env=env)
-    pid = int(Path(f"/tmp/peers-rabbitmq-{port}/rabbitmq.pid").read_text().strip())
-    try:
-        yield port, pid
-    finally:
-        subprocess.run([script, "stop"], capture_output=True, env=env)
 
 
 class StallProbe:
@@ -112,7 +88,7 @@ def loadgen(port: int, pid: int, *args: object) -> dict[str, Any]:
     before = proc_cpu_s(pid)
     with StallProbe() as probe:
         out = subprocess.run(
-            [str(LOADGEN), "-port", str(port), *map(str, args)],
+            [str(kit.loadgen()), "-port", str(port), *map(str, args)],
             capture_output=True,
             text=True,
             timeout=600,
@@ -223,7 +199,10 @@ def main() -> None:
     parser.add_argument(
         "--only", default="publish,consume,e2e", help="comma-separated scenario kinds to run"
     )
-    parser.add_argument("--rabbitmq-port", type=int, default=5682)
+    parser.add_argument(
+        "--rabbitmq-port", type=int, default=0, help="0: a free port (5682 with --peers)"
+    )
+    parser.add_argument("--peers", action="store_true", help="use ../shared/peers' kit")
     parser.add_argument(
         "--baseline",
         metavar="COMMIT",
@@ -233,8 +212,8 @@ def main() -> None:
     args = parser.parse_args()
     kinds = set(args.only.split(","))
     commit = _commit()  # what the servers run: taken before anything starts
-    if not LOADGEN.exists():
-        subprocess.run([str(PEERS / "loadgen" / "build.sh")], check=True)
+    kit.use_peers(args.peers)
+    kit.loadgen()  # built now if missing, not inside a timed run
 
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     brokers = ["sievemq"] if args.no_rabbitmq else ["sievemq", "rabbitmq"]

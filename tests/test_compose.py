@@ -1,16 +1,22 @@
 """docker-compose.yml and the Dockerfile are checked here, since Docker cannot run on CI.
 
-They must start the real command line with flags that exist, publish the default ports and
-point the health check at a route the admin app serves.
+They must follow the compose specification (its JSON schema), start the real command line
+with flags that exist, publish the default ports, point the health check at a route the admin
+app serves, and give Prometheus a config promtool accepts that scrapes the admin port.
+tests/spark/test_compose_services.py runs every service's command outside Docker.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from sievemq.admin_api import create_app
@@ -59,3 +65,63 @@ def test_dockerfile_cmd_is_a_valid_serve_command() -> None:
     assert cmd is not None
     words = yaml.safe_load(cmd.group(1))
     assert _build_parser().parse_args(words[1:]).command == "serve"
+
+
+def _tool(name: str) -> str:
+    """A tool from the venv or .tools/bin (`make test` fetches promtool there)."""
+    for folder in (Path(sys.executable).parent, ROOT / ".tools" / "bin"):
+        if (folder / name).exists():
+            return str(folder / name)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is missing: run `make setup promtool`")
+    return found
+
+
+def test_compose_file_follows_the_compose_specification(tmp_path: Path) -> None:
+    """check-jsonschema ships the compose-spec JSON schema (vendor.compose-spec)."""
+    check = [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec"]
+    done = subprocess.run([*check, str(ROOT / "docker-compose.yml")], capture_output=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = _compose()
+    broken["services"]["spark-export"]["depends_on"]["gateway"]["condition"] = "when_ready"
+    bad = tmp_path / "docker-compose.yml"
+    bad.write_text(yaml.safe_dump(broken))
+    refused = subprocess.run([*check, str(bad)], capture_output=True, text=True)
+    assert refused.returncode == 1 and "when_ready" in refused.stdout
+
+
+def test_spark_export_service_runs_a_valid_export_command() -> None:
+    job = _compose()["services"]["spark-export"]
+    assert job["image"] == _compose()["services"]["gateway"]["image"]  # the same image
+    args = _build_parser().parse_args(job["command"][1:])
+    assert args.command == "export" and args.format == "delta" and args.incremental
+    data = {v.split(":")[1]: v for v in job["volumes"]}
+    assert data[args.data_dir].endswith(":ro")  # reads the gateway's volume, never writes
+    gateway_data = _compose()["services"]["gateway"]["volumes"][0].split(":")[0]
+    assert data[args.data_dir].split(":")[0] == gateway_data
+    assert Path(args.out).parent.as_posix() in data  # the output lands in a volume
+
+
+def test_prometheus_config_is_valid_and_scrapes_the_admin_port() -> None:
+    prometheus = _compose()["services"]["prometheus"]
+    mount = next(v for v in prometheus["volumes"] if v.startswith("./"))
+    source, target = mount.split(":")[:2]
+    assert f"--config.file={target}" in prometheus["command"]
+    config_path = ROOT / source
+    done = subprocess.run(
+        [_tool("promtool"), "check", "config", str(config_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = yaml.safe_load(config_path.read_text())
+    targets = {
+        (job["metrics_path"], t)
+        for job in config["scrape_configs"]
+        for group in job["static_configs"]
+        for t in group["targets"]
+    }
+    admin = Settings().admin_port
+    assert targets == {
+        ("/metrics", f"gateway:{admin}"),
+        ("/metrics/per-object", f"gateway:{admin}"),
+    }

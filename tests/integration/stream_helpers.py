@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rstream import Consumer, Producer
+from rstream.client import Client
 
 from sievemq.testing import ServerProcess
 
@@ -20,6 +21,14 @@ def producer(server: ServerProcess, **kwargs: Any) -> Producer:
 
 def consumer(server: ServerProcess, **kwargs: Any) -> Consumer:
     return Consumer(server.host, server.stream_port, username="guest", password="guest", **kwargs)
+
+
+async def open_client(server: ServerProcess) -> Client:
+    """A low-level rstream client, authenticated on the default vhost."""
+    client = Client(server.host, server.stream_port, frame_max=1024 * 1024, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username="guest", password="guest")
+    return client
 
 
 async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -9,16 +9,12 @@ own messages; at the end it must have received every message it published, in or
 from __future__ import annotations
 
 import struct
-import threading
-import time
-import uuid
-from typing import Any
 
-import pika
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.canary import Canary
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import RawClient
 
@@ -62,46 +58,8 @@ garbage = st.lists(
 ).map(b"".join)
 
 
-class Canary(threading.Thread):
-    """Publishes with confirms and consumes its own stream until told to stop."""
-
-    def __init__(self, server: ServerProcess, queue: str) -> None:
-        super().__init__(daemon=True)
-        self.server, self.queue = server, queue
-        self.stop_event = threading.Event()
-        self.published: list[bytes] = []
-        self.received: list[bytes] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            conn = pika.BlockingConnection(pika.URLParameters(self.server.url))
-            pub = conn.channel()
-            pub.confirm_delivery()
-            pub.queue_declare(self.queue, durable=True, arguments={"x-queue-type": "stream"})
-            sub = conn.channel()
-            sub.basic_qos(prefetch_count=10)
-
-            def on_message(c: Any, method: Any, _props: Any, body: bytes) -> None:
-                self.received.append(body)
-                c.basic_ack(method.delivery_tag)
-
-            sub.basic_consume(self.queue, on_message, arguments={"x-stream-offset": "first"})
-            while not self.stop_event.is_set():
-                body = f"canary-{len(self.published)}".encode()
-                pub.basic_publish("", self.queue, body)
-                self.published.append(body)
-                conn.process_data_events(time_limit=0.01)
-            deadline = time.monotonic() + 5
-            while len(self.received) < len(self.published) and time.monotonic() < deadline:
-                conn.process_data_events(time_limit=0.05)
-            conn.close()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-
 def test_garbage_never_kills_the_server(server: ServerProcess) -> None:
-    canary = Canary(server, f"canary-{uuid.uuid4().hex[:8]}")
+    canary = Canary(server.url, prefetch=10, drain_s=5)
     canary.start()
     examples = 0
 

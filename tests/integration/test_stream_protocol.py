@@ -18,7 +18,6 @@ from rstream import (
     RawMessage,
     amqp_decoder,
 )
-from rstream.client import Client
 from rstream.exceptions import OffsetNotFound, PreconditionFailed, StreamDoesNotExist
 
 from sievemq.testing import ServerProcess
@@ -26,18 +25,12 @@ from sievemq.testing import ServerProcess
 from .stream_helpers import (
     RawStreamClient,
     consumer,
+    open_client,
     producer,
     send_confirmed,
     string,
     wait_for,
 )
-
-
-async def _client(server: ServerProcess) -> Client:
-    client = Client(server.host, server.stream_port, frame_max=1024 * 1024, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", username="guest", password="guest")
-    return client
 
 
 async def _consume_all(
@@ -70,7 +63,7 @@ async def _consume_all(
 
 
 async def test_peer_properties_look_like_rabbitmq(server: ServerProcess) -> None:
-    client = await _client(server)
+    client = await open_client(server)
     try:
         props = await client.peer_properties()
     finally:
@@ -156,7 +149,7 @@ async def test_create_exists_delete_and_metadata(server: ServerProcess, qname: s
         await p.create_stream(qname, arguments={"max-length-bytes": 10_000_000}, exists_ok=True)
         with pytest.raises(PreconditionFailed):  # exists with other arguments
             await p.create_stream(qname, arguments={"max-length-bytes": 5}, exists_ok=True)
-        client = await _client(server)
+        client = await open_client(server)
         try:
             leader, replicas = await client.query_leader_and_replicas(qname)
         finally:
@@ -316,7 +309,7 @@ async def test_named_publisher_deduplicates_and_continues(
         # ids at or below the stored one are confirmed but not written
         for i in (3, 4, 5):
             await p.send_wait(qname, RawMessage(b"dup", publishing_id=i), publisher_name="ref")
-    client = await _client(server)
+    client = await open_client(server)
     try:
         assert await client.query_publisher_sequence(qname, "ref") == 5
         assert await client.query_publisher_sequence(qname, "other") == 0
@@ -330,7 +323,7 @@ async def test_named_publisher_deduplicates_and_continues(
 
 def _sequence(server: ServerProcess, stream: str, ref: str) -> int:
     async def query() -> int:
-        client = await _client(server)
+        client = await open_client(server)
         try:
             return await client.query_publisher_sequence(stream, ref)
         finally:
@@ -401,7 +394,7 @@ async def test_deleting_a_stream_tells_its_consumers(server: ServerProcess, qnam
     async def on_update(frame: object) -> None:
         updates.append(frame.metadata_info.stream)  # type: ignore[attr-defined]
 
-    client = await _client(server)
+    client = await open_client(server)
     try:
         await client.create_stream(qname)
         client.add_handler(__import__("rstream.schema").schema.MetadataUpdate, on_update)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import subprocess
 import sys
@@ -10,8 +12,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
-from sievemq.spark.export import export
+import sievemq.spark.export as export_module
+from sievemq.spark.export import add_arguments, export, run_export
 
 from .spark_data import T0, write_stream
 
@@ -86,3 +90,83 @@ def test_command_line_export(data_dir: Path, tmp_path: Path, spark: Any) -> None
     assert len(done.stdout.splitlines()) == 1
     assert "[" not in done.stderr  # no progress bar when stderr is not a terminal
     assert pq.read_table(out).num_rows == 18
+
+
+def _cli(spark: Any, *argv: str) -> tuple[int, str, str]:
+    """`sievemq export ARGV` in this process on the shared session."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_export(parser.parse_args(list(argv)), out, err, spark=spark)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _delta_offsets(path: Path) -> list[int]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("offset").to_pylist())
+
+
+def test_incremental_delta_export_is_exactly_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    write_stream(data, "orders", 10, 10)  # offsets 0..99
+    out, ck = tmp_path / "table", tmp_path / "ck.json"
+    argv = ["--data-dir", str(data), "--stream", "orders", "--format", "delta"]
+    argv += ["--out", str(out), "--incremental", str(ck)]
+    code, stdout, stderr = _cli(spark, *argv)
+    assert code == 0, stderr
+    assert stdout.startswith("exported 100 messages from orders (vhost /) to ")
+    assert "(delta, new since" in stdout and len(stdout.splitlines()) == 1
+    assert _delta_offsets(out) == list(range(100))
+    table = DeltaTable(str(out))
+    schema = table.schema().to_arrow()
+    assert [f.name for f in schema] == [
+        "offset", "timestamp", "filter_values", "filter_value", "exchange", "routing_key",
+        "properties", "headers", "body",
+    ]  # fmt: skip
+    assert json.loads(ck.read_text())["offsets"] == {"/": {"orders": 100}}
+
+    version = table.version()
+    assert _cli(spark, *argv)[:2] == (0, f"nothing new in orders (vhost /) since {ck}\n")
+    assert DeltaTable(str(out)).version() == version  # no empty commit
+
+    write_stream(data, "orders", 5, 10)  # offsets 100..149
+    code, stdout, _ = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 50 messages")
+    assert _delta_offsets(out) == list(range(150))
+
+    # the run dies after its Delta commit, before the checkpoint file is replaced: the next
+    # run resumes from the checkpoint inside the commit, not from the stale file
+    write_stream(data, "orders", 3, 10)  # offsets 150..179
+
+    def die(*_: object) -> None:
+        raise OSError("killed before the checkpoint")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(export_module, "write_checkpoint", die)
+        code, _, stderr = _cli(spark, *argv)
+    assert code == 1 and "killed before the checkpoint" in stderr
+    assert json.loads(ck.read_text())["offsets"] == {"/": {"orders": 150}}  # stale
+    assert _delta_offsets(out) == list(range(180))  # the commit went in
+    assert _cli(spark, *argv)[:2] == (0, f"nothing new in orders (vhost /) since {ck}\n")
+    assert json.loads(ck.read_text())["offsets"] == {"/": {"orders": 180}}
+    assert _delta_offsets(out) == list(range(180))  # exactly once
+
+    # a checkpoint belongs to one output
+    other = [*argv[:-3], str(tmp_path / "other"), "--incremental", str(ck)]
+    code, _, stderr = _cli(spark, *other)
+    assert code == 1 and "belongs to the delta export to" in stderr
+
+
+def test_incremental_parquet_appends_only_new_rows(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_stream(data, "orders", 4, 10)
+    out, ck = tmp_path / "pq", tmp_path / "ck.json"
+    argv = ["--data-dir", str(data), "--stream", "orders", "--filter", "v1,v2"]
+    argv += ["--from", "15", "--out", str(out), "--incremental", str(ck)]
+    assert _cli(spark, *argv)[0] == 0  # chunks 1 and 2 from offset 15: 15..18, 20..28
+    write_stream(data, "orders", 3, 10)  # offsets 40..69 carry v0, v1, v2
+    code, stdout, _ = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 18 messages")
+    offsets = sorted(pq.read_table(out).column("offset").to_pylist())
+    assert offsets == [*range(15, 19), *range(20, 29), *range(50, 59), *range(60, 69)]

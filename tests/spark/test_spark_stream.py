@@ -10,6 +10,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from sievemq.spark.planning import stream_chunks
+
 from .spark_data import write_stream
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
@@ -55,3 +57,38 @@ def test_available_now_in_capped_batches_then_resume(
     assert sum(_run(spark, data_dir, out, checkpoint)) == 5 * 19
     offsets = pq.read_table(out).column("offset").to_pylist()
     assert len(offsets) == len(set(offsets)) == 35 * 19 and max(offsets) == 698
+
+
+def test_max_bytes_per_trigger_reads_whole_chunks_up_to_the_budget(
+    spark: Any, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    directory = write_stream(data_dir, "ticks", 30, 20)
+    sizes = [c.size for c in stream_chunks(directory, 600)]
+    assert len(sizes) == 30 and max(sizes) < 11 * min(sizes) / 10  # alike: 10 fit, 11 do not
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    query = (
+        spark.readStream.format("sievemq")
+        .option("stream", "ticks")
+        .option("startingOffsets", "earliest")
+        .option("maxBytesPerTrigger", str(10 * max(sizes)))
+        .load(str(data_dir))
+        .select("offset")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert batches == [200, 200, 200]  # 10 chunks of 20 per micro-batch
+    ends = sorted(
+        json.loads(p.read_text().splitlines()[-1])["/"]["ticks"]
+        for p in (checkpoint / "offsets").iterdir()
+        if p.name.isdigit()
+    )
+    assert ends == [200, 400, 600]
+    offsets = pq.read_table(out).column("offset").to_pylist()
+    assert sorted(offsets) == list(range(600))

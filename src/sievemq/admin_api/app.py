@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def create_app(
     )
     app.state.facade = facade
     app.state.is_ready = is_ready
+    app.state.heavy = asyncio.Lock()  # one big answer built at a time (slicing.heavy)
     errors.install(app)
 
     @app.get("/healthz", tags=["probes"])

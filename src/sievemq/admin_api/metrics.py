@@ -9,8 +9,9 @@ reads); like RabbitMQ's prometheus endpoint it needs no credentials.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,9 +23,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sievemq.admin_api.auth import facade_of
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
+from sievemq.admin_api.slicing import Slicer, heavy
 from sievemq.gateway.facade import BrokerFacade, ConsumerView, HistogramView, StreamView
 
 router = APIRouter(tags=["Prometheus"])
+Heavy = Annotated[Slicer, Depends(heavy)]
 
 # sievemq filter counters: (metric name, FilterStatsView field, help)
 FILTER_COUNTERS = (
@@ -64,20 +67,29 @@ def _histogram(name: str, doc: str, h: HistogramView) -> HistogramMetricFamily:
 
 
 class _Collector:
-    def __init__(self, facade: BrokerFacade, per_object: bool) -> None:
+    """The families of one scrape. ``gather`` reads the broker in slices between loop turns
+    (``Slicer``); ``collect`` then only formats what was gathered."""
+
+    def __init__(self, facade: BrokerFacade, per_object: bool, slicer: Slicer) -> None:
         self.facade = facade
         self.per_object = per_object
+        self.slicer = slicer
         # per object: the labelled families as text, written directly: prometheus_client's
         # writer validates and escapes every label of every sample (tens of µs each), which a
         # 1,000-stream scrape on the event loop cannot afford
         self.labelled: list[str] = []
+        self.streams: list[StreamView] = []
+        self.queue_families: list[Metric] = []
+
+    async def gather(self) -> None:
+        self.streams = await self.slicer.collect(self.facade.iter_streams())
+        self.queue_families = await self._queues(self.streams, self.facade.list_consumers())
 
     def collect(self) -> Iterator[Metric]:
         f = self.facade
-        streams = f.list_streams()
+        streams = self.streams
         overview = f.overview(streams)
         t = overview.totals
-        consumers = f.list_consumers()
         build = GaugeMetricFamily(
             "rabbitmq_build_info",
             "RabbitMQ & Erlang/OTP version info",
@@ -149,7 +161,7 @@ class _Collector:
             "is 1 if free disk space threshold is reached",
             1 if "disk" in alarms else 0,
         )
-        yield from self._queues(streams, consumers)
+        yield from self.queue_families
         lat = f.write_latencies()
         yield _histogram(
             "sievemq_append_seconds",
@@ -161,7 +173,9 @@ class _Collector:
             "sievemq_fsync_seconds", "Time of one periodic fdatasync (fsync=batch)", lat.fsync
         )
 
-    def _queues(self, streams: list[StreamView], consumers: list[ConsumerView]) -> Iterator[Metric]:
+    async def _queues(
+        self, streams: list[StreamView], consumers: list[ConsumerView]
+    ) -> list[Metric]:
         lab = ["vhost", "queue"] if self.per_object else []
 
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
@@ -212,7 +226,9 @@ class _Collector:
             lag[key] = max(lag.get(key, 0), c.lag or 0)
         totals: dict[str, float] = {}
         filter_totals: dict[str, float] = {}
+        step = self.slicer.step
         for s in streams:
+            await step()
             key = (s.vhost, s.name)
             values = {
                 "messages": s.messages,
@@ -250,11 +266,10 @@ class _Collector:
                     f"# HELP {fam.name} {fam.documentation}\n# TYPE {fam.name} {fam.type}\n"
                     + "".join(lines[k])
                 )
-        else:
-            for k, fam in families.items():
-                if k != "first":
-                    yield fam
-            yield from filters.values()
+        out: list[Metric] = []
+        if not self.per_object:
+            out.extend(fam for k, fam in families.items() if k != "first")
+            out.extend(filters.values())
         if self.per_object:
             name = "sievemq_named_consumer_offset_lag"
             named = [
@@ -262,20 +277,25 @@ class _Collector:
                 f"# TYPE {name} gauge\n"
             ]
             for s in streams:
+                await step()
+                if not self.facade.stream_exists(s.vhost, s.name):
+                    continue
                 for o in self.facade.consumer_offsets(s.vhost, s.name):
                     named.append(
                         f'{name}{{vhost="{_escape(s.vhost)}",queue="{_escape(s.name)}",'
                         f'consumer="{_escape(o.consumer)}"}} {o.lag}\n'
                     )
             self.labelled.append("".join(named))
+        return out
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _scrape(request: Request, per_object: bool) -> Response:
-    collector = _Collector(facade_of(request), per_object)
+async def _scrape(request: Request, per_object: bool, slicer: Slicer) -> Response:
+    collector = _Collector(facade_of(request), per_object, slicer)
+    await collector.gather()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     text = generate_latest(registry)
@@ -285,12 +305,12 @@ def _scrape(request: Request, per_object: bool) -> Response:
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, slicer: Heavy) -> Response:
     """Totals, without per-object labels (RabbitMQ's aggregated endpoint)."""
-    return _scrape(request, per_object=False)
+    return await _scrape(request, False, slicer)
 
 
 @router.get("/metrics/per-object", response_class=Response)
-async def metrics_per_object(request: Request) -> Response:
+async def metrics_per_object(request: Request, slicer: Heavy) -> Response:
     """Every stream's metrics labelled ``{vhost, queue}``."""
-    return _scrape(request, per_object=True)
+    return await _scrape(request, True, slicer)

@@ -9,9 +9,10 @@ import re
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from sievemq.admin_api.errors import ApiError
+from sievemq.admin_api.slicing import Slicer
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
@@ -55,10 +56,12 @@ def _columns(item: dict[str, Any], columns: list[str]) -> dict[str, Any]:
     return out
 
 
-def paginate(request: Request, items: list[dict[str, Any]]) -> JSONResponse:
+async def paginate(
+    request: Request, items: list[dict[str, Any]], slicer: Slicer | None = None
+) -> Response:
     """The list (or the page of it) as a response, serialized directly (FastAPI's generic
-    encoder is slow for thousands of objects, and this runs on the event loop)."""
-    return JSONResponse(_paginate(request, items))
+    encoder is slow for thousands of objects) and in slices (this runs on the event loop)."""
+    return await (slicer or Slicer()).json_response(_paginate(request, items))
 
 
 def _paginate(request: Request, items: list[dict[str, Any]]) -> Any:

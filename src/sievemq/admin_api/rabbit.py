@@ -22,6 +22,7 @@ from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_v
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
+from sievemq.admin_api.slicing import Slicer, heavy
 from sievemq.gateway.facade import (
     EXCHANGE_TYPES,
     BrokerFacade,
@@ -34,6 +35,7 @@ router = APIRouter(prefix="/api", tags=["RabbitMQ management API"])
 User = Annotated[Principal, Depends(user)]
 Monitor = Annotated[Principal, Depends(monitor)]
 Admin = Annotated[Principal, Depends(admin)]
+Heavy = Annotated[Slicer, Depends(heavy)]
 MAX_BODY_BYTES = 20 * 1024 * 1024  # RabbitMQ's management.http.max_body_size default
 
 
@@ -119,9 +121,10 @@ def _need_vhost(f: BrokerFacade, vhost: str) -> None:
 
 
 @router.get("/overview")
-async def overview(request: Request, who: User) -> dict[str, Any]:
+async def overview(request: Request, who: User, slicer: Heavy) -> dict[str, Any]:
     f = _facade(request)
-    return shapes.overview(f.overview(), list(EXCHANGE_TYPES))
+    streams = await slicer.collect(f.iter_streams())
+    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
 
 
 @router.get("/whoami")
@@ -254,34 +257,36 @@ async def health_conn_limit(request: Request, who: User) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ queues
 
 
-def _queues(f: BrokerFacade, who: Principal, vhost: str | None, detail: bool) -> list[Any]:
+async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Slicer) -> list[Any]:
     consumers = f.list_consumers(vhost)
     by_queue: dict[tuple[str, str], list[Any]] = {}
     for c in consumers:
         by_queue.setdefault((c.vhost, c.stream), []).append(c)
-    streams = [
-        shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, detail)
-        for v in f.list_streams(vhost)
-        if who.may_see(v.vhost)
-    ]
-    classic = [
-        shapes.classic_queue(v, f.node_name) for v in f.list_queues(vhost) if who.may_see(v.vhost)
-    ]
-    return sorted(streams + classic, key=lambda q: (q["vhost"], q["name"]))
+    out: list[Any] = []
+    for v in f.iter_streams(vhost):
+        if who.may_see(v.vhost):
+            out.append(shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, False))
+        await slicer.step()
+    for q in f.iter_queues(vhost):
+        if who.may_see(q.vhost):
+            out.append(shapes.classic_queue(q, f.node_name))
+        await slicer.step()
+    out.sort(key=lambda q: (q["vhost"], q["name"]))
+    return out
 
 
 @router.get("/queues")
-async def list_queues(request: Request, who: User) -> Any:
-    return paginate(request, _queues(_facade(request), who, None, False))
+async def list_queues(request: Request, who: User, slicer: Heavy) -> Any:
+    return await paginate(request, await _queues(_facade(request), who, None, slicer), slicer)
 
 
 @router.get("/queues/{vhost}")
-async def list_vhost_queues(request: Request, vhost: str, who: User) -> Any:
+async def list_vhost_queues(request: Request, vhost: str, who: User, slicer: Heavy) -> Any:
     v = name(vhost)
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, _queues(f, who, v, False))
+    return await paginate(request, await _queues(f, who, v, slicer), slicer)
 
 
 @router.get("/queues/{vhost}/{queue}")
@@ -358,7 +363,7 @@ def _exchanges(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[
 
 @router.get("/exchanges")
 async def list_exchanges(request: Request, who: User) -> Any:
-    return paginate(request, _exchanges(_facade(request), who, None))
+    return await paginate(request, _exchanges(_facade(request), who, None))
 
 
 @router.get("/exchanges/{vhost}")
@@ -367,7 +372,7 @@ async def list_vhost_exchanges(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, _exchanges(f, who, v))
+    return await paginate(request, _exchanges(f, who, v))
 
 
 @router.get("/exchanges/{vhost}/{exchange}")
@@ -460,7 +465,9 @@ async def exchange_bindings_destination(
 @router.get("/bindings")
 async def list_bindings(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(request, [shapes.binding(b) for b in f.list_bindings() if who.may_see(b.vhost)])
+    return await paginate(
+        request, [shapes.binding(b) for b in f.list_bindings() if who.may_see(b.vhost)]
+    )
 
 
 @router.get("/bindings/{vhost}")
@@ -469,7 +476,7 @@ async def list_vhost_bindings(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
+    return await paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
 
 
 _KINDS = {"q": "queue", "e": "exchange"}
@@ -574,7 +581,7 @@ def _visible_connections(f: BrokerFacade, who: Principal, vhost: str | None) -> 
 @router.get("/connections")
 async def list_connections(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, None)],
     )
@@ -586,7 +593,7 @@ async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(
+    return await paginate(
         request, [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, v)]
     )
 
@@ -624,7 +631,7 @@ async def connection_channels(request: Request, conn: str, who: User) -> list[di
 @router.get("/channels")
 async def list_channels(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [
             shapes.channel(c, f.node_name)
@@ -640,7 +647,7 @@ async def list_vhost_channels(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(
+    return await paginate(
         request,
         [
             shapes.channel(c, f.node_name)
@@ -662,7 +669,7 @@ async def get_channel(request: Request, channel: str, who: User) -> dict[str, An
 @router.get("/consumers")
 async def list_consumers(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.consumer(c, f.node_name) for c in f.list_consumers() if who.may_see(c.vhost)],
     )
@@ -674,7 +681,7 @@ async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
     f = _facade(request)
     _need_vhost(f, v)
     require_vhost(who, v)
-    return paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
+    return await paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
 
 
 # ------------------------------------------------------------------------------ vhosts
@@ -683,7 +690,7 @@ async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
 @router.get("/vhosts")
 async def list_vhosts(request: Request, who: User) -> Any:
     f = _facade(request)
-    return paginate(
+    return await paginate(
         request,
         [shapes.vhost(v, f.node_name) for v in f.list_vhosts() if who.may_see(v.name)],
     )
@@ -703,7 +710,11 @@ async def get_vhost(request: Request, vhost: str, who: User) -> dict[str, Any]:
 @router.put("/vhosts/{vhost}", status_code=201)
 async def put_vhost(request: Request, vhost: str, who: Admin) -> Response:
     await _optional_json(request, VhostBody)
-    return _created(_facade(request).add_vhost(name(vhost)))
+    f = _facade(request)
+    with f.unsynced():
+        created = f.add_vhost(name(vhost))
+    await f.synced()
+    return _created(created)
 
 
 @router.delete("/vhosts/{vhost}", status_code=204)
@@ -735,7 +746,7 @@ def _user_json(u: Any) -> dict[str, Any]:
 
 @router.get("/users")
 async def list_users(request: Request, who: Admin) -> Any:
-    return paginate(request, [_user_json(u) for u in _facade(request).list_users()])
+    return await paginate(request, [_user_json(u) for u in _facade(request).list_users()])
 
 
 @router.get("/users/without-permissions")
@@ -748,9 +759,11 @@ async def users_without_permissions(request: Request, who: Admin) -> list[dict[s
 @router.post("/users/bulk-delete", status_code=204)
 async def bulk_delete_users(request: Request, body: BulkDelete, who: Admin) -> Response:
     f = _facade(request)
-    for username in body.users:
-        with contextlib.suppress(NotFound):
-            f.delete_user(username)
+    with f.unsynced():
+        for username in body.users:
+            with contextlib.suppress(NotFound):
+                f.delete_user(username)
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -762,19 +775,24 @@ async def get_user(request: Request, username: str, who: Admin) -> dict[str, Any
 @router.put("/users/{username}", status_code=201)
 async def put_user(request: Request, username: str, body: UserBody, who: Admin) -> Response:
     f = _facade(request)
-    created = f.put_user(
-        name(username),
-        password=body.password,
-        tags=_tags(body.tags),
-        password_hash=body.password_hash,
-        hashing_algorithm=body.hashing_algorithm,
-    )
+    with f.unsynced():
+        created = f.put_user(
+            name(username),
+            password=body.password,
+            tags=_tags(body.tags),
+            password_hash=body.password_hash,
+            hashing_algorithm=body.hashing_algorithm,
+        )
+    await f.synced()  # answered once it is on disk, without an fdatasync on the loop
     return _created(created)
 
 
 @router.delete("/users/{username}", status_code=204)
 async def delete_user(request: Request, username: str, who: Admin) -> Response:
-    _facade(request).delete_user(name(username))
+    f = _facade(request)
+    with f.unsynced():
+        f.delete_user(name(username))
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -791,7 +809,7 @@ async def user_permissions(request: Request, username: str, who: Admin) -> list[
 
 @router.get("/permissions")
 async def list_permissions(request: Request, who: Admin) -> Any:
-    return paginate(request, [p.__dict__ for p in _facade(request).list_permissions()])
+    return await paginate(request, [p.__dict__ for p in _facade(request).list_permissions()])
 
 
 @router.get("/permissions/{vhost}/{username}")
@@ -806,13 +824,18 @@ async def put_permission(
     f = _facade(request)
     v, u = name(vhost), name(username)
     _need_vhost(f, v)
-    created = f.set_permission(u, v, body.configure, body.write, body.read)
+    with f.unsynced():
+        created = f.set_permission(u, v, body.configure, body.write, body.read)
+    await f.synced()
     return _created(created)
 
 
 @router.delete("/permissions/{vhost}/{username}", status_code=204)
 async def delete_permission(request: Request, vhost: str, username: str, who: Admin) -> Response:
-    _facade(request).clear_permission(name(username), name(vhost))
+    f = _facade(request)
+    with f.unsynced():
+        f.clear_permission(name(username), name(vhost))
+    await f.synced()
     return Response(status_code=204)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sievemq.admin_api.auth import facade_of, require, require_vhost, user
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
+from sievemq.admin_api.slicing import JSON_ITEMS, Slicer, heavy
 from sievemq.gateway.facade import (
     BROWSE_MAX_LIMIT,
     BrowseResult,
@@ -32,6 +34,7 @@ from sievemq.gateway.facade import (
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
 _STREAMS = TypeAdapter(list[StreamView])
 User = Annotated[Principal, Depends(user)]
+Heavy = Annotated[Slicer, Depends(heavy)]
 
 
 class StreamBody(BaseModel):
@@ -75,20 +78,29 @@ def _stream(request: Request, who: Principal, vhost: str, stream: str) -> tuple[
 
 
 @router.get("/streams", response_model=list[StreamView])
-async def list_streams(request: Request, who: User) -> Response:
-    views = [s for s in facade_of(request).list_streams() if who.may_see(s.vhost)]
-    # serialized by pydantic-core directly: thousands of streams, on the event loop
-    return Response(_STREAMS.dump_json(views), media_type="application/json")
+async def list_streams(request: Request, who: User, slicer: Heavy) -> Response:
+    return await _stream_list(facade_of(request).iter_streams(), who, slicer)
+
+
+async def _stream_list(views: Iterator[StreamView], who: Principal, slicer: Slicer) -> Response:
+    """Built and serialized (by pydantic-core, in slices) between loop turns."""
+    seen = [s for s in await slicer.collect(views) if who.may_see(s.vhost)]
+    parts: list[bytes] = []
+    for start in range(0, len(seen), JSON_ITEMS):
+        parts.append(_STREAMS.dump_json(seen[start : start + JSON_ITEMS])[1:-1])
+        await slicer.step()
+    body = b"[" + b",".join(p for p in parts if p) + b"]"
+    return Response(body, media_type="application/json")
 
 
 @router.get("/streams/{vhost}", response_model=list[StreamView])
-async def list_vhost_streams(request: Request, vhost: str, who: User) -> list[StreamView]:
+async def list_vhost_streams(request: Request, vhost: str, who: User, slicer: Heavy) -> Response:
     v = name(vhost)
     f = facade_of(request)
     if not f.vhost_exists(v):
         raise not_found()
     require_vhost(who, v)
-    return f.list_streams(v)
+    return await _stream_list(f.iter_streams(v), who, slicer)
 
 
 @router.get("/streams/{vhost}/{stream}", response_model=StreamView)

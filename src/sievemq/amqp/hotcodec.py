@@ -220,6 +220,44 @@ def _content(
 # public name of the content encoder (classic-queue deliveries and get-ok use it too)
 encode_content = _content
 
+# a content header frame around its property bytes: type, channel, size (7), class id,
+# weight, body size (12) and the frame end (1)
+HEADER_FRAME_OVERHEAD: Final = 20
+
+
+class HeaderTooLarge(ValueError):
+    """A message whose content header cannot fit the consumer's frame_max at all.
+
+    A content header is one frame (AMQP 0-9-1 §4.2.6: it cannot be split), so such a
+    message cannot be delivered on this connection.
+    """
+
+    def __init__(self, header_frame: int, frame_max: int) -> None:
+        super().__init__(
+            f"content header frame of {header_frame} bytes exceeds the negotiated"
+            f" frame_max {frame_max}"
+        )
+        self.header_frame = header_frame
+        self.frame_max = frame_max
+
+
+def fitted_properties(properties: bytes, offset: int, frame_max: int) -> bytes:
+    """A stream delivery's property bytes: ``x-stream-offset`` spliced in when its header
+    frame stays within ``frame_max``; else as published, when that fits; else HeaderTooLarge.
+
+    The splice adds up to 29 bytes (25 for the entry, 4 for a new headers table), so a
+    header the publisher filled to its own frame_max would be 29 bytes over a consumer
+    with the same frame_max. RabbitMQ sends such a frame anyway; clients that check the
+    frame size (amqplib) then drop the connection. SieveMQ omits the header instead.
+    """
+    room = frame_max - HEADER_FRAME_OVERHEAD
+    spliced = splice_stream_offset(properties, offset)
+    if len(spliced) <= room:
+        return spliced
+    if len(properties) <= room:
+        return properties
+    raise HeaderTooLarge(len(properties) + HEADER_FRAME_OVERHEAD, frame_max)
+
 
 def encode_delivery(
     channel: int,
@@ -235,8 +273,10 @@ def encode_delivery(
     """Basic.Deliver + content header (with ``x-stream-offset`` spliced in) + body frames.
 
     Returns the pieces for ``transport.writelines``; bodies larger than ``frame_max - 8`` are
-    split over several body frames.
+    split over several body frames; the header frame never exceeds ``frame_max``
+    (``fitted_properties``: the offset is left out when it would not fit).
     """
+    props = fitted_properties(properties, offset, frame_max)
     ct = encode_shortstr(consumer_tag)
     ex = encode_shortstr(exchange)
     rk = encode_shortstr(routing_key)
@@ -248,7 +288,7 @@ def encode_delivery(
         rk,
         _END,
     ]
-    return _content(out, channel, splice_stream_offset(properties, offset), body, frame_max)
+    return _content(out, channel, props, body, frame_max)
 
 
 _SPLICE_CACHE_MAX: Final = 1024
@@ -296,12 +336,15 @@ class DeliveryEncoder:
         return parts
 
     def _props_parts(self, properties: bytes) -> _SplicedProperties | None:
-        """The spliced properties cut around the offset value (None: splice in full)."""
+        """The spliced properties cut around the offset value (None: splice in full, or the
+        spliced header would exceed frame_max: ``fitted_properties`` decides each time)."""
         cut = stream_offset_parts(properties)
         if cut is None:
             return None
         before, after = cut
         parts = (before, after, len(before) + 8 + len(after))
+        if parts[2] + HEADER_FRAME_OVERHEAD > self.frame_max:
+            return None
         if len(self._props) >= _SPLICE_CACHE_MAX:
             self._props.clear()
         self._props[properties] = parts
@@ -317,7 +360,7 @@ class DeliveryEncoder:
         body: bytes,
         offset: int,
     ) -> None:
-        """Append the frames of one delivery to ``out``."""
+        """Append the frames of one delivery to ``out`` (nothing if HeaderTooLarge is raised)."""
         method = self._method.get((exchange, routing_key))
         if method is None:
             method = self._method_parts(exchange, routing_key)
@@ -327,9 +370,9 @@ class DeliveryEncoder:
         head, after_tag = method
         size = len(body)
         if props is None or size > self._limit or not size:
+            fitted = fitted_properties(properties, offset, self.frame_max)
             out += (head, _QB.pack(delivery_tag, 0), after_tag[1:])  # redelivered: in _QB
-            spliced = splice_stream_offset(properties, offset)
-            _content(out, self._channel, spliced, body, self.frame_max)
+            _content(out, self._channel, fitted, body, self.frame_max)
             return
         before_value, after_value, props_size = props
         ch = self._channel

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import hashlib
 import json
 import platform
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
@@ -551,11 +552,25 @@ class BrokerFacade:
     # ------------------------------------------------------------------ streams
 
     def list_streams(self, vhost: str | None = None) -> list[StreamView]:
+        return list(self.iter_streams(vhost))
+
+    def iter_streams(self, vhost: str | None = None) -> Iterator[StreamView]:
+        """The streams' views one at a time, so that a caller on the event loop can yield
+        to it between them. The set of streams is taken when iteration starts; a stream
+        deleted before its turn is left out."""
         now = time.time()
         queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
         if vhost is None:
             self._rates.forget({k for q in queues for k in _rate_keys(q)} | {("",)})
-        return [self._stream_view(q, now) for q in queues]
+        for q in queues:
+            if self._still_declared(q):
+                yield self._stream_view(q, now)
+
+    def _still_declared(self, queue: Any) -> bool:
+        v = self.broker.vhosts.get(queue.vhost)
+        if v is None:
+            return False
+        return v.queues.get(queue.name) is queue or v.classic.queues.get(queue.name) is queue
 
     def get_stream(self, vhost: str, name: str) -> StreamView:
         return self._stream_view(self._queue(vhost, name), time.time())
@@ -596,11 +611,18 @@ class BrokerFacade:
 
     def list_queues(self, vhost: str | None = None) -> list[QueueView]:
         """The classic and quorum queues (streams are ``list_streams``)."""
-        return [
-            _queue_view(q)
+        return list(self.iter_queues(vhost))
+
+    def iter_queues(self, vhost: str | None = None) -> Iterator[QueueView]:
+        """``list_queues`` one view at a time (see ``iter_streams``)."""
+        queues = [
+            q
             for v in self._vhosts(vhost)
             for q in sorted(v.classic.queues.values(), key=lambda q: q.name)
         ]
+        for q in queues:
+            if self._still_declared(q):
+                yield _queue_view(q)
 
     def get_queue(self, vhost: str, name: str) -> QueueView:
         """A classic or quorum queue; 404 for a stream or a missing queue."""
@@ -893,6 +915,25 @@ class BrokerFacade:
             for conn in [c for c in self._connections() if c.vhost_name == name]:
                 conn.close(forced)
         self.broker.delete_vhost(name)
+
+    # ------------------------------------------------------------------ durability off the loop
+
+    @contextlib.contextmanager
+    def unsynced(self) -> Iterator[None]:
+        """Definitions changes inside the block are written, but their fdatasync is left
+        to ``synced()`` (to run in a worker thread, not on the event loop)."""
+        store = self.broker.store
+        store.defer_sync = True
+        try:
+            yield
+        finally:
+            store.defer_sync = False
+
+    async def synced(self) -> None:
+        """Wait until every definitions change so far is on disk (fdatasync in a thread)."""
+        sync = self.broker.store.take_sync()
+        if sync is not None:
+            await asyncio.to_thread(sync)
 
     # ------------------------------------------------------------------ users, permissions
 

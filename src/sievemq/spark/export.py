@@ -1,22 +1,36 @@
-"""`sievemq export`: a stream (or a filtered slice of it) to Parquet or JSON through Spark.
+"""`sievemq export`: a stream (or a filtered slice of it) to Parquet, JSON or Delta via Spark.
 
 Read-only on the data directory, through the `sievemq` source: it reads what the writer had
 committed when the export was planned, so it is safe beside a running server. On a terminal
 it draws a progress bar on stderr (messages done / planned, rows/s, ETA); otherwise it is quiet
-until the one-line summary. Exit status: 0 done, 1 the export failed (no such stream, output
-exists, Spark error), 2 bad command line (argparse).
+until the one-line summary. Exit status: 0 done (also "nothing new"), 1 the export failed (no
+such stream, output exists, Spark error), 2 bad command line.
 
 ``--to`` is exclusive, like ``endingOffsets``: ``--from 100 --to 200`` exports offsets 100..199.
+
+Delta: Spark writes Parquet to a staging directory beside the output, then the `deltalake`
+package (delta-rs) commits it to the Delta table in one transaction (delta-spark cannot work
+offline, research/spark.md §2.5).
+
+``--incremental CHECKPOINT``: the next offset of every stream, as JSON. A run exports
+``[checkpoint, committed end at planning)`` (the first run starts at ``--from``), appends it to
+the output, and only then replaces the checkpoint (write, fsync, rename). A Delta commit also
+carries the new checkpoint in its commit metadata, so a run that died between the commit and
+the rename resumes from the table, not from the stale file: exactly once for Delta. For
+Parquet and JSON that window can repeat one run's rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import shutil
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,7 +47,9 @@ from sievemq.spark.planning import (
     timestamp_bounds,
 )
 
-FORMATS = ("parquet", "json")
+FORMATS = ("parquet", "json", "delta")
+CHECKPOINT_KEY = "sievemq.checkpoint"  # Delta commit metadata: the checkpoint after the commit
+Offsets = dict[str, dict[str, int]]  # {vhost: {stream: next offset}}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", "--output", dest="out", required=True, help="output directory")
     parser.add_argument("--format", choices=FORMATS, default="parquet", help="default parquet")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    parser.add_argument(
+        "--incremental",
+        metavar="CHECKPOINT",
+        default=None,
+        help="export only what is new since the run that wrote CHECKPOINT (appends to --out)",
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory (default 1g)")
 
@@ -121,6 +143,9 @@ def planned_messages(options: dict[str, str]) -> int:
 
 
 def build_session(master: str, driver_memory: str) -> Any:
+    # Spark starts many Python workers; without cached bytecode each one compiles pyspark
+    # again (seconds on a loaded machine) before it can connect back to the JVM
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -151,11 +176,6 @@ def _bar(done: int, total: int, started: float, width: int = 30) -> str:
     )
 
 
-def _output_size(out: Path) -> tuple[int, int]:
-    files = [p for p in out.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
-    return len(files), sum(p.stat().st_size for p in files)
-
-
 def export(
     options: dict[str, str],
     out: Path,
@@ -163,13 +183,17 @@ def export(
     *,
     spark: Any,
     overwrite: bool = False,
+    append: bool = False,
     progress: TextIO | None = None,
+    commit_metadata: dict[str, str] | None = None,
 ) -> ExportResult:
-    """Write the rows of the source ``options`` to ``out``; raises on failure."""
+    """Write the rows of the source ``options`` to ``out`` (``append``: add to it); raises on
+    failure. ``commit_metadata`` goes into the Delta commit."""
     from sievemq.spark import register
 
-    if out.exists() and not overwrite:
+    if out.exists() and not (overwrite or append):
         raise FileExistsError(f"{out} exists (use --overwrite to replace it)")
+    before = _data_files(out)
     total = planned_messages(options)
     # Spark's default INT96 reads back as timestamp[ns] without a zone elsewhere (delta-rs, pyarrow)
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -177,15 +201,23 @@ def export(
     assert metrics is not None
     started = time.monotonic()
     df = spark.read.format("sievemq").options(**options).load()
-    writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+    staging = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
+    if fmt == "delta":
+        writer = df.write.mode("errorifexists")
+        target = staging
+    else:
+        writer = df.write.mode(
+            "overwrite" if overwrite else "append" if append else "errorifexists"
+        )
+        target = out
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
             if fmt == "json":
-                writer.json(str(out))
+                writer.json(str(target))
             else:
-                writer.parquet(str(out))
+                writer.parquet(str(target))
         except BaseException as error:  # re-raised in the caller's thread
             failure.append(error)
 
@@ -200,18 +232,164 @@ def export(
             progress.flush()
     if progress is not None:
         progress.write("\n")
-    if failure:
-        raise failure[0]
+    try:
+        if failure:
+            raise failure[0]
+        if fmt == "delta":
+            _commit_delta(staging, out, overwrite, append, commit_metadata)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     counters = metrics.value()
-    files, size = _output_size(out)
+    new = _data_files(out) - before
     return ExportResult(
-        counters["records_matched"], files, size, time.monotonic() - started, counters
+        counters["records_matched"],
+        len(new),
+        sum(p.stat().st_size for p in new),
+        time.monotonic() - started,
+        counters,
     )
 
 
-def run_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The `sievemq export` command; returns the exit status."""
+def _commit_delta(
+    staging: Path, out: Path, overwrite: bool, append: bool, metadata: dict[str, str] | None
+) -> None:
+    """Spark's Parquet files in ``staging`` -> one commit to the Delta table at ``out``."""
+    import pyarrow.dataset as ds
+    from deltalake import CommitProperties, write_deltalake
+
+    files = sorted(str(p) for p in staging.glob("*.parquet"))
+    rows = ds.dataset(files, format="parquet").scanner().to_reader()
+    commit = CommitProperties(custom_metadata=metadata) if metadata else None
+    if overwrite:
+        write_deltalake(str(out), rows, mode="overwrite", commit_properties=commit)
+    else:
+        write_deltalake(
+            str(out), rows, mode="append" if append else "error", commit_properties=commit
+        )
+
+
+def delta_checkpoint(out: Path) -> Offsets | None:
+    """The checkpoint the Delta table's latest commit carries (None: not a table, or none)."""
+    if not (out / "_delta_log").is_dir():
+        return None
+    from deltalake import DeltaTable
+
+    history = DeltaTable(str(out)).history(1)
+    raw = history[0].get(CHECKPOINT_KEY) if history else None
+    return _offsets(json.loads(raw)) if isinstance(raw, str) else None
+
+
+def _offsets(data: object) -> Offsets:
+    """Validated ``{vhost: {stream: offset}}`` (ValueError otherwise)."""
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object of vhosts")
+    out: Offsets = {}
+    for vhost, streams in data.items():
+        if not isinstance(streams, dict):
+            raise ValueError(f"vhost {vhost!r}: expected an object of streams")
+        for name, offset in streams.items():
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ValueError(f"{vhost}/{name}: offset {offset!r} is not a number >= 0")
+            out.setdefault(str(vhost), {})[str(name)] = offset
+    return out
+
+
+def read_checkpoint(path: Path, out: Path, fmt: str) -> Offsets | None:
+    """The checkpoint file's offsets (None when there is none yet); ValueError when it is
+    damaged or was written for another output or format."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"checkpoint {path}: cannot read it: {error}") from None
+    if not isinstance(data, dict) or data.get("version") != 1:
+        raise ValueError(f"checkpoint {path}: not a sievemq export checkpoint")
+    if data.get("out") != str(out.resolve()) or data.get("format") != fmt:
+        raise ValueError(
+            f"checkpoint {path} belongs to the {data.get('format')} export to {data.get('out')}"
+        )
+    try:
+        return _offsets(data.get("offsets"))
+    except ValueError as error:
+        raise ValueError(f"checkpoint {path}: {error}") from None
+
+
+def write_checkpoint(path: Path, out: Path, fmt: str, offsets: Offsets) -> None:
+    """Replace the checkpoint atomically (temporary file, fsync, rename, fsync the folder)."""
+    body = {"version": 1, "out": str(out.resolve()), "format": fmt, "offsets": offsets}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(body, indent=1, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _later(a: Offsets, b: Offsets) -> bool:
+    """Whether ``a`` is ahead of ``b`` for some stream and behind for none."""
+    ahead = False
+    for vhost, streams in a.items():
+        for name, offset in streams.items():
+            other = b.get(vhost, {}).get(name)
+            if other is not None and offset < other:
+                return False
+            ahead = ahead or other is None or offset > other
+    return ahead
+
+
+def incremental_range(
+    options: dict[str, str], done: Offsets | None
+) -> tuple[dict[str, str], Offsets, int]:
+    """Source options for ``[done, committed end)`` of every stream, the end (the next
+    checkpoint) and the number of new offsets. Streams not in ``done`` start where
+    ``options`` say (``--from``)."""
+    parsed = parse_options(options)
+    ends: Offsets = {}
+    starts: Offsets = {}
+    new = 0
+    for ref in resolve_streams(parsed):
+        state = stream_state(ref)
+        ends.setdefault(ref.vhost, {})[ref.name] = state.end
+        since = (done or {}).get(ref.vhost, {}).get(ref.name)
+        if since is None:
+            since = start_offset(parsed, ref, state, streaming=False)
+        since = min(since, state.end)
+        starts.setdefault(ref.vhost, {})[ref.name] = since
+        new += state.end - max(since, state.first)
+    ranged = {k: v for k, v in options.items() if k not in ("startingTimestamp",)}
+    ranged["startingOffsets"] = json.dumps(starts)
+    ranged["endingOffsets"] = json.dumps(ends)
+    return ranged, ends, new
+
+
+def _data_files(out: Path) -> set[Path]:
+    if not out.exists():
+        return set()
+    return {
+        p
+        for p in out.rglob("*")
+        if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(out).parts)
+    }
+
+
+def run_export(
+    args: argparse.Namespace, out: TextIO, err: TextIO, *, spark: Any | None = None
+) -> int:
+    """The `sievemq export` command; returns the exit status. ``spark``: a session to use
+    (and leave running) instead of starting one."""
     data_dir = Path(args.data_dir or os.environ.get("SIEVEMQ_DATA_DIR") or "./data")
+    target = Path(args.out)
+    checkpoint = Path(args.incremental) if args.incremental else None
+    if checkpoint is not None and (args.end is not None or args.overwrite):
+        print("sievemq export: --incremental goes with neither --to nor --overwrite", file=err)
+        return 2
     try:
         options = source_options(args, data_dir)
         # checked before Spark starts: a typo costs no JVM start
@@ -220,12 +398,29 @@ def run_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except OptionError as error:
         print(f"sievemq export: {_cli_text(str(error))}", file=err)
         return 1
-    target = Path(args.out)
-    if target.exists() and not args.overwrite:
+    end: Offsets | None = None
+    if checkpoint is not None:
+        try:
+            done = read_checkpoint(checkpoint, target, args.format)
+            if args.format == "delta":
+                committed = delta_checkpoint(target)
+                if committed is not None and (done is None or _later(committed, done)):
+                    done = committed  # the last run died after its commit: resume after it
+            options, end, new = incremental_range(options, done)
+        except (ValueError, OptionError) as error:
+            print(f"sievemq export: {_cli_text(str(error))}", file=err)
+            return 1
+        if new == 0:
+            write_checkpoint(checkpoint, target, args.format, end)
+            print(f"nothing new in {args.stream} (vhost {args.vhost}) since {checkpoint}", file=out)
+            return 0
+    elif target.exists() and not args.overwrite:
         print(f"sievemq export: {target} exists (use --overwrite to replace it)", file=err)
         return 1
+    own = spark is None
     try:
-        spark = build_session(args.master, args.driver_memory)
+        if spark is None:
+            spark = build_session(args.master, args.driver_memory)
     except ImportError as error:
         print(f"sievemq export: needs pyspark (pip install 'sievemq[spark]'): {error}", file=err)
         return 2
@@ -236,18 +431,24 @@ def run_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             args.format,
             spark=spark,
             overwrite=args.overwrite,
+            append=checkpoint is not None,
             progress=err if err.isatty() else None,
+            commit_metadata={CHECKPOINT_KEY: json.dumps(end)} if end is not None else None,
         )
+        if checkpoint is not None and end is not None:
+            write_checkpoint(checkpoint, target, args.format, end)
     except Exception as error:
         print(f"sievemq export: failed: {_first_line(error)}", file=err)
         return 1
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
     rate = result.messages / result.seconds if result.seconds > 0 else 0.0
+    since = f", new since {checkpoint}" if checkpoint is not None else ""
     print(
         f"exported {result.messages} messages from {args.stream} (vhost {args.vhost}) to {target} "
-        f"({args.format}, {result.files} files, {result.bytes} bytes) in {result.seconds:.1f} s "
-        f"({rate:,.0f} messages/s)",
+        f"({args.format}{since}, {result.files} files, {result.bytes} bytes) in "
+        f"{result.seconds:.1f} s ({rate:,.0f} messages/s)",
         file=out,
     )
     return 0

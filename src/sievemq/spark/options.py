@@ -94,6 +94,7 @@ class ReadOptions:
     max_offsets_per_partition: int | None = None
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
 
     @property
     def several(self) -> bool:
@@ -181,8 +182,6 @@ def parse_options(
             known = ", ".join(BATCH_OPTIONS + (STREAM_OPTIONS if streaming else ()))
             raise OptionError(key, f"unknown option (known: {known})")
         given[name] = value
-    if "maxBytesPerTrigger" in given:
-        raise OptionError("maxBytesPerTrigger", "not supported yet: use maxOffsetsPerTrigger")
     for batch_only in ("endingOffsets", "endingTimestamp"):
         if streaming and not either and batch_only in given:
             raise OptionError(batch_only, "is for batch reads only")
@@ -263,4 +262,5 @@ def parse_options(
         max_offsets_per_partition=opt_int("maxOffsetsPerPartition"),
         fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
         max_offsets_per_trigger=opt_int("maxOffsetsPerTrigger"),
+        max_bytes_per_trigger=opt_int("maxBytesPerTrigger"),
     )

@@ -1,4 +1,4 @@
-"""The `sievemq` PySpark data source: batch reader and streaming reader (wiring).
+"""The `sievemq` PySpark data source: batch and streaming readers and writers (wiring).
 
 Where each method runs matters (research/spark.md §1.2): ``schema``/``reader`` run in Python
 processes on the driver, ``pushFilters`` and ``partitions`` in the planner process (what they
@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from sievemq.filtering.subscriptions import registered_slot
 from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
-from sievemq.spark.options import ReadOptions, parse_options
+from sievemq.spark.options import OptionError, ReadOptions, parse_options
 from sievemq.spark.planning import (
     Bounds,
     OffsetRange,
@@ -41,12 +41,20 @@ from sievemq.spark.planning import (
 )
 from sievemq.spark.pushdown import Pushed, push
 from sievemq.spark.schema import arrow_schema, check_user_schema, source_schema
+from sievemq.spark.sink import (
+    SieveBatchWriter,
+    SieveStreamWriter,
+    SinkOptions,
+    check_sink_schema,
+    parse_sink_options,
+)
 from sievemq.storage import ReadStats
 
 try:  # 4.2+: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
+        ReadMaxBytes,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
@@ -95,6 +103,20 @@ class SieveDataSource(DataSource):
         options = self._options(streaming=True)
         check_user_schema(schema, options.several)
         return SieveStreamReader(options, schema, type(self).metrics)
+
+    def _sink_options(self, schema: StructType) -> SinkOptions:
+        options = parse_sink_options(dict(self.options))
+        check_sink_schema(schema, options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> SieveBatchWriter:
+        if overwrite:
+            raise OptionError("mode", "a stream is append-only: use mode('append')")
+        return SieveBatchWriter(self._sink_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> SieveStreamWriter:
+        # overwrite = outputMode("complete"): every micro-batch publishes the whole result
+        return SieveStreamWriter(self._sink_options(schema))
 
 
 class _ReadsRanges:
@@ -212,8 +234,12 @@ class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAva
         self._target = self._ends()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # with both options set, Spark hands back the rows limit and latestOffset applies
+        # maxBytesPerTrigger from the options as well
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(
@@ -226,11 +252,18 @@ class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAva
             first = stream_state(ref).first if new else start[ref.vhost][ref.name]
             begin.setdefault(ref.vhost, {})[ref.name] = first
         if isinstance(limit, ReadMaxRows):
-            return _cap(begin, ends, limit.max_rows)
-        return {
-            v: {s: max(begin[v][s], ends.get(v, {}).get(s, begin[v][s])) for s in streams}
-            for v, streams in begin.items()
-        }
+            out = _cap(begin, ends, limit.max_rows)
+        else:
+            out = {
+                v: {s: max(begin[v][s], ends.get(v, {}).get(s, begin[v][s])) for s in streams}
+                for v, streams in begin.items()
+            }
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        if max_bytes is None:
+            max_bytes = self.options.max_bytes_per_trigger
+        if max_bytes is not None:
+            out = _cap_bytes(self._refs(), begin, out, max_bytes)
+        return out
 
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
@@ -283,4 +316,38 @@ def _cap(
         if total > max_rows and n and not take:
             take = 1
         out.setdefault(v, {})[s] = begin[v][s] + min(n, take)
+    return out
+
+
+def _cap_bytes(
+    refs: list[StreamRef],
+    begin: dict[str, dict[str, int]],
+    ends: dict[str, dict[str, int]],
+    max_bytes: int,
+) -> dict[str, dict[str, int]]:
+    """maxBytesPerTrigger: whole chunks (segment bytes) up to the budget, which is split across
+    streams by the bytes they have; every stream with data gets at least one chunk, so a chunk
+    larger than the budget still moves the query on."""
+    pending: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (chunk end, size) per stream
+    for ref in refs:
+        lo = begin.get(ref.vhost, {}).get(ref.name)
+        hi = ends.get(ref.vhost, {}).get(ref.name)
+        if lo is None or hi is None or lo >= hi:
+            continue
+        pending[(ref.vhost, ref.name)] = [
+            (min(c.end, hi), c.size) for c in stream_chunks(Path(ref.directory), hi) if c.end > lo
+        ]
+    total = sum(size for chunks in pending.values() for _, size in chunks)
+    out = {v: dict(streams) for v, streams in ends.items()}
+    for (vhost, name), chunks in pending.items():
+        have = sum(size for _, size in chunks)
+        share = have if total <= max_bytes else (have * max_bytes) // total
+        used = 0
+        end = begin[vhost][name]
+        for chunk_end, size in chunks:
+            if used and used + size > share:
+                break
+            used += size
+            end = chunk_end
+        out[vhost][name] = end
     return out

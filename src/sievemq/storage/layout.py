@@ -8,12 +8,17 @@ Shared by the gateway (which creates the directories) and the stand-alone reader
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 STREAMS_DIR = "streams"
 QUEUES_DIR = "queues"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _MAX_NAME = 200
+# a deleted stream's directory is renamed to this prefix + a random id beside it, then
+# removed (``Stream.delete``): the name is free at once. ``safe_name`` never starts a name
+# with "~", and ``name_of`` reads none; ``remove_tombstones`` clears a crash's leftovers.
+TOMBSTONE_PREFIX = "~deleted-"
 
 
 def safe_name(name: str) -> str:
@@ -74,3 +79,12 @@ def stream_names(data_dir: Path, vhost: str) -> list[str]:
 def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
     """``<data_dir>/queues/<safe vhost>/<safe name>``: a classic/quorum queue's log."""
     return Path(data_dir) / QUEUES_DIR / safe_name(vhost) / safe_name(name)
+
+
+def remove_tombstones(data_dir: Path) -> int:
+    """Remove the directories of deleted streams a crash left behind; returns how many."""
+    removed = 0
+    for tombstone in (Path(data_dir) / STREAMS_DIR).glob(f"*/{TOMBSTONE_PREFIX}*"):
+        shutil.rmtree(tombstone, ignore_errors=True)
+        removed += 1
+    return removed

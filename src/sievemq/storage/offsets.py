@@ -152,9 +152,10 @@ class OffsetStore:
         finally:
             self._file.release()
 
-    def close(self) -> None:
+    def close(self, sync: bool = True) -> None:
+        """Close; ``sync=False`` for a stream being deleted (nothing to keep)."""
         if self._file is not None:
-            if self._dirty:
+            if self._dirty and sync:
                 self.sync()
             self._file.close()
             self._file = None

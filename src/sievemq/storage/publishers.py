@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,12 +47,21 @@ def read_tag(properties: bytes) -> tuple[str, int] | None:
     return properties[_TAG.size :].decode(errors="replace"), pid
 
 
-class PublisherSequences:
-    """reference -> last stored publishing id, for one stream."""
+TagReader = Callable[[bytes], "tuple[str, int] | None"]
 
-    def __init__(self, stream: Stream) -> None:
+
+class PublisherSequences:
+    """reference -> last stored publishing id, for one stream.
+
+    ``other_tags`` reads the (reference, id) of a record of another kind from its properties
+    (the gateway's deduplicated AMQP publishes carry theirs in headers; storage does not parse
+    AMQP), or None.
+    """
+
+    def __init__(self, stream: Stream, other_tags: TagReader | None = None) -> None:
         self.path = Path(stream.directory) / SNAPSHOT_FILE
         self._last: dict[str, int] = {}
+        self._other_tags = other_tags
         start = self._load(stream.end_offset)
         self.scanned = self._scan(stream, max(start, stream.first_offset))
 
@@ -84,13 +94,20 @@ class PublisherSequences:
         try:
             reader.seek_offset(start)
             last = self._last
+            other = self._other_tags
             while True:
                 records = reader.read(4096)
                 for r in records:
-                    if r.kind == KIND_STREAM and r.properties:
+                    if not r.properties:
+                        continue
+                    if r.kind == KIND_STREAM:
                         tag = read_tag(r.properties)
-                        if tag is not None and tag[1] > last.get(tag[0], -1):
-                            last[tag[0]] = tag[1]
+                    elif other is not None:
+                        tag = other(r.properties)
+                    else:
+                        continue
+                    if tag is not None and tag[1] > last.get(tag[0], -1):
+                        last[tag[0]] = tag[1]
                 if reader.at_end:
                     return reader.position
         except StorageError:

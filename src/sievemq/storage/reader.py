@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sievemq.storage import handles
 from sievemq.storage.chunk import (
@@ -39,6 +40,16 @@ from sievemq.storage.segment import (
     segment_name,
 )
 from sievemq.storage.types import Record
+
+
+class RawChunk(NamedTuple):
+    """One chunk's undecoded data (``read_chunks``): decode records ``start`` onwards."""
+
+    first_offset: int
+    records: int
+    timestamp_ms: int
+    start: int
+    data: bytes  # uncompressed record table + payloads (docs/storage-format.md)
 
 
 @dataclass
@@ -96,6 +107,7 @@ class StreamReader:
         self._chunk_offset = 0
         self._guess = 16
         self._pending: list[Record] = []
+        self._limit = 0  # the bound the last walk read up to
         self.at_end = False
         self.seek_first()
 
@@ -294,6 +306,37 @@ class StreamReader:
         finally:
             self._unpin()
 
+    def read_chunks(
+        self,
+        max_records: int,
+        spec: FilterSpec | None = None,
+        max_chunks: int = 64,
+        chunk_filter: Callable[[bytes], bool] | None = None,
+    ) -> list[RawChunk]:
+        """The undecoded data of the next chunks the Bloom filter and ``chunk_filter`` let
+        through, until they hold at least ``max_records`` records at or past the position.
+
+        For columnar readers (Spark) that decode a whole chunk at once: the caller decodes
+        from ``RawChunk.start``, applies ``spec.matches`` itself and adds the records it keeps
+        and rejects to ``stats.records_matched``/``records_skipped``. The position moves past
+        every returned chunk. Not to be mixed with ``read`` on one reader (no pending records).
+        """
+        out: list[RawChunk] = []
+        wanted = [max_records]
+
+        def take(data: bytes, count: int, first: int, ts: int) -> bool:
+            start = max(first, self.position)
+            out.append(RawChunk(first, count, ts, start, data))
+            wanted[0] -= first + count - start
+            return False
+
+        self._pin()
+        try:
+            self._walk(spec, max_chunks, chunk_filter, lambda: wanted[0] > 0, take)
+        finally:
+            self._unpin()
+        return out
+
     def _read(
         self,
         max_records: int,
@@ -311,16 +354,54 @@ class StreamReader:
             if self._pending:
                 self.at_end = False
                 return out
+
+        def decode(data: bytes, count: int, first: int, ts: int) -> bool:
+            records, rejected = decode_records(data, count, first, ts, self.position, spec)
+            if spec is not None and not records:
+                stats.chunks_false_positive += 1
+            if predicate is not None:
+                kept = [r for r in records if predicate(r)]
+                rejected += len(records) - len(kept)
+                records = kept
+            stats.records_skipped += rejected
+            room = max_records - len(out)
+            if len(records) > room:
+                self._pending = records[room:]
+                records = records[:room]
+            out.extend(records)
+            if self._pending:
+                self.position = out[-1].offset + 1
+                return True
+            return False
+
+        self._walk(spec, max_chunks, chunk_filter, lambda: len(out) < max_records, decode)
+        stats.records_matched += len(out)
+        self.at_end = not self._pending and self._chunk_offset >= self._limit
+        return out
+
+    def _walk(
+        self,
+        spec: FilterSpec | None,
+        max_chunks: int,
+        chunk_filter: Callable[[bytes], bool] | None,
+        more: Callable[[], bool],
+        body: Callable[[bytes, int, int, int], bool],
+    ) -> None:
+        """Walk chunk headers from the current one while ``more()``; hand the (uncompressed)
+        data of each chunk that may match to ``body(data, count, first, timestamp)``, which
+        returns True to stop after it (it then set the position itself)."""
+        stats = self.stats
         limit = self._bound()
         if self._chunk_offset >= limit and self._live_bound is None:
             self._disk_bound = limit = disk_end(self.directory)
+        self._limit = limit
         looked = 0
         may_match = spec.may_match_bytes if spec is not None else None
         fd_pread = os.pread
         fd, pos, guess = self._fd, self._pos, self._guess
         unpack = unpack_header
         crc32 = zlib.crc32
-        while len(out) < max_records and looked < max_chunks and self._chunk_offset < limit:
+        while looked < max_chunks and self._chunk_offset < limit and more():
             buf = fd_pread(fd, HEADER_SIZE + guess, pos)
             stats.bytes_read += len(buf)
             if len(buf) < HEADER_SIZE:
@@ -339,9 +420,9 @@ class StreamReader:
             _m, _v, _t, flags, _h, bsize, first, count, ts, dlen, rlen, dcrc, xlen, hcrc = fields
             meta = bsize + xlen
             if meta > guess:
-                more = fd_pread(fd, meta - guess, pos + len(buf))
-                stats.bytes_read += len(more)
-                buf += more
+                more_bytes = fd_pread(fd, meta - guess, pos + len(buf))
+                stats.bytes_read += len(more_bytes)
+                buf += more_bytes
                 self._guess = guess = meta
             # header_ok's check, inline: bytes 0..43, then Bloom + extra
             if crc32(buf[HEADER_SIZE : HEADER_SIZE + meta], crc32(buf[: HEADER_SIZE - 4])) != hcrc:
@@ -351,6 +432,7 @@ class StreamReader:
             chunk_end = first + count
             body_pos = pos + HEADER_SIZE + meta
             next_pos = body_pos + dlen
+            stop = False
             if chunk_end <= self.position:
                 pass  # entirely before the position (seek_offset into a later chunk)
             elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):
@@ -369,29 +451,14 @@ class StreamReader:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
                 if flags & FLAG_ZSTD:
                     data = decompress(data, rlen)
-                records, rejected = decode_records(data, count, first, ts, self.position, spec)
-                if spec is not None and not records:
-                    stats.chunks_false_positive += 1
-                if predicate is not None:
-                    kept = [r for r in records if predicate(r)]
-                    rejected += len(records) - len(kept)
-                    records = kept
-                stats.records_skipped += rejected
-                room = max_records - len(out)
-                if len(records) > room:
-                    self._pending = records[room:]
-                    records = records[:room]
-                out.extend(records)
+                stop = body(data, count, first, ts)
             self._pos = pos = next_pos
             self._chunk_offset = chunk_end
-            if self._pending:
-                self.position = out[-1].offset + 1
+            if stop:
                 break
             if chunk_end > self.position:
                 self.position = chunk_end
-        stats.records_matched += len(out)
-        self.at_end = not self._pending and self._chunk_offset >= limit
-        return out
+        self.at_end = self._chunk_offset >= limit
 
     def close(self) -> None:
         self._unpin()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +28,7 @@ from sievemq.storage.chunk import (
     encode_chunk,
 )
 from sievemq.storage.errors import StorageError
+from sievemq.storage.layout import TOMBSTONE_PREFIX
 from sievemq.storage.offsets import OffsetStore
 from sievemq.storage.reader import StreamReader
 from sievemq.storage.retention import SegmentSummary, segments_to_delete
@@ -232,6 +235,11 @@ class Stream:
         self._seg: handles.CachedFile | None = None  # the last segment and its index, for appending
         self._idx: handles.CachedFile | None = None
         self._closed = False
+        # delete() from the loop while an append runs in a worker thread (durability
+        # always): the files are closed and removed by that thread when its append ends
+        self._state = threading.Lock()
+        self._writing = 0
+        self._remove_pending = False
         self._always = config.durability is Durability.ALWAYS
         self._compress: Callable[[bytes], bytes] | None = None
         if config.compression == "zstd":
@@ -290,6 +298,27 @@ class Stream:
     def append(
         self, messages: Sequence[Message], timestamp_ms: int | None = None, extra: bytes = b""
     ) -> int:
+        """Write the batch as ONE chunk and return its first offset (see ``_write``).
+
+        May run in a worker thread while ``delete()`` runs on another: the files stay
+        open until the append ends, then this thread removes them."""
+        state = self._state
+        with state:
+            if self._closed:
+                raise StorageError(f"stream {self.directory} is closed")
+            self._writing += 1
+        try:
+            return self._write(messages, timestamp_ms, extra)
+        finally:
+            with state:
+                self._writing -= 1
+                remove = self._remove_pending and not self._writing
+                if remove:
+                    self._remove_pending = False
+            if remove:
+                self._remove_files()
+
+    def _write(self, messages: Sequence[Message], timestamp_ms: int | None, extra: bytes) -> int:
         """Write the batch as ONE chunk and return its first offset.
 
         ``extra`` is an opaque blob stored in the chunk header (readers see it through
@@ -299,8 +328,6 @@ class Stream:
         seeking by timestamp can binary-search the index. Raises StorageError and commits
         nothing when the write fails.
         """
-        if self._closed:
-            raise StorageError(f"stream {self.directory} is closed")
         if not messages:
             raise ValueError("append needs at least one message")
         seg = self._segments[-1]
@@ -435,8 +462,30 @@ class Stream:
             self.offsets.close()
 
     def delete(self) -> None:
-        """Close and remove the whole directory."""
-        self.close()
+        """Remove the stream, without syncing what is going away (idempotent).
+
+        Never waits for the disk or for an append running in another thread: the directory
+        is renamed to a tombstone at once (the name is free again), and the files are
+        closed and removed now, or by that thread when its append ends."""
+        with self._state:
+            if self._remove_pending or (self._closed and not self.directory.exists()):
+                return
+            self._closed = True
+            tombstone = self.directory.with_name(TOMBSTONE_PREFIX + uuid.uuid4().hex)
+            try:
+                os.rename(self.directory, tombstone)
+            except FileNotFoundError:
+                pass
+            else:
+                self.directory = tombstone
+            if self._writing:
+                self._remove_pending = True
+                return
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        self._close_files()
+        self.offsets.close(sync=False)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> Stream:

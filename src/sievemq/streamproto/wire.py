@@ -41,6 +41,8 @@ PARTITIONS = 25
 CONSUMER_UPDATE = 26
 EXCHANGE_COMMAND_VERSIONS = 27
 STREAM_STATS = 28
+CREATE_SUPER_STREAM = 29
+DELETE_SUPER_STREAM = 30
 RESPONSE = 0x8000
 
 # ---------------------------------------------------------------------------- codes
@@ -70,6 +72,7 @@ OFFSET_LAST = 2
 OFFSET_NEXT = 3
 OFFSET_OFFSET = 4
 OFFSET_TIMESTAMP = 5
+OFFSET_NONE = 0  # ConsumerUpdate reply only: keep the subscription's own specification
 
 # the commands this server handles and their versions, in RabbitMQ's order (clients such
 # as rstream read the ExchangeCommandVersions reply by position)
@@ -88,7 +91,11 @@ COMMAND_VERSIONS: tuple[tuple[int, int, int], ...] = (
     (METADATA, 1, 1),
     (CLOSE, 1, 1),
     (HEARTBEAT, 1, 1),
+    (ROUTE, 1, 1),
+    (PARTITIONS, 1, 1),
     (STREAM_STATS, 1, 1),
+    (CREATE_SUPER_STREAM, 1, 1),
+    (DELETE_SUPER_STREAM, 1, 1),
 )
 
 _U8 = struct.Struct(">B")
@@ -341,6 +348,50 @@ def stream_stats_response(corr: int, code: int, stats: dict[str, int]) -> bytes:
     for key, value in stats.items():
         body.append(enc_string(key) + _I64.pack(value))
     return response(STREAM_STATS, corr, code, b"".join(body))
+
+
+def streams_response(key: int, corr: int, code: int, streams: Sequence[str]) -> bytes:
+    """Route and Partitions: corr, code, [stream]."""
+    body = _I32.pack(len(streams)) + b"".join(enc_string(s) for s in streams)
+    return response(key, corr, code, body)
+
+
+def consumer_update(corr: int, subscription_id: int, active: bool) -> bytes:
+    """Server-initiated ConsumerUpdate (single active consumer): the client answers
+    0x801a with an offset specification."""
+    return frame(CONSUMER_UPDATE, _U32.pack(corr) + _U8.pack(subscription_id) + _U8.pack(active))
+
+
+class OffsetSpec(NamedTuple):
+    kind: int  # OFFSET_* (OFFSET_NONE only in a ConsumerUpdate reply)
+    value: int  # the offset (OFFSET_OFFSET) or timestamp in ms (OFFSET_TIMESTAMP), else 0
+
+
+def parse_offset_spec(cur: Cursor, allow_none: bool = False) -> OffsetSpec:
+    """u16 type, then u64 offset or i64 timestamp for the two types that carry one."""
+    kind = cur.u16()
+    if kind == OFFSET_OFFSET:
+        return OffsetSpec(kind, cur.u64())
+    if kind == OFFSET_TIMESTAMP:
+        return OffsetSpec(kind, cur.i64())
+    if kind in (OFFSET_FIRST, OFFSET_LAST, OFFSET_NEXT) or (allow_none and kind == OFFSET_NONE):
+        return OffsetSpec(kind, 0)
+    raise FrameError(f"unknown offset type {kind}")
+
+
+class ConsumerUpdateReply(NamedTuple):
+    corr: int
+    code: int
+    offset: OffsetSpec
+
+
+def parse_consumer_update_reply(body: bytes) -> ConsumerUpdateReply:
+    """0x801a: corr, code, offset specification. rstream also sends a u64 after the types
+    that carry no value; it is ignored."""
+    cur = Cursor(body)
+    corr = cur.u32()
+    code = cur.u16()
+    return ConsumerUpdateReply(corr, code, parse_offset_spec(cur, allow_none=True))
 
 
 # ---------------------------------------------------------------------------- publish

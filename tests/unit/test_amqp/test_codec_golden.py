@@ -269,3 +269,33 @@ def test_delivery_encoder_is_encode_delivery(
             channel, ctag, tag, exchange, rk, raw, body, fmax, offset
         )
         assert b"".join(out) == b"".join(expected)
+
+
+@given(st.integers(-40, 10), st.integers(0, 2**40), st.sampled_from([b"", b"x", b"y" * 5000]))
+def test_a_delivery_header_never_exceeds_frame_max(slack: int, offset: int, body: bytes):
+    # properties whose header frame ends `slack` bytes under frame_max before the splice
+    fmax = 4096
+    pad = fmax - hotcodec.HEADER_FRAME_OVERHEAD - 15 - slack
+    raw = commands.Basic.Properties(headers={"pad": "p" * pad}).marshal()
+    assert len(raw) + hotcodec.HEADER_FRAME_OVERHEAD == fmax - slack
+    if slack < 0:
+        try:
+            hotcodec.encode_delivery(1, "c", 1, "", "rk", raw, body, fmax, offset)
+        except hotcodec.HeaderTooLarge as error:
+            assert (error.header_frame, error.frame_max) == (fmax - slack, fmax)
+        else:
+            raise AssertionError("a header over frame_max was encoded")
+        return
+    ours = b"".join(hotcodec.encode_delivery(1, "c", 1, "", "rk", raw, body, fmax, offset))
+    out: list[bytes] = []
+    hotcodec.DeliveryEncoder(1, "c", fmax).encode(out, 1, "", "rk", raw, body, offset)
+    assert b"".join(out) == ours
+    parsed = frames.FrameReader(fmax, 2 * fmax).feed(ours)
+    assert all(8 + len(payload) <= fmax for _, _, payload in parsed)
+    props = commands.Basic.Properties()
+    head = parsed[1][2]
+    props.unmarshal(struct.unpack_from(">H", head, 12)[0], head[14:])
+    # 25 bytes of splice fit exactly when the published header leaves 25 or more
+    assert ("x-stream-offset" in props.headers) == (slack >= 25)
+    if slack >= 25:
+        assert props.headers["x-stream-offset"] == offset

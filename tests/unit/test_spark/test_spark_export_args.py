@@ -44,3 +44,15 @@ def test_progress_bar_shows_done_total_rate_and_eta() -> None:
     assert text.startswith("\r[##........] 250/1,000 messages ")
     assert "rows/s" in text and "ETA " in text and not text.endswith("ETA -")
     assert _bar(1000, 1000, time.monotonic() - 1.0).endswith("ETA -")
+
+
+def test_incremental_refuses_to_and_overwrite(tmp_path: Path) -> None:
+    import io
+
+    from sievemq.spark.export import run_export
+
+    for extra in (["--to", "5"], ["--overwrite"]):
+        err = io.StringIO()
+        args = _args("--incremental", str(tmp_path / "ck"), *extra)
+        assert run_export(args, io.StringIO(), err) == 2
+        assert "--incremental goes with neither --to nor --overwrite" in err.getvalue()

@@ -22,7 +22,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Message, Stream, StreamConfig
+from sievemq.storage import Durability, Message, Stream, StreamConfig, layout
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class Broker:
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if removed := layout.remove_tombstones(self.data_dir):
+            log.info("removed %d deleted stream(s) a crash left behind", removed)
         self.store = definitions.DefinitionStore(self.data_dir)
         stored = self.store.load()
         if stored is None:

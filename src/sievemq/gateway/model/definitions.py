@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import zlib
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ class DefinitionStore:
         self._lines = 0
         self._pending: list[bytes] = []
         self._fd = -1
+        self.defer_sync = False  # commits write but leave the fdatasync to take_sync()
+        self._unsynced = False
         self.directory.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(LOG_NAME + ".tmp")
         if temp.exists():
@@ -241,12 +244,32 @@ class DefinitionStore:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        if self._fsync:
+        if self._fsync and self.defer_sync:
+            self._unsynced = True
+        elif self._fsync:
             os.fdatasync(self._fd)
+            self._unsynced = False
         self._lines += lines
         self._found = True
         if self._lines > _COMPACT_MIN and self._lines > 4 * len(self._items):
             self.compact()
+
+    def take_sync(self) -> Callable[[], None] | None:
+        """The fdatasync that deferred commits still owe, as a call that may run in another
+        thread (on its own duplicate of the descriptor, so a compaction meanwhile cannot
+        close it under it); None when nothing is owed."""
+        if not self._unsynced or self._fd < 0:
+            return None
+        self._unsynced = False
+        fd = os.dup(self._fd)
+
+        def sync() -> None:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+        return sync
 
     def compact(self) -> None:
         """Rewrite the log with one line per live item (write, fsync, rename, fsync dir)."""
@@ -265,10 +288,14 @@ class DefinitionStore:
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
         self._lines = len(self._items)
+        self._unsynced = False  # the new file was synced whole
 
     def close(self) -> None:
+        self.defer_sync = False
         self.commit()
         if self._fd >= 0:
+            if self._unsynced and self._fsync:
+                os.fdatasync(self._fd)
             os.close(self._fd)
             self._fd = -1
 

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+from sievemq.gateway.model import dedup
 from sievemq.gateway.model.arguments import StreamArguments
 from sievemq.storage import FilterSpec, Stream
+from sievemq.storage.publishers import PublisherSequences
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +98,26 @@ class StreamQueue:
         self.filter_stats = FilterStats()
         self.deleted = False
         self._delete_listeners: list[DeleteListener] = []
+        self._sequences: PublisherSequences | None = None
 
     def __repr__(self) -> str:
         return f"StreamQueue({self.name!r}, vhost={self.vhost!r})"
+
+    def publisher_sequences(self) -> PublisherSequences:
+        """The last publishing id per publisher reference (stream-protocol publishers and
+        deduplicated AMQP publishes alike), rebuilt from the data on first use."""
+        if self._sequences is None:
+            self._sequences = PublisherSequences(self.stream, dedup.stored_tag)
+        return self._sequences
+
+    def admit(self, reference: str, publishing_id: int) -> bool:
+        """False for a duplicate (an id at or below the reference's last); else record it."""
+        sequences = self.publisher_sequences()
+        last = sequences.get(reference)
+        if last is not None and publishing_id <= last:
+            return False
+        sequences.update(reference, publishing_id)
+        return True
 
     @property
     def message_count(self) -> int:

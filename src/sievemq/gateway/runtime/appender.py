@@ -301,16 +301,15 @@ class StreamAppender:
     def close(self) -> None:
         """The stream is going away: stop accepting and nack every message not confirmed.
 
-        An append running in a worker thread is waited for first (so the files are not
-        removed under it) and nacked even if it succeeded: its chunk is deleted with the
-        stream (SPEC: nack when the stream is deleted mid-flight)."""
+        Never waits: an append running in a worker thread (append + fdatasync under
+        ``--fsync always``) is nacked now even if it will succeed, since its chunk goes with
+        the stream (SPEC: nack when the stream is deleted mid-flight), and its end is then
+        ignored. ``Stream.delete`` leaves the files to that thread until its append ends."""
         self._closed = True
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
-        future = self._in_flight
-        if future is not None:
-            wait([future])
+        if self._in_flight is not None:
             tokens = self._in_flight_tokens
             self._in_flight = self._in_flight_done = None
             self._in_flight_tokens = {}

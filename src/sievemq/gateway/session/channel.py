@@ -38,7 +38,9 @@ from sievemq.amqp.hotcodec import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model import dedup
 from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
@@ -283,8 +285,15 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
+        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+            queues = self._not_duplicate(queues, props)
         message = _new_message(Message, (values, exchange, routing_key, props, body, 0))
         node = self.connection.node
+        if not queues:  # a duplicate in every stream: confirmed, stored nowhere
+            if confirm is not None:
+                confirm.take(0)
+                self._schedule_confirms()
+            return
         if confirm is None:
             for queue in queues:
                 node.appender(queue).submit(message, None, 0)
@@ -292,6 +301,17 @@ class Channel:
         seq = confirm.take(len(queues))
         for queue in queues:
             node.appender(queue).submit(message, self, seq)
+
+    def _not_duplicate(self, queues: list[Any], props: bytes) -> list[Any]:
+        """The routed queues minus the streams that already hold this publisher id."""
+        try:
+            tag = dedup.publisher_of(props)
+        except errors.PreconditionFailed as error:
+            error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
+            raise
+        if tag is None:
+            return queues
+        return [q for q in queues if not isinstance(q, StreamQueue) or q.admit(*tag)]
 
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
         """From the appender: messages ``seqs`` were stored (or not)."""

@@ -224,13 +224,34 @@ class StreamConsumer:
         out: list[bytes] = []
         encode = self._encoder.encode
         tag = first
+        too_large: hotcodec.HeaderTooLarge | None = None
         for r in records:
-            if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
-                ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
-                encode(out, tag, ex, rk, props, body, r.offset)
-            else:
-                encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+            try:
+                if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                    ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
+                    encode(out, tag, ex, rk, props, body, r.offset)
+                else:
+                    encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+            except hotcodec.HeaderTooLarge as error:
+                # a header frame cannot be split: deliver what came before it, then stop
+                log.warning(
+                    "consumer %s on %r: message at offset %d cannot be delivered: %s;"
+                    " the consumer is cancelled (reconnect with a larger frame_max)",
+                    self.tag,
+                    self.queue.name,
+                    r.offset,
+                    error,
+                )
+                too_large = error
+                n = tag - first
+                break
             tag += 1
+        if too_large is not None:
+            if out:
+                target.write_deliveries(b"".join(out))
+            self.delivered += n
+            target.cancel_consumer_by_server(self)
+            return
         self.credit -= n
         self.delivered += n
         data = b"".join(out)

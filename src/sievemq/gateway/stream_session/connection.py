@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AMQPError, NotAllowed
+from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
-from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks
+from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks, seek
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -325,12 +326,8 @@ class StreamConnection:
         name = cur.string()
         args = cur.properties()
         assert self.vhost is not None
-        arguments: dict[str, Any] = {"x-queue-type": "stream"}
         try:
-            for key, value in args.items():
-                mapped = _CREATE_ARGUMENTS.get(key)
-                if mapped is not None:
-                    arguments[mapped[0]] = mapped[1](value)
+            arguments = self._queue_arguments(args)
         except ValueError:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
@@ -403,6 +400,84 @@ class StreamConnection:
             }
         self.write(wire.stream_stats_response(corr, wire.OK, stats))
 
+    def _queue_arguments(self, args: dict[str, str]) -> dict[str, Any]:
+        """Create arguments -> queue arguments (ValueError for a bad number)."""
+        arguments: dict[str, Any] = {"x-queue-type": "stream"}
+        for key, value in args.items():
+            mapped = _CREATE_ARGUMENTS.get(key)
+            if mapped is not None:
+                arguments[mapped[0]] = mapped[1](value)
+        return arguments
+
+    def _create_super_stream(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        partitions = cur.strings()
+        binding_keys = cur.strings()
+        args = cur.properties()
+        assert self.vhost is not None
+        key = wire.CREATE_SUPER_STREAM
+        try:
+            arguments = self._queue_arguments(args)
+        except ValueError:
+            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
+            return
+        # RabbitMQ spreads the partitions over the cluster unless told otherwise
+        arguments.setdefault("x-queue-leader-locator", "balanced")
+        try:
+            super_streams.create(self.vhost, name, partitions, binding_keys, arguments)
+        except super_streams.SuperStreamError as error:
+            code = (
+                wire.STREAM_ALREADY_EXISTS if error.kind == "exists" else wire.PRECONDITION_FAILED
+            )
+            self.write(wire.response(key, corr, code))
+            return
+        except AMQPError:
+            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
+            return
+        except (StorageError, OSError) as error:
+            log.error("create super stream %s failed: %s", name, error)
+            self.write(wire.response(key, corr, wire.INTERNAL_ERROR))
+            return
+        self.write(wire.response(key, corr, wire.OK))
+
+    def _delete_super_stream(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        assert self.vhost is not None
+        key = wire.DELETE_SUPER_STREAM
+        try:
+            super_streams.delete(self.vhost, name)
+        except super_streams.SuperStreamError:
+            self.write(wire.response(key, corr, wire.STREAM_DOES_NOT_EXIST))
+            return
+        except AMQPError:
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
+        self.write(wire.response(key, corr, wire.OK))
+
+    def _route(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        routing_key = cur.string()
+        name = cur.string()
+        assert self.vhost is not None
+        streams = super_streams.route(self.vhost, name, routing_key)
+        if streams is None:
+            self.write(wire.streams_response(wire.ROUTE, corr, wire.STREAM_DOES_NOT_EXIST, []))
+            return
+        self.write(wire.streams_response(wire.ROUTE, corr, wire.OK, streams))
+
+    def _partitions(self, cur: Cursor) -> None:
+        corr = cur.u32()
+        name = cur.string()
+        assert self.vhost is not None
+        streams = super_streams.partitions(self.vhost, name)
+        if streams is None:
+            code = wire.STREAM_DOES_NOT_EXIST
+            self.write(wire.streams_response(wire.PARTITIONS, corr, code, []))
+            return
+        self.write(wire.streams_response(wire.PARTITIONS, corr, wire.OK, streams))
+
     def _exchange_command_versions(self, cur: Cursor) -> None:
         corr = cur.u32()
         self.write(wire.exchange_command_versions_response(corr))
@@ -467,14 +542,7 @@ class StreamConnection:
         corr = cur.u32()
         sid = cur.u8()
         queue = self._queue(cur.string())
-        offset_type = cur.u16()
-        value = 0
-        if offset_type == wire.OFFSET_OFFSET:
-            value = cur.u64()
-        elif offset_type == wire.OFFSET_TIMESTAMP:
-            value = cur.i64()
-        elif offset_type not in (wire.OFFSET_FIRST, wire.OFFSET_LAST, wire.OFFSET_NEXT):
-            raise FrameError(f"unknown offset type {offset_type}")
+        offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
         if queue is None:
@@ -484,8 +552,10 @@ class StreamConnection:
             code = wire.SUBSCRIPTION_ID_ALREADY_EXISTS
             self.write(wire.response(wire.SUBSCRIBE, corr, code))
             return
-        if props.get("single-active-consumer") == "true":
-            # single active consumer is not built: refuse rather than act as a plain one
+        single_active = props.get("single-active-consumer") == "true"
+        group_name = props.get("name", "")
+        if single_active and (not group_name or len(group_name.encode()) > MAX_REFERENCE_BYTES):
+            # RabbitMQ: a single active consumer needs a name of at most 255 bytes
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.PRECONDITION_FAILED))
             return
         values = tuple(v for k, v in props.items() if k.startswith("filter."))
@@ -496,26 +566,30 @@ class StreamConnection:
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
         reader = queue.stream.reader()
         try:
-            if offset_type == wire.OFFSET_FIRST:
-                reader.seek_first()
-            elif offset_type == wire.OFFSET_LAST:
-                reader.seek_last()
-            elif offset_type == wire.OFFSET_NEXT:
-                reader.seek_next()
-            elif offset_type == wire.OFFSET_OFFSET:
-                reader.seek_offset(value)
-            else:
-                reader.seek_timestamp(value)
+            seek(reader, offset)
         except (StorageError, OSError) as error:
             reader.close()
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        sub = Subscription(self, sid, queue, reader, credit, spec)
+        sub = Subscription(self, sid, queue, reader, credit, spec, offset)
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
+        if single_active:
+            assert self.vhost is not None
+            super_stream = props.get("super-stream", "")
+            index = (
+                super_streams.partition_index(self.vhost, super_stream, queue.name)
+                if super_stream
+                else -1
+            )
+            # held until the group activates it (ConsumerUpdate answered)
+            self.snode.sac.register(self, sub, (self.vhost.name, queue.name, group_name), index)
         sub.start()
+
+    def _consumer_update_reply(self, cur: Cursor) -> None:
+        self.snode.sac.on_reply(self, wire.parse_consumer_update_reply(cur.data))
 
     def _credit(self, body: bytes) -> None:
         cur = Cursor(body)
@@ -587,11 +661,16 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.METADATA: StreamConnection._metadata,
     wire.STREAM_STATS: StreamConnection._stream_stats,
     wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
+    wire.CREATE_SUPER_STREAM: StreamConnection._create_super_stream,
+    wire.DELETE_SUPER_STREAM: StreamConnection._delete_super_stream,
+    wire.ROUTE: StreamConnection._route,
+    wire.PARTITIONS: StreamConnection._partitions,
     wire.DECLARE_PUBLISHER: StreamConnection._declare_publisher,
     wire.QUERY_PUBLISHER_SEQUENCE: StreamConnection._query_publisher_sequence,
     wire.DELETE_PUBLISHER: StreamConnection._delete_publisher,
     wire.SUBSCRIBE: StreamConnection._subscribe,
     wire.UNSUBSCRIBE: StreamConnection._unsubscribe,
+    wire.CONSUMER_UPDATE | wire.RESPONSE: StreamConnection._consumer_update_reply,
     wire.STORE_OFFSET: StreamConnection._store_offset,
     wire.QUERY_OFFSET: StreamConnection._query_offset,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from sievemq.gateway.stream_session.sac import SacCoordinator
 from sievemq.storage import StorageError
 from sievemq.storage.publishers import PublisherSequences
 
@@ -39,13 +40,14 @@ class StreamNode:
         self.frame_max = frame_max
         self.heartbeat = heartbeat
         self.connections: set[ConnectionPort] = set()
+        self.sac = SacCoordinator()  # single-active-consumer groups
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}
 
     def sequences(self, queue: StreamQueue) -> PublisherSequences:
         """The publisher sequences of the queue's stream (loaded on first use)."""
         entry = self._sequences.get(id(queue))
         if entry is None or entry[0] is not queue:
-            entry = (queue, PublisherSequences(queue.stream))
+            entry = (queue, queue.publisher_sequences())  # shared with AMQP dedup
             self._sequences[id(queue)] = entry
             queue.add_delete_listener(self._forget)
         return entry[1]

@@ -16,3 +16,19 @@ class ConnectionPort(Protocol):
     def drop_subscription(self, sub: Any, notify: bool) -> None: ...
     def stop_reading(self) -> None: ...
     def close(self, code: int, reason: str) -> None: ...
+
+
+class GroupMember(Protocol):
+    """A subscription's place in a single-active-consumer group (``sac.SacMember``)."""
+
+    def leave(self) -> None: ...
+
+
+class GroupedSubscription(Protocol):
+    """What the single-active-consumer coordinator needs of a subscription."""
+
+    subscription_id: int
+    holding: bool
+    sac: GroupMember | None
+
+    def activate(self, offset: Any) -> None: ...

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 from sievemq.storage.types import KIND_STREAM
-from sievemq.streamproto import convert, osiris
+from sievemq.streamproto import convert, osiris, wire
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.stream_session.ports import ConnectionPort
+    from sievemq.gateway.stream_session.ports import ConnectionPort, GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,24 @@ def payload_of(record: Record, stream: Stream | None = None) -> bytes:
     return out
 
 
+NEXT = wire.OffsetSpec(wire.OFFSET_NEXT, 0)
+
+
+def seek(reader: StreamReader, offset: wire.OffsetSpec) -> None:
+    """Position a reader at a Subscribe offset specification."""
+    kind = offset.kind
+    if kind == wire.OFFSET_FIRST:
+        reader.seek_first()
+    elif kind == wire.OFFSET_LAST:
+        reader.seek_last()
+    elif kind == wire.OFFSET_NEXT:
+        reader.seek_next()
+    elif kind == wire.OFFSET_OFFSET:
+        reader.seek_offset(offset.value)
+    else:
+        reader.seek_timestamp(offset.value)
+
+
 class Subscription:
     __slots__ = (
         "_loop",
@@ -85,7 +103,10 @@ class Subscription:
         "conn",
         "credit",
         "delivered",
+        "holding",
+        "offset_spec",
         "queue",
+        "sac",
         "spec",
         "subscription_id",
     )
@@ -98,6 +119,7 @@ class Subscription:
         reader: StreamReader,
         credit: int,
         spec: FilterSpec | None,
+        offset_spec: wire.OffsetSpec = NEXT,
     ) -> None:
         self.conn = conn
         self.subscription_id = subscription_id
@@ -107,6 +129,9 @@ class Subscription:
         self.credit = credit
         self.spec = spec
         self.active = True
+        self.holding = False  # an inactive single active consumer: no delivery
+        self.offset_spec = offset_spec  # as given at Subscribe
+        self.sac: GroupMember | None = None
         self.delivered = 0
         self._pending: list[Record] = []
         self._scheduled = False
@@ -135,10 +160,38 @@ class Subscription:
         if was <= 0 < self.credit:
             self.wake()
 
+    def activate(self, offset: wire.OffsetSpec | None) -> None:
+        """Single active consumer: this one may deliver now, from ``offset`` (the client's
+        ConsumerUpdate answer; None or type 0 keeps the Subscribe specification)."""
+        if not self.active:
+            return
+        if offset is None or offset.kind == wire.OFFSET_NONE:
+            offset = self.offset_spec
+        try:
+            seek(self._reader, offset)
+        except (StorageError, OSError) as error:
+            log.error(
+                "subscription %s on %s: seek failed: %s",
+                self.subscription_id,
+                self.queue.name,
+                error,
+            )
+            self.conn.drop_subscription(self, notify=True)
+            return
+        self._pending = []
+        self.holding = False
+        self.wake()
+
     def _run(self) -> None:
         self._scheduled = False
         conn = self.conn
-        if not self.active or self.credit <= 0 or conn.writing_paused or not conn.alive:
+        if (
+            not self.active
+            or self.holding
+            or self.credit <= 0
+            or conn.writing_paused
+            or not conn.alive
+        ):
             return
         reader = self._reader
         stream = self._stream
@@ -203,6 +256,8 @@ class Subscription:
         if not self.active:
             return
         self.active = False
+        if self.sac is not None:
+            self.sac.leave()  # the group picks another member
         with contextlib.suppress(ValueError, KeyError):
             self._stream.remove_listener(self._on_commit)
         with contextlib.suppress(StorageError, OSError):
