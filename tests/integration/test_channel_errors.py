@@ -90,3 +90,18 @@ def test_publish_to_a_missing_exchange_closes_the_channel_naming_basic_publish(
     assert close.reply_code == 404
     assert close.reply_text == "NOT_FOUND - no exchange 'no-such-exchange' in vhost '/'"
     assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_channel_flow_stop_is_540_and_start_is_flow_ok(server: ServerProcess) -> None:
+    """channel.flow active=false: 540 NOT_IMPLEMENTED "active=false" closes the connection,
+    as RabbitMQ answers it (the Go client's suite checks for that code); active=true: flow-ok."""
+    client = RawClient(server.host, server.amqp_port)
+    client.handshake()
+    client.open_channel(1)
+    ok = client.rpc(commands.Channel.Flow(active=True))
+    assert isinstance(ok, commands.Channel.FlowOk) and ok.active
+    client.send_frame(commands.Channel.Flow(active=False), 1)
+    close = client.expect(commands.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - active=false")
+    assert (close.class_id, close.method_id) == (20, 20)
+    client.close()
