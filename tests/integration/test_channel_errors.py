@@ -105,3 +105,22 @@ def test_channel_flow_stop_is_540_and_start_is_flow_ok(server: ServerProcess) ->
     assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - active=false")
     assert (close.class_id, close.method_id) == (20, 20)
     client.close()
+
+
+def test_crossing_channel_closes_leave_the_connection_open(server: ServerProcess) -> None:
+    """The server closes channel 1 (404) while the client closes it too: each answers the
+    other's close; the client's late close-ok is dropped and channel 2 goes on (amqp091-go
+    TestChannelExceptionWithCloseIssue43; a 504 here closed the whole connection)."""
+    client = RawClient(server.host, server.amqp_port)
+    client.handshake()
+    client.open_channel(1)
+    client.open_channel(2)
+    client.publish(1, "no-such-exchange", "k", b"\x00\x00", b"x")
+    client.send_frame(commands.Channel.Close(200, "bye", 0, 0), 1)
+    got = [client.next_method(), client.next_method()]
+    kinds = {(ch, type(m)) for ch, m in got}
+    assert kinds == {(1, commands.Channel.Close), (1, commands.Channel.CloseOk)}, got
+    client.send_frame(commands.Channel.CloseOk(), 1)  # answering the server's close
+    ok = client.rpc(commands.Exchange.Declare(exchange="still-here", exchange_type="direct"), 2)
+    assert isinstance(ok, commands.Exchange.DeclareOk)
+    client.close()
