@@ -69,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
         "pyarrow",
         "aiormq",
         "pamqp",
+        "deltalake",  # `sievemq export --format delta` (delta-rs; delta-spark cannot work offline)
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.spark",

@@ -29,6 +29,7 @@ from sievemq.amqp import errors
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
+from sievemq.gateway.model.classic_queue import MemoryWindow
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import start_stream_listener
@@ -130,6 +131,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
             default_password=settings.default_pass,
             default_user_loopback_only=settings.default_user == "guest",
             default_queue_type=settings.default_queue_type,
+            queue_window=MemoryWindow(
+                messages=settings.queue_memory_messages, bytes=settings.queue_memory_bytes
+            ),
         ),
     )
     facade = BrokerFacade(broker, __version__, None)

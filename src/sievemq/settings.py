@@ -56,6 +56,16 @@ class Settings(BaseSettings):
     # storage descriptors kept open (segment, index and offset files, least recently used
     # closed first and reopened when needed): bounds descriptors whatever the stream count
     max_open_files: int = Field(default=2048, ge=4)
+    # ready messages of one classic/quorum queue held in memory with their bodies (count and
+    # body bytes, whichever is reached first); past them the persistent messages of a durable
+    # queue keep only a small index entry in memory and are read back from the queue's log
+    queue_memory_messages: int = Field(default=2048, ge=1)
+    queue_memory_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+
+    @field_validator("queue_memory_bytes", mode="before")
+    @classmethod
+    def _parse_queue_memory_bytes(cls, value: Any) -> int:
+        return parse_size(value)
 
     # hostile-input limits (docs/compatibility.md "Limits"): field tables from the wire
     # (headers, arguments, client properties) and x-stream-filter-sql expressions
@@ -153,6 +163,17 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
     ("max_open_files", int, "storage file descriptors kept open, LRU (default 2048)"),
+    (
+        "queue_memory_messages",
+        int,
+        "ready messages per classic queue kept in memory; past them durable ones are read "
+        "back from disk (default 2048)",
+    ),
+    (
+        "queue_memory_bytes",
+        str,
+        "body bytes per classic queue kept in memory, e.g. 8MiB (default 8 MiB)",
+    ),
     ("max_table_depth", int, "max nesting of a field table from the wire (default 32)"),
     ("max_table_entries", int, "max entries of one field table from the wire (default 4096)"),
     ("max_array_length", int, "max elements of one field array from the wire (default 4096)"),

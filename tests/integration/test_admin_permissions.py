@@ -163,7 +163,7 @@ def test_definitions_file_at_boot(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     bad = tmp_path / "bad.json"
-    defs["queues"].append({"name": "c", "vhost": "/", "arguments": {"x-queue-type": "classic"}})
+    defs["queues"].append({"name": "c", "vhost": "/", "arguments": {"x-queue-type": "mqtt-qos0"}})
     bad.write_text(json.dumps(defs))
     proc = subprocess.run(
         [
@@ -177,6 +177,8 @@ def test_definitions_file_at_boot(tmp_path: Path) -> None:
             "0",
             "--admin-port",
             "0",
+            "--stream-port",
+            "0",
             "--definitions",
             str(bad),
         ],
@@ -185,7 +187,7 @@ def test_definitions_file_at_boot(tmp_path: Path) -> None:
         timeout=30,
     )
     assert proc.returncode == 1
-    assert "queue 'c' in vhost '/' of type 'classic'" in proc.stderr
+    assert "queue 'c' in vhost '/' of type 'mqtt-qos0'" in proc.stderr
 
 
 def test_users_and_permissions_survive_a_restart(fresh_server: ServerProcess) -> None:

@@ -199,7 +199,21 @@ def test_basic_get_and_purge_on_a_stream_are_refused(server: ServerProcess, qnam
             f"/api/queues/%2F/{q(qname)}/get",
             json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
         )
-        assert http.post("/api/queues/%2F/missing-q/get", json={}).status_code == 404
+        missing_keys = http.post("/api/queues/%2F/missing-q/get", json={})
+        missing_q = http.post(
+            "/api/queues/%2F/missing-q/get",
+            json={"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        )
+    # as RabbitMQ 3.10.8 answered: the body is checked first, then the queue
+    assert missing_keys.status_code == 400
+    assert missing_keys.json()["reason"] == (
+        "[{key_missing,ackmode},{key_missing,count},{key_missing,encoding}]"
+    )
+    assert missing_q.status_code == 404
+    assert missing_q.json() == {
+        "error": "not_found",
+        "reason": "NOT_FOUND - no queue 'missing-q' in vhost '/'",
+    }
     assert r.status_code == 400
     assert r.json() == {
         "error": "bad_request",
@@ -568,7 +582,7 @@ def test_definitions_with_unsupported_objects_are_refused_whole(
             "vhost": "/",
             "durable": True,
             "auto_delete": False,
-            "arguments": {"x-queue-type": "classic"},
+            "arguments": {"x-queue-type": "mqtt-qos0"},
         }
     )
     doc["policies"] = [{"vhost": "/", "name": "p", "pattern": ".*", "definition": {}}]

@@ -11,6 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 
+from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
 
 
@@ -64,8 +65,17 @@ def test_repeated_ids_are_confirmed_not_stored_also_after_sigkill(tmp_path: Path
         _publish(ch, "b0 again", "job-2", 0)
         conn.close()
         assert _bodies(server) == [*expected, b"a5"]
+
+        server.stop()  # a clean stop snapshots the sequences: the next start reads no records
+        assert (stream_directory(server.data_dir, "/", "out") / "publishers.snap").exists()
+        server.restart()
+        conn, ch = _channel(server)
+        _publish(ch, "a5 again", "job-1", 5)
+        conn.close()
+        assert _bodies(server) == [*expected, b"a5"]
     finally:
-        server.stop()
+        if server.running:
+            server.stop()
 
 
 @pytest.mark.parametrize(

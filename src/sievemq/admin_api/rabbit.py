@@ -25,6 +25,9 @@ from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.slicing import Slicer, heavy
 from sievemq.gateway.facade import (
     EXCHANGE_TYPES,
+    USER_LIMITS,
+    VHOST_LIMITS,
+    AMQPError,
     BrokerFacade,
     NotFound,
     Principal,
@@ -295,7 +298,8 @@ async def get_queue(request: Request, vhost: str, queue: str, who: User) -> dict
     f = _facade(request)
     require_vhost(who, v)
     if not f.stream_exists(v, q):
-        return shapes.classic_queue(f.get_queue(v, q), f.node_name)
+        view_q = f.get_queue(v, q)
+        return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
     return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
 
@@ -337,10 +341,34 @@ async def get_messages(request: Request, vhost: str, queue: str, who: User) -> R
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v, write=True)
-    if not f.stream_exists(v, q):
-        f.get_queue(v, q)  # 404 when missing
-        raise bad_request("basic.get over HTTP is not built in SieveMQ; use AMQP basic.get")
-    raise bad_request(f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'")
+    if f.stream_exists(v, q):
+        raise bad_request(
+            f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'"
+        )
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("not_json")
+    missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    count, truncate = body["count"], body.get("truncate")
+    for value in (count, truncate):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            err = ApiError(400, "bad_request")
+            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
+            raise err
+    if body["encoding"] not in ("auto", "base64"):
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    require(who, v, "read", "queue", q)
+    try:
+        got = f.get_messages(v, q, count, str(body["ackmode"]), body["encoding"], truncate)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    # RabbitMQ shows an empty property table as [] (an empty Erlang proplist)
+    items = [dict(vars(m), properties=m.properties or []) for m in got]
+    return Response(json.dumps(items), media_type="application/json")
 
 
 @router.get("/queues/{vhost}/{queue}/bindings")
@@ -805,6 +833,99 @@ async def user_permissions(request: Request, username: str, who: Admin) -> list[
 
 
 # ------------------------------------------------------------------------------ permissions
+
+
+# ------------------------------------------------------------------------------ limits
+
+
+def _limits_json(key: str, items: list[tuple[str, dict[str, int]]]) -> list[dict[str, Any]]:
+    return [{key: owner, "value": limits} for owner, limits in items]
+
+
+async def _limit_value(request: Request, name_: str, known: tuple[str, ...]) -> int:
+    """The ``{"value": N}`` body of a limit, with RabbitMQ's refusal texts."""
+    body = await _json_body(request)
+    if not isinstance(body, dict) or "value" not in body:
+        raise bad_request("[{key_missing,value}]")
+    value = body["value"]
+    if name_ not in known:
+        raise bad_request(
+            f'Validation failed\n\nUnrecognised terms [{{<<"{name_}">>,{json.dumps(value)}}}] '
+            "in limits\n"
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = f'<<"{value}">>' if isinstance(value, str) else json.dumps(value)
+        raise bad_request(
+            f"Validation failed\n\n{name_} should be a number, actually was {shown}\n"
+        )
+    return value
+
+
+@router.get("/vhost-limits")
+async def list_vhost_limits(request: Request, who: Monitor) -> list[dict[str, Any]]:
+    return _limits_json("vhost", _facade(request).vhost_limits())
+
+
+@router.get("/vhost-limits/{vhost}")
+async def get_vhost_limits(request: Request, vhost: str, who: Monitor) -> list[dict[str, Any]]:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    return _limits_json("vhost", f.vhost_limits(v))
+
+
+@router.put("/vhost-limits/{vhost}/{limit}", status_code=204)
+async def put_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    value = await _limit_value(request, limit, VHOST_LIMITS)
+    with f.unsynced():
+        f.set_vhost_limit(v, limit, value)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.delete("/vhost-limits/{vhost}/{limit}", status_code=204)
+async def delete_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    v = name(vhost)
+    _need_vhost(f, v)
+    with f.unsynced():
+        f.clear_vhost_limit(v, limit)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.get("/user-limits")
+async def list_user_limits(request: Request, who: Admin) -> list[dict[str, Any]]:
+    return _limits_json("user", _facade(request).user_limits())
+
+
+@router.get("/user-limits/{username}")
+async def get_user_limits(request: Request, username: str, who: Admin) -> list[dict[str, Any]]:
+    return _limits_json("user", _facade(request).user_limits(name(username)))
+
+
+@router.put("/user-limits/{username}/{limit}", status_code=204)
+async def put_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    u = name(username)
+    f.get_user(u)  # 404 first
+    value = await _limit_value(request, limit, USER_LIMITS)
+    with f.unsynced():
+        f.set_user_limit(u, limit, value)
+    await f.synced()
+    return Response(status_code=204)
+
+
+@router.delete("/user-limits/{username}/{limit}", status_code=204)
+async def delete_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
+    f = _facade(request)
+    with f.unsynced():
+        f.clear_user_limit(name(username), limit)
+    await f.synced()
+    return Response(status_code=204)
 
 
 @router.get("/permissions")

@@ -82,9 +82,33 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
     return out
 
 
-def classic_queue(v: QueueView, node: str) -> dict[str, Any]:
-    """A classic or quorum queue (SieveMQ's queue log) in RabbitMQ's shape."""
-    return {
+def classic_message_stats(v: QueueView) -> dict[str, Any]:
+    """RabbitMQ's per-queue counters; rates only for publish and deliver_get."""
+    deliver = v.delivered - v.got - v.got_no_ack - v.delivered_no_ack
+    counts = {
+        "ack": (v.acked, 0.0),
+        "deliver": (deliver, 0.0),
+        "deliver_get": (v.delivered, v.deliver_rate),
+        "deliver_no_ack": (v.delivered_no_ack, 0.0),
+        "get": (v.got, 0.0),
+        "get_empty": (v.get_empty, 0.0),
+        "get_no_ack": (v.got_no_ack, 0.0),
+        "publish": (v.published, v.publish_rate),
+        "redeliver": (v.redelivered, 0.0),
+    }
+    out: dict[str, Any] = {}
+    for key, (count, rate) in counts.items():
+        out[key] = count
+        out[key + "_details"] = details(rate)
+    return out
+
+
+def classic_queue(
+    v: QueueView, node: str, consumers: list[ConsumerView] | None = None
+) -> dict[str, Any]:
+    """A classic or quorum queue (SieveMQ's queue log) in RabbitMQ's shape; with
+    ``consumers`` (a single queue's page) also its ``consumer_details``."""
+    out = {
         "arguments": v.arguments,
         "auto_delete": v.auto_delete,
         "consumers": v.consumers,
@@ -106,7 +130,13 @@ def classic_queue(v: QueueView, node: str) -> dict[str, Any]:
         "state": "running",
         "type": v.type,
         "vhost": v.vhost,
+        "message_stats": classic_message_stats(v),
     }
+    if consumers is not None:
+        out["consumer_details"] = [consumer(c, node) for c in consumers]
+        out["deliveries"] = []
+        out["incoming"] = []
+    return out
 
 
 def consumer(c: ConsumerView, node: str) -> dict[str, Any]:

@@ -37,12 +37,15 @@ from sievemq.amqp.errors import (
     NotFound,
     NotImplemented_,
     PreconditionFailed,
+    ResourceLocked,
 )
 from sievemq.filtering.sql import CompileError, compile_filter
 from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
 from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
 from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
@@ -76,6 +79,8 @@ BROWSE_TIME_BUDGET_S = 0.05
 __all__ = [
     "BROWSE_MAX_LIMIT",
     "EXCHANGE_TYPES",
+    "USER_LIMITS",
+    "VHOST_LIMITS",
     "AMQPError",
     "AccessRefused",
     "BrokerFacade",
@@ -152,6 +157,40 @@ class QueueView:
     messages_unacknowledged: int
     bytes: int
     consumers: int
+    published: int = 0
+    publish_rate: float = 0.0
+    delivered: int = 0  # consumer deliveries and basic.get, all taken
+    deliver_rate: float = 0.0
+    got: int = 0  # of them by basic.get with acks
+    got_no_ack: int = 0
+    delivered_no_ack: int = 0  # to consumers without acks
+    redelivered: int = 0
+    get_empty: int = 0
+    acked: int = 0  # client acks
+
+
+@dataclass
+class GotMessage:
+    """One message of POST /api/queues/{vhost}/{name}/get, as RabbitMQ shows it."""
+
+    payload_bytes: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    message_count: int  # ready messages left after this one was taken
+    properties: dict[str, Any]
+    payload: str
+    payload_encoding: Literal["string", "base64"]
+
+
+VHOST_LIMITS = ("max-connections", "max-queues")
+USER_LIMITS = ("max-connections", "max-channels")
+GET_ACKMODES = (
+    "ack_requeue_true",
+    "ack_requeue_false",
+    "reject_requeue_true",
+    "reject_requeue_false",
+)
 
 
 @dataclass
@@ -561,7 +600,10 @@ class BrokerFacade:
         now = time.time()
         queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
         if vhost is None:
-            self._rates.forget({k for q in queues for k in _rate_keys(q)} | {("",)})
+            classic = [q for v in self.broker.vhosts.values() for q in v.classic.queues.values()]
+            keys = {k for q in queues for k in _rate_keys(q)}
+            keys.update(k for q in classic for k in _rate_keys(q))
+            self._rates.forget(keys | {("",)})
         for q in queues:
             if self._still_declared(q):
                 yield self._stream_view(q, now)
@@ -615,6 +657,7 @@ class BrokerFacade:
 
     def iter_queues(self, vhost: str | None = None) -> Iterator[QueueView]:
         """``list_queues`` one view at a time (see ``iter_streams``)."""
+        now = time.time()
         queues = [
             q
             for v in self._vhosts(vhost)
@@ -622,14 +665,81 @@ class BrokerFacade:
         ]
         for q in queues:
             if self._still_declared(q):
-                yield _queue_view(q)
+                yield self._queue_view(q, now)
 
     def get_queue(self, vhost: str, name: str) -> QueueView:
         """A classic or quorum queue; 404 for a stream or a missing queue."""
         q = self.broker.vhost(vhost).classic.queues.get(name)
         if q is None:
             raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
-        return _queue_view(q)
+        return self._queue_view(q, time.time())
+
+    def get_messages(
+        self,
+        vhost: str,
+        name: str,
+        count: int,
+        ackmode: str,
+        encoding: str = "auto",
+        truncate: int | None = None,
+    ) -> list[GotMessage]:
+        """RabbitMQ's POST .../get on a classic or quorum queue: take up to ``count`` ready
+        messages (as basic.get would), then settle them all by ``ackmode``: requeued
+        (``ack_requeue_true``, ``reject_requeue_true``: back at their places, redelivered),
+        acknowledged (``ack_requeue_false``) or rejected (``reject_requeue_false``:
+        dead-lettered when the queue says so). ``encoding`` auto shows a UTF-8 payload as
+        a string and anything else as base64; ``truncate`` cuts the shown payload."""
+        if ackmode not in GET_ACKMODES:
+            raise BadRequest(f"unknown ackmode '{ackmode}'")
+        if encoding not in ("auto", "base64"):
+            raise BadRequest(f"unknown encoding '{encoding}'")
+        q = self.broker.vhost(vhost).classic.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        if q.owner is not None:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'"
+            )
+        if self.node is not None:
+            self.node.flush_classic(q)
+        taken = []
+        out: list[GotMessage] = []
+        for _ in range(max(0, count)):
+            msg = q.take()
+            if msg is None:
+                break
+            if ackmode == "ack_requeue_false":
+                q.got_no_ack += 1  # RabbitMQ takes these with basic.get no-ack
+            else:
+                q.got += 1
+            taken.append(msg)
+            body = msg.body if truncate is None else msg.body[: max(0, truncate)]
+            text: str | None = None
+            if encoding == "auto":
+                try:
+                    text = body.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = None
+            out.append(
+                GotMessage(
+                    payload_bytes=len(msg.body),
+                    redelivered=msg.redelivered,
+                    exchange=msg.exchange,
+                    routing_key=msg.routing_key,
+                    message_count=q.message_count,
+                    properties=decode_properties(msg.properties),
+                    payload=text if text is not None else base64.b64encode(body).decode(),
+                    payload_encoding="string" if text is not None else "base64",
+                )
+            )
+        if taken:
+            if ackmode.endswith("requeue_true"):
+                q.requeue(taken)
+            elif ackmode == "ack_requeue_false":
+                q.ack(taken, client=False)
+            else:
+                q.reject(taken)
+        return out
 
     def delete_queue(self, vhost: str, name: str) -> None:
         """Delete a queue of any type; 404 when missing."""
@@ -649,11 +759,25 @@ class BrokerFacade:
     ) -> list[ConsumerView]:
         """Live consumers with their filter, lag and filter statistics (SPEC §9)."""
         if stream is not None:
-            queues = [self._queue(vhost or "/", stream)]
+            in_vhost = self.broker.vhost(vhost or "/")
+            if stream in in_vhost.classic.queues:
+                queues = []
+            else:
+                queues = [self._queue(vhost or "/", stream)]  # 404 when neither
         else:
             queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
         connections = {c.id: c for c in self._connections()}
         views = [_consumer_view(q, c, connections) for q in queues for c in list(q.consumers)]
+        if stream is not None:
+            classic = self.broker.vhost(vhost or "/").classic.queues.get(stream)
+            classic_queues = [] if classic is None else [classic]
+        else:
+            classic_queues = [q for v in self._vhosts(vhost) for q in v.classic.queues.values()]
+        views.extend(
+            _classic_consumer_view(q, c, connections)
+            for q in classic_queues
+            for c in list(q.consumers)
+        )
         return sorted(views, key=lambda v: (v.vhost, v.stream, v.consumer_tag))
 
     # ------------------------------------------------------------------ connections
@@ -935,6 +1059,52 @@ class BrokerFacade:
         if sync is not None:
             await asyncio.to_thread(sync)
 
+    # ------------------------------------------------------------------ limits
+
+    def vhost_limits(self, vhost: str | None = None) -> list[tuple[str, dict[str, int]]]:
+        """(vhost, its limits) of every vhost with a limit (or of ``vhost``: 404 if none)."""
+        if vhost is not None:
+            v = self.broker.vhost(vhost)
+            return [(v.name, dict(v.limits))] if v.limits else []
+        return [(n, dict(v.limits)) for n, v in sorted(self.broker.vhosts.items()) if v.limits]
+
+    def set_vhost_limit(self, vhost: str, name: str, value: int) -> None:
+        """max-connections or max-queues; a negative value means no limit (as RabbitMQ)."""
+        if name not in VHOST_LIMITS:
+            raise BadRequest(f"unknown vhost limit '{name}'")
+        self.broker.vhost(vhost).limits[name] = value
+        self.broker.save_definitions()
+
+    def clear_vhost_limit(self, vhost: str, name: str) -> None:
+        if self.broker.vhost(vhost).limits.pop(name, None) is not None:
+            self.broker.save_definitions()
+
+    def user_limits(self, user: str | None = None) -> list[tuple[str, dict[str, int]]]:
+        """(user, its limits) of every user with a limit (or of ``user``: 404 if none)."""
+        if user is not None:
+            u = self.broker.users.get(user)
+            if u is None:
+                raise NotFound(f"no user '{user}'")
+            return [(u.name, dict(u.limits))] if u.limits else []
+        return [(u.name, dict(u.limits)) for u in self.broker.users if u.limits]
+
+    def set_user_limit(self, user: str, name: str, value: int) -> None:
+        """max-connections or max-channels; a negative value means no limit."""
+        if name not in USER_LIMITS:
+            raise BadRequest(f"unknown user limit '{name}'")
+        u = self.broker.users.get(user)
+        if u is None:
+            raise NotFound(f"no user '{user}'")
+        u.limits[name] = value
+        self.broker.save_definitions()
+
+    def clear_user_limit(self, user: str, name: str) -> None:
+        u = self.broker.users.get(user)
+        if u is None:
+            raise NotFound(f"no user '{user}'")
+        if u.limits.pop(name, None) is not None:
+            self.broker.save_definitions()
+
     # ------------------------------------------------------------------ users, permissions
 
     def list_users(self) -> list[UserView]:
@@ -980,6 +1150,7 @@ class BrokerFacade:
                 dict(existing.permissions) if existing else {},
                 existing.loopback_only if existing else False,
                 algorithm,
+                dict(existing.limits) if existing else {},
             )
         )
         self.broker.save_definitions()
@@ -1075,7 +1246,7 @@ class BrokerFacade:
                 "password_hash": u.password_hash,
                 "hashing_algorithm": u.hashing_algorithm,
                 "tags": list(u.tags),
-                "limits": {},
+                "limits": dict(u.limits),
             }
             for u in self.broker.users
         ]
@@ -1232,6 +1403,34 @@ class BrokerFacade:
             return list(self.broker.vhosts.values())
         return [self.broker.vhost(vhost)]
 
+    def _queue_view(self, q: ClassicQueue, now: float) -> QueueView:
+        ready = q.message_count
+        key_pub, key_del = _rate_keys(q)
+        return QueueView(
+            vhost=q.vhost,
+            name=q.name,
+            type=str(q.kind),
+            durable=bool(q.durable),
+            auto_delete=bool(q.auto_delete),
+            exclusive=bool(q.exclusive),
+            arguments=_jsonable(dict(q.arguments.table)),
+            messages=ready + q.outstanding,
+            messages_ready=ready,
+            messages_unacknowledged=q.outstanding,
+            bytes=q.ready_bytes,
+            consumers=q.consumer_count,
+            published=q.published,
+            publish_rate=self._rates.rate(key_pub, q.published, now),
+            delivered=q.delivered,
+            deliver_rate=self._rates.rate(key_del, q.delivered, now),
+            got=q.got,
+            got_no_ack=q.got_no_ack,
+            delivered_no_ack=q.delivered_no_ack,
+            redelivered=q.redelivered,
+            get_empty=q.get_empty,
+            acked=q.acked,
+        )
+
     def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
         stats = queue.stream.stats()
         published = queue.stream.end_offset
@@ -1262,25 +1461,7 @@ class BrokerFacade:
 # --------------------------------------------------------------------------- helpers
 
 
-def _queue_view(q: Any) -> QueueView:
-    ready = q.message_count
-    return QueueView(
-        vhost=q.vhost,
-        name=q.name,
-        type=str(q.kind),
-        durable=bool(q.durable),
-        auto_delete=bool(q.auto_delete),
-        exclusive=bool(q.exclusive),
-        arguments=_jsonable(dict(q.arguments.table)),
-        messages=ready + q.outstanding,
-        messages_ready=ready,
-        messages_unacknowledged=q.outstanding,
-        bytes=q.ready_bytes,
-        consumers=q.consumer_count,
-    )
-
-
-def _rate_keys(queue: StreamQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
 
 
@@ -1493,6 +1674,43 @@ def _consumer_view(
     )
 
 
+def _classic_consumer_view(
+    queue: ClassicQueue, consumer: Any, connections: dict[int, Connection]
+) -> ConsumerView:
+    """A basic.consume on a classic or quorum queue (no offsets, no filter)."""
+    conn = consumer.channel.connection
+    connection = connections.get(conn.id)
+    conn_name = _connection_name(connection) if connection is not None else ""
+    peer_host, peer_port = _split_peer(connection.peer if connection is not None else "")
+    channel_id = consumer.channel.id
+    arguments: dict[str, Any] = {}
+    if consumer.priority:
+        arguments["x-priority"] = consumer.priority
+    return ConsumerView(
+        vhost=queue.vhost,
+        stream=queue.name,
+        consumer_tag=consumer.tag,
+        connection_name=conn_name,
+        channel_number=channel_id,
+        channel_name=f"{conn_name} ({channel_id})" if connection is not None else "",
+        user=connection.username if connection is not None else "",
+        peer_host=peer_host,
+        peer_port=peer_port,
+        prefetch_count=consumer.prefetch,
+        credit=consumer.credit,
+        active=bool(consumer.active),
+        arguments=arguments,
+        consumer_name=None,
+        position=0,
+        lag=0,
+        filter=None,
+        sql=None,
+        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        ack_required=not consumer.no_ack,
+        exclusive=bool(consumer.exclusive),
+    )
+
+
 class _OneShotSink:
     """A ConfirmSink for one HTTP publish routed to ``n`` streams."""
 
@@ -1641,6 +1859,20 @@ def _browsed(record: Record, encoding: str, stream_name: str = "") -> BrowsedMes
 _UNSUPPORTED_SECTIONS = ("policies", "parameters", "topic_permissions")
 
 
+def _definition_queue_kind(q: dict[str, Any]) -> str:
+    """stream, classic, quorum (or the unknown name) of a queue in a definitions file: its
+    ``x-queue-type``, else its ``type``, else classic (RabbitMQ's files before 3.13)."""
+    raw = (q.get("arguments") or {}).get("x-queue-type", q.get("type")) or "classic"
+    text = str(raw)
+    if text in qargs.STREAM_TYPE_ALIASES:
+        return "stream"
+    if text in ("classic", cargs.CLASSIC_TYPE_NAME):
+        return "classic"
+    if text in ("quorum", cargs.QUORUM_TYPE_NAME):
+        return "quorum"
+    return text
+
+
 class _DefinitionsPlan:
     """Check a whole definitions document, then apply it (all or nothing)."""
 
@@ -1666,11 +1898,10 @@ class _DefinitionsPlan:
             if items:
                 problems.append(f"{key} ({len(items)})")
         for q in self._section("queues"):
-            qtype = (q.get("arguments") or {}).get("x-queue-type", q.get("type"))
-            if qtype not in qargs.STREAM_TYPE_ALIASES:
+            if _definition_queue_kind(q) not in ("stream", "classic", "quorum"):
                 problems.append(
                     f"queue '{q.get('name')}' in vhost '{q.get('vhost')}' of type "
-                    f"'{qtype or 'classic'}'"
+                    f"'{_definition_queue_kind(q)}'"
                 )
         if problems:
             raise BadRequest("definitions refused, SieveMQ cannot hold: " + "; ".join(problems))
@@ -1711,15 +1942,27 @@ class _DefinitionsPlan:
             if x.get("type") not in EXCHANGE_TYPES:
                 raise BadRequest(f"exchange '{x.get('name')}' of unknown type '{x.get('type')}'")
         for q in self._section("queues"):
+            kind = _definition_queue_kind(q)
             try:
-                qargs.validate_stream_declare(
-                    str(q["name"]),
-                    str(q["vhost"]),
-                    bool(q.get("durable", True)),
-                    False,
-                    bool(q.get("auto_delete", False)),
-                    dict(q.get("arguments") or {}),
-                )
+                if kind == "stream":
+                    qargs.validate_stream_declare(
+                        str(q["name"]),
+                        str(q["vhost"]),
+                        bool(q.get("durable", True)),
+                        False,
+                        bool(q.get("auto_delete", False)),
+                        dict(q.get("arguments") or {}),
+                    )
+                else:
+                    cargs.validate_declare(
+                        "quorum" if kind == "quorum" else "classic",
+                        str(q["name"]),
+                        str(q["vhost"]),
+                        bool(q.get("durable", True)),
+                        False,
+                        bool(q.get("auto_delete", False)),
+                        dict(q.get("arguments") or {}),
+                    )
             except AMQPError as error:
                 raise BadRequest(error.explanation) from None
             except KeyError as error:
@@ -1762,10 +2005,17 @@ class _DefinitionsPlan:
                 arguments=dict(x.get("arguments") or {}),
             )
         for q in self._section("queues"):
+            arguments = dict(q.get("arguments") or {})
+            kind = _definition_queue_kind(q)
+            vhost = f.broker.vhost(str(q["vhost"]))
+            if "x-queue-type" not in arguments and vhost.classic.kind_of(None) != kind:
+                # RabbitMQ's file says the type in "type" (or nothing: classic); this
+                # server's default queue type may be another
+                arguments["x-queue-type"] = kind
             f.declare_stream(
                 str(q["vhost"]),
                 str(q["name"]),
-                dict(q.get("arguments") or {}),
+                arguments,
                 durable=bool(q.get("durable", True)),
                 auto_delete=bool(q.get("auto_delete", False)),
             )

@@ -7,11 +7,25 @@ deleted whole; the ack file is rewritten without the ids of deleted segments onc
 (write-temp + rename, so a crash leaves the old or the new file). ``delivered`` holds the
 highest id ever handed to a consumer, written before the delivery goes out, so after a crash the
 messages at or below it come back with the redelivered flag (never twice without it).
+``floor`` holds the id at or below which every message is gone: a purge writes it before it
+deletes the segments, so a crash half way through a purge brings nothing back.
+
+Crash windows (tests/recovery/test_queue_log_recovery.py): a record torn at the tail of a
+segment is cut off (never confirmed); an ack entry torn at the end of ``acks`` is ignored (the
+message comes back, redelivered); a segment whose every message was acked but that was not
+deleted yet is deleted at recovery; ack ids of segments already deleted are dropped when the
+ack file is rewritten (temp + rename); ids never go back below ``delivered`` or ``floor``, so
+a new message is never taken for one delivered before.
 
 Record layout (big-endian): ``u32 length of the rest | u32 crc32 of the rest | rest`` where rest
 is ``u64 id | u64 enqueue time ms | u8 len + exchange | u8 len + routing key | u32 len +
 properties | body``. A torn or corrupt tail record ends recovery of that segment (it was never
 confirmed: the confirm follows the write).
+
+Messages can be read back by id, position and size (``read``): a deep queue keeps only a window
+of bodies in memory and reads the rest from the segments when a consumer reaches them. Reads go
+through the process's LRU descriptor cache (``storage.handles``), so an idle queue holds no
+descriptor for reading.
 """
 
 from __future__ import annotations
@@ -26,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from sievemq.storage import handles
+
 _HEAD = struct.Struct(">II")
 _FIXED = struct.Struct(">QQ")
 _U32 = struct.Struct(">I")
@@ -33,6 +49,7 @@ _U64 = struct.Struct(">Q")
 SEGMENT_SUFFIX = ".qseg"
 ACK_FILE = "acks"
 DELIVERED_FILE = "delivered"
+FLOOR_FILE = "floor"
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
@@ -82,26 +99,48 @@ def _decode_rest(rest: bytes) -> LoggedMessage:
     return LoggedMessage(msg_id, ts, exchange, routing_key, props, rest[pos + plen :])
 
 
+def decode_record(data: bytes | memoryview, pos: int = 0) -> LoggedMessage | None:
+    """The record at ``pos`` of ``data``, or None when it is torn or corrupt."""
+    if pos + 8 > len(data):
+        return None
+    length, crc = _HEAD.unpack_from(data, pos)
+    stop = pos + 8 + length
+    if length < 22 or stop > len(data):
+        return None
+    rest = bytes(data[pos + 8 : stop])
+    if zlib.crc32(rest) != crc:
+        return None
+    try:
+        return _decode_rest(rest)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+
+
+class Located(NamedTuple):
+    """A recovered message and where its record sits in its segment."""
+
+    message: LoggedMessage
+    position: int
+    size: int
+
+
+def _iter_segment(data: bytes) -> Iterator[Located]:
+    """The whole records of a segment's bytes, up to the first torn or corrupt one."""
+    pos = 0
+    while True:
+        rec = decode_record(data, pos)
+        if rec is None:
+            return
+        size = 8 + _HEAD.unpack_from(data, pos)[0]
+        yield Located(rec, pos, size)
+        pos += size
+
+
 def read_segment(path: Path) -> tuple[list[LoggedMessage], int]:
     """The whole records of a segment file and the byte length they span."""
-    data = path.read_bytes()
-    out: list[LoggedMessage] = []
-    pos = 0
-    end = len(data)
-    while pos + 8 <= end:
-        length, crc = _HEAD.unpack_from(data, pos)
-        stop = pos + 8 + length
-        if length < 22 or stop > end:
-            break
-        rest = data[pos + 8 : stop]
-        if zlib.crc32(rest) != crc:
-            break
-        try:
-            out.append(_decode_rest(rest))
-        except (IndexError, struct.error, UnicodeDecodeError):
-            break
-        pos = stop
-    return out, pos
+    found = list(_iter_segment(path.read_bytes()))
+    end = found[-1].position + found[-1].size if found else 0
+    return [f.message for f in found], end
 
 
 @dataclass
@@ -110,6 +149,7 @@ class _Segment:
     path: Path
     live: int = 0  # messages not acked yet
     count: int = 0
+    reader: handles.CachedFile | None = None  # for reading bodies back (opened on demand)
 
 
 class QueueLog:
@@ -128,15 +168,29 @@ class QueueLog:
         self._ack_entries = 0
         self._delivered_fd = -1
         self.delivered = 0
+        self.floor = 0
         self.last_id = 0
         self.dirty = False
+        self._staged: list[bytes] = []  # encoded records not written yet (``stage``)
 
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> list[LoggedMessage]:
         """Open the log; the messages not acked, in id order (torn tails are cut off)."""
+        return [found.message for found in self.scan()]
+
+    def scan(self) -> Iterator[Located]:
+        """Open the log: the messages not acked, in id order, with their record positions.
+
+        One segment's bytes are in memory at a time. ``delivered`` is set before this
+        returns; the log is ready for writing once the iterator is exhausted."""
         acked = self._read_acks()
-        survivors: list[LoggedMessage] = []
+        self.delivered = self._read_mark(DELIVERED_FILE)
+        self.floor = self._read_mark(FLOOR_FILE)
+        self.last_id = max(self.last_id, self.delivered, self.floor)
+        return self._scan(acked)
+
+    def _scan(self, acked: set[int]) -> Iterator[Located]:
         firsts = sorted(
             int(p.name[: -len(SEGMENT_SUFFIX)])
             for p in self.directory.glob("*" + SEGMENT_SUFFIX)
@@ -144,25 +198,29 @@ class QueueLog:
         )
         for first in firsts:
             path = self.directory / f"{first:020d}{SEGMENT_SUFFIX}"
-            records, valid = read_segment(path)
+            data = path.read_bytes()
+            seg = _Segment(first, path)
+            valid = 0
+            survivors: list[Located] = []
+            for found in _iter_segment(data):
+                valid = found.position + found.size
+                seg.count += 1
+                self.last_id = max(self.last_id, found.message.id)
+                if found.message.id not in acked and found.message.id > self.floor:
+                    survivors.append(found)
+            del data
             if valid != path.stat().st_size:
                 with open(path, "r+b") as handle:  # cut the torn tail: it was never confirmed
                     handle.truncate(valid)
-            seg = _Segment(first, path, count=len(records))
-            for rec in records:
-                self.last_id = max(self.last_id, rec.id)
-                if rec.id not in acked:
-                    survivors.append(rec)
-                    seg.live += 1
+            seg.live = len(survivors)
             if seg.live == 0:
                 path.unlink(missing_ok=True)
                 continue
             self._segments[first] = seg
             self._order.append(first)
-        self.delivered = self._read_delivered()
+            yield from survivors
         self._rewrite_acks(acked)
         self._delivered_fd = os.open(self.directory / DELIVERED_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        return survivors
 
     def _read_acks(self) -> set[int]:
         path = self.directory / ACK_FILE
@@ -173,9 +231,9 @@ class QueueLog:
         usable = len(data) - len(data) % 8
         return {v for (v,) in _U64.iter_unpack(data[:usable])}
 
-    def _read_delivered(self) -> int:
+    def _read_mark(self, name: str) -> int:
         try:
-            data = (self.directory / DELIVERED_FILE).read_bytes()
+            data = (self.directory / name).read_bytes()
         except FileNotFoundError:
             return 0
         return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
@@ -214,32 +272,75 @@ class QueueLog:
 
     def append(self, records: list[tuple[int, int, str, str, bytes, bytes]]) -> None:
         """Write messages (ids increasing, from ``next_id``) with one write per segment."""
-        if not records:
-            return
-        pending: list[bytes] = []
-        for msg_id, ts, exchange, routing_key, props, body in records:
-            if self._current is None or self._size >= self.segment_bytes:
-                self._write(pending)
-                pending = []
-                self._roll(msg_id)
-            data = encode_record(msg_id, ts, exchange, routing_key, props, body)
-            pending.append(data)
-            self._size += len(data)
-            seg = self._current
-            assert seg is not None
-            seg.live += 1
-            seg.count += 1
-        self._write(pending)
-        self.dirty = True
+        for record in records:
+            self.stage(*record)
+        self.write_staged()
 
-    def _write(self, parts: list[bytes]) -> None:
+    def stage(
+        self, msg_id: int, ts: int, exchange: str, routing_key: str, props: bytes, body: bytes
+    ) -> tuple[int, int]:
+        """Add one message (ids increasing) to the next write; its (position, size) in its
+        segment. ``write_staged`` writes what is staged (a segment roll writes it too)."""
+        if self._current is None or self._size >= self.segment_bytes:
+            self.write_staged()
+            self._roll(msg_id)
+        data = encode_record(msg_id, ts, exchange, routing_key, props, body)
+        self._staged.append(data)
+        position = self._size
+        self._size += len(data)
+        seg = self._current
+        assert seg is not None
+        seg.live += 1
+        seg.count += 1
+        return position, len(data)
+
+    def write_staged(self) -> None:
+        """One write of the staged records to the current segment."""
+        parts = self._staged
         if not parts:
             return
+        self._staged = []
+        self.dirty = True
         data = b"".join(parts)
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
+
+    def read(self, wanted: list[tuple[int, int, int]]) -> list[LoggedMessage | None]:
+        """Messages read back by (id, position, size), in the order given; adjacent records
+        of one segment are read with one pread. None for a record that cannot be read back
+        (its segment is gone or the bytes are corrupt)."""
+        self.write_staged()
+        out: list[LoggedMessage | None] = []
+        i = 0
+        n = len(wanted)
+        while i < n:
+            msg_id, start, size = wanted[i]
+            seg = self._segment_of(msg_id)
+            j = i + 1
+            end = start + size
+            while j < n and wanted[j][1] == end and self._segment_of(wanted[j][0]) is seg:
+                end += wanted[j][2]
+                j += 1
+            data = b"" if seg is None else self._pread(seg, start, end - start)
+            pos = 0
+            for k in range(i, j):
+                rec = decode_record(data, pos)
+                out.append(rec if rec is not None and rec.id == wanted[k][0] else None)
+                pos += wanted[k][2]
+            i = j
+        return out
+
+    def _pread(self, seg: _Segment, start: int, size: int) -> bytes:
+        reader = seg.reader
+        if reader is None:
+            reader = seg.reader = handles.shared.file(seg.path, os.O_RDONLY)
+        fd = reader.acquire()
+        try:
+            return os.pread(fd, size, start)
+        finally:
+            reader.release()
 
     def _roll(self, first: int) -> None:
         if self._fd >= 0:
@@ -278,6 +379,8 @@ class QueueLog:
     def _drop(self, seg: _Segment) -> None:
         self._segments.pop(seg.first, None)
         self._order.remove(seg.first)
+        if seg.reader is not None:
+            seg.reader.close()
         seg.path.unlink(missing_ok=True)
 
     def _compact(self) -> None:
@@ -290,11 +393,21 @@ class QueueLog:
             os.pwrite(self._delivered_fd, _U64.pack(msg_id), 0)
 
     def purge(self) -> None:
-        """Forget every message: all segments go, the ack record restarts empty."""
+        """Forget every message: all segments go, the ack record restarts empty. The floor
+        is written first: a crash half way through brings none of them back."""
+        self.write_staged()
+        self.floor = self.last_id
+        fd = os.open(self.directory / FLOOR_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, _U64.pack(self.floor), 0)
+        finally:
+            os.close(fd)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         for seg in list(self._segments.values()):
+            if seg.reader is not None:
+                seg.reader.close()
             seg.path.unlink(missing_ok=True)
         self._segments.clear()
         self._order.clear()
@@ -317,6 +430,11 @@ class QueueLog:
         return len(self._segments)
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.write_staged()
+        for seg in self._segments.values():
+            if seg.reader is not None:
+                seg.reader.close()
         for attr in ("_fd", "_ack_fd", "_delivered_fd"):
             fd = getattr(self, attr)
             if fd >= 0:

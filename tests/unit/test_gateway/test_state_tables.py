@@ -76,13 +76,17 @@ class _Transport:
 
 
 def _node() -> Any:
-    vhost = SimpleNamespace(route=lambda *args: [])  # every message is unroutable: dropped
-    # guest as the default definitions make it: every permission on "/"
+    # every message is unroutable: dropped; no vhost limits
+    vhost = SimpleNamespace(route=lambda *args: [], name="/", limits={})
+    # guest as the default definitions make it: every permission on "/", no user limits
     user = SimpleNamespace(
-        name="guest", may_connect_from=lambda host: True, permissions={"/": Permission()}
+        name="guest",
+        may_connect_from=lambda host: True,
+        permissions={"/": Permission()},
+        limits={},
     )
     broker = SimpleNamespace(
-        users=SimpleNamespace(authenticate=lambda name, password: user),
+        users=SimpleNamespace(authenticate=lambda name, password: user, get=lambda name: user),
         open_vhost=lambda user, name: vhost,
     )
     ids = iter(range(1, 1000))

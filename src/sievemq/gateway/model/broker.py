@@ -16,6 +16,7 @@ from typing import Any
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, MemoryWindow
 from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
@@ -39,6 +40,9 @@ class BrokerSettings:
     default_password: str = "guest"
     default_user_loopback_only: bool = True
     default_queue_type: str = "classic"  # what queue.declare without x-queue-type makes
+    # ready messages (and body bytes) a classic/quorum queue holds in memory; past them a
+    # durable queue's persistent messages are read back from its log
+    queue_window: MemoryWindow = DEFAULT_WINDOW
 
 
 class Broker:
@@ -82,7 +86,9 @@ class Broker:
 
     def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("vhosts", []):
-            self.add_vhost(item["name"])
+            self.add_vhost(item["name"]).limits = {
+                str(k): int(v) for k, v in dict(item.get("limits") or {}).items()
+            }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
         for item in data.get("exchanges", []):
@@ -185,7 +191,11 @@ class Broker:
             # classic queues persist through the full (diffing) save; streams, exchanges and
             # bindings through _vhost_changed, which writes only what a change touched
             classic = ClassicQueues(
-                name, self.settings.default_queue_type, self._open_queue_log, self.save_definitions
+                name,
+                self.settings.default_queue_type,
+                self._open_queue_log,
+                self.save_definitions,
+                self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
             vhost = VirtualHost(
@@ -286,7 +296,10 @@ class Broker:
                     bindings.append(self._binding_record(vhost, b))
         bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
         return {
-            "vhosts": [{"name": n} for n in self.vhosts],
+            "vhosts": [
+                {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
+                for n, v in self.vhosts.items()
+            ],
             "users": [u.to_json() for u in self.users],
             "exchanges": exchanges,
             "queues": queues,

@@ -9,6 +9,13 @@ a durable queue are written to the log before they are confirmed; everything els
 memory only. ``x-message-ttl`` / per-message ``expiration`` are applied at the head,
 ``x-max-length`` / ``-bytes`` on publish with ``x-overflow``.
 
+Memory: only a window of ready messages (``MemoryWindow``: a count and a byte size per queue)
+is held with bodies. Past it, persistent messages of a durable queue keep only a compact index
+in memory (``_PagedRun``: id, record position and size, expiry; about 20-30 bytes a message)
+and their bodies are read back from the log's segments when the head of the queue reaches them.
+Transient messages (and every message of a transient queue) always stay in memory; so do
+outstanding (delivered, unacked) and requeued messages.
+
 No sockets and no asyncio: the session layer sets ``on_ready`` (schedule a dispatch) and the
 vhost sets ``dead_letter`` and ``on_unused`` (auto-delete).
 """
@@ -19,8 +26,10 @@ import heapq
 import logging
 import struct
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sievemq.gateway.model.classic_arguments import QueueArguments
@@ -36,6 +45,21 @@ _I = struct.Struct(">I")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class MemoryWindow:
+    """How many ready messages (and body bytes) a queue holds in memory before persistent
+    messages of a durable queue are kept on disk only (``--queue-memory-messages`` and
+    ``--queue-memory-bytes``)."""
+
+    messages: int = 2048
+    bytes: int = 8 * 1024 * 1024
+    refill: int = 256  # messages read back per refill at least (one pread for adjacent ones)
+
+
+DEFAULT_WINDOW = MemoryWindow()
+_RUN_MAX = 16384  # entries per paged run: a finished run's arrays are freed whole
 
 
 class PublishFacts:
@@ -139,20 +163,71 @@ class QueueMessage:
         return self.id < other.id
 
 
-class _Level:
-    """Ready messages of one priority: fresh ones in a deque, requeued ones in a heap by id
-    (a requeued message always precedes every fresh one: it was delivered before them)."""
+class _PagedRun:
+    """Consecutive ready messages of one priority whose bodies are in the log only: parallel
+    arrays of ids, record positions and sizes (and expiry times once one has any), read from
+    ``start`` on."""
 
-    __slots__ = ("fresh", "requeued")
+    __slots__ = (
+        "body_sizes",
+        "expires",
+        "ids",
+        "positions",
+        "redelivered_through",
+        "sizes",
+        "start",
+    )
+
+    def __init__(self, redelivered_through: int) -> None:
+        self.ids = array("Q")
+        self.positions = array("Q")
+        self.sizes = array("I")
+        self.body_sizes = array("I")
+        self.expires: array[int] | None = None  # ms, -1 for none
+        self.start = 0
+        self.redelivered_through = redelivered_through  # recovered: delivered before a crash
+
+    def __len__(self) -> int:
+        return len(self.ids) - self.start
+
+    def add(
+        self, msg_id: int, position: int, size: int, body_size: int, expires: int | None
+    ) -> None:
+        if expires is not None and self.expires is None:
+            self.expires = array("q", [-1]) * len(self.ids)
+        self.ids.append(msg_id)
+        self.positions.append(position)
+        self.sizes.append(size)
+        self.body_sizes.append(body_size)
+        if self.expires is not None:
+            self.expires.append(-1 if expires is None else expires)
+
+    def expires_at(self, i: int) -> int | None:
+        if self.expires is None:
+            return None
+        got = self.expires[i]
+        return None if got < 0 else got
+
+
+class _Level:
+    """Ready messages of one priority: in memory (``fresh``, in order), then what comes after
+    them (``tail``: paged runs and, after a run, messages kept in memory), and requeued ones in
+    a heap by id (a requeued message always precedes every fresh one: it was delivered
+    before them)."""
+
+    __slots__ = ("fresh", "requeued", "tail", "tail_count")
 
     def __init__(self) -> None:
         self.fresh: deque[QueueMessage] = deque()
+        self.tail: deque[QueueMessage | _PagedRun] = deque()
+        self.tail_count = 0
         self.requeued: list[QueueMessage] = []
 
     def __len__(self) -> int:
-        return len(self.fresh) + len(self.requeued)
+        return len(self.fresh) + self.tail_count + len(self.requeued)
 
     def peek(self) -> QueueMessage | None:
+        """The head when it is in memory (the queue loads a paged head first)."""
         if self.requeued:
             return self.requeued[0]
         return self.fresh[0] if self.fresh else None
@@ -162,9 +237,19 @@ class _Level:
             return heapq.heappop(self.requeued)
         return self.fresh.popleft()
 
-    def __iter__(self) -> Iterator[QueueMessage]:
-        yield from sorted(self.requeued)
-        yield from self.fresh
+    def logged_ids(self) -> Iterator[int]:
+        """Ids of every ready message that is in the log (purge)."""
+        for msg in self.requeued:
+            if msg.logged:
+                yield msg.id
+        for msg in self.fresh:
+            if msg.logged:
+                yield msg.id
+        for entry in self.tail:
+            if isinstance(entry, _PagedRun):
+                yield from entry.ids[entry.start :]
+            elif entry.logged:
+                yield entry.id
 
 
 DeleteListener = Callable[["ClassicQueue"], None]
@@ -184,6 +269,7 @@ class ClassicQueue:
         auto_delete: bool = False,
         owner: object | None = None,
         log_store: QueueLog | None = None,
+        window: MemoryWindow = DEFAULT_WINDOW,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -204,10 +290,23 @@ class ClassicQueue:
         self._levels = [_Level() for _ in range(levels)]
         self._ready = 0
         self._ready_bytes = 0
+        self.window = window
+        self.loaded = 0  # ready messages whose bodies are in memory
+        self.loaded_bytes = 0
+        self.paged = 0  # ready messages whose bodies are in the log only
         self.outstanding = 0
         self._next_id = log_store.last_id if log_store is not None else 0
         self._delete_listeners: list[DeleteListener] = []
         self._pending_acks: list[int] = []
+        # RabbitMQ's per-queue message_stats (the admin API shows them)
+        self.published = 0  # messages enqueued
+        self.delivered = 0  # messages taken (consumer deliveries and basic.get)
+        self.got = 0  # of them by basic.get with acks (the session counts those)
+        self.got_no_ack = 0  # by basic.get without acks
+        self.delivered_no_ack = 0  # to consumers without acks
+        self.redelivered = 0  # taken again after a requeue
+        self.get_empty = 0  # basic.get answered get-empty
+        self.acked = 0  # acknowledged by clients (not the no-ack settles)
 
     def __repr__(self) -> str:
         return f"ClassicQueue({self.name!r}, vhost={self.vhost!r}, kind={self.kind!r})"
@@ -240,9 +339,11 @@ class ClassicQueue:
     # ------------------------------------------------------------------ enqueue
 
     def restore(self, messages: Iterable[Any], delivered_through: int) -> None:
-        """Messages recovered from the log (LoggedMessage), in id order."""
+        """Messages recovered from the log (``queue_log.Located``: message, position, size),
+        in id order; past the memory window only their index is kept."""
         ttl = self.arguments.message_ttl
-        for rec in messages:
+        for found in messages:
+            rec = found.message
             facts = publish_facts(rec.properties)
             msg = self._message(
                 rec.id,
@@ -256,7 +357,7 @@ class ClassicQueue:
                 logged=True,
             )
             msg.redelivered = rec.id <= delivered_through
-            self._push(msg)
+            self._push(msg, found.position, found.size, delivered_through)
         self._next_id = max(self._next_id, self.log.last_id if self.log is not None else 0)
 
     def _message(
@@ -289,8 +390,8 @@ class ClassicQueue:
         ts = now_ms()
         ttl = self.arguments.message_ttl
         results: list[bool] = []
-        to_log: list[tuple[int, int, str, str, bytes, bytes]] = []
         log_store = self.log if self.durable else None
+        staged = False
         for exchange, routing_key, props, body in batch:
             if self._overflowing(len(body)):
                 results.append(False)
@@ -323,14 +424,18 @@ class ClassicQueue:
                 self.dead_letter(self, [msg], "expired")
                 results.append(True)
                 continue
-            if logged:
-                to_log.append((msg_id, ts, exchange, routing_key, props, body))
-            self._push(msg)
+            if logged and log_store is not None:
+                log_store.last_id = max(log_store.last_id, msg_id)
+                position, size = log_store.stage(msg_id, ts, exchange, routing_key, props, body)
+                staged = True
+                self._push(msg, position, size)
+            else:
+                self._push(msg)
+            self.published += 1
             results.append(True)
             self._drop_head_overflow()
-        if to_log and log_store is not None:
-            log_store.last_id = max(log_store.last_id, self._next_id)
-            log_store.append(to_log)
+        if staged and log_store is not None:
+            log_store.write_staged()
         if self._ready:
             self.on_ready()
         return results
@@ -355,23 +460,148 @@ class ClassicQueue:
             or (args.max_length_bytes is not None and self._ready_bytes > args.max_length_bytes)
         ):
             msg = self._pop_any()
+            if msg is None:
+                break
             dropped.append(msg)
         if dropped:
             self._discard(dropped, "maxlen")
 
-    def _push(self, msg: QueueMessage) -> None:
-        self._levels[msg.priority].fresh.append(msg)
-        self._ready += 1
-        self._ready_bytes += len(msg.body)
+    # ------------------------------------------------------------------ the memory window
 
-    def _pop_any(self) -> QueueMessage:
-        for level in reversed(self._levels):
-            if len(level):
-                msg = level.pop()
-                self._ready -= 1
-                self._ready_bytes -= len(msg.body)
-                return msg
-        raise IndexError("queue is empty")
+    def _window_full(self) -> bool:
+        window = self.window
+        return self.loaded >= window.messages or self.loaded_bytes >= window.bytes
+
+    def _push(
+        self, msg: QueueMessage, position: int = -1, size: int = 0, redelivered_through: int = 0
+    ) -> None:
+        """A ready message at the end of its priority; a logged one (``position`` in its
+        segment) past the memory window keeps only its index entry."""
+        level = self._levels[msg.priority]
+        body_len = len(msg.body)
+        self._ready += 1
+        self._ready_bytes += body_len
+        tail = level.tail
+        if position >= 0 and (tail or self._window_full()):
+            run = tail[-1] if tail else None
+            if not isinstance(run, _PagedRun) or len(run.ids) >= _RUN_MAX:
+                run = _PagedRun(redelivered_through)
+                tail.append(run)
+            run.add(msg.id, position, size, body_len, msg.expires_ms)
+            level.tail_count += 1
+            self.paged += 1
+            return
+        self.loaded += 1
+        self.loaded_bytes += body_len
+        if tail:  # behind paged messages: keep the order
+            tail.append(msg)
+            level.tail_count += 1
+        else:
+            level.fresh.append(msg)
+
+    def _head(self, priority: int) -> QueueMessage | None:
+        """The head of one priority level, read back from the log when it is paged."""
+        level = self._levels[priority]
+        if not level.requeued and not level.fresh and level.tail_count:
+            self._load(priority)
+        return level.peek()
+
+    def _load(self, priority: int) -> None:
+        """Bring the start of a level's tail into memory: up to the window's free room (at
+        least ``window.refill`` messages), adjacent records with one read."""
+        level = self._levels[priority]
+        window = self.window
+        budget = max(window.refill, window.messages - self.loaded)
+        budget_bytes = max(1, window.bytes - self.loaded_bytes)
+        tail = level.tail
+        while tail and budget > 0 and budget_bytes > 0:
+            entry = tail[0]
+            if not isinstance(entry, _PagedRun):
+                tail.popleft()  # already in memory (and counted)
+                level.tail_count -= 1
+                level.fresh.append(entry)
+                continue
+            start = entry.start
+            stop = start
+            end = len(entry.ids)
+            used = 0
+            while stop < end and stop - start < budget and (used < budget_bytes or stop == start):
+                used += entry.body_sizes[stop]
+                stop += 1
+            wanted = [
+                (entry.ids[i], entry.positions[i], entry.sizes[i]) for i in range(start, stop)
+            ]
+            got = self.log.read(wanted) if self.log is not None else [None] * len(wanted)
+            entry.start = stop
+            level.tail_count -= stop - start
+            self.paged -= stop - start
+            lost: list[int] = []
+            for i, rec in zip(range(start, stop), got, strict=True):
+                if rec is None:
+                    lost.append(entry.ids[i])
+                    self._ready -= 1
+                    self._ready_bytes -= entry.body_sizes[i]
+                    continue
+                msg = QueueMessage(
+                    rec.id,
+                    rec.exchange,
+                    rec.routing_key,
+                    rec.properties,
+                    rec.body,
+                    rec.enqueued_ms,
+                    entry.expires_at(i),
+                    priority,
+                    True,
+                )
+                msg.redelivered = rec.id <= entry.redelivered_through
+                level.fresh.append(msg)
+                self.loaded += 1
+                self.loaded_bytes += len(rec.body)
+            if entry.start >= end:
+                tail.popleft()
+            budget -= stop - start
+            budget_bytes -= used
+            if lost:
+                log.error("%r: %d messages could not be read back from the log", self, len(lost))
+                if self.log is not None:
+                    self.log.ack(lost)
+
+    def _take_from(self, priority: int) -> QueueMessage | None:
+        level = self._levels[priority]
+        while len(level):
+            if self._head(priority) is None:
+                if not level.tail:
+                    break
+                continue  # unreadable entries were dropped: look again
+            msg = level.pop()
+            size = len(msg.body)
+            self._ready -= 1
+            self._ready_bytes -= size
+            self.loaded -= 1
+            self.loaded_bytes -= size
+            return msg
+        return None
+
+    def _pop_any(self) -> QueueMessage | None:
+        for priority in range(len(self._levels) - 1, -1, -1):
+            if len(self._levels[priority]):
+                msg = self._take_from(priority)
+                if msg is not None:
+                    return msg
+        return None
+
+    @staticmethod
+    def _head_expiry(level: _Level) -> int | None:
+        """When the head of a level expires (None: never), without reading it back."""
+        head = level.peek()
+        if head is not None:
+            return head.expires_ms
+        if not level.tail:
+            return None
+        entry = level.tail[0]
+        if isinstance(entry, _PagedRun):
+            return entry.expires_at(entry.start)
+        return entry.expires_ms
 
     # ------------------------------------------------------------------ take
 
@@ -381,24 +611,20 @@ class ClassicQueue:
             return
         t = now_ms() if now is None else now
         expired: list[QueueMessage] = []
-        for level in self._levels:
+        for priority, level in enumerate(self._levels):
             while True:
-                head = level.peek()
-                if head is None or head.expires_ms is None or head.expires_ms > t:
+                expiry = self._head_expiry(level)
+                if expiry is None or expiry > t:
                     break
-                level.pop()
-                self._ready -= 1
-                self._ready_bytes -= len(head.body)
+                head = self._take_from(priority)
+                if head is None:
+                    break
                 expired.append(head)
         if expired:
             self._discard(expired, "expired")
 
     def _has_expiring(self) -> bool:
-        for level in self._levels:
-            head = level.peek()
-            if head is not None and head.expires_ms is not None:
-                return True
-        return False
+        return any(self._head_expiry(level) is not None for level in self._levels)
 
     def take(self) -> QueueMessage | None:
         """The next ready message (highest priority first), now outstanding."""
@@ -408,7 +634,12 @@ class ClassicQueue:
         if not self._ready:
             return None
         msg = self._pop_any()
+        if msg is None:
+            return None
         self.outstanding += 1
+        self.delivered += 1
+        if msg.redelivered:
+            self.redelivered += 1
         if msg.logged and self.log is not None:
             self.log.mark_delivered(msg.id)
         return msg
@@ -417,18 +648,21 @@ class ClassicQueue:
         """The earliest expiry among the heads (for the runtime's TTL timer)."""
         soonest = None
         for level in self._levels:
-            head = level.peek()
-            if head is not None and head.expires_ms is not None:
-                soonest = head.expires_ms if soonest is None else min(soonest, head.expires_ms)
+            expiry = self._head_expiry(level)
+            if expiry is not None:
+                soonest = expiry if soonest is None else min(soonest, expiry)
         return soonest
 
     # ------------------------------------------------------------------ settle
 
-    def ack(self, messages: list[QueueMessage]) -> None:
-        """Outstanding messages are done: forget them (the log records the ack)."""
+    def ack(self, messages: list[QueueMessage], client: bool = True) -> None:
+        """Outstanding messages are done: forget them (the log records the ack).
+        ``client``: a client's basic.ack (counted in ``acked``), not a no-ack settle."""
         if self.deleted:
             return
         self.outstanding -= len(messages)
+        if client:
+            self.acked += len(messages)
         ids = [m.id for m in messages if m.logged]
         if ids and self.log is not None:
             self.log.ack(ids)
@@ -448,8 +682,11 @@ class ClassicQueue:
                     over.append(msg)
                     continue
             heapq.heappush(self._levels[msg.priority].requeued, msg)
+            size = len(msg.body)
             self._ready += 1
-            self._ready_bytes += len(msg.body)
+            self._ready_bytes += size
+            self.loaded += 1
+            self.loaded_bytes += size
         if over:
             self._discard(over, "delivery_limit")
         if self._ready:
@@ -471,21 +708,19 @@ class ClassicQueue:
     def purge(self) -> int:
         """Drop every ready message; returns how many."""
         count = self._ready
-        ids = [m.id for level in self._levels for m in level if m.logged]
-        for i, _level in enumerate(self._levels):
-            self._levels[i] = _Level()
+        ids = [i for level in self._levels for i in level.logged_ids()]
+        self._levels = [_Level() for _ in self._levels]
         self._ready = 0
         self._ready_bytes = 0
+        self.loaded = 0
+        self.loaded_bytes = 0
+        self.paged = 0
         if ids and self.log is not None:
             if self.outstanding == 0:
                 self.log.purge()
             else:
                 self.log.ack(ids)
         return count
-
-    def ready_messages(self) -> Iterator[QueueMessage]:
-        for level in reversed(self._levels):
-            yield from level
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -16,7 +16,12 @@ from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import AccessRefused, AMQPError, PreconditionFailed, ResourceLocked
 from sievemq.gateway.model import arguments as stream_args
 from sievemq.gateway.model import classic_arguments as cargs
-from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic_queue import (
+    DEFAULT_WINDOW,
+    ClassicQueue,
+    MemoryWindow,
+    QueueMessage,
+)
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
 from sievemq.storage import Message
 
@@ -66,8 +71,10 @@ class ClassicQueues:
         default_type: str,
         open_log: LogOpener | None = None,
         on_change: Callable[[], None] = lambda: None,
+        window: MemoryWindow = DEFAULT_WINDOW,
     ) -> None:
         self.vhost_name = vhost
+        self.window = window
         self.default_type = default_type
         self.queues: dict[str, ClassicQueue] = {}
         self._open_log = open_log
@@ -128,7 +135,9 @@ class ClassicQueues:
         )
         if not name:
             name = server_name()
-        queue = self._create(name, qargs, durable, auto_delete, owner if exclusive else None)
+        queue = self._create(
+            name, qargs, durable, auto_delete, owner if exclusive else None, fresh=True
+        )
         if queue.durable and not queue.exclusive:
             self._on_change()
         return queue, 0, 0
@@ -174,10 +183,16 @@ class ClassicQueues:
         durable: bool,
         auto_delete: bool,
         owner: object | None,
+        fresh: bool = False,
     ) -> ClassicQueue:
+        """``fresh``: a new declare, so files a deleted queue of that name left behind (a
+        crash between forgetting it and deleting them) are removed, never recovered."""
         log_store = None
         if durable and owner is None and self._open_log is not None:
             log_store = self._open_log(self.vhost_name, name)
+            if fresh:
+                log_store.delete()
+                log_store = self._open_log(self.vhost_name, name)
         queue = ClassicQueue(
             name,
             self.vhost_name,
@@ -186,9 +201,10 @@ class ClassicQueues:
             auto_delete=auto_delete,
             owner=owner,
             log_store=log_store,
+            window=self.window,
         )
         if log_store is not None:
-            queue.restore(log_store.recover(), log_store.delivered)
+            queue.restore(log_store.scan(), log_store.delivered)
         queue.on_unused = self._auto_delete
         queue.dead_letter = self._dead_letter
         self.queues[name] = queue
@@ -240,9 +256,9 @@ class ClassicQueues:
         if self._vhost is not None:
             self._vhost.drop_queue_bindings(queue.name)
         queue.notify_deleted()
-        queue.destroy()
         if queue.durable and not queue.exclusive:
-            self._on_change()
+            self._on_change()  # forgotten first: a crash before the files go leaves no queue
+        queue.destroy()
 
     def _auto_delete(self, queue: ClassicQueue) -> None:
         self.remove(queue)

@@ -110,6 +110,11 @@ class StreamQueue:
             self._sequences = PublisherSequences(self.stream, dedup.stored_tag)
         return self._sequences
 
+    @property
+    def loaded_sequences(self) -> PublisherSequences | None:
+        """The sequences if something loaded them (what a shutdown snapshot saves)."""
+        return self._sequences
+
     def admit(self, reference: str, publishing_id: int) -> bool:
         """False for a duplicate (an id at or below the reference's last); else record it."""
         sequences = self.publisher_sequences()

@@ -120,6 +120,8 @@ class User:
     permissions: dict[str, Permission] = field(default_factory=dict)
     loopback_only: bool = False
     hashing_algorithm: str = SHA256
+    # RabbitMQ's user limits: max-connections, max-channels (absent or < 0: none)
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_administrator(self) -> bool:
@@ -147,6 +149,7 @@ class User:
             "tags": list(self.tags),
             "permissions": {v: p.to_json() for v, p in sorted(self.permissions.items())},
             "loopback_only": self.loopback_only,
+            "limits": dict(sorted(self.limits.items())),
         }
 
     @classmethod
@@ -164,6 +167,7 @@ class User:
             permissions=permissions,
             loopback_only=bool(data.get("loopback_only", False)),
             hashing_algorithm=str(data.get("hashing_algorithm", SHA256)),
+            limits={str(k): int(v) for k, v in dict(data.get("limits") or {}).items()},
         )
 
 

@@ -62,6 +62,8 @@ class VirtualHost:
         self._remove_stream = remove_stream
         self._on_change = on_change
         self.touched: list[tuple[str, Any]] = []
+        # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
+        self.limits: dict[str, int] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, StreamQueue] = {}  # stream queues
         # classic and quorum queues (their own module: declare, delete, dead-lettering)
@@ -154,6 +156,8 @@ class VirtualHost:
             return queue, queue.message_count, queue.consumer_count
         if name:
             check_queue_name(name)
+        if not name or (name not in self.queues and name not in self.classic.queues):
+            self.check_queue_limit(name)
         if (name and name in self.classic.queues) or (
             name not in self.queues and self.classic.wants(arguments)
         ):
@@ -172,6 +176,15 @@ class VirtualHost:
         queue = self._create_queue(name, stream_args)
         self._on_change()
         return queue, queue.message_count, queue.consumer_count
+
+    def check_queue_limit(self, name: str) -> None:
+        """A new queue past the vhost's max-queues: 406 with RabbitMQ's text."""
+        limit = self.limits.get("max-queues", -1)
+        if 0 <= limit <= len(self.queues) + len(self.classic.queues):
+            raise PreconditionFailed(
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' "
+                f"({limit}) is reached"
+            )
 
     def _create_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
         stream = self._open_stream(self.name, name, stream_args)

@@ -10,19 +10,18 @@ vhost '/' refused for user 'bob'``. Passive declares check nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sievemq.amqp.errors import AccessRefused
+from sievemq.gateway.model.users import User
 
 
-def check(user: Any, vhost: str, kind: str, resource: str, name: str) -> None:
-    """Raise 403 unless ``user`` may ``kind`` (configure/write/read) the named resource."""
+def check(user: User | None, vhost: str, kind: str, resource: str, name: str) -> None:
+    """Raise 403 unless ``user`` may ``kind`` (configure/write/read) the named resource
+    (``None``, a user not authenticated or since deleted, may do nothing)."""
     if resource == "exchange" and name == "":
         name = "amq.default"  # the default exchange's name for permissions, as RabbitMQ's
-    permissions = getattr(user, "permissions", None)
-    perm = permissions.get(vhost) if permissions is not None else None
+    perm = user.permissions.get(vhost) if user is not None else None
     if perm is None or not perm.allows(kind, name):
-        username = getattr(user, "name", "")
+        username = user.name if user is not None else ""
         raise AccessRefused(
             f"access to {resource} '{name}' in vhost '{vhost}' refused for user '{username}'"
         )

@@ -162,7 +162,8 @@ class ClassicConsumer:
         encoder.encode(out, tag, msg.redelivered, msg.exchange, msg.routing_key, props, msg.body)
         self.delivered += 1
         if self.no_ack:
-            self.queue.ack([msg])
+            self.queue.delivered_no_ack += 1
+            self.queue.ack([msg], client=False)
             return
         channel.unacked[tag] = self
         deliveries_of(channel).pending[tag] = (self.queue, msg)
@@ -375,8 +376,13 @@ def get(channel: Channel, queue: ClassicQueue, m: Any) -> None:
     msg = queue.take()
     conn = channel.connection
     if msg is None:
+        queue.get_empty += 1
         conn.send_method(channel.id, spec.Basic.GetEmpty())
         return
+    if m.no_ack:
+        queue.got_no_ack += 1
+    else:
+        queue.got += 1
     tag = channel.next_delivery_tag
     channel.next_delivery_tag = tag + 1
     props = msg.properties
@@ -394,7 +400,7 @@ def get(channel: Channel, queue: ClassicQueue, m: Any) -> None:
         conn.frame_max,
     )
     if m.no_ack:
-        queue.ack([msg])
+        queue.ack([msg], client=False)
     else:
         channel.unacked[tag] = GET_HOLDER
         deliveries_of(channel).pending[tag] = (queue, msg)

@@ -36,6 +36,7 @@ from sievemq.amqp.states import (
     ConnectionState,
     Next,
 )
+from sievemq.gateway.model.users import User
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.alarms import blocked_reason
 from sievemq.gateway.runtime.node import Node
@@ -76,7 +77,7 @@ class Connection:
         self.transport: asyncio.Transport | None = None
         self.state = ConnectionState()  # the phase, advanced by the amqp.states table only
         self.channels: dict[int, Channel] = {}
-        self.user: Any = None
+        self.user: User | None = None  # set once authenticated (connection.start-ok)
         self.username = ""
         self.vhost: VirtualHost | None = None
         self.vhost_name = ""
@@ -301,11 +302,54 @@ class Connection:
 
     def _open(self, method: Any) -> None:
         name = method.virtual_host or "/"
+        if self.user is None:  # the state machine lets open come only after start-ok
+            raise errors.CommandInvalid("connection.open before authentication")
         vhost = self.node.broker.open_vhost(self.user, name)
+        self._check_connection_limits(vhost)
         self.vhost = vhost
         self.vhost_name = name
         self.opened = True
         self.send_method(0, spec.Connection.OpenOk())
+
+    def _peers(self) -> list[Connection]:
+        """The other AMQP connections of this node past connection.open."""
+        return [
+            c
+            for c in self.node.connections
+            if isinstance(c, Connection) and c is not self and c.opened
+        ]
+
+    def _check_connection_limits(self, vhost: VirtualHost) -> None:
+        """RabbitMQ's vhost and user max-connections (530, its texts); only AMQP 0-9-1
+        connections count."""
+        limit = vhost.limits.get("max-connections", -1)
+        if limit >= 0 and sum(1 for c in self._peers() if c.vhost_name == vhost.name) >= limit:
+            raise errors.NotAllowed(
+                f"access to vhost '{vhost.name}' refused for user '{self.username}': "
+                f"connection limit ({limit}) is reached"
+            )
+        live = self.node.broker.users.get(self.username)
+        limit = live.limits.get("max-connections", -1) if live is not None else -1
+        if limit >= 0 and sum(1 for c in self._peers() if c.username == self.username) >= limit:
+            raise errors.NotAllowed(
+                f"connection refused for user '{self.username}': "
+                f"user connection limit ({limit}) is reached"
+            )
+
+    def _check_channel_limit(self) -> None:
+        """The user's max-channels over all its connections (530, RabbitMQ's text)."""
+        live = self.node.broker.users.get(self.username)
+        limit = live.limits.get("max-channels", -1) if live is not None else -1
+        if limit < 0:
+            return
+        used = len(self.channels) + sum(
+            len(c.channels) for c in self._peers() if c.username == self.username
+        )
+        if used >= limit:
+            raise errors.NotAllowed(
+                f"number of channels opened for user '{self.username}' has reached the "
+                f"maximum allowed user limit of ({limit})"
+            )
 
     def on_handshake_timeout(self) -> None:
         """``handshake_timeout_s`` after the socket connected (the protocol's timer)."""
@@ -348,6 +392,7 @@ class Connection:
                 f"number of channels opened ({opened}) has reached the negotiated "
                 f"channel_max ({self.channel_max})"
             )
+        self._check_channel_limit()
         state = ChannelState(chid, self.node.limits.max_message_size)
         if ftype != frames.FRAME_METHOD:
             state.out_of_phase(ftype)  # raises 504

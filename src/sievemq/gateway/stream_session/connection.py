@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sievemq.amqp.errors import AMQPError, NotAllowed
+from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
 from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks, seek
@@ -296,6 +297,28 @@ class StreamConnection:
 
     # ------------------------------------------------------------------ streams
 
+    def _may(self, kind: str, stream: str, resource: str = "queue") -> bool:
+        """RabbitMQ's stream plugin rules (``rabbit_stream_utils:check_*_permitted``):
+        Create and Delete need configure on the stream, DeclarePublisher and Publish write,
+        Subscribe, QueryOffset, StoreOffset, QueryPublisherSequence and StreamStats read.
+        A refusal answers 16 (access refused); StoreOffset has no answer."""
+        assert self.vhost is not None and self.user is not None
+        # the user's permissions now (an HTTP change reaches open connections, as
+        # RabbitMQ's live lookup does); a deleted user may do nothing
+        live = self.node.broker.users.get(self.user.name)
+        try:
+            access.check(live, self.vhost.name, kind, resource, stream)
+        except AccessRefused:
+            return False
+        return True
+
+    def _may_manage_super_stream(self, name: str, partitions: list[str]) -> bool:
+        """Create/DeleteSuperStream: configure on the super stream's exchange and on every
+        partition stream."""
+        return self._may("configure", name, "exchange") and all(
+            self._may("configure", p) for p in partitions
+        )
+
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
@@ -334,6 +357,9 @@ class StreamConnection:
         if not name or name.startswith("amq.") or len(name.encode()) > 255:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
+        if not self._may("configure", name):
+            self.write(wire.response(wire.CREATE, corr, wire.ACCESS_REFUSED))
+            return
         existing = self.vhost.queues.get(name)
         try:
             self.vhost.declare_queue(name, durable=True, arguments=arguments)
@@ -351,6 +377,9 @@ class StreamConnection:
         corr = cur.u32()
         name = cur.string()
         assert self.vhost is not None
+        if not self._may("configure", name):
+            self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
+            return
         if name not in self.vhost.queues:
             self.write(wire.response(wire.DELETE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -371,7 +400,11 @@ class StreamConnection:
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
@@ -422,6 +455,9 @@ class StreamConnection:
         except ValueError:
             self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
             return
+        if not self._may_manage_super_stream(name, partitions):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
         # RabbitMQ spreads the partitions over the cluster unless told otherwise
         arguments.setdefault("x-queue-leader-locator", "balanced")
         try:
@@ -446,6 +482,11 @@ class StreamConnection:
         name = cur.string()
         assert self.vhost is not None
         key = wire.DELETE_SUPER_STREAM
+        if not self._may_manage_super_stream(
+            name, super_streams.partitions(self.vhost, name) or []
+        ):
+            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
+            return
         try:
             super_streams.delete(self.vhost, name)
         except super_streams.SuperStreamError:
@@ -488,7 +529,11 @@ class StreamConnection:
         corr = cur.u32()
         pid = cur.u8()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("write", name):
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.ACCESS_REFUSED))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -518,12 +563,20 @@ class StreamConnection:
             code = wire.PUBLISHER_DOES_NOT_EXIST
             self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
             return
+        if not self._may("write", pub.queue.name):  # permissions may change after declare
+            code = wire.ACCESS_REFUSED
+            self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
+            return
         pub.publish(entries)
 
     def _query_publisher_sequence(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_publisher_sequence_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
@@ -541,10 +594,14 @@ class StreamConnection:
     def _subscribe(self, cur: Cursor) -> None:
         corr = cur.u32()
         sid = cur.u8()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        queue = self._queue(name)
         offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
+        if not self._may("read", name):
+            self.write(wire.response(wire.SUBSCRIBE, corr, wire.ACCESS_REFUSED))
+            return
         if queue is None:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
@@ -623,10 +680,13 @@ class StreamConnection:
 
     def _store_offset(self, cur: Cursor) -> None:
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
         offset = cur.u64()
+        queue = self._queue(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
+        if not self._may("read", name):
+            return
         try:
             queue.stream.offsets.set(reference, offset)
         except (StorageError, OSError, ValueError) as error:
@@ -635,7 +695,11 @@ class StreamConnection:
     def _query_offset(self, cur: Cursor) -> None:
         corr = cur.u32()
         reference = cur.string()
-        queue = self._queue(cur.string())
+        name = cur.string()
+        if not self._may("read", name):
+            self.write(wire.query_offset_response(corr, wire.ACCESS_REFUSED, 0))
+            return
+        queue = self._queue(name)
         if queue is None:
             self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return

@@ -56,9 +56,11 @@ class StreamNode:
         self._sequences.pop(id(queue), None)
 
     def save_sequences(self) -> None:
-        """Shutdown, after every append is written: snapshot the sequences of each stream."""
-        for queue, sequences in list(self._sequences.values()):
-            if queue.deleted:
+        """Shutdown, after every append is written: snapshot the sequences of each stream
+        (those stream-protocol publishers and deduplicated AMQP publishes loaded)."""
+        for queue in list(self.node.broker.queues()):
+            sequences = getattr(queue, "loaded_sequences", None)
+            if sequences is None or queue.deleted:
                 continue
             try:
                 sequences.save(queue.stream.end_offset)
