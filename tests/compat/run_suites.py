@@ -264,9 +264,11 @@ def parse_junit(path: Path) -> Result:
         res.note = "no junit report (the run crashed or timed out)"
         return res
     root = ET.parse(path).getroot()
+    # a rerun (pytest-rerunfailures) repeats the case: its last outcome counts
+    final: dict[str, set[str]] = {}
     for case in root.iter("testcase"):
-        ident = f"{case.get('classname', '')}::{case.get('name', '')}"
-        tags = {child.tag for child in case}
+        final[f"{case.get('classname', '')}::{case.get('name', '')}"] = {c.tag for c in case}
+    for ident, tags in final.items():
         if "failure" in tags:
             res.failed += 1
             res.failures.append(ident)

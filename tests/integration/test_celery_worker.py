@@ -118,6 +118,12 @@ def test_task_round_trip_through_the_worker(worker: Worker, client: Celery) -> N
     except CeleryTimeout:
         pytest.fail(f"no result from the worker:\n{worker.output()}")
     assert result.successful() and result.state == "SUCCESS"
+    # the worker logs the success after it sent the result: give its log line a moment
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if any(f"{result.id}] succeeded" in line for line in worker.lines):
+            break
+        time.sleep(0.05)
     assert any(f"{result.id}] succeeded" in line for line in worker.lines), worker.output()
 
 

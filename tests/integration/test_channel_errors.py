@@ -90,3 +90,37 @@ def test_publish_to_a_missing_exchange_closes_the_channel_naming_basic_publish(
     assert close.reply_code == 404
     assert close.reply_text == "NOT_FOUND - no exchange 'no-such-exchange' in vhost '/'"
     assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_channel_flow_stop_is_540_and_start_is_flow_ok(server: ServerProcess) -> None:
+    """channel.flow active=false: 540 NOT_IMPLEMENTED "active=false" closes the connection,
+    as RabbitMQ answers it (the Go client's suite checks for that code); active=true: flow-ok."""
+    client = RawClient(server.host, server.amqp_port)
+    client.handshake()
+    client.open_channel(1)
+    ok = client.rpc(commands.Channel.Flow(active=True))
+    assert isinstance(ok, commands.Channel.FlowOk) and ok.active
+    client.send_frame(commands.Channel.Flow(active=False), 1)
+    close = client.expect(commands.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - active=false")
+    assert (close.class_id, close.method_id) == (20, 20)
+    client.close()
+
+
+def test_crossing_channel_closes_leave_the_connection_open(server: ServerProcess) -> None:
+    """The server closes channel 1 (404) while the client closes it too: each answers the
+    other's close; the client's late close-ok is dropped and channel 2 goes on (amqp091-go
+    TestChannelExceptionWithCloseIssue43; a 504 here closed the whole connection)."""
+    client = RawClient(server.host, server.amqp_port)
+    client.handshake()
+    client.open_channel(1)
+    client.open_channel(2)
+    client.publish(1, "no-such-exchange", "k", b"\x00\x00", b"x")
+    client.send_frame(commands.Channel.Close(200, "bye", 0, 0), 1)
+    got = [client.next_method(), client.next_method()]
+    kinds = {(ch, type(m)) for ch, m in got}
+    assert kinds == {(1, commands.Channel.Close), (1, commands.Channel.CloseOk)}, got
+    client.send_frame(commands.Channel.CloseOk(), 1)  # answering the server's close
+    ok = client.rpc(commands.Exchange.Declare(exchange="still-here", exchange_type="direct"), 2)
+    assert isinstance(ok, commands.Exchange.DeclareOk)
+    client.close()

@@ -259,6 +259,10 @@ class ChannelState:
         if target is None:
             if phase is CH.CLOSING:
                 return Next.DISCARD
+            if phase is CH.CLOSED and method == CHANNEL_CLOSE_OK:
+                # the close-ok of a close that crossed ours (both sides sent channel.close:
+                # we answered the client's and freed the channel): late, harmless, dropped
+                return Next.DISCARD
             if phase is CH.CLOSED:
                 raise errors.ChannelErrorHard(
                     f"expected 'channel.open' on channel {self.channel}", *method

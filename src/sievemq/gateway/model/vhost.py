@@ -312,7 +312,12 @@ class VirtualHost:
         routing_key: str,
         arguments: dict[str, Any] | None,
     ) -> None:
-        self._resolve(kind, destination, source)
+        try:
+            self._resolve(kind, destination, source)
+        except NotFound:
+            # no such exchange or queue: no such binding either, and removing a binding
+            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8)
+            return
         binding = Binding.make(source, kind, destination, routing_key, arguments)
         durable = self.is_durable(binding)
         if self._drop_binding(binding, cascade=True) and durable:

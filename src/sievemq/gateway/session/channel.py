@@ -517,6 +517,10 @@ class Channel:
         self.connection.channel_closed(self)
 
     def _channel_flow(self, method: Any) -> None:
+        """channel.flow: RabbitMQ answers active=false with 540 NOT_IMPLEMENTED (clients
+        stop deliveries with prefetch instead), and so do we; active=true is flow-ok."""
+        if not method.active:
+            raise errors.NotImplemented_("active=false")  # RabbitMQ's reply
         self.flow_active = bool(method.active)
         self.connection.send_method(self.id, spec.Channel.FlowOk(active=self.flow_active))
         if self.flow_active:

@@ -396,7 +396,8 @@ class Connection:
         state = ChannelState(chid, self.node.limits.max_message_size)
         if ftype != frames.FRAME_METHOD:
             state.out_of_phase(ftype)  # raises 504
-        state.receive_method(hotcodec.method_id(payload))  # 504 unless channel.open
+        if state.receive_method(hotcodec.method_id(payload)) is Next.DISCARD:
+            return  # a late channel.close-ok (closes that crossed): nothing to open
         if chid > self.channel_max:
             raise errors.ChannelErrorHard(
                 f"channel {chid} is above the negotiated channel_max {self.channel_max}", 20, 10
