@@ -97,10 +97,6 @@ def start_server(
             "0",
             "--admin-port",
             "0",
-            "--stream-port",  # free ports: another server may hold 5552 on a shared machine
-            "0",
-            "--stream-tls-port",
-            "0",
             "--fsync",
             fsync,
         ],
