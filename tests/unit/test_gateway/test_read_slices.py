@@ -9,7 +9,6 @@ The frames must arrive complete, in order, and exactly as one unsliced read woul
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from pamqp import body as pbody
 from pamqp import commands
@@ -18,29 +17,7 @@ from pamqp import header as pheader
 
 from sievemq.amqp import errors, frames
 from sievemq.gateway.net.protocol import READ_SLICE, AMQPProtocol
-
-
-class Transport:
-    def __init__(self) -> None:
-        self.reading = True
-        self.calls: list[str] = []
-
-    def pause_reading(self) -> None:
-        self.calls.append("pause")
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.calls.append("resume")
-        self.reading = True
-
-    def is_closing(self) -> bool:
-        return False
-
-    def set_write_buffer_limits(self, high: int) -> None:
-        pass
-
-    def get_extra_info(self, name: str) -> Any:
-        return None
+from tests.unit.test_gateway.fake_transport import FakeTransport
 
 
 class Handler:
@@ -91,10 +68,10 @@ def publishes(count: int, body_size: int = 100) -> bytes:
     )  # each body its own, so order is visible
 
 
-def wired() -> tuple[AMQPProtocol, Transport, Handler]:
+def wired() -> tuple[AMQPProtocol, FakeTransport, Handler]:
     handler = Handler()
     protocol = AMQPProtocol(handler, Registry(), 131072, 1 << 22)  # type: ignore[arg-type]
-    transport = Transport()
+    transport = FakeTransport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     protocol.data_received(frames.PROTOCOL_HEADER)
     return protocol, transport, handler
