@@ -56,6 +56,7 @@ _KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "bindings": ("vhost", "source", "destination_type", "destination", "routing_key", "arguments"),
 }
 _TAG = "__amqp__"
+_TAG_BYTES = b'"__amqp__"'
 
 
 def encode_value(value: Any) -> Any:
@@ -95,8 +96,20 @@ def decode_value(value: Any) -> Any:
     return value
 
 
+def _special(value: Any) -> Any:
+    """``encode_value`` of a value JSON has no type for (the C encoder's ``default``)."""
+    if isinstance(value, bytes | bytearray | datetime.datetime | Decimal):
+        return encode_value(value)
+    raise TypeError(f"cannot store a {type(value).__name__} in definitions")
+
+
+def _dumps(value: Any) -> str:
+    """JSON of ``encode_value(value)``, keys sorted, in C (no Python walk of the value)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_special)
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(encode_value(value), sort_keys=True, separators=(",", ":"))
+    return _dumps(value)
 
 
 def item_key(section: str, item: Any) -> str:
@@ -108,8 +121,7 @@ def item_key(section: str, item: Any) -> str:
 
 
 def _line(op: str, section: str, key: str | None, item: Any) -> bytes:
-    body = json.dumps([op, section, key, encode_value(item)], separators=(",", ":"))
-    raw = body.encode("utf-8")
+    raw = _dumps([op, section, key, item]).encode("utf-8")
     return b"%08x " % zlib.crc32(raw) + raw + b"\n"
 
 
@@ -172,7 +184,10 @@ class DefinitionStore:
                 break
             op, section, key, value = json.loads(body)
             if op == "put":
-                self._items[section, key] = (None, decode_value(value))  # canonical on demand
+                if _TAG_BYTES in body:  # a tagged AMQP value inside: decode it
+                    value = decode_value(value)
+                # the canonical text is computed when a save first compares with it
+                self._items[section, key] = (None, value)
             else:
                 self._items.pop((section, key), None)
             self._lines += 1
