@@ -85,6 +85,7 @@ class StreamConnection:
         self.frame_max = snode.frame_max
         self.heartbeat = snode.heartbeat
         self.max_chunk_bytes = self._chunk_budget(self.frame_max)
+        self.deliver_version = 1
         self.publishers: dict[int, StreamPublisher] = {}
         self.subscriptions: dict[int, Subscription] = {}
         self._watched: dict[int, StreamQueue] = {}
@@ -404,6 +405,17 @@ class StreamConnection:
             self._may("configure", p) for p in partitions
         )
 
+    def _readable(self, name: str, answer: Callable[[int], bytes]) -> StreamQueue | None:
+        """The stream a read-side query names, or None after answering ``answer(code)``:
+        16 without read permission, 2 when there is no such stream."""
+        if not self._may("read", name):
+            self.write(answer(wire.ACCESS_REFUSED))
+            return None
+        queue = self._queue(name)
+        if queue is None:
+            self.write(answer(wire.STREAM_DOES_NOT_EXIST))
+        return queue
+
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
@@ -606,7 +618,33 @@ class StreamConnection:
 
     def _exchange_command_versions(self, cur: Cursor) -> None:
         corr = cur.u32()
+        client = wire.parse_command_versions(cur) if cur.remaining else []
+        if any(key == wire.DELIVER and hi >= 2 for key, _, hi in client):
+            self.deliver_version = 2  # RabbitMQ: Deliver v2 for clients that list it
         self.write(wire.exchange_command_versions_response(corr))
+
+    def _resolve_offset_spec(self, cur: Cursor) -> None:
+        """RabbitMQ 4.3's ResolveOffsetSpec: the offset a Subscribe with this specification
+        would start at. The properties (filters) are read and do not change the answer."""
+        corr = cur.u32()
+        name = cur.string()
+        offset = wire.parse_offset_spec(cur)
+        cur.properties()
+        queue = self._readable(name, lambda c: wire.resolve_offset_spec_response(corr, c, 0))
+        if queue is None:
+            return
+        try:
+            reader = queue.stream.reader()
+            try:
+                seek(reader, offset)
+                resolved = reader.position
+            finally:
+                reader.close()
+        except (StorageError, OSError) as error:
+            log.error("resolve offset spec on %s failed: %s", name, error)
+            self.write(wire.resolve_offset_spec_response(corr, wire.NO_OFFSET, 0))
+            return
+        self.write(wire.resolve_offset_spec_response(corr, wire.OK, resolved))
 
     # ------------------------------------------------------------------ publishing
 
@@ -660,12 +698,8 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        if not self._may("read", name):
-            self.write(wire.query_publisher_sequence_response(corr, wire.ACCESS_REFUSED, 0))
-            return
-        queue = self._queue(name)
+        queue = self._readable(name, lambda c: wire.query_publisher_sequence_response(corr, c, 0))
         if queue is None:
-            self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
         stored = self.snode.sequences(queue).get(reference) if reference else None
         self.write(wire.query_publisher_sequence_response(corr, wire.OK, stored or 0))
@@ -783,12 +817,8 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        if not self._may("read", name):
-            self.write(wire.query_offset_response(corr, wire.ACCESS_REFUSED, 0))
-            return
-        queue = self._queue(name)
+        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0))
         if queue is None:
-            self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
         stored = queue.stream.offsets.get(reference)
         if stored is None:
@@ -812,6 +842,7 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.METADATA: StreamConnection._metadata,
     wire.STREAM_STATS: StreamConnection._stream_stats,
     wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
+    wire.RESOLVE_OFFSET_SPEC: StreamConnection._resolve_offset_spec,
     wire.CREATE_SUPER_STREAM: StreamConnection._create_super_stream,
     wire.DELETE_SUPER_STREAM: StreamConnection._delete_super_stream,
     wire.ROUTE: StreamConnection._route,

@@ -11,6 +11,7 @@ class ConnectionPort(Protocol):
     alive: bool
     writing_paused: bool
     max_chunk_bytes: int
+    deliver_version: int  # 2 when the client listed Deliver v2 in ExchangeCommandVersions
 
     def write(self, data: bytes) -> None: ...
     def drop_subscription(self, sub: Any, notify: bool) -> None: ...
