@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 from sievemq.gateway.model import dedup
 from sievemq.gateway.model.arguments import StreamArguments
@@ -92,8 +92,11 @@ class StreamQueue:
     def __init__(self, name: str, vhost: str, arguments: StreamArguments, stream: Stream) -> None:
         self.name = name
         self.vhost = vhost
-        self.arguments = arguments
+        self.arguments = arguments  # as declared (policies act on ``stream.config``)
         self.stream = stream
+        self.policy: str | None = None  # the names of the policies that apply, if any
+        self.operator_policy: str | None = None
+        self.effective_policy: dict[str, Any] = {}
         self.consumers: set[ConsumerInfo] = set()
         self.filter_stats = FilterStats()
         self.deleted = False
