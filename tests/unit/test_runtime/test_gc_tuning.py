@@ -3,6 +3,7 @@ start and after bulk declares, and a deleted queue is still freed (reference cou
 
 from __future__ import annotations
 
+import argparse
 import gc
 import weakref
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.runtime.gc_tuning import DECLARED_STEP, GcFreezer
+from sievemq.settings import add_serve_arguments, settings_from_args
 
 
 @pytest.fixture
@@ -68,3 +70,15 @@ def test_disabled_leaves_the_collector_alone(broker: Broker) -> None:
     freezer.freeze(full=True)
     freezer.check()
     assert freezer.freezes == 0 and gc.get_freeze_count() == before
+
+
+def test_serve_freezes_by_default_and_the_flag_or_env_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    assert settings_from_args(parser.parse_args([])).gc_freeze is True
+    assert settings_from_args(parser.parse_args(["--gc-freeze", "off"])).gc_freeze is False
+    monkeypatch.setenv("SIEVEMQ_GC_FREEZE", "0")
+    assert settings_from_args(parser.parse_args([])).gc_freeze is False
+    assert settings_from_args(parser.parse_args(["--gc-freeze", "on"])).gc_freeze is True
