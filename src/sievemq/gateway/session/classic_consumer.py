@@ -148,6 +148,18 @@ class ClassicConsumer:
         limit = channel.global_prefetch
         return not (limit and deliveries_of(channel).count >= limit)
 
+    def room(self, most: int) -> int:
+        """How many deliveries in a row this consumer may take now (``can_take`` was true),
+        at most ``most``."""
+        if self.no_ack:
+            return most
+        if self.prefetch:
+            most = min(most, self.credit)
+        limit = self.channel.global_prefetch
+        if limit:
+            most = min(most, limit - deliveries_of(self.channel).count)
+        return max(most, 1)
+
     def deliver(self, msg: QueueMessage, out: list[bytes]) -> None:
         channel = self.channel
         tag = channel.next_delivery_tag
@@ -166,7 +178,10 @@ class ClassicConsumer:
             self.queue.ack([msg], client=False)
             return
         channel.unacked[tag] = self
-        deliveries_of(channel).pending[tag] = (self.queue, msg)
+        classic = channel.classic
+        if classic is None:
+            classic = deliveries_of(channel)
+        classic.pending[tag] = (self.queue, msg)
         if self.prefetch:
             self.credit -= 1
 
@@ -278,21 +293,33 @@ class _Dispatcher:
             candidates = items[:1]
         else:
             candidates = sorted(items, key=_neg_priority) if _mixed(items) else items
+        alone = len(candidates) == 1
+        take = queue.take
         while budget and queue.has_ready:
             consumer = _pick(queue, candidates)
             if consumer is None:
-                break
-            msg = queue.take()
-            if msg is None:
                 break
             channel = consumer.channel
             out = outs.get(channel)
             if out is None:
                 out = outs[channel] = []
-            consumer.deliver(msg, out)
-            budget -= 1
+            # round-robin is per message; a lone consumer takes what its credit allows
+            n = consumer.room(budget) if alone else 1
+            deliver = consumer.deliver
+            for _ in range(n):
+                msg = take(True)
+                if msg is None:
+                    break
+                deliver(msg, out)
+            else:
+                budget -= n
+                continue
+            break
+        if outs:
+            queue.flush_delivered()  # the delivered mark is on disk before anything is sent
         for channel, out in outs.items():
-            channel.connection.write_frames([b"".join(out)])
+            if out:
+                channel.connection.write_frames([b"".join(out)])
         if not budget:
             self.schedule()
         self._arm_expiry()
