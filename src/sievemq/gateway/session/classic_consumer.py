@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from bisect import bisect_right
 from typing import Any, Protocol
 
 import pamqp.commands as spec
@@ -160,7 +161,11 @@ class ClassicConsumer:
             most = min(most, limit - deliveries_of(self.channel).count)
         return max(most, 1)
 
-    def deliver(self, msg: QueueMessage, out: list[bytes]) -> None:
+    def deliver(
+        self, msg: QueueMessage, out: list[bytes], settled: list[QueueMessage] | None = None
+    ) -> None:
+        """Encode one delivery into ``out``. Without acks the message is done: it goes to
+        ``settled`` (the caller settles them together) or is settled at once."""
         channel = self.channel
         tag = channel.next_delivery_tag
         channel.next_delivery_tag = tag + 1
@@ -175,7 +180,10 @@ class ClassicConsumer:
         self.delivered += 1
         if self.no_ack:
             self.queue.delivered_no_ack += 1
-            self.queue.ack([msg], client=False)
+            if settled is not None:
+                settled.append(msg)
+            else:
+                self.queue.ack([msg], client=False)
             return
         channel.unacked[tag] = self
         classic = channel.classic
@@ -219,19 +227,26 @@ class ClassicDeliveries:
         if not pending:
             return
         if multiple:
-            taken = []
-            for key in list(pending):
-                if tag and key > tag:
-                    break
-                taken.append(pending.pop(key))
+            if not tag:
+                taken = list(pending.values())
+                pending.clear()
+            else:  # tags were added in increasing order: the settled ones are a prefix
+                keys = list(pending)
+                taken = [pending.pop(key) for key in keys[: bisect_right(keys, tag)]]
         else:
             got = pending.pop(tag, None)
             if got is None:
                 return
             taken = [got]
+        if not taken:
+            return
         by_queue: dict[ClassicQueue, list[QueueMessage]] = {}
-        for queue, msg in taken:
-            by_queue.setdefault(queue, []).append(msg)
+        first = taken[0][0]
+        if all(queue is first for queue, _ in taken):
+            by_queue[first] = [msg for _, msg in taken]
+        else:
+            for queue, msg in taken:
+                by_queue.setdefault(queue, []).append(msg)
         for queue, msgs in by_queue.items():
             if not finished:
                 queue.requeue(msgs)
@@ -295,6 +310,7 @@ class _Dispatcher:
             candidates = sorted(items, key=_neg_priority) if _mixed(items) else items
         alone = len(candidates) == 1
         take = queue.take
+        settled: list[QueueMessage] = []  # deliveries without acks: one ack record write
         while budget and queue.has_ready:
             consumer = _pick(queue, candidates)
             if consumer is None:
@@ -310,13 +326,15 @@ class _Dispatcher:
                 msg = take(True)
                 if msg is None:
                     break
-                deliver(msg, out)
+                deliver(msg, out, settled)
             else:
                 budget -= n
                 continue
             break
         if outs:
             queue.flush_delivered()  # the delivered mark is on disk before anything is sent
+        if settled:
+            queue.ack(settled, client=False)
         for channel, out in outs.items():
             if out:
                 channel.connection.write_frames([b"".join(out)])
