@@ -296,6 +296,35 @@ def decode_records(
         raise StorageError(f"chunk at offset {first_offset}: bad record data: {error}") from error
 
 
+def length_prefixed_bodies(raw: bytes, count: int, skip: int = 0) -> bytes | None:
+    """The bodies of records ``skip ..`` of a chunk's data, each after its length as a
+    big-endian u32 (the stream protocol's simple entries), or None when one of them is not a
+    KIND_STREAM record (its body alone is not what a stream consumer receives).
+
+    No Record objects: one slice and one length per record (the stream-protocol Deliver
+    path, which sends stored stream-protocol payloads byte for byte).
+    """
+    try:
+        table_len = count * ENTRY_SIZE
+        p = table_len
+        parts: list[bytes] = []
+        add = parts.append
+        pack = _pack_u32
+        for i, (nf, fl, el, rl, pl, bl) in enumerate(ENTRY.iter_unpack(raw[:table_len])):
+            if not nf & _KIND_BIT:
+                return None
+            s = p + fl + el + rl + pl
+            p = s + bl
+            if i >= skip:
+                add(pack(bl))
+                add(raw[s:p])
+    except (struct.error, IndexError) as error:
+        raise StorageError(f"bad record data: {error}") from error
+    if p != len(raw):
+        raise StorageError(f"record table describes {p} bytes, the data holds {len(raw)}")
+    return b"".join(parts)
+
+
 def _decode_records(
     raw: bytes,
     count: int,

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.storage.chunk import decode_records, length_prefixed_bodies
+from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
 
@@ -72,6 +74,42 @@ def payload_of(record: Record, stream: Stream | None = None) -> bytes:
     return out
 
 
+BUILT_BYTES_PER_STREAM = 8 * 1024 * 1024  # built wire chunks kept per stream
+
+# stream -> chunk id -> that whole stored chunk in osiris layout (header + entries), built
+# once and shared by every subscriber that sends it whole; the oldest goes first
+_built: weakref.WeakKeyDictionary[Stream, dict[int, bytes]] = weakref.WeakKeyDictionary()
+_built_size: weakref.WeakKeyDictionary[Stream, int] = weakref.WeakKeyDictionary()
+
+
+def wire_chunk(stream: Stream, raw: RawChunk) -> bytes | None:
+    """The osiris chunk (header + data) for the records ``raw.start ..`` of a stored chunk,
+    or None when it holds a 0-9-1 record (those need converting: the record path). Whole
+    chunks are built once per stream (``_built``)."""
+    first = raw.first_offset
+    whole = raw.start <= first
+    cache = _built.get(stream)
+    if whole and cache is not None:
+        hit = cache.get(first)
+        if hit is not None:
+            return hit
+    skip = 0 if whole else raw.start - first
+    data = length_prefixed_bodies(raw.data, raw.records, skip)
+    if data is None:
+        return None
+    out = osiris.chunk(first + skip, raw.records - skip, raw.timestamp_ms, data)
+    if whole:
+        if cache is None:
+            cache = _built[stream] = {}
+            _built_size[stream] = 0
+        size = _built_size[stream] + len(out)
+        while cache and size > BUILT_BYTES_PER_STREAM:
+            size -= len(cache.pop(next(iter(cache))))
+        cache[first] = out
+        _built_size[stream] = size
+    return out
+
+
 NEXT = wire.OffsetSpec(wire.OFFSET_NEXT, 0)
 
 
@@ -92,6 +130,8 @@ def seek(reader: StreamReader, offset: wire.OffsetSpec) -> None:
 
 class Subscription(CommitWaker):
     __slots__ = (
+        "_by_chunk",
+        "_chunks",
         "_pending",
         "_reader",
         "conn",
@@ -127,6 +167,9 @@ class Subscription(CommitWaker):
         self.sac: GroupMember | None = None
         self.delivered = 0
         self._pending: list[Record] = []
+        # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
+        self._by_chunk = spec is None or isinstance(spec, WholeChunks)
+        self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
 
     def start(self) -> None:
         self.listen()
@@ -157,6 +200,7 @@ class Subscription(CommitWaker):
             self.conn.drop_subscription(self, notify=True)
             return
         self._pending = []
+        self._chunks = []
         self.holding = False
         self.wake()
 
@@ -182,13 +226,50 @@ class Subscription(CommitWaker):
         credit = self.credit
         reads = 0
         try:
+            chunks = self._chunks
             while credit > 0 and written < MAX_TURN_BYTES:
                 records = self._pending
                 if records:
                     self._pending = []
+                elif chunks:
+                    raw = chunks.pop()
+                    built = None
+                    if raw.records - max(0, raw.start - raw.first_offset) <= MAX_ENTRIES:
+                        built = wire_chunk(stream, raw)
+                    if built is None or (len(built) - osiris.HEADER_SIZE > budget):
+                        # a 0-9-1 record to convert, or too big for one frame: per record
+                        records, _ = decode_records(
+                            raw.data,
+                            raw.records,
+                            raw.first_offset,
+                            raw.timestamp_ms,
+                            raw.start,
+                            None,
+                        )
+                    else:
+                        start = max(raw.start, raw.first_offset)
+                        frame = osiris.deliver_prefix(
+                            sid, len(built), version, max(committed, start)
+                        )
+                        out.append(frame)
+                        out.append(built)
+                        written += len(frame) + len(built)
+                        credit -= 1
+                        self.delivered += raw.first_offset + raw.records - start
+                        continue
                 elif reads < 2:
-                    records = reader.read(READ_BATCH, self.spec)
                     reads += 1
+                    if self._by_chunk:
+                        got = reader.read_chunks(READ_BATCH, self.spec)
+                        if not got:
+                            break
+                        stats = reader.stats  # read_chunks leaves the matched count to us
+                        for c in got:
+                            stats.records_matched += c.first_offset + c.records - c.start
+                        got.reverse()
+                        chunks.extend(got)
+                        continue
+                    records = reader.read(READ_BATCH, self.spec)
                     if not records:
                         break
                 else:
@@ -233,7 +314,7 @@ class Subscription(CommitWaker):
         self.credit = credit
         if out:
             conn.write(b"".join(out))
-        if credit > 0 and (self._pending or not reader.at_end):
+        if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
     def stop(self) -> None:
