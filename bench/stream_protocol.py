@@ -22,6 +22,10 @@ ratios and the `loop.sendfile` probe below. RabbitMQ 3.10.8 has no stream filter
 so the filtered test runs on SieveMQ only. Defaults (N=100,000, 3 runs) take ~3 minutes on
 a quiet 2-core machine.
 
+`python -m bench.stream_protocol --baseline SRC [--n N] [--runs R]`: this tree's server and
+the one whose package is in SRC (e.g. `git archive HEAD~1 src | tar -x -C /tmp/before`, then
+`--baseline /tmp/before/src`), alternately in one process, with the ratios: a before/after.
+
 `--sendfile-probe` (part of `--compare`): how fast N stored messages reach a raw socket
 reader (another process) over loopback as Deliver frames, three ways in one run: `write`,
 SieveMQ's path (StreamReader.read of a real stream, cut into osiris chunks of at most 100
@@ -366,6 +370,30 @@ async def _compare(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """This tree's server and a baseline's (``--baseline SRC``), alternately, in one run."""
+    with tempfile.TemporaryDirectory(prefix="sievemq-bench-") as tmp:
+        new = start_server(Path(tmp) / "new", fsync="never")
+        old = start_server(Path(tmp) / "old", fsync="never", src=Path(args.baseline))
+        acc: dict[str, dict[str, list[float]]] = {"new": {}, "baseline": {}}
+        try:
+            for _ in range(args.runs):
+                for name, server in (("new", new), ("baseline", old)):
+                    one = await _measure(args.host, server.stream_port, 1, args.n, False)
+                    for k, v in one.items():
+                        acc[name].setdefault(k, []).append(v)
+        finally:
+            stop_server(new)
+            stop_server(old)
+    out: dict[str, Any] = {
+        name: {k: round(statistics.median(v)) for k, v in got.items()} for name, got in acc.items()
+    }
+    out["ratio_new_over_baseline"] = {
+        k: round(out["new"][k] / v, 2) for k, v in out["baseline"].items() if v
+    }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -385,6 +413,11 @@ def main() -> None:
         help="start SieveMQ and RabbitMQ 3.10.8 (rabbitmq_stream) and measure both",
     )
     parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="start this tree's server and the one in SRC (a src/ folder) and measure both",
+    )
+    parser.add_argument(
         "--sendfile-probe", action="store_true", help="only the loop.sendfile probe"
     )
     args = parser.parse_args()
@@ -399,6 +432,10 @@ def main() -> None:
                 }
             )
         )
+        return
+    if args.baseline:
+        got = asyncio.run(_against_baseline(args))
+        print(json.dumps({"label": "stream protocol: this tree vs baseline", **head, **got}))
         return
     if args.sendfile_probe:
 

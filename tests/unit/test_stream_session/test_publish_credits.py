@@ -53,9 +53,9 @@ class Appender:
     def __init__(self) -> None:
         self.sinks: list[tuple[Any, int]] = []
 
-    def submit(self, message: Any, sink: Any, seq: int) -> None:
-        if sink is not None:
-            self.sinks.append((sink, seq))
+    def submit_many(self, messages: Any, sinks: Any, sink: Any, seqs: list[int]) -> None:
+        assert len(messages) == len(sinks) and sum(s is sink for s in sinks) == len(seqs)
+        self.sinks.extend((sink, seq) for seq in seqs)
 
 
 class Sequences:
