@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
-from sievemq.storage.chunk import decode_records, length_prefixed_bodies
+from sievemq.storage.chunk import decode_records, length_prefixed_runs
 from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
@@ -76,36 +76,47 @@ def payload_of(record: Record, stream: Stream | None = None) -> bytes:
 
 BUILT_BYTES_PER_STREAM = 8 * 1024 * 1024  # built wire chunks kept per stream
 
-# stream -> chunk id -> that whole stored chunk in osiris layout (header + entries), built
-# once and shared by every subscriber that sends it whole; the oldest goes first
-_built: weakref.WeakKeyDictionary[Stream, dict[int, bytes]] = weakref.WeakKeyDictionary()
+Built = list[tuple[int, bytes]]  # (first offset, osiris chunk: header + entries) in order
+
+# stream -> (chunk id, byte budget) -> that whole stored chunk in osiris layout, built once
+# and shared by every subscriber that sends it whole; the oldest goes first
+_built: weakref.WeakKeyDictionary[Stream, dict[tuple[int, int], Built]] = (
+    weakref.WeakKeyDictionary()
+)
 _built_size: weakref.WeakKeyDictionary[Stream, int] = weakref.WeakKeyDictionary()
 
 
-def wire_chunk(stream: Stream, raw: RawChunk) -> bytes | None:
-    """The osiris chunk (header + data) for the records ``raw.start ..`` of a stored chunk,
-    or None when it holds a 0-9-1 record (those need converting: the record path). Whole
-    chunks are built once per stream (``_built``)."""
+def wire_chunks(stream: Stream, raw: RawChunk, budget: int) -> Built | None:
+    """The osiris chunks for the records ``raw.start ..`` of a stored chunk, each within
+    ``budget`` bytes of entries (one stored chunk may need several), or None when it holds a
+    0-9-1 record (those need converting: the record path). Whole chunks are built once per
+    stream and budget (``_built``)."""
     first = raw.first_offset
     whole = raw.start <= first
+    key = (first, budget)
     cache = _built.get(stream)
     if whole and cache is not None:
-        hit = cache.get(first)
+        hit = cache.get(key)
         if hit is not None:
             return hit
     skip = 0 if whole else raw.start - first
-    data = length_prefixed_bodies(raw.data, raw.records, skip)
-    if data is None:
+    runs = length_prefixed_runs(raw.data, raw.records, skip, budget, MAX_ENTRIES)
+    if runs is None:
         return None
-    out = osiris.chunk(first + skip, raw.records - skip, raw.timestamp_ms, data)
+    out: Built = []
+    at = first + skip
+    ts = raw.timestamp_ms
+    for n, data in runs:
+        out.append((at, osiris.chunk(at, n, ts, data)))
+        at += n
     if whole:
         if cache is None:
             cache = _built[stream] = {}
             _built_size[stream] = 0
-        size = _built_size[stream] + len(out)
+        size = _built_size[stream] + sum(len(c) for _, c in out)
         while cache and size > BUILT_BYTES_PER_STREAM:
-            size -= len(cache.pop(next(iter(cache))))
-        cache[first] = out
+            size -= sum(len(c) for _, c in cache.pop(next(iter(cache))))
+        cache[key] = out
         _built_size[stream] = size
     return out
 
@@ -130,6 +141,7 @@ def seek(reader: StreamReader, offset: wire.OffsetSpec) -> None:
 
 class Subscription(CommitWaker):
     __slots__ = (
+        "_built",
         "_by_chunk",
         "_chunks",
         "_pending",
@@ -170,6 +182,7 @@ class Subscription(CommitWaker):
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
         self._by_chunk = spec is None or isinstance(spec, WholeChunks)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
+        self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
 
     def start(self) -> None:
         self.listen()
@@ -201,6 +214,7 @@ class Subscription(CommitWaker):
             return
         self._pending = []
         self._chunks = []
+        self._built = None
         self.holding = False
         self.wake()
 
@@ -232,30 +246,40 @@ class Subscription(CommitWaker):
                 if records:
                     self._pending = []
                 elif chunks:
-                    raw = chunks.pop()
-                    built = None
-                    if raw.records - max(0, raw.start - raw.first_offset) <= MAX_ENTRIES:
-                        built = wire_chunk(stream, raw)
-                    if built is None or (len(built) - osiris.HEADER_SIZE > budget):
-                        # a 0-9-1 record to convert, or too big for one frame: per record
-                        records, _ = decode_records(
-                            raw.data,
-                            raw.records,
-                            raw.first_offset,
-                            raw.timestamp_ms,
-                            raw.start,
-                            None,
-                        )
-                    else:
-                        start = max(raw.start, raw.first_offset)
-                        frame = osiris.deliver_prefix(
-                            sid, len(built), version, max(committed, start)
-                        )
+                    raw = chunks[-1]
+                    built = self._built
+                    if built is None:
+                        built = wire_chunks(stream, raw, budget)
+                        if built is None:  # a 0-9-1 record to convert: per record
+                            chunks.pop()
+                            records, _ = decode_records(
+                                raw.data,
+                                raw.records,
+                                raw.first_offset,
+                                raw.timestamp_ms,
+                                raw.start,
+                                None,
+                            )
+                            built = []
+                    k = 0
+                    nb = len(built)
+                    while k < nb and credit > 0:
+                        at, chunk = built[k]
+                        frame = osiris.deliver_prefix(sid, len(chunk), version, max(committed, at))
                         out.append(frame)
-                        out.append(built)
-                        written += len(frame) + len(built)
+                        out.append(chunk)
+                        written += len(frame) + len(chunk)
                         credit -= 1
-                        self.delivered += raw.first_offset + raw.records - start
+                        k += 1
+                    if built:
+                        if k < nb:  # out of credit inside one stored chunk
+                            self._built = built[k:]
+                            self.delivered += built[k][0] - built[0][0]
+                        else:
+                            self._built = None
+                            chunks.pop()
+                            self.delivered += raw.first_offset + raw.records - built[0][0]
+                    if not records:
                         continue
                 elif reads < 2:
                     reads += 1
