@@ -24,7 +24,8 @@ a quiet 2-core machine.
 
 `python -m bench.stream_protocol --baseline SRC [--n N] [--runs R]`: this tree's server and
 the one whose package is in SRC (e.g. `git archive HEAD~1 src | tar -x -C /tmp/before`, then
-`--baseline /tmp/before/src`), alternately in one process, with the ratios: a before/after.
+`--baseline /tmp/before/src`), alternately in one process, with the ratios: a before/after;
+it adds each server's CPU microseconds per message (from /proc), steadier than msg/s under load.
 
 `--sendfile-probe` (part of `--compare`): how fast N stored messages reach a raw socket
 reader (another process) over loopback as Deliver frames, three ways in one run: `write`,
@@ -156,17 +157,37 @@ async def _delete(host: str, port: int, stream: str) -> None:
         await p.delete_stream(stream, missing_ok=True)
 
 
-async def _measure(host: str, port: int, runs: int, n: int, filtered: bool) -> dict[str, Any]:
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(
+    host: str, port: int, runs: int, n: int, filtered: bool, pid: int = 0
+) -> dict[str, Any]:
+    """Per size the median msg/s; with the server's ``pid``, also its CPU microseconds per
+    message (steadier than msg/s on a loaded machine: waiting for a core costs no CPU)."""
     results: dict[str, Any] = {}
     for size in (100, 1024):
-        pub, con = [], []
+        pub, con, pub_cpu, con_cpu = [], [], [], []
         for _ in range(runs):
             stream = f"bench-{uuid.uuid4().hex[:8]}"
+            c0 = _cpu_seconds(pid) if pid else 0.0
             pub.append(await _publish(host, port, stream, n, size, False))
+            c1 = _cpu_seconds(pid) if pid else 0.0
             con.append(await _consume(host, port, stream, n, None))
+            c2 = _cpu_seconds(pid) if pid else 0.0
+            pub_cpu.append((c1 - c0) / n * 1e6)
+            con_cpu.append((c2 - c1) / n * 1e6)
             await _delete(host, port, stream)
         results[f"publish_confirm_{size}B_msg_s"] = round(statistics.median(pub))
         results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
+        if pid:
+            results[f"publish_confirm_{size}B_server_cpu_us_per_msg"] = round(
+                statistics.median(pub_cpu), 2
+            )
+            results[f"consume_{size}B_server_cpu_us_per_msg"] = round(statistics.median(con_cpu), 2)
     if filtered:
         exact = []
         for _ in range(runs):
@@ -379,7 +400,8 @@ async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for _ in range(args.runs):
                 for name, server in (("new", new), ("baseline", old)):
-                    one = await _measure(args.host, server.stream_port, 1, args.n, False)
+                    pid = server.process.pid
+                    one = await _measure(args.host, server.stream_port, 1, args.n, False, pid)
                     for k, v in one.items():
                         acc[name].setdefault(k, []).append(v)
         finally:
