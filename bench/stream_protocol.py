@@ -408,7 +408,8 @@ async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
             stop_server(new)
             stop_server(old)
     out: dict[str, Any] = {
-        name: {k: round(statistics.median(v)) for k, v in got.items()} for name, got in acc.items()
+        name: {k: round(statistics.median(v), 2) for k, v in got.items()}
+        for name, got in acc.items()
     }
     out["ratio_new_over_baseline"] = {
         k: round(out["new"][k] / v, 2) for k, v in out["baseline"].items() if v
