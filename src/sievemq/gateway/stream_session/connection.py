@@ -664,6 +664,7 @@ class StreamConnection:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
         sub = Subscription(self, sid, queue, reader, credit, spec, offset)
+        sub.properties = props
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
