@@ -87,18 +87,48 @@ class ConsumerInfo(Protocol):
 
 
 class StreamQueue:
-    """A declared stream queue of a vhost."""
+    """A declared stream queue of a vhost.
 
-    def __init__(self, name: str, vhost: str, arguments: StreamArguments, stream: Stream) -> None:
+    ``stream`` is the storage stream itself, or (for a queue restored at start) a call that
+    opens it: then its files are recovered and opened on first use, so a node with 50,000
+    idle streams starts without touching them."""
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        arguments: StreamArguments,
+        stream: Stream | Callable[[], Stream],
+    ) -> None:
         self.name = name
         self.vhost = vhost
         self.arguments = arguments
-        self.stream = stream
+        self._stream: Stream | None = None
+        self._opener: Callable[[], Stream] | None = None
+        if isinstance(stream, Stream):
+            self._stream = stream
+        else:
+            self._opener = stream
         self.consumers: set[ConsumerInfo] = set()
         self.filter_stats = FilterStats()
         self.deleted = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
+
+    @property
+    def stream(self) -> Stream:
+        """The storage stream (recovered and opened now if this is its first use)."""
+        stream = self._stream
+        if stream is None:
+            assert self._opener is not None
+            stream = self._stream = self._opener()
+            self._opener = None
+        return stream
+
+    @property
+    def opened_stream(self) -> Stream | None:
+        """The storage stream if something opened it (what a shutdown must close)."""
+        return self._stream
 
     def __repr__(self) -> str:
         return f"StreamQueue({self.name!r}, vhost={self.vhost!r})"
