@@ -120,8 +120,10 @@ def decode_only(tmp: Path, n: int, body: int, runs: int) -> dict[str, Any]:
 
 def spark_noop(spark: Any, options: dict[str, str], n: int) -> tuple[float, int]:
     """Seconds to read everything through Spark into the ``noop`` sink, and the tasks."""
+    from sievemq.spark import register
     from sievemq.spark.export import export_options
 
+    register(spark)
     options = export_options(spark, options)
     df = spark.read.format("sievemq").options(**options).load()
     partitions = df.rdd.getNumPartitions()
