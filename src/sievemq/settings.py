@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     def _parse_disk_limit(cls, value: Any) -> int:
         return parse_size(value)
 
+    # freeze the long-lived objects out of the garbage collector's full collections (at
+    # start and after bulk declares): gateway/runtime/gc_tuning.py
+    gc_freeze: bool = True
+
     # connection timeouts
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=5.0, gt=0)
@@ -105,6 +109,8 @@ class Settings(BaseSettings):
     stream_port: int = Field(default=5552, ge=0, le=65535)
     stream_frame_max: int = Field(default=1048576, ge=8192)
     stream_tls_port: int = Field(default=5551, ge=0, le=65535)  # with --tls-cert/--tls-key
+    # seconds a single active consumer has to answer ConsumerUpdate before its group moves on
+    stream_consumer_update_timeout_s: float = Field(default=60.0, gt=0)
     # --- the first administrator, created with a new data directory (as RabbitMQ's
     # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
     # RabbitMQ definitions file merged at every start
@@ -205,6 +211,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="queue type of a queue.declare without x-queue-type (default classic)",
     )
     parser.add_argument(
+        "--gc-freeze",
+        choices=["on", "off"],
+        default=None,
+        help="keep long-lived objects out of full garbage collections (default on)",
+    )
+    parser.add_argument(
         "--fsync",
         choices=["batch", "always", "never"],
         default=None,
@@ -219,6 +231,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value
+    if getattr(args, "gc_freeze", None) is not None:
+        given["gc_freeze"] = args.gc_freeze == "on"
     return Settings(**given)
 
 

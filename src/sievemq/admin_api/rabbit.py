@@ -332,8 +332,14 @@ async def purge_queue(request: Request, vhost: str, queue: str, who: User) -> Re
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v, write=True)
-    f.get_stream(v, q)
-    raise bad_request(f"540 queue.purge not supported by stream queues queue '{q}' in vhost '{v}'")
+    require(who, v, "read", "queue", q)  # queue.purge needs read, as on AMQP
+    try:
+        f.purge_queue(v, q)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:  # a stream (540) or an exclusive queue (405)
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    return Response(status_code=204)
 
 
 @router.post("/queues/{vhost}/{queue}/get")
@@ -1023,7 +1029,10 @@ async def post_definitions(request: Request, who: Admin) -> Response:
     data = await _json_body(request)
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
-    _facade(request).import_definitions(data)
+    f = _facade(request)
+    with f.unsynced():
+        f.import_definitions(data)
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -1034,5 +1043,8 @@ async def post_vhost_definitions(request: Request, vhost: str, who: Admin) -> Re
     data = await _json_body(request)
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
-    _facade(request).import_definitions(data, v)
+    f = _facade(request)
+    with f.unsynced():
+        f.import_definitions(data, v)
+    await f.synced()
     return Response(status_code=204)

@@ -44,6 +44,7 @@ from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
 from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model import classic_arguments as cargs
+from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
 RATE_WINDOW_S = 5.0
+_NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
 BROWSE_MAX_BYTES = 4 * 1024 * 1024
 BROWSE_TIME_BUDGET_S = 0.05
@@ -141,6 +143,9 @@ class StreamView:
     auto_delete: bool = False
     exclusive: bool = False
     type: str = "stream"
+    policy: str | None = None
+    operator_policy: str | None = None
+    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,6 +174,30 @@ class QueueView:
     redelivered: int = 0
     get_empty: int = 0
     acked: int = 0  # client acks
+    policy: str | None = None
+    operator_policy: str | None = None
+    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
+    # per second over the last RATE_WINDOW_S, keyed by RabbitMQ's message_stats names
+    rates: dict[str, float] = field(default_factory=dict)
+
+    def message_counts(self) -> dict[str, int]:
+        """RabbitMQ's per-queue ``message_stats`` counters."""
+        return _classic_counts(self)
+
+
+def _classic_counts(q: Any) -> dict[str, int]:
+    """RabbitMQ's message_stats names from a classic queue's (or view's) counters."""
+    return {
+        "publish": q.published,
+        "deliver": q.delivered - q.got - q.got_no_ack - q.delivered_no_ack,
+        "deliver_no_ack": q.delivered_no_ack,
+        "get": q.got,
+        "get_no_ack": q.got_no_ack,
+        "deliver_get": q.delivered,
+        "ack": q.acked,
+        "redeliver": q.redelivered,
+        "get_empty": q.get_empty,
+    }
 
 
 @dataclass
@@ -187,6 +216,7 @@ class GotMessage:
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
+LIMITS_COMPONENT = "vhost-limits"  # vhost limits as RabbitMQ's runtime parameter
 GET_ACKMODES = (
     "ack_requeue_true",
     "ack_requeue_false",
@@ -344,6 +374,13 @@ class Totals:
     publish_rate: float
     delivered: int
     deliver_rate: float
+    # RabbitMQ's overview message_stats (every queue type, plus the node's confirms and
+    # unroutable publishes) and their rates per second
+    message_stats: dict[str, int] = field(default_factory=dict)
+    messages_unacknowledged: int = 0  # classic and quorum deliveries not settled yet
+    message_rates: dict[str, float] = field(default_factory=dict)
+    # the same counters per queue type (classic, quorum, stream) for Prometheus
+    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -467,6 +504,40 @@ class Definitions:
 
 
 @dataclass
+class PolicyView:
+    """A policy or operator policy, as ``/api/policies`` shows it (``apply-to`` spelled
+    ``apply_to`` here)."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str
+    definition: dict[str, Any]
+    priority: int | float
+
+    def to_json(self) -> dict[str, Any]:
+        """As RabbitMQ shows it (``/api/policies``, definitions files)."""
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "definition": self.definition,
+            "priority": self.priority,
+        }
+
+
+@dataclass
+class ParameterView:
+    """A runtime parameter (component, vhost, name, value) or a global one (no component)."""
+
+    component: str
+    vhost: str
+    name: str
+    value: Any
+
+
+@dataclass
 class HistogramView:
     """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
 
@@ -567,6 +638,25 @@ class BrokerFacade:
             delivered=sum(v.delivered for v in views),
             deliver_rate=round(sum(v.deliver_rate for v in views), 1),
         )
+        by_type = self._counts_by_type(views)
+        stats = {k: sum(t[k] for t in by_type.values()) for k in _classic_counts_keys()}
+        counters = self.broker.counters
+        stats["confirm"] = counters.confirmed
+        stats["return_unroutable"] = counters.returned_unroutable
+        stats["drop_unroutable"] = counters.dropped_unroutable
+        totals.message_stats = stats
+        totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
+        totals.by_type = by_type
+        totals.published = stats["publish"]
+        totals.delivered = stats["deliver_get"]
+        totals.publish_rate = totals.message_rates["publish"]
+        totals.deliver_rate = totals.message_rates["deliver_get"]
+        for vh in self.broker.vhosts.values():
+            totals.queues += len(vh.classic.queues)
+            for cq in vh.classic.queues.values():
+                totals.messages += cq.message_count + cq.outstanding
+                totals.messages_unacknowledged += cq.outstanding
+                totals.bytes += cq.ready_bytes
         summed = FilterStats()
         sums = vars(summed)
         for q in queues:
@@ -582,6 +672,23 @@ class BrokerFacade:
             alarms=self.active_alarms(),
             filter_stats=FilterStatsView(**summed.as_dict()),
         )
+
+    def _counts_by_type(self, streams: list[StreamView]) -> dict[str, dict[str, int]]:
+        """message_stats counters summed per queue type; a stream's deliveries are
+        consumer deliveries with acks (streams have no basic.get)."""
+        zero = dict.fromkeys(_classic_counts_keys(), 0)
+        out = {"classic": dict(zero), "quorum": dict(zero), "stream": dict(zero)}
+        for v in self.broker.vhosts.values():
+            for q in v.classic.queues.values():
+                sums = out["quorum" if q.kind == "quorum" else "classic"]
+                for k, n in _classic_counts(q).items():
+                    sums[k] += n
+        st = out["stream"]
+        for sv in streams:
+            st["publish"] += sv.published
+            st["deliver"] += sv.delivered
+            st["deliver_get"] += sv.delivered
+        return out
 
     def active_alarms(self) -> list[str]:
         if self.alarms is None:
@@ -606,7 +713,8 @@ class BrokerFacade:
             classic = [q for v in self.broker.vhosts.values() for q in v.classic.queues.values()]
             keys = {k for q in queues for k in _rate_keys(q)}
             keys.update(k for q in classic for k in _rate_keys(q))
-            self._rates.forget(keys | {("",)})
+            keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
+            self._rates.forget(keys)
         for q in queues:
             if self._still_declared(q):
                 yield self._stream_view(q, now)
@@ -743,6 +851,24 @@ class BrokerFacade:
             else:
                 q.reject(taken)
         return out
+
+    def purge_queue(self, vhost: str, name: str) -> int:
+        """queue.purge of a classic or quorum queue: drop its ready messages (unacked ones
+        stay); how many. A stream is 540 (as on AMQP), a missing queue 404, another
+        connection's exclusive queue 405."""
+        v = self.broker.vhost(vhost)
+        if name in v.queues:
+            raise qargs.purge_not_supported(name, vhost)
+        q = v.classic.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        if q.owner is not None:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'"
+            )
+        if self.node is not None:
+            self.node.flush_classic(q)
+        return q.purge()
 
     def delete_queue(self, vhost: str, name: str) -> None:
         """Delete a queue of any type; 404 when missing."""
@@ -1082,7 +1208,13 @@ class BrokerFacade:
             store.defer_sync = False
 
     async def synced(self) -> None:
-        """Wait until every definitions change so far is on disk (fdatasync in a thread)."""
+        """Wait until every definitions change so far is on disk (fdatasync in a thread,
+        group-committed with the AMQP channels' changes when a node runs)."""
+        if self.node is not None:
+            pending = self.node.definitions_sync.wait()
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
         sync = self.broker.store.take_sync()
         if sync is not None:
             await asyncio.to_thread(sync)
@@ -1287,9 +1419,13 @@ class BrokerFacade:
             vhosts=[{"name": n} for n in self.broker.vhosts if vhost is None or n == vhost],
             permissions=[dict(p.__dict__) for p in self.list_permissions(vhost)],
             topic_permissions=[],
-            parameters=[],
-            global_parameters=[],
-            policies=[],
+            parameters=[p.__dict__ for p in self.list_parameters(vhost=vhost)],
+            global_parameters=(
+                [{"name": p.name, "value": p.value} for p in self.list_global_parameters()]
+                if vhost is None
+                else []
+            ),
+            policies=[p.to_json() for p in self.list_policies(vhost)],
             queues=queues,
             exchanges=exchanges,
             bindings=bindings,
@@ -1297,12 +1433,126 @@ class BrokerFacade:
 
     def import_definitions(self, data: dict[str, Any], vhost: str | None = None) -> None:
         """Merge a RabbitMQ definitions document. Everything is checked first; a document
-        with objects SieveMQ cannot hold (classic/quorum queues, policies, parameters,
-        topic permissions), bad hashes or bad regexes is refused as a whole (400 naming
-        them) and nothing is applied."""
+        with objects SieveMQ cannot hold (queues of other types, topic permissions,
+        parameters of components such as shovel or federation), bad hashes, bad regexes or
+        bad policies is refused as a whole (400 naming them) and nothing is applied."""
         plan = _DefinitionsPlan(self, data, vhost)
         plan.check()
         plan.apply()
+
+    # ------------------------------------------------------------------ policies, parameters
+
+    def list_policies(self, vhost: str | None = None, operator: bool = False) -> list[PolicyView]:
+        """Policies (or operator policies) of every vhost or of one, by vhost and name."""
+        out: list[PolicyView] = []
+        for v in self._vhosts(vhost):
+            table = v.operator_policies if operator else v.policies
+            out.extend(_policy_view(p) for _, p in sorted(table.items()))
+        return out
+
+    def get_policy(self, vhost: str, name: str, operator: bool = False) -> PolicyView:
+        v = self.broker.vhost(vhost)
+        policy = (v.operator_policies if operator else v.policies).get(name)
+        if policy is None:
+            raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
+        return _policy_view(policy)
+
+    def put_policy(self, vhost: str, name: str, body: Any, operator: bool = False) -> bool:
+        """Validate (400 with RabbitMQ's text), store and apply at once to the vhost's
+        queues; True when it is new."""
+        v = self.broker.vhost(vhost)
+        try:
+            policy = policies.parse(vhost, name, body, operator)
+        except policies.PolicyError as error:
+            raise BadRequest(error.reason) from None
+        created = v.set_policy(policy, operator)
+        self.broker.save_definitions()
+        return created
+
+    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> None:
+        if not self.broker.vhost(vhost).clear_policy(name, operator):
+            raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
+        self.broker.save_definitions()
+
+    def list_parameters(
+        self, component: str | None = None, vhost: str | None = None
+    ) -> list[ParameterView]:
+        """RabbitMQ's runtime parameters: operator policies and vhost limits (the only
+        components a broker without the shovel and federation plugins has)."""
+        out: list[ParameterView] = []
+        for v in self._vhosts(vhost):
+            if component in (None, policies.OPERATOR_COMPONENT):
+                out.extend(
+                    ParameterView(policies.OPERATOR_COMPONENT, v.name, n, p.value())
+                    for n, p in sorted(v.operator_policies.items())
+                )
+            if component in (None, LIMITS_COMPONENT) and v.limits:
+                out.append(ParameterView(LIMITS_COMPONENT, v.name, "limits", dict(v.limits)))
+        return out
+
+    def get_parameter(self, component: str, vhost: str, name: str) -> ParameterView:
+        for p in self.list_parameters(component, vhost):
+            if p.name == name:
+                return p
+        raise NotFound(f"no parameter '{name}' of component '{component}' in vhost '{vhost}'")
+
+    def put_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
+        """Set an operator policy or the vhost's limits; other components are unknown here
+        (400 as RabbitMQ without the plugin answers). True when it is new."""
+        if component == "policy":
+            raise BadRequest("policies may not be set using this method")
+        v = self.broker.vhost(vhost)
+        if component == policies.OPERATOR_COMPONENT:
+            return self.put_policy(vhost, name, value, operator=True)
+        if component != LIMITS_COMPONENT:
+            raise BadRequest(f"Validation failed\n\ncomponent {component} not found\n")
+        if not isinstance(value, dict):
+            raise BadRequest(f"Validation failed\n\nlimits must be a dictionary: {value!r}\n")
+        for key, limit in value.items():
+            if key not in VHOST_LIMITS:
+                raise BadRequest(
+                    f"Validation failed\n\nUnrecognised terms "
+                    f"{policies.erlang_term({key: limit})} in limits\n"
+                )
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise BadRequest(
+                    f"Validation failed\n\n{key} should be a number, actually was "
+                    f"{policies.erlang_term(limit)}\n"
+                )
+        created = not v.limits
+        v.limits = {str(k): int(n) for k, n in value.items()}
+        self.broker.save_definitions()
+        return created
+
+    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+        self.get_parameter(component, vhost, name)  # 404 first
+        if component == policies.OPERATOR_COMPONENT:
+            self.delete_policy(vhost, name, operator=True)
+            return
+        self.broker.vhost(vhost).limits = {}
+        self.broker.save_definitions()
+
+    def list_global_parameters(self) -> list[ParameterView]:
+        return [
+            ParameterView("", "", n, value)
+            for n, value in sorted(self.broker.global_parameters.items())
+        ]
+
+    def get_global_parameter(self, name: str) -> ParameterView:
+        if name not in self.broker.global_parameters:
+            raise NotFound(f"no global parameter '{name}'")
+        return ParameterView("", "", name, self.broker.global_parameters[name])
+
+    def put_global_parameter(self, name: str, value: Any) -> bool:
+        created = name not in self.broker.global_parameters
+        self.broker.global_parameters[name] = value
+        self.broker.save_definitions()
+        return created
+
+    def delete_global_parameter(self, name: str) -> None:
+        if self.broker.global_parameters.pop(name, None) is None:
+            raise NotFound(f"no global parameter '{name}'")
+        self.broker.save_definitions()
 
     # ------------------------------------------------------------------ named consumers
 
@@ -1433,7 +1683,10 @@ class BrokerFacade:
 
     def _queue_view(self, q: ClassicQueue, now: float) -> QueueView:
         ready = q.message_count
-        key_pub, key_del = _rate_keys(q)
+        rates = {
+            k: self._rates.rate(("c", k, q.vhost, q.name), n, now)
+            for k, n in _classic_counts(q).items()
+        }
         return QueueView(
             vhost=q.vhost,
             name=q.name,
@@ -1442,21 +1695,25 @@ class BrokerFacade:
             auto_delete=bool(q.auto_delete),
             exclusive=bool(q.exclusive),
             arguments=_jsonable(dict(q.arguments.table)),
+            policy=q.policy,
+            operator_policy=q.operator_policy,
+            effective_policy_definition=dict(q.effective_policy),
             messages=ready + q.outstanding,
             messages_ready=ready,
             messages_unacknowledged=q.outstanding,
             bytes=q.ready_bytes,
             consumers=q.consumer_count,
             published=q.published,
-            publish_rate=self._rates.rate(key_pub, q.published, now),
+            publish_rate=rates["publish"],
             delivered=q.delivered,
-            deliver_rate=self._rates.rate(key_del, q.delivered, now),
+            deliver_rate=rates["deliver_get"],
             got=q.got,
             got_no_ack=q.got_no_ack,
             delivered_no_ack=q.delivered_no_ack,
             redelivered=q.redelivered,
             get_empty=q.get_empty,
             acked=q.acked,
+            rates=rates,
         )
 
     def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
@@ -1468,6 +1725,9 @@ class BrokerFacade:
             vhost=queue.vhost,
             name=queue.name,
             arguments=_jsonable(dict(queue.arguments.table)),
+            policy=queue.policy,
+            operator_policy=queue.operator_policy,
+            effective_policy_definition=dict(queue.effective_policy),
             messages=stats.messages,
             bytes=stats.bytes,
             segments=stats.segments,
@@ -1481,7 +1741,7 @@ class BrokerFacade:
             publish_rate=self._rates.rate(key_pub, published, now),
             delivered=delivered,
             deliver_rate=self._rates.rate(key_del, delivered, now),
-            filter_size_bytes=queue.arguments.filter_size_bytes,
+            filter_size_bytes=queue.stream.config.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
         )
 
@@ -1489,8 +1749,30 @@ class BrokerFacade:
 # --------------------------------------------------------------------------- helpers
 
 
-def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _classic_counts_keys() -> tuple[str, ...]:
+    return (
+        "publish",
+        "deliver",
+        "deliver_no_ack",
+        "get",
+        "get_no_ack",
+        "deliver_get",
+        "ack",
+        "redeliver",
+        "get_empty",
+    )
+
+
+def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], ...]:
+    """The rate sampler's keys of one queue: a stream's publish and deliver, a classic
+    or quorum queue's every message_stats counter."""
+    if isinstance(queue, ClassicQueue):
+        return tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
     return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
+
+
+def _policy_view(p: policies.Policy) -> PolicyView:
+    return PolicyView(p.vhost, p.name, p.pattern, p.apply_to, dict(p.definition), p.priority)
 
 
 def _principal(user: User) -> Principal:
@@ -1918,7 +2200,8 @@ def _browsed(record: Record, encoding: str, stream_name: str = "") -> BrowsedMes
 
 # --------------------------------------------------------------------------- definitions
 
-_UNSUPPORTED_SECTIONS = ("policies", "parameters", "topic_permissions")
+_UNSUPPORTED_SECTIONS = ("topic_permissions",)
+_KNOWN_COMPONENTS = (policies.OPERATOR_COMPONENT, LIMITS_COMPONENT)
 
 
 def _definition_queue_kind(q: dict[str, Any]) -> str:
@@ -1959,6 +2242,14 @@ class _DefinitionsPlan:
             items = self.data.get(key) or []
             if items:
                 problems.append(f"{key} ({len(items)})")
+        components: dict[str, int] = {}
+        for p in self._section("parameters"):
+            if p.get("component") not in _KNOWN_COMPONENTS:
+                key = str(p.get("component"))
+                components[key] = components.get(key, 0) + 1
+        problems.extend(
+            f"parameters of component '{c}' ({n})" for c, n in sorted(components.items())
+        )
         for q in self._section("queues"):
             if _definition_queue_kind(q) not in ("stream", "classic", "quorum"):
                 problems.append(
@@ -1996,10 +2287,26 @@ class _DefinitionsPlan:
                 problem = check_regex(str(p.get(kind, "")))
                 if problem is not None:
                     raise BadRequest(f"invalid {kind} regex '{p.get(kind)}': {problem}")
-        for key in ("queues", "exchanges", "bindings"):
+        for key in ("queues", "exchanges", "bindings", "policies", "parameters"):
             for item in self._section(key):
                 if item.get("vhost") not in known_vhosts:
                     raise BadRequest(f"{key[:-1]} in unknown vhost '{item.get('vhost')}'")
+        for item in self._section("policies"):
+            self._policy(item, item, operator=False)
+        for item in self._section("parameters"):
+            if item.get("component") == policies.OPERATOR_COMPONENT:
+                self._policy(item, item.get("value"), operator=True)
+            elif not isinstance(item.get("value"), dict) or not all(
+                k in VHOST_LIMITS and isinstance(n, int) and not isinstance(n, bool)
+                for k, n in item["value"].items()
+            ):
+                raise BadRequest(
+                    f"vhost-limits of vhost '{item.get('vhost')}': an object of "
+                    f"{', '.join(VHOST_LIMITS)} integers, not {item.get('value')!r}"
+                )
+        for item in self.data.get("global_parameters") or []:
+            if not isinstance(item, dict) or "name" not in item or "value" not in item:
+                raise BadRequest("a global parameter needs a name and a value")
         for x in self._section("exchanges"):
             if x.get("type") not in EXCHANGE_TYPES:
                 raise BadRequest(f"exchange '{x.get('name')}' of unknown type '{x.get('type')}'")
@@ -2030,11 +2337,32 @@ class _DefinitionsPlan:
             except KeyError as error:
                 raise BadRequest(f"queue without {error}") from None
 
+    @staticmethod
+    def _policy(item: dict[str, Any], body: Any, operator: bool) -> policies.Policy:
+        kind = "operator policy" if operator else "policy"
+        try:
+            return policies.parse(str(item.get("vhost")), str(item.get("name")), body, operator)
+        except policies.PolicyError as error:
+            raise BadRequest(
+                f"{kind} '{item.get('name')}' in vhost '{item.get('vhost')}': {error.reason}"
+            ) from None
+
     def apply(self) -> None:
         f = self.facade
         if self.vhost is None:
             for v in self._section("vhosts"):
                 f.broker.add_vhost(str(v["name"]))
+            for g in self.data.get("global_parameters") or []:
+                f.broker.global_parameters[str(g["name"])] = g["value"]
+        # policies before the queues, so that those are declared under them
+        for item in self._section("policies"):
+            f.broker.vhost(str(item["vhost"])).set_policy(self._policy(item, item, False))
+        for item in self._section("parameters"):
+            vhost = f.broker.vhost(str(item["vhost"]))
+            if item["component"] == policies.OPERATOR_COMPONENT:
+                vhost.set_policy(self._policy(item, item["value"], True), operator=True)
+            else:
+                vhost.limits = {str(k): int(n) for k, n in item["value"].items()}
         for u in self._section("users"):
             tags = u.get("tags", [])
             if isinstance(tags, str):
@@ -2090,3 +2418,4 @@ class _DefinitionsPlan:
                 str(b.get("routing_key", "")),
                 dict(b.get("arguments") or {}),
             )
+        f.broker.save_definitions()  # the policies, parameters and limits set above

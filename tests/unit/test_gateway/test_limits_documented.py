@@ -17,6 +17,7 @@ NOT_LIMITS = {
     "amqp_host", "amqp_port", "admin_host", "admin_port", "amqps_port", "stream_port",
     "stream_tls_port", "data_dir", "durability", "fsync", "sync_interval_ms", "tls_cert",
     "tls_key", "default_user", "default_pass", "definitions", "default_queue_type",
+    "gc_freeze",
 }  # fmt: skip
 
 
@@ -49,6 +50,7 @@ def test_every_setting_is_classified() -> None:
         "channel_max", "frame_max", "heartbeat", "write_buffer_high", "delivery_batch",
         "memory_high_watermark", "disk_free_limit", "alarm_interval_ms",
         "handshake_timeout_s", "shutdown_timeout_s", "stream_frame_max",
+        "stream_consumer_update_timeout_s",
         "queue_memory_messages", "queue_memory_bytes",
     }  # fmt: skip
     new = unknown - limits - other_limits

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
-from sievemq.gateway.model import definitions
+from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
 from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, MemoryWindow
 from sievemq.gateway.model.classic_vhost import ClassicQueues
@@ -45,6 +45,15 @@ class BrokerSettings:
     queue_window: MemoryWindow = DEFAULT_WINDOW
 
 
+@dataclass
+class MessageCounters:
+    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them)."""
+
+    confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
+    returned_unroutable: int = 0  # mandatory publishes returned as unroutable
+    dropped_unroutable: int = 0  # publishes routed nowhere and dropped
+
+
 class Broker:
     """Vhosts and users of one SieveMQ server, persisted under ``data_dir``."""
 
@@ -53,6 +62,8 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.users = Users()
         self.vhosts: dict[str, VirtualHost] = {}
+        self.global_parameters: dict[str, Any] = {}  # RabbitMQ's global runtime parameters
+        self.counters = MessageCounters()
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
@@ -62,6 +73,9 @@ class Broker:
             log.info("removed %d deleted stream(s) a crash left behind", removed)
         self.store = definitions.DefinitionStore(self.data_dir)
         stored = self.store.load()
+        # the definitions to write back after the start: the defaults of a new node, or
+        # what the restore dropped (a dangling binding); an exact restore writes nothing
+        self._restore_dropped = False
         if stored is None:
             self._create_defaults()
         else:
@@ -69,7 +83,8 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.touched.clear()
         self._loading = False
-        self.save_definitions()
+        if stored is None or self._restore_dropped:
+            self.save_definitions()
 
     # ------------------------------------------------------------------ setup
 
@@ -91,6 +106,18 @@ class Broker:
             }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
+        for item in data.get("global_parameters", []):
+            self.global_parameters[str(item["name"])] = item["value"]
+        for item in data.get("policies", []):  # before the queues they apply to
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is not None:
+                policy = policies.parse(vhost.name, str(item["name"]), item)
+                vhost.policies[policy.name] = policy
+        for item in data.get("parameters", []):
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is not None and item.get("component") == policies.OPERATOR_COMPONENT:
+                policy = policies.parse(vhost.name, str(item["name"]), item["value"], True)
+                vhost.operator_policies[policy.name] = policy
         for item in data.get("exchanges", []):
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None or item["name"] in vhost.exchanges:
@@ -103,9 +130,13 @@ class Broker:
                 internal=bool(item.get("internal", False)),
                 arguments=item.get("arguments") or {},
             )
+        # streams declared alike share one validated StreamArguments (50,000 streams with
+        # the same arguments are validated once)
+        parsed: dict[tuple[str, tuple[tuple[str, str, Any], ...]], StreamArguments] = {}
         for item in data.get("queues", []):
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None:
+                self._restore_dropped = True
                 continue
             if item.get("type") in ("classic", "quorum"):
                 vhost.classic.restore(
@@ -115,9 +146,7 @@ class Broker:
                     bool(item.get("auto_delete")),
                 )
                 continue
-            stream_args = stream_arguments_from_table(
-                item.get("arguments") or {}, item["name"], vhost.name
-            )
+            stream_args = _stream_arguments(parsed, item.get("arguments") or {}, item, vhost.name)
             vhost.restore_queue(item["name"], stream_args)
         for item in data.get("bindings", []):
             vhost = self.vhosts.get(item["vhost"])
@@ -139,6 +168,7 @@ class Broker:
                         item.get("arguments") or {},
                     )
             except (NotFound, PreconditionFailed) as exc:  # a dangling binding is dropped
+                self._restore_dropped = True
                 log.warning("dropping stored binding %r: %s", item, exc.reply_text)
 
     # ------------------------------------------------------------------ streams
@@ -304,6 +334,17 @@ class Broker:
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
+            "policies": [
+                p.to_json() for v in self.vhosts.values() for _, p in sorted(v.policies.items())
+            ],
+            "parameters": [
+                policies.operator_parameter(p)
+                for v in self.vhosts.values()
+                for _, p in sorted(v.operator_policies.items())
+            ],
+            "global_parameters": [
+                {"name": n, "value": value} for n, value in sorted(self.global_parameters.items())
+            ],
         }
 
     def save_definitions(self) -> None:
@@ -346,3 +387,21 @@ class Broker:
                 else:
                     store.delete("bindings", record)
         store.commit()
+
+
+def _stream_arguments(
+    parsed: dict[tuple[str, tuple[tuple[str, str, Any], ...]], StreamArguments],
+    table: dict[str, Any],
+    item: dict[str, Any],
+    vhost: str,
+) -> StreamArguments:
+    """The stream arguments of a restored queue, validated once per distinct table."""
+    try:
+        key = (vhost, tuple(sorted((k, type(v).__name__, v) for k, v in table.items())))
+        hash(key)
+    except TypeError:  # an unhashable value (a nested table): not shared
+        return stream_arguments_from_table(table, item["name"], vhost)
+    arguments = parsed.get(key)
+    if arguments is None:
+        arguments = parsed[key] = stream_arguments_from_table(table, item["name"], vhost)
+    return arguments

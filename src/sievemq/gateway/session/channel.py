@@ -44,6 +44,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.definitions_sync import when_synced
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -65,7 +66,6 @@ _consumer_of = itemgetter(1)
 
 FILTER_HEADER = fastpath.FILTER_HEADER
 _known_publish = fastpath.known_publish  # memo hits only: None when not known
-_known_properties = fastpath.known_properties
 _FRAME_HEADER = frames.FRAME_HEADER
 _FRAME_BODY = frames.FRAME_BODY
 _MIN_CONTENT_HEADER = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
@@ -119,7 +119,13 @@ class Channel:
         self._max_message_size = limits.max_message_size
         self._max_pending_content = limits.max_pending_content_bytes
         self._table_limits = limits.tables
+        # the property memo of these limits (memo hits only: None when not known)
+        self._known_properties = fastpath.properties_memo(limits.tables).get
         self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
+        # while a definitions change of this channel is being fdatasynced (in a worker
+        # thread): the frames received since, handled once it is on disk (``_cold_method``)
+        self.backlog: list[tuple[int, bytes]] | None = None
+        self._definitions_sync = node.definitions_sync
 
     @property
     def closing(self) -> bool:
@@ -197,12 +203,44 @@ class Channel:
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
         method = codec.decode_method(payload, self._table_limits)
+        definitions = self._definitions_sync
+        began = definitions.begin()
+        conn = self.connection
+        mark = conn.begin_capture()
+        done = False
         try:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
+            done = True
         except errors.AMQPError as error:
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
             raise
+        finally:
+            pending = definitions.end(began)
+            held = conn.end_capture(mark, done and pending is not None)
+            if done and pending is not None:
+                self._hold(pending, held)
+
+    def _hold(self, pending: Any, held: list[bytes]) -> None:
+        """The method changed durable definitions: its reply (``held``) and every frame of
+        this channel after it wait until the change is on disk, fdatasynced in a worker
+        thread; the event loop and the other channels go on meanwhile."""
+        self.backlog = []
+
+        def synced(error: BaseException | None) -> None:
+            backlog, self.backlog = self.backlog or [], None
+            if error is not None:
+                self.connection.close(
+                    errors.InternalError(
+                        f"cannot make a definitions change durable: the fdatasync of "
+                        f"definitions.log failed ({type(error).__name__}: {error})"
+                    )
+                )
+                self.connection.flush()
+                return
+            self.connection.resume_channel(self, held, backlog)
+
+        when_synced(pending, synced)
 
     # ----------------------------------------------------------------------- publishing
 
@@ -261,7 +299,7 @@ class Channel:
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
-        values = _known_properties(props)
+        values = self._known_properties(props)
         if values is None:
             values = fastpath.new_property_filter_values(props, self._table_limits)
             if values is None:
@@ -295,7 +333,9 @@ class Channel:
             raise
         confirm = self.confirm
         if not queues:
+            counters = self.connection.node.broker.counters
             if mandatory:
+                counters.returned_unroutable += 1
                 conn = self.connection
                 conn.write_frames(
                     hotcodec.encode_return(
@@ -309,6 +349,8 @@ class Channel:
                         conn.frame_max,
                     )
                 )
+            else:
+                counters.dropped_unroutable += 1
             if confirm is not None:
                 confirm.take(0)
                 self._schedule_confirms()
@@ -372,8 +414,11 @@ class Channel:
         self._confirm_flush = False
         if self.confirm is None or self.closing:
             return
-        out = self.confirm.drain()
+        confirm = self.confirm
+        before = confirm.released
+        out = confirm.drain()
         if out:
+            self.connection.node.broker.counters.confirmed += confirm.released - before
             self.connection.write_frames(out)
 
     # ----------------------------------------------------------------------- consuming
