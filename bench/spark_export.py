@@ -8,6 +8,7 @@ carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a 
 - ``raw_read``: reading the segment files' bytes (the physical limit);
 - ``arrow_decode``: the source's own decode (StreamReader + Arrow batches) in one process,
   without Spark (the pure-pyarrow path);
+- ``per_record_decode``: storage's per-record decode (the old path's first stage, no Arrow);
 - ``spark_noop``: the same read through Spark into its ``noop`` sink (the source, the Python
   workers and the Arrow hand-over to the JVM, without the Parquet write);
 - ``spark_parquet``: the export function writing Parquet through Spark on local[2] (session
@@ -145,6 +146,7 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
     raw_s = statistics.median(t for t, _ in raw)
     size = raw[0][1]
     decode_s = statistics.median(arrow_decode(directory, n) for _ in range(runs))
+    record_s = statistics.median(row_decode(directory, n) for _ in range(runs))
     options = {"path": str(data_dir), "stream": "bench"}
     spark_noop(spark, options, n)  # starts the Python workers of this data set's tasks
     noop = [spark_noop(spark, options, n) for _ in range(runs)]
@@ -164,6 +166,11 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
             "seconds": decode_s,
             "rows_per_s": n / decode_s,
             "mb_per_s": size / decode_s / 1e6,
+        },
+        "per_record_decode": {
+            "seconds": record_s,
+            "rows_per_s": n / record_s,
+            "columnar_over_per_record": record_s / decode_s,
         },
         "spark_noop": {
             "seconds": noop_s,
