@@ -384,7 +384,8 @@ async def queue_bindings(
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v)
-    f.get_stream(v, q)
+    if not f.stream_exists(v, q):
+        f.get_queue(v, q)  # a classic or quorum queue, else 404
     return [shapes.binding(b) for b in f.list_bindings(v, destination=q, destination_type="queue")]
 
 

@@ -1031,7 +1031,7 @@ class BrokerFacade:
         for v in self._vhosts(vhost):
             implicit = [
                 BindingView(v.name, "", q, "queue", q, {}, _properties_key(q, {}))
-                for q in sorted(v.queues)
+                for q in sorted([*v.queues, *v.classic.queues])
             ]
             declared = sorted(
                 (_binding_view(v.name, b) for b in v.bindings()),
