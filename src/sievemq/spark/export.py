@@ -170,6 +170,8 @@ def build_session(master: str, driver_memory: str) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
+        # a Python worker on a loaded machine may take longer than Spark's 15 s to connect back
+        .config("spark.python.authenticate.socketTimeout", "180s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
