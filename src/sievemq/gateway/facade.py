@@ -287,6 +287,7 @@ class ExchangeView:
     auto_delete: bool
     internal: bool
     arguments: dict[str, Any]
+    policy: str | None = None
 
 
 @dataclass
@@ -1738,7 +1739,14 @@ def _binding_view(vhost: str, b: Binding) -> BindingView:
 
 def _exchange_view(x: Exchange) -> ExchangeView:
     return ExchangeView(
-        x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal, _jsonable(x.arguments)
+        x.vhost,
+        x.name,
+        x.type,
+        x.durable,
+        x.auto_delete,
+        x.internal,
+        _jsonable(x.arguments),
+        x.policy,
     )
 
 

@@ -55,7 +55,6 @@ OPERATOR_KEYS = MERGED_KEYS
 OPERATOR_COMPONENT = "operator_policy"  # operator policies are runtime parameters of this
 # keys SieveMQ accepts (as RabbitMQ does) but that change nothing here
 NO_EFFECT_KEYS = (
-    "alternate-exchange",
     "max-in-memory-length",
     "max-in-memory-bytes",
     "queue-mode",

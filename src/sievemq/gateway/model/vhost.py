@@ -106,6 +106,7 @@ class VirtualHost:
         exchange = Exchange(
             name, type, durable, auto_delete, internal, dict(arguments or {}), vhost=self.name
         )
+        self.apply_exchange_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
             self.touched.append(("exchange", name))
@@ -418,7 +419,7 @@ class VirtualHost:
                         pending.append(nxt)
                         routed = True
             if not routed:
-                alternate = current.arguments.get("alternate-exchange")
+                alternate = current.arguments.get("alternate-exchange", current.policy_alternate)
                 if isinstance(alternate, str) and alternate not in seen:
                     seen.add(alternate)
                     nxt = self.exchanges.get(alternate)
@@ -454,8 +455,19 @@ class VirtualHost:
             # read at the next chunk and segment roll (retention runs at each roll)
             queue.stream.config = wanted
 
+    def apply_exchange_policy(self, exchange: Exchange) -> None:
+        """An exchange's policy: of its keys only ``alternate-exchange`` does something."""
+        if exchange.builtin:
+            return
+        policy = policies.match(self.policies.values(), "exchange", exchange.name)
+        exchange.policy = None if policy is None else policy.name
+        alternate = None if policy is None else policy.definition.get("alternate-exchange")
+        exchange.policy_alternate = alternate if isinstance(alternate, str) else None
+
     def apply_policies(self) -> None:
-        """A policy of this vhost was set or removed: re-apply to every queue."""
+        """A policy of this vhost was set or removed: re-apply to every queue and exchange."""
+        for exchange in self.exchanges.values():
+            self.apply_exchange_policy(exchange)
         for stream_queue in self.queues.values():
             self.apply_policy(stream_queue)
         for queue in self.classic.queues.values():
