@@ -23,14 +23,14 @@ def test_highest_priority_wins_and_apply_to_filters() -> None:
         "c-streams", "q", {"max-age": "1h"}, priority=9, **{"apply-to": "streams"}
     )
     exchanges = _policy("d-ex", ".*", {"alternate-exchange": "ae"}, **{"apply-to": "exchanges"})
-    every = [low, high, streams_only, exchanges]
+    every = policies.ranked([low, high, streams_only, exchanges])
     assert policies.match(every, "classic", "qx") is high
     assert policies.match(every, "stream", "qx") is streams_only
     assert policies.match(every, "quorum", "xq") is high  # unanchored search, as re:run
     assert policies.match(every, "classic", "zzz") is None
     assert policies.match(every, "exchange", "x") is exchanges
     tie = _policy("a-tie", "q", {"max-length": 3}, priority=7)
-    assert policies.match([high, tie], "classic", "q") is tie  # ties: by name
+    assert policies.match(policies.ranked([high, tie]), "classic", "q") is tie  # ties: by name
 
 
 def test_operator_policy_merges_the_lower_value() -> None:
