@@ -1,6 +1,7 @@
 """Thousands of streams: declare cost, descriptors and memory per stream; JSON to stdout.
 
     python -m bench.streams_scale [--n 10000] [--touch 1000] [--rabbitmq-n 0]
+    python -m bench.streams_scale --start-n 50000 [--touch 1000]
 
 SieveMQ (default ``--fsync batch``, ``--max-open-files`` default) on free ports: declare
 ``--n`` stream queues one after another over one pika connection (time per declare, median
@@ -8,6 +9,17 @@ of each block of 1,000, so a cost that grows with the count shows), then publish
 message with confirms to ``--touch`` random streams and read it back from each (descriptors
 after). Descriptors (``/proc/PID/fd``) and RSS (``VmRSS``) of the server are taken before the
 declares, after them, and after touching streams; per-stream figures are the deltas / n.
+
+The declare cost at 1 stream and at ``--n`` streams: ``ms_per_declare_first_100`` (the first
+100 declares) and ``ms_per_declare_last_100`` (the last 100), and their ratio, from one run.
+
+``--start-n N`` measures a node that already holds N streams instead: the streams are written
+into the data directory first (by the broker model in this process, with its fdatasyncs
+deferred to one at the end: creating them is not what is measured), then the server is
+started (seconds from exec to its ready line, descriptors and RSS once ready), ``--touch``
+random streams get a publish and a read (each stream's files open on its first use), and the
+server is stopped with SIGTERM (seconds to exit), twice: after the first start and after a
+second start on the same directory.
 
 With ``--rabbitmq-n N`` the same declares (N of them) run against a private RabbitMQ from
 Debian's package (``bench/rabbitmq.sh``; ``--peers``: ``../shared/peers/rabbitmq.sh``), and its
@@ -51,9 +63,12 @@ def declare_all(url: str, n: int, pid: int, prefix: str) -> dict[str, Any]:
     ch = conn.channel()
     before = {"fds": fds(pid), "rss_kib": rss_kib(pid)}
     blocks: list[float] = []
+    each: list[float] = []
     start = block_start = time.perf_counter()
     for i in range(n):
+        t = time.perf_counter()
         ch.queue_declare(f"{prefix}{i}", durable=True, arguments={"x-queue-type": "stream"})
+        each.append(time.perf_counter() - t)
         if (i + 1) % 1000 == 0:
             now = time.perf_counter()
             blocks.append((now - block_start) / 1000 * 1000)  # ms per declare in this block
@@ -62,10 +77,15 @@ def declare_all(url: str, n: int, pid: int, prefix: str) -> dict[str, Any]:
     time.sleep(1.0)
     after = {"fds": fds(pid), "rss_kib": rss_kib(pid)}
     conn.close()
+    first = statistics.median(each[:100]) * 1000
+    last = statistics.median(each[-100:]) * 1000
     return {
         "n": n,
         "total_s": round(total, 2),
         "ms_per_declare": round(total / n * 1000, 3),
+        "ms_per_declare_first_100": round(first, 3),
+        "ms_per_declare_last_100": round(last, 3),
+        "last_over_first": round(last / first, 3) if first else None,
         "ms_per_declare_by_block_of_1000": [round(b, 3) for b in blocks],
         "before": before,
         "after": after,
@@ -110,6 +130,58 @@ def touch_random(url: str, n: int, touch: int, pid: int, prefix: str) -> dict[st
     return result
 
 
+def prefill(data: Path, n: int, prefix: str) -> float:
+    """N durable streams written into ``data`` by the broker model (what a node that
+    declared them leaves on disk); fdatasyncs deferred to one ``os.sync()`` at the end."""
+    from sievemq.gateway.model.broker import Broker
+
+    started = time.perf_counter()
+    real_fsync = os.fsync
+    os.fsync = lambda fd: None  # the new stream directories: synced by os.sync() below
+    try:
+        broker = Broker(data)
+        broker.store.defer_sync = True
+        vhost = broker.vhost("/")
+        for i in range(n):
+            vhost.declare_queue(f"{prefix}{i}", durable=True, arguments={"x-queue-type": "stream"})
+        broker.close()
+    finally:
+        os.fsync = real_fsync
+    os.sync()
+    return time.perf_counter() - started
+
+
+def start_stop(data: Path, n: int, touch: int, prefix: str) -> dict[str, Any]:
+    """Start the server on ``data`` (N streams), touch some, stop it: times, fds, RSS."""
+    t = time.perf_counter()
+    server = start_server(data, "batch")
+    ready = time.perf_counter() - t
+    try:
+        out: dict[str, Any] = {
+            "start_to_ready_s": round(ready, 2),
+            "ready": {"fds": fds(server.pid), "rss_kib": rss_kib(server.pid)},
+        }
+        url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
+        if touch:
+            out["touch"] = touch_random(url, n, min(touch, n), server.pid, prefix)
+    finally:
+        out["sigterm_exit_s"] = round(stop_server(server, timeout=1800), 2)
+    return out
+
+
+def restarts(n: int, touch: int) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="sievemq-start-"))
+    try:
+        result: dict[str, Any] = {"n": n, "prefill_s": round(prefill(data, n, "s"), 2)}
+        log = data / "definitions.log"
+        result["definitions_log_bytes"] = log.stat().st_size
+        result["first_start"] = start_stop(data, n, touch, "s")
+        result["second_start"] = start_stop(data, n, 0, "s")
+        return result
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def rabbitmq(n: int, port: int) -> dict[str, Any]:
     with kit.rabbitmq_server(port) as (amqp_port, pid):
         url = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
@@ -130,9 +202,16 @@ def main() -> None:
     parser.add_argument("--rabbitmq-n", type=int, default=0)
     parser.add_argument("--rabbitmq-port", type=int, default=0, help="0: a free port")
     parser.add_argument("--peers", action="store_true", help="use ../shared/peers' RabbitMQ")
+    parser.add_argument(
+        "--start-n", type=int, default=0, help="measure start/stop of a node with N streams"
+    )
     args = parser.parse_args()
     kit.use_peers(args.peers)
     out: dict[str, Any] = {"machine": machine(), "benchmark": "streams_scale"}
+    if args.start_n:
+        out["start_stop"] = restarts(args.start_n, args.touch)
+        print(json.dumps(out, indent=1))
+        return
     data = Path(tempfile.mkdtemp(prefix="sievemq-streams-"))
     server = start_server(data, "batch")
     try:

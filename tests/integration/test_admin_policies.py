@@ -733,6 +733,33 @@ def test_policies_persist_export_and_import(fresh_server: ServerProcess) -> None
     assert {"name": "cluster_name", "value": "sieve"} in exported["global_parameters"]
 
 
+def test_stream_policy_reaches_a_stream_restored_closed_at_start(
+    fresh_server: ServerProcess,
+) -> None:
+    """A restart opens streams on first use; the policy must still shape a stream that was
+    idle at start and is first opened by a publish afterwards."""
+    server = fresh_server
+    conn = pika.BlockingConnection(pika.ConnectionParameters(server.host, server.amqp_port))
+    conn.channel().queue_declare("seg.s", durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    _put(
+        server,
+        "/api/policies/%2F/seg",
+        {"pattern": "^seg", "definition": {"stream-max-segment-size-bytes": 8000}},
+    )
+    server.stop()
+    server.start()
+    conn = pika.BlockingConnection(pika.ConnectionParameters(server.host, server.amqp_port))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(30):  # 30 confirmed publishes of 1 KB: one chunk each
+        ch.basic_publish("", "seg.s", b"x" * 1000 + str(i).encode())
+    conn.close()
+    facts = _stream_facts(server, "seg.s")
+    assert facts["messages"] == 30
+    assert facts["segments"] > 1  # rolled at the policy's size, not the 500 MB default
+
+
 RABBIT_FILE_POLICIES = {
     "policies": [
         {

@@ -1125,7 +1125,13 @@ class BrokerFacade:
             store.defer_sync = False
 
     async def synced(self) -> None:
-        """Wait until every definitions change so far is on disk (fdatasync in a thread)."""
+        """Wait until every definitions change so far is on disk (fdatasync in a thread,
+        group-committed with the AMQP channels' changes when a node runs)."""
+        if self.node is not None:
+            pending = self.node.definitions_sync.wait()
+            if pending is not None:
+                await asyncio.shield(pending)
+            return
         sync = self.broker.store.take_sync()
         if sync is not None:
             await asyncio.to_thread(sync)

@@ -97,6 +97,8 @@ def _node() -> Any:
         connections=set(),
         alarm_reasons=(),  # no resource alarm on
         next_id=lambda: next(ids),
+        # no durable definitions here: a method never waits for their fdatasync
+        definitions_sync=SimpleNamespace(begin=lambda: 0, end=lambda began: None),
     )
 
 

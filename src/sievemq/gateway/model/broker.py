@@ -63,6 +63,9 @@ class Broker:
             log.info("removed %d deleted stream(s) a crash left behind", removed)
         self.store = definitions.DefinitionStore(self.data_dir)
         stored = self.store.load()
+        # the definitions to write back after the start: the defaults of a new node, or
+        # what the restore dropped (a dangling binding); an exact restore writes nothing
+        self._restore_dropped = False
         if stored is None:
             self._create_defaults()
         else:
@@ -70,7 +73,8 @@ class Broker:
         for vhost in self.vhosts.values():
             vhost.touched.clear()
         self._loading = False
-        self.save_definitions()
+        if stored is None or self._restore_dropped:
+            self.save_definitions()
 
     # ------------------------------------------------------------------ setup
 
@@ -116,9 +120,13 @@ class Broker:
                 internal=bool(item.get("internal", False)),
                 arguments=item.get("arguments") or {},
             )
+        # streams declared alike share one validated StreamArguments (50,000 streams with
+        # the same arguments are validated once)
+        parsed: dict[tuple[str, tuple[tuple[str, str, Any], ...]], StreamArguments] = {}
         for item in data.get("queues", []):
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None:
+                self._restore_dropped = True
                 continue
             if item.get("type") in ("classic", "quorum"):
                 vhost.classic.restore(
@@ -128,9 +136,7 @@ class Broker:
                     bool(item.get("auto_delete")),
                 )
                 continue
-            stream_args = stream_arguments_from_table(
-                item.get("arguments") or {}, item["name"], vhost.name
-            )
+            stream_args = _stream_arguments(parsed, item.get("arguments") or {}, item, vhost.name)
             vhost.restore_queue(item["name"], stream_args)
         for item in data.get("bindings", []):
             vhost = self.vhosts.get(item["vhost"])
@@ -152,6 +158,7 @@ class Broker:
                         item.get("arguments") or {},
                     )
             except (NotFound, PreconditionFailed) as exc:  # a dangling binding is dropped
+                self._restore_dropped = True
                 log.warning("dropping stored binding %r: %s", item, exc.reply_text)
 
     # ------------------------------------------------------------------ streams
@@ -370,3 +377,21 @@ class Broker:
                 else:
                     store.delete("bindings", record)
         store.commit()
+
+
+def _stream_arguments(
+    parsed: dict[tuple[str, tuple[tuple[str, str, Any], ...]], StreamArguments],
+    table: dict[str, Any],
+    item: dict[str, Any],
+    vhost: str,
+) -> StreamArguments:
+    """The stream arguments of a restored queue, validated once per distinct table."""
+    try:
+        key = (vhost, tuple(sorted((k, type(v).__name__, v) for k, v in table.items())))
+        hash(key)
+    except TypeError:  # an unhashable value (a nested table): not shared
+        return stream_arguments_from_table(table, item["name"], vhost)
+    arguments = parsed.get(key)
+    if arguments is None:
+        arguments = parsed[key] = stream_arguments_from_table(table, item["name"], vhost)
+    return arguments

@@ -60,6 +60,7 @@ _KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "global_parameters": ("name",),
 }
 _TAG = "__amqp__"
+_TAG_BYTES = b'"__amqp__"'
 
 
 def encode_value(value: Any) -> Any:
@@ -99,8 +100,20 @@ def decode_value(value: Any) -> Any:
     return value
 
 
+def _special(value: Any) -> Any:
+    """``encode_value`` of a value JSON has no type for (the C encoder's ``default``)."""
+    if isinstance(value, bytes | bytearray | datetime.datetime | Decimal):
+        return encode_value(value)
+    raise TypeError(f"cannot store a {type(value).__name__} in definitions")
+
+
+def _dumps(value: Any) -> str:
+    """JSON of ``encode_value(value)``, keys sorted, in C (no Python walk of the value)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_special)
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(encode_value(value), sort_keys=True, separators=(",", ":"))
+    return _dumps(value)
 
 
 def item_key(section: str, item: Any) -> str:
@@ -112,8 +125,7 @@ def item_key(section: str, item: Any) -> str:
 
 
 def _line(op: str, section: str, key: str | None, item: Any) -> bytes:
-    body = json.dumps([op, section, key, encode_value(item)], separators=(",", ":"))
-    raw = body.encode("utf-8")
+    raw = _dumps([op, section, key, item]).encode("utf-8")
     return b"%08x " % zlib.crc32(raw) + raw + b"\n"
 
 
@@ -132,13 +144,15 @@ class DefinitionStore:
         self.directory = Path(data_dir)
         self.path = self.directory / LOG_NAME
         self._fsync = fsync
-        # (section, key or None for a whole non-list value) -> (canonical JSON, item)
-        self._items: dict[tuple[str, str | None], tuple[str, Any]] = {}
+        # (section, key or None for a whole non-list value) -> (canonical JSON, item); the
+        # canonical text of a replayed item is computed when a change is compared with it
+        self._items: dict[tuple[str, str | None], tuple[str | None, Any]] = {}
         self._lines = 0
         self._pending: list[bytes] = []
         self._fd = -1
         self.defer_sync = False  # commits write but leave the fdatasync to take_sync()
         self._unsynced = False
+        self.writes = 0  # commits that wrote something (a caller tells whether it changed)
         self.directory.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(LOG_NAME + ".tmp")
         if temp.exists():
@@ -174,7 +188,10 @@ class DefinitionStore:
                 break
             op, section, key, value = json.loads(body)
             if op == "put":
-                self._items[section, key] = (_canonical(decode_value(value)), decode_value(value))
+                if _TAG_BYTES in body:  # a tagged AMQP value inside: decode it
+                    value = decode_value(value)
+                # the canonical text is computed when a save first compares with it
+                self._items[section, key] = (None, value)
             else:
                 self._items.pop((section, key), None)
             self._lines += 1
@@ -214,7 +231,8 @@ class DefinitionStore:
     def _set(self, section: str, key: str | None, item: Any) -> None:
         text = _canonical(item)
         old = self._items.get((section, key))
-        if old is not None and old[0] == text:
+        if old is not None and (old[0] if old[0] is not None else _canonical(old[1])) == text:
+            self._items[section, key] = (text, old[1])
             return
         self._items[section, key] = (text, item)
         self._pending.append(_line("put", section, key, item))
@@ -254,9 +272,20 @@ class DefinitionStore:
             os.fdatasync(self._fd)
             self._unsynced = False
         self._lines += lines
+        self.writes += 1
         self._found = True
         if self._lines > _COMPACT_MIN and self._lines > 4 * len(self._items):
             self.compact()
+
+    @property
+    def owes_sync(self) -> bool:
+        """True when deferred commits wrote lines no fdatasync has covered yet."""
+        return self._unsynced
+
+    def sync_failed(self) -> None:
+        """The fdatasync ``take_sync`` gave failed: the lines it covered are owed again."""
+        if self._fsync:
+            self._unsynced = True
 
     def take_sync(self) -> Callable[[], None] | None:
         """The fdatasync that deferred commits still owe, as a call that may run in another

@@ -87,13 +87,29 @@ class ConsumerInfo(Protocol):
 
 
 class StreamQueue:
-    """A declared stream queue of a vhost."""
+    """A declared stream queue of a vhost.
 
-    def __init__(self, name: str, vhost: str, arguments: StreamArguments, stream: Stream) -> None:
+    ``stream`` is the storage stream itself, or (for a queue restored at start) a call that
+    opens it: then its files are recovered and opened on first use, so a node with 50,000
+    idle streams starts without touching them."""
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        arguments: StreamArguments,
+        stream: Stream | Callable[[], Stream],
+    ) -> None:
         self.name = name
         self.vhost = vhost
         self.arguments = arguments  # as declared (policies act on ``stream.config``)
-        self.stream = stream
+        self._stream: Stream | None = None
+        self._opener: Callable[[], Stream] | None = None
+        self._on_open: Callable[[Stream], None] | None = None
+        if isinstance(stream, Stream):
+            self._stream = stream
+        else:
+            self._opener = stream
         self.policy: str | None = None  # the names of the policies that apply, if any
         self.operator_policy: str | None = None
         self.effective_policy: dict[str, Any] = {}
@@ -102,6 +118,32 @@ class StreamQueue:
         self.deleted = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
+
+    @property
+    def stream(self) -> Stream:
+        """The storage stream (recovered and opened now if this is its first use)."""
+        stream = self._stream
+        if stream is None:
+            assert self._opener is not None
+            stream = self._stream = self._opener()
+            self._opener = None
+            if self._on_open is not None:
+                self._on_open(stream)
+                self._on_open = None
+        return stream
+
+    def when_open(self, change: Callable[[Stream], None]) -> None:
+        """Run ``change`` on the storage stream now if it is open, else when it is first
+        opened (the latest change wins): a policy reaches an idle stream without opening it."""
+        if self._stream is not None:
+            change(self._stream)
+        else:
+            self._on_open = change
+
+    @property
+    def opened_stream(self) -> Stream | None:
+        """The storage stream if something opened it (what a shutdown must close)."""
+        return self._stream
 
     def __repr__(self) -> str:
         return f"StreamQueue({self.name!r}, vhost={self.vhost!r})"

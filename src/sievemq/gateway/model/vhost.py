@@ -192,9 +192,18 @@ class VirtualHost:
                 f"({limit}) is reached"
             )
 
-    def _create_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
-        stream = self._open_stream(self.name, name, stream_args)
-        queue = StreamQueue(name, self.name, stream_args, stream)
+    def _create_queue(
+        self, name: str, stream_args: qargs.StreamArguments, lazy: bool = False
+    ) -> StreamQueue:
+        if lazy:
+            vhost = self.name
+            queue = StreamQueue(
+                name, vhost, stream_args, lambda: self._open_stream(vhost, name, stream_args)
+            )
+        else:
+            queue = StreamQueue(
+                name, self.name, stream_args, self._open_stream(self.name, name, stream_args)
+            )
         self.apply_policy(queue)
         self.queues[name] = queue
         self.touched.append(("queue", name))
@@ -454,17 +463,21 @@ class VirtualHost:
             queue.apply_arguments(policies.queue_arguments(queue.declared, effective))
             return
         limits = policies.stream_limits(queue.arguments, effective)
-        config = queue.stream.config
-        wanted = dataclasses.replace(
-            config,
-            max_bytes=limits.max_bytes,
-            max_age_ms=limits.max_age_ms,
-            max_segment_bytes=limits.max_segment_bytes,
-            filter_size_bytes=limits.filter_size_bytes,
-        )
-        if wanted != config:
-            # read at the next chunk and segment roll (retention runs at each roll)
-            queue.stream.config = wanted
+
+        def put_limits(stream: Stream) -> None:
+            config = stream.config
+            wanted = dataclasses.replace(
+                config,
+                max_bytes=limits.max_bytes,
+                max_age_ms=limits.max_age_ms,
+                max_segment_bytes=limits.max_segment_bytes,
+                filter_size_bytes=limits.filter_size_bytes,
+            )
+            if wanted != config:
+                # read at the next chunk and segment roll (retention runs at each roll)
+                stream.config = wanted
+
+        queue.when_open(put_limits)  # an idle stream restored at start stays closed
 
     def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
         return (
@@ -529,11 +542,15 @@ class VirtualHost:
     # ------------------------------------------------------------------ lifecycle
 
     def restore_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
-        """Re-create a queue from persisted definitions (no checks, no on_change)."""
-        return self._create_queue(name, stream_args)
+        """Re-create a queue from persisted definitions (no checks, no on_change); its
+        stream's files are recovered and opened on first use, not now."""
+        return self._create_queue(name, stream_args, lazy=True)
 
     def close(self) -> None:
-        """Close (sync) every stream of the vhost."""
+        """Close (sync) every stream of the vhost that was opened (the others were not
+        touched since the start: nothing to sync)."""
         for queue in self.queues.values():
-            queue.stream.close()
+            stream = queue.opened_stream
+            if stream is not None:
+                stream.close()
         self.classic.close()

@@ -18,6 +18,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.storage import Message
 
@@ -76,6 +77,8 @@ class Node:
         self.alarm_reasons: tuple[str, ...] = ()
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
+        # the definitions log's fdatasync in a worker thread (AMQP and HTTP changes wait on it)
+        self.definitions_sync = DefinitionsSync(broker.store, loop)
         queue_expiry.start(broker, loop)  # x-expires of classic queues
         broker.stream_writer = self._write_stream  # dead-letters routed into a stream
 

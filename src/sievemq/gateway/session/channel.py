@@ -44,6 +44,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.definitions_sync import when_synced
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -121,6 +122,10 @@ class Channel:
         # the property memo of these limits (memo hits only: None when not known)
         self._known_properties = fastpath.properties_memo(limits.tables).get
         self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
+        # while a definitions change of this channel is being fdatasynced (in a worker
+        # thread): the frames received since, handled once it is on disk (``_cold_method``)
+        self.backlog: list[tuple[int, bytes]] | None = None
+        self._definitions_sync = node.definitions_sync
 
     @property
     def closing(self) -> bool:
@@ -198,12 +203,44 @@ class Channel:
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
         method = codec.decode_method(payload, self._table_limits)
+        definitions = self._definitions_sync
+        began = definitions.begin()
+        conn = self.connection
+        mark = conn.begin_capture()
+        done = False
         try:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
+            done = True
         except errors.AMQPError as error:
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
             raise
+        finally:
+            pending = definitions.end(began)
+            held = conn.end_capture(mark, done and pending is not None)
+            if done and pending is not None:
+                self._hold(pending, held)
+
+    def _hold(self, pending: Any, held: list[bytes]) -> None:
+        """The method changed durable definitions: its reply (``held``) and every frame of
+        this channel after it wait until the change is on disk, fdatasynced in a worker
+        thread; the event loop and the other channels go on meanwhile."""
+        self.backlog = []
+
+        def synced(error: BaseException | None) -> None:
+            backlog, self.backlog = self.backlog or [], None
+            if error is not None:
+                self.connection.close(
+                    errors.InternalError(
+                        f"cannot make a definitions change durable: the fdatasync of "
+                        f"definitions.log failed ({type(error).__name__}: {error})"
+                    )
+                )
+                self.connection.flush()
+                return
+            self.connection.resume_channel(self, held, backlog)
+
+        when_synced(pending, synced)
 
     # ----------------------------------------------------------------------- publishing
 

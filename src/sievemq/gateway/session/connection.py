@@ -41,7 +41,7 @@ from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.alarms import blocked_reason
 from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session.channel import Channel
-from sievemq.gateway.session.ports import ClosedChannel
+from sievemq.gateway.session.ports import ClosedChannel, HeldChannel
 from sievemq.gateway.session.publish_cache import PUBLISH_ID as _PUBLISH_ID
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class Connection:
         # frame bytes read while an alarm is on and this connection is not held yet
         self.read_under_alarm = 0
         self._out: list[bytes] = []
+        self._capturing = False  # a cold method runs: direct writes queue in _out too
         self._flush_scheduled = False
         self._in_frames = False
         self._received = True
@@ -134,6 +135,9 @@ class Connection:
 
     def write_frames(self, data: list[bytes]) -> None:
         """Write a batch of frames now (confirms, a basic.return), after any queued replies."""
+        if self._capturing:
+            self._out.extend(data)
+            return
         if self._out:
             self.flush()
         transport = self.transport
@@ -143,11 +147,41 @@ class Connection:
     def write_joined(self, data: bytes) -> None:
         """Write one buffer of frames now (a consumer's turn of deliveries, joined), after
         any queued replies. HOT PATH: once per delivery turn."""
+        if self._capturing:
+            self._out.append(data)
+            return
         if self._out:
             self.flush()
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+
+    def begin_capture(self) -> int:
+        """A channel's cold method starts: what it writes, directly or not, is queued (in
+        order) until ``end_capture``; returns the mark to give it."""
+        self._capturing = True
+        return len(self._out)
+
+    def end_capture(self, mark: int, hold: bool) -> list[bytes]:
+        """The cold method ended: with ``hold``, take what it wrote out of the queue (the
+        channel sends it once its definitions change is on disk); else leave it queued."""
+        self._capturing = False
+        if not hold:
+            return []
+        held = self._out[mark:]
+        del self._out[mark:]
+        return held
+
+    def resume_channel(
+        self, channel: HeldChannel, held: list[bytes], backlog: list[tuple[int, bytes]]
+    ) -> None:
+        """A held channel's change is on disk: send its held replies, then handle the frames
+        it received meanwhile, in order (a later change may hold it again)."""
+        if self.channels.get(channel.id) is not channel or self.state.phase is not _OPEN:
+            return  # the channel or the connection went away meanwhile
+        self._out.extend(held)
+        chid = channel.id
+        self.on_frames([(ftype, chid, payload) for ftype, payload in backlog])  # flushes
 
     def abort(self) -> None:
         """Drop the socket at once (shutdown, after the grace period)."""
@@ -181,6 +215,8 @@ class Connection:
                         channel = channels.get(chid)
                         if channel is None:
                             self._channel_open(ftype, chid, payload)
+                        elif channel.backlog is not None:  # waits for a definitions sync
+                            channel.backlog.append((ftype, payload))
                         elif (
                             ftype == 1
                             and i + 1 < n
