@@ -1385,7 +1385,7 @@ class BrokerFacade:
         except policies.PolicyError as error:
             raise BadRequest(error.reason) from None
         created = v.set_policy(policy, operator, apply)
-        self.broker.save_definitions()
+        self.broker.save_policy(vhost, name, operator)
         return created
 
     def delete_policy(
@@ -1393,7 +1393,7 @@ class BrokerFacade:
     ) -> None:
         if not self.broker.vhost(vhost).clear_policy(name, operator, apply):
             raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
-        self.broker.save_definitions()
+        self.broker.save_policy(vhost, name, operator)
 
     def policy_steps(self, vhost: str) -> Iterator[None]:
         """Re-apply the vhost's policies one object at a time (see ``VirtualHost``)."""
@@ -1474,13 +1474,13 @@ class BrokerFacade:
     def put_global_parameter(self, name: str, value: Any) -> bool:
         created = name not in self.broker.global_parameters
         self.broker.global_parameters[name] = value
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
         return created
 
     def delete_global_parameter(self, name: str) -> None:
         if self.broker.global_parameters.pop(name, None) is None:
             raise NotFound(f"no global parameter '{name}'")
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
 
     # ------------------------------------------------------------------ named consumers
 
