@@ -131,3 +131,18 @@ def test_definition_refusals(definition: dict[str, object], text: str) -> None:
     with pytest.raises(policies.PolicyError) as info:
         _policy("p", ".*", definition)
     assert info.value.reason == f"Validation failed\n\n{text}\n"
+
+
+def test_keys_rabbitmq_accepts_are_accepted() -> None:
+    """Keys RabbitMQ 3.10 validates are stored even where SieveMQ has nothing they change
+    (docs/admin-api.md lists them), so its definitions files import."""
+    definition = {
+        "queue-mode": "lazy",
+        "queue-version": 2,
+        "max-in-memory-length": 5,
+        "max-in-memory-bytes": 5,
+        "queue-leader-locator": "client-local",
+        "initial-cluster-size": 3,
+        "alternate-exchange": "ae",
+    }
+    assert _policy("p", ".*", definition).definition == definition

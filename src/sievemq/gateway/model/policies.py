@@ -54,15 +54,6 @@ MERGED_KEYS = (
 )
 OPERATOR_KEYS = MERGED_KEYS
 OPERATOR_COMPONENT = "operator_policy"  # operator policies are runtime parameters of this
-# keys SieveMQ accepts (as RabbitMQ does) but that change nothing here
-NO_EFFECT_KEYS = (
-    "max-in-memory-length",
-    "max-in-memory-bytes",
-    "queue-mode",
-    "queue-version",
-    "queue-leader-locator",
-    "initial-cluster-size",
-)
 MIN_SEGMENT_BYTES = 4096  # a policy's smaller segment size is raised to this
 FILTER_SIZE_KEY = "stream-filter-size-bytes"  # SieveMQ's own: Bloom filter bytes per chunk
 
