@@ -43,7 +43,7 @@ from typing import Any
 import pika
 
 from bench import kit
-from bench._util import machine, start_server, stop_server
+from bench._util import machine, proc_cpu_s, start_server, stop_server
 
 
 def fds(pid: int) -> int:
@@ -159,6 +159,9 @@ def start_stop(data: Path, n: int, touch: int, prefix: str) -> dict[str, Any]:
     try:
         out: dict[str, Any] = {
             "start_to_ready_s": round(ready, 2),
+            # the server's own CPU seconds until ready: what the start costs, whatever the
+            # machine's load did to the wall time above
+            "cpu_s_to_ready": round(proc_cpu_s(server.pid), 2),
             "ready": {"fds": fds(server.pid), "rss_kib": rss_kib(server.pid)},
         }
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
