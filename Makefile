@@ -1,7 +1,8 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 # uv is bootstrapped with pip into .tools/ (pinned), then installs the locked
-# dependencies (uv.lock) into .venv/ with the project editable. `make test` also installs
-# the amqplib client (tests/integration/node, from its package-lock.json) with npm ci.
+# dependencies (uv.lock) into .venv/ with the project editable. `make test` also installs the
+# Node clients amqplib and rabbitmq-stream-js-client (tests/integration/node, from its
+# package-lock.json) with npm ci.
 
 PYTHON ?= python3
 UV_VERSION := 0.13.8
@@ -30,7 +31,7 @@ run: setup
 
 # npm writes node_modules/.package-lock.json on every install: the stamp of `npm ci`
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
-	@command -v npm >/dev/null 2>&1 || { echo "make test needs Node.js and npm (the amqplib" \
+	@command -v npm >/dev/null 2>&1 || { echo "make test needs Node.js and npm (the Node" \
 		"client tests in $(NODE_DIR)); install them, e.g. apt-get install nodejs npm" >&2; exit 1; }
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 

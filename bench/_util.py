@@ -58,6 +58,7 @@ class Server:
     port: int
     data_dir: Path
     admin: str = ""  # the admin HTTP base URL from the ready line
+    stream_port: int = 0  # the stream-protocol listener (0: a baseline without one)
 
     @property
     def pid(self) -> int:
@@ -114,7 +115,8 @@ def start_server(
         raise RuntimeError(f"sievemq did not start: {line!r}")
     port = int(line.split("amqp=")[1].split()[0].rsplit(":", 1)[1])
     admin = line.split("admin=")[1].split()[0] if "admin=" in line else ""
-    return Server(proc, port, data_dir, admin)
+    stream = int(line.split("stream=")[1].split()[0].rsplit(":", 1)[1]) if "stream=" in line else 0
+    return Server(proc, port, data_dir, admin, stream)
 
 
 def stop_server(server: Server, timeout: float = 60.0) -> float:

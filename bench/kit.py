@@ -60,15 +60,21 @@ def loadgen() -> Path:
 
 
 @contextmanager
-def rabbitmq_server(port: int = 0) -> Iterator[tuple[int, int]]:
-    """A private RabbitMQ node; yields (AMQP port, beam pid). ``port`` 0: a free one."""
+def rabbitmq_server(port: int = 0, stream_port: int = 0) -> Iterator[tuple[int, int]]:
+    """A private RabbitMQ node; yields (AMQP port, beam pid). ``port`` 0: a free one.
+    ``stream_port``: also enable rabbitmq_stream, listening there (this kit only)."""
     if _peers:
+        if stream_port:
+            raise SystemExit("the ../shared/peers RabbitMQ has no stream listener option")
         with _peers_rabbitmq(port or PEERS_DEFAULT_PORT) as got:
             yield got
         return
     if port:
         _check_free(port)
     args = [str(RABBITMQ_SH)] + (["--port", str(port)] if port else [])
+    if stream_port:
+        _check_free(stream_port)
+        args += ["--stream-port", str(stream_port)]
     proc = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )

@@ -6,8 +6,11 @@ Against a real server on free ports and a local[2] session (JVM start reported a
 
 - ``batch_sink``: ``df.write.format("sievemq")`` of N rows (100 B bodies, 2 partitions, so two
   tasks publish at once), rows/s, median of runs, each into a fresh stream;
-- ``one_publisher``: the sink's own publish loop (aiormq, confirms, dedup headers) from this
-  process over one connection: the per-connection ceiling the tasks run at;
+- ``one_publisher``: the sink's own publish loop (``spark/publisher.py``: confirms, dedup
+  headers, large writes, 5,000 in flight) from this process over one connection: the
+  per-connection ceiling the tasks run at;
+- ``aiormq_one_publisher``: the loop the sink used before (aiormq, one socket write per
+  publish, 500 in flight), same rows and headers, in the same run: the ratio is the speed-up;
 - ``replay``: the same N rows again under the same publisher ids: all confirmed, none stored
   (what a replayed micro-batch costs);
 - ``latency``: a streaming query (1 s processing-time trigger) from one stream into another
@@ -50,6 +53,43 @@ def _one_publisher(url: str, rows: int, name: str, reference: str) -> float:
     options = SinkOptions(url, name)
     started = time.perf_counter()
     publish_rows(options, [(BODY, name, (), ())] * rows, reference, 0)
+    return rows / (time.perf_counter() - started)
+
+
+async def _aiormq_loop(url: str, rows: int, name: str, reference: str) -> None:
+    """The sink's publish loop before ``spark/publisher.py`` (aiormq), kept as the baseline."""
+    import asyncio
+
+    import aiormq
+    from pamqp import commands as spec
+
+    connection = await aiormq.connect(url)
+    try:
+        channel = await connection.channel()
+        await channel.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        pending: list[Any] = []
+        for pid in range(rows):
+            headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": pid}
+            props = spec.Basic.Properties(
+                headers=headers, delivery_mode=2, message_id=f"{reference}:{pid}"
+            )
+            pending.append(
+                channel.basic_publish(BODY, routing_key=name, properties=props, mandatory=True)
+            )
+            if len(pending) >= 500:
+                outcomes = await asyncio.gather(*pending)
+                assert all(isinstance(o, spec.Basic.Ack) for o in outcomes)
+                pending = []
+        assert all(isinstance(o, spec.Basic.Ack) for o in await asyncio.gather(*pending))
+    finally:
+        await connection.close()
+
+
+def _aiormq_publisher(url: str, rows: int, name: str, reference: str) -> float:
+    import asyncio
+
+    started = time.perf_counter()
+    asyncio.run(_aiormq_loop(url, rows, name, reference))
     return rows / (time.perf_counter() - started)
 
 
@@ -120,12 +160,20 @@ def main() -> None:
         jvm_start = time.perf_counter() - started
         _batch_sink(spark, server.url, 1000, "warm")  # workers started, aiormq imported
         sink = [_batch_sink(spark, server.url, args.rows, f"b{i}") for i in range(args.runs)]
-        one = [_one_publisher(server.url, args.rows, f"o{i}", f"ref{i}") for i in range(args.runs)]
+        one: list[float] = []
+        old: list[float] = []
+        for i in range(args.runs):  # interleaved: both see the same load
+            one.append(_one_publisher(server.url, args.rows, f"o{i}", f"ref{i}"))
+            old.append(_aiormq_publisher(server.url, args.rows, f"a{i}", f"ref{i}"))
         replay = [
             _one_publisher(server.url, args.rows, f"o{i}", f"ref{i}") for i in range(args.runs)
         ]
-        stored = [disk_end(stream_directory(server.data_dir, "/", f"o{i}")) for i in range(3)]
-        lat = sorted(_latency(spark, server, args.latency_messages, Path(tmp) / "ck"))
+        stored = [
+            disk_end(stream_directory(server.data_dir, "/", f"o{i}")) for i in range(args.runs)
+        ]
+        lat: list[float] = []
+        if args.latency_messages:
+            lat = sorted(_latency(spark, server, args.latency_messages, Path(tmp) / "ck"))
         spark.stop()
     result = {
         "benchmark": "spark_sink",
@@ -136,6 +184,8 @@ def main() -> None:
         "session_start_s": round(jvm_start, 1),
         "batch_sink_rows_per_s": round(statistics.median(sink)),
         "one_publisher_rows_per_s": round(statistics.median(one)),
+        "aiormq_one_publisher_rows_per_s": round(statistics.median(old)),
+        "one_publisher_vs_aiormq": round(statistics.median(one) / statistics.median(old), 2),
         "replay_rows_per_s": round(statistics.median(replay)),
         "stored_after_replay": stored[: args.runs],
         "latency_messages": len(lat),

@@ -13,6 +13,22 @@ one JSON object: per test the median msg/s of R runs.
   filtering: RabbitMQ 3.13+, not the 3.10.8 peer).
 
 The client is Python: it, not the server, may be what limits these numbers.
+
+`python -m bench.stream_protocol --compare [--n N] [--runs R]` is the side-by-side run: it
+starts SieveMQ (`sievemq serve`, free ports, `--fsync never` like RabbitMQ's unsynced
+confirms) and RabbitMQ 3.10.8 with its `rabbitmq_stream` plugin (`bench/rabbitmq.sh
+--stream-port`), runs the tests above on both alternately in one process, and adds the
+ratios and the `loop.sendfile` probe below. RabbitMQ 3.10.8 has no stream filtering (3.13+),
+so the filtered test runs on SieveMQ only. Defaults (N=100,000, 3 runs) take ~3 minutes on
+a quiet 2-core machine.
+
+`--sendfile-probe` (part of `--compare`): how fast N stored messages reach a raw socket
+reader (another process) over loopback as Deliver frames, three ways in one run: `write`,
+SieveMQ's path (StreamReader.read of a real stream, cut into osiris chunks of at most 100
+records, one `write` per read batch); `sendfile`, the same frames already on disk as wire
+bytes (what a storage format whose chunks ARE osiris chunks would allow) sent with one
+`loop.sendfile` per Deliver, as RabbitMQ does; `pread_write`, those bytes read with
+`os.pread` and written. The disk copy of the frames is made before the clock starts.
 """
 
 from __future__ import annotations
@@ -20,9 +36,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import socket
 import statistics
+import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rstream import (
@@ -35,7 +57,12 @@ from rstream import (
     RawMessage,
 )
 
-from bench._util import machine
+from bench import kit
+from bench._util import machine, start_server, stop_server
+from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage.stream import Durability
+from sievemq.storage.types import KIND_STREAM
+from sievemq.streamproto import osiris
 
 WINDOW = 50  # batches in flight
 
@@ -125,17 +152,30 @@ async def _delete(host: str, port: int, stream: str) -> None:
         await p.delete_stream(stream, missing_ok=True)
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _measure(host: str, port: int, runs: int, n: int, filtered: bool) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for size in (100, 1024):
         pub, con = [], []
-        for _ in range(args.runs):
+        for _ in range(runs):
             stream = f"bench-{uuid.uuid4().hex[:8]}"
-            pub.append(await _publish(args.host, args.port, stream, args.n, size, False))
-            con.append(await _consume(args.host, args.port, stream, args.n, None))
-            await _delete(args.host, args.port, stream)
+            pub.append(await _publish(host, port, stream, n, size, False))
+            con.append(await _consume(host, port, stream, n, None))
+            await _delete(host, port, stream)
         results[f"publish_confirm_{size}B_msg_s"] = round(statistics.median(pub))
         results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
+    if filtered:
+        exact = []
+        for _ in range(runs):
+            stream = f"bench-{uuid.uuid4().hex[:8]}"
+            await _publish(host, port, stream, n, 100, True)
+            exact.append(await _consume(host, port, stream, n // 50, "v7"))
+            await _delete(host, port, stream)
+        results["filtered_consume_1in50_matching_msg_s"] = round(statistics.median(exact))
+    return results
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    results = await _measure(args.host, args.port, args.runs, args.n, False)
     if not args.no_filter:
         exact, whole = [], []
         for _ in range(args.runs):
@@ -151,10 +191,185 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+# ----------------------------------------------------------------------------- sendfile probe
+
+_READER = (
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "want, got = int(sys.argv[2]), 0\n"
+    "while got < want:\n"
+    "    b = s.recv(1 << 20)\n"
+    "    if not b: break\n"
+    "    got += len(b)\n"
+    "s.close()\n"
+)
+CHUNK_RECORDS = 100  # batches of 100: one stored chunk each, one Deliver each
+
+
+def _fill(directory: Path, n: int, size: int) -> Stream:
+    stream = Stream.open(directory, StreamConfig(durability=Durability.NEVER))
+    body = b"x" * size
+    for i in range(0, n, CHUNK_RECORDS):
+        count = min(CHUNK_RECORDS, n - i)
+        stream.append([Message((), "", "", b"", body, KIND_STREAM)] * count)
+    return stream
+
+
+def _store_batches(stream: Stream) -> Iterator[bytes]:
+    """SieveMQ's consume path: read records, cut them into osiris chunks of at most
+    CHUNK_RECORDS, the Deliver frames of one read joined (one write)."""
+    reader = stream.reader()
+    reader.seek_first()
+    try:
+        while True:
+            records = reader.read(4096)
+            if not records:
+                if reader.at_end:
+                    return
+                continue
+            frames = []
+            for i in range(0, len(records), CHUNK_RECORDS):
+                part = records[i : i + CHUNK_RECORDS]
+                payloads = [r.body for r in part]
+                frames.append(osiris.deliver(0, part[0].offset, part[0].timestamp_ms, payloads))
+            yield b"".join(frames)
+    finally:
+        reader.close()
+
+
+async def _serve_once(send: Any, expect: int) -> float:
+    """One raw reader process takes ``expect`` bytes; seconds from its connect to its EOF."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[float] = loop.create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.perf_counter()
+        await send(writer)
+        await reader.read()  # the reader closes once it has everything
+        done.set_result(time.perf_counter() - start)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _READER, str(port), str(expect)
+    )
+    try:
+        return await asyncio.wait_for(done, 120)
+    finally:
+        await proc.wait()
+        server.close()
+        await server.wait_closed()
+
+
+async def _sendfile_probe(n: int, size: int, runs: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sievemq-sendfile-") as tmp:
+        stream = _fill(Path(tmp) / "s", n, size)
+        wire_frames = [f for batch in _store_batches(stream) for f in _split(batch)]
+        total = sum(map(len, wire_frames))
+        path = Path(tmp) / "wire"
+        path.write_bytes(b"".join(wire_frames))
+        spans, pos = [], 0
+        for f in wire_frames:
+            spans.append((pos, len(f)))
+            pos += len(f)
+        loop = asyncio.get_running_loop()
+
+        async def write_path(w: asyncio.StreamWriter) -> None:
+            for batch in _store_batches(stream):
+                w.write(batch)
+                await w.drain()
+
+        async def sendfile_path(w: asyncio.StreamWriter) -> None:
+            with open(path, "rb") as f:
+                for offset, count in spans:
+                    await loop.sendfile(w.transport, f, offset, count)
+
+        async def pread_path(w: asyncio.StreamWriter) -> None:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for offset, count in spans:
+                    w.write(os.pread(fd, count, offset))
+                    if w.transport.get_write_buffer_size() > 1 << 20:
+                        await w.drain()
+                await w.drain()
+            finally:
+                os.close(fd)
+
+        times: dict[str, list[float]] = {"write": [], "sendfile": [], "pread_write": []}
+        paths = {"write": write_path, "sendfile": sendfile_path, "pread_write": pread_path}
+        for _ in range(runs):
+            for name, fn in paths.items():  # interleaved: the same noise for each
+                times[name].append(await _serve_once(fn, total))
+        stream.close()
+    out: dict[str, Any] = {
+        f"deliver_{name}_{size}B_msg_s": round(n / statistics.median(t))
+        for name, t in times.items()
+    }
+    out[f"sendfile_vs_write_{size}B"] = round(
+        statistics.median(times["write"]) / statistics.median(times["sendfile"]), 2
+    )
+    return out
+
+
+def _split(batch: bytes) -> list[bytes]:
+    """The Deliver frames of a joined batch (u32 size prefix each)."""
+    out, pos = [], 0
+    while pos < len(batch):
+        size = int.from_bytes(batch[pos : pos + 4], "big") + 4
+        out.append(batch[pos : pos + size])
+        pos += size
+    return out
+
+
+# ----------------------------------------------------------------------------- side by side
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _compare(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="sievemq-bench-") as tmp:
+        server = start_server(Path(tmp) / "data", fsync="never")
+        try:
+            rabbit_port = _free_port()
+            with kit.rabbitmq_server(stream_port=rabbit_port):
+                rabbit: dict[str, Any] = {}
+                sieve: dict[str, Any] = {}
+                for _ in range(args.runs):  # one run each, alternately; medians at the end
+                    for port, acc in ((server.stream_port, sieve), (rabbit_port, rabbit)):
+                        one = await _measure(args.host, port, 1, args.n, False)
+                        for k, v in one.items():
+                            acc.setdefault(k, []).append(v)
+                filt = await _measure(args.host, server.stream_port, args.runs, args.n, True)
+        finally:
+            stop_server(server)
+    for name, acc in (("sievemq", sieve), ("rabbitmq", rabbit)):
+        out[name] = {k: round(statistics.median(v)) for k, v in acc.items()}
+    out["sievemq"]["filtered_consume_1in50_matching_msg_s"] = filt[
+        "filtered_consume_1in50_matching_msg_s"
+    ]
+    out["rabbitmq"]["filtered_consume_1in50_matching_msg_s"] = None  # no filtering in 3.10.8
+    out["ratio_sievemq_over_rabbitmq"] = {
+        k: round(out["sievemq"][k] / v, 2) for k, v in out["rabbitmq"].items() if v
+    }
+    probe: dict[str, Any] = {}
+    for size in (100, 1024):
+        probe.update(await _sendfile_probe(args.n, size, args.runs))
+    out["sendfile_probe"] = probe
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--label", default="server")
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
@@ -164,9 +379,41 @@ def main() -> None:
         action="store_true",
         help="also measure SieveMQ's sievemq-whole-chunks=true (RabbitMQ-style) delivery",
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="start SieveMQ and RabbitMQ 3.10.8 (rabbitmq_stream) and measure both",
+    )
+    parser.add_argument(
+        "--sendfile-probe", action="store_true", help="only the loop.sendfile probe"
+    )
     args = parser.parse_args()
+    head = {"n": args.n, "runs": args.runs, **machine()}
+    if args.compare:
+        print(
+            json.dumps(
+                {
+                    "label": "stream protocol: sievemq vs rabbitmq 3.10.8",
+                    **head,
+                    **asyncio.run(_compare(args)),
+                }
+            )
+        )
+        return
+    if args.sendfile_probe:
+
+        async def probe() -> dict[str, Any]:
+            got: dict[str, Any] = {}
+            for size in (100, 1024):
+                got.update(await _sendfile_probe(args.n, size, args.runs))
+            return got
+
+        print(json.dumps({"label": "sendfile probe", **head, **asyncio.run(probe())}))
+        return
+    if not args.port:
+        parser.error("--port is required (or --compare / --sendfile-probe)")
     results = asyncio.run(_run(args))
-    print(json.dumps({"label": args.label, "n": args.n, "runs": args.runs, **machine(), **results}))
+    print(json.dumps({"label": args.label, **head, **results}))
 
 
 if __name__ == "__main__":

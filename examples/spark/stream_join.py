@@ -6,6 +6,11 @@ Input bodies are JSON: orders ``{"id": "o1", "ts": "..."}``, payments
 ``{"id", "ordered", "paid", "amount"}``. Join state lives in the checkpoint, so an order
 seen before a restart still matches a payment seen after it.
 
+``--left-outer``: an order that found no payment is published too, with ``"paid": null`` and
+``"amount": null``, once it can no longer match: when the watermark (the smaller of both
+streams' latest event time minus 10 minutes) passes the order's time plus 10 minutes. Until
+then it waits in the join state (across restarts too).
+
     python examples/spark/stream_join.py --data-dir DATA \
         --uri amqp://guest:guest@127.0.0.1:5672/%2F --checkpoint /tmp/ck-join \
         [--source orders] [--payments payments] [--sink paid-orders] [--left-outer]
@@ -45,7 +50,8 @@ def query(spark: Any, args: Any) -> Any:
                 F.date_format("o_ts", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("ordered"),
                 F.date_format("p_ts", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("paid"),
                 F.col("p_amount").alias("amount"),
-            )
+            ),
+            {"ignoreNullFields": "false"},  # an unmatched order: "paid": null, "amount": null
         ).alias("body")
     )
     return jobs.run(out.writeStream.outputMode("append"), args)

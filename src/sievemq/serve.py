@@ -151,7 +151,13 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     node.exhaustion_listeners.append(alarms.storage_write_failed)
     alarms.start(loop, settings.alarm_interval_ms / 1000)
     servers: list[asyncio.AbstractServer] = []
-    snode = StreamNode(node, settings.amqp_host, settings.stream_frame_max, settings.heartbeat)
+    snode = StreamNode(
+        node,
+        settings.amqp_host,
+        settings.stream_frame_max,
+        settings.heartbeat,
+        settings.stream_consumer_update_timeout_s,
+    )
     alarms.add_listener(snode.on_alarms)
     try:
         amqp_server, amqp_port = await start_amqp_listener(

@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     stream_port: int = Field(default=5552, ge=0, le=65535)
     stream_frame_max: int = Field(default=1048576, ge=8192)
     stream_tls_port: int = Field(default=5551, ge=0, le=65535)  # with --tls-cert/--tls-key
+    # seconds a single active consumer has to answer ConsumerUpdate before its group moves on
+    stream_consumer_update_timeout_s: float = Field(default=60.0, gt=0)
     # --- the first administrator, created with a new data directory (as RabbitMQ's
     # RABBITMQ_DEFAULT_USER/PASS; a user named guest may only log in from loopback), and a
     # RabbitMQ definitions file merged at every start

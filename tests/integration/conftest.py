@@ -54,11 +54,12 @@ def qname(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def node_modules() -> Path:
-    """amqplib installed from the committed lock file (npm ci) when it is not there yet."""
+    """amqplib and rabbitmq-stream-js-client installed from the committed lock file (npm ci)
+    when they are not there yet."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are required for the amqplib test")
+        pytest.fail("node and npm are required for the Node client tests")
     modules = NODE_DIR / "node_modules"
-    if not (modules / "amqplib").is_dir():
+    if not all((modules / name).is_dir() for name in ("amqplib", "rabbitmq-stream-js-client")):
         subprocess.run(
             ["npm", "ci", "--no-audit", "--no-fund"],
             cwd=NODE_DIR,

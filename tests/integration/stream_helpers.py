@@ -47,8 +47,12 @@ def _string(value: str) -> bytes:
 class RawStreamClient:
     """A blocking socket speaking just enough of the protocol to send odd frames."""
 
-    def __init__(self, server: ServerProcess) -> None:
-        self.sock = socket.create_connection((server.host, server.stream_port), timeout=5)
+    def __init__(self, server: ServerProcess, rcvbuf: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # before connect, so that the window stays small
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect((server.host, server.stream_port))
         self.corr = 0
 
     def send(self, key: int, body: bytes, version: int = 1) -> None:

@@ -104,8 +104,8 @@ async def test_request_over_budget_is_503(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 async def test_definition_fsync_runs_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """PUT user / permission / vhost: the definitions log's fdatasync runs in another
-    thread than the event loop's, and before the answer."""
+    """PUT user / permission / vhost / policy / parameter: the definitions log's fdatasync
+    runs in another thread than the event loop's, and before the answer."""
     synced_in: list[int] = []
     real = os.fdatasync
 
@@ -125,6 +125,16 @@ async def test_definition_fsync_runs_off_the_loop(monkeypatch: pytest.MonkeyPatc
                 ("PUT", "/api/permissions/v1/alice", {"configure": ".*", "write": "", "read": ""}),
                 ("DELETE", "/api/permissions/v1/alice", None),
                 ("DELETE", "/api/users/alice", None),
+                ("PUT", "/api/policies/v1/p", {"pattern": ".*", "definition": {"max-length": 1}}),
+                (
+                    "PUT",
+                    "/api/operator-policies/v1/o",
+                    {"pattern": ".", "definition": {"expires": 9}},
+                ),
+                ("PUT", "/api/global-parameters/g", {"value": 1}),
+                ("DELETE", "/api/policies/v1/p", None),
+                ("DELETE", "/api/operator-policies/v1/o", None),
+                ("DELETE", "/api/global-parameters/g", None),
             ):
                 synced_in.clear()
                 r = await http.request(method, path, json=body)
@@ -161,3 +171,21 @@ def test_user_change_survives_sigkill_after_the_answer(tmp_path: Path) -> None:
             ch.queue_declare("bob-q", durable=True)
         assert refused.value.reply_code == 403
         conn.close()
+
+
+def test_policy_survives_sigkill_after_the_answer(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path / "data", extra_args=("--fsync", "always")) as server:
+        with httpx.Client(base_url=server.admin_url, auth=("guest", "guest"), timeout=10) as h:
+            body = {"pattern": "^capped", "definition": {"max-length": 2}}
+            assert h.put("/api/policies/%2F/cap", json=body).status_code == 201
+        server.kill()
+        server.start()
+        conn = pika.BlockingConnection(pika.ConnectionParameters(server.host, server.amqp_port))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("capped", durable=True)
+        for i in range(5):
+            ch.basic_publish("", "capped", str(i).encode())
+        count = ch.queue_declare("capped", passive=True).method.message_count
+        conn.close()
+        assert count == 2

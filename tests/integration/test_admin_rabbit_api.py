@@ -585,13 +585,16 @@ def test_definitions_with_unsupported_objects_are_refused_whole(
             "arguments": {"x-queue-type": "mqtt-qos0"},
         }
     )
-    doc["policies"] = [{"vhost": "/", "name": "p", "pattern": ".*", "definition": {}}]
+    doc["parameters"] = [
+        {"vhost": "/", "component": "shovel", "name": "s", "value": {"src-uri": "amqp://"}}
+    ]
     with client(server) as http:
         r = http.post("/api/definitions", json=doc)
         vhosts = [v["name"] for v in http.get("/api/vhosts").json()]
         queues = http.get("/api/queues").json()
         bad_json = http.post("/api/definitions", content=b"[1,")
     assert r.status_code == 400
-    assert "policies (1)" in r.json()["reason"] and "'cq'" in r.json()["reason"]
+    reason = r.json()["reason"]
+    assert "parameters of component 'shovel' (1)" in reason and "'cq'" in reason
     assert vhosts == ["/"] and queues == []  # nothing half-applied
     assert bad_json.status_code == 400

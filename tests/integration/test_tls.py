@@ -156,6 +156,26 @@ def test_pika_over_tls_publishes_with_confirms_and_consumes_from_first(
     assert pika_roundtrip(pika_tls_params(tls_server, certs), qname) == expected()
 
 
+def test_spark_sink_publisher_over_amqps_verifies_the_certificate(
+    tls_server: ServerProcess, certs: CertFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Spark sink's publisher on amqps:// checks the chain and host name against the
+    system trust store: refused without our cert in it, publishing once it is there."""
+    from sievemq.spark.sink import SinkOptions, publish_rows
+    from sievemq.storage.layout import stream_directory
+    from sievemq.storage.reader import disk_end
+
+    url = f"amqps://guest:guest@{tls_server.host}:{tls_server.amqps_port}/%2F"
+    rows = [(f"m{i}".encode(), "tls-sink", (), ()) for i in range(N)]
+    monkeypatch.setenv("SSL_CERT_FILE", str(certs.cert.parent / "missing.pem"))
+    with pytest.raises(RuntimeError, match="CERTIFICATE_VERIFY_FAILED"):
+        publish_rows(SinkOptions(url, "tls-sink"), rows, "spark:tls:0", 0)
+    monkeypatch.setenv("SSL_CERT_FILE", str(certs.cert))
+    assert publish_rows(SinkOptions(url, "tls-sink"), rows, "spark:tls:0", 0) == N
+    assert publish_rows(SinkOptions(url, "tls-sink"), rows, "spark:tls:0", 0) == N  # replay
+    assert disk_end(stream_directory(tls_server.data_dir, "/", "tls-sink")) == N
+
+
 def test_the_plain_listener_keeps_serving_alongside_tls(
     tls_server: ServerProcess, qname: str
 ) -> None:

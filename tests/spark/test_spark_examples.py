@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +16,8 @@ from typing import Any
 import pika
 import pytest
 
+from sievemq.storage.layout import stream_directory
+from sievemq.storage.reader import disk_end
 from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(1200)
@@ -62,6 +65,11 @@ def _run(module: ModuleType, spark: Any, server: ServerProcess, ck: Path, *extra
     query = module.query(spark, module.arguments([*base, *extra]))
     query.awaitTermination(600)
     assert query.exception() is None
+
+
+def _end(server: ServerProcess, stream: str) -> int:
+    directory = stream_directory(server.data_dir, "/", stream)
+    return disk_end(directory) if directory.exists() else 0
 
 
 def _windows(rows: list[dict[str, Any]]) -> collections.Counter[tuple[Any, ...]]:
@@ -170,3 +178,141 @@ def test_dedup_publishes_each_id_once_across_a_restart(
     _publish(server, "d-in", [{"id": "e1", "ts": _ts(3)}, {"id": "e3", "ts": _ts(4)}])
     _run(dedup, spark, server, tmp_path / "ck", *names)
     assert sorted(r["id"] for r in _output(spark, server, "d-out")) == ["e1", "e2", "e3"]
+
+
+def test_left_outer_join_publishes_an_unpaid_order_with_nulls_once_the_watermark_passes(
+    spark: Any, metrics: Any, server: Any, tmp_path: Path
+) -> None:
+    join = _example("stream_join.py")
+    names = ("--source", "lo-orders", "--payments", "lo-pay", "--sink", "lo-out", "--left-outer")
+    _publish(server, "lo-orders", [{"id": "o1", "ts": _ts(0)}, {"id": "o2", "ts": _ts(60)}])
+    _publish(server, "lo-pay", [{"id": "o1", "ts": _ts(30), "amount": 10.0}])
+    _run(join, spark, server, tmp_path / "ck", *names)
+    # o2 may still be paid (until 60 s + 10 min of event time): not published yet
+    paid_o1 = {"id": "o1", "ordered": _ts(0), "paid": _ts(30), "amount": 10.0}
+    assert _output(spark, server, "lo-out") == [paid_o1]
+    # an hour later on both streams: the watermark (3600 s - 10 min) passes o2's last chance
+    _publish(server, "lo-orders", [{"id": "o9", "ts": _ts(3600)}])
+    _publish(server, "lo-pay", [{"id": "o9", "ts": _ts(3605), "amount": 1.0}])
+    _run(join, spark, server, tmp_path / "ck", *names)
+    rows = _output(spark, server, "lo-out")
+    assert sorted(rows, key=lambda r: r["id"]) == [
+        paid_o1,
+        {"id": "o2", "ordered": _ts(60), "paid": None, "amount": None},
+        {"id": "o9", "ordered": _ts(3600), "paid": _ts(3605), "amount": 1.0},
+    ]
+    # o1 found its payment, so it never comes out unmatched; a further run adds nothing
+    _run(join, spark, server, tmp_path / "ck", *names)
+    assert len(_output(spark, server, "lo-out")) == 3
+
+
+def _pairs(n: int, base: int) -> list[dict[str, Any]]:
+    return [{"id": f"o{base + i}", "ts": _ts(60 * (base + i))} for i in range(n)]
+
+
+# job, its options, then two rounds of input: {stream: bodies} and the output count after it
+CONTINUOUS: dict[str, tuple[str, tuple[str, ...], list[tuple[dict[str, list[Any]], int]]]] = {
+    "filter_map": (
+        "filter_map.py",
+        (),
+        [({"in": ["a", "", "b"]}, 2), ({"in": ["c"]}, 3)],
+    ),
+    "word_count": (
+        "word_count.py",
+        (),
+        [({"in": ["x y"]}, 2), ({"in": ["x"]}, 3)],  # then {"x": 2}
+    ),
+    "windowed_counts": (
+        "windowed_counts.py",
+        ("--kind", "tumbling"),
+        # a@25 moves the watermark to 23 s: [0,10) closes; a@40 closes [20,30)
+        [
+            ({"in": [{"key": "a", "ts": _ts(1)}, {"key": "a", "ts": _ts(25)}]}, 1),
+            ({"in": [{"key": "a", "ts": _ts(40)}]}, 2),
+        ],
+    ),
+    "stream_join": (
+        "stream_join.py",
+        ("--payments", "pay"),
+        [
+            ({"in": _pairs(1, 1), "pay": [{"id": "o1", "ts": _ts(70), "amount": 1.0}]}, 1),
+            ({"in": _pairs(1, 2), "pay": [{"id": "o2", "ts": _ts(130), "amount": 2.0}]}, 2),
+        ],
+    ),
+    "dedup": (
+        "dedup.py",
+        (),
+        [
+            ({"in": [{"id": "e1", "ts": _ts(0)}, {"id": "e1", "ts": _ts(1)}]}, 1),
+            ({"in": [{"id": "e1", "ts": _ts(2)}, {"id": "e2", "ts": _ts(3)}]}, 2),
+        ],
+    ),
+}
+
+
+def _wait_for(server: ServerProcess, stream: str, count: int, query: Any) -> None:
+    deadline = time.monotonic() + 300
+    while _end(server, stream) < count:
+        assert query.isActive, f"the query stopped: {query.exception()}"
+        assert time.monotonic() < deadline, f"{stream}: {_end(server, stream)} of {count}"
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("job", list(CONTINUOUS))
+def test_continuous_job_keeps_running_picks_up_new_messages_and_stops_cleanly(
+    spark: Any, metrics: Any, server: Any, tmp_path: Path, job: str
+) -> None:
+    """``--continuous``: the query stays up with a 1 s trigger, processes messages published
+    while it runs, round after round, and stops cleanly; a later run on its checkpoint
+    publishes nothing again."""
+    module = _example(CONTINUOUS[job][0])
+    extra, rounds = CONTINUOUS[job][1], CONTINUOUS[job][2]
+    prefix = f"c-{job}"
+    streams = {"in": f"{prefix}-in", "pay": f"{prefix}-pay", "out": f"{prefix}-out"}
+    names = ["--source", streams["in"], "--sink", streams["out"], *extra]
+    if "--payments" in names:
+        names[names.index("--payments") + 1] = streams["pay"]
+    for stream in ("in", "pay") if job == "stream_join" else ("in",):
+        _publish(server, streams[stream], [])  # declared empty: the query starts on nothing
+    base = ["--data-dir", str(server.data_dir), "--uri", server.url]
+    args = module.arguments([*base, "--checkpoint", str(tmp_path / "ck"), *names, "--continuous"])
+    query = module.query(spark, args)
+    try:
+        while not query.recentProgress:  # the first trigger ran (on no data)
+            assert query.isActive, f"the query stopped: {query.exception()}"
+            time.sleep(0.2)
+        for inputs, expected in rounds:
+            for key, bodies in inputs.items():
+                _publish(server, streams[key], bodies)
+            _wait_for(server, streams["out"], expected, query)
+            assert query.isActive
+        time.sleep(3)  # a few more triggers on no new data publish nothing more
+        assert _end(server, streams["out"]) == rounds[-1][1]
+    finally:
+        query.stop()
+    assert not query.isActive and query.exception() is None
+    outputs = [
+        bytes(r.body)
+        for r in spark.read.format("sievemq")
+        .option("stream", streams["out"])
+        .load(str(server.data_dir))
+        .orderBy("offset")
+        .collect()
+    ]
+    if job == "filter_map":
+        assert outputs == [b"A", b"B", b"C"]
+    elif job == "word_count":
+        counts = [(r["word"], r["count"]) for r in map(json.loads, outputs)]
+        assert sorted(counts[:2]) == [("x", 1), ("y", 1)] and counts[2:] == [("x", 2)]
+    elif job == "dedup":
+        assert [json.loads(o)["id"] for o in outputs] == ["e1", "e2"]
+    elif job == "stream_join":
+        assert [json.loads(o)["amount"] for o in outputs] == [1.0, 2.0]
+    else:
+        assert [(w["start"][-6:-1], w["count"]) for w in map(json.loads, outputs)] == [
+            ("00:00", 1),
+            ("00:20", 1),
+        ]
+    # the same job run to completion on the same checkpoint: nothing is published again
+    _run(module, spark, server, tmp_path / "ck", *names)
+    assert _end(server, streams["out"]) == rounds[-1][1]

@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from sievemq.admin_api import errors, metrics, rabbit, streams
+from sievemq.admin_api import errors, metrics, policies, rabbit, streams
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.facade import BrokerFacade
 
@@ -56,6 +56,7 @@ def create_app(
 
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
+        app.include_router(policies.router)
         app.include_router(streams.router)
         app.include_router(metrics.router)
 

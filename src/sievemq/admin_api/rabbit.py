@@ -1023,7 +1023,10 @@ async def post_definitions(request: Request, who: Admin) -> Response:
     data = await _json_body(request)
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
-    _facade(request).import_definitions(data)
+    f = _facade(request)
+    with f.unsynced():
+        f.import_definitions(data)
+    await f.synced()
     return Response(status_code=204)
 
 
@@ -1034,5 +1037,8 @@ async def post_vhost_definitions(request: Request, vhost: str, who: Admin) -> Re
     data = await _json_body(request)
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
-    _facade(request).import_definitions(data, v)
+    f = _facade(request)
+    with f.unsynced():
+        f.import_definitions(data, v)
+    await f.synced()
     return Response(status_code=204)

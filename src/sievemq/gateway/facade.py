@@ -44,6 +44,7 @@ from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
 from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model import classic_arguments as cargs
+from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
@@ -141,6 +142,9 @@ class StreamView:
     auto_delete: bool = False
     exclusive: bool = False
     type: str = "stream"
+    policy: str | None = None
+    operator_policy: str | None = None
+    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,6 +173,9 @@ class QueueView:
     redelivered: int = 0
     get_empty: int = 0
     acked: int = 0  # client acks
+    policy: str | None = None
+    operator_policy: str | None = None
+    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -187,6 +194,7 @@ class GotMessage:
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
+LIMITS_COMPONENT = "vhost-limits"  # vhost limits as RabbitMQ's runtime parameter
 GET_ACKMODES = (
     "ack_requeue_true",
     "ack_requeue_false",
@@ -464,6 +472,40 @@ class Definitions:
     queues: list[dict[str, Any]]
     exchanges: list[dict[str, Any]]
     bindings: list[dict[str, Any]]
+
+
+@dataclass
+class PolicyView:
+    """A policy or operator policy, as ``/api/policies`` shows it (``apply-to`` spelled
+    ``apply_to`` here)."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str
+    definition: dict[str, Any]
+    priority: int | float
+
+    def to_json(self) -> dict[str, Any]:
+        """As RabbitMQ shows it (``/api/policies``, definitions files)."""
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "definition": self.definition,
+            "priority": self.priority,
+        }
+
+
+@dataclass
+class ParameterView:
+    """A runtime parameter (component, vhost, name, value) or a global one (no component)."""
+
+    component: str
+    vhost: str
+    name: str
+    value: Any
 
 
 @dataclass
@@ -1293,9 +1335,13 @@ class BrokerFacade:
             vhosts=[{"name": n} for n in self.broker.vhosts if vhost is None or n == vhost],
             permissions=[dict(p.__dict__) for p in self.list_permissions(vhost)],
             topic_permissions=[],
-            parameters=[],
-            global_parameters=[],
-            policies=[],
+            parameters=[p.__dict__ for p in self.list_parameters(vhost=vhost)],
+            global_parameters=(
+                [{"name": p.name, "value": p.value} for p in self.list_global_parameters()]
+                if vhost is None
+                else []
+            ),
+            policies=[p.to_json() for p in self.list_policies(vhost)],
             queues=queues,
             exchanges=exchanges,
             bindings=bindings,
@@ -1303,12 +1349,126 @@ class BrokerFacade:
 
     def import_definitions(self, data: dict[str, Any], vhost: str | None = None) -> None:
         """Merge a RabbitMQ definitions document. Everything is checked first; a document
-        with objects SieveMQ cannot hold (classic/quorum queues, policies, parameters,
-        topic permissions), bad hashes or bad regexes is refused as a whole (400 naming
-        them) and nothing is applied."""
+        with objects SieveMQ cannot hold (queues of other types, topic permissions,
+        parameters of components such as shovel or federation), bad hashes, bad regexes or
+        bad policies is refused as a whole (400 naming them) and nothing is applied."""
         plan = _DefinitionsPlan(self, data, vhost)
         plan.check()
         plan.apply()
+
+    # ------------------------------------------------------------------ policies, parameters
+
+    def list_policies(self, vhost: str | None = None, operator: bool = False) -> list[PolicyView]:
+        """Policies (or operator policies) of every vhost or of one, by vhost and name."""
+        out: list[PolicyView] = []
+        for v in self._vhosts(vhost):
+            table = v.operator_policies if operator else v.policies
+            out.extend(_policy_view(p) for _, p in sorted(table.items()))
+        return out
+
+    def get_policy(self, vhost: str, name: str, operator: bool = False) -> PolicyView:
+        v = self.broker.vhost(vhost)
+        policy = (v.operator_policies if operator else v.policies).get(name)
+        if policy is None:
+            raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
+        return _policy_view(policy)
+
+    def put_policy(self, vhost: str, name: str, body: Any, operator: bool = False) -> bool:
+        """Validate (400 with RabbitMQ's text), store and apply at once to the vhost's
+        queues; True when it is new."""
+        v = self.broker.vhost(vhost)
+        try:
+            policy = policies.parse(vhost, name, body, operator)
+        except policies.PolicyError as error:
+            raise BadRequest(error.reason) from None
+        created = v.set_policy(policy, operator)
+        self.broker.save_definitions()
+        return created
+
+    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> None:
+        if not self.broker.vhost(vhost).clear_policy(name, operator):
+            raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
+        self.broker.save_definitions()
+
+    def list_parameters(
+        self, component: str | None = None, vhost: str | None = None
+    ) -> list[ParameterView]:
+        """RabbitMQ's runtime parameters: operator policies and vhost limits (the only
+        components a broker without the shovel and federation plugins has)."""
+        out: list[ParameterView] = []
+        for v in self._vhosts(vhost):
+            if component in (None, policies.OPERATOR_COMPONENT):
+                out.extend(
+                    ParameterView(policies.OPERATOR_COMPONENT, v.name, n, p.value())
+                    for n, p in sorted(v.operator_policies.items())
+                )
+            if component in (None, LIMITS_COMPONENT) and v.limits:
+                out.append(ParameterView(LIMITS_COMPONENT, v.name, "limits", dict(v.limits)))
+        return out
+
+    def get_parameter(self, component: str, vhost: str, name: str) -> ParameterView:
+        for p in self.list_parameters(component, vhost):
+            if p.name == name:
+                return p
+        raise NotFound(f"no parameter '{name}' of component '{component}' in vhost '{vhost}'")
+
+    def put_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
+        """Set an operator policy or the vhost's limits; other components are unknown here
+        (400 as RabbitMQ without the plugin answers). True when it is new."""
+        if component == "policy":
+            raise BadRequest("policies may not be set using this method")
+        v = self.broker.vhost(vhost)
+        if component == policies.OPERATOR_COMPONENT:
+            return self.put_policy(vhost, name, value, operator=True)
+        if component != LIMITS_COMPONENT:
+            raise BadRequest(f"Validation failed\n\ncomponent {component} not found\n")
+        if not isinstance(value, dict):
+            raise BadRequest(f"Validation failed\n\nlimits must be a dictionary: {value!r}\n")
+        for key, limit in value.items():
+            if key not in VHOST_LIMITS:
+                raise BadRequest(
+                    f"Validation failed\n\nUnrecognised terms "
+                    f"{policies.erlang_term({key: limit})} in limits\n"
+                )
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise BadRequest(
+                    f"Validation failed\n\n{key} should be a number, actually was "
+                    f"{policies.erlang_term(limit)}\n"
+                )
+        created = not v.limits
+        v.limits = {str(k): int(n) for k, n in value.items()}
+        self.broker.save_definitions()
+        return created
+
+    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+        self.get_parameter(component, vhost, name)  # 404 first
+        if component == policies.OPERATOR_COMPONENT:
+            self.delete_policy(vhost, name, operator=True)
+            return
+        self.broker.vhost(vhost).limits = {}
+        self.broker.save_definitions()
+
+    def list_global_parameters(self) -> list[ParameterView]:
+        return [
+            ParameterView("", "", n, value)
+            for n, value in sorted(self.broker.global_parameters.items())
+        ]
+
+    def get_global_parameter(self, name: str) -> ParameterView:
+        if name not in self.broker.global_parameters:
+            raise NotFound(f"no global parameter '{name}'")
+        return ParameterView("", "", name, self.broker.global_parameters[name])
+
+    def put_global_parameter(self, name: str, value: Any) -> bool:
+        created = name not in self.broker.global_parameters
+        self.broker.global_parameters[name] = value
+        self.broker.save_definitions()
+        return created
+
+    def delete_global_parameter(self, name: str) -> None:
+        if self.broker.global_parameters.pop(name, None) is None:
+            raise NotFound(f"no global parameter '{name}'")
+        self.broker.save_definitions()
 
     # ------------------------------------------------------------------ named consumers
 
@@ -1448,6 +1608,9 @@ class BrokerFacade:
             auto_delete=bool(q.auto_delete),
             exclusive=bool(q.exclusive),
             arguments=_jsonable(dict(q.arguments.table)),
+            policy=q.policy,
+            operator_policy=q.operator_policy,
+            effective_policy_definition=dict(q.effective_policy),
             messages=ready + q.outstanding,
             messages_ready=ready,
             messages_unacknowledged=q.outstanding,
@@ -1474,6 +1637,9 @@ class BrokerFacade:
             vhost=queue.vhost,
             name=queue.name,
             arguments=_jsonable(dict(queue.arguments.table)),
+            policy=queue.policy,
+            operator_policy=queue.operator_policy,
+            effective_policy_definition=dict(queue.effective_policy),
             messages=stats.messages,
             bytes=stats.bytes,
             segments=stats.segments,
@@ -1487,7 +1653,7 @@ class BrokerFacade:
             publish_rate=self._rates.rate(key_pub, published, now),
             delivered=delivered,
             deliver_rate=self._rates.rate(key_del, delivered, now),
-            filter_size_bytes=queue.arguments.filter_size_bytes,
+            filter_size_bytes=queue.stream.config.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
         )
 
@@ -1497,6 +1663,10 @@ class BrokerFacade:
 
 def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
+
+
+def _policy_view(p: policies.Policy) -> PolicyView:
+    return PolicyView(p.vhost, p.name, p.pattern, p.apply_to, dict(p.definition), p.priority)
 
 
 def _principal(user: User) -> Principal:
@@ -1924,7 +2094,8 @@ def _browsed(record: Record, encoding: str, stream_name: str = "") -> BrowsedMes
 
 # --------------------------------------------------------------------------- definitions
 
-_UNSUPPORTED_SECTIONS = ("policies", "parameters", "topic_permissions")
+_UNSUPPORTED_SECTIONS = ("topic_permissions",)
+_KNOWN_COMPONENTS = (policies.OPERATOR_COMPONENT, LIMITS_COMPONENT)
 
 
 def _definition_queue_kind(q: dict[str, Any]) -> str:
@@ -1965,6 +2136,14 @@ class _DefinitionsPlan:
             items = self.data.get(key) or []
             if items:
                 problems.append(f"{key} ({len(items)})")
+        components: dict[str, int] = {}
+        for p in self._section("parameters"):
+            if p.get("component") not in _KNOWN_COMPONENTS:
+                key = str(p.get("component"))
+                components[key] = components.get(key, 0) + 1
+        problems.extend(
+            f"parameters of component '{c}' ({n})" for c, n in sorted(components.items())
+        )
         for q in self._section("queues"):
             if _definition_queue_kind(q) not in ("stream", "classic", "quorum"):
                 problems.append(
@@ -2002,10 +2181,26 @@ class _DefinitionsPlan:
                 problem = check_regex(str(p.get(kind, "")))
                 if problem is not None:
                     raise BadRequest(f"invalid {kind} regex '{p.get(kind)}': {problem}")
-        for key in ("queues", "exchanges", "bindings"):
+        for key in ("queues", "exchanges", "bindings", "policies", "parameters"):
             for item in self._section(key):
                 if item.get("vhost") not in known_vhosts:
                     raise BadRequest(f"{key[:-1]} in unknown vhost '{item.get('vhost')}'")
+        for item in self._section("policies"):
+            self._policy(item, item, operator=False)
+        for item in self._section("parameters"):
+            if item.get("component") == policies.OPERATOR_COMPONENT:
+                self._policy(item, item.get("value"), operator=True)
+            elif not isinstance(item.get("value"), dict) or not all(
+                k in VHOST_LIMITS and isinstance(n, int) and not isinstance(n, bool)
+                for k, n in item["value"].items()
+            ):
+                raise BadRequest(
+                    f"vhost-limits of vhost '{item.get('vhost')}': an object of "
+                    f"{', '.join(VHOST_LIMITS)} integers, not {item.get('value')!r}"
+                )
+        for item in self.data.get("global_parameters") or []:
+            if not isinstance(item, dict) or "name" not in item or "value" not in item:
+                raise BadRequest("a global parameter needs a name and a value")
         for x in self._section("exchanges"):
             if x.get("type") not in EXCHANGE_TYPES:
                 raise BadRequest(f"exchange '{x.get('name')}' of unknown type '{x.get('type')}'")
@@ -2036,11 +2231,32 @@ class _DefinitionsPlan:
             except KeyError as error:
                 raise BadRequest(f"queue without {error}") from None
 
+    @staticmethod
+    def _policy(item: dict[str, Any], body: Any, operator: bool) -> policies.Policy:
+        kind = "operator policy" if operator else "policy"
+        try:
+            return policies.parse(str(item.get("vhost")), str(item.get("name")), body, operator)
+        except policies.PolicyError as error:
+            raise BadRequest(
+                f"{kind} '{item.get('name')}' in vhost '{item.get('vhost')}': {error.reason}"
+            ) from None
+
     def apply(self) -> None:
         f = self.facade
         if self.vhost is None:
             for v in self._section("vhosts"):
                 f.broker.add_vhost(str(v["name"]))
+            for g in self.data.get("global_parameters") or []:
+                f.broker.global_parameters[str(g["name"])] = g["value"]
+        # policies before the queues, so that those are declared under them
+        for item in self._section("policies"):
+            f.broker.vhost(str(item["vhost"])).set_policy(self._policy(item, item, False))
+        for item in self._section("parameters"):
+            vhost = f.broker.vhost(str(item["vhost"]))
+            if item["component"] == policies.OPERATOR_COMPONENT:
+                vhost.set_policy(self._policy(item, item["value"], True), operator=True)
+            else:
+                vhost.limits = {str(k): int(n) for k, n in item["value"].items()}
         for u in self._section("users"):
             tags = u.get("tags", [])
             if isinstance(tags, str):
@@ -2096,3 +2312,4 @@ class _DefinitionsPlan:
                 str(b.get("routing_key", "")),
                 dict(b.get("arguments") or {}),
             )
+        f.broker.save_definitions()  # the policies, parameters and limits set above

@@ -2,13 +2,18 @@
 
 A chunk's data is a table of 15-byte entries followed by the record fields back to back
 (docs/storage-format.md). Strided slices of the entry table copy its big-endian lengths into a
-little-endian int32 buffer, six slots per record (``_spread``); Arrow's cumulative sum of it is
-the offsets of ONE binary array laid over the joined data of a run of chunks: elements
-``[-, filter blob, exchange, routing key, properties, body]`` per record, where the first slot
-of a chunk spans its record table and the others are empty. Each column is then one ``take``
-of every sixth element, done by Arrow in C; no Python object is made per record except in the
-rare cases named below.
+little-endian int32 buffer, six slots per record (``_spread``); Arrow's cumulative sum of it
+gives the offsets of the records' fields ``[-, filter blob, exchange, routing key, properties,
+body]``, where the first slot of a chunk spans its record table and the others are empty. The
+run is cut into pieces (``_pieces``): a small run is joined into one buffer, in a big one each
+chunk of 512 KiB or more stays the bytes storage read (never copied) and smaller neighbours are
+joined. Over each piece one binary array of those fields is laid (no copy), and each column is
+one ``take`` of every sixth element per piece, done by Arrow in C; no Python object is made per
+record except in the rare cases named below.
 
+- Bodies of a big run (``_bodies``): Arrow binary views (length, first 4 bytes, piece, offset)
+  point into the pieces, and Arrow's cast to a plain binary array is the bodies' only copy.
+  Views hold values of up to 12 bytes inline, so a run with such a body uses ``take``.
 - Filter values: a record with one value stores it as the blob itself, so the common case is a
   cast. A chunk holding a record with several values (length-prefixed blob) is split per record.
 - ``FilterSpec`` (the consumer's x-stream-filter): evaluated once per distinct blob, then
@@ -37,6 +42,10 @@ _PER = 6  # elements per record in the interleaved array (count slot + 5 fields)
 _FILTER, _EXCHANGE, _ROUTING_KEY, _PROPERTIES, _BODY = 1, 2, 3, 4, 5
 _COUNT_MASK = bytes(i & 0x7F for i in range(256))  # drop the record-kind bit
 _CACHE_MAX = 4096
+_JOIN_BYTES = 1 << 22  # a run with at most this much data is joined into one piece
+_PIECE_BYTES = 1 << 19  # smaller chunks are joined with their neighbours into pieces this big
+_VIEW_BODY = 256  # mean body length from which the body column is copied from views
+_INLINE = 12  # Arrow's binary views hold values of up to 12 bytes inline
 # compute functions get Arrow scalars: a Python scalar costs ~0.5 ms per call in pyarrow
 # without numpy installed (it tries the numpy import each time)
 _ZERO = pa.scalar(0, pa.uint8())
@@ -86,6 +95,23 @@ def _spread(out: bytearray, at: int, data: bytes, count: int) -> None:
             out[base + byte : end : 24] = table[source + 3 - byte :: ENTRY_SIZE]
     out[at + 8 : end : 24] = table[5::ENTRY_SIZE]  # exchange length (u8)
     out[at + 12 : end : 24] = table[6::ENTRY_SIZE]  # routing key length (u8)
+
+
+def _int32s(values: Any) -> bytes:
+    """The little-endian bytes of a fresh (unsliced) int32 array."""
+    data: bytes = values.buffers()[1].to_pybytes()
+    return data[: 4 * len(values)]
+
+
+class _Piece(NamedTuple):
+    """Consecutive chunks of a run whose data is one buffer."""
+
+    data: Any  # pa.Buffer
+    fields: Any  # binary array: ``_PER`` elements per record over ``data``
+    first: int  # its first record in the run
+    rows: int
+    lo: int  # the wanted rows of the piece: ``[lo, lo + wanted)``
+    wanted: int
 
 
 def _where(chunks: list[RawChunk]) -> str:
@@ -198,7 +224,6 @@ class ChunkDecoder:
         if lo < 0:
             return None
         n = hi - lo
-        joined = b"".join(c.data for c in chunks)
         sizes = pa.Array.from_buffers(pa.int32(), rows * _PER + 1, [None, pa.py_buffer(lengths)])
         try:
             if pc.min(sizes).as_py() < 0:  # a u32 length past 2**31: no chunk holds that
@@ -207,9 +232,7 @@ class ChunkDecoder:
         except pa.ArrowInvalid as error:
             raise StorageError(f"{_where(chunks)}: bad record table: {error}") from None
         _check_ends(ends, chunks)
-        fields = pa.Array.from_buffers(
-            pa.binary(), rows * _PER, [None, ends.buffers()[1], pa.py_buffer(joined)]
-        )
+        pieces = self._pieces(chunks, ends, lo, hi)
         counts = b"".join(counts_parts)[lo:hi]
         taken: dict[int, Any] = {}
 
@@ -219,8 +242,10 @@ class ChunkDecoder:
             got = taken.get(field)
             if got is None and field < 0:  # the properties column, dictionary encoded
                 got = taken[field] = column(_PROPERTIES).dictionary_encode()
+            elif got is None and field == _BODY:
+                got = taken[field] = self._bodies(pieces, ends, sizes, rows, lo, n)
             elif got is None:
-                got = taken[field] = fields.take(self._index(rows, field).slice(lo, n))
+                got = taken[field] = self._gather(pieces, field)
             return got
 
         one = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(counts)])
@@ -242,6 +267,96 @@ class ChunkDecoder:
         self.kept += batch.num_rows
         self.rejected += n - batch.num_rows
         return batch if batch.num_rows else None
+
+    # -- the run's data, without joining it ------------------------------------------------
+
+    def _pieces(self, chunks: list[RawChunk], ends: Any, lo: int, hi: int) -> list[_Piece]:
+        """The run cut into pieces holding rows of ``[lo, hi)``, each piece's interleaved
+        fields a binary array over its own bytes. A small run is one piece (joining it costs
+        less than a ``take`` per piece); in a bigger one a chunk of ``_PIECE_BYTES`` stands
+        alone (its bytes are not copied) and smaller neighbours are joined."""
+        pieces: list[_Piece] = []
+        group: list[bytes] = []
+        row = first = size = 0
+        join_all = sum(len(c.data) for c in chunks) <= _JOIN_BYTES
+        for chunk in chunks:
+            group.append(chunk.data)
+            row += chunk.records
+            size += len(chunk.data)
+            if (join_all or size < _PIECE_BYTES) and chunk is not chunks[-1]:
+                continue
+            if row > lo and first < hi:
+                data = pa.py_buffer(group[0] if len(group) == 1 else b"".join(group))
+                count = row - first
+                where = ends.slice(first * _PER, count * _PER + 1)
+                local = pc.subtract(where, where[0]) if first else where
+                fields = pa.Array.from_buffers(
+                    pa.binary(), count * _PER, [None, local.buffers()[1], data], offset=0
+                )
+                a, b = max(lo, first), min(hi, row)
+                pieces.append(_Piece(data, fields, first, count, a - first, b - a))
+            group = []
+            first = row
+            size = 0
+        return pieces
+
+    def _gather(self, pieces: list[_Piece], field: int) -> Any:
+        """Field ``field`` of every wanted row: one ``take`` per piece (one copy)."""
+        parts = [p.fields.take(self._index(p.rows, field).slice(p.lo, p.wanted)) for p in pieces]
+        return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+    def _bodies(
+        self, pieces: list[_Piece], ends: Any, sizes: Any, rows: int, lo: int, n: int
+    ) -> Any:
+        """The body column, copied once: Arrow binary views pointing into the pieces' own
+        bytes, cast to a plain binary array. Views inline values of up to 12 bytes, so a run
+        holding such a body takes the per-piece ``take`` instead."""
+        index = self._index(rows, _BODY).slice(lo, n)
+        lengths = sizes.slice(1).take(index)
+        least, total = pc.min(lengths).as_py(), pc.sum(lengths).as_py()
+        if least <= _INLINE or total < _VIEW_BODY * n:
+            return self._gather(pieces, _BODY)
+        starts = ends.take(index)  # in the run: each piece's base is subtracted below
+        bases = bytearray()
+        slots = bytearray()
+        prefixes = []
+        at = 0
+        for slot, p in enumerate(pieces):
+            base = ends[p.first * _PER].as_py()
+            bases += array("i", [base]) * p.wanted
+            slots += array("i", [slot]) * p.wanted
+            local = pc.subtract(starts.slice(at, p.wanted), pa.scalar(base, pa.int32()))
+            at += p.wanted
+            # the first 4 bytes of each body (the view's prefix), gathered from the piece
+            spots = pc.add(local.take(self._fours(p.wanted, 0)), self._fours(p.wanted, 1))
+            octets = pa.Array.from_buffers(pa.uint8(), len(p.data), [None, p.data])
+            prefixes.append(octets.take(spots).buffers()[1].to_pybytes()[: 4 * p.wanted])
+        offsets = pc.subtract(
+            starts, pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bases)])
+        )
+        views = bytearray(16 * n)
+        for column, data in enumerate(
+            (_int32s(lengths), b"".join(prefixes), bytes(slots), _int32s(offsets))
+        ):
+            for byte in range(4):
+                views[column * 4 + byte :: 16] = data[byte::4]
+        buffers = [None, pa.py_buffer(views), *(p.data for p in pieces)]
+        return pa.Array.from_buffers(pa.binary_view(), n, buffers).cast(pa.binary())
+
+    def _fours(self, count: int, which: int) -> Any:
+        """int32 ``0,0,0,0,1,1,1,1,...`` (which 0) or ``0,1,2,3,0,1,2,3,...`` (which 1), 4 per
+        record of ``count`` (slices of cached arrays)."""
+        key = -1 - which
+        got = self._indices.get(key)
+        if got is None or len(got) < 4 * count:
+            size = max(count, len(got) // 2 if got is not None else 4096)
+            values = (
+                (i // 4 for i in range(4 * size))
+                if which == 0
+                else (i % 4 for i in range(4 * size))
+            )
+            got = self._indices[key] = pa.array(values, pa.int32())
+        return got.slice(0, 4 * count)
 
     def _mask(
         self,

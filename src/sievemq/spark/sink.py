@@ -2,7 +2,8 @@
 
 ``df.write.format("sievemq").option("uri", "amqp://user:pass@host:5672/%2F")
 .option("stream", "out").mode("append").save()`` and ``writeStream.format("sievemq")...``.
-Each Spark task opens its own AMQP connection (aiormq) and publishes its partition's rows with
+Each Spark task opens its own AMQP connection (``spark/publisher.py``: large writes, thousands
+of publishes waiting for their confirm at once) and publishes its partition's rows with
 publisher confirms; nothing is written to files. Columns: ``body`` (binary or string,
 required), ``filter_value`` (string) or ``filter_values`` (array<string>), ``routing_key``
 (string), ``headers`` (map<string,string>).
@@ -18,7 +19,6 @@ order a shuffle delivered them in.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from sievemq.spark.options import OptionError
+from sievemq.spark.publisher import ConfirmPublisher, PublishError, encode_headers
 
 SINK_OPTIONS = ("uri", "stream", "exchange", "queryId", "batchId")
 _SPELLING = {name.lower(): name for name in SINK_OPTIONS}
@@ -51,7 +52,7 @@ PUBLISHING_ID_HEADER = "x-sievemq-publishing-id"
 FILTER_HEADER = "x-stream-filter-value"
 _RESERVED_PREFIXES = ("x-sievemq-publish", FILTER_HEADER)
 MAX_ROWS_PER_BATCH = 1 << 32  # row indexes of one partition of one batch
-_WINDOW = 500  # unconfirmed publishes in flight per task
+WINDOW = 5000  # publishes waiting for their confirm at once, per task
 
 _STRING = StringType()
 COLUMN_TYPES: dict[str, tuple[DataType, ...]] = {
@@ -199,78 +200,41 @@ def _column(batch: Any, names: list[str], name: str, n: int) -> list[Any]:
     return [None] * n
 
 
-async def _publish(options: SinkOptions, rows: Iterable[Row], reference: str, base: int) -> int:
-    import aiormq
-    from pamqp import commands as spec
+def publish_rows(options: SinkOptions, rows: Iterable[Row], reference: str, base: int) -> int:
+    """Publish ``rows`` (ids ``base``, ``base + 1``, ...) and wait for every confirm.
 
-    connection = await aiormq.connect(options.uri)
+    One connection (``ConfirmPublisher``): the messages are encoded into large writes and up
+    to ``WINDOW`` of them wait for their confirm at once."""
+    if isinstance(rows, list) and not rows:
+        return 0  # an empty task (a no-data micro-batch) opens no connection
+    publisher: ConfirmPublisher | None = None
     try:
-        channel = await connection.channel()
+        publisher = ConfirmPublisher(options.uri, window=WINDOW)
         if not options.exchange:
-            channel = await _ensure_stream(connection, channel, options.stream)
-        pending: list[Any] = []
+            publisher.ensure_stream(options.stream)
         count = 0
         for index, (body, key, values, pairs) in enumerate(rows):
             if index >= MAX_ROWS_PER_BATCH:
                 raise ValueError(f"sievemq sink: more than {MAX_ROWS_PER_BATCH} rows in a task")
             pid = base + index
-            headers: dict[str, Any] = dict(pairs)
-            if values:
-                headers[FILTER_HEADER] = values[0] if len(values) == 1 else list(values)
-            headers[PUBLISHER_HEADER] = reference
-            headers[PUBLISHING_ID_HEADER] = pid
-            props = spec.Basic.Properties(
-                headers=headers, delivery_mode=2, message_id=f"{reference}:{pid}"
+            headers = encode_headers(
+                pairs,
+                FILTER_HEADER,
+                values,
+                (PUBLISHER_HEADER, reference, PUBLISHING_ID_HEADER, pid),
             )
-            pending.append(
-                channel.basic_publish(
-                    body,
-                    exchange=options.exchange,
-                    routing_key=key,
-                    properties=props,
-                    mandatory=True,
-                )
-            )
+            publisher.publish(options.exchange, key, headers, f"{reference}:{pid}", body)
             count += 1
-            if len(pending) >= _WINDOW:
-                await _settle(pending, options)
-                pending = []
-        await _settle(pending, options)
+        publisher.wait()
         return count
+    except (PublishError, OSError) as error:
+        raise RuntimeError(
+            f"sievemq sink: publishing into {options.stream!r} at {options.safe_uri}: {error}; "
+            "the task fails and Spark retries it"
+        ) from None
     finally:
-        await connection.close()
-
-
-async def _settle(pending: list[Any], options: SinkOptions) -> None:
-    from pamqp import commands as spec
-
-    if not pending:
-        return
-    for outcome in await asyncio.gather(*pending):
-        if not isinstance(outcome, spec.Basic.Ack):
-            raise RuntimeError(
-                f"sievemq sink: {options.safe_uri} did not confirm a message into "
-                f"{options.stream!r} ({type(outcome).__name__}); the task fails and Spark retries"
-            )
-
-
-async def _ensure_stream(connection: Any, channel: Any, stream: str) -> Any:
-    import aiormq
-
-    try:
-        await channel.queue_declare(stream, passive=True)
-        return channel
-    except aiormq.exceptions.ChannelNotFoundEntity:
-        channel = await connection.channel()
-        await channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
-        return channel
-
-
-def publish_rows(options: SinkOptions, rows: Iterable[Row], reference: str, base: int) -> int:
-    """Publish ``rows`` (ids ``base``, ``base + 1``, ...) and wait for every confirm."""
-    if isinstance(rows, list) and not rows:
-        return 0  # an empty task (a no-data micro-batch) opens no connection
-    return asyncio.run(_publish(options, rows, reference, base))
+        if publisher is not None:
+            publisher.close()
 
 
 @dataclass

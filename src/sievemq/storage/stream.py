@@ -251,6 +251,7 @@ class Stream:
             self._compress = zstandard.ZstdCompressor(level=3).compress
         last = segments[-1]
         self.end_offset = last.end_offset
+        self._last_chunk: int | None = None  # first offset of the newest chunk (lazy)
         self._last_ts = last.last_ts if last.last_ts is not None else 0
         self._open_files(last.first_offset)
         self.offsets = OffsetStore(directory / OFFSETS_FILE, fsync=self._always)
@@ -271,6 +272,21 @@ class Stream:
     def first_offset(self) -> int:
         """Lowest retained offset."""
         return self._segments[0].first_offset
+
+    @property
+    def last_chunk_id(self) -> int:
+        """First offset of the newest chunk (osiris's chunk id); -1 when the stream is empty.
+        Known from the last append; after recovery read once from the index."""
+        if self._last_chunk is None:
+            if self.end_offset <= self.first_offset:
+                return -1
+            reader = self.reader()
+            try:
+                reader.seek_last()
+                self._last_chunk = reader.position
+            finally:
+                reader.close()
+        return self._last_chunk
 
     def _open_files(self, first: int) -> None:
         """Handles on the last segment and index: opened (at their end) when first used,
@@ -379,6 +395,7 @@ class Stream:
         seg.last_ts = self._last_ts = ts
         end = self.end_offset = first + len(messages)
         seg.end_offset = end
+        self._last_chunk = first
         for cb in self._listeners:
             cb(end)
         return first

@@ -43,6 +43,7 @@ EXCHANGE_COMMAND_VERSIONS = 27
 STREAM_STATS = 28
 CREATE_SUPER_STREAM = 29
 DELETE_SUPER_STREAM = 30
+RESOLVE_OFFSET_SPEC = 31
 RESPONSE = 0x8000
 
 # ---------------------------------------------------------------------------- codes
@@ -96,7 +97,10 @@ COMMAND_VERSIONS: tuple[tuple[int, int, int], ...] = (
     (STREAM_STATS, 1, 1),
     (CREATE_SUPER_STREAM, 1, 1),
     (DELETE_SUPER_STREAM, 1, 1),
+    (RESOLVE_OFFSET_SPEC, 1, 1),
 )
+# Deliver is not in that list (RabbitMQ 4.3 does not list it either): the server sends it,
+# and v2 goes to a connection whose own ExchangeCommandVersions request lists Deliver up to 2
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -334,6 +338,19 @@ def query_offset_response(corr: int, code: int, offset: int) -> bytes:
 
 def credit_error(code: int, subscription_id: int) -> bytes:
     return frame(CREDIT | RESPONSE, _U16.pack(code) + _U8.pack(subscription_id))
+
+
+def parse_command_versions(cur: Cursor) -> list[tuple[int, int, int]]:
+    """The client's (key, min, max) list of an ExchangeCommandVersions request."""
+    out = []
+    for _ in range(cur.count()):
+        out.append((cur.u16(), cur.u16(), cur.u16()))
+    return out
+
+
+def resolve_offset_spec_response(corr: int, code: int, offset: int) -> bytes:
+    """RabbitMQ 4.3: the offset type is always 4 (offset), then the offset."""
+    return response(RESOLVE_OFFSET_SPEC, corr, code, _U16.pack(OFFSET_OFFSET) + _U64.pack(offset))
 
 
 def exchange_command_versions_response(corr: int) -> bytes:

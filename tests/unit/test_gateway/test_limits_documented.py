@@ -49,6 +49,7 @@ def test_every_setting_is_classified() -> None:
         "channel_max", "frame_max", "heartbeat", "write_buffer_high", "delivery_batch",
         "memory_high_watermark", "disk_free_limit", "alarm_interval_ms",
         "handshake_timeout_s", "shutdown_timeout_s", "stream_frame_max",
+        "stream_consumer_update_timeout_s",
         "queue_memory_messages", "queue_memory_bytes",
     }  # fmt: skip
     new = unknown - limits - other_limits

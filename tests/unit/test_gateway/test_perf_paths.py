@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 
 from sievemq.amqp import errors, hotcodec
+from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
 from tests.unit.test_amqp.strategies import field_table, properties
@@ -177,3 +178,20 @@ def test_the_channels_inline_memo_lookups_stay_on_the_live_memos():
     fresh = commands.Basic.Properties(headers={"x-stream-filter-value": "fresh"}).marshal()
     assert fastpath.new_property_filter_values(fresh) == ("fresh",)
     assert fastpath.known_properties(fresh) == ("fresh",)
+
+
+def test_a_property_list_checked_under_loose_limits_is_not_known_under_strict_ones():
+    """Two servers in one process with different table limits: a property list that passed
+    the looser limits must still be refused (slow path, None) under the stricter ones."""
+    nested: dict[str, object] = {"leaf": "x"}
+    for _ in range(6):
+        nested = {"n": nested}
+    props = commands.Basic.Properties(
+        headers={"x-stream-filter-value": "deep", "t": nested}
+    ).marshal()
+    loose = TableLimits(max_depth=16)
+    strict = TableLimits(max_depth=3)
+    assert fastpath.property_filter_values(props, loose) == ("deep",)
+    assert fastpath.properties_memo(loose).get(props) == ("deep",)
+    assert fastpath.properties_memo(strict).get(props) is None
+    assert fastpath.property_filter_values(props, strict) is None

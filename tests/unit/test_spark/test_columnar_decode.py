@@ -16,6 +16,7 @@ from pamqp import commands, header
 
 from sievemq.filtering.sql import compile_filter
 from sievemq.filtering.view import sql_predicate
+from sievemq.spark import columnar
 from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range
 from sievemq.spark.columnar import ChunkDecoder
 from sievemq.spark.schema import arrow_schema, source_schema
@@ -157,3 +158,79 @@ def test_damaged_record_table_is_a_storage_error() -> None:
     huge = table[:11] + (0xFFFFFFF0).to_bytes(4, "big")
     with pytest.raises(StorageError, match="bad record table"):
         decode([RawChunk(0, 1, T0, 0, huge + b"x" * 16)], 10)
+
+
+# -- long bodies: pieces of the run and the body column copied from Arrow binary views ------
+
+LONG_SIZES = [3, 40, 1, 1, 25, 2, 60, 5]  # records per chunk: small and bigger neighbours
+LONG_END = sum(LONG_SIZES)
+
+
+def long_message(c: int, i: int) -> Message:
+    size = 13 + (c * 37 + i * 101) % 700  # always past Arrow's 12 inline bytes
+    body = bytes((c + i + k) % 251 for k in range(size))
+    return Message((f"v{c % 3}",) if i % 3 else (), "", f"rk-{i}", b"\x00\x00", body)
+
+
+@pytest.fixture(scope="module")
+def long_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = stream_directory(tmp_path_factory.mktemp("columnar-long"), "/", "s")
+    d.mkdir(parents=True)
+    with Stream.open(d, StreamConfig(max_segment_bytes=40_000)) as stream:
+        for c, count in enumerate(LONG_SIZES):
+            stream.append([long_message(c, i) for i in range(count)], timestamp_ms=T0 + c)
+    return d
+
+
+# (_JOIN_BYTES, _PIECE_BYTES): one joined run; every chunk alone; small chunks grouped
+PIECES = [(1 << 30, 1 << 19), (0, 0), (0, 3000)]
+
+
+@pytest.mark.parametrize(("join_bytes", "piece_bytes"), PIECES)
+@pytest.mark.parametrize(("start", "until"), [(0, LONG_END), (2, LONG_END - 7), (45, 80)])
+def test_long_bodies_in_pieces(
+    long_directory: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    join_bytes: int,
+    piece_bytes: int,
+    start: int,
+    until: int,
+) -> None:
+    monkeypatch.setattr(columnar, "_JOIN_BYTES", join_bytes)
+    monkeypatch.setattr(columnar, "_PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(columnar, "_VIEW_BODY", 0)
+    gathered: list[int] = []
+    gather = ChunkDecoder._gather
+
+    def spy(self: ChunkDecoder, pieces: Any, field: int) -> Any:
+        gathered.append(field)
+        return gather(self, pieces, field)
+
+    monkeypatch.setattr(ChunkDecoder, "_gather", spy)
+    settings = ReadSettings(("offset", "filter_value", "routing_key", "body"))
+    got = rows(long_directory, start, until, settings)
+    want = expected(long_directory, start, until, None, None)
+    assert got == [
+        {
+            "offset": r.offset,
+            "filter_value": r.filter_values[0] if r.filter_values else None,
+            "routing_key": r.routing_key,
+            "body": r.body,
+        }
+        for r in want
+    ]
+    assert gathered and columnar._BODY not in gathered  # the bodies came from views
+
+
+def test_a_short_body_takes_the_plain_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value of up to 12 bytes would be inline in a view: such a run copies with take."""
+    monkeypatch.setattr(columnar, "_JOIN_BYTES", 0)
+    monkeypatch.setattr(columnar, "_VIEW_BODY", 0)
+    d = stream_directory(tmp_path, "/", "s")
+    d.mkdir(parents=True)
+    bodies = [b"x" * 300, b"twelve bytes", b"", b"y" * 13]
+    with Stream.open(d, StreamConfig()) as stream:
+        for body in bodies:
+            stream.append([Message((), "", "k", b"\x00\x00", body)] * 2, timestamp_ms=T0)
+    got = rows(d, 0, 8, ReadSettings(("body",)))
+    assert [r["body"] for r in got] == [b for b in bodies for _ in range(2)]

@@ -33,12 +33,42 @@ class Sub:
         self.started_at = offset
 
 
+class Clock:
+    """A recording ``call_later``: the test fires the deadlines it chooses."""
+
+    def __init__(self) -> None:
+        self.timers: list[tuple[float, Any, list[bool]]] = []  # delay, callback, [cancelled]
+
+    def call_later(self, delay: float, callback: Any) -> Any:
+        cancelled = [False]
+        self.timers.append((delay, callback, cancelled))
+
+        class Handle:
+            def cancel(self) -> None:
+                cancelled[0] = True
+
+        return Handle()
+
+    def live(self) -> list[Any]:
+        return [cb for _delay, cb, cancelled in self.timers if not cancelled[0]]
+
+    def fire_all(self) -> None:
+        due = [entry for entry in self.timers if not entry[2][0]]
+        for _delay, callback, state in due:
+            state[0] = True  # fired: no longer pending
+            callback()
+
+
+def _coordinator() -> SacCoordinator:
+    return SacCoordinator(60.0, Clock().call_later)  # type: ignore[arg-type]
+
+
 def _answer(sac: SacCoordinator, conn: Conn, corr: int, kind: int = 0, value: int = 0) -> None:
     sac.on_reply(conn, wire.ConsumerUpdateReply(corr, wire.OK, wire.OffsetSpec(kind, value)))
 
 
 def test_plain_stream_oldest_member_is_active_and_the_next_takes_over() -> None:
-    sac, conn = SacCoordinator(), Conn()
+    sac, conn = _coordinator(), Conn()
     a, b = Sub(1), Sub(2)
     key = ("/", "s", "g")
     sac.register(conn, a, key, -1)  # type: ignore[arg-type]
@@ -58,7 +88,7 @@ def test_plain_stream_oldest_member_is_active_and_the_next_takes_over() -> None:
 def test_partitioned_group_steps_down_before_the_newcomer_starts() -> None:
     """Partition 1 of a super stream: with two members the second one is chosen; the first
     stops at once, is told so, and the second is asked only after that answer."""
-    sac, c1, c2 = SacCoordinator(), Conn(), Conn()
+    sac, c1, c2 = _coordinator(), Conn(), Conn()
     a, b = Sub(5), Sub(6)
     key = ("/", "ss-1", "g")
     sac.register(c1, a, key, 1)  # type: ignore[arg-type]
@@ -76,7 +106,7 @@ def test_partitioned_group_steps_down_before_the_newcomer_starts() -> None:
 
 
 def test_partition_index_spreads_three_partitions_over_three_members() -> None:
-    sac = SacCoordinator()
+    sac = _coordinator()
     conns = [Conn() for _ in range(3)]
     subs = {(p, m): Sub(10 * m + p) for p in range(3) for m in range(3)}
     for m in range(3):  # members join one after another, each on every partition
@@ -88,3 +118,59 @@ def test_partition_index_spreads_three_partitions_over_three_members() -> None:
                     _answer(sac, conn, corr)
     active = {p: [m for m in range(3) if not subs[p, m].holding] for p in range(3)}
     assert active == {0: [0], 1: [1], 2: [2]}  # partition p -> member p mod 3
+
+
+def test_unanswered_activation_passes_the_member_over() -> None:
+    clock = Clock()
+    sac, c1, c2 = SacCoordinator(5.0, clock.call_later), Conn(), Conn()  # type: ignore[arg-type]
+    a, b = Sub(1), Sub(2)
+    key = ("/", "s", "g")
+    sac.register(c1, a, key, -1)  # type: ignore[arg-type]
+    sac.register(c2, b, key, -1)  # type: ignore[arg-type]
+    assert c1.frames[-1][1:] == (1, 1) and c2.frames[-1][1:] == (2, 0)
+    assert [delay for delay, _cb, _c in clock.timers] == [5.0]  # only the activation waits
+    late = c1.frames[-1][0]
+    clock.fire_all()  # a never answers
+    assert sac.timeouts == 1
+    assert c2.frames[-1][1:] == (2, 1)  # the next one is asked
+    _answer(sac, c2, c2.frames[-1][0], wire.OFFSET_NEXT)
+    assert not b.holding and a.holding
+    _answer(sac, c1, late)  # a's late answer changes nothing
+    assert a.holding and not b.holding
+    assert clock.live() == []  # b answered: no deadline left
+    b.sac.leave()  # a is the only member now: asked again
+    assert c1.frames[-1][1:] == (1, 1)
+    _answer(sac, c1, c1.frames[-1][0])
+    assert not a.holding
+
+
+def test_unanswered_step_down_is_treated_as_inactive() -> None:
+    clock = Clock()
+    sac, c1, c2 = SacCoordinator(5.0, clock.call_later), Conn(), Conn()  # type: ignore[arg-type]
+    a, b = Sub(5), Sub(6)
+    key = ("/", "ss-1", "g")
+    sac.register(c1, a, key, 1)  # type: ignore[arg-type]
+    _answer(sac, c1, c1.frames[-1][0])
+    sac.register(c2, b, key, 1)  # type: ignore[arg-type]
+    assert a.holding and c1.frames[-1][1:] == (5, 0)  # stepped down, answer awaited
+    assert c2.frames == []
+    clock.fire_all()  # a never answers its step-down
+    assert sac.timeouts == 1
+    assert c2.frames[-1][1:] == (6, 1)  # the group moved on
+    _answer(sac, c2, c2.frames[-1][0])
+    assert not b.holding and a.holding
+
+
+def test_a_deadline_is_cancelled_by_the_answer_and_by_leaving() -> None:
+    clock = Clock()
+    sac, conn = SacCoordinator(5.0, clock.call_later), Conn()  # type: ignore[arg-type]
+    a, b = Sub(1), Sub(2)
+    key = ("/", "s", "g")
+    sac.register(conn, a, key, -1)  # type: ignore[arg-type]
+    _answer(sac, conn, conn.frames[-1][0])
+    assert clock.live() == []
+    sac.register(conn, b, key, -1)  # type: ignore[arg-type]
+    a.sac.leave()
+    assert conn.frames[-1][1:] == (2, 1) and len(clock.live()) == 1
+    b.sac.leave()
+    assert clock.live() == [] and sac.groups == {} and sac.timeouts == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
-from sievemq.gateway.model import definitions
+from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
 from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, MemoryWindow
 from sievemq.gateway.model.classic_vhost import ClassicQueues
@@ -54,6 +54,7 @@ class Broker:
         self.settings = settings or BrokerSettings()
         self.users = Users()
         self.vhosts: dict[str, VirtualHost] = {}
+        self.global_parameters: dict[str, Any] = {}  # RabbitMQ's global runtime parameters
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
@@ -104,6 +105,18 @@ class Broker:
             }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
+        for item in data.get("global_parameters", []):
+            self.global_parameters[str(item["name"])] = item["value"]
+        for item in data.get("policies", []):  # before the queues they apply to
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is not None:
+                policy = policies.parse(vhost.name, str(item["name"]), item)
+                vhost.policies[policy.name] = policy
+        for item in data.get("parameters", []):
+            vhost = self.vhosts.get(item["vhost"])
+            if vhost is not None and item.get("component") == policies.OPERATOR_COMPONENT:
+                policy = policies.parse(vhost.name, str(item["name"]), item["value"], True)
+                vhost.operator_policies[policy.name] = policy
         for item in data.get("exchanges", []):
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None or item["name"] in vhost.exchanges:
@@ -320,6 +333,17 @@ class Broker:
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
+            "policies": [
+                p.to_json() for v in self.vhosts.values() for _, p in sorted(v.policies.items())
+            ],
+            "parameters": [
+                policies.operator_parameter(p)
+                for v in self.vhosts.values()
+                for _, p in sorted(v.operator_policies.items())
+            ],
+            "global_parameters": [
+                {"name": n, "value": value} for n, value in sorted(self.global_parameters.items())
+            ],
         }
 
     def save_definitions(self) -> None:

@@ -273,8 +273,12 @@ class ClassicQueue:
     ) -> None:
         self.name = name
         self.vhost = vhost
+        self.declared = arguments  # as declared; ``arguments`` has the policies applied
         self.arguments = arguments
         self.kind = arguments.kind
+        self.policy: str | None = None  # the names of the policies that apply, if any
+        self.operator_policy: str | None = None
+        self.effective_policy: dict[str, Any] = {}
         self.durable = durable
         self.auto_delete = auto_delete
         self.owner = owner  # the exclusive owner connection, or None
@@ -465,6 +469,11 @@ class ClassicQueue:
             dropped.append(msg)
         if dropped:
             self._discard(dropped, "maxlen")
+
+    def apply_arguments(self, arguments: QueueArguments) -> None:
+        """New working arguments (a policy changed): a lower max-length drops the head now."""
+        self.arguments = arguments
+        self._drop_head_overflow()
 
     # ------------------------------------------------------------------ the memory window
 

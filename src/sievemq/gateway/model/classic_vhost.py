@@ -81,6 +81,8 @@ class ClassicQueues:
         self._on_change = on_change
         self._vhost: Host | None = None
         self.on_created: Callable[[ClassicQueue], None] = lambda q: None
+        # set by the vhost: puts its policies to work on a new queue (before its recovery)
+        self.apply_policy: Callable[[ClassicQueue], None] = lambda q: None
         # set by the broker: dead-letters routed to a stream go through its appender
         self.write_stream: StreamWriter | None = None
 
@@ -203,6 +205,7 @@ class ClassicQueues:
             log_store=log_store,
             window=self.window,
         )
+        self.apply_policy(queue)
         if log_store is not None:
             queue.restore(log_store.scan(), log_store.delivered)
         queue.on_unused = self._auto_delete

@@ -1,4 +1,5 @@
-"""Durable definitions on disk: vhosts, users, durable exchanges, stream queues, bindings.
+"""Durable definitions on disk: vhosts, users, durable exchanges, queues, bindings, policies
+and runtime/global parameters.
 
 The API is a dict shaped like RabbitMQ's definitions export (``{"vhosts": [...], "users":
 [...], "queues": [...], ...}``): ``DefinitionStore.load()`` returns it, ``save(dict)``
@@ -54,6 +55,9 @@ _KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "exchanges": ("vhost", "name"),
     "queues": ("vhost", "name"),
     "bindings": ("vhost", "source", "destination_type", "destination", "routing_key", "arguments"),
+    "policies": ("vhost", "name"),
+    "parameters": ("component", "vhost", "name"),
+    "global_parameters": ("name",),
 }
 _TAG = "__amqp__"
 _TAG_BYTES = b'"__amqp__"'

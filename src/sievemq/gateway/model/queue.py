@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 from sievemq.gateway.model import dedup
 from sievemq.gateway.model.arguments import StreamArguments
@@ -102,13 +102,17 @@ class StreamQueue:
     ) -> None:
         self.name = name
         self.vhost = vhost
-        self.arguments = arguments
+        self.arguments = arguments  # as declared (policies act on ``stream.config``)
         self._stream: Stream | None = None
         self._opener: Callable[[], Stream] | None = None
+        self._on_open: Callable[[Stream], None] | None = None
         if isinstance(stream, Stream):
             self._stream = stream
         else:
             self._opener = stream
+        self.policy: str | None = None  # the names of the policies that apply, if any
+        self.operator_policy: str | None = None
+        self.effective_policy: dict[str, Any] = {}
         self.consumers: set[ConsumerInfo] = set()
         self.filter_stats = FilterStats()
         self.deleted = False
@@ -123,7 +127,18 @@ class StreamQueue:
             assert self._opener is not None
             stream = self._stream = self._opener()
             self._opener = None
+            if self._on_open is not None:
+                self._on_open(stream)
+                self._on_open = None
         return stream
+
+    def when_open(self, change: Callable[[Stream], None]) -> None:
+        """Run ``change`` on the storage stream now if it is open, else when it is first
+        opened (the latest change wins): a policy reaches an idle stream without opening it."""
+        if self._stream is not None:
+            change(self._stream)
+        else:
+            self._on_open = change
 
     @property
     def opened_stream(self) -> Stream | None:

@@ -6,12 +6,13 @@ an ``amqp.errors`` class on refusal. ``route`` is on the publish hot path.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_vhost
+from sievemq.gateway.model import classic_vhost, policies
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
@@ -64,11 +65,15 @@ class VirtualHost:
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
+        # RabbitMQ's policies and operator policies, by name (``apply_policy`` puts them to work)
+        self.policies: dict[str, policies.Policy] = {}
+        self.operator_policies: dict[str, policies.Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, StreamQueue] = {}  # stream queues
         # classic and quorum queues (their own module: declare, delete, dead-lettering)
         self.classic = classic or classic_vhost.ClassicQueues(name, "classic")
         self.classic.attach(self)
+        self.classic.apply_policy = self.apply_policy
         # bindings whose destination is an exchange/queue, for cleanup on delete
         self._inbound: dict[tuple[DestKind, str], set[Binding]] = {}
         self.exchanges[DEFAULT_EXCHANGE] = Exchange(DEFAULT_EXCHANGE, "direct", vhost=name)
@@ -198,6 +203,7 @@ class VirtualHost:
             queue = StreamQueue(
                 name, self.name, stream_args, self._open_stream(self.name, name, stream_args)
             )
+        self.apply_policy(queue)
         self.queues[name] = queue
         self.touched.append(("queue", name))
         return queue
@@ -428,6 +434,61 @@ class VirtualHost:
                     if nxt is not None:
                         pending.append(nxt)
         return list(queues.values())
+
+    # ------------------------------------------------------------------ policies
+
+    def apply_policy(self, queue: AnyQueue) -> None:
+        """Work out which policy and operator policy apply to ``queue`` and put their
+        effective definition to work (on declare, and whenever a policy changes)."""
+        kind = "stream" if isinstance(queue, StreamQueue) else queue.kind
+        policy = policies.match(self.policies.values(), kind, queue.name)
+        operator = policies.match(self.operator_policies.values(), kind, queue.name)
+        effective = policies.effective_definition(policy, operator)
+        queue.policy = None if policy is None else policy.name
+        queue.operator_policy = None if operator is None else operator.name
+        queue.effective_policy = effective
+        if isinstance(queue, ClassicQueue):
+            queue.apply_arguments(policies.queue_arguments(queue.declared, effective))
+            return
+        limits = policies.stream_limits(queue.arguments, effective)
+
+        def put_limits(stream: Stream) -> None:
+            config = stream.config
+            wanted = dataclasses.replace(
+                config,
+                max_bytes=limits.max_bytes,
+                max_age_ms=limits.max_age_ms,
+                max_segment_bytes=limits.max_segment_bytes,
+                filter_size_bytes=limits.filter_size_bytes,
+            )
+            if wanted != config:
+                # read at the next chunk and segment roll (retention runs at each roll)
+                stream.config = wanted
+
+        queue.when_open(put_limits)  # an idle stream restored at start stays closed
+
+    def apply_policies(self) -> None:
+        """A policy of this vhost was set or removed: re-apply to every queue."""
+        for stream_queue in self.queues.values():
+            self.apply_policy(stream_queue)
+        for queue in self.classic.queues.values():
+            self.apply_policy(queue)
+
+    def set_policy(self, policy: policies.Policy, operator: bool = False) -> bool:
+        """Add or replace a policy (True when it is new) and apply it."""
+        table = self.operator_policies if operator else self.policies
+        created = policy.name not in table
+        table[policy.name] = policy
+        self.apply_policies()
+        return created
+
+    def clear_policy(self, name: str, operator: bool = False) -> bool:
+        """Remove a policy (False when there was none) and re-apply what is left."""
+        table = self.operator_policies if operator else self.policies
+        if table.pop(name, None) is None:
+            return False
+        self.apply_policies()
+        return True
 
     # ------------------------------------------------------------------ lifecycle
 

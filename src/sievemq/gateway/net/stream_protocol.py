@@ -4,7 +4,10 @@ HOT PATH: ``data_received`` splits the bytes into frames (``streamproto.wire``) 
 whole list to the connection handler in one call. When the transport's write buffer passes
 ``write_buffer_high`` the handler's subscriptions stop delivering and the protocol stops
 reading from the socket until it drains (a client that publishes but never reads its
-confirms is held back by TCP).
+confirms is held back by TCP). Reading is also held, each for its own reason, while a
+resource alarm blocks the connection's publishers (``hold_reading``) and while they are out
+of publish credit (``hold_for_credit``: RabbitMQ's 50,000 unconfirmed messages per
+connection).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class StreamProtocol(asyncio.Protocol):
         "_high",
         "_max_frame",
         "_paused",
+        "_starved",
         "_stopped",
         "transport",
     )
@@ -53,6 +57,7 @@ class StreamProtocol(asyncio.Protocol):
         self._max_frame = frame_max
         self._paused = False
         self._held = False  # a resource alarm: the handler's publishers wait in TCP
+        self._starved = False  # the handler's publishers are out of publish credit
         self._stopped = False
         self._high = write_buffer_high
         self.transport: asyncio.Transport | None = None
@@ -97,22 +102,30 @@ class StreamProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None and self._paused and not self._stopped:
             self._paused = False
-            if not self._held:
+            if not self._held and not self._starved:
                 self.transport.resume_reading()
         self._conn.on_resume_writing()
 
     def hold_reading(self, held: bool) -> None:
         """Stop (or restart) reading for a resource alarm, independently of write pauses."""
-        if held == self._held:
-            return
-        self._held = held
+        if held != self._held:
+            self._held = held
+            self._apply_holds()
+
+    def hold_for_credit(self, held: bool) -> None:
+        """Stop (or restart) reading while the publishers are out of publish credit."""
+        if held != self._starved:
+            self._starved = held
+            self._apply_holds()
+
+    def _apply_holds(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing() or self._stopped:
             return
         with contextlib.suppress(RuntimeError):
-            if held:
+            if self._held or self._starved or self._paused:
                 transport.pause_reading()
-            elif not self._paused:
+            else:
                 transport.resume_reading()
 
     def stop_reading(self) -> None:

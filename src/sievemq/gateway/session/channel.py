@@ -66,7 +66,6 @@ _consumer_of = itemgetter(1)
 
 FILTER_HEADER = fastpath.FILTER_HEADER
 _known_publish = fastpath.known_publish  # memo hits only: None when not known
-_known_properties = fastpath.known_properties
 _FRAME_HEADER = frames.FRAME_HEADER
 _FRAME_BODY = frames.FRAME_BODY
 _MIN_CONTENT_HEADER = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
@@ -120,6 +119,8 @@ class Channel:
         self._max_message_size = limits.max_message_size
         self._max_pending_content = limits.max_pending_content_bytes
         self._table_limits = limits.tables
+        # the property memo of these limits (memo hits only: None when not known)
+        self._known_properties = fastpath.properties_memo(limits.tables).get
         self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
@@ -298,7 +299,7 @@ class Channel:
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
-        values = _known_properties(props)
+        values = self._known_properties(props)
         if values is None:
             values = fastpath.new_property_filter_values(props, self._table_limits)
             if values is None:

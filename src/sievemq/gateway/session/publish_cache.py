@@ -8,7 +8,9 @@ ONE pass of ``amqp.properties.check_properties``, which also finds the filter he
 longstr filter value is parsed once per distinct value. Every memo is bounded (cleared when
 full) and holds only results of pure functions of the bytes, so a hit is the same answer the
 full decoder would give. Anything that raises is never cached: the caller falls back to the
-regular path, which raises the same error at the same point.
+regular path, which raises the same error at the same point. Property lists pass the
+headers table limits, so their memo is kept per ``TableLimits``: two servers in one process
+with different limits never answer from each other's checks.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ _LONGSTR: Final = 0x53  # the 'S' field type
 _U32 = struct.Struct(">I").unpack_from
 
 _publishes: dict[bytes, tuple[str, str, bool]] = {}
-_properties: dict[bytes, tuple[str, ...]] = {}
+_properties: dict[bytes, tuple[str, ...]] = {}  # checked under DEFAULT_LIMITS
+_properties_by_limits: dict[TableLimits, dict[bytes, tuple[str, ...]]] = {
+    DEFAULT_LIMITS: _properties
+}
 _longstr_values: dict[bytes, tuple[str, ...]] = {}  # raw longstr filter value -> its values
 
 # the memo lookups alone, for a caller that inlines the hit (the channel's publish path):
@@ -37,6 +42,15 @@ _longstr_values: dict[bytes, tuple[str, ...]] = {}  # raw longstr filter value -
 # The memos are cleared in place, never replaced, so these stay bound to the live dicts.
 known_publish = _publishes.get
 known_properties = _properties.get
+
+
+def properties_memo(limits: TableLimits) -> dict[bytes, tuple[str, ...]]:
+    """The property-list memo of one set of table limits (its ``get`` is a channel's inline
+    lookup); an entry in it passed exactly these limits."""
+    memo = _properties_by_limits.get(limits)
+    if memo is None:
+        memo = _properties_by_limits.setdefault(limits, {})
+    return memo
 
 
 def publish_args(payload: bytes) -> tuple[str, str, bool] | None:
@@ -70,7 +84,7 @@ def property_filter_values(
     parsed once per distinct value (an application's messages share a few filter values
     while every property list differs).
     """
-    got = _properties.get(props)
+    got = properties_memo(limits).get(props)
     if got is not None:
         return got
     return new_property_filter_values(props, limits)
@@ -99,9 +113,10 @@ def new_property_filter_values(
             values = stream_args.parse_filter_values(properties.header_at(props, at))
     except errors.AMQPError:
         return None
-    if len(_properties) >= _CACHE_MAX:
-        _properties.clear()
-    _properties[props] = values
+    memo = properties_memo(limits)
+    if len(memo) >= _CACHE_MAX:
+        memo.clear()
+    memo[props] = values
     return values
 
 

@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IDS = 256  # publisher and subscription ids are u8
+# RabbitMQ's publisher flow control (rabbit_stream_reader ``initial_credits``,
+# ``credits_required_for_unblocking``): each published message takes a credit, each confirm
+# (or error) gives it back once it has left for the socket; at 0 the socket is no longer
+# read, until more than 12,500 are back
+PUBLISH_CREDITS = 50_000
+CREDITS_TO_UNBLOCK = 12_500
+DRAIN_POLL_S = 0.005  # how often parked credits look whether the write buffer emptied
 MAX_REFERENCE_BYTES = 255
 
 # Create arguments -> queue arguments (RabbitMQ's rabbit_stream_manager); others are ignored
@@ -78,6 +85,7 @@ class StreamConnection:
         self.frame_max = snode.frame_max
         self.heartbeat = snode.heartbeat
         self.max_chunk_bytes = self._chunk_budget(self.frame_max)
+        self.deliver_version = 1
         self.publishers: dict[int, StreamPublisher] = {}
         self.subscriptions: dict[int, Subscription] = {}
         self._watched: dict[int, StreamQueue] = {}
@@ -90,6 +98,10 @@ class StreamConnection:
         self.connected_at = 0.0
         self._admitted = False
         self.blocked = False  # a resource alarm holds this publishing connection
+        self.publish_credits = PUBLISH_CREDITS
+        self.credit_blocked = False  # out of publish credit: the socket is not read
+        self._parked_credits = 0  # confirms still in the write buffer
+        self._drain_handle: asyncio.TimerHandle | None = None
 
     @staticmethod
     def _chunk_budget(frame_max: int) -> int:
@@ -125,6 +137,9 @@ class StreamConnection:
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
             self._heartbeat_handle = None
+        if self._drain_handle is not None:
+            self._drain_handle.cancel()
+            self._drain_handle = None
         for sub in list(self.subscriptions.values()):
             sub.stop()
         self.subscriptions.clear()
@@ -177,6 +192,45 @@ class StreamConnection:
             self.blocked = blocked
             if self.read_control is not None:
                 self.read_control.hold_reading(blocked)
+
+    def take_publish_credits(self, n: int) -> None:
+        """``n`` messages went to the appender: at 0 credits stop reading the socket (the
+        frames already read are still handled, so the count may go below 0, as RabbitMQ's)."""
+        self.publish_credits -= n
+        if self.publish_credits <= 0 and not self.credit_blocked:
+            self.credit_blocked = True
+            if self.read_control is not None:
+                self.read_control.hold_for_credit(True)
+
+    def return_publish_credits(self, n: int) -> None:
+        """``n`` messages were confirmed (or failed) and their frame written. The credits
+        come back once that frame has left the write buffer: RabbitMQ's reader sends its
+        confirms synchronously, so a client that does not read them holds its publisher."""
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size() > 0:
+            self._parked_credits += n
+            if self._drain_handle is None:
+                self._drain_handle = self.node.loop.call_later(DRAIN_POLL_S, self._drained)
+            return
+        self._give_back(n)
+
+    def _drained(self) -> None:
+        self._drain_handle = None
+        transport = self.transport
+        if not self.alive or transport is None:
+            return
+        if transport.get_write_buffer_size() > 0:
+            self._drain_handle = self.node.loop.call_later(DRAIN_POLL_S, self._drained)
+            return
+        parked, self._parked_credits = self._parked_credits, 0
+        self._give_back(parked)
+
+    def _give_back(self, n: int) -> None:
+        self.publish_credits += n
+        if self.credit_blocked and self.publish_credits > CREDITS_TO_UNBLOCK:
+            self.credit_blocked = False
+            if self.read_control is not None:
+                self.read_control.hold_for_credit(False)
 
     def on_frame_too_large(self, size: int) -> None:
         self.close(wire.FRAME_TOO_LARGE, f"frame of {size} bytes is larger than {self.frame_max}")
@@ -313,7 +367,7 @@ class StreamConnection:
         self._heartbeat_handle = None
         if not self.alive or self.transport is None:
             return
-        if self._received or self.writing_paused:
+        if self._received or self.writing_paused or self.credit_blocked or self.blocked:
             self._received = False
             self._missed = 0
         else:
@@ -350,6 +404,17 @@ class StreamConnection:
         return self._may("configure", name, "exchange") and all(
             self._may("configure", p) for p in partitions
         )
+
+    def _readable(self, name: str, answer: Callable[[int], bytes]) -> StreamQueue | None:
+        """The stream a read-side query names, or None after answering ``answer(code)``:
+        16 without read permission, 2 when there is no such stream."""
+        if not self._may("read", name):
+            self.write(answer(wire.ACCESS_REFUSED))
+            return None
+        queue = self._queue(name)
+        if queue is None:
+            self.write(answer(wire.STREAM_DOES_NOT_EXIST))
+        return queue
 
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
@@ -553,7 +618,33 @@ class StreamConnection:
 
     def _exchange_command_versions(self, cur: Cursor) -> None:
         corr = cur.u32()
+        client = wire.parse_command_versions(cur) if cur.remaining else []
+        if any(key == wire.DELIVER and hi >= 2 for key, _, hi in client):
+            self.deliver_version = 2  # RabbitMQ: Deliver v2 for clients that list it
         self.write(wire.exchange_command_versions_response(corr))
+
+    def _resolve_offset_spec(self, cur: Cursor) -> None:
+        """RabbitMQ 4.3's ResolveOffsetSpec: the offset a Subscribe with this specification
+        would start at. The properties (filters) are read and do not change the answer."""
+        corr = cur.u32()
+        name = cur.string()
+        offset = wire.parse_offset_spec(cur)
+        cur.properties()
+        queue = self._readable(name, lambda c: wire.resolve_offset_spec_response(corr, c, 0))
+        if queue is None:
+            return
+        try:
+            reader = queue.stream.reader()
+            try:
+                seek(reader, offset)
+                resolved = reader.position
+            finally:
+                reader.close()
+        except (StorageError, OSError) as error:
+            log.error("resolve offset spec on %s failed: %s", name, error)
+            self.write(wire.resolve_offset_spec_response(corr, wire.NO_OFFSET, 0))
+            return
+        self.write(wire.resolve_offset_spec_response(corr, wire.OK, resolved))
 
     # ------------------------------------------------------------------ publishing
 
@@ -607,12 +698,8 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        if not self._may("read", name):
-            self.write(wire.query_publisher_sequence_response(corr, wire.ACCESS_REFUSED, 0))
-            return
-        queue = self._queue(name)
+        queue = self._readable(name, lambda c: wire.query_publisher_sequence_response(corr, c, 0))
         if queue is None:
-            self.write(wire.query_publisher_sequence_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
         stored = self.snode.sequences(queue).get(reference) if reference else None
         self.write(wire.query_publisher_sequence_response(corr, wire.OK, stored or 0))
@@ -730,12 +817,8 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        if not self._may("read", name):
-            self.write(wire.query_offset_response(corr, wire.ACCESS_REFUSED, 0))
-            return
-        queue = self._queue(name)
+        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0))
         if queue is None:
-            self.write(wire.query_offset_response(corr, wire.STREAM_DOES_NOT_EXIST, 0))
             return
         stored = queue.stream.offsets.get(reference)
         if stored is None:
@@ -759,6 +842,7 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.METADATA: StreamConnection._metadata,
     wire.STREAM_STATS: StreamConnection._stream_stats,
     wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
+    wire.RESOLVE_OFFSET_SPEC: StreamConnection._resolve_offset_spec,
     wire.CREATE_SUPER_STREAM: StreamConnection._create_super_stream,
     wire.DELETE_SUPER_STREAM: StreamConnection._delete_super_stream,
     wire.ROUTE: StreamConnection._route,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sievemq.gateway.stream_session.sac import SacCoordinator
+from sievemq.gateway.stream_session.sac import DEFAULT_TIMEOUT_S, SacCoordinator
 from sievemq.storage import StorageError
 from sievemq.storage.publishers import PublisherSequences
 
@@ -32,7 +32,14 @@ SERVER_PROPERTIES = {
 class StreamNode:
     """The AMQP node (broker, appenders, limits) plus stream-protocol state."""
 
-    def __init__(self, node: Node, advertised_host: str, frame_max: int, heartbeat: int) -> None:
+    def __init__(
+        self,
+        node: Node,
+        advertised_host: str,
+        frame_max: int,
+        heartbeat: int,
+        consumer_update_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self.node = node
         self.advertised_host = advertised_host
         self.advertised_port = 0  # set by the wiring once the listener knows its port
@@ -40,7 +47,8 @@ class StreamNode:
         self.frame_max = frame_max
         self.heartbeat = heartbeat
         self.connections: set[ConnectionPort] = set()
-        self.sac = SacCoordinator()  # single-active-consumer groups
+        # single-active-consumer groups
+        self.sac = SacCoordinator(consumer_update_timeout_s, node.loop.call_later)
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}
 
     def sequences(self, queue: StreamQueue) -> PublisherSequences:

@@ -6,7 +6,10 @@ batch with the publishing ids this publisher owns in it, and that becomes ONE Pu
 (or PublishError) frame.
 
 Deduplication (named publishers only): an id at or below the last id stored for the
-reference on this stream is not written but confirmed (RabbitMQ's rule). The last id is
+reference on this stream is not written but confirmed (RabbitMQ's rule).
+
+Flow control: every publishing id handed to the appender takes one of the connection's
+publish credits, and its confirm (or error) gives it back (``take_publish_credits``). The last id is
 recorded in each written record (``storage.publishers``), so it is durable with the data.
 """
 
@@ -53,6 +56,7 @@ class StreamPublisher:
         sequences = self.sequences
         ref = self.reference
         last = -1
+        written = 0
         if sequences is not None:
             stored = sequences.get(ref)
             last = -1 if stored is None else stored
@@ -72,8 +76,11 @@ class StreamPublisher:
             for payload in payloads[:-1]:
                 submit(Message(filters, "", "", tag, payload, KIND_STREAM), None, pid)
             submit(Message(filters, "", "", tag, payloads[-1], KIND_STREAM), self, pid)
+            written += 1
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
+        if written:
+            self.conn.take_publish_credits(written)
         if duplicates:
             self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
@@ -88,3 +95,4 @@ class StreamPublisher:
         else:
             code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
             self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
+        self.conn.return_publish_credits(len(seqs))

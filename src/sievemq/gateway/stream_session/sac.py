@@ -16,12 +16,23 @@ of a vhost form a group; one of them at a time gets messages.
 - **Newcomers** that are not chosen get ConsumerUpdate(active=0), as RabbitMQ sends.
 - Unsubscribe, a lost connection or a deleted stream removes a member; the group then
   picks again.
+- **Unanswered requests.** A ConsumerUpdate that asks a member to become active or to step
+  down is answered within ``timeout_s`` (``SIEVEMQ_STREAM_CONSUMER_UPDATE_TIMEOUT_S``,
+  60 s by default, RabbitMQ's stream request timeout), else the server logs a warning and the
+  group moves on: a member that never confirms its step-down is treated as inactive (it
+  already stopped delivering) and the next one is asked; a member that never confirms its
+  activation is passed over (it goes behind the others, still subscribed and held) and the
+  next one is asked. RabbitMQ closes the whole connection of a client that does not answer;
+  SieveMQ keeps the connection and its other subscriptions. A late answer is ignored.
+  The "you wait" ConsumerUpdate sent to newcomers needs no answer and has no timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.streamproto import wire
@@ -38,9 +49,12 @@ DEACTIVATING = "deactivating"  # ConsumerUpdate(0) sent to a former active, answ
 
 GroupKey = tuple[str, str, str]  # vhost, stream, consumer name
 
+DEFAULT_TIMEOUT_S = 60.0
+Scheduler = Callable[[float, Callable[[], None]], asyncio.TimerHandle]
+
 
 class SacMember:
-    __slots__ = ("conn", "coordinator", "group", "pending", "state", "sub")
+    __slots__ = ("conn", "coordinator", "group", "pending", "state", "sub", "timer")
 
     def __init__(
         self,
@@ -55,6 +69,7 @@ class SacMember:
         self.group = group
         self.state = INACTIVE
         self.pending = -1  # correlation id of the ConsumerUpdate awaiting an answer
+        self.timer: asyncio.TimerHandle | None = None  # that answer's deadline
 
     def leave(self) -> None:
         self.coordinator.unregister(self)
@@ -79,10 +94,16 @@ class SacGroup:
 class SacCoordinator:
     """Every single-active-consumer group of one server."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, timeout_s: float = DEFAULT_TIMEOUT_S, call_later: Scheduler | None = None
+    ) -> None:
         self.groups: dict[GroupKey, SacGroup] = {}
         self._corr = itertools.count(1)
         self._awaited: dict[int, SacMember] = {}
+        self.timeout_s = timeout_s
+        # the running loop's call_later unless given (tests pass a recording one)
+        self._call_later = call_later
+        self.timeouts = 0  # requests that went unanswered (for the admin API and tests)
 
     def register(
         self,
@@ -111,9 +132,7 @@ class SacCoordinator:
         group.members.remove(member)
         member.sub.holding = True
         member.sub.sac = None
-        if member.pending >= 0:
-            self._awaited.pop(member.pending, None)
-            member.pending = -1
+        self._forget_request(member)
         member.state = INACTIVE
         if not group.members:
             self.groups.pop(group.key, None)
@@ -126,8 +145,7 @@ class SacCoordinator:
         log.debug("ConsumerUpdate answer %s for %s", reply, member and member.group.key)
         if member is None or member.conn is not conn or member.pending != reply.corr:
             return  # unknown, another connection's, or superseded by a later request
-        del self._awaited[reply.corr]
-        member.pending = -1
+        self._forget_request(member)
         if member.state == ACTIVATING:
             member.state = ACTIVE
             member.sub.activate(reply.offset if reply.code == wire.OK else None)
@@ -149,13 +167,23 @@ class SacCoordinator:
             want.state = ACTIVATING
             self._notify(want, True)
 
-    def _notify(self, member: SacMember, active: bool) -> None:
+    def _forget_request(self, member: SacMember) -> None:
         if member.pending >= 0:
             self._awaited.pop(member.pending, None)
+            member.pending = -1
+        if member.timer is not None:
+            member.timer.cancel()
+            member.timer = None
+
+    def _notify(self, member: SacMember, active: bool) -> None:
+        self._forget_request(member)
         corr = next(self._corr) & 0xFFFFFFFF
         member.pending = corr
         self._awaited[corr] = member
         member.conn.write(wire.consumer_update(corr, member.sub.subscription_id, active))
+        if member.state in (ACTIVATING, DEACTIVATING):  # an answer moves the group on
+            call_later = self._call_later or asyncio.get_running_loop().call_later
+            member.timer = call_later(self.timeout_s, lambda: self._expired(member, corr))
         log.debug(
             "ConsumerUpdate %s sid=%d active=%s corr=%d",
             member.group.key,
@@ -163,3 +191,30 @@ class SacCoordinator:
             active,
             corr,
         )
+
+    def _expired(self, member: SacMember, corr: int) -> None:
+        """No answer to ConsumerUpdate ``corr`` in time: the group moves on without it."""
+        member.timer = None
+        if member.pending != corr or member not in member.group.members:
+            return  # answered, superseded or gone meanwhile
+        self._forget_request(member)
+        self.timeouts += 1
+        group = member.group
+        vhost, stream, name = group.key
+        if member.state == DEACTIVATING:
+            log.warning(
+                "single active consumer %r on stream %r in vhost %r: subscription %d did not "
+                "answer its step-down within %g s; treated as inactive",
+                name, stream, vhost, member.sub.subscription_id, self.timeout_s,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "single active consumer %r on stream %r in vhost %r: subscription %d did not "
+                "answer its activation within %g s; passed over for the next consumer",
+                name, stream, vhost, member.sub.subscription_id, self.timeout_s,
+            )  # fmt: skip
+            group.members.remove(member)  # behind the others: the next one is chosen
+            group.members.append(member)
+        member.state = INACTIVE
+        member.sub.holding = True
+        self._choose(group)

@@ -175,6 +175,8 @@ class Subscription(CommitWaker):
         stream = self._stream
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
+        version = conn.deliver_version
+        committed = stream.last_chunk_id if version >= 2 else 0
         out: list[bytes] = []
         written = 0
         credit = self.credit
@@ -210,7 +212,11 @@ class Subscription(CommitWaker):
                         size += 4 + len(p)
                         expect += 1
                         i += 1
-                    frame = osiris.deliver(sid, first.offset, ts, payloads)
+                    # v2's committed chunk id: the newest stored chunk, and never below the
+                    # chunk in hand (one stored chunk may go out as several Deliver chunks)
+                    frame = osiris.deliver(
+                        sid, first.offset, ts, payloads, version, max(committed, first.offset)
+                    )
                     out.append(frame)
                     written += len(frame)
                     credit -= 1
