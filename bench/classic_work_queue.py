@@ -16,9 +16,14 @@ drain them; publish and drain rates, and the server's peak resident memory (VmRS
 one JSON document: medians per broker and the SieveMQ/RabbitMQ ratios (above 1 is better for
 rates and RSS ratios are below 1 when SieveMQ uses less).
 
-    python -m bench.classic_work_queue [--repeats 3] [--n 50000] [--sizes 100,1024] \
-        [--consumers 1,4] [--rpc 2000] [--deep 1000000] [--deep-size 100] [--fsync batch] \
+    python -m bench.classic_work_queue [--repeats 3] [--n 20000] [--sizes 100,1024] \
+        [--consumers 1,4] [--rpc 1000] [--deep 0] [--deep-size 100] [--fsync batch] \
         [--rabbitmq-port 0] [--no-rabbitmq] [--peers]
+
+The defaults are the quiet-machine run beside RabbitMQ: the work queue (100 B and 1 KiB, one
+and four consumers) and RPC, 3 interleaved repeats, about 4 minutes on a quiet 2-core machine
+(5 at load 20). The deep queue is a command of its own:
+``--repeats 0 --rpc 0 --deep 1000000`` (RabbitMQ needs most of its time).
 
 ``--peers`` uses the older kit beside the checkout (``../shared/peers``), as
 ``bench.vs_rabbitmq`` does.
@@ -308,11 +313,11 @@ def ratios(summary: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--sizes", default="100,1024")
     parser.add_argument("--consumers", default="1,4")
-    parser.add_argument("--rpc", type=int, default=2000, help="round trips per repeat (0: none)")
-    parser.add_argument("--deep", type=int, default=1_000_000, help="deep queue (0: none)")
+    parser.add_argument("--rpc", type=int, default=1000, help="round trips per repeat (0: none)")
+    parser.add_argument("--deep", type=int, default=0, help="deep queue messages (0: none)")
     parser.add_argument("--deep-size", type=int, default=100)
     parser.add_argument("--fsync", default="batch")
     parser.add_argument("--rabbitmq-port", type=int, default=0, help="0: a free port")

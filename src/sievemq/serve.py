@@ -145,7 +145,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
                 f"sievemq serve: --definitions {settings.definitions}: {problem}", file=sys.stderr
             )
             return 1
-    node = Node(broker, limits_from(settings), loop)
+    node = Node(broker, limits_from(settings), loop, gc_freeze=settings.gc_freeze)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
     node.exhaustion_listeners.append(alarms.storage_write_failed)
@@ -230,6 +230,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     ready = True
+    node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server
     print(
         ready_line(
             f"{settings.amqp_host}:{amqp_port}",

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     def _parse_disk_limit(cls, value: Any) -> int:
         return parse_size(value)
 
+    # freeze the long-lived objects out of the garbage collector's full collections (at
+    # start and after bulk declares): gateway/runtime/gc_tuning.py
+    gc_freeze: bool = True
+
     # connection timeouts
     handshake_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=5.0, gt=0)
@@ -207,6 +211,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="queue type of a queue.declare without x-queue-type (default classic)",
     )
     parser.add_argument(
+        "--gc-freeze",
+        choices=["on", "off"],
+        default=None,
+        help="keep long-lived objects out of full garbage collections (default on)",
+    )
+    parser.add_argument(
         "--fsync",
         choices=["batch", "always", "never"],
         default=None,
@@ -221,6 +231,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value
+    if getattr(args, "gc_freeze", None) is not None:
+        given["gc_freeze"] = args.gc_freeze == "on"
     return Settings(**given)
 
 

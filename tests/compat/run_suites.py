@@ -1,7 +1,7 @@
 """Run the published test suites of AMQP client libraries against a fresh SieveMQ.
 
     .venv/bin/python -m tests.compat.run_suites [--suite NAME ...] [--rabbitmq-url URL]
-        [--pika-source DIR] [--work DIR] [--keep-going]
+        [--pika-source DIR] [--work DIR] [--timeout S] [--pytest-args "ARGS"]
 
 One command: it fetches the pinned suite versions, installs each suite's test dependencies
 into a virtual environment of its own (``uv venv`` + ``uv pip install``, under ``--work``),
@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -48,7 +49,7 @@ from sievemq.testing import start_server_process
 
 REPO = Path(__file__).resolve().parents[2]
 UV = REPO / ".tools" / "bin" / "uv"
-SUITE_TIMEOUT_S = 1800
+SUITE_TIMEOUT_S = 1800  # per suite and target (--timeout); at the limit pytest is interrupted
 
 PIKA_COMMIT = "60fee4203a30d5dfa0500857cea6a65ef571d46c"  # "pika 1.4.4"
 PIKA_TARBALL = f"https://codeload.github.com/pika/pika/tar.gz/{PIKA_COMMIT}"
@@ -300,19 +301,32 @@ def run_python_suite(name: str, src: Path, python: Path, target: Target, work: P
     )
     env.pop("VIRTUAL_ENV", None)
     args = [*spec["args"]]
+    if EXTRA_PYTEST_ARGS:  # test ids or files of this suite in place of its default selection
+        args = [a for a in args if not a.startswith(("t/", "tests"))] + EXTRA_PYTEST_ARGS
     if not target.amqps_port:
         args += ["-k", "not amqps and not ssl and not tls"]
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--junitxml={report}", "-o", "junit_family=xunit1", *args]  # fmt: skip
     log(f"{name} vs {target.name}: {' '.join(cmd[3:])}")
-    try:
-        proc = subprocess.run(cmd, cwd=src, env=env, text=True, capture_output=True,
-                              timeout=SUITE_TIMEOUT_S)  # fmt: skip
-        (work / f"log-{name}-{target.name}.txt").write_text(proc.stdout + proc.stderr)
-    except subprocess.TimeoutExpired:
-        res = parse_junit(report)
-        res.note = f"timed out after {SUITE_TIMEOUT_S}s"
-        return res
+    log_path = work / f"log-{name}-{target.name}.txt"
+    # output goes to the log as it comes (a long run can be followed); at the time limit
+    # pytest gets SIGINT, which ends the session and still writes the junit report of the
+    # tests run so far
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=src, env=env, text=True, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            proc.wait(timeout=SUITE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            res = parse_junit(report)
+            res.note = f"interrupted at the time limit ({SUITE_TIMEOUT_S}s): partial counts"
+            return res
     return parse_junit(report)
 
 
@@ -373,16 +387,23 @@ def fresh_sievemq(work: Path, certs: Path | None) -> Iterator[Target]:
 
 
 ALL = ("aiormq", "aio-pika", "pika", "kombu", "amqp091-go")
+EXTRA_PYTEST_ARGS: list[str] = []
 
 
 def main() -> int:
+    global SUITE_TIMEOUT_S, EXTRA_PYTEST_ARGS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--suite", action="append", choices=ALL, help="default: all")
     ap.add_argument("--rabbitmq-url", help="also run against this broker (reference counts)")
     ap.add_argument("--pika-source", type=Path, help="pika checkout/git dir (offline)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sievemq-suites")
     ap.add_argument("--no-sievemq", action="store_true", help="only the --rabbitmq-url run")
+    ap.add_argument("--timeout", type=int, default=SUITE_TIMEOUT_S, help="seconds per suite run")
+    ap.add_argument("--pytest-args", default="",
+                    help="Python suites: these test ids/files instead")  # fmt: skip
     opts = ap.parse_args()
+    SUITE_TIMEOUT_S = opts.timeout
+    EXTRA_PYTEST_ARGS = opts.pytest_args.split()
     work: Path = opts.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     suites = opts.suite or list(ALL)

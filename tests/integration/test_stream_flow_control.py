@@ -17,6 +17,8 @@ from sievemq.testing import ServerProcess
 
 from .stream_helpers import RawStreamClient, string
 
+# the unread confirms (8 bytes per message) must overflow the kernel's socket buffers before
+# the server holds the publisher: with net.ipv4.tcp_wmem's 4 MiB maximum it held at ~412,000
 TOTAL = 1_000_000
 PER_FRAME = 100
 BODY = b"0123456789"

@@ -102,3 +102,52 @@ def test_transient_queue_is_gone_after_restart(tmp_path: Path) -> None:
     finally:
         if server.running:
             server.stop()
+
+
+def test_consumed_without_acks_or_with_a_multiple_ack_stays_gone(tmp_path: Path) -> None:
+    """Deliveries are settled in groups (no-ack ones per dispatch turn, manual ones by one
+    multiple ack): after kill -9 none of them comes back, and the 500 held ones (200 before
+    the ack, 300 sent for the credit it gave back) come first, flagged."""
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        conn = connect(server)
+        ch = conn.channel()
+        ch.queue_declare(QUEUE, durable=True)
+        ch.queue_declare(QUEUE + "-manual", durable=True)
+        ch.confirm_delivery()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        for i in range(3000):  # past the memory window: most are read back from the log
+            ch.basic_publish("", QUEUE, f"n{i}".encode(), persistent)
+            ch.basic_publish("", QUEUE + "-manual", f"m{i}".encode(), persistent)
+        got: list[bytes] = []
+        ch.basic_consume(QUEUE, lambda c, m, p, b: got.append(b), auto_ack=True)
+        while len(got) < 3000:
+            conn.process_data_events(time_limit=1)
+        assert got == [f"n{i}".encode() for i in range(3000)]
+        ch.basic_qos(prefetch_count=500)
+        manual: list[int] = []
+        ch.basic_consume(QUEUE + "-manual", lambda c, m, p, b: manual.append(m.delivery_tag))
+        while len(manual) < 500:
+            conn.process_data_events(time_limit=1)
+        ch.basic_ack(manual[299], multiple=True)  # 300 acked: 300 more come (credit)
+        while len(manual) < 800:
+            conn.process_data_events(time_limit=1)
+        ch.queue_declare(QUEUE, passive=True)  # a round trip: the ack was processed
+        server.kill()
+
+        server.start()
+        conn = connect(server)
+        ch = conn.channel()
+        assert ch.queue_declare(QUEUE, durable=True, passive=True).method.message_count == 0
+        back = []
+        while True:
+            method, _props, body = ch.basic_get(QUEUE + "-manual", auto_ack=True)
+            if method is None:
+                break
+            back.append((body, method.redelivered))
+        assert [b for b, _ in back] == [f"m{i}".encode() for i in range(300, 3000)]
+        assert all(r for _, r in back[:500])  # delivered before the crash, not acked
+        assert not any(r for _, r in back[500:])
+        conn.close()
+    finally:
+        server.stop()

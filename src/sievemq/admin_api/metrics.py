@@ -24,7 +24,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sievemq.admin_api.auth import facade_of
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
 from sievemq.admin_api.slicing import Slicer, heavy
-from sievemq.gateway.facade import BrokerFacade, ConsumerView, HistogramView, StreamView
+from sievemq.gateway.facade import (
+    BrokerFacade,
+    ConsumerView,
+    HistogramView,
+    QueueView,
+    StreamView,
+    Totals,
+)
 
 router = APIRouter(tags=["Prometheus"])
 Heavy = Annotated[Slicer, Depends(heavy)]
@@ -79,10 +86,12 @@ class _Collector:
         # 1,000-stream scrape on the event loop cannot afford
         self.labelled: list[str] = []
         self.streams: list[StreamView] = []
+        self.classic: list[QueueView] = []
         self.queue_families: list[Metric] = []
 
     async def gather(self) -> None:
         self.streams = await self.slicer.collect(self.facade.iter_streams())
+        self.classic = await self.slicer.collect(self.facade.iter_queues())
         self.queue_families = await self._queues(self.streams, self.facade.list_consumers())
 
     def collect(self) -> Iterator[Metric]:
@@ -123,33 +132,7 @@ class _Collector:
         yield GaugeMetricFamily(
             "rabbitmq_global_publishers", "Current number of publishers", f.publishers()
         )
-        labels = ["protocol", "queue_type"]
-        qtype = ["amqp091", "rabbit_stream_queue"]
-        for name, value, doc in (
-            (
-                "rabbitmq_global_messages_received",
-                t.published,
-                "Total number of messages received from publishers",
-            ),
-            (
-                "rabbitmq_global_messages_routed",
-                t.published,
-                "Total number of messages routed to queues or streams",
-            ),
-            (
-                "rabbitmq_global_messages_confirmed",
-                t.published,
-                "Total number of messages confirmed to publishers",
-            ),
-            (
-                "rabbitmq_global_messages_delivered",
-                t.delivered,
-                "Total number of messages delivered to consumers",
-            ),
-        ):
-            counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric(qtype, value)
-            yield counter
+        yield from _global_counters(t)
         alarms = set(overview.alarms)
         yield GaugeMetricFamily(
             "rabbitmq_alarms_memory_used_watermark",
@@ -254,6 +237,33 @@ class _Collector:
                     totals[k] = max(totals.get(k, 0), v) if k == "lag" else totals.get(k, 0) + v
                 for k in filters:
                     filter_totals[k] = filter_totals.get(k, 0) + stats[k]
+        classic_lines: dict[str, list[str]] = {k: [] for k, _, _ in CLASSIC_COUNTERS}
+        for cv in self.classic:
+            await step()
+            values = {
+                "messages": cv.messages,
+                "ready": cv.messages_ready,
+                "unacked": cv.messages_unacknowledged,
+                "bytes": cv.bytes,
+                "consumers": cv.consumers,
+                "published": cv.published,
+            }
+            if self.per_object:
+                labels = f'{{vhost="{_escape(cv.vhost)}",queue="{_escape(cv.name)}"}}'
+                for k, v in values.items():
+                    lines[k].append(f"{sample_names[k]}{labels} {v}\n")
+                counts = cv.message_counts()
+                for k, _, _ in CLASSIC_COUNTERS:
+                    classic_lines[k].append(f"sievemq_queue_{k}_total{labels} {counts[k]}\n")
+            else:
+                for k, v in values.items():
+                    totals[k] = totals.get(k, 0) + v
+        if self.per_object:
+            for k, _, doc in CLASSIC_COUNTERS:
+                sample = f"sievemq_queue_{k}_total"
+                self.labelled.append(
+                    f"# HELP {sample} {doc}\n# TYPE {sample} counter\n" + "".join(classic_lines[k])
+                )
         if not self.per_object:
             for k, fam in families.items():
                 if k != "first":
@@ -287,6 +297,87 @@ class _Collector:
                     )
             self.labelled.append("".join(named))
         return out
+
+
+# per-object counters of classic and quorum queues: (message_stats name, _, help); RabbitMQ
+# has these per channel and queue only (rabbitmq_channel_*), SieveMQ keeps them per queue
+CLASSIC_COUNTERS = (
+    ("deliver", "", "Deliveries to consumers with acknowledgements"),
+    ("deliver_no_ack", "", "Deliveries to consumers without acknowledgements"),
+    ("get", "", "Messages fetched with basic.get with acknowledgements"),
+    ("get_no_ack", "", "Messages fetched with basic.get without acknowledgements"),
+    ("get_empty", "", "basic.get answered get-empty"),
+    ("ack", "", "Messages acknowledged by clients"),
+    ("redeliver", "", "Messages delivered again after a requeue"),
+)
+
+# rabbitmq_global_messages_*_total by queue type: (name, message_stats key, help)
+BY_QUEUE_TYPE = (
+    ("delivered", "deliver_get", "Total number of messages delivered to consumers"),
+    (
+        "delivered_consume_manual_ack",
+        "deliver",
+        "Total number of messages delivered to consumers using manual acknowledgement mode",
+    ),
+    (
+        "delivered_consume_auto_ack",
+        "deliver_no_ack",
+        "Total number of messages delivered to consumers using automatic acknowledgement mode",
+    ),
+    (
+        "delivered_get_manual_ack",
+        "get",
+        "Total number of messages fetched with basic.get in manual acknowledgement mode",
+    ),
+    (
+        "delivered_get_auto_ack",
+        "get_no_ack",
+        "Total number of messages fetched with basic.get in automatic acknowledgement mode",
+    ),
+    ("get_empty", "get_empty", "Total number of times basic.get operations fetched no message"),
+    ("redelivered", "redeliver", "Total number of messages redelivered to consumers"),
+    ("acknowledged", "ack", "Total number of message acknowledgements received from consumers"),
+)
+QUEUE_TYPES = {
+    "classic": "rabbit_classic_queue",
+    "quorum": "rabbit_quorum_queue",
+    "stream": "rabbit_stream_queue",
+}
+
+
+def _global_counters(t: Totals) -> Iterator[Metric]:
+    """RabbitMQ's ``rabbitmq_global_messages_*_total`` families (AMQP 0-9-1 counts; the
+    stream protocol's publishes are in the streams' counts, so in ``received``)."""
+    stats = t.message_stats
+    routed = stats.get("publish", 0)
+    unroutable = stats.get("return_unroutable", 0) + stats.get("drop_unroutable", 0)
+    for name, value, doc in (
+        ("received", routed + unroutable, "Total number of messages received from publishers"),
+        ("routed", routed, "Total number of messages routed to queues or streams"),
+        ("confirmed", stats.get("confirm", 0), "Total number of messages confirmed to publishers"),
+        (
+            "unroutable_returned",
+            stats.get("return_unroutable", 0),
+            "Total number of messages published as mandatory into an exchange and returned "
+            "to the publisher as unroutable",
+        ),
+        (
+            "unroutable_dropped",
+            stats.get("drop_unroutable", 0),
+            "Total number of messages published as non-mandatory into an exchange and dropped "
+            "as unroutable",
+        ),
+    ):
+        counter = CounterMetricFamily(f"rabbitmq_global_messages_{name}", doc, labels=["protocol"])
+        counter.add_metric(["amqp091"], value)
+        yield counter
+    for name, key, doc in BY_QUEUE_TYPE:
+        counter = CounterMetricFamily(
+            f"rabbitmq_global_messages_{name}", doc, labels=["protocol", "queue_type"]
+        )
+        for kind, label in QUEUE_TYPES.items():
+            counter.add_metric(["amqp091", label], t.by_type.get(kind, {}).get(key, 0))
+        yield counter
 
 
 def _escape(value: str) -> str:

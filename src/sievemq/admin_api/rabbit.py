@@ -332,8 +332,14 @@ async def purge_queue(request: Request, vhost: str, queue: str, who: User) -> Re
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v, write=True)
-    f.get_stream(v, q)
-    raise bad_request(f"540 queue.purge not supported by stream queues queue '{q}' in vhost '{v}'")
+    require(who, v, "read", "queue", q)  # queue.purge needs read, as on AMQP
+    try:
+        f.purge_queue(v, q)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:  # a stream (540) or an exclusive queue (405)
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    return Response(status_code=204)
 
 
 @router.post("/queues/{vhost}/{queue}/get")
@@ -378,7 +384,8 @@ async def queue_bindings(
     v, q = name(vhost), name(queue)
     f = _facade(request)
     require_vhost(who, v)
-    f.get_stream(v, q)
+    if not f.stream_exists(v, q):
+        f.get_queue(v, q)  # a classic or quorum queue, else 404
     return [shapes.binding(b) for b in f.list_bindings(v, destination=q, destination_type="queue")]
 
 

@@ -83,23 +83,15 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
 
 
 def classic_message_stats(v: QueueView) -> dict[str, Any]:
-    """RabbitMQ's per-queue counters; rates only for publish and deliver_get."""
-    deliver = v.delivered - v.got - v.got_no_ack - v.delivered_no_ack
-    counts = {
-        "ack": (v.acked, 0.0),
-        "deliver": (deliver, 0.0),
-        "deliver_get": (v.delivered, v.deliver_rate),
-        "deliver_no_ack": (v.delivered_no_ack, 0.0),
-        "get": (v.got, 0.0),
-        "get_empty": (v.get_empty, 0.0),
-        "get_no_ack": (v.got_no_ack, 0.0),
-        "publish": (v.published, v.publish_rate),
-        "redeliver": (v.redelivered, 0.0),
-    }
+    """RabbitMQ's per-queue counters, each with its rate."""
+    return _stats(v.message_counts(), v.rates)
+
+
+def _stats(counts: dict[str, int], rates: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, (count, rate) in counts.items():
-        out[key] = count
-        out[key + "_details"] = details(rate)
+    for key in sorted(counts):
+        out[key] = counts[key]
+        out[key + "_details"] = details(rates.get(key, 0.0))
     return out
 
 
@@ -284,22 +276,13 @@ def overview(o: OverviewView, exchange_types: list[str]) -> dict[str, Any]:
         "erlang_version": "none",
         "disable_stats": False,
         "enable_queue_totals": True,
-        "message_stats": {
-            "publish": t.published,
-            "publish_details": details(t.publish_rate),
-            "confirm": t.published,
-            "confirm_details": details(t.publish_rate),
-            "deliver_get": t.delivered,
-            "deliver_get_details": details(t.deliver_rate),
-            "deliver": t.delivered,
-            "deliver_details": details(t.deliver_rate),
-        },
+        "message_stats": _stats(t.message_stats, t.message_rates),
         "queue_totals": {
             "messages": t.messages,
             "messages_details": details(0.0),
-            "messages_ready": t.messages,
+            "messages_ready": t.messages - t.messages_unacknowledged,
             "messages_ready_details": details(0.0),
-            "messages_unacknowledged": 0,
+            "messages_unacknowledged": t.messages_unacknowledged,
             "messages_unacknowledged_details": details(0.0),
         },
         "object_totals": {

@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
 RATE_WINDOW_S = 5.0
+_NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
 BROWSE_MAX_BYTES = 4 * 1024 * 1024
 BROWSE_TIME_BUDGET_S = 0.05
@@ -176,6 +177,27 @@ class QueueView:
     policy: str | None = None
     operator_policy: str | None = None
     effective_policy_definition: dict[str, Any] = field(default_factory=dict)
+    # per second over the last RATE_WINDOW_S, keyed by RabbitMQ's message_stats names
+    rates: dict[str, float] = field(default_factory=dict)
+
+    def message_counts(self) -> dict[str, int]:
+        """RabbitMQ's per-queue ``message_stats`` counters."""
+        return _classic_counts(self)
+
+
+def _classic_counts(q: Any) -> dict[str, int]:
+    """RabbitMQ's message_stats names from a classic queue's (or view's) counters."""
+    return {
+        "publish": q.published,
+        "deliver": q.delivered - q.got - q.got_no_ack - q.delivered_no_ack,
+        "deliver_no_ack": q.delivered_no_ack,
+        "get": q.got,
+        "get_no_ack": q.got_no_ack,
+        "deliver_get": q.delivered,
+        "ack": q.acked,
+        "redeliver": q.redelivered,
+        "get_empty": q.get_empty,
+    }
 
 
 @dataclass
@@ -352,6 +374,13 @@ class Totals:
     publish_rate: float
     delivered: int
     deliver_rate: float
+    # RabbitMQ's overview message_stats (every queue type, plus the node's confirms and
+    # unroutable publishes) and their rates per second
+    message_stats: dict[str, int] = field(default_factory=dict)
+    messages_unacknowledged: int = 0  # classic and quorum deliveries not settled yet
+    message_rates: dict[str, float] = field(default_factory=dict)
+    # the same counters per queue type (classic, quorum, stream) for Prometheus
+    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -609,6 +638,25 @@ class BrokerFacade:
             delivered=sum(v.delivered for v in views),
             deliver_rate=round(sum(v.deliver_rate for v in views), 1),
         )
+        by_type = self._counts_by_type(views)
+        stats = {k: sum(t[k] for t in by_type.values()) for k in _classic_counts_keys()}
+        counters = self.broker.counters
+        stats["confirm"] = counters.confirmed
+        stats["return_unroutable"] = counters.returned_unroutable
+        stats["drop_unroutable"] = counters.dropped_unroutable
+        totals.message_stats = stats
+        totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
+        totals.by_type = by_type
+        totals.published = stats["publish"]
+        totals.delivered = stats["deliver_get"]
+        totals.publish_rate = totals.message_rates["publish"]
+        totals.deliver_rate = totals.message_rates["deliver_get"]
+        for vh in self.broker.vhosts.values():
+            totals.queues += len(vh.classic.queues)
+            for cq in vh.classic.queues.values():
+                totals.messages += cq.message_count + cq.outstanding
+                totals.messages_unacknowledged += cq.outstanding
+                totals.bytes += cq.ready_bytes
         summed = FilterStats()
         sums = vars(summed)
         for q in queues:
@@ -624,6 +672,23 @@ class BrokerFacade:
             alarms=self.active_alarms(),
             filter_stats=FilterStatsView(**summed.as_dict()),
         )
+
+    def _counts_by_type(self, streams: list[StreamView]) -> dict[str, dict[str, int]]:
+        """message_stats counters summed per queue type; a stream's deliveries are
+        consumer deliveries with acks (streams have no basic.get)."""
+        zero = dict.fromkeys(_classic_counts_keys(), 0)
+        out = {"classic": dict(zero), "quorum": dict(zero), "stream": dict(zero)}
+        for v in self.broker.vhosts.values():
+            for q in v.classic.queues.values():
+                sums = out["quorum" if q.kind == "quorum" else "classic"]
+                for k, n in _classic_counts(q).items():
+                    sums[k] += n
+        st = out["stream"]
+        for sv in streams:
+            st["publish"] += sv.published
+            st["deliver"] += sv.delivered
+            st["deliver_get"] += sv.delivered
+        return out
 
     def active_alarms(self) -> list[str]:
         if self.alarms is None:
@@ -648,7 +713,8 @@ class BrokerFacade:
             classic = [q for v in self.broker.vhosts.values() for q in v.classic.queues.values()]
             keys = {k for q in queues for k in _rate_keys(q)}
             keys.update(k for q in classic for k in _rate_keys(q))
-            self._rates.forget(keys | {("",)})
+            keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
+            self._rates.forget(keys)
         for q in queues:
             if self._still_declared(q):
                 yield self._stream_view(q, now)
@@ -785,6 +851,24 @@ class BrokerFacade:
             else:
                 q.reject(taken)
         return out
+
+    def purge_queue(self, vhost: str, name: str) -> int:
+        """queue.purge of a classic or quorum queue: drop its ready messages (unacked ones
+        stay); how many. A stream is 540 (as on AMQP), a missing queue 404, another
+        connection's exclusive queue 405."""
+        v = self.broker.vhost(vhost)
+        if name in v.queues:
+            raise qargs.purge_not_supported(name, vhost)
+        q = v.classic.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+        if q.owner is not None:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'"
+            )
+        if self.node is not None:
+            self.node.flush_classic(q)
+        return q.purge()
 
     def delete_queue(self, vhost: str, name: str) -> None:
         """Delete a queue of any type; 404 when missing."""
@@ -947,7 +1031,7 @@ class BrokerFacade:
         for v in self._vhosts(vhost):
             implicit = [
                 BindingView(v.name, "", q, "queue", q, {}, _properties_key(q, {}))
-                for q in sorted(v.queues)
+                for q in sorted([*v.queues, *v.classic.queues])
             ]
             declared = sorted(
                 (_binding_view(v.name, b) for b in v.bindings()),
@@ -1599,7 +1683,10 @@ class BrokerFacade:
 
     def _queue_view(self, q: ClassicQueue, now: float) -> QueueView:
         ready = q.message_count
-        key_pub, key_del = _rate_keys(q)
+        rates = {
+            k: self._rates.rate(("c", k, q.vhost, q.name), n, now)
+            for k, n in _classic_counts(q).items()
+        }
         return QueueView(
             vhost=q.vhost,
             name=q.name,
@@ -1617,15 +1704,16 @@ class BrokerFacade:
             bytes=q.ready_bytes,
             consumers=q.consumer_count,
             published=q.published,
-            publish_rate=self._rates.rate(key_pub, q.published, now),
+            publish_rate=rates["publish"],
             delivered=q.delivered,
-            deliver_rate=self._rates.rate(key_del, q.delivered, now),
+            deliver_rate=rates["deliver_get"],
             got=q.got,
             got_no_ack=q.got_no_ack,
             delivered_no_ack=q.delivered_no_ack,
             redelivered=q.redelivered,
             get_empty=q.get_empty,
             acked=q.acked,
+            rates=rates,
         )
 
     def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
@@ -1661,7 +1749,25 @@ class BrokerFacade:
 # --------------------------------------------------------------------------- helpers
 
 
-def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _classic_counts_keys() -> tuple[str, ...]:
+    return (
+        "publish",
+        "deliver",
+        "deliver_no_ack",
+        "get",
+        "get_no_ack",
+        "deliver_get",
+        "ack",
+        "redeliver",
+        "get_empty",
+    )
+
+
+def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], ...]:
+    """The rate sampler's keys of one queue: a stream's publish and deliver, a classic
+    or quorum queue's every message_stats counter."""
+    if isinstance(queue, ClassicQueue):
+        return tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
     return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
 
 

@@ -35,6 +35,7 @@ import errno
 import os
 import struct
 import zlib
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,36 +85,51 @@ def encode_record(
     return _HEAD.pack(len(rest), zlib.crc32(rest)) + rest
 
 
-def _decode_rest(rest: bytes) -> LoggedMessage:
-    msg_id, ts = _FIXED.unpack_from(rest)
-    pos = 16
-    n = rest[pos]
-    exchange = rest[pos + 1 : pos + 1 + n].decode()
+RecordParts = tuple[int, int, str, str, bytes, bytes]  # a LoggedMessage's fields
+
+
+def _decode_at(data: bytes, pos: int, stop: int) -> RecordParts:
+    """The fields of a record's rest, ``data[pos:stop]`` (only the strings, properties and
+    body are copied out)."""
+    msg_id, ts = _FIXED.unpack_from(data, pos)
+    pos += 16
+    n = data[pos]
+    exchange = data[pos + 1 : pos + 1 + n].decode()
     pos += 1 + n
-    n = rest[pos]
-    routing_key = rest[pos + 1 : pos + 1 + n].decode()
+    n = data[pos]
+    routing_key = data[pos + 1 : pos + 1 + n].decode()
     pos += 1 + n
-    (plen,) = _U32.unpack_from(rest, pos)
+    (plen,) = _U32.unpack_from(data, pos)
     pos += 4
-    props = rest[pos : pos + plen]
-    return LoggedMessage(msg_id, ts, exchange, routing_key, props, rest[pos + plen :])
+    if pos + plen > stop:
+        raise IndexError("properties run past the record")
+    return msg_id, ts, exchange, routing_key, data[pos : pos + plen], data[pos + plen : stop]
+
+
+def decode_parts(data: bytes | memoryview, pos: int = 0) -> RecordParts | None:
+    """The fields of the record at ``pos`` of ``data``, or None when it is torn or corrupt."""
+    if pos + 8 > len(data):
+        return None
+    length, crc = _HEAD.unpack_from(data, pos)
+    start = pos + 8
+    stop = start + length
+    if length < 22 or stop > len(data):
+        return None
+    if isinstance(data, memoryview):
+        data, start, stop = bytes(data[start:stop]), 0, length
+    with memoryview(data) as view:  # the checksum without copying the record
+        if zlib.crc32(view[start:stop]) != crc:
+            return None
+    try:
+        return _decode_at(data, start, stop)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
 
 
 def decode_record(data: bytes | memoryview, pos: int = 0) -> LoggedMessage | None:
     """The record at ``pos`` of ``data``, or None when it is torn or corrupt."""
-    if pos + 8 > len(data):
-        return None
-    length, crc = _HEAD.unpack_from(data, pos)
-    stop = pos + 8 + length
-    if length < 22 or stop > len(data):
-        return None
-    rest = bytes(data[pos + 8 : stop])
-    if zlib.crc32(rest) != crc:
-        return None
-    try:
-        return _decode_rest(rest)
-    except (IndexError, struct.error, UnicodeDecodeError):
-        return None
+    parts = decode_parts(data, pos)
+    return None if parts is None else LoggedMessage(*parts)
 
 
 class Located(NamedTuple):
@@ -168,6 +184,7 @@ class QueueLog:
         self._ack_entries = 0
         self._delivered_fd = -1
         self.delivered = 0
+        self._delivered_written = 0
         self.floor = 0
         self.last_id = 0
         self.dirty = False
@@ -186,6 +203,7 @@ class QueueLog:
         returns; the log is ready for writing once the iterator is exhausted."""
         acked = self._read_acks()
         self.delivered = self._read_mark(DELIVERED_FILE)
+        self._delivered_written = self.delivered
         self.floor = self._read_mark(FLOOR_FILE)
         self.last_id = max(self.last_id, self.delivered, self.floor)
         return self._scan(acked)
@@ -253,16 +271,16 @@ class QueueLog:
         self._ack_entries = len(live_ids)
 
     def _segment_of(self, msg_id: int) -> _Segment | None:
-        lo, hi = 0, len(self._order) - 1
-        found = None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if self._order[mid] <= msg_id:
-                found = self._order[mid]
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return None if found is None else self._segments.get(found)
+        i = bisect_right(self._order, msg_id)
+        return self._segments.get(self._order[i - 1]) if i else None
+
+    def _segment_span(self, msg_id: int) -> tuple[_Segment | None, int]:
+        """The segment holding ``msg_id`` and the first id of the next one (or a bound
+        above every id): ids below that bound are in the same segment."""
+        order = self._order
+        i = bisect_right(order, msg_id)
+        upper = order[i] if i < len(order) else 1 << 64
+        return (self._segments.get(order[i - 1]) if i else None), upper
 
     # ------------------------------------------------------------------ writing
 
@@ -311,23 +329,27 @@ class QueueLog:
         """Messages read back by (id, position, size), in the order given; adjacent records
         of one segment are read with one pread. None for a record that cannot be read back
         (its segment is gone or the bytes are corrupt)."""
+        return [None if p is None else LoggedMessage(*p) for p in self.read_parts(wanted)]
+
+    def read_parts(self, wanted: list[tuple[int, int, int]]) -> list[RecordParts | None]:
+        """``read`` as plain tuples of the fields (the queue's read-back path)."""
         self.write_staged()
-        out: list[LoggedMessage | None] = []
+        out: list[RecordParts | None] = []
         i = 0
         n = len(wanted)
         while i < n:
             msg_id, start, size = wanted[i]
-            seg = self._segment_of(msg_id)
+            seg, upper = self._segment_span(msg_id)
             j = i + 1
             end = start + size
-            while j < n and wanted[j][1] == end and self._segment_of(wanted[j][0]) is seg:
+            while j < n and wanted[j][1] == end and msg_id < wanted[j][0] < upper:
                 end += wanted[j][2]
                 j += 1
             data = b"" if seg is None else self._pread(seg, start, end - start)
             pos = 0
             for k in range(i, j):
-                rec = decode_record(data, pos)
-                out.append(rec if rec is not None and rec.id == wanted[k][0] else None)
+                rec = decode_parts(data, pos)
+                out.append(rec if rec is not None and rec[0] == wanted[k][0] else None)
                 pos += wanted[k][2]
             i = j
         return out
@@ -361,18 +383,26 @@ class QueueLog:
         """Record acks (written at once); fully acked old segments are deleted."""
         if not ids:
             return
-        data = b"".join(_U64.pack(i) for i in ids)
-        os.write(self._ack_fd, data)
+        os.write(self._ack_fd, struct.pack(f">{len(ids)}Q", *ids))
         self._ack_entries += len(ids)
         emptied = False
+        # ids mostly come in runs of one segment: look the segment up once per run
+        seg: _Segment | None = None
+        lower = upper = 0
         for msg_id in ids:
-            seg = self._segment_of(msg_id)
+            if not lower <= msg_id < upper:
+                seg, upper = self._segment_span(msg_id)
+                lower = seg.first if seg is not None else upper
+                if seg is None:
+                    lower, upper = 0, 0
+                    continue
             if seg is None:
                 continue
             seg.live -= 1
             if seg.live <= 0 and seg is not self._current:
                 self._drop(seg)
                 emptied = True
+                seg, lower, upper = None, 0, 0
         if emptied and self._ack_entries > 4096:
             self._compact()
 
@@ -388,9 +418,20 @@ class QueueLog:
 
     def mark_delivered(self, msg_id: int) -> None:
         """Record that messages up to ``msg_id`` were handed out (before sending them)."""
+        self.note_delivered(msg_id)
+        self.flush_delivered()
+
+    def note_delivered(self, msg_id: int) -> None:
+        """Like ``mark_delivered`` without the write: ``flush_delivered`` must run before
+        the deliveries are sent (one write for a whole dispatch turn)."""
         if msg_id > self.delivered:
             self.delivered = msg_id
-            os.pwrite(self._delivered_fd, _U64.pack(msg_id), 0)
+
+    def flush_delivered(self) -> None:
+        """Write the delivered mark if it moved since the last write."""
+        if self.delivered > self._delivered_written:
+            self._delivered_written = self.delivered
+            os.pwrite(self._delivered_fd, _U64.pack(self.delivered), 0)
 
     def purge(self) -> None:
         """Forget every message: all segments go, the ack record restarts empty. The floor

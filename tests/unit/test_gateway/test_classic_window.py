@@ -216,3 +216,43 @@ def test_a_deep_queue_holds_a_bounded_number_of_bodies(tmp_path: Path) -> None:
         queue.ack([msg])
         count += 1
     assert count == 20_000
+
+
+def test_a_deferred_delivered_mark_reaches_the_log_on_flush(tmp_path: Path) -> None:
+    queue = make(tmp_path)
+    publish(queue, body_list(10))
+    taken = [queue.take(defer_mark=True) for _ in range(3)]
+    assert all(m is not None for m in taken)
+    crashed = QueueLog(tmp_path)
+    list(crashed.scan())
+    assert crashed.delivered == 0  # noted, not written: nothing may be sent yet
+    queue.flush_delivered()
+    queue.close()
+    again = make(tmp_path)
+    got = drain(again)
+    assert [m.redelivered for m in got] == [True] * 3 + [False] * 7
+
+
+def test_a_per_message_expiration_after_plain_messages_still_expires(tmp_path: Path) -> None:
+    queue = make(tmp_path, window=MemoryWindow(messages=100, bytes=1 << 20, refill=3))
+    publish(queue, [b"plain"])
+    assert queue.take() is not None  # the queue went empty once
+    publish(queue, [b"soon"], props(expiration="10"))
+    publish(queue, [b"after"])
+    expiry = queue.next_expiry()
+    assert expiry is not None
+    dead: list[str] = []
+    queue.dead_letter = lambda q, msgs, reason: dead.extend(m.body.decode() for m in msgs)
+    queue.expire(expiry + 1)
+    assert dead == ["soon"]
+    msg = queue.take()
+    assert msg is not None and msg.body == b"after"
+    # a requeued message with an expiration is still expired after the queue was empty
+    publish(queue, [b"short"], props(expiration="10"))
+    short = queue.take()
+    assert short is not None and queue.message_count == 0
+    queue.requeue([short])
+    expiry = queue.next_expiry()
+    assert expiry is not None
+    queue.expire(expiry + 1)
+    assert dead == ["soon", "short"]

@@ -21,6 +21,7 @@ from pamqp import commands, frame
 from sievemq.amqp import errors, states
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
 from sievemq.amqp.states import ChannelPhase, ChannelState, ConnectionPhase, Next
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.users import Permission
 from sievemq.gateway.runtime.node import Limits
 from sievemq.gateway.session import channel as channel_module
@@ -88,6 +89,7 @@ def _node() -> Any:
     broker = SimpleNamespace(
         users=SimpleNamespace(authenticate=lambda name, password: user, get=lambda name: user),
         open_vhost=lambda user, name: vhost,
+        counters=MessageCounters(),
     )
     ids = iter(range(1, 1000))
     return SimpleNamespace(

@@ -73,3 +73,47 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     fill(log, 3)
     log.delete()
     assert not directory.exists()
+
+
+def test_noted_delivered_mark_is_written_by_flush_only(tmp_path: Path) -> None:
+    log = QueueLog(tmp_path)
+    log.recover()
+    ids = fill(log, 6)
+    log.note_delivered(ids[2])
+    log.note_delivered(ids[4])
+    log.note_delivered(ids[1])  # never goes back
+    probe = QueueLog(tmp_path)
+    list(probe.scan())
+    assert probe.delivered == 0  # a crash before the flush: nothing was sent either
+    log.flush_delivered()
+    log.close()
+    again = QueueLog(tmp_path)
+    list(again.scan())
+    assert again.delivered == ids[4]
+
+
+def test_reads_and_acks_across_many_small_segments(tmp_path: Path) -> None:
+    log = QueueLog(tmp_path, segment_bytes=150)
+    located = list(log.scan())
+    assert located == []
+    ids = fill(log, 60, size=20)
+    log.close()
+    reopened = QueueLog(tmp_path, segment_bytes=150)
+    found = list(reopened.scan())
+    assert reopened.segment_count > 5
+    wanted = [(f.message.id, f.position, f.size) for f in found]
+    # adjacent positions across a segment boundary (a new file starts at 0) read right
+    assert [m.id if m else None for m in reopened.read(wanted)] == ids
+    parts = reopened.read_parts(wanted[10:20])
+    assert [p[0] if p else None for p in parts] == ids[10:20]
+    assert all(
+        p is not None and p[5] == bytes([i % 256]) * 20
+        for p, i in zip(parts, ids[10:20], strict=True)
+    )
+    # acks out of order and spanning segments: each segment goes once all of it is acked
+    order = ids[30:] + ids[:30][::-1]
+    reopened.ack(order[:45])
+    reopened.ack(order[45:])
+    assert reopened.segment_count == 0
+    reopened.close()
+    assert list(QueueLog(tmp_path, segment_bytes=150).scan()) == []

@@ -46,6 +46,15 @@ class BrokerSettings:
     queue_window: MemoryWindow = DEFAULT_WINDOW
 
 
+@dataclass
+class MessageCounters:
+    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them)."""
+
+    confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
+    returned_unroutable: int = 0  # mandatory publishes returned as unroutable
+    dropped_unroutable: int = 0  # publishes routed nowhere and dropped
+
+
 class Broker:
     """Vhosts and users of one SieveMQ server, persisted under ``data_dir``."""
 
@@ -55,6 +64,7 @@ class Broker:
         self.users = Users()
         self.vhosts: dict[str, VirtualHost] = {}
         self.global_parameters: dict[str, Any] = {}  # RabbitMQ's global runtime parameters
+        self.counters = MessageCounters()
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None

@@ -294,6 +294,7 @@ class ClassicQueue:
         self._levels = [_Level() for _ in range(levels)]
         self._ready = 0
         self._ready_bytes = 0
+        self._expiring = False  # a ready message may carry an expiry (per-message TTL)
         self.window = window
         self.loaded = 0  # ready messages whose bodies are in memory
         self.loaded_bytes = 0
@@ -488,6 +489,8 @@ class ClassicQueue:
         segment) past the memory window keeps only its index entry."""
         level = self._levels[msg.priority]
         body_len = len(msg.body)
+        if msg.expires_ms is not None:
+            self._expiring = True
         self._ready += 1
         self._ready_bytes += body_len
         tail = level.tail
@@ -508,13 +511,6 @@ class ClassicQueue:
         else:
             level.fresh.append(msg)
 
-    def _head(self, priority: int) -> QueueMessage | None:
-        """The head of one priority level, read back from the log when it is paged."""
-        level = self._levels[priority]
-        if not level.requeued and not level.fresh and level.tail_count:
-            self._load(priority)
-        return level.peek()
-
     def _load(self, priority: int) -> None:
         """Bring the start of a level's tail into memory: up to the window's free room (at
         least ``window.refill`` messages), adjacent records with one read."""
@@ -531,41 +527,49 @@ class ClassicQueue:
                 level.fresh.append(entry)
                 continue
             start = entry.start
-            stop = start
             end = len(entry.ids)
-            used = 0
-            while stop < end and stop - start < budget and (used < budget_bytes or stop == start):
-                used += entry.body_sizes[stop]
-                stop += 1
-            wanted = [
-                (entry.ids[i], entry.positions[i], entry.sizes[i]) for i in range(start, stop)
-            ]
-            got = self.log.read(wanted) if self.log is not None else [None] * len(wanted)
+            stop = min(end, start + budget)
+            used = sum(entry.body_sizes[start:stop])
+            if used >= budget_bytes and stop - start > 1:  # fewer: up to the byte budget
+                stop = start
+                used = 0
+                while stop < end and (used < budget_bytes or stop == start):
+                    used += entry.body_sizes[stop]
+                    stop += 1
+            wanted = list(
+                zip(
+                    entry.ids[start:stop],
+                    entry.positions[start:stop],
+                    entry.sizes[start:stop],
+                    strict=True,
+                )
+            )
+            got = self.log.read_parts(wanted) if self.log is not None else [None] * len(wanted)
             entry.start = stop
             level.tail_count -= stop - start
             self.paged -= stop - start
             lost: list[int] = []
+            expires = entry.expires
+            through = entry.redelivered_through
+            fresh = level.fresh
+            loaded_bytes = 0
             for i, rec in zip(range(start, stop), got, strict=True):
                 if rec is None:
                     lost.append(entry.ids[i])
                     self._ready -= 1
                     self._ready_bytes -= entry.body_sizes[i]
                     continue
+                rec_id, ts, exchange, routing_key, props, body = rec
+                expiry = None if expires is None or expires[i] < 0 else expires[i]
                 msg = QueueMessage(
-                    rec.id,
-                    rec.exchange,
-                    rec.routing_key,
-                    rec.properties,
-                    rec.body,
-                    rec.enqueued_ms,
-                    entry.expires_at(i),
-                    priority,
-                    True,
+                    rec_id, exchange, routing_key, props, body, ts, expiry, priority, True
                 )
-                msg.redelivered = rec.id <= entry.redelivered_through
-                level.fresh.append(msg)
-                self.loaded += 1
-                self.loaded_bytes += len(rec.body)
+                if rec_id <= through:
+                    msg.redelivered = True
+                fresh.append(msg)
+                loaded_bytes += len(body)
+            self.loaded += len(got) - len(lost)
+            self.loaded_bytes += loaded_bytes
             if entry.start >= end:
                 tail.popleft()
             budget -= stop - start
@@ -577,21 +581,28 @@ class ClassicQueue:
 
     def _take_from(self, priority: int) -> QueueMessage | None:
         level = self._levels[priority]
-        while len(level):
-            if self._head(priority) is None:
-                if not level.tail:
-                    break
-                continue  # unreadable entries were dropped: look again
-            msg = level.pop()
+        while True:
+            if level.requeued:
+                msg = heapq.heappop(level.requeued)
+            elif level.fresh:
+                msg = level.fresh.popleft()
+            elif level.tail_count and level.tail:
+                self._load(priority)  # reads at least one entry (unreadable ones are dropped)
+                continue
+            else:
+                return None
             size = len(msg.body)
             self._ready -= 1
             self._ready_bytes -= size
             self.loaded -= 1
             self.loaded_bytes -= size
+            if not self._ready:
+                self._expiring = False
             return msg
-        return None
 
     def _pop_any(self) -> QueueMessage | None:
+        if len(self._levels) == 1:
+            return self._take_from(0)
         for priority in range(len(self._levels) - 1, -1, -1):
             if len(self._levels[priority]):
                 msg = self._take_from(priority)
@@ -616,7 +627,7 @@ class ClassicQueue:
 
     def expire(self, now: int | None = None) -> None:
         """Dead-letter (or drop) expired messages at the head of each priority level."""
-        if self.arguments.message_ttl is None and not self._has_expiring():
+        if self.arguments.message_ttl is None and not self._expiring:
             return
         t = now_ms() if now is None else now
         expired: list[QueueMessage] = []
@@ -632,16 +643,18 @@ class ClassicQueue:
         if expired:
             self._discard(expired, "expired")
 
-    def _has_expiring(self) -> bool:
-        return any(self._head_expiry(level) is not None for level in self._levels)
+    def take(self, defer_mark: bool = False) -> QueueMessage | None:
+        """The next ready message (highest priority first), now outstanding.
 
-    def take(self) -> QueueMessage | None:
-        """The next ready message (highest priority first), now outstanding."""
+        The log's delivered mark is written before this returns; with ``defer_mark`` it is
+        only noted, and the caller runs ``flush_delivered`` before sending the deliveries
+        (one write for many)."""
         if not self._ready:
             return None
-        self.expire()
-        if not self._ready:
-            return None
+        if self._expiring or self.arguments.message_ttl is not None:
+            self.expire()
+            if not self._ready:
+                return None
         msg = self._pop_any()
         if msg is None:
             return None
@@ -650,8 +663,16 @@ class ClassicQueue:
         if msg.redelivered:
             self.redelivered += 1
         if msg.logged and self.log is not None:
-            self.log.mark_delivered(msg.id)
+            if defer_mark:
+                self.log.note_delivered(msg.id)
+            else:
+                self.log.mark_delivered(msg.id)
         return msg
+
+    def flush_delivered(self) -> None:
+        """Write the delivered mark noted by ``take(defer_mark=True)``."""
+        if self.log is not None:
+            self.log.flush_delivered()
 
     def next_expiry(self) -> int | None:
         """The earliest expiry among the heads (for the runtime's TTL timer)."""
@@ -691,6 +712,8 @@ class ClassicQueue:
                     over.append(msg)
                     continue
             heapq.heappush(self._levels[msg.priority].requeued, msg)
+            if msg.expires_ms is not None:
+                self._expiring = True
             size = len(msg.body)
             self._ready += 1
             self._ready_bytes += size
@@ -719,6 +742,7 @@ class ClassicQueue:
         count = self._ready
         ids = [i for level in self._levels for i in level.logged_ids()]
         self._levels = [_Level() for _ in self._levels]
+        self._expiring = False
         self._ready = 0
         self._ready_bytes = 0
         self.loaded = 0

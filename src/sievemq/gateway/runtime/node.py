@@ -19,6 +19,7 @@ from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
+from sievemq.gateway.runtime.gc_tuning import GcFreezer
 from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.storage import Message
 
@@ -61,7 +62,13 @@ class Limits:
 class Node:
     """Server-wide state on the event loop."""
 
-    def __init__(self, broker: Broker, limits: Limits, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        limits: Limits,
+        loop: asyncio.AbstractEventLoop,
+        gc_freeze: bool = False,
+    ) -> None:
         self.broker = broker
         self.limits = limits
         self.loop = loop
@@ -81,6 +88,10 @@ class Node:
         self.definitions_sync = DefinitionsSync(broker.store, loop)
         queue_expiry.start(broker, loop)  # x-expires of classic queues
         broker.stream_writer = self._write_stream  # dead-letters routed into a stream
+        # `sievemq serve` freezes (``gc_freeze``; it calls ``gc.start`` once it is ready);
+        # in-process test gateways share their interpreter with the tests, so they leave
+        # the collector alone unless asked
+        self.gc = GcFreezer(broker, enabled=gc_freeze)
 
     def _write_stream(self, queue: StreamQueue, message: Message) -> None:
         """One dead-lettered message into a stream: the same writer (and record) as a

@@ -333,7 +333,9 @@ class Channel:
             raise
         confirm = self.confirm
         if not queues:
+            counters = self.connection.node.broker.counters
             if mandatory:
+                counters.returned_unroutable += 1
                 conn = self.connection
                 conn.write_frames(
                     hotcodec.encode_return(
@@ -347,6 +349,8 @@ class Channel:
                         conn.frame_max,
                     )
                 )
+            else:
+                counters.dropped_unroutable += 1
             if confirm is not None:
                 confirm.take(0)
                 self._schedule_confirms()
@@ -410,8 +414,11 @@ class Channel:
         self._confirm_flush = False
         if self.confirm is None or self.closing:
             return
-        out = self.confirm.drain()
+        confirm = self.confirm
+        before = confirm.released
+        out = confirm.drain()
         if out:
+            self.connection.node.broker.counters.confirmed += confirm.released - before
             self.connection.write_frames(out)
 
     # ----------------------------------------------------------------------- consuming

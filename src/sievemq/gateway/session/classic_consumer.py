@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from bisect import bisect_right
 from typing import Any, Protocol
 
 import pamqp.commands as spec
@@ -148,7 +149,23 @@ class ClassicConsumer:
         limit = channel.global_prefetch
         return not (limit and deliveries_of(channel).count >= limit)
 
-    def deliver(self, msg: QueueMessage, out: list[bytes]) -> None:
+    def room(self, most: int) -> int:
+        """How many deliveries in a row this consumer may take now (``can_take`` was true),
+        at most ``most``."""
+        if self.no_ack:
+            return most
+        if self.prefetch:
+            most = min(most, self.credit)
+        limit = self.channel.global_prefetch
+        if limit:
+            most = min(most, limit - deliveries_of(self.channel).count)
+        return max(most, 1)
+
+    def deliver(
+        self, msg: QueueMessage, out: list[bytes], settled: list[QueueMessage] | None = None
+    ) -> None:
+        """Encode one delivery into ``out``. Without acks the message is done: it goes to
+        ``settled`` (the caller settles them together) or is settled at once."""
         channel = self.channel
         tag = channel.next_delivery_tag
         channel.next_delivery_tag = tag + 1
@@ -163,10 +180,16 @@ class ClassicConsumer:
         self.delivered += 1
         if self.no_ack:
             self.queue.delivered_no_ack += 1
-            self.queue.ack([msg], client=False)
+            if settled is not None:
+                settled.append(msg)
+            else:
+                self.queue.ack([msg], client=False)
             return
         channel.unacked[tag] = self
-        deliveries_of(channel).pending[tag] = (self.queue, msg)
+        classic = channel.classic
+        if classic is None:
+            classic = deliveries_of(channel)
+        classic.pending[tag] = (self.queue, msg)
         if self.prefetch:
             self.credit -= 1
 
@@ -204,19 +227,26 @@ class ClassicDeliveries:
         if not pending:
             return
         if multiple:
-            taken = []
-            for key in list(pending):
-                if tag and key > tag:
-                    break
-                taken.append(pending.pop(key))
+            if not tag:
+                taken = list(pending.values())
+                pending.clear()
+            else:  # tags were added in increasing order: the settled ones are a prefix
+                keys = list(pending)
+                taken = [pending.pop(key) for key in keys[: bisect_right(keys, tag)]]
         else:
             got = pending.pop(tag, None)
             if got is None:
                 return
             taken = [got]
+        if not taken:
+            return
         by_queue: dict[ClassicQueue, list[QueueMessage]] = {}
-        for queue, msg in taken:
-            by_queue.setdefault(queue, []).append(msg)
+        first = taken[0][0]
+        if all(queue is first for queue, _ in taken):
+            by_queue[first] = [msg for _, msg in taken]
+        else:
+            for queue, msg in taken:
+                by_queue.setdefault(queue, []).append(msg)
         for queue, msgs in by_queue.items():
             if not finished:
                 queue.requeue(msgs)
@@ -278,21 +308,36 @@ class _Dispatcher:
             candidates = items[:1]
         else:
             candidates = sorted(items, key=_neg_priority) if _mixed(items) else items
+        alone = len(candidates) == 1
+        take = queue.take
+        settled: list[QueueMessage] = []  # deliveries without acks: one ack record write
         while budget and queue.has_ready:
             consumer = _pick(queue, candidates)
             if consumer is None:
-                break
-            msg = queue.take()
-            if msg is None:
                 break
             channel = consumer.channel
             out = outs.get(channel)
             if out is None:
                 out = outs[channel] = []
-            consumer.deliver(msg, out)
-            budget -= 1
+            # round-robin is per message; a lone consumer takes what its credit allows
+            n = consumer.room(budget) if alone else 1
+            deliver = consumer.deliver
+            for _ in range(n):
+                msg = take(True)
+                if msg is None:
+                    break
+                deliver(msg, out, settled)
+            else:
+                budget -= n
+                continue
+            break
+        if outs:
+            queue.flush_delivered()  # the delivered mark is on disk before anything is sent
+        if settled:
+            queue.ack(settled, client=False)
         for channel, out in outs.items():
-            channel.connection.write_frames([b"".join(out)])
+            if out:
+                channel.connection.write_frames([b"".join(out)])
         if not budget:
             self.schedule()
         self._arm_expiry()

@@ -71,6 +71,11 @@ class ConfirmTracker:
             settle(seq, ok)
 
     @property
+    def released(self) -> int:
+        """Messages confirmed (acked or nacked) to the client so far."""
+        return self._next_out - 1
+
+    @property
     def unconfirmed(self) -> int:
         return self.next_seq - self._next_out
 
