@@ -363,6 +363,37 @@ class Broker:
             return
         self.store.save(self.definitions())
 
+    def save_policy(self, vhost: str, name: str, operator: bool = False) -> None:
+        """Persist one policy (or operator policy) as it now is, or its removal: one line
+        and one sync, however many queues and streams there are."""
+        v = self.vhosts.get(vhost)
+        policy = None
+        if v is not None:
+            policy = (v.operator_policies if operator else v.policies).get(name)
+        if operator:
+            key = {"component": policies.OPERATOR_COMPONENT, "vhost": vhost, "name": name}
+            item = None if policy is None else policies.operator_parameter(policy)
+            section = "parameters"
+        else:
+            key = {"vhost": vhost, "name": name}
+            item = None if policy is None else policy.to_json()
+            section = "policies"
+        if item is None:
+            self.store.delete(section, key)
+        else:
+            self.store.put(section, item)
+        self.store.commit()
+
+    def save_global_parameter(self, name: str) -> None:
+        """Persist one global parameter as it now is, or its removal."""
+        if name in self.global_parameters:
+            self.store.put(
+                "global_parameters", {"name": name, "value": self.global_parameters[name]}
+            )
+        else:
+            self.store.delete("global_parameters", {"name": name})
+        self.store.commit()
+
     def _vhost_changed(self, name: str) -> None:
         """A vhost changed durable definitions: persist the objects it touched, nothing
         else (one append and one fdatasync, whatever the number of streams)."""
