@@ -7,6 +7,7 @@ start the broker loads ``definitions.log`` and reopens every stream from
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -71,15 +72,23 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if removed := layout.remove_tombstones(self.data_dir):
             log.info("removed %d deleted stream(s) a crash left behind", removed)
-        self.store = definitions.DefinitionStore(self.data_dir)
-        stored = self.store.load()
-        # the definitions to write back after the start: the defaults of a new node, or
-        # what the restore dropped (a dangling binding); an exact restore writes nothing
-        self._restore_dropped = False
-        if stored is None:
-            self._create_defaults()
-        else:
-            self._restore(stored)
+        # the replay and the restore make no cyclic garbage, only live objects (hundreds of
+        # thousands with 50,000 streams): the collector's passes over them are pure cost
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.store = definitions.DefinitionStore(self.data_dir)
+            stored = self.store.load()
+            # the definitions to write back after the start: the defaults of a new node,
+            # or what the restore dropped (a dangling binding); an exact restore writes nothing
+            self._restore_dropped = False
+            if stored is None:
+                self._create_defaults()
+            else:
+                self._restore(stored)
+        finally:
+            if collecting:
+                gc.enable()
         for vhost in self.vhosts.values():
             vhost.touched.clear()
         self._loading = False

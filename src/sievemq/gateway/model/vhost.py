@@ -204,7 +204,8 @@ class VirtualHost:
             queue = StreamQueue(
                 name, self.name, stream_args, self._open_stream(self.name, name, stream_args)
             )
-        self.apply_policy(queue)
+        if not lazy or self.policies or self.operator_policies:
+            self.apply_policy(queue)  # (with no policy at all it would change nothing)
         self.queues[name] = queue
         self.touched.append(("queue", name))
         return queue
