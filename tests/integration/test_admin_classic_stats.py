@@ -162,3 +162,20 @@ def test_every_message_stat_counts_and_has_a_rate(server: ServerProcess, qname: 
     assert _metric(per_object, f"sievemq_queue_get_empty_total{labels}") == 1
     assert _metric(per_object, f"sievemq_queue_deliver_no_ack_total{labels}") == 4
     assert re.search(r"^# TYPE sievemq_queue_redeliver_total counter$", per_object, re.M)
+
+
+def test_a_classic_queues_bindings(server: ServerProcess, qname: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    ch = conn.channel()
+    ch.queue_declare(qname, durable=True)
+    ch.queue_bind(qname, "amq.direct", routing_key="rk")
+    conn.close()
+    with client(server) as http:
+        r = http.get(f"/api/queues/%2F/{q(qname)}/bindings")
+        missing = http.get(f"/api/queues/%2F/{q(qname)}-nope/bindings")
+    assert r.status_code == 200
+    assert [(b["source"], b["routing_key"]) for b in r.json()] == [
+        ("", qname),
+        ("amq.direct", "rk"),
+    ]
+    assert missing.status_code == 404

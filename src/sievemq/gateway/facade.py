@@ -61,8 +61,10 @@ from sievemq.gateway.model.users import (
 )
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session import sac
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.stream_session.subscription import Subscription
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091
@@ -283,6 +285,63 @@ class ConnectionView:
 
 
 @dataclass
+class StreamClientView:
+    """Who a stream-protocol consumer or publisher belongs to (RabbitMQ's
+    ``connection_details``) and where it reads or writes."""
+
+    vhost: str
+    stream: str
+    connection_name: str
+    user: str
+    peer_host: str
+    peer_port: int
+
+
+@dataclass
+class StreamConsumerView(StreamClientView):
+    """One Subscribe of a stream-protocol connection (RabbitMQ's stream consumer metrics)."""
+
+    subscription_id: int
+    credits: int
+    consumed: int  # messages delivered
+    offset: int  # the next offset it would receive
+    offset_lag: int  # messages stored after it
+    properties: dict[str, str]
+    active: bool
+    activity_status: str  # up | single_active | waiting (RabbitMQ's)
+    group: str | None  # its single-active-consumer group's name
+
+
+@dataclass
+class StreamPublisherView(StreamClientView):
+    publisher_id: int
+    reference: str
+    published: int
+    confirmed: int
+    errored: int
+
+
+@dataclass
+class SacMemberView:
+    subscription_id: int
+    connection_name: str
+    user: str
+    state: str  # active | activating | waiting | deactivating
+    active: bool
+
+
+@dataclass
+class SacGroupView:
+    """A single-active-consumer group: one name on one stream (or super-stream partition)."""
+
+    vhost: str
+    stream: str
+    name: str
+    partition_index: int  # -1 unless the members subscribed as a super-stream partition
+    consumers: list[SacMemberView]
+
+
+@dataclass
 class ChannelView:
     name: str
     connection_name: str
@@ -309,6 +368,7 @@ class ExchangeView:
     auto_delete: bool
     internal: bool
     arguments: dict[str, Any]
+    policy: str | None = None
 
 
 @dataclass
@@ -932,6 +992,69 @@ class BrokerFacade:
             key=lambda c: c.id,
         )
 
+    # ------------------------------------------------------------------ stream protocol
+
+    def list_stream_consumers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[StreamConsumerView]:
+        """Stream-protocol subscriptions, as the stream management plugin lists them."""
+        views = [
+            _stream_consumer_view(conn, sub)
+            for conn in self._stream_connections()
+            for sub in list(conn.subscriptions.values())
+            if sub.active
+        ]
+        return sorted(
+            (v for v in views if _matches(v, vhost, stream)),
+            key=lambda v: (v.vhost, v.stream, v.connection_name, v.subscription_id),
+        )
+
+    def list_stream_publishers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[StreamPublisherView]:
+        views = [
+            StreamPublisherView(
+                **_stream_client(conn, pub.queue.vhost, pub.queue.name),
+                publisher_id=pub.publisher_id,
+                reference=pub.reference,
+                published=pub.published,
+                confirmed=pub.confirmed,
+                errored=pub.errored,
+            )
+            for conn in self._stream_connections()
+            for pub in list(conn.publishers.values())
+        ]
+        return sorted(
+            (v for v in views if _matches(v, vhost, stream)),
+            key=lambda v: (v.vhost, v.stream, v.connection_name, v.publisher_id),
+        )
+
+    def list_sac_groups(self, vhost: str | None = None) -> list[SacGroupView]:
+        """Single-active-consumer groups with their members in the group's order (the one
+        that is or will be active first on a plain stream)."""
+        if self.stream_node is None:
+            return []
+        views = []
+        for (group_vhost, stream, name), group in sorted(self.stream_node.sac.groups.items()):
+            if vhost is not None and group_vhost != vhost:
+                continue
+            members = [
+                SacMemberView(
+                    subscription_id=m.sub.subscription_id,
+                    connection_name=(
+                        _stream_connection_name(m.conn)
+                        if isinstance(m.conn, StreamConnection)
+                        else ""
+                    ),
+                    user=_user_of(m.conn),
+                    state=_SAC_STATES[m.state],
+                    active=m.state == sac.ACTIVE,
+                )
+                for m in group.members
+            ]
+            views.append(SacGroupView(group_vhost, stream, name, group.partition_index, members))
+        return views
+
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
         """AMQP 0-9-1 and stream-protocol connections (``protocol`` tells them apart)."""
         views = [_connection_view(c) for c in self._connections()]
@@ -1031,7 +1154,7 @@ class BrokerFacade:
         for v in self._vhosts(vhost):
             implicit = [
                 BindingView(v.name, "", q, "queue", q, {}, _properties_key(q, {}))
-                for q in sorted(v.queues)
+                for q in sorted([*v.queues, *v.classic.queues])
             ]
             declared = sorted(
                 (_binding_view(v.name, b) for b in v.bindings()),
@@ -1457,22 +1580,31 @@ class BrokerFacade:
             raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
         return _policy_view(policy)
 
-    def put_policy(self, vhost: str, name: str, body: Any, operator: bool = False) -> bool:
-        """Validate (400 with RabbitMQ's text), store and apply at once to the vhost's
-        queues; True when it is new."""
+    def put_policy(
+        self, vhost: str, name: str, body: Any, operator: bool = False, apply: bool = True
+    ) -> bool:
+        """Validate (400 with RabbitMQ's text), store, and apply to the vhost's queues and
+        exchanges (``apply=False``: the caller runs ``policy_steps``); True when new."""
         v = self.broker.vhost(vhost)
         try:
             policy = policies.parse(vhost, name, body, operator)
         except policies.PolicyError as error:
             raise BadRequest(error.reason) from None
-        created = v.set_policy(policy, operator)
-        self.broker.save_definitions()
+        created = v.set_policy(policy, operator, apply)
+        self.broker.save_policy(vhost, name, operator)
         return created
 
-    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> None:
-        if not self.broker.vhost(vhost).clear_policy(name, operator):
+    def delete_policy(
+        self, vhost: str, name: str, operator: bool = False, apply: bool = True
+    ) -> None:
+        if not self.broker.vhost(vhost).clear_policy(name, operator, apply):
             raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
-        self.broker.save_definitions()
+        self.broker.save_policy(vhost, name, operator)
+
+    def policy_steps(self, vhost: str) -> Iterator[None]:
+        """Re-apply the vhost's policies one object at a time (see ``VirtualHost``)."""
+        v = self.broker.vhosts.get(vhost)
+        return iter(()) if v is None else v.policy_steps()
 
     def list_parameters(
         self, component: str | None = None, vhost: str | None = None
@@ -1496,14 +1628,16 @@ class BrokerFacade:
                 return p
         raise NotFound(f"no parameter '{name}' of component '{component}' in vhost '{vhost}'")
 
-    def put_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
+    def put_parameter(
+        self, component: str, vhost: str, name: str, value: Any, apply: bool = True
+    ) -> bool:
         """Set an operator policy or the vhost's limits; other components are unknown here
         (400 as RabbitMQ without the plugin answers). True when it is new."""
         if component == "policy":
             raise BadRequest("policies may not be set using this method")
         v = self.broker.vhost(vhost)
         if component == policies.OPERATOR_COMPONENT:
-            return self.put_policy(vhost, name, value, operator=True)
+            return self.put_policy(vhost, name, value, operator=True, apply=apply)
         if component != LIMITS_COMPONENT:
             raise BadRequest(f"Validation failed\n\ncomponent {component} not found\n")
         if not isinstance(value, dict):
@@ -1524,10 +1658,10 @@ class BrokerFacade:
         self.broker.save_definitions()
         return created
 
-    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+    def delete_parameter(self, component: str, vhost: str, name: str, apply: bool = True) -> None:
         self.get_parameter(component, vhost, name)  # 404 first
         if component == policies.OPERATOR_COMPONENT:
-            self.delete_policy(vhost, name, operator=True)
+            self.delete_policy(vhost, name, operator=True, apply=apply)
             return
         self.broker.vhost(vhost).limits = {}
         self.broker.save_definitions()
@@ -1546,13 +1680,13 @@ class BrokerFacade:
     def put_global_parameter(self, name: str, value: Any) -> bool:
         created = name not in self.broker.global_parameters
         self.broker.global_parameters[name] = value
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
         return created
 
     def delete_global_parameter(self, name: str) -> None:
         if self.broker.global_parameters.pop(name, None) is None:
             raise NotFound(f"no global parameter '{name}'")
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
 
     # ------------------------------------------------------------------ named consumers
 
@@ -1850,7 +1984,14 @@ def _binding_view(vhost: str, b: Binding) -> BindingView:
 
 def _exchange_view(x: Exchange) -> ExchangeView:
     return ExchangeView(
-        x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal, _jsonable(x.arguments)
+        x.vhost,
+        x.name,
+        x.type,
+        x.durable,
+        x.auto_delete,
+        x.internal,
+        _jsonable(x.arguments),
+        x.policy,
     )
 
 
@@ -1916,6 +2057,57 @@ def _stream_connection_name(conn: StreamConnection) -> str:
     """RabbitMQ names stream connections like AMQP ones: ``peer_host:peer_port -> host:port``."""
     host, port = _local(conn)
     return f"{conn.peer_host}:{conn.peer_port} -> {host}:{port}"
+
+
+_SAC_STATES = {
+    sac.ACTIVE: "active",
+    sac.ACTIVATING: "activating",
+    sac.INACTIVE: "waiting",
+    sac.DEACTIVATING: "deactivating",
+}
+
+
+def _matches(view: StreamClientView, vhost: str | None, stream: str | None) -> bool:
+    return (vhost is None or view.vhost == vhost) and (stream is None or view.stream == stream)
+
+
+def _user_of(conn: object) -> str:
+    user = getattr(conn, "user", None)
+    return user.name if isinstance(user, User) else ""
+
+
+def _stream_client(conn: StreamConnection, vhost: str, stream: str) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "stream": stream,
+        "connection_name": _stream_connection_name(conn),
+        "user": _user_of(conn),
+        "peer_host": conn.peer_host,
+        "peer_port": conn.peer_port,
+    }
+
+
+def _stream_consumer_view(conn: StreamConnection, sub: Subscription) -> StreamConsumerView:
+    member = sub.sac
+    if isinstance(member, sac.SacMember):
+        active = member.state == sac.ACTIVE
+        status = "single_active" if active else "waiting"
+        group: str | None = member.group.key[2]
+    else:
+        active, status, group = True, "up", None
+    offset = sub.next_offset
+    return StreamConsumerView(
+        **_stream_client(conn, sub.queue.vhost, sub.queue.name),
+        subscription_id=sub.subscription_id,
+        credits=max(0, sub.credit),
+        consumed=sub.delivered,
+        offset=offset,
+        offset_lag=max(0, sub.queue.stream.end_offset - offset),
+        properties=dict(sub.properties),
+        active=active,
+        activity_status=status,
+        group=group,
+    )
 
 
 def _stream_connection_view(conn: StreamConnection) -> ConnectionView:

@@ -33,7 +33,17 @@ if TYPE_CHECKING:
 class StreamPublisher:
     """One DeclarePublisher on one connection."""
 
-    __slots__ = ("appender", "conn", "publisher_id", "queue", "reference", "sequences")
+    __slots__ = (
+        "appender",
+        "confirmed",
+        "conn",
+        "errored",
+        "published",
+        "publisher_id",
+        "queue",
+        "reference",
+        "sequences",
+    )
 
     def __init__(
         self,
@@ -50,6 +60,10 @@ class StreamPublisher:
         self.queue = queue
         self.appender = appender
         self.sequences = sequences
+        # RabbitMQ's publisher metrics: publishing ids received, confirmed, errored
+        self.published = 0
+        self.confirmed = 0
+        self.errored = 0
 
     def publish(self, entries: list[wire.PublishedEntry]) -> None:
         errors: list[tuple[int, int]] = []
@@ -90,12 +104,15 @@ class StreamPublisher:
             sinks[-1] = self
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
+        self.published += len(entries)
         if pids:
             self.conn.take_publish_credits(len(pids))
             self.appender.submit_many(messages, sinks, self, pids)
         if duplicates:
+            self.confirmed += len(duplicates)
             self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
+            self.errored += len(errors)
             self.conn.write(wire.publish_error(self.publisher_id, errors))
 
     # gateway.runtime.appender.ConfirmSink
@@ -103,8 +120,10 @@ class StreamPublisher:
         if not self.conn.alive:
             return
         if ok:
+            self.confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
+            self.errored += len(seqs)
             code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
             self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
         self.conn.return_publish_credits(len(seqs))

@@ -151,6 +151,7 @@ class Subscription(CommitWaker):
         "delivered",
         "holding",
         "offset_spec",
+        "properties",
         "queue",
         "sac",
         "spec",
@@ -178,6 +179,7 @@ class Subscription(CommitWaker):
         self.offset_spec = offset_spec  # as given at Subscribe
         self.sac: GroupMember | None = None
         self.delivered = 0
+        self.properties: dict[str, str] = {}  # Subscribe's properties (for the admin API)
         self._pending: list[Record] = []
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
         self._by_chunk = spec is None or isinstance(spec, WholeChunks)
@@ -193,6 +195,17 @@ class Subscription(CommitWaker):
         self.credit = min(0xFFFF, was + n)
         if was <= 0 < self.credit:
             self.wake()
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the next message this subscription would deliver."""
+        if self._pending:
+            return self._pending[0].offset
+        if self._built:  # the rest of a stored chunk cut at the frame budget
+            return self._built[0][0]
+        if self._chunks:  # stored chunks read, not yet sent
+            return self._chunks[-1].start
+        return self._reader.position
 
     def activate(self, offset: wire.OffsetSpec | None) -> None:
         """Single active consumer: this one may deliver now, from ``offset`` (the client's
