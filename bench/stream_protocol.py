@@ -8,6 +8,11 @@ one JSON object: per test the median msg/s of R runs.
   callback, at most 50 batches unconfirmed; timed until every message is confirmed.
 - consume_<size>: one subscriber from `first` over the N messages just published, raw
   payloads (no AMQP 1.0 decoding in the client), timed until the last one arrives.
+- consume_raw_client_<size>: the same N messages again, read by a minimal stream-protocol
+  client (`_consume_raw`: 1 MiB socket reads, records counted from each chunk header, one
+  credit back per Deliver like rstream) instead of rstream, whose own CPU (it reads the
+  socket 256 bytes per call, then a Python callback per message) is what limits
+  consume_<size>: this one shows what the server delivers.
 - filtered_consume_1in50: N messages in batches of 100 with filter values v0..v49 (Publish
   v2), a subscriber with `filter.0=v7`; timed until its N/50 messages arrive (needs stream
   filtering: RabbitMQ 3.13+, not the 3.10.8 peer).
@@ -44,6 +49,7 @@ import json
 import os
 import socket
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -170,7 +176,7 @@ async def _measure(
     message (steadier than msg/s on a loaded machine: waiting for a core costs no CPU)."""
     results: dict[str, Any] = {}
     for size in (100, 1024):
-        pub, con, pub_cpu, con_cpu = [], [], [], []
+        pub, con, raw, pub_cpu, con_cpu = [], [], [], [], []
         for _ in range(runs):
             stream = f"bench-{uuid.uuid4().hex[:8]}"
             c0 = _cpu_seconds(pid) if pid else 0.0
@@ -178,11 +184,13 @@ async def _measure(
             c1 = _cpu_seconds(pid) if pid else 0.0
             con.append(await _consume(host, port, stream, n, None))
             c2 = _cpu_seconds(pid) if pid else 0.0
+            raw.append(await _consume_raw(host, port, stream, n))
             pub_cpu.append((c1 - c0) / n * 1e6)
             con_cpu.append((c2 - c1) / n * 1e6)
             await _delete(host, port, stream)
         results[f"publish_confirm_{size}B_msg_s"] = round(statistics.median(pub))
         results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
+        results[f"consume_raw_client_{size}B_msg_s"] = round(statistics.median(raw))
         if pid:
             results[f"publish_confirm_{size}B_server_cpu_us_per_msg"] = round(
                 statistics.median(pub_cpu), 2
@@ -214,6 +222,93 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         if whole:
             results["filtered_whole_chunks_1in50_matching_msg_s"] = round(statistics.median(whole))
     return results
+
+
+# ----------------------------------------------------------------------------- raw consumer
+
+
+def _s(text: str) -> bytes:
+    b = text.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def _frame(key: int, body: bytes) -> bytes:
+    return struct.pack(">IHH", len(body) + 4, key, 1) + body
+
+
+async def _consume_raw(host: str, port: int, stream: str, expect: int, credit: int = 10) -> float:
+    """The consume test without a Python client's per-message cost: a minimal stream-protocol
+    client (SASL PLAIN, Tune, Open, Subscribe from ``first`` with ``credit`` like rstream's,
+    one Credit of 1 back per Deliver received, as rstream does) that reads 1 MiB at a time
+    and counts each Deliver's records from its chunk header. It measures how fast the
+    server gets N records onto the socket, which the rstream figure cannot show when the
+    client's own cost (rstream reads the socket 256 bytes per call) is the limit."""
+    loop = asyncio.get_running_loop()
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    buf = bytearray()
+
+    async def frame() -> tuple[int, bytes]:
+        while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+            data = await loop.sock_recv(sock, 1 << 20)
+            if not data:
+                raise ConnectionError("server closed")
+            buf.extend(data)
+        size = int.from_bytes(buf[:4], "big")
+        body = bytes(buf[4 : 4 + size])
+        del buf[: 4 + size]
+        return int.from_bytes(body[:2], "big") & 0x7FFF, body[4:]
+
+    async def call(key: int, body: bytes) -> bytes:
+        await loop.sock_sendall(sock, _frame(key, body))
+        while True:
+            got_key, got = await frame()
+            if got_key == key:
+                return got
+
+    try:
+        await call(17, struct.pack(">II", 1, 0))  # PeerProperties, no properties
+        await call(18, struct.pack(">I", 2))  # SaslHandshake
+        plain = b"\0guest\0guest"
+        await call(19, struct.pack(">I", 3) + _s("PLAIN") + struct.pack(">I", len(plain)) + plain)
+        while True:  # the server's Tune, echoed before Open
+            got_key, tune = await frame()
+            if got_key == 20:
+                await loop.sock_sendall(sock, _frame(20, tune))
+                break
+        opened = await call(21, struct.pack(">I", 4) + _s("/"))
+        assert opened[4:6] == b"\x00\x01", opened
+        start = time.perf_counter()
+        sub = struct.pack(">IB", 5, 1) + _s(stream) + struct.pack(">HHI", 1, credit, 0)
+        got_sub = await call(7, sub)
+        assert got_sub[4:6] == b"\x00\x01", got_sub
+        one_credit = _frame(9, struct.pack(">BH", 1, 1))
+        got = 0
+        pos = 0
+        while True:
+            while len(buf) - pos >= 4:
+                size = int.from_bytes(buf[pos : pos + 4], "big")
+                if len(buf) - pos < 4 + size:
+                    break
+                if int.from_bytes(buf[pos + 4 : pos + 6], "big") == 8:  # Deliver v1 or v2
+                    version = int.from_bytes(buf[pos + 6 : pos + 8], "big")
+                    head = pos + 9 + (8 if version >= 2 else 0)  # past the committed chunk id
+                    got += int.from_bytes(buf[head + 4 : head + 8], "big")  # num_records
+                    sock.send(one_credit)
+                pos += 4 + size
+            if got >= expect:
+                break
+            del buf[:pos]
+            pos = 0
+            data = await loop.sock_recv(sock, 1 << 20)
+            if not data:
+                raise ConnectionError("server closed")
+            buf += data
+        elapsed = time.perf_counter() - start
+    finally:
+        sock.close()
+    return expect / elapsed
 
 
 # ----------------------------------------------------------------------------- sendfile probe
