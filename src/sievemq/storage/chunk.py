@@ -16,9 +16,10 @@ lengths with one ``iter_unpack`` and then only slices.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, cast
+
+from isal.isal_zlib import crc32
 
 from sievemq.storage.bloom import HASH_MMH3, BloomFilter
 from sievemq.storage.errors import StorageError
@@ -53,7 +54,7 @@ INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 24
 
 _pack_header_body = _HEADER_BODY.pack
 _pack_u32 = struct.Struct(">I").pack
-_crc32 = zlib.crc32
+_crc32 = crc32  # ISA-L's CRC-32: the same checksum as zlib's, several times faster
 
 
 class ChunkHeader(NamedTuple):

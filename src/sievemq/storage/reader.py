@@ -10,11 +10,12 @@ next chunk's offset.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+from isal.isal_zlib import crc32 as fast_crc32
 
 from sievemq.storage import handles
 from sievemq.storage.chunk import (
@@ -400,7 +401,7 @@ class StreamReader:
         fd_pread = os.pread
         fd, pos, guess = self._fd, self._pos, self._guess
         unpack = unpack_header
-        crc32 = zlib.crc32
+        crc32 = fast_crc32
         while looked < max_chunks and self._chunk_offset < limit and more():
             buf = fd_pread(fd, HEADER_SIZE + guess, pos)
             stats.bytes_read += len(buf)

@@ -9,8 +9,9 @@ trailer never go on the wire, so trailer length and Bloom size are 0.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
+
+from isal.isal_zlib import crc32
 
 from sievemq.streamproto.wire import DELIVER
 
@@ -51,7 +52,7 @@ def chunk_header(first_offset: int, count: int, timestamp_ms: int, data: bytes) 
         timestamp_ms,
         EPOCH,
         first_offset,
-        zlib.crc32(data),
+        crc32(data),  # ISA-L's CRC-32 (zlib's checksum, several times faster)
         len(data),
         0,
         0,
