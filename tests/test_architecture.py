@@ -22,8 +22,8 @@ PICTURE_END = "<!-- packages:end -->"
 ALLOWED: dict[str, set[str]] = {
     "amqp": {"pamqp", "sievemq.amqp"},
     # the RabbitMQ Stream protocol: frames, osiris chunks, AMQP 1.0 and its 0-9-1 conversion
-    "streamproto": {"pamqp", "zstandard", "sievemq.streamproto", "sievemq.amqp"},
-    "storage": {"mmh3", "zstandard", "sievemq.storage"},
+    "streamproto": {"pamqp", "zstandard", "isal", "sievemq.streamproto", "sievemq.amqp"},
+    "storage": {"mmh3", "zstandard", "isal", "sievemq.storage"},
     # the dialect every reader shares (gateway, Spark): storage and the AMQP property reader
     "filtering": {"sievemq.filtering", "sievemq.storage", "sievemq.amqp.properties"},
     "gateway": {
