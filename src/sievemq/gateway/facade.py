@@ -381,6 +381,9 @@ class Totals:
     message_rates: dict[str, float] = field(default_factory=dict)
     # the same counters per queue type (classic, quorum, stream) for Prometheus
     by_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
+    # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
+    by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -641,9 +644,25 @@ class BrokerFacade:
         by_type = self._counts_by_type(views)
         stats = {k: sum(t[k] for t in by_type.values()) for k in _classic_counts_keys()}
         counters = self.broker.counters
+        unroutable = counters.returned_unroutable + counters.dropped_unroutable
+        # messages published, once each however many queues took a copy (RabbitMQ's
+        # overview counts them at the channel), over both protocols
+        stats["publish"] = counters.received + counters.stream_received
         stats["confirm"] = counters.confirmed
         stats["return_unroutable"] = counters.returned_unroutable
         stats["drop_unroutable"] = counters.dropped_unroutable
+        totals.by_protocol = {
+            "amqp091": {
+                "received": counters.received,
+                "routed": counters.received - unroutable,
+                "confirmed": counters.confirmed,
+            },
+            "stream": {
+                "received": counters.stream_received,
+                "routed": counters.stream_routed,
+                "confirmed": counters.stream_confirmed,
+            },
+        }
         totals.message_stats = stats
         totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
         totals.by_type = by_type
@@ -1100,7 +1119,10 @@ class BrokerFacade:
         headers = dict((properties or {}).get("headers") or {})
         values = qargs.parse_filter_values(headers.get("x-stream-filter-value"))
         queues = v.route(exchange, routing_key, lambda: headers)
+        counters = self.broker.counters
+        counters.received += 1
         if not queues:
+            counters.dropped_unroutable += 1
             return False
         message = Message(values, exchange, routing_key, props, body)
         sink = _OneShotSink(len(queues))

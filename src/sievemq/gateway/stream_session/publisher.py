@@ -23,6 +23,7 @@ from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import wire
 
 if TYPE_CHECKING:
+    from sievemq.gateway.model.broker import MessageCounters
     from sievemq.gateway.model.queue import StreamQueue
     from sievemq.gateway.runtime.appender import StreamAppender
     from sievemq.gateway.stream_session.ports import ConnectionPort
@@ -31,7 +32,15 @@ if TYPE_CHECKING:
 class StreamPublisher:
     """One DeclarePublisher on one connection."""
 
-    __slots__ = ("appender", "conn", "publisher_id", "queue", "reference", "sequences")
+    __slots__ = (
+        "appender",
+        "conn",
+        "counters",
+        "publisher_id",
+        "queue",
+        "reference",
+        "sequences",
+    )
 
     def __init__(
         self,
@@ -41,8 +50,10 @@ class StreamPublisher:
         queue: StreamQueue,
         appender: StreamAppender,
         sequences: PublisherSequences | None,
+        counters: MessageCounters,
     ) -> None:
         self.conn = conn
+        self.counters = counters  # the node's: received and routed, per Publish frame
         self.publisher_id = publisher_id
         self.reference = reference
         self.queue = queue
@@ -79,6 +90,9 @@ class StreamPublisher:
             written += 1
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
+        counters = self.counters
+        counters.stream_received += len(entries)
+        counters.stream_routed += written
         if written:
             self.conn.take_publish_credits(written)
         if duplicates:
@@ -91,6 +105,7 @@ class StreamPublisher:
         if not self.conn.alive:
             return
         if ok:
+            self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
             code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
