@@ -8,7 +8,8 @@ request the overview, the streams list and the stream page of ``bench`` make is 
 ``--calls`` times, one after another, spaced like the pages' 5 s polling is not (they are
 back to back: a cache kept for the poll interval answers all but the first), and the
 server's CPU per call is reported (median of three rounds). Run before and after a change
-to see which endpoint the dashboard's cost comes from.
+(``--src``: an older checkout's ``src/``) to see which endpoint the dashboard's cost comes
+from.
 """
 
 from __future__ import annotations
@@ -46,12 +47,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=60_000, help="messages in the stream")
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--calls", type=int, default=20, help="calls per endpoint per round")
+    parser.add_argument(
+        "--src", type=Path, help="run the server from this source folder (a baseline's src/)"
+    )
     args = parser.parse_args()
     kit.loadgen()
     root = Path(tempfile.mkdtemp(prefix="sievemq-dash-endpoints-"))
     result: dict[str, Any] = {"benchmark": "dashboard_endpoints", "machine": machine()}
     result["load_average_start"] = os.getloadavg()
-    server = start_server(root / "data", fsync="batch")
+    server = start_server(root / "data", fsync="batch", src=args.src)
     rounds: dict[str, list[float]] = {name: [] for name in ENDPOINTS}
     try:
         with httpx.Client(base_url=server.admin, auth=("guest", "guest"), timeout=60) as http:
