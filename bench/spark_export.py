@@ -8,9 +8,12 @@ carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a 
 - ``raw_read``: reading the segment files' bytes (the physical limit);
 - ``arrow_decode``: the source's own decode (StreamReader + Arrow batches) in one process,
   without Spark (the pure-pyarrow path);
+- ``per_record_decode``: storage's per-record decode (the old path's first stage, no Arrow);
+- ``spark_noop``: the same read through Spark into its ``noop`` sink (the source, the Python
+  workers and the Arrow hand-over to the JVM, without the Parquet write);
 - ``spark_parquet``: the export function writing Parquet through Spark on local[2] (session
   already started: JVM start-up and the first export, which starts Spark's Python workers,
-  are reported apart);
+  are reported apart); ``partitions`` is the number of Spark tasks of the read;
 - ``filtered`` (first size only): an export of one value of 50; the share of chunks whose
   body was read.
 
@@ -100,18 +103,34 @@ def row_decode(directory: Path, messages: int) -> float:
 def decode_only(tmp: Path, n: int, body: int, runs: int) -> dict[str, Any]:
     """Columnar decode beside the per-record decode, interleaved, in one process."""
     directory = write(tmp / f"data{body}", n, body)
-    columnar, rows = [], []
+    columnar, rows, raw = [], [], []
     for _ in range(runs):
+        raw.append(raw_read(directory)[0])
         columnar.append(arrow_decode(directory, n))
         rows.append(row_decode(directory, n))
     shutil.rmtree(tmp / f"data{body}", ignore_errors=True)
     c, r = statistics.median(columnar), statistics.median(rows)
     return {
         "body_bytes": body,
+        "raw_read_rows_per_s": n / statistics.median(raw),
         "columnar_arrow_decode_rows_per_s": n / c,
         "per_record_decode_rows_per_s": n / r,
         "columnar_over_per_record": r / c,
     }
+
+
+def spark_noop(spark: Any, options: dict[str, str], n: int) -> tuple[float, int]:
+    """Seconds to read everything through Spark into the ``noop`` sink, and the tasks."""
+    from sievemq.spark import register
+    from sievemq.spark.export import export_options
+
+    register(spark)
+    options = export_options(spark, options)
+    df = spark.read.format("sievemq").options(**options).load()
+    partitions = df.rdd.getNumPartitions()
+    started = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started, partitions
 
 
 def load_average() -> list[float]:
@@ -127,7 +146,11 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
     raw_s = statistics.median(t for t, _ in raw)
     size = raw[0][1]
     decode_s = statistics.median(arrow_decode(directory, n) for _ in range(runs))
+    record_s = statistics.median(row_decode(directory, n) for _ in range(runs))
     options = {"path": str(data_dir), "stream": "bench"}
+    spark_noop(spark, options, n)  # starts the Python workers of this data set's tasks
+    noop = [spark_noop(spark, options, n) for _ in range(runs)]
+    noop_s = statistics.median(t for t, _ in noop)
     times = []
     for i in range(runs + 1):  # the first run starts Spark's Python workers: reported apart
         result = export(options, tmp / f"out{body}-{i}", "parquet", spark=spark)
@@ -144,7 +167,19 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
             "rows_per_s": n / decode_s,
             "mb_per_s": size / decode_s / 1e6,
         },
+        "per_record_decode": {
+            "seconds": record_s,
+            "rows_per_s": n / record_s,
+            "columnar_over_per_record": record_s / decode_s,
+        },
+        "spark_noop": {
+            "seconds": noop_s,
+            "rows_per_s": n / noop_s,
+            "mb_per_s": size / noop_s / 1e6,
+            "of_arrow_decode": decode_s / noop_s,
+        },
         "spark_parquet": {
+            "partitions": noop[0][1],
             "seconds": export_s,
             "rows_per_s": n / export_s,
             "mb_per_s": size / export_s / 1e6,

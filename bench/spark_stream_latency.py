@@ -7,13 +7,13 @@ A real gateway (`sievemq serve` on free ports, its own data directory) and a loc
 query on that data directory: ``readStream.format("sievemq")`` from ``latest`` with a
 ``processingTime='1 second'`` trigger. A pika publisher with confirms sends ``rate`` messages
 a second whose body is the send time (``time.time_ns()``). Two sinks, one query each, one
-after the other in the same session (``--sink driver|sievemq|both``):
+after the other in the same session (``--sink sievemq|driver|both``):
 
-- ``driver``: a ``foreachBatch`` sink on the driver; the time is taken when it holds a
-  micro-batch's rows (after ``collect()``);
 - ``sievemq``: the real path, ``writeStream.format("sievemq")`` publishing the bodies into a
   second stream through the gateway with confirms; a pika consumer on that stream takes the
-  time each message arrives.
+  time each message arrives;
+- ``driver``: a ``foreachBatch`` sink on the driver; the time is taken when it holds a
+  micro-batch's rows (after ``collect()``).
 
 Per message: arrival time - send time. Messages sent in the first ``warmup`` seconds are left
 out (the first micro-batches start Spark's Python workers). ``--budget`` bounds the whole
@@ -146,6 +146,8 @@ def _measure(
     sent = expected = batches = 0
     try:
         while query.lastProgress is None and time.monotonic() < deadline:
+            if not query.isActive:
+                raise RuntimeError(f"the {kind} query failed: {query.exception()}")
             time.sleep(0.5)  # the query planned its first batch
         # publishing leaves a third of what is left for the last messages to come through
         seconds = min(args.seconds, max(0.0, (deadline - time.monotonic()) * 2 / 3))
@@ -198,13 +200,13 @@ def main() -> int:
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: dict[str, Any] = {}
     try:
-        from sievemq.spark import register
-        from sievemq.spark.export import build_session
+        from sievemq.spark import jobs
 
-        spark = build_session("local[2]", "1g")
-        register(spark)
+        # the jobs' session: the sievemq source and sink registered, and Python workers given
+        # 180 s to connect back (the 15 s default fails on a loaded machine)
+        spark = jobs.session("local[2]", "bench-stream-latency")
         session_start = time.monotonic() - started
-        kinds = ["driver", "sievemq"] if args.sink == "both" else [args.sink]
+        kinds = ["sievemq", "driver"] if args.sink == "both" else [args.sink]
         end = started + args.budget - 15  # stopping the query and the session
         try:
             for n, kind in enumerate(kinds):

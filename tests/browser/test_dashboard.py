@@ -4,17 +4,21 @@ docs/dashboard-*.png), else to a scratch folder, so a test run leaves the tree u
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pika
 import pika.exceptions
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from rstream import Consumer, OffsetSpecification, OffsetType
 
 from sievemq.testing import ServerProcess
 
@@ -169,3 +173,61 @@ def test_users_page_adds_a_user_who_can_log_in(page: Page, server: ServerProcess
     page.screenshot(path=str(SHOTS / "dashboard-users.png"), full_page=True)
     r = httpx.get(server.admin_url + "/api/whoami", auth=("carol", "pw1"))
     assert r.json() == {"name": "carol", "tags": ["monitoring"]}
+
+
+def test_stream_page_shows_which_single_active_consumer_is_active(
+    page: Page, server: ServerProcess
+) -> None:
+    """Two rstream consumers of one single-active-consumer group on "orders" (run on their
+    own event loop in a thread): the stream page lists both, one active and one waiting."""
+    ready, stop, failed = threading.Event(), threading.Event(), []
+
+    async def consumers() -> None:
+        sac = {"single-active-consumer": "true", "name": "dash-group"}
+
+        async def from_first(active: bool, ctx: Any) -> OffsetSpecification:
+            return OffsetSpecification(OffsetType.FIRST, 0)
+
+        opts: dict[str, Any] = {"username": "guest", "password": "guest"}
+        async with (
+            Consumer(server.host, server.stream_port, connection_name="dash-one", **opts) as c1,
+            Consumer(server.host, server.stream_port, connection_name="dash-two", **opts) as c2,
+        ):
+            for c in (c1, c2):
+                await c.subscribe(
+                    "orders",
+                    lambda m, ctx: None,
+                    properties=sac,
+                    consumer_update_listener=from_first,
+                )
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    def run() -> None:
+        try:
+            asyncio.run(consumers())
+        except Exception as error:  # reported by the assertion below
+            failed.append(error)
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20) and not failed, failed
+        page.click("text=Streams")
+        page.click("a:text('orders')")
+        rows = page.locator("#stream-consumers tbody tr")
+        expect(rows).to_have_count(2)
+        expect(rows.filter(has_text="dash-group")).to_have_count(2)
+        active = rows.filter(has=page.locator("td:nth-child(3)", has_text="active"))
+        waiting = rows.filter(has=page.locator("td:nth-child(3)", has_text="waiting"))
+        expect(active).to_have_count(1)
+        expect(waiting).to_have_count(1)
+        # the active one got every message (consumed), the waiting one none
+        expect(active.locator("td:nth-child(5)")).to_have_text("30")
+        expect(waiting.locator("td:nth-child(5)")).to_have_text("0")
+        page.screenshot(path=str(SHOTS / "dashboard-stream-consumers.png"), full_page=True)
+    finally:
+        stop.set()
+        thread.join(10)

@@ -18,7 +18,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-NODE_DIR = Path(__file__).resolve().parent / "node"
+from .node_scenarios import NODE_DIR
 
 
 @pytest.fixture(scope="module")

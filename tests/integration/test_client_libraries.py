@@ -6,8 +6,6 @@ x-stream-offset; see client_scenario.py for the steps and what is checked.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,10 +24,9 @@ from .client_scenario import (
     message_spec,
     run_scenario,
 )
+from .node_scenarios import run_node
 
 pytestmark = pytest.mark.timeout(60)
-
-NODE_DIR = Path(__file__).resolve().parent / "node"
 
 
 @pytest.mark.parametrize(
@@ -55,15 +52,7 @@ def test_scenario_amqplib(server: ServerProcess, qname: str, node_modules: Path)
         "prefetch": PREFETCH,
         "quietMs": int(QUIET * 1000),
     }
-    proc = subprocess.run(
-        ["node", str(NODE_DIR / "scenario.js"), json.dumps(cfg)],
-        cwd=NODE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert proc.returncode == 0, f"node scenario failed:\n{proc.stderr}"
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_node("scenario.js", cfg)
     results = {
         name: [Delivery(**d) for d in deliveries] for name, deliveries in out["results"].items()
     }

@@ -4,17 +4,15 @@ the waiting one takes over and gets the rest with no gap."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sievemq.testing import ServerProcess
 
-pytestmark = pytest.mark.timeout(90)
+from .node_scenarios import run_node
 
-NODE_DIR = Path(__file__).resolve().parent / "node"
+pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.mark.parametrize(
@@ -44,15 +42,7 @@ def test_waiting_consumer_takes_over_where_the_active_one_stored(
         "stopAfter": stop_after,
         "second": second,
     }
-    proc = subprocess.run(
-        ["node", str(NODE_DIR / "stream_sac.js"), json.dumps(cfg)],
-        cwd=NODE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=80,
-    )
-    assert proc.returncode == 0, f"node scenario failed:\n{proc.stderr}"
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_node("stream_sac.js", cfg, timeout=80)
     total = first + second
     got_first: list[int] = out["first"]
     got_second: list[int] = out["second"]

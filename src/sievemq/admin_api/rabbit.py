@@ -636,6 +636,62 @@ async def list_stream_connections(request: Request, who: User) -> Any:
     )
 
 
+def _visible(who: Principal, views: list[Any]) -> list[Any]:
+    """Monitoring users see every stream client; others only their own connections'."""
+    return [v for v in views if who.may_monitor or v.user == who.name]
+
+
+def _in_vhost(f: BrokerFacade, who: Principal, vhost: str | None) -> str | None:
+    if vhost is None:
+        return None
+    v = name(vhost)
+    _need_vhost(f, v)
+    require_vhost(who, v)
+    return v
+
+
+@router.get("/stream/consumers")
+@router.get("/stream/consumers/{vhost}")
+async def list_stream_consumers(request: Request, who: User, vhost: str | None = None) -> Any:
+    """The stream plugin's consumers (stream-protocol subscriptions)."""
+    f = _facade(request)
+    views = f.list_stream_consumers(_in_vhost(f, who, vhost))
+    return await paginate(
+        request, [shapes.stream_consumer(c, f.node_name) for c in _visible(who, views)]
+    )
+
+
+@router.get("/stream/publishers")
+@router.get("/stream/publishers/{vhost}")
+@router.get("/stream/publishers/{vhost}/{stream}")
+async def list_stream_publishers(
+    request: Request, who: User, vhost: str | None = None, stream: str | None = None
+) -> Any:
+    f = _facade(request)
+    v = _in_vhost(f, who, vhost)
+    s = None if stream is None else name(stream)
+    if v is not None and s is not None and not f.stream_exists(v, s):
+        raise not_found()
+    views = f.list_stream_publishers(v, s)
+    return await paginate(
+        request, [shapes.stream_publisher(p, f.node_name) for p in _visible(who, views)]
+    )
+
+
+@router.get("/stream/consumer-groups")
+@router.get("/stream/consumer-groups/{vhost}")
+async def list_sac_groups(request: Request, who: User, vhost: str | None = None) -> Any:
+    """Single-active-consumer groups (a SieveMQ extension). Users without the monitoring
+    tag see the groups their own connections are in, with only their own members."""
+    f = _facade(request)
+    groups = f.list_sac_groups(_in_vhost(f, who, vhost))
+    if not who.may_monitor:
+        for g in groups:
+            g.consumers = [m for m in g.consumers if m.user == who.name]
+        groups = [g for g in groups if g.consumers]
+    return await paginate(request, [shapes.sac_group(g) for g in groups])
+
+
 @router.get("/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any:
     v = name(vhost)

@@ -14,6 +14,10 @@ from sievemq.gateway.facade import (
     ExchangeView,
     OverviewView,
     QueueView,
+    SacGroupView,
+    StreamClientView,
+    StreamConsumerView,
+    StreamPublisherView,
     StreamView,
     VhostView,
 )
@@ -159,6 +163,67 @@ def consumer(c: ConsumerView, node: str) -> dict[str, Any]:
             "sql": c.sql,
             "filter_stats": dict(vars(c.filter_stats)),
         },
+    }
+
+
+def _stream_client(c: StreamClientView, node: str) -> dict[str, Any]:
+    return {
+        "connection_details": {
+            "name": c.connection_name,
+            "node": node,
+            "peer_host": c.peer_host,
+            "peer_port": c.peer_port,
+            "user": c.user,
+        },
+        "queue": {"name": c.stream, "vhost": c.vhost},
+    }
+
+
+def stream_consumer(c: StreamConsumerView, node: str) -> dict[str, Any]:
+    """As the stream management plugin's ``/api/stream/consumers``, plus ``active`` and
+    ``activity_status`` (RabbitMQ's ``/api/consumers`` fields) and the group's name."""
+    return {
+        **_stream_client(c, node),
+        "subscription_id": c.subscription_id,
+        "credits": c.credits,
+        "consumed": c.consumed,
+        "offset": c.offset,
+        "offset_lag": c.offset_lag,
+        "properties": c.properties,
+        "active": c.active,
+        "activity_status": c.activity_status,
+        "sievemq": {"single_active_consumer_group": c.group},
+    }
+
+
+def stream_publisher(p: StreamPublisherView, node: str) -> dict[str, Any]:
+    return {
+        **_stream_client(p, node),
+        "publisher_id": p.publisher_id,
+        "reference": p.reference,
+        "published": p.published,
+        "confirmed": p.confirmed,
+        "errored": p.errored,
+    }
+
+
+def sac_group(g: SacGroupView) -> dict[str, Any]:
+    """A SieveMQ extension (RabbitMQ lists groups only in ``rabbitmq-streams
+    list_stream_consumer_groups``, whose column names these follow)."""
+    return {
+        "vhost": g.vhost,
+        "stream": g.stream,
+        "reference": g.name,
+        "partition_index": g.partition_index,
+        "consumers": [
+            {
+                "subscription_id": m.subscription_id,
+                "connection_name": m.connection_name,
+                "state": m.state,
+                "active": m.active,
+            }
+            for m in g.consumers
+        ],
     }
 
 

@@ -61,8 +61,10 @@ from sievemq.gateway.model.users import (
 )
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.stream_session import sac
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.stream_session.subscription import Subscription
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091
@@ -285,6 +287,63 @@ class ConnectionView:
     protocol: str = "AMQP 0-9-1"
     auth_mechanism: str = "PLAIN"
     type: str = "network"
+
+
+@dataclass
+class StreamClientView:
+    """Who a stream-protocol consumer or publisher belongs to (RabbitMQ's
+    ``connection_details``) and where it reads or writes."""
+
+    vhost: str
+    stream: str
+    connection_name: str
+    user: str
+    peer_host: str
+    peer_port: int
+
+
+@dataclass
+class StreamConsumerView(StreamClientView):
+    """One Subscribe of a stream-protocol connection (RabbitMQ's stream consumer metrics)."""
+
+    subscription_id: int
+    credits: int
+    consumed: int  # messages delivered
+    offset: int  # the next offset it would receive
+    offset_lag: int  # messages stored after it
+    properties: dict[str, str]
+    active: bool
+    activity_status: str  # up | single_active | waiting (RabbitMQ's)
+    group: str | None  # its single-active-consumer group's name
+
+
+@dataclass
+class StreamPublisherView(StreamClientView):
+    publisher_id: int
+    reference: str
+    published: int
+    confirmed: int
+    errored: int
+
+
+@dataclass
+class SacMemberView:
+    subscription_id: int
+    connection_name: str
+    user: str
+    state: str  # active | activating | waiting | deactivating
+    active: bool
+
+
+@dataclass
+class SacGroupView:
+    """A single-active-consumer group: one name on one stream (or super-stream partition)."""
+
+    vhost: str
+    stream: str
+    name: str
+    partition_index: int  # -1 unless the members subscribed as a super-stream partition
+    consumers: list[SacMemberView]
 
 
 @dataclass
@@ -957,6 +1016,69 @@ class BrokerFacade:
             ),
             key=lambda c: c.id,
         )
+
+    # ------------------------------------------------------------------ stream protocol
+
+    def list_stream_consumers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[StreamConsumerView]:
+        """Stream-protocol subscriptions, as the stream management plugin lists them."""
+        views = [
+            _stream_consumer_view(conn, sub)
+            for conn in self._stream_connections()
+            for sub in list(conn.subscriptions.values())
+            if sub.active
+        ]
+        return sorted(
+            (v for v in views if _matches(v, vhost, stream)),
+            key=lambda v: (v.vhost, v.stream, v.connection_name, v.subscription_id),
+        )
+
+    def list_stream_publishers(
+        self, vhost: str | None = None, stream: str | None = None
+    ) -> list[StreamPublisherView]:
+        views = [
+            StreamPublisherView(
+                **_stream_client(conn, pub.queue.vhost, pub.queue.name),
+                publisher_id=pub.publisher_id,
+                reference=pub.reference,
+                published=pub.published,
+                confirmed=pub.confirmed,
+                errored=pub.errored,
+            )
+            for conn in self._stream_connections()
+            for pub in list(conn.publishers.values())
+        ]
+        return sorted(
+            (v for v in views if _matches(v, vhost, stream)),
+            key=lambda v: (v.vhost, v.stream, v.connection_name, v.publisher_id),
+        )
+
+    def list_sac_groups(self, vhost: str | None = None) -> list[SacGroupView]:
+        """Single-active-consumer groups with their members in the group's order (the one
+        that is or will be active first on a plain stream)."""
+        if self.stream_node is None:
+            return []
+        views = []
+        for (group_vhost, stream, name), group in sorted(self.stream_node.sac.groups.items()):
+            if vhost is not None and group_vhost != vhost:
+                continue
+            members = [
+                SacMemberView(
+                    subscription_id=m.sub.subscription_id,
+                    connection_name=(
+                        _stream_connection_name(m.conn)
+                        if isinstance(m.conn, StreamConnection)
+                        else ""
+                    ),
+                    user=_user_of(m.conn),
+                    state=_SAC_STATES[m.state],
+                    active=m.state == sac.ACTIVE,
+                )
+                for m in group.members
+            ]
+            views.append(SacGroupView(group_vhost, stream, name, group.partition_index, members))
+        return views
 
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
         """AMQP 0-9-1 and stream-protocol connections (``protocol`` tells them apart)."""
@@ -1961,6 +2083,57 @@ def _stream_connection_name(conn: StreamConnection) -> str:
     """RabbitMQ names stream connections like AMQP ones: ``peer_host:peer_port -> host:port``."""
     host, port = _local(conn)
     return f"{conn.peer_host}:{conn.peer_port} -> {host}:{port}"
+
+
+_SAC_STATES = {
+    sac.ACTIVE: "active",
+    sac.ACTIVATING: "activating",
+    sac.INACTIVE: "waiting",
+    sac.DEACTIVATING: "deactivating",
+}
+
+
+def _matches(view: StreamClientView, vhost: str | None, stream: str | None) -> bool:
+    return (vhost is None or view.vhost == vhost) and (stream is None or view.stream == stream)
+
+
+def _user_of(conn: object) -> str:
+    user = getattr(conn, "user", None)
+    return user.name if isinstance(user, User) else ""
+
+
+def _stream_client(conn: StreamConnection, vhost: str, stream: str) -> dict[str, Any]:
+    return {
+        "vhost": vhost,
+        "stream": stream,
+        "connection_name": _stream_connection_name(conn),
+        "user": _user_of(conn),
+        "peer_host": conn.peer_host,
+        "peer_port": conn.peer_port,
+    }
+
+
+def _stream_consumer_view(conn: StreamConnection, sub: Subscription) -> StreamConsumerView:
+    member = sub.sac
+    if isinstance(member, sac.SacMember):
+        active = member.state == sac.ACTIVE
+        status = "single_active" if active else "waiting"
+        group: str | None = member.group.key[2]
+    else:
+        active, status, group = True, "up", None
+    offset = sub.next_offset
+    return StreamConsumerView(
+        **_stream_client(conn, sub.queue.vhost, sub.queue.name),
+        subscription_id=sub.subscription_id,
+        credits=max(0, sub.credit),
+        consumed=sub.delivered,
+        offset=offset,
+        offset_lag=max(0, sub.queue.stream.end_offset - offset),
+        properties=dict(sub.properties),
+        active=active,
+        activity_status=status,
+        group=group,
+    )
 
 
 def _stream_connection_view(conn: StreamConnection) -> ConnectionView:

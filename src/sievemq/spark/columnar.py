@@ -350,12 +350,17 @@ class ChunkDecoder:
         got = self._indices.get(key)
         if got is None or len(got) < 4 * count:
             size = max(count, len(got) // 2 if got is not None else 4096)
-            values = (
-                (i // 4 for i in range(4 * size))
-                if which == 0
-                else (i % 4 for i in range(4 * size))
-            )
-            got = self._indices[key] = pa.array(values, pa.int32())
+            if which:
+                values = bytes(array("i", range(4)) * size)
+            else:
+                each = bytes(array("i", range(size)))
+                spread = bytearray(16 * size)
+                for at in range(0, 16, 4):  # each int32 four times in a row
+                    for byte in range(4):
+                        spread[at + byte :: 16] = each[byte::4]
+                values = bytes(spread)
+            got = pa.Array.from_buffers(pa.int32(), 4 * size, [None, pa.py_buffer(values)])
+            self._indices[key] = got
         return got.slice(0, 4 * count)
 
     def _mask(

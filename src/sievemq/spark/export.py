@@ -16,8 +16,16 @@ offline, research/spark.md §2.5).
 ``[checkpoint, committed end at planning)`` (the first run starts at ``--from``), appends it to
 the output, and only then replaces the checkpoint (write, fsync, rename). A Delta commit also
 carries the new checkpoint in its commit metadata, so a run that died between the commit and
-the rename resumes from the table, not from the stale file: exactly once for Delta. For
-Parquet and JSON that window can repeat one run's rows.
+the rename resumes from the table, not from the stale file: exactly once for Delta.
+
+Parquet and JSON runs are exactly once too (``_stage``/``recover_runs``): Spark writes the run
+into ``OUT/_sievemq-staging-ID`` (hidden from readers: Spark, pyarrow and pandas skip names
+starting with ``_``), with a manifest holding the run's new checkpoint. Renaming that folder to
+``_sievemq-commit-ID`` commits the run; its files are then moved into ``OUT``, the checkpoint
+is replaced and the folder removed. The next run first deletes staging folders (a run that
+died before its commit: none of its rows is visible) and finishes commit folders (moves what is
+left, takes the manifest's checkpoint if it is ahead of the file's), so a kill anywhere repeats
+or loses no row.
 """
 
 from __future__ import annotations
@@ -49,6 +57,10 @@ from sievemq.spark.planning import (
 
 FORMATS = ("parquet", "json", "delta")
 CHECKPOINT_KEY = "sievemq.checkpoint"  # Delta commit metadata: the checkpoint after the commit
+STAGING_PREFIX = "_sievemq-staging-"  # an incremental Parquet/JSON run being written
+COMMIT_PREFIX = "_sievemq-commit-"  # a committed run whose files may still need moving
+MANIFEST = "sievemq-run.json"  # in both: the checkpoint after the run
+STOP_AT = "SIEVEMQ_EXPORT_STOP_AT"  # recovery tests: pause at a named point to be SIGKILLed
 Offsets = dict[str, dict[str, int]]  # {vhost: {stream: next offset}}
 
 
@@ -158,6 +170,8 @@ def build_session(master: str, driver_memory: str) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
+        # a Python worker on a loaded machine may take longer than Spark's 15 s to connect back
+        .config("spark.python.authenticate.socketTimeout", "180s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -176,6 +190,15 @@ def _bar(done: int, total: int, started: float, width: int = 30) -> str:
     )
 
 
+def export_options(spark: Any, options: dict[str, str]) -> dict[str, str]:
+    """``options`` with ``minPartitions`` set to Spark's default parallelism unless given:
+    a stream smaller than ``maxBytesPerPartition`` (128 MiB) would otherwise be one task,
+    leaving every other core idle."""
+    if any(k.lower() == "minpartitions" for k in options):
+        return options
+    return options | {"minPartitions": str(spark.sparkContext.defaultParallelism)}
+
+
 def export(
     options: dict[str, str],
     out: Path,
@@ -186,9 +209,12 @@ def export(
     append: bool = False,
     progress: TextIO | None = None,
     commit_metadata: dict[str, str] | None = None,
+    run_offsets: Offsets | None = None,
 ) -> ExportResult:
     """Write the rows of the source ``options`` to ``out`` (``append``: add to it); raises on
-    failure. ``commit_metadata`` goes into the Delta commit."""
+    failure. ``commit_metadata`` goes into the Delta commit. ``run_offsets`` (Parquet/JSON
+    with ``append``): write the run to a staging folder in ``out`` and commit it atomically
+    with that checkpoint in its manifest (module docstring); ``finish_run`` then removes it."""
     from sievemq.spark import register
 
     if out.exists() and not (overwrite or append):
@@ -200,9 +226,13 @@ def export(
     metrics = register(spark, metrics=True)
     assert metrics is not None
     started = time.monotonic()
-    df = spark.read.format("sievemq").options(**options).load()
+    df = spark.read.format("sievemq").options(**export_options(spark, options)).load()
     staging = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
-    if fmt == "delta":
+    staged = fmt != "delta" and append and run_offsets is not None
+    if staged:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = out / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    if fmt == "delta" or staged:
         writer = df.write.mode("errorifexists")
         target = staging
     else:
@@ -237,8 +267,11 @@ def export(
             raise failure[0]
         if fmt == "delta":
             _commit_delta(staging, out, overwrite, append, commit_metadata)
+        elif staged:
+            assert run_offsets is not None
+            _commit_run(staging, out, run_offsets)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # gone once committed (renamed)
     counters = metrics.value()
     new = _data_files(out) - before
     return ExportResult(
@@ -266,6 +299,75 @@ def _commit_delta(
         write_deltalake(
             str(out), rows, mode="append" if append else "error", commit_properties=commit
         )
+
+
+def stop_point(point: str) -> None:
+    """Pause forever at ``point`` when ``$SIEVEMQ_EXPORT_STOP_AT`` names it (recovery tests
+    SIGKILL the command there: before the write, staged, committed, moved, checkpointed)."""
+    if os.environ.get(STOP_AT) == point:
+        print(f"sievemq export: stopped at {point} (${STOP_AT})", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(60)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _commit_run(staging: Path, out: Path, offsets: Offsets) -> None:
+    """Commit a staged Parquet/JSON run: manifest, rename (the commit), move its files."""
+    manifest = staging / MANIFEST
+    with open(manifest, "w") as f:
+        f.write(json.dumps({"version": 1, "offsets": offsets}, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(staging)
+    stop_point("staged")
+    committed = out / (COMMIT_PREFIX + staging.name.removeprefix(STAGING_PREFIX))
+    os.rename(staging, committed)
+    _fsync_dir(out)
+    stop_point("committed")
+    _move_files(committed, out)
+    stop_point("moved")
+
+
+def _move_files(committed: Path, out: Path) -> None:
+    """Move a committed run's data files into ``out`` (what an earlier attempt moved is gone
+    from ``committed`` already, so this may run again after a kill)."""
+    for path in sorted(committed.iterdir()):
+        if path.is_file() and not path.name.startswith((".", "_")) and path.name != MANIFEST:
+            os.replace(path, out / path.name)
+    _fsync_dir(out)
+
+
+def recover_runs(out: Path) -> Offsets | None:
+    """Before an incremental Parquet/JSON run: delete runs that died before their commit,
+    finish committed ones; the checkpoint of the latest committed run (None: none found)."""
+    if not out.is_dir():
+        return None
+    latest: Offsets | None = None
+    for path in sorted(out.iterdir()):
+        if path.is_dir() and path.name.startswith(STAGING_PREFIX):
+            shutil.rmtree(path)
+        elif path.is_dir() and path.name.startswith(COMMIT_PREFIX):
+            try:
+                offsets = _offsets(json.loads((path / MANIFEST).read_text()).get("offsets"))
+            except (OSError, ValueError, AttributeError) as error:
+                raise ValueError(f"committed run {path}: bad manifest: {error}") from None
+            _move_files(path, out)
+            if latest is None or _later(offsets, latest):
+                latest = offsets
+    return latest
+
+
+def finish_runs(out: Path) -> None:
+    """After the checkpoint took a committed run's offsets: remove its folder."""
+    for path in out.glob(f"{COMMIT_PREFIX}*"):
+        shutil.rmtree(path)
 
 
 def delta_checkpoint(out: Path) -> Offsets | None:
@@ -325,11 +427,7 @@ def write_checkpoint(path: Path, out: Path, fmt: str, offsets: Offsets) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_dir(path.parent)
 
 
 def _later(a: Offsets, b: Offsets) -> bool:
@@ -402,16 +500,18 @@ def run_export(
     if checkpoint is not None:
         try:
             done = read_checkpoint(checkpoint, target, args.format)
-            if args.format == "delta":
-                committed = delta_checkpoint(target)
-                if committed is not None and (done is None or _later(committed, done)):
-                    done = committed  # the last run died after its commit: resume after it
+            delta = args.format == "delta"
+            committed = delta_checkpoint(target) if delta else recover_runs(target)
+            if committed is not None and (done is None or _later(committed, done)):
+                done = committed  # the last run died after its commit: resume after it
             options, end, new = incremental_range(options, done)
         except (ValueError, OptionError) as error:
             print(f"sievemq export: {_cli_text(str(error))}", file=err)
             return 1
         if new == 0:
             write_checkpoint(checkpoint, target, args.format, end)
+            if args.format != "delta":
+                finish_runs(target)
             print(f"nothing new in {args.stream} (vhost {args.vhost}) since {checkpoint}", file=out)
             return 0
     elif target.exists() and not args.overwrite:
@@ -425,6 +525,7 @@ def run_export(
         print(f"sievemq export: needs pyspark (pip install 'sievemq[spark]'): {error}", file=err)
         return 2
     try:
+        stop_point("planned")
         result = export(
             options,
             target,
@@ -434,9 +535,13 @@ def run_export(
             append=checkpoint is not None,
             progress=err if err.isatty() else None,
             commit_metadata={CHECKPOINT_KEY: json.dumps(end)} if end is not None else None,
+            run_offsets=end,
         )
         if checkpoint is not None and end is not None:
             write_checkpoint(checkpoint, target, args.format, end)
+            stop_point("checkpointed")
+            if args.format != "delta":
+                finish_runs(target)
     except Exception as error:
         print(f"sievemq export: failed: {_first_line(error)}", file=err)
         return 1

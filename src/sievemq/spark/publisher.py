@@ -55,7 +55,12 @@ _content = struct.Struct(">HHQH")
 
 
 class PublishError(RuntimeError):
-    """The broker refused, returned or did not confirm a message, or closed on us."""
+    """The broker refused, returned or did not confirm a message, or closed on us
+    (``reply_code``: the code of the broker's close or return, when there was one)."""
+
+    def __init__(self, text: str, reply_code: int | None = None) -> None:
+        super().__init__(text)
+        self.reply_code = reply_code
 
 
 def _shortstr(value: str) -> bytes:
@@ -185,7 +190,7 @@ class ConfirmPublisher:
             self._expect(CHANNEL, commands.Queue.DeclareOk)
             return
         except PublishError as error:
-            if "404" not in str(error):
+            if error.reply_code != 404:
                 raise
         self._open_channel()  # the 404 closed the channel (and we answered close-ok)
         self._send_method(
@@ -214,11 +219,15 @@ class ConfirmPublisher:
             self._out += frame.marshal(commands.Connection.CloseOk(), 0)
             self._flush_quietly()
             raise PublishError(
-                f"broker closed the connection: {value.reply_code} {value.reply_text}"
+                f"broker closed the connection: {value.reply_code} {value.reply_text}",
+                value.reply_code,
             )
         if isinstance(value, commands.Channel.Close):
             self._out += frame.marshal(commands.Channel.CloseOk(), channel)
-            raise PublishError(f"broker closed the channel: {value.reply_code} {value.reply_text}")
+            raise PublishError(
+                f"broker closed the channel: {value.reply_code} {value.reply_text}",
+                value.reply_code,
+            )
         if isinstance(
             value,
             pheartbeat.Heartbeat | commands.Connection.Blocked | commands.Connection.Unblocked,
@@ -353,7 +362,7 @@ class ConfirmPublisher:
                 elif ids == _RETURN:
                     code, length = struct.unpack_from(">HB", data, pos + 11)
                     text = bytes(data[pos + 14 : pos + 14 + length]).decode("utf-8", "replace")
-                    raise PublishError(f"message returned as unroutable: {code} {text}")
+                    raise PublishError(f"message returned as unroutable: {code} {text}", code)
                 else:
                     value = frame.unmarshal(bytes(data[pos : pos + 8 + size]))[2]
                     del data[: pos + 8 + size]

@@ -99,6 +99,10 @@ def _node() -> Any:
         connections=set(),
         alarm_reasons=(),  # no resource alarm on
         next_id=lambda: next(ids),
+        # no vhost or user connection limits to refuse with; nothing counts opens
+        connection_refusal=lambda vhost, username: None,
+        note_opened=lambda conn, vhost, username: None,
+        note_gone=lambda conn: None,
         # no durable definitions here: a method never waits for their fdatasync
         definitions_sync=SimpleNamespace(begin=lambda: 0, end=lambda began: None),
     )

@@ -109,10 +109,11 @@ async function streams() {
 
 async function stream(vhost, name) {
   const base = `/api/streams/${enc(vhost)}/${enc(name)}`;
-  const [s, consumers, offsets, advice] = await Promise.all([
+  const [s, consumers, offsets, advice, streamConsumers] = await Promise.all([
     api(base), api(`${base}/consumers`), api(`${base}/offsets`),
-    api(`${base}/filter-advice?target_fpr=0.01`),
+    api(`${base}/filter-advice?target_fpr=0.01`), api(`/api/stream/consumers/${enc(vhost)}`),
   ]);
+  const subscribers = streamConsumers.filter((c) => c.queue.name === name);
   const results = h("div", { id: "messages" });
   const form = h("form", { class: "inline", id: "browse" },
     h("label", {}, "offset", h("input", { name: "offset", type: "number", min: 0, size: 8 })),
@@ -140,6 +141,14 @@ async function stream(vhost, name) {
       ["delivered", (c) => fmt(c.filter_stats.messages_delivered), true],
       ["chunks skipped", (c) => fmt(c.filter_stats.chunks_skipped), true],
     ], consumers, "no consumers"),
+    h("h2", {}, "Stream-protocol consumers"),
+    h("div", { id: "stream-consumers" }, table([
+      ["connection", (c) => c.connection_details.name], ["subscription", (c) => c.subscription_id, true],
+      ["state", (c) => (c.activity_status === "waiting" ? "waiting" : "active")],
+      ["group", (c) => c.sievemq.single_active_consumer_group || ""],
+      ["consumed", (c) => fmt(c.consumed), true], ["offset", (c) => fmt(c.offset), true],
+      ["lag", (c) => fmt(c.offset_lag), true], ["credits", (c) => fmt(c.credits), true],
+    ], subscribers, "no stream-protocol consumers")),
     h("h2", {}, "Named consumer offsets"),
     table([["consumer", (o) => o.consumer], ["offset", (o) => fmt(o.offset), true],
       ["lag", (o) => fmt(o.lag), true]], offsets, "no named consumers"),

@@ -15,6 +15,7 @@ from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import ClassicQueue
 from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
@@ -73,6 +74,9 @@ class Node:
         self.limits = limits
         self.loop = loop
         self.connections: set[ClientConnection] = set()
+        # connections of either protocol past their open -> (vhost, user): what the vhost and
+        # user max-connections limits count
+        self.opened: dict[object, tuple[str, str]] = {}
         self._count = 0
         self._ids = itertools.count(1)
         self._appenders: dict[int, StreamAppender | ClassicAppender] = {}  # id(queue) -> writer
@@ -110,6 +114,30 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    def connection_refusal(self, vhost: VirtualHost, username: str) -> str | None:
+        """RabbitMQ's vhost and user ``max-connections`` over the open connections of both
+        protocols (AMQP 0-9-1 and stream): the refusal text (RabbitMQ's), or None."""
+        limit = vhost.limits.get("max-connections", -1)
+        if limit >= 0 and sum(1 for v, _ in self.opened.values() if v == vhost.name) >= limit:
+            return (
+                f"access to vhost '{vhost.name}' refused for user '{username}': "
+                f"connection limit ({limit}) is reached"
+            )
+        live = self.broker.users.get(username)
+        limit = live.limits.get("max-connections", -1) if live is not None else -1
+        if limit >= 0 and sum(1 for _, u in self.opened.values() if u == username) >= limit:
+            return (
+                f"connection refused for user '{username}': "
+                f"user connection limit ({limit}) is reached"
+            )
+        return None
+
+    def note_opened(self, conn: object, vhost: str, username: str) -> None:
+        self.opened[conn] = (vhost, username)
+
+    def note_gone(self, conn: object) -> None:
+        self.opened.pop(conn, None)
 
     def storage_exhausted(self, error: OSError) -> None:
         """An append failed with ENOSPC/EDQUOT/EMFILE/ENFILE (its publishers were nacked):

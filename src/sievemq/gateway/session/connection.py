@@ -262,6 +262,7 @@ class Connection:
     def on_lost(self) -> None:
         self.state.lost()
         self.node.connections.discard(self)
+        self.node.note_gone(self)
         for timer in (self._heartbeat_handle, self._close_timer):
             if timer is not None:
                 timer.cancel()
@@ -345,10 +346,13 @@ class Connection:
         if self.user is None:  # the state machine lets open come only after start-ok
             raise errors.CommandInvalid("connection.open before authentication")
         vhost = self.node.broker.open_vhost(self.user, name)
-        self._check_connection_limits(vhost)
+        refusal = self.node.connection_refusal(vhost, self.username)
+        if refusal is not None:  # RabbitMQ's vhost and user max-connections (530, its texts)
+            raise errors.NotAllowed(refusal)
         self.vhost = vhost
         self.vhost_name = name
         self.opened = True
+        self.node.note_opened(self, name, self.username)
         self.send_method(0, spec.Connection.OpenOk())
 
     def _peers(self) -> list[Connection]:
@@ -358,23 +362,6 @@ class Connection:
             for c in self.node.connections
             if isinstance(c, Connection) and c is not self and c.opened
         ]
-
-    def _check_connection_limits(self, vhost: VirtualHost) -> None:
-        """RabbitMQ's vhost and user max-connections (530, its texts); only AMQP 0-9-1
-        connections count."""
-        limit = vhost.limits.get("max-connections", -1)
-        if limit >= 0 and sum(1 for c in self._peers() if c.vhost_name == vhost.name) >= limit:
-            raise errors.NotAllowed(
-                f"access to vhost '{vhost.name}' refused for user '{self.username}': "
-                f"connection limit ({limit}) is reached"
-            )
-        live = self.node.broker.users.get(self.username)
-        limit = live.limits.get("max-connections", -1) if live is not None else -1
-        if limit >= 0 and sum(1 for c in self._peers() if c.username == self.username) >= limit:
-            raise errors.NotAllowed(
-                f"connection refused for user '{self.username}': "
-                f"user connection limit ({limit}) is reached"
-            )
 
     def _check_channel_limit(self) -> None:
         """The user's max-channels over all its connections (530, RabbitMQ's text)."""

@@ -130,6 +130,7 @@ class StreamConnection:
     def on_lost(self) -> None:
         """TCP EOF or reset: drop every publisher and subscription (no Close needed)."""
         self.alive = False
+        self.node.note_gone(self)
         if self._admitted:
             self._admitted = False
             self.node.release()
@@ -342,6 +343,16 @@ class StreamConnection:
             self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
             self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, f"access to vhost '{name}' refused")
             return
+        refusal = self.node.connection_refusal(self.vhost, self.user.name)
+        if refusal is not None:
+            # the vhost or user max-connections, counted over both protocols: refused as
+            # RabbitMQ's stream plugin refuses an Open (12), with the AMQP refusal's text
+            log.warning("stream connection from %s refused: %s", self.peer_host, refusal)
+            self.vhost = None
+            self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
+            self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, refusal)
+            return
+        self.node.note_opened(self, name, self.user.name)
         props = {
             "advertised_host": self.snode.advertised_host,
             "advertised_port": str(self._port),
@@ -753,6 +764,7 @@ class StreamConnection:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
         sub = Subscription(self, sid, queue, reader, credit, spec, offset)
+        sub.properties = props
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))

@@ -34,8 +34,11 @@ class StreamPublisher:
 
     __slots__ = (
         "appender",
+        "confirmed",
         "conn",
         "counters",
+        "errored",
+        "published",
         "publisher_id",
         "queue",
         "reference",
@@ -59,6 +62,10 @@ class StreamPublisher:
         self.queue = queue
         self.appender = appender
         self.sequences = sequences
+        # RabbitMQ's publisher metrics: publishing ids received, confirmed, errored
+        self.published = 0
+        self.confirmed = 0
+        self.errored = 0
 
     def publish(self, entries: list[wire.PublishedEntry]) -> None:
         errors: list[tuple[int, int]] = []
@@ -90,14 +97,18 @@ class StreamPublisher:
             written += 1
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
+        self.published += len(entries)
         counters = self.counters
         counters.stream_received += len(entries)
         counters.stream_routed += written
         if written:
             self.conn.take_publish_credits(written)
         if duplicates:
+            self.confirmed += len(duplicates)
+            counters.stream_confirmed += len(duplicates)
             self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
+            self.errored += len(errors)
             self.conn.write(wire.publish_error(self.publisher_id, errors))
 
     # gateway.runtime.appender.ConfirmSink
@@ -105,9 +116,11 @@ class StreamPublisher:
         if not self.conn.alive:
             return
         if ok:
+            self.confirmed += len(seqs)
             self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
+            self.errored += len(seqs)
             code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
             self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
         self.conn.return_publish_credits(len(seqs))

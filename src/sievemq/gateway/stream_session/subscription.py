@@ -99,6 +99,7 @@ class Subscription(CommitWaker):
         "delivered",
         "holding",
         "offset_spec",
+        "properties",
         "queue",
         "sac",
         "spec",
@@ -126,6 +127,7 @@ class Subscription(CommitWaker):
         self.offset_spec = offset_spec  # as given at Subscribe
         self.sac: GroupMember | None = None
         self.delivered = 0
+        self.properties: dict[str, str] = {}  # Subscribe's properties (for the admin API)
         self._pending: list[Record] = []
 
     def start(self) -> None:
@@ -137,6 +139,12 @@ class Subscription(CommitWaker):
         self.credit = min(0xFFFF, was + n)
         if was <= 0 < self.credit:
             self.wake()
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the next message this subscription would deliver."""
+        pending = self._pending
+        return pending[0].offset if pending else self._reader.position
 
     def activate(self, offset: wire.OffsetSpec | None) -> None:
         """Single active consumer: this one may deliver now, from ``offset`` (the client's

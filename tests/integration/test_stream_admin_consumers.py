@@ -1,0 +1,207 @@
+"""Stream-protocol consumers, publishers and single-active-consumer groups in the admin API
+(/api/stream/consumers, /api/stream/publishers: the stream management plugin's; and
+/api/stream/consumer-groups, a SieveMQ extension), over real HTTP with real rstream clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from rstream import (
+    AMQPMessage,
+    Consumer,
+    ConsumerOffsetSpecification,
+    EventContext,
+    MessageContext,
+    OffsetSpecification,
+    OffsetType,
+)
+
+from sievemq.testing import ServerProcess
+
+from .admin_client import client, q
+from .stream_helpers import consumer, producer, wait_for
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with client(server) as c:
+        yield c
+
+
+def _connection(http: httpx.Client, connection_name: str) -> str:
+    """The server's name of the stream connection whose client called itself so."""
+    for c in http.get("/api/stream/connections").json():
+        if c["client_properties"].get("connection_name") == connection_name:
+            return str(c["name"])
+    raise AssertionError(f"no stream connection {connection_name!r}")
+
+
+def _of(items: list[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
+    return [i for i in items if i["queue"] == {"name": stream, "vhost": "/"}]
+
+
+async def _first(active: bool, ctx: EventContext) -> OffsetSpecification:
+    return OffsetSpecification(OffsetType.FIRST, 0)
+
+
+async def test_stream_consumers_and_publishers_are_listed(
+    server: ServerProcess, qname: str, http: httpx.Client
+) -> None:
+    confirmed: list[int] = []
+    got: list[int] = []
+
+    async def on_message(msg: Any, ctx: MessageContext) -> None:
+        got.append(ctx.offset)
+
+    async with producer(server, connection_name="admin-writer") as p:
+        await p.create_stream(qname)
+        await p.send_batch(
+            qname,
+            [AMQPMessage(body=f"m{i}".encode()) for i in range(10)],
+            publisher_name="ref-1",
+            on_publish_confirm=lambda status: confirmed.append(status.message_id),
+        )
+        await wait_for(lambda: len(confirmed) == 10)
+        async with consumer(server, connection_name="admin-reader") as c:
+            await c.subscribe(
+                qname,
+                on_message,
+                offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+                properties={"identifier": "reader-1"},
+            )
+            await wait_for(lambda: len(got) == 10)
+            reader = _connection(http, "admin-reader")
+            everywhere = _of(http.get("/api/stream/consumers").json(), qname)
+            in_vhost = _of(http.get("/api/stream/consumers/%2F").json(), qname)
+            missing_vhost = http.get("/api/stream/consumers/nope")
+
+            publishers = http.get(f"/api/stream/publishers/%2F/{q(qname)}").json()
+            all_publishers = _of(http.get("/api/stream/publishers").json(), qname)
+            missing_stream = http.get("/api/stream/publishers/%2F/no-such-stream")
+            writer = _connection(http, "admin-writer")
+
+    assert everywhere == in_vhost and len(everywhere) == 1
+    view = everywhere[0]
+    assert view["connection_details"]["name"] == reader
+    assert view["connection_details"]["user"] == "guest"
+    assert isinstance(view["subscription_id"], int)
+    assert view["consumed"] == 10 and view["offset"] == 10 and view["offset_lag"] == 0
+    assert view["credits"] > 0
+    assert view["properties"]["identifier"] == "reader-1"
+    assert view["active"] is True and view["activity_status"] == "up"
+    assert view["sievemq"]["single_active_consumer_group"] is None
+    assert missing_vhost.status_code == 404
+
+    assert publishers == all_publishers and len(publishers) == 1
+    pub = publishers[0]
+    assert pub["connection_details"]["name"] == writer
+    assert pub["reference"] == "ref-1" and isinstance(pub["publisher_id"], int)
+    assert (pub["published"], pub["confirmed"], pub["errored"]) == (10, 10, 0)
+    assert missing_stream.status_code == 404
+
+
+async def test_single_active_consumer_groups_show_who_is_active(
+    server: ServerProcess, qname: str, http: httpx.Client
+) -> None:
+    first: list[int] = []
+    second: list[int] = []
+    sac = {"single-active-consumer": "true", "name": "grp"}
+    async with producer(server) as p:
+        await p.create_stream(qname)
+        confirmed: list[int] = []
+        await p.send_batch(
+            qname,
+            [AMQPMessage(body=b"x") for _ in range(5)],
+            on_publish_confirm=lambda status: confirmed.append(status.message_id),
+        )
+        await wait_for(lambda: len(confirmed) == 5)
+
+    async def on_first(msg: Any, ctx: MessageContext) -> None:
+        first.append(ctx.offset)
+
+    async def on_second(msg: Any, ctx: MessageContext) -> None:
+        second.append(ctx.offset)
+
+    c1 = consumer(server, connection_name="sac-one")
+    await c1.start()
+    async with consumer(server, connection_name="sac-two") as c2:
+        for c, handler in ((c1, on_first), (c2, on_second)):
+            await c.subscribe(
+                qname,
+                handler,
+                properties=sac,
+                offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+                consumer_update_listener=_first,
+            )
+        await wait_for(lambda: len(first) == 5)
+        one, two = _connection(http, "sac-one"), _connection(http, "sac-two")
+        consumers = _of(http.get("/api/stream/consumers/%2F").json(), qname)
+        groups = [g for g in http.get("/api/stream/consumer-groups").json() if g["stream"] == qname]
+        in_vhost = http.get("/api/stream/consumer-groups/%2F").json()
+
+        await c1.close()  # the waiting one takes over
+        await wait_for(lambda: len(second) == 5)
+        after = [g for g in http.get("/api/stream/consumer-groups").json() if g["stream"] == qname]
+        consumers_after = _of(http.get("/api/stream/consumers/%2F").json(), qname)
+
+    by_connection = {c["connection_details"]["name"]: c for c in consumers}
+    assert by_connection[one]["active"] is True
+    assert by_connection[one]["activity_status"] == "single_active"
+    assert by_connection[two]["active"] is False
+    assert by_connection[two]["activity_status"] == "waiting"
+    assert {c["sievemq"]["single_active_consumer_group"] for c in consumers} == {"grp"}
+    assert {c["consumed"] for c in consumers} == {5, 0}
+
+    assert len(groups) == 1 and groups[0] in in_vhost
+    group = groups[0]
+    assert (group["vhost"], group["reference"], group["partition_index"]) == ("/", "grp", -1)
+    assert [(m["connection_name"], m["state"], m["active"]) for m in group["consumers"]] == [
+        (one, "active", True),
+        (two, "waiting", False),
+    ]
+    assert [(m["connection_name"], m["state"]) for m in after[0]["consumers"]] == [(two, "active")]
+    assert [(c["connection_details"]["name"], c["activity_status"]) for c in consumers_after] == [
+        (two, "single_active")
+    ]
+
+
+async def test_users_without_monitoring_see_only_their_own_stream_clients(
+    server: ServerProcess, qname: str, http: httpx.Client
+) -> None:
+    """A ``management`` user (no ``monitoring`` tag) sees its own subscriptions and, of a
+    group, only its own members; the administrator sees everyone's."""
+    user = f"plain-{qname[-8:]}"
+    created = http.put(f"/api/users/{user}", json={"password": "pw", "tags": "management"})
+    assert created.status_code in (201, 204)
+    perms = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert http.put(f"/api/permissions/%2F/{user}", json=perms).status_code in (201, 204)
+    sac = {"single-active-consumer": "true", "name": "mine"}
+    theirs = Consumer(
+        server.host, server.stream_port, username=user, password="pw", connection_name="plain-sac"
+    )
+    await theirs.start()
+    try:
+        async with consumer(server, connection_name="guest-sac") as c:
+            await c.create_stream(qname)
+            await c.subscribe(qname, lambda m, ctx: None, properties=sac)
+            await theirs.subscribe(qname, lambda m, ctx: None, properties=sac)
+            own = _connection(http, "plain-sac")
+            with client(server, user, "pw") as plain:
+                consumers = _of(plain.get("/api/stream/consumers").json(), qname)
+                groups = plain.get("/api/stream/consumer-groups").json()
+                publishers = plain.get("/api/stream/publishers").json()
+            as_admin = [
+                g for g in http.get("/api/stream/consumer-groups").json() if g["stream"] == qname
+            ]
+    finally:
+        await theirs.close()
+        http.delete(f"/api/users/{user}")
+    assert [c["connection_details"]["name"] for c in consumers] == [own]
+    assert [(g["stream"], [m["connection_name"] for m in g["consumers"]]) for g in groups] == [
+        (qname, [own])
+    ]
+    assert publishers == []
+    assert len(as_admin) == 1 and len(as_admin[0]["consumers"]) == 2
