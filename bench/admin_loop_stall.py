@@ -6,7 +6,8 @@ A ticker task on that loop sleeps 1 ms at a time and records how late each wake-
 longest lateness while a request is served is the longest any AMQP connection could have
 waited behind it. The HTTP client runs in another process (not a thread: the GIL).
 For each path: the median wall time of the request and the worst loop stall during it
-(median over ``--runs``). JSON on stdout.
+(median over ``--runs``); then the same for a policy PUT and DELETE that match every stream
+(each put to work on all of them). JSON on stdout.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ PATHS = (
     "/api/queues?page=1&page_size=100",
     "/api/streams",
     "/api/overview",
+)
+
+# applied to every stream, then taken away again, in each run
+_POLICY = {"pattern": "^s", "definition": {"max-length-bytes": 10**9, "max-age": "7D"}}
+CHANGES = (
+    ("PUT", "/api/policies/%2F/bench", _POLICY),
+    ("DELETE", "/api/policies/%2F/bench", None),
 )
 
 
@@ -71,6 +79,14 @@ def _client(base: str, runs: int, out: Any) -> None:
                 t1 = time.perf_counter()
                 r.raise_for_status()
                 windows.setdefault(path, []).append((t0, t1, len(r.content)))
+        for _ in range(runs):  # a policy set on, then removed from, every stream
+            for method, path, body in CHANGES:
+                time.sleep(0.05)
+                t0 = time.perf_counter()
+                r = http.request(method, path, json=body)
+                t1 = time.perf_counter()
+                r.raise_for_status()
+                windows.setdefault(f"{method} {path}", []).append((t0, t1, len(r.content)))
         t0 = time.perf_counter()
         time.sleep(0.3 * runs)
         windows["idle"] = [(t0, time.perf_counter(), 0)]

@@ -12,6 +12,10 @@ declares, after them, and after touching streams; per-stream figures are the del
 
 The declare cost at 1 stream and at ``--n`` streams: ``ms_per_declare_first_100`` (the first
 100 declares) and ``ms_per_declare_last_100`` (the last 100), and their ratio, from one run.
+On a loaded machine those are minutes apart; ``--interleave K`` then starts a second, empty
+server and alternates K declares between the two (one on the server holding ``--n`` streams,
+one on the empty one): ``interleaved`` holds both medians and their ratio, measured under the
+same load.
 
 ``--start-n N`` measures a node that already holds N streams instead: the streams are written
 into the data directory first (by the broker model in this process, with its fdatasyncs
@@ -43,7 +47,7 @@ from typing import Any
 import pika
 
 from bench import kit
-from bench._util import machine, start_server, stop_server
+from bench._util import machine, proc_cpu_s, start_server, stop_server
 
 
 def fds(pid: int) -> int:
@@ -130,6 +134,35 @@ def touch_random(url: str, n: int, touch: int, pid: int, prefix: str) -> dict[st
     return result
 
 
+def interleaved(url_full: str, k: int) -> dict[str, Any]:
+    """K declares alternating between the server at ``url_full`` and a new empty server."""
+    data = Path(tempfile.mkdtemp(prefix="sievemq-empty-"))
+    empty = start_server(data, "batch")
+    try:
+        channels = []
+        for url in (url_full, f"amqp://guest:guest@127.0.0.1:{empty.port}/%2F"):
+            conn = pika.BlockingConnection(pika.URLParameters(url))
+            channels.append((conn, conn.channel()))
+        times: list[list[float]] = [[], []]
+        for i in range(k):
+            for side, (_, ch) in enumerate(channels):
+                t = time.perf_counter()
+                ch.queue_declare(f"x{i}", durable=True, arguments={"x-queue-type": "stream"})
+                times[side].append(time.perf_counter() - t)
+        for conn, _ in channels:
+            conn.close()
+    finally:
+        stop_server(empty)
+        shutil.rmtree(data, ignore_errors=True)
+    full, small = (statistics.median(t) * 1000 for t in times)
+    return {
+        "declares_each": k,
+        "ms_per_declare_at_n": round(full, 3),
+        "ms_per_declare_on_empty_server": round(small, 3),
+        "at_n_over_empty": round(full / small, 3),
+    }
+
+
 def prefill(data: Path, n: int, prefix: str) -> float:
     """N durable streams written into ``data`` by the broker model (what a node that
     declared them leaves on disk); fdatasyncs deferred to one ``os.sync()`` at the end."""
@@ -159,6 +192,9 @@ def start_stop(data: Path, n: int, touch: int, prefix: str) -> dict[str, Any]:
     try:
         out: dict[str, Any] = {
             "start_to_ready_s": round(ready, 2),
+            # the server's own CPU seconds until ready: what the start costs, whatever the
+            # machine's load did to the wall time above
+            "cpu_s_to_ready": round(proc_cpu_s(server.pid), 2),
             "ready": {"fds": fds(server.pid), "rss_kib": rss_kib(server.pid)},
         }
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
@@ -202,6 +238,7 @@ def main() -> None:
     parser.add_argument("--rabbitmq-n", type=int, default=0)
     parser.add_argument("--rabbitmq-port", type=int, default=0, help="0: a free port")
     parser.add_argument("--peers", action="store_true", help="use ../shared/peers' RabbitMQ")
+    parser.add_argument("--interleave", type=int, default=0, help="see the module docstring")
     parser.add_argument(
         "--start-n", type=int, default=0, help="measure start/stop of a node with N streams"
     )
@@ -217,6 +254,8 @@ def main() -> None:
     try:
         url = f"amqp://guest:guest@127.0.0.1:{server.port}/%2F"
         sieve = declare_all(url, args.n, server.pid, "s")
+        if args.interleave:
+            sieve["interleaved"] = interleaved(url, args.interleave)
         sieve["touch"] = touch_random(url, args.n, min(args.touch, args.n), server.pid, "s")
         log = data / "definitions.log"
         sieve["definitions_log_bytes"] = log.stat().st_size if log.exists() else None

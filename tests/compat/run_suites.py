@@ -31,6 +31,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -400,10 +401,10 @@ def main() -> int:
     ap.add_argument("--no-sievemq", action="store_true", help="only the --rabbitmq-url run")
     ap.add_argument("--timeout", type=int, default=SUITE_TIMEOUT_S, help="seconds per suite run")
     ap.add_argument("--pytest-args", default="",
-                    help="Python suites: these test ids/files instead")  # fmt: skip
+                    help="Python suites: these test ids/files instead (shell quoting)")  # fmt: skip
     opts = ap.parse_args()
     SUITE_TIMEOUT_S = opts.timeout
-    EXTRA_PYTEST_ARGS = opts.pytest_args.split()
+    EXTRA_PYTEST_ARGS = shlex.split(opts.pytest_args)
     work: Path = opts.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     suites = opts.suite or list(ALL)

@@ -189,3 +189,38 @@ def test_policy_survives_sigkill_after_the_answer(tmp_path: Path) -> None:
         count = ch.queue_declare("capped", passive=True).method.message_count
         conn.close()
         assert count == 2
+
+
+async def test_policy_change_on_many_queues_yields_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PUT and DELETE of a policy matching 2,000 queues: applied in slices (the loop turns in
+    between), and every queue has it (or none) when the answer comes."""
+    monkeypatch.setattr(slicing, "SLICE_S", 0.0005)  # several slices on any machine
+    async with running_gateway() as gw:
+        v = gw.broker.vhost("/")
+        for i in range(2000):
+            v.declare_queue(f"many{i:04d}", durable=False)
+        turns: list[int] = []
+        real_step = slicing.Slicer.step
+
+        async def counting_step(self: slicing.Slicer) -> None:
+            before = self.turns
+            await real_step(self)
+            if self.turns != before:
+                turns.append(1)
+
+        monkeypatch.setattr(slicing.Slicer, "step", counting_step)
+        async with httpx.AsyncClient(
+            base_url=gw.admin_url, auth=("guest", "guest"), timeout=60
+        ) as http:
+            body = {"pattern": "^many", "definition": {"max-length": 3}}
+            r = await http.put("/api/policies/%2F/many", json=body)
+            assert r.status_code == 201
+            assert len(turns) >= 2
+            queues = list(v.classic.queues.values())
+            assert all(q.policy == "many" and q.arguments.max_length == 3 for q in queues)
+            turns.clear()
+            assert (await http.delete("/api/policies/%2F/many")).status_code == 204
+            assert len(turns) >= 2
+            assert all(q.policy is None and q.arguments.max_length is None for q in queues)

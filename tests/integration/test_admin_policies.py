@@ -546,6 +546,41 @@ def test_delivery_limit_policy_on_quorum_queues(
     assert counts == (0, 1)
 
 
+def test_alternate_exchange_policy(server: ServerProcess, channel: Any, qname: str) -> None:
+    x, ae, own_ae = f"{qname}-x", f"{qname}-ae", f"{qname}-own"
+    _put(
+        server,
+        f"/api/policies/%2F/{qname}",
+        {
+            "pattern": f"^{qname}-x",
+            "definition": {"alternate-exchange": ae},
+            "apply-to": "exchanges",
+        },
+    )
+    channel.exchange_declare(x, "direct")
+    channel.exchange_declare(f"{x}2", "direct", arguments={"alternate-exchange": own_ae})
+    for name, queue in ((ae, f"{qname}-caught"), (own_ae, f"{qname}-own-caught")):
+        channel.exchange_declare(name, "fanout")
+        channel.queue_declare(queue)
+        channel.queue_bind(queue, name)
+    channel.basic_publish(x, "nobody", b"unroutable")
+    channel.basic_publish(f"{x}2", "nobody", b"argument wins")
+    caught = (_count(channel, f"{qname}-caught"), _count(channel, f"{qname}-own-caught"))
+    with client(server) as http:
+        shown = http.get(f"/api/exchanges/%2F/{q(x)}").json()
+        unshown = http.get(f"/api/exchanges/%2F/{q(ae)}").json()
+        http.delete(f"/api/policies/%2F/{qname}")
+    channel.basic_publish(x, "nobody", b"no policy: dropped")
+    after = _count(channel, f"{qname}-caught")
+    for name in (x, f"{x}2", ae, own_ae):
+        channel.exchange_delete(name)
+    for queue in (f"{qname}-caught", f"{qname}-own-caught"):
+        channel.queue_delete(queue)
+    assert caught == (1, 1)
+    assert shown["policy"] == qname and "policy" not in unshown
+    assert after == 1
+
+
 def _stream_facts(server: ServerProcess, name: str) -> dict[str, Any]:
     with client(server) as http:
         got: dict[str, Any] = http.get(f"/api/streams/%2F/{q(name)}").json()

@@ -25,7 +25,7 @@ import pytest
 from pamqp import commands
 
 from sievemq.testing import running_gateway
-from sievemq.testing.raw import AsyncRawClient
+from sievemq.testing.raw import AsyncRawClient, publish_frames
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -181,4 +181,45 @@ async def test_a_failed_sync_closes_the_connection_and_reports_nothing(
         async with witness:
             ch = await witness.channel()
             await ch.declare_queue("after", durable=True, arguments=STREAM)
+        await client.close()
+
+
+async def test_publishes_behind_a_held_declare_are_bounded_then_all_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that declares a stream and at once pipelines 8 MiB of publishes to it on the
+    same channel: while the declare's sync runs, the held frames stay near 1 MiB (the
+    connection stops reading), and afterwards every publish is stored and confirmed, in
+    order, after the declare-ok."""
+    async with running_gateway(tmp_path / "data") as gw:
+        loop = asyncio.get_running_loop()
+        client = await AsyncRawClient.connect(gw.host, gw.port)
+        await client.handshake()
+        await client.open_channel(1)
+        await client.rpc(commands.Confirm.Select(), 1)
+        monkeypatch.setattr(os, "fdatasync", SlowDefinitionsSync())
+        count, body = 2000, b"x" * 4096
+        publish = commands.Basic.Publish(exchange="", routing_key="piped")
+        client.send_frame(commands.Queue.Declare(queue="piped", durable=True, arguments=STREAM), 1)
+        client.send(publish_frames(publish, 1, b"\x00\x00", body) * count)
+        peak = 0
+
+        async def sample() -> None:
+            nonlocal peak
+            while True:
+                for conn in list(gw.node.connections):
+                    peak = max(peak, getattr(conn, "backlog_bytes", 0))
+                await asyncio.sleep(0.005)
+
+        sampler = loop.create_task(sample())
+        first = await client.next_method(timeout=30)
+        assert isinstance(first, commands.Queue.DeclareOk), first
+        acked = 0
+        while acked < count:
+            reply = await client.next_method(timeout=30)
+            assert isinstance(reply, commands.Basic.Ack), reply
+            acked = reply.delivery_tag if reply.multiple else acked + 1
+        sampler.cancel()
+        assert 0 < peak < 3 * 1024 * 1024, peak
+        assert gw.broker.vhost("/").get_queue("piped").message_count == count
         await client.close()

@@ -51,8 +51,8 @@ async def test_delete_with_an_append_in_flight_does_not_block_the_loop(
             await channel.default_exchange.publish(aio_pika.Message(b"before"), "slow")
 
             def slow_fdatasync(fd: int) -> None:
-                # slow for the stream's files only: the definitions log is fdatasynced on
-                # the loop by every declare and delete (a known limit, docs/architecture.md)
+                # slow for the stream's files only: the delete-ok does wait for the
+                # definitions log's fdatasync, in a worker thread (test_declare_off_loop.py)
                 if "/streams/" in os.readlink(f"/proc/self/fd/{fd}"):
                     sync_threads.append(threading.get_ident())
                     loop.call_soon_threadsafe(syncing.set)

@@ -4,7 +4,8 @@ Same paths, bodies, codes and refusal texts as RabbitMQ 3.10's management plugin
 from a live peer). Who may do what, as RabbitMQ: policies need ``policymaker`` (or
 ``administrator``) and a permission in the vhost, operator policies and global parameters
 an administrator. A change is written to the definitions log on the loop and its fdatasync
-runs in a worker thread before the answer (``unsynced``/``synced``), like every admin change.
+runs in a worker thread before the answer (``unsynced``/``synced``), like every admin change;
+putting a policy to work on thousands of queues runs in slices between loop turns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit import _json_body as json_body
+from sievemq.admin_api.slicing import Slicer, heavy
 from sievemq.gateway.facade import BadRequest, BrokerFacade, ParameterView, Principal
 
 router = APIRouter(prefix="/api", tags=["RabbitMQ management API: policies and parameters"])
@@ -33,6 +35,7 @@ async def policymaker(request: Request) -> Principal:
 
 Policymaker = Annotated[Principal, Depends(policymaker)]
 Admin = Annotated[Principal, Depends(admin)]
+Heavy = Annotated[Slicer, Depends(heavy)]
 
 
 def _visible(who: Principal, vhost: str) -> bool:
@@ -66,6 +69,13 @@ def _escaped(error: BadRequest) -> ApiError:
     return bad_request(error.explanation.replace("<", "&lt;").replace(">", "&gt;"))
 
 
+async def _apply(f: BrokerFacade, vhost: str, slicer: Slicer) -> None:
+    """Put the vhost's policies to work on its queues and exchanges, handing the event loop
+    back every few milliseconds (thousands of queues take longer than that)."""
+    for _ in f.policy_steps(vhost):
+        await slicer.step()
+
+
 # ------------------------------------------------------------------------------ policies
 
 
@@ -97,6 +107,7 @@ def _register(path: str, operator: bool) -> None:
         request: Request,
         vhost: str,
         policy: str,
+        slicer: Heavy,
         who: Principal = allowed,
     ) -> Response:
         f = facade_of(request)
@@ -104,11 +115,12 @@ def _register(path: str, operator: bool) -> None:
         body = await json_body(request)
         try:
             with f.unsynced():
-                created = f.put_policy(v, name(policy), body, operator)
+                created = f.put_policy(v, name(policy), body, operator, apply=False)
         except BadRequest as error:
             if operator:
                 raise
             raise _escaped(error) from None
+        await _apply(f, v, slicer)
         await f.synced()
         return Response(status_code=201 if created else 204)
 
@@ -116,12 +128,14 @@ def _register(path: str, operator: bool) -> None:
         request: Request,
         vhost: str,
         policy: str,
+        slicer: Heavy,
         who: Principal = allowed,
     ) -> Response:
         f = facade_of(request)
         v = _vhost(f, who, vhost)
         with f.unsynced():
-            f.delete_policy(v, name(policy), operator)
+            f.delete_policy(v, name(policy), operator, apply=False)
+        await _apply(f, v, slicer)
         await f.synced()
         return Response(status_code=204)
 
@@ -181,7 +195,12 @@ async def get_parameter(
 
 @router.put("/parameters/{component}/{vhost}/{parameter}", status_code=201)
 async def put_parameter(
-    request: Request, component: str, vhost: str, parameter: str, who: Policymaker
+    request: Request,
+    component: str,
+    vhost: str,
+    parameter: str,
+    who: Policymaker,
+    slicer: Heavy,
 ) -> Response:
     f = facade_of(request)
     v = _changed_vhost(f, who, vhost)
@@ -191,19 +210,21 @@ async def put_parameter(
     if not who.is_administrator:  # operator policies and limits are an administrator's
         raise not_authorised("Not administrator user")
     with f.unsynced():
-        created = f.put_parameter(name(component), v, name(parameter), body["value"])
+        created = f.put_parameter(name(component), v, name(parameter), body["value"], False)
+    await _apply(f, v, slicer)
     await f.synced()
     return Response(status_code=201 if created else 204)
 
 
 @router.delete("/parameters/{component}/{vhost}/{parameter}", status_code=204)
 async def delete_parameter(
-    request: Request, component: str, vhost: str, parameter: str, who: Admin
+    request: Request, component: str, vhost: str, parameter: str, who: Admin, slicer: Heavy
 ) -> Response:
     f = facade_of(request)
     v = _vhost(f, who, vhost)
     with f.unsynced():
-        f.delete_parameter(name(component), v, name(parameter))
+        f.delete_parameter(name(component), v, name(parameter), apply=False)
+    await _apply(f, v, slicer)
     await f.synced()
     return Response(status_code=204)
 

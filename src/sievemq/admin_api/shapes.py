@@ -283,7 +283,7 @@ def channel(c: ChannelView, node: str) -> dict[str, Any]:
 
 
 def exchange(x: ExchangeView) -> dict[str, Any]:
-    return {
+    out = {
         "arguments": x.arguments,
         "auto_delete": x.auto_delete,
         "durable": x.durable,
@@ -293,6 +293,9 @@ def exchange(x: ExchangeView) -> dict[str, Any]:
         "user_who_performed_action": "rmq-internal",
         "vhost": x.vhost,
     }
+    if x.policy is not None:  # as RabbitMQ: only when one applies
+        out["policy"] = x.policy
+    return out
 
 
 def binding(b: BindingView) -> dict[str, Any]:

@@ -373,6 +373,7 @@ class ExchangeView:
     auto_delete: bool
     internal: bool
     arguments: dict[str, Any]
+    policy: str | None = None
 
 
 @dataclass
@@ -1608,22 +1609,31 @@ class BrokerFacade:
             raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
         return _policy_view(policy)
 
-    def put_policy(self, vhost: str, name: str, body: Any, operator: bool = False) -> bool:
-        """Validate (400 with RabbitMQ's text), store and apply at once to the vhost's
-        queues; True when it is new."""
+    def put_policy(
+        self, vhost: str, name: str, body: Any, operator: bool = False, apply: bool = True
+    ) -> bool:
+        """Validate (400 with RabbitMQ's text), store, and apply to the vhost's queues and
+        exchanges (``apply=False``: the caller runs ``policy_steps``); True when new."""
         v = self.broker.vhost(vhost)
         try:
             policy = policies.parse(vhost, name, body, operator)
         except policies.PolicyError as error:
             raise BadRequest(error.reason) from None
-        created = v.set_policy(policy, operator)
-        self.broker.save_definitions()
+        created = v.set_policy(policy, operator, apply)
+        self.broker.save_policy(vhost, name, operator)
         return created
 
-    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> None:
-        if not self.broker.vhost(vhost).clear_policy(name, operator):
+    def delete_policy(
+        self, vhost: str, name: str, operator: bool = False, apply: bool = True
+    ) -> None:
+        if not self.broker.vhost(vhost).clear_policy(name, operator, apply):
             raise NotFound(f"no policy '{name}' in vhost '{vhost}'")
-        self.broker.save_definitions()
+        self.broker.save_policy(vhost, name, operator)
+
+    def policy_steps(self, vhost: str) -> Iterator[None]:
+        """Re-apply the vhost's policies one object at a time (see ``VirtualHost``)."""
+        v = self.broker.vhosts.get(vhost)
+        return iter(()) if v is None else v.policy_steps()
 
     def list_parameters(
         self, component: str | None = None, vhost: str | None = None
@@ -1647,14 +1657,16 @@ class BrokerFacade:
                 return p
         raise NotFound(f"no parameter '{name}' of component '{component}' in vhost '{vhost}'")
 
-    def put_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
+    def put_parameter(
+        self, component: str, vhost: str, name: str, value: Any, apply: bool = True
+    ) -> bool:
         """Set an operator policy or the vhost's limits; other components are unknown here
         (400 as RabbitMQ without the plugin answers). True when it is new."""
         if component == "policy":
             raise BadRequest("policies may not be set using this method")
         v = self.broker.vhost(vhost)
         if component == policies.OPERATOR_COMPONENT:
-            return self.put_policy(vhost, name, value, operator=True)
+            return self.put_policy(vhost, name, value, operator=True, apply=apply)
         if component != LIMITS_COMPONENT:
             raise BadRequest(f"Validation failed\n\ncomponent {component} not found\n")
         if not isinstance(value, dict):
@@ -1675,10 +1687,10 @@ class BrokerFacade:
         self.broker.save_definitions()
         return created
 
-    def delete_parameter(self, component: str, vhost: str, name: str) -> None:
+    def delete_parameter(self, component: str, vhost: str, name: str, apply: bool = True) -> None:
         self.get_parameter(component, vhost, name)  # 404 first
         if component == policies.OPERATOR_COMPONENT:
-            self.delete_policy(vhost, name, operator=True)
+            self.delete_policy(vhost, name, operator=True, apply=apply)
             return
         self.broker.vhost(vhost).limits = {}
         self.broker.save_definitions()
@@ -1697,13 +1709,13 @@ class BrokerFacade:
     def put_global_parameter(self, name: str, value: Any) -> bool:
         created = name not in self.broker.global_parameters
         self.broker.global_parameters[name] = value
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
         return created
 
     def delete_global_parameter(self, name: str) -> None:
         if self.broker.global_parameters.pop(name, None) is None:
             raise NotFound(f"no global parameter '{name}'")
-        self.broker.save_definitions()
+        self.broker.save_global_parameter(name)
 
     # ------------------------------------------------------------------ named consumers
 
@@ -2017,7 +2029,14 @@ def _binding_view(vhost: str, b: Binding) -> BindingView:
 
 def _exchange_view(x: Exchange) -> ExchangeView:
     return ExchangeView(
-        x.vhost, x.name, x.type, x.durable, x.auto_delete, x.internal, _jsonable(x.arguments)
+        x.vhost,
+        x.name,
+        x.type,
+        x.durable,
+        x.auto_delete,
+        x.internal,
+        _jsonable(x.arguments),
+        x.policy,
     )
 
 

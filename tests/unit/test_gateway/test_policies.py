@@ -23,14 +23,14 @@ def test_highest_priority_wins_and_apply_to_filters() -> None:
         "c-streams", "q", {"max-age": "1h"}, priority=9, **{"apply-to": "streams"}
     )
     exchanges = _policy("d-ex", ".*", {"alternate-exchange": "ae"}, **{"apply-to": "exchanges"})
-    every = [low, high, streams_only, exchanges]
+    every = policies.ranked([low, high, streams_only, exchanges])
     assert policies.match(every, "classic", "qx") is high
     assert policies.match(every, "stream", "qx") is streams_only
     assert policies.match(every, "quorum", "xq") is high  # unanchored search, as re:run
     assert policies.match(every, "classic", "zzz") is None
     assert policies.match(every, "exchange", "x") is exchanges
     tie = _policy("a-tie", "q", {"max-length": 3}, priority=7)
-    assert policies.match([high, tie], "classic", "q") is tie  # ties: by name
+    assert policies.match(policies.ranked([high, tie]), "classic", "q") is tie  # ties: by name
 
 
 def test_operator_policy_merges_the_lower_value() -> None:
@@ -131,3 +131,18 @@ def test_definition_refusals(definition: dict[str, object], text: str) -> None:
     with pytest.raises(policies.PolicyError) as info:
         _policy("p", ".*", definition)
     assert info.value.reason == f"Validation failed\n\n{text}\n"
+
+
+def test_keys_rabbitmq_accepts_are_accepted() -> None:
+    """Keys RabbitMQ 3.10 validates are stored even where SieveMQ has nothing they change
+    (docs/admin-api.md lists them), so its definitions files import."""
+    definition = {
+        "queue-mode": "lazy",
+        "queue-version": 2,
+        "max-in-memory-length": 5,
+        "max-in-memory-bytes": 5,
+        "queue-leader-locator": "client-local",
+        "initial-cluster-size": 3,
+        "alternate-exchange": "ae",
+    }
+    assert _policy("p", ".*", definition).definition == definition

@@ -167,11 +167,14 @@ class DefinitionStore:
                 (self.directory / FILE_NAME).unlink()
 
     def _read_log(self) -> bool:
+        """Replay the log: every line is checked (CRC) first, then all are parsed by one
+        ``json.loads`` of the lines joined as a JSON array (one C call, not one per line)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return False
         pos = 0
+        bodies: list[bytes] = []
         while True:
             end = data.find(b"\n", pos)
             if end < 0:
@@ -186,18 +189,24 @@ class DefinitionStore:
             body = line[9:]
             if zlib.crc32(body) != crc:
                 break
-            op, section, key, value = json.loads(body)
+            bodies.append(body)
+            pos = end + 1
+        if pos != len(data):
+            os.truncate(self.path, pos)  # the torn or corrupt tail: never a committed line
+        try:
+            entries = json.loads(b"[" + b",".join(bodies) + b"]")
+        except ValueError:
+            entries = [json.loads(body) for body in bodies]  # names the bad line
+        items = self._items
+        for body, (op, section, key, value) in zip(bodies, entries, strict=True):
             if op == "put":
                 if _TAG_BYTES in body:  # a tagged AMQP value inside: decode it
                     value = decode_value(value)
                 # the canonical text is computed when a save first compares with it
-                self._items[section, key] = (None, value)
+                items[section, key] = (None, value)
             else:
-                self._items.pop((section, key), None)
-            self._lines += 1
-            pos = end + 1
-        if pos != len(data):
-            os.truncate(self.path, pos)  # the torn or corrupt tail: never a committed line
+                items.pop((section, key), None)
+        self._lines += len(bodies)
         return pos > 0
 
     # ------------------------------------------------------------------ reading

@@ -35,6 +35,9 @@ class Exchange:
     vhost: str = "/"
     bindings: set[Binding] = field(default_factory=set, repr=False)
     matcher: Matcher = field(init=False, repr=False)
+    # the policy that applies, if any, and the alternate exchange it names (the argument wins)
+    policy: str | None = field(default=None, repr=False)
+    policy_alternate: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.matcher = MATCHERS[self.type]()

@@ -16,6 +16,7 @@ peer; a bad value is a ``PolicyError`` whose ``reason`` is RabbitMQ's 400 reason
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,16 +54,6 @@ MERGED_KEYS = (
 )
 OPERATOR_KEYS = MERGED_KEYS
 OPERATOR_COMPONENT = "operator_policy"  # operator policies are runtime parameters of this
-# keys SieveMQ accepts (as RabbitMQ does) but that change nothing here
-NO_EFFECT_KEYS = (
-    "alternate-exchange",
-    "max-in-memory-length",
-    "max-in-memory-bytes",
-    "queue-mode",
-    "queue-version",
-    "queue-leader-locator",
-    "initial-cluster-size",
-)
 MIN_SEGMENT_BYTES = 4096  # a policy's smaller segment size is raised to this
 FILTER_SIZE_KEY = "stream-filter-size-bytes"  # SieveMQ's own: Bloom filter bytes per chunk
 
@@ -167,7 +158,11 @@ class Policy:
 
     def applies(self, kind: str, name: str) -> bool:
         """Whether it matches an object of ``kind`` (classic, quorum, stream, exchange)."""
-        return kind in _COVERS[self.apply_to] and re.search(self.pattern, name) is not None
+        return kind in _COVERS[self.apply_to] and self.regex.search(name) is not None
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
 
     def to_json(self) -> dict[str, Any]:
         """As ``/api/policies`` shows it."""
@@ -250,13 +245,18 @@ def check_definition(definition: dict[str, Any], operator: bool = False) -> None
         raise _failed(f"{erlang_term(unknown)} are not recognised policy settings")
 
 
-def match(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
-    """The policy that applies: the highest priority of those matching (ties: by name)."""
-    best: Policy | None = None
-    for policy in sorted(policies, key=lambda p: p.name):
-        if policy.applies(kind, name) and (best is None or policy.priority > best.priority):
-            best = policy
-    return best
+def ranked(policies: Iterable[Policy]) -> list[Policy]:
+    """Policies in the order ``match`` tries them: highest priority first, then by name."""
+    return sorted(policies, key=lambda p: (-p.priority, p.name))
+
+
+def match(ranked_policies: list[Policy], kind: str, name: str) -> Policy | None:
+    """The policy that applies: the first matching of ``ranked(policies)``, i.e. the
+    highest priority of those matching (ties: by name)."""
+    for policy in ranked_policies:
+        if policy.applies(kind, name):
+            return policy
+    return None
 
 
 def effective_definition(policy: Policy | None, operator: Policy | None) -> dict[str, Any]:

@@ -106,6 +106,7 @@ class VirtualHost:
         exchange = Exchange(
             name, type, durable, auto_delete, internal, dict(arguments or {}), vhost=self.name
         )
+        self.apply_exchange_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
             self.touched.append(("exchange", name))
@@ -203,7 +204,8 @@ class VirtualHost:
             queue = StreamQueue(
                 name, self.name, stream_args, self._open_stream(self.name, name, stream_args)
             )
-        self.apply_policy(queue)
+        if not lazy or self.policies or self.operator_policies:
+            self.apply_policy(queue)  # (with no policy at all it would change nothing)
         self.queues[name] = queue
         self.touched.append(("queue", name))
         return queue
@@ -427,7 +429,7 @@ class VirtualHost:
                         pending.append(nxt)
                         routed = True
             if not routed:
-                alternate = current.arguments.get("alternate-exchange")
+                alternate = current.arguments.get("alternate-exchange", current.policy_alternate)
                 if isinstance(alternate, str) and alternate not in seen:
                     seen.add(alternate)
                     nxt = self.exchanges.get(alternate)
@@ -437,15 +439,26 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ policies
 
-    def apply_policy(self, queue: AnyQueue) -> None:
+    def apply_policy(
+        self,
+        queue: AnyQueue,
+        ranked: tuple[list[policies.Policy], list[policies.Policy]] | None = None,
+    ) -> None:
         """Work out which policy and operator policy apply to ``queue`` and put their
-        effective definition to work (on declare, and whenever a policy changes)."""
+        effective definition to work (on declare, and whenever a policy changes).
+        ``ranked``: the policies and operator policies already ``policies.ranked``."""
+        mine, operators = ranked or self._ranked()
         kind = "stream" if isinstance(queue, StreamQueue) else queue.kind
-        policy = policies.match(self.policies.values(), kind, queue.name)
-        operator = policies.match(self.operator_policies.values(), kind, queue.name)
+        policy = policies.match(mine, kind, queue.name)
+        operator = policies.match(operators, kind, queue.name)
         effective = policies.effective_definition(policy, operator)
-        queue.policy = None if policy is None else policy.name
-        queue.operator_policy = None if operator is None else operator.name
+        names = (
+            None if policy is None else policy.name,
+            None if operator is None else operator.name,
+        )
+        if (queue.policy, queue.operator_policy) == names and queue.effective_policy == effective:
+            return  # nothing changed for this one (the common case when a policy is set)
+        queue.policy, queue.operator_policy = names
         queue.effective_policy = effective
         if isinstance(queue, ClassicQueue):
             queue.apply_arguments(policies.queue_arguments(queue.declared, effective))
@@ -467,27 +480,64 @@ class VirtualHost:
 
         queue.when_open(put_limits)  # an idle stream restored at start stays closed
 
-    def apply_policies(self) -> None:
-        """A policy of this vhost was set or removed: re-apply to every queue."""
-        for stream_queue in self.queues.values():
-            self.apply_policy(stream_queue)
-        for queue in self.classic.queues.values():
-            self.apply_policy(queue)
+    def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
+        return (
+            policies.ranked(self.policies.values()),
+            policies.ranked(self.operator_policies.values()),
+        )
 
-    def set_policy(self, policy: policies.Policy, operator: bool = False) -> bool:
-        """Add or replace a policy (True when it is new) and apply it."""
+    def apply_exchange_policy(
+        self, exchange: Exchange, ranked: list[policies.Policy] | None = None
+    ) -> None:
+        """An exchange's policy: of its keys only ``alternate-exchange`` does something."""
+        if exchange.builtin:
+            return
+        policy = policies.match(
+            ranked if ranked is not None else self._ranked()[0], "exchange", exchange.name
+        )
+        exchange.policy = None if policy is None else policy.name
+        alternate = None if policy is None else policy.definition.get("alternate-exchange")
+        exchange.policy_alternate = alternate if isinstance(alternate, str) else None
+
+    def apply_policies(self) -> None:
+        """A policy of this vhost was set or removed: re-apply to every queue and exchange."""
+        for _ in self.policy_steps():
+            pass
+
+    def policy_steps(self) -> Iterator[None]:
+        """``apply_policies`` one object at a time (a yield after each), so that the admin
+        plane can hand the event loop back in between. Objects declared meanwhile got the
+        policies at their declare; deleted ones are skipped."""
+        ranked = self._ranked()
+        for exchange in list(self.exchanges.values()):
+            if self.exchanges.get(exchange.name) is exchange:
+                self.apply_exchange_policy(exchange, ranked[0])
+            yield
+        queues: list[AnyQueue] = [*self.queues.values(), *self.classic.queues.values()]
+        for queue in queues:
+            if not queue.deleted:
+                self.apply_policy(queue, ranked)
+            yield
+
+    def set_policy(
+        self, policy: policies.Policy, operator: bool = False, apply: bool = True
+    ) -> bool:
+        """Add or replace a policy (True when it is new) and apply it (``apply=False``:
+        the caller runs ``policy_steps``)."""
         table = self.operator_policies if operator else self.policies
         created = policy.name not in table
         table[policy.name] = policy
-        self.apply_policies()
+        if apply:
+            self.apply_policies()
         return created
 
-    def clear_policy(self, name: str, operator: bool = False) -> bool:
+    def clear_policy(self, name: str, operator: bool = False, apply: bool = True) -> bool:
         """Remove a policy (False when there was none) and re-apply what is left."""
         table = self.operator_policies if operator else self.policies
         if table.pop(name, None) is None:
             return False
-        self.apply_policies()
+        if apply:
+            self.apply_policies()
         return True
 
     # ------------------------------------------------------------------ lifecycle

@@ -66,6 +66,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     __slots__ = (
         "_admitted",
+        "_backlogged",
         "_dead",
         "_handler",
         "_handshake_timeout_s",
@@ -107,6 +108,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._write_buffer_high = write_buffer_high
         self._write_paused = False  # our write buffer is over write_buffer_high
         self._held = False  # a resource alarm blocks this (publishing) connection
+        self._backlogged = False  # channels waiting for a definitions sync hold enough frames
         self._stopped = False  # the server is shutting down: never read again
         self._reading_paused = False
         self._slicing = False  # slices of a large read are still to be handled
@@ -250,6 +252,12 @@ class AMQPProtocol(asyncio.Protocol):
         self._held = held
         self._update_reading()
 
+    def hold_for_backlog(self, held: bool) -> None:
+        """Stop reading (or allow it again) while channels that wait for a definitions
+        fdatasync hold more received frames than ``Connection`` lets them."""
+        self._backlogged = held
+        self._update_reading()
+
     def stop_reading(self) -> None:
         """Shutdown: read nothing more from the peer (its publishes so far get confirmed).
 
@@ -266,7 +274,9 @@ class AMQPProtocol(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         """Pause while either reason holds; resume only when neither does."""
-        pause = self._write_paused or self._held or self._stopped or self._slicing
+        pause = (
+            self._write_paused or self._held or self._stopped or self._slicing or self._backlogged
+        )
         if pause is self._reading_paused:
             return
         transport = self.transport

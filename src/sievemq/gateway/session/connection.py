@@ -47,6 +47,9 @@ from sievemq.gateway.session.publish_cache import PUBLISH_ID as _PUBLISH_ID
 log = logging.getLogger(__name__)
 
 _CLOSE_OK_TIMEOUT_S = 1.0
+# frame bytes that channels waiting for a definitions fdatasync may hold (``Channel.backlog``)
+# before the connection stops reading until they are handled
+_BACKLOG_PAUSE_BYTES = 1024 * 1024
 
 _OPEN = ConnectionPhase.OPEN
 _CLOSING = ConnectionPhase.CLOSING
@@ -58,6 +61,7 @@ class ReadControl(Protocol):
     """The socket side of a connection (``net.protocol.AMQPProtocol``): hold reading."""
 
     def hold_reading(self, held: bool) -> None: ...
+    def hold_for_backlog(self, held: bool) -> None: ...
     def stop_reading(self) -> None: ...
 
 
@@ -99,6 +103,8 @@ class Connection:
         self.read_under_alarm = 0
         self._out: list[bytes] = []
         self._capturing = False  # a cold method runs: direct writes queue in _out too
+        self.backlog_bytes = 0  # frame bytes in the backlogs of channels held for a sync
+        self._backlog_paused = False
         self._flush_scheduled = False
         self._in_frames = False
         self._received = True
@@ -177,11 +183,19 @@ class Connection:
     ) -> None:
         """A held channel's change is on disk: send its held replies, then handle the frames
         it received meanwhile, in order (a later change may hold it again)."""
+        self.backlog_bytes -= sum(len(payload) for _, payload in backlog)
         if self.channels.get(channel.id) is not channel or self.state.phase is not _OPEN:
             return  # the channel or the connection went away meanwhile
         self._out.extend(held)
         chid = channel.id
         self.on_frames([(ftype, chid, payload) for ftype, payload in backlog])  # flushes
+        if self.backlog_bytes <= _BACKLOG_PAUSE_BYTES:
+            self._pause_for_backlog(False)
+
+    def _pause_for_backlog(self, paused: bool) -> None:
+        if paused is not self._backlog_paused and self.read_control is not None:
+            self._backlog_paused = paused
+            self.read_control.hold_for_backlog(paused)
 
     def abort(self) -> None:
         """Drop the socket at once (shutdown, after the grace period)."""
@@ -218,6 +232,9 @@ class Connection:
                             self._channel_open(ftype, chid, payload)
                         elif channel.backlog is not None:  # waits for a definitions sync
                             channel.backlog.append((ftype, payload))
+                            self.backlog_bytes += len(payload)
+                            if self.backlog_bytes > _BACKLOG_PAUSE_BYTES:
+                                self._pause_for_backlog(True)
                         elif (
                             ftype == 1
                             and i + 1 < n
