@@ -22,6 +22,11 @@ ratios and the `loop.sendfile` probe below. RabbitMQ 3.10.8 has no stream filter
 so the filtered test runs on SieveMQ only. Defaults (N=100,000, 3 runs) take ~3 minutes on
 a quiet 2-core machine.
 
+`python -m bench.stream_protocol --baseline SRC [--n N] [--runs R]`: this tree's server and
+the one whose package is in SRC (e.g. `git archive HEAD~1 src | tar -x -C /tmp/before`, then
+`--baseline /tmp/before/src`), alternately in one process, with the ratios: a before/after;
+it adds each server's CPU microseconds per message (from /proc), steadier than msg/s under load.
+
 `--sendfile-probe` (part of `--compare`): how fast N stored messages reach a raw socket
 reader (another process) over loopback as Deliver frames, three ways in one run: `write`,
 SieveMQ's path (StreamReader.read of a real stream, cut into osiris chunks of at most 100
@@ -152,17 +157,37 @@ async def _delete(host: str, port: int, stream: str) -> None:
         await p.delete_stream(stream, missing_ok=True)
 
 
-async def _measure(host: str, port: int, runs: int, n: int, filtered: bool) -> dict[str, Any]:
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(
+    host: str, port: int, runs: int, n: int, filtered: bool, pid: int = 0
+) -> dict[str, Any]:
+    """Per size the median msg/s; with the server's ``pid``, also its CPU microseconds per
+    message (steadier than msg/s on a loaded machine: waiting for a core costs no CPU)."""
     results: dict[str, Any] = {}
     for size in (100, 1024):
-        pub, con = [], []
+        pub, con, pub_cpu, con_cpu = [], [], [], []
         for _ in range(runs):
             stream = f"bench-{uuid.uuid4().hex[:8]}"
+            c0 = _cpu_seconds(pid) if pid else 0.0
             pub.append(await _publish(host, port, stream, n, size, False))
+            c1 = _cpu_seconds(pid) if pid else 0.0
             con.append(await _consume(host, port, stream, n, None))
+            c2 = _cpu_seconds(pid) if pid else 0.0
+            pub_cpu.append((c1 - c0) / n * 1e6)
+            con_cpu.append((c2 - c1) / n * 1e6)
             await _delete(host, port, stream)
         results[f"publish_confirm_{size}B_msg_s"] = round(statistics.median(pub))
         results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
+        if pid:
+            results[f"publish_confirm_{size}B_server_cpu_us_per_msg"] = round(
+                statistics.median(pub_cpu), 2
+            )
+            results[f"consume_{size}B_server_cpu_us_per_msg"] = round(statistics.median(con_cpu), 2)
     if filtered:
         exact = []
         for _ in range(runs):
@@ -366,6 +391,32 @@ async def _compare(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """This tree's server and a baseline's (``--baseline SRC``), alternately, in one run."""
+    with tempfile.TemporaryDirectory(prefix="sievemq-bench-") as tmp:
+        new = start_server(Path(tmp) / "new", fsync="never")
+        old = start_server(Path(tmp) / "old", fsync="never", src=Path(args.baseline))
+        acc: dict[str, dict[str, list[float]]] = {"new": {}, "baseline": {}}
+        try:
+            for _ in range(args.runs):
+                for name, server in (("new", new), ("baseline", old)):
+                    pid = server.process.pid
+                    one = await _measure(args.host, server.stream_port, 1, args.n, False, pid)
+                    for k, v in one.items():
+                        acc[name].setdefault(k, []).append(v)
+        finally:
+            stop_server(new)
+            stop_server(old)
+    out: dict[str, Any] = {
+        name: {k: round(statistics.median(v), 2) for k, v in got.items()}
+        for name, got in acc.items()
+    }
+    out["ratio_new_over_baseline"] = {
+        k: round(out["new"][k] / v, 2) for k, v in out["baseline"].items() if v
+    }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -385,6 +436,11 @@ def main() -> None:
         help="start SieveMQ and RabbitMQ 3.10.8 (rabbitmq_stream) and measure both",
     )
     parser.add_argument(
+        "--baseline",
+        metavar="SRC",
+        help="start this tree's server and the one in SRC (a src/ folder) and measure both",
+    )
+    parser.add_argument(
         "--sendfile-probe", action="store_true", help="only the loop.sendfile probe"
     )
     args = parser.parse_args()
@@ -399,6 +455,10 @@ def main() -> None:
                 }
             )
         )
+        return
+    if args.baseline:
+        got = asyncio.run(_against_baseline(args))
+        print(json.dumps({"label": "stream protocol: this tree vs baseline", **head, **got}))
         return
     if args.sendfile_probe:
 

@@ -296,6 +296,51 @@ def decode_records(
         raise StorageError(f"chunk at offset {first_offset}: bad record data: {error}") from error
 
 
+def length_prefixed_runs(
+    raw: bytes, count: int, skip: int, budget: int, max_records: int
+) -> list[tuple[int, bytes]] | None:
+    """The bodies of records ``skip ..`` of a chunk's data, each after its length as a
+    big-endian u32 (the stream protocol's simple entries), cut into runs of at most
+    ``max_records`` records and ``budget`` bytes (a longer record goes alone): a list of
+    (records in the run, its bytes). None when one of them is not a KIND_STREAM record (its
+    body alone is not what a stream consumer receives).
+
+    No Record objects: one slice and one length per record (the stream-protocol Deliver
+    path, which sends stored stream-protocol payloads byte for byte).
+    """
+    runs: list[tuple[int, bytes]] = []
+    try:
+        table_len = count * ENTRY_SIZE
+        p = table_len
+        parts: list[bytes] = []
+        add = parts.append
+        pack = _pack_u32
+        size = 0
+        n = 0
+        for i, (nf, fl, el, rl, pl, bl) in enumerate(ENTRY.iter_unpack(raw[:table_len])):
+            if not nf & _KIND_BIT:
+                return None
+            s = p + fl + el + rl + pl
+            p = s + bl
+            if i < skip:
+                continue
+            if n and (size + 4 + bl > budget or n >= max_records):
+                runs.append((n, b"".join(parts)))
+                parts.clear()
+                size = n = 0
+            add(pack(bl))
+            add(raw[s:p])
+            size += 4 + bl
+            n += 1
+    except (struct.error, IndexError) as error:
+        raise StorageError(f"bad record data: {error}") from error
+    if p != len(raw):
+        raise StorageError(f"record table describes {p} bytes, the data holds {len(raw)}")
+    if n:
+        runs.append((n, b"".join(parts)))
+    return runs
+
+
 def _decode_records(
     raw: bytes,
     count: int,

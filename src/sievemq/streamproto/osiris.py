@@ -69,6 +69,12 @@ def deliver_prefix(
     return _FRAME_V1.pack(FRAME_OVERHEAD_V1 - 4 + chunk_bytes, DELIVER, 1, subscription_id)
 
 
+def chunk(first_offset: int, count: int, timestamp_ms: int, data: bytes) -> bytes:
+    """Header + data of a chunk whose data section (``entries``) is already built: the part
+    of a Deliver frame that is the same for every subscriber."""
+    return chunk_header(first_offset, count, timestamp_ms, data) + data
+
+
 def deliver(
     subscription_id: int,
     first_offset: int,

@@ -123,6 +123,28 @@ class StreamAppender:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def submit_many(
+        self,
+        messages: list[Message],
+        sinks: Sequence[ConfirmSink | None],
+        sink: ConfirmSink,
+        seqs: list[int],
+    ) -> None:
+        """``submit`` for a batch: ``sinks`` per message, ``sink`` hears of ``seqs``."""
+        if self._closed:
+            sink.settle_confirms(seqs, False)
+            return
+        self._buffer.extend(messages)
+        self._sinks.extend(sinks)
+        owed = self._tokens.get(sink)
+        if owed is None:
+            self._tokens[sink] = seqs
+        else:
+            owed.extend(seqs)
+        if not self._scheduled and self._in_flight is None:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
     def _take(self) -> tuple[list[Message], list[ConfirmSink | None], Tokens]:
         batch, sinks, tokens = self._buffer, self._sinks, self._tokens
         self._buffer, self._sinks, self._tokens = [], [], {}

@@ -22,7 +22,10 @@ from sievemq.storage.publishers import PublisherSequences, publisher_tag
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import wire
 
+_new_message = tuple.__new__  # Message(...) without the NamedTuple constructor's call
+
 if TYPE_CHECKING:
+    from sievemq.gateway.model.broker import MessageCounters
     from sievemq.gateway.model.queue import StreamQueue
     from sievemq.gateway.runtime.appender import StreamAppender
     from sievemq.gateway.stream_session.ports import ConnectionPort
@@ -35,6 +38,7 @@ class StreamPublisher:
         "appender",
         "confirmed",
         "conn",
+        "counters",
         "errored",
         "published",
         "publisher_id",
@@ -51,8 +55,10 @@ class StreamPublisher:
         queue: StreamQueue,
         appender: StreamAppender,
         sequences: PublisherSequences | None,
+        counters: MessageCounters,
     ) -> None:
         self.conn = conn
+        self.counters = counters  # the node's: received and routed, per Publish frame
         self.publisher_id = publisher_id
         self.reference = reference
         self.queue = queue
@@ -66,14 +72,20 @@ class StreamPublisher:
     def publish(self, entries: list[wire.PublishedEntry]) -> None:
         errors: list[tuple[int, int]] = []
         duplicates: list[int] = []
-        submit = self.appender.submit
         sequences = self.sequences
         ref = self.reference
         last = -1
-        written = 0
         if sequences is not None:
             stored = sequences.get(ref)
             last = -1 if stored is None else stored
+        # one list of messages, one of their confirm sinks and one of the publishing ids,
+        # handed to the appender at once (no per-message submit)
+        messages: list[Message] = []
+        sinks: list[StreamPublisher | None] = []
+        pids: list[int] = []
+        add = messages.append
+        new = _new_message
+        tag = b""
         for pid, fv, payloads, error in entries:
             if error:
                 errors.append((pid, error))
@@ -85,19 +97,27 @@ class StreamPublisher:
                     continue
                 last = pid
                 tag = publisher_tag(ref, pid)
-            else:
-                tag = b""
-            for payload in payloads[:-1]:
-                submit(Message(filters, "", "", tag, payload, KIND_STREAM), None, pid)
-            submit(Message(filters, "", "", tag, payloads[-1], KIND_STREAM), self, pid)
-            written += 1
+            pids.append(pid)
+            if len(payloads) == 1:
+                add(new(Message, (filters, "", "", tag, payloads[0], KIND_STREAM)))
+                sinks.append(self)
+                continue
+            for payload in payloads:  # a sub-entry batch: its last message carries the id
+                add(new(Message, (filters, "", "", tag, payload, KIND_STREAM)))
+                sinks.append(None)
+            sinks[-1] = self
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
         self.published += len(entries)
-        if written:
-            self.conn.take_publish_credits(written)
+        counters = self.counters
+        counters.stream_received += len(entries)
+        counters.stream_routed += len(pids)
+        if pids:
+            self.conn.take_publish_credits(len(pids))
+            self.appender.submit_many(messages, sinks, self, pids)
         if duplicates:
             self.confirmed += len(duplicates)
+            counters.stream_confirmed += len(duplicates)
             self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
             self.errored += len(errors)
@@ -109,6 +129,7 @@ class StreamPublisher:
             return
         if ok:
             self.confirmed += len(seqs)
+            self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
             self.errored += len(seqs)

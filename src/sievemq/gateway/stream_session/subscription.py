@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.storage.chunk import decode_records, length_prefixed_runs
+from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
 
@@ -72,6 +74,53 @@ def payload_of(record: Record, stream: Stream | None = None) -> bytes:
     return out
 
 
+BUILT_BYTES_PER_STREAM = 8 * 1024 * 1024  # built wire chunks kept per stream
+
+Built = list[tuple[int, bytes]]  # (first offset, osiris chunk: header + entries) in order
+
+# stream -> (chunk id, byte budget) -> that whole stored chunk in osiris layout, built once
+# and shared by every subscriber that sends it whole; the oldest goes first
+_built: weakref.WeakKeyDictionary[Stream, dict[tuple[int, int], Built]] = (
+    weakref.WeakKeyDictionary()
+)
+_built_size: weakref.WeakKeyDictionary[Stream, int] = weakref.WeakKeyDictionary()
+
+
+def wire_chunks(stream: Stream, raw: RawChunk, budget: int) -> Built | None:
+    """The osiris chunks for the records ``raw.start ..`` of a stored chunk, each within
+    ``budget`` bytes of entries (one stored chunk may need several), or None when it holds a
+    0-9-1 record (those need converting: the record path). Whole chunks are built once per
+    stream and budget (``_built``)."""
+    first = raw.first_offset
+    whole = raw.start <= first
+    key = (first, budget)
+    cache = _built.get(stream)
+    if whole and cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    skip = 0 if whole else raw.start - first
+    runs = length_prefixed_runs(raw.data, raw.records, skip, budget, MAX_ENTRIES)
+    if runs is None:
+        return None
+    out: Built = []
+    at = first + skip
+    ts = raw.timestamp_ms
+    for n, data in runs:
+        out.append((at, osiris.chunk(at, n, ts, data)))
+        at += n
+    if whole:
+        if cache is None:
+            cache = _built[stream] = {}
+            _built_size[stream] = 0
+        size = _built_size[stream] + sum(len(c) for _, c in out)
+        while cache and size > BUILT_BYTES_PER_STREAM:
+            size -= sum(len(c) for _, c in cache.pop(next(iter(cache))))
+        cache[key] = out
+        _built_size[stream] = size
+    return out
+
+
 NEXT = wire.OffsetSpec(wire.OFFSET_NEXT, 0)
 
 
@@ -92,6 +141,9 @@ def seek(reader: StreamReader, offset: wire.OffsetSpec) -> None:
 
 class Subscription(CommitWaker):
     __slots__ = (
+        "_built",
+        "_by_chunk",
+        "_chunks",
         "_pending",
         "_reader",
         "conn",
@@ -129,6 +181,10 @@ class Subscription(CommitWaker):
         self.delivered = 0
         self.properties: dict[str, str] = {}  # Subscribe's properties (for the admin API)
         self._pending: list[Record] = []
+        # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
+        self._by_chunk = spec is None or isinstance(spec, WholeChunks)
+        self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
+        self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
 
     def start(self) -> None:
         self.listen()
@@ -143,8 +199,13 @@ class Subscription(CommitWaker):
     @property
     def next_offset(self) -> int:
         """The offset of the next message this subscription would deliver."""
-        pending = self._pending
-        return pending[0].offset if pending else self._reader.position
+        if self._pending:
+            return self._pending[0].offset
+        if self._built:  # the rest of a stored chunk cut at the frame budget
+            return self._built[0][0]
+        if self._chunks:  # stored chunks read, not yet sent
+            return self._chunks[-1].start
+        return self._reader.position
 
     def activate(self, offset: wire.OffsetSpec | None) -> None:
         """Single active consumer: this one may deliver now, from ``offset`` (the client's
@@ -165,6 +226,8 @@ class Subscription(CommitWaker):
             self.conn.drop_subscription(self, notify=True)
             return
         self._pending = []
+        self._chunks = []
+        self._built = None
         self.holding = False
         self.wake()
 
@@ -190,13 +253,60 @@ class Subscription(CommitWaker):
         credit = self.credit
         reads = 0
         try:
+            chunks = self._chunks
             while credit > 0 and written < MAX_TURN_BYTES:
                 records = self._pending
                 if records:
                     self._pending = []
+                elif chunks:
+                    raw = chunks[-1]
+                    built = self._built
+                    if built is None:
+                        built = wire_chunks(stream, raw, budget)
+                        if built is None:  # a 0-9-1 record to convert: per record
+                            chunks.pop()
+                            records, _ = decode_records(
+                                raw.data,
+                                raw.records,
+                                raw.first_offset,
+                                raw.timestamp_ms,
+                                raw.start,
+                                None,
+                            )
+                            built = []
+                    k = 0
+                    nb = len(built)
+                    while k < nb and credit > 0:
+                        at, chunk = built[k]
+                        frame = osiris.deliver_prefix(sid, len(chunk), version, max(committed, at))
+                        out.append(frame)
+                        out.append(chunk)
+                        written += len(frame) + len(chunk)
+                        credit -= 1
+                        k += 1
+                    if built:
+                        if k < nb:  # out of credit inside one stored chunk
+                            self._built = built[k:]
+                            self.delivered += built[k][0] - built[0][0]
+                        else:
+                            self._built = None
+                            chunks.pop()
+                            self.delivered += raw.first_offset + raw.records - built[0][0]
+                    if not records:
+                        continue
                 elif reads < 2:
-                    records = reader.read(READ_BATCH, self.spec)
                     reads += 1
+                    if self._by_chunk:
+                        got = reader.read_chunks(READ_BATCH, self.spec)
+                        if not got:
+                            break
+                        stats = reader.stats  # read_chunks leaves the matched count to us
+                        for c in got:
+                            stats.records_matched += c.first_offset + c.records - c.start
+                        got.reverse()
+                        chunks.extend(got)
+                        continue
+                    records = reader.read(READ_BATCH, self.spec)
                     if not records:
                         break
                 else:
@@ -241,7 +351,7 @@ class Subscription(CommitWaker):
         self.credit = credit
         if out:
             conn.write(b"".join(out))
-        if credit > 0 and (self._pending or not reader.at_end):
+        if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
     def stop(self) -> None:
