@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rstream.client import Client
 
-from sievemq.gateway.net.stream_protocol import start_stream_listener
+from sievemq.gateway.net.stream_protocol import stream_protocol_factory
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.testing import running_gateway
@@ -29,9 +29,9 @@ pytestmark = pytest.mark.timeout(90)
 
 async def _stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
     snode = StreamNode(gw.node, gw.host, 1024 * 1024, 60, 5.0)
-    server, port = await start_stream_listener(
-        lambda: StreamConnection(snode), gw.host, 0, 1024 * 1024, 1 << 20
-    )
+    factory = stream_protocol_factory(lambda: StreamConnection(snode), 1024 * 1024, 1 << 20)
+    server = await asyncio.get_running_loop().create_server(factory, gw.host, 0)
+    port = server.sockets[0].getsockname()[1]
     snode.advertised_port = port
     client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
     await client.start()
