@@ -33,6 +33,7 @@ from sievemq.storage.offsets import OffsetStore, read_offsets
 from sievemq.storage.reader import StreamReader
 from sievemq.storage.retention import SegmentSummary, segments_to_delete
 from sievemq.storage.segment import (
+    Tail,
     find_tail,
     index_count,
     index_name,
@@ -122,6 +123,18 @@ def _ensure_file_header(path: Path, magic: bytes) -> None:
         os.close(fd)
 
 
+def _tail_segment(first: int, tail: Tail) -> _Segment:
+    """The last segment as recovery leaves it (``find_tail``'s result applied)."""
+    return _Segment(
+        first,
+        tail.end_offset,
+        tail.end_position,
+        tail.kept_entries + len(tail.extra),
+        tail.first_timestamp_ms,
+        tail.last_timestamp_ms,
+    )
+
+
 def _repair_segment(directory: Path, first: int) -> _Segment:
     """Truncate a torn tail and add index entries for valid chunks the index lacks."""
     seg_path = directory / segment_name(first)
@@ -149,14 +162,7 @@ def _repair_segment(directory: Path, first: int) -> _Segment:
         if changed:
             os.fsync(seg_fd)
             os.fsync(idx_fd)
-        return _Segment(
-            first,
-            tail.end_offset,
-            tail.end_position,
-            tail.kept_entries + len(tail.extra),
-            tail.first_timestamp_ms,
-            tail.last_timestamp_ms,
-        )
+        return _tail_segment(first, tail)
     finally:
         os.close(seg_fd)
         os.close(idx_fd)
@@ -285,14 +291,7 @@ def _survey_last(directory: Path, first: int) -> _Segment | None:
         if os.pread(idx_fd, FILE_HEADER_SIZE, 0) != INDEX_MAGIC:
             return None
         tail = find_tail(seg_fd, idx_fd, first)
-        return _Segment(
-            first,
-            tail.end_offset,
-            tail.end_position,
-            tail.kept_entries + len(tail.extra),
-            tail.first_timestamp_ms,
-            tail.last_timestamp_ms,
-        )
+        return _tail_segment(first, tail)
     finally:
         os.close(seg_fd)
         os.close(idx_fd)
