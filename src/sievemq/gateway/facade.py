@@ -1721,14 +1721,14 @@ class BrokerFacade:
 
     def list_consumer_offsets(self, vhost: str, stream: str) -> dict[str, int]:
         """Committed offsets of the stream's named consumers (last offset each is done with)."""
-        return self._queue(vhost, stream).stream.offsets.items()
+        return self._queue(vhost, stream).consumer_offsets()
 
     def consumer_offsets(self, vhost: str, stream: str) -> list[ConsumerOffsetView]:
         queue = self._queue(vhost, stream)
-        end = queue.stream.end_offset
+        end = queue.end_offset  # an idle stream stays closed (issue 13)
         return [
             ConsumerOffsetView(stream, vhost, name, offset, max(0, end - offset - 1))
-            for name, offset in sorted(queue.stream.offsets.items().items())
+            for name, offset in sorted(queue.consumer_offsets().items())
         ]
 
     def get_consumer_offset(self, vhost: str, stream: str, consumer: str) -> int:
@@ -1896,8 +1896,8 @@ class BrokerFacade:
         )
 
     def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
-        stats = queue.stream.stats()
-        published = queue.stream.end_offset
+        stats = queue.stats()  # an idle stream stays closed (issue 13)
+        published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
         key_pub, key_del = _rate_keys(queue)
         return StreamView(
@@ -1920,7 +1920,7 @@ class BrokerFacade:
             publish_rate=self._rates.rate(key_pub, published, now),
             delivered=delivered,
             deliver_rate=self._rates.rate(key_del, delivered, now),
-            filter_size_bytes=queue.stream.config.filter_size_bytes,
+            filter_size_bytes=queue.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
         )
 

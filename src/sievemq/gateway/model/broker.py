@@ -24,7 +24,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Message, Stream, StreamConfig, layout
+from sievemq.storage import Durability, Message, Stream, StreamConfig, StreamSurvey, layout, survey
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,9 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _survey_stream(self, vhost: str, name: str) -> StreamSurvey | None:
+        return survey(definitions.stream_directory(self.data_dir, vhost, name))
+
     def _write_stream(self, queue: Any, message: Message) -> None:
         if self.stream_writer is not None and isinstance(queue, StreamQueue):
             self.stream_writer(queue, message)
@@ -252,6 +255,7 @@ class Broker:
                 self._remove_stream,
                 lambda: self._vhost_changed(name),
                 classic,
+                self._survey_stream,
             )
             self.vhosts[name] = vhost
             self.save_definitions()
