@@ -25,6 +25,13 @@ random streams get a publish and a read (each stream's files open on its first u
 server is stopped with SIGTERM (seconds to exit), twice: after the first start and after a
 second start on the same directory.
 
+``--list-n N [--baseline SRC]`` measures the admin listing of a node restarted with N idle
+streams (issue 13): one ``GET /api/queues`` right after the start (idle streams surveyed on
+disk, read-only, not opened) and a second one (cached surveys), with the server's descriptors
+and CPU seconds after; with ``--baseline SRC`` (e.g. ``git archive COMMIT src | tar -x -C
+/tmp/before``, then ``--baseline /tmp/before/src``) the same on that tree's server in the same
+run, on the same data directory, and the ratios.
+
 With ``--rabbitmq-n N`` the same declares (N of them) run against a private RabbitMQ from
 Debian's package (``bench/rabbitmq.sh``; ``--peers``: ``../shared/peers/rabbitmq.sh``), and its
 beam process's descriptors and RSS are measured the same way.
@@ -33,6 +40,7 @@ beam process's descriptors and RSS are measured the same way.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -41,6 +49,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +227,50 @@ def restarts(n: int, touch: int) -> dict[str, Any]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _get_s(admin: str, path: str) -> tuple[float, Any]:
+    auth = base64.b64encode(b"guest:guest").decode()
+    request = urllib.request.Request(admin + path, headers={"Authorization": f"Basic {auth}"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=1800) as response:
+        body = json.loads(response.read())
+    return time.perf_counter() - started, body
+
+
+def list_polls(data: Path, n: int, src: Path | None) -> dict[str, Any]:
+    """Two ``GET /api/queues`` on a server just started on ``data`` (N idle streams)."""
+    server = start_server(data, "batch", src=src)
+    try:
+        cpu_ready = proc_cpu_s(server.pid)
+        fds_ready = fds(server.pid)
+        first_s, body = _get_s(server.admin, "/api/queues")
+        assert len(body) == n, len(body)
+        second_s, _ = _get_s(server.admin, "/api/queues")
+        return {
+            "first_poll_s": round(first_s, 3),
+            "second_poll_s": round(second_s, 3),
+            "server_cpu_s_for_both": round(proc_cpu_s(server.pid) - cpu_ready, 2),
+            "fds_ready": fds_ready,
+            "fds_after": fds(server.pid),
+        }
+    finally:
+        stop_server(server, timeout=1800)
+
+
+def listing(n: int, baseline: Path | None) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="sievemq-list-"))
+    try:
+        result: dict[str, Any] = {"n": n, "prefill_s": round(prefill(data, n, "s"), 2)}
+        result["this_tree"] = list_polls(data, n, None)
+        if baseline is not None:
+            result["baseline"] = base = list_polls(data, n, baseline)
+            ours = result["this_tree"]
+            for key in ("first_poll_s", "second_poll_s"):
+                result[f"{key}_baseline_over_this_tree"] = round(base[key] / ours[key], 2)
+        return result
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def rabbitmq(n: int, port: int) -> dict[str, Any]:
     with kit.rabbitmq_server(port) as (amqp_port, pid):
         url = f"amqp://guest:guest@127.0.0.1:{amqp_port}/%2F"
@@ -242,9 +295,15 @@ def main() -> None:
     parser.add_argument(
         "--start-n", type=int, default=0, help="measure start/stop of a node with N streams"
     )
+    parser.add_argument("--list-n", type=int, default=0, help="admin listing of N idle streams")
+    parser.add_argument("--baseline", type=Path, help="with --list-n: a baseline's src folder")
     args = parser.parse_args()
     kit.use_peers(args.peers)
     out: dict[str, Any] = {"machine": machine(), "benchmark": "streams_scale"}
+    if args.list_n:
+        out["list_idle"] = listing(args.list_n, args.baseline)
+        print(json.dumps(out, indent=1))
+        return
     if args.start_n:
         out["start_stop"] = restarts(args.start_n, args.touch)
         print(json.dumps(out, indent=1))

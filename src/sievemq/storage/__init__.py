@@ -9,7 +9,14 @@ from sievemq.storage.errors import StorageError
 from sievemq.storage.filters import FilterSpec
 from sievemq.storage.offsets import OffsetStore
 from sievemq.storage.reader import ReadStats, StreamReader
-from sievemq.storage.stream import Durability, Stream, StreamConfig, StreamStats
+from sievemq.storage.stream import (
+    Durability,
+    Stream,
+    StreamConfig,
+    StreamStats,
+    StreamSurvey,
+    survey,
+)
 from sievemq.storage.types import Message, Record
 
 __all__ = [
@@ -25,4 +32,6 @@ __all__ = [
     "StreamConfig",
     "StreamReader",
     "StreamStats",
+    "StreamSurvey",
+    "survey",
 ]

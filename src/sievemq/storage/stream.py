@@ -29,10 +29,11 @@ from sievemq.storage.chunk import (
 )
 from sievemq.storage.errors import StorageError
 from sievemq.storage.layout import TOMBSTONE_PREFIX
-from sievemq.storage.offsets import OffsetStore
+from sievemq.storage.offsets import OffsetStore, read_offsets
 from sievemq.storage.reader import StreamReader
 from sievemq.storage.retention import SegmentSummary, segments_to_delete
 from sievemq.storage.segment import (
+    Tail,
     find_tail,
     index_count,
     index_name,
@@ -122,6 +123,18 @@ def _ensure_file_header(path: Path, magic: bytes) -> None:
         os.close(fd)
 
 
+def _tail_segment(first: int, tail: Tail) -> _Segment:
+    """The last segment as recovery leaves it (``find_tail``'s result applied)."""
+    return _Segment(
+        first,
+        tail.end_offset,
+        tail.end_position,
+        tail.kept_entries + len(tail.extra),
+        tail.first_timestamp_ms,
+        tail.last_timestamp_ms,
+    )
+
+
 def _repair_segment(directory: Path, first: int) -> _Segment:
     """Truncate a torn tail and add index entries for valid chunks the index lacks."""
     seg_path = directory / segment_name(first)
@@ -149,14 +162,7 @@ def _repair_segment(directory: Path, first: int) -> _Segment:
         if changed:
             os.fsync(seg_fd)
             os.fsync(idx_fd)
-        return _Segment(
-            first,
-            tail.end_offset,
-            tail.end_position,
-            tail.kept_entries + len(tail.extra),
-            tail.first_timestamp_ms,
-            tail.last_timestamp_ms,
-        )
+        return _tail_segment(first, tail)
     finally:
         os.close(seg_fd)
         os.close(idx_fd)
@@ -222,6 +228,90 @@ def recover(directory: Path) -> list[_Segment]:
                 f"{before.first_offset} (ends at {before.end_offset})"
             )
     return infos
+
+
+@dataclass(frozen=True)
+class StreamSurvey:
+    """What a closed stream directory holds: its statistics and named-consumer offsets."""
+
+    stats: StreamStats
+    offsets: dict[str, int]
+
+
+def survey(directory: Path) -> StreamSurvey | None:
+    """What ``Stream.open`` would find in a stream directory, read without changing or
+    keeping anything: the numbers a recovery would give, from the same read-only walk
+    (``find_tail`` on the last segment, the index of the others), with no file written,
+    created or left open. None when recovery would have to rebuild something first (a
+    missing or damaged index, a file without its header): then only opening the stream
+    can say (issue 13: a listing of idle streams must not open them)."""
+    directory = Path(directory)
+    segments = list_segments(directory)
+    infos: list[_Segment] = []
+    try:
+        while segments:
+            last = _survey_last(directory, segments[-1])
+            if last is None:
+                return None
+            if last.chunks == 0 and len(segments) > 1:
+                segments.pop()  # recovery removes an empty trailing segment
+                continue
+            for first in segments[:-1]:
+                if not (directory / index_name(first)).exists():
+                    return None  # recovery rebuilds it by scanning the segment
+                infos.append(_describe_segment(directory, first))
+            infos.append(last)
+            break
+    except (OSError, StorageError):
+        return None  # opening the stream reports it
+    if not infos:
+        infos = [_Segment(0, 0, FILE_HEADER_SIZE, 0)]  # what opening would create
+    for before, after in pairwise(infos):
+        if before.end_offset != after.first_offset:
+            return None
+    try:
+        offsets = read_offsets(directory / OFFSETS_FILE)  # its torn record ignored, as opening does
+    except OSError:
+        return None
+    return StreamSurvey(summarize(infos, infos[-1].end_offset), offsets)
+
+
+def _survey_last(directory: Path, first: int) -> _Segment | None:
+    """``_repair_segment``'s numbers for the last segment, read-only; None if it would
+    have to rewrite a file header or rebuild the index."""
+    seg_fd = os.open(directory / segment_name(first), os.O_RDONLY)
+    try:
+        idx_fd = os.open(directory / index_name(first), os.O_RDONLY)
+    except FileNotFoundError:
+        os.close(seg_fd)
+        return None
+    try:
+        if os.pread(seg_fd, FILE_HEADER_SIZE, 0) != SEGMENT_MAGIC:
+            return None
+        if os.pread(idx_fd, FILE_HEADER_SIZE, 0) != INDEX_MAGIC:
+            return None
+        tail = find_tail(seg_fd, idx_fd, first)
+        return _tail_segment(first, tail)
+    finally:
+        os.close(seg_fd)
+        os.close(idx_fd)
+
+
+def summarize(segments: Sequence[_Segment], end_offset: int) -> StreamStats:
+    """A stream's statistics from its segments and its end offset."""
+    first = segments[0].first_offset
+    first_ts = next((s.first_ts for s in segments if s.first_ts is not None), None)
+    last_ts = next((s.last_ts for s in reversed(segments) if s.last_ts is not None), None)
+    return StreamStats(
+        messages=end_offset - first,
+        bytes=sum(s.size for s in segments),
+        segments=len(segments),
+        chunks=sum(s.chunks for s in segments),
+        first_offset=first,
+        last_offset=end_offset - 1 if end_offset > first else None,
+        first_timestamp_ms=first_ts,
+        last_timestamp_ms=last_ts,
+    )
 
 
 class Stream:
@@ -459,19 +549,7 @@ class Stream:
         return drop
 
     def stats(self) -> StreamStats:
-        segs = self._segments
-        first_ts = next((s.first_ts for s in segs if s.first_ts is not None), None)
-        last_ts = next((s.last_ts for s in reversed(segs) if s.last_ts is not None), None)
-        return StreamStats(
-            messages=self.end_offset - self.first_offset,
-            bytes=sum(s.size for s in segs),
-            segments=len(segs),
-            chunks=sum(s.chunks for s in segs),
-            first_offset=self.first_offset,
-            last_offset=self.end_offset - 1 if self.end_offset > self.first_offset else None,
-            first_timestamp_ms=first_ts,
-            last_timestamp_ms=last_ts,
-        )
+        return summarize(self._segments, self.end_offset)
 
     def close(self) -> None:
         """Sync what was written since the last sync, and close (idempotent)."""

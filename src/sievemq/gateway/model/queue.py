@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from sievemq.gateway.model import dedup
 from sievemq.gateway.model.arguments import StreamArguments
-from sievemq.storage import FilterSpec, Stream
+from sievemq.storage import FilterSpec, Stream, StreamStats, StreamSurvey
 from sievemq.storage.publishers import PublisherSequences
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,8 @@ class StreamQueue:
 
     ``stream`` is the storage stream itself, or (for a queue restored at start) a call that
     opens it: then its files are recovered and opened on first use, so a node with 50,000
-    idle streams starts without touching them."""
+    idle streams starts without touching them. ``survey`` (with an opener) reads such a
+    stream's statistics without opening it, for listings and scrapes (``stats``)."""
 
     def __init__(
         self,
@@ -99,6 +100,7 @@ class StreamQueue:
         vhost: str,
         arguments: StreamArguments,
         stream: Stream | Callable[[], Stream],
+        survey: Callable[[], StreamSurvey | None] | None = None,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -106,6 +108,10 @@ class StreamQueue:
         self._stream: Stream | None = None
         self._opener: Callable[[], Stream] | None = None
         self._on_open: Callable[[Stream], None] | None = None
+        self._survey = survey
+        self._summary: StreamSurvey | None = None  # from ``survey``, until the stream opens
+        # the filter size a policy gives it when it opens (``filter_size_bytes`` meanwhile)
+        self.idle_filter_size_bytes: int | None = None
         if isinstance(stream, Stream):
             self._stream = stream
         else:
@@ -127,6 +133,7 @@ class StreamQueue:
             assert self._opener is not None
             stream = self._stream = self._opener()
             self._opener = None
+            self._summary = self._survey = None
             if self._on_open is not None:
                 self._on_open(stream)
                 self._on_open = None
@@ -169,9 +176,47 @@ class StreamQueue:
         sequences.update(reference, publishing_id)
         return True
 
+    def stats(self) -> StreamStats:
+        """The stream's statistics. An idle stream not opened yet is surveyed on disk, read
+        only, once (nothing changes it until it opens): a listing opens no stream. Only
+        when recovery would have to repair something first does this open it."""
+        summary = self._surveyed()
+        return self.stream.stats() if summary is None else summary.stats
+
+    def consumer_offsets(self) -> dict[str, int]:
+        """Committed offsets of its named consumers (an idle stream's read, not opened)."""
+        summary = self._surveyed()
+        return self.stream.offsets.items() if summary is None else dict(summary.offsets)
+
+    def _surveyed(self) -> StreamSurvey | None:
+        """The survey of a stream not opened yet (made once), else None."""
+        if self._stream is None and self._survey is not None and self._summary is None:
+            self._summary = self._survey()
+        return self._summary if self._stream is None else None
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next message gets (an idle stream's from ``stats``)."""
+        summary = self._surveyed()
+        if summary is None:
+            return self.stream.end_offset
+        return summary.stats.first_offset + summary.stats.messages
+
+    @property
+    def filter_size_bytes(self) -> int:
+        """The Bloom filter size of its chunks (an idle stream's as it will open)."""
+        if self._stream is not None:
+            return self._stream.config.filter_size_bytes
+        if self.idle_filter_size_bytes is not None:
+            return self.idle_filter_size_bytes
+        return self.arguments.filter_size_bytes
+
     @property
     def message_count(self) -> int:
         """Messages retained: end offset minus first offset."""
+        summary = self._surveyed()
+        if summary is not None:
+            return summary.stats.messages
         return max(0, self.stream.end_offset - self.stream.first_offset)
 
     @property

@@ -28,10 +28,11 @@ from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
 
 if TYPE_CHECKING:
-    from sievemq.storage import Stream
+    from sievemq.storage import Stream, StreamSurvey
 
 StreamOpener = Callable[[str, str, qargs.StreamArguments], "Stream"]
 StreamRemover = Callable[[StreamQueue], None]
+StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 AnyQueue = StreamQueue | ClassicQueue
 
 
@@ -45,6 +46,7 @@ class VirtualHost:
     """Exchanges, queues and bindings of one vhost.
 
     ``open_stream``/``remove_stream`` create and delete the storage behind a queue;
+    ``survey_stream`` reads the statistics of a stream restored at start without opening it;
     ``on_change`` is called after every change to durable definitions (the broker persists);
     ``touched`` lists what the change touched, ``("queue" | "exchange", name)`` or
     ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
@@ -57,9 +59,11 @@ class VirtualHost:
         remove_stream: StreamRemover,
         on_change: Callable[[], None] = lambda: None,
         classic: classic_vhost.ClassicQueues | None = None,
+        survey_stream: StreamSurveyor | None = None,
     ) -> None:
         self.name = name
         self._open_stream = open_stream
+        self._survey_stream = survey_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
         self.touched: list[tuple[str, Any]] = []
@@ -197,8 +201,13 @@ class VirtualHost:
     ) -> StreamQueue:
         if lazy:
             vhost = self.name
+            survey = self._survey_stream
             queue = StreamQueue(
-                name, vhost, stream_args, lambda: self._open_stream(vhost, name, stream_args)
+                name,
+                vhost,
+                stream_args,
+                lambda: self._open_stream(vhost, name, stream_args),
+                None if survey is None else lambda: survey(vhost, name),
             )
         else:
             queue = StreamQueue(
@@ -478,6 +487,7 @@ class VirtualHost:
                 # read at the next chunk and segment roll (retention runs at each roll)
                 stream.config = wanted
 
+        queue.idle_filter_size_bytes = limits.filter_size_bytes
         queue.when_open(put_limits)  # an idle stream restored at start stays closed
 
     def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
