@@ -691,30 +691,37 @@ async def close_stream_connection(request: Request, vhost: str, conn: str, who: 
     return Response(status_code=204)
 
 
+def _connection_clients(
+    request: Request, vhost: str, conn: str, who: Principal, consumers: bool
+) -> list[dict[str, Any]]:
+    """One stream connection's subscriptions (``consumers``) or publishers."""
+    f = _facade(request)
+    view = _stream_connection(f, who, vhost, conn)
+    if consumers:
+        return [
+            shapes.stream_consumer(c, f.node_name)
+            for c in f.list_stream_consumers(view.vhost)
+            if c.connection_name == view.name
+        ]
+    return [
+        shapes.stream_publisher(p, f.node_name)
+        for p in f.list_stream_publishers(view.vhost)
+        if p.connection_name == view.name
+    ]
+
+
 @router.get("/stream/connections/{vhost}/{conn}/consumers")
 async def stream_connection_consumers(
     request: Request, vhost: str, conn: str, who: User
 ) -> list[dict[str, Any]]:
-    f = _facade(request)
-    view = _stream_connection(f, who, vhost, conn)
-    return [
-        shapes.stream_consumer(c, f.node_name)
-        for c in f.list_stream_consumers(view.vhost)
-        if c.connection_name == view.name
-    ]
+    return _connection_clients(request, vhost, conn, who, consumers=True)
 
 
 @router.get("/stream/connections/{vhost}/{conn}/publishers")
 async def stream_connection_publishers(
     request: Request, vhost: str, conn: str, who: User
 ) -> list[dict[str, Any]]:
-    f = _facade(request)
-    view = _stream_connection(f, who, vhost, conn)
-    return [
-        shapes.stream_publisher(p, f.node_name)
-        for p in f.list_stream_publishers(view.vhost)
-        if p.connection_name == view.name
-    ]
+    return _connection_clients(request, vhost, conn, who, consumers=False)
 
 
 @router.get("/stream/consumers")
