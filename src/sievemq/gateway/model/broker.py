@@ -48,7 +48,16 @@ class BrokerSettings:
 
 @dataclass
 class MessageCounters:
-    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them)."""
+    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them).
+
+    Messages are counted once each, however many queues they are routed to (a queue's own
+    ``published`` counts its copy). AMQP 0-9-1 (and HTTP) publishes are counted per read
+    batch of frames; those routed are the received minus the unroutable ones."""
+
+    received: int = 0  # AMQP 0-9-1 and HTTP publishes accepted (routed or not)
+    stream_received: int = 0  # stream-protocol entries of existing, permitted publishers
+    stream_routed: int = 0  # of them written (not errors, not duplicates)
+    stream_confirmed: int = 0  # stream-protocol publishing ids confirmed stored
 
     confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
     returned_unroutable: int = 0  # mandatory publishes returned as unroutable

@@ -681,7 +681,9 @@ class StreamConnection:
         sequences = self.snode.sequences(queue) if reference else None
         appender = self.node.appender(queue)
         assert isinstance(appender, StreamAppender)  # vhost.queues holds stream queues only
-        self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
+        self.publishers[pid] = StreamPublisher(
+            self, pid, reference, queue, appender, sequences, self.node.broker.counters
+        )
         self._watch(queue)
         self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))
         if self.node.alarm_reasons:
