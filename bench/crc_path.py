@@ -1,0 +1,100 @@
+"""CPU per message of the stored-chunk paths that checksum every byte, zlib's CRC-32 beside
+ISA-L's (``isal``), interleaved in one process.
+
+    python -m bench.crc_path [--n 50000] [--repeats 5]
+
+Per body size (100 B, 1 KiB): ``append`` = ``Stream.append`` of stream-protocol messages in
+batches of 1,000 (``storage.chunk.encode_chunk``'s data CRC, the path AMQP publishing shares);
+``read_build`` = ``StreamReader.read_chunks`` (the stored CRC checked) + the subscription's
+``wire_chunks`` (the osiris chunk's CRC) with the shared cache cleared, i.e. the stream
+protocol's consume path without a socket. The CRC function is swapped in the three modules
+(``storage.chunk``, ``storage.reader``, ``streamproto.osiris``); the two are the same checksum.
+Prints JSON: the medians in µs per message, and isal/zlib ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from isal import isal_zlib
+
+import sievemq.storage.chunk as chunk_mod
+import sievemq.storage.reader as reader_mod
+import sievemq.streamproto.osiris as osiris_mod
+from bench._util import machine
+from sievemq.gateway.stream_session.subscription import _built, wire_chunks
+from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage.stream import Durability
+from sievemq.storage.types import KIND_STREAM
+
+
+def _use(crc: Callable[..., int]) -> None:
+    chunk_mod._crc32 = crc
+    reader_mod.fast_crc32 = crc
+    osiris_mod.crc32 = crc
+
+
+def _once(size: int, n: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(prefix="sievemq-crc-") as tmp:
+        stream = Stream.open(Path(tmp) / "s", StreamConfig(durability=Durability.NEVER))
+        body = b"x" * size
+        t0 = time.process_time()
+        for i in range(0, n, 1000):
+            count = min(1000, n - i)
+            stream.append([Message((), "", "", b"", body, KIND_STREAM)] * count)
+        t1 = time.process_time()
+        reader = stream.reader()
+        reader.seek_first()
+        while True:
+            got = reader.read_chunks(4096, None)
+            if not got:
+                break
+            for raw in got:
+                wire_chunks(stream, raw, 1 << 20)
+                _built.clear()
+        t2 = time.process_time()
+        reader.close()
+        stream.close()
+    return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    out: dict[str, object] = {"label": "crc path", "n": args.n, "repeats": args.repeats}
+    out.update(machine())
+    crcs: dict[str, Callable[..., int]] = {"zlib": zlib.crc32, "isal": isal_zlib.crc32}
+    try:
+        for size in (100, 1024):
+            got: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in crcs}
+            for _ in range(args.repeats):
+                for name, crc in crcs.items():  # interleaved: the same noise for each
+                    _use(crc)
+                    a, b = _once(size, args.n)
+                    got[name][0].append(a)
+                    got[name][1].append(b)
+            for name, (a, b) in got.items():
+                out[f"{name}_append_{size}B_us_per_msg"] = round(statistics.median(a), 3)
+                out[f"{name}_read_build_{size}B_us_per_msg"] = round(statistics.median(b), 3)
+            for part in ("append", "read_build"):
+                key = f"{part}_{size}B_us_per_msg"
+                out[f"ratio_isal_over_zlib_{part}_{size}B"] = round(
+                    float(out[f"isal_{key}"]) / float(out[f"zlib_{key}"]),
+                    2,  # type: ignore[arg-type]
+                )
+    finally:
+        _use(isal_zlib.crc32)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
