@@ -198,3 +198,19 @@ def test_arrow_writer_output_is_what_the_spark_writer_writes(
     again = export(options, tmp_path / "arrow", "parquet", spark=spark, overwrite=True)
     assert spark.read.parquet(str(tmp_path / "arrow")).count() == again.messages
     assert sorted(p.name for p in tmp_path.iterdir()) == ["arrow", "spark"]
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_incremental_parquet_with_either_writer(spark: Any, tmp_path: Path, writer: str) -> None:
+    data = tmp_path / "data"
+    write_stream(data, "orders", 10, 10)  # offsets 0..99
+    out, ck = tmp_path / "out", tmp_path / "ck.json"
+    argv = ["--data-dir", str(data), "--stream", "orders", "--writer", writer]
+    argv += ["--out", str(out), "--incremental", str(ck)]
+    code, stdout, stderr = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 100 messages"), stderr
+    write_stream(data, "orders", 5, 10)  # offsets 100..149
+    code, stdout, stderr = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 50 messages"), stderr
+    assert sorted(pq.read_table(out).column("offset").to_pylist()) == list(range(150))
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("_")) in ([], ["_SUCCESS"])

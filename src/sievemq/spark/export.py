@@ -18,7 +18,11 @@ the output, and only then replaces the checkpoint (write, fsync, rename). A Delt
 carries the new checkpoint in its commit metadata, so a run that died between the commit and
 the rename resumes from the table, not from the stale file: exactly once for Delta.
 
-Parquet and JSON runs are exactly once too (``_stage``/``recover_runs``): Spark writes the run
+Parquet: ``--writer arrow`` (default) runs one Spark task per planned range, each writing its
+Parquet file with pyarrow (``arrow_export``); ``--writer spark`` uses Spark's own writer. The
+Arrow writer always writes into a staging folder first, renamed into place when it is done.
+
+Parquet and JSON runs are exactly once too (``_stage``/``recover_runs``): the tasks write the run
 into ``OUT/_sievemq-staging-ID`` (hidden from readers: Spark, pyarrow and pandas skip names
 starting with ``_``), with a manifest holding the run's new checkpoint. Renaming that folder to
 ``_sievemq-commit-ID`` commits the run; its files are then moved into ``OUT``, the checkpoint
