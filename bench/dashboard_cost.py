@@ -13,6 +13,9 @@ of ``bench`` (refreshed every 5 s: its facts, consumers, offsets, filter advice,
 message browser's newest messages), as a person watching the publisher would. The browser is
 started once; in the "alone" runs no page is open.
 
+``--baseline-src DIR`` measures a server run from an older checkout's ``src/`` first, in
+the same run (under ``"baseline"`` in the JSON): before/after a change.
+
 Reported: the median publish rate of each side, the median of the pairs' drops (adjacent
 runs, so load drift cancels), and the server's CPU per published message on each side (the
 steadier figure on a loaded machine; it also leaves out the browser's own CPU, which on
@@ -118,11 +121,82 @@ class Dashboard:
             self.requests += 1
 
 
+def measure(browser: Any, root: Path, args: argparse.Namespace, src: Path | None) -> dict[str, Any]:
+    """Interleaved pairs on one server (run from ``src``, else this checkout)."""
+    alone: list[dict[str, float]] = []
+    watched: list[dict[str, float]] = []
+    server = start_server(root / ("base" if src else "data"), fsync="batch", src=src)
+    dash = Dashboard(server.admin)
+    try:
+        with httpx.Client(base_url=server.admin, auth=("guest", "guest"), timeout=60) as http:
+            http.put("/api/streams/%2F/bench", json={})
+            for i in range(args.streams - 1):
+                http.put(f"/api/streams/%2F/listed{i:04d}", json={})
+        publish(server.port, server.pid, max(1000, args.n // 4))  # warm-up, not counted
+        for i in range(args.pairs):
+            for with_browser in (False, True) if i % 2 == 0 else (True, False):
+                if not with_browser:
+                    alone.append(publish(server.port, server.pid, args.n))
+                    continue
+                stop, ready = threading.Event(), threading.Event()
+                box: list[dict[str, float]] = []
+
+                def run_publisher(
+                    stop: threading.Event = stop,
+                    ready: threading.Event = ready,
+                    box: list[dict[str, float]] = box,
+                ) -> None:
+                    try:
+                        if ready.wait(120):  # the pages are open
+                            box.append(publish(server.port, server.pid, args.n))
+                    finally:
+                        stop.set()
+
+                # Playwright's sync API stays on this thread; the publisher runs beside
+                publisher = threading.Thread(target=run_publisher)
+                publisher.start()
+                dash.watch(browser, stop, ready)
+                publisher.join()
+                if not box:
+                    raise RuntimeError("the dashboard's pages did not open in 120 s")
+                watched.append(box[0])
+    finally:
+        stop_server(server)
+    a = [r["rate"] for r in alone]
+    w = [r["rate"] for r in watched]
+    drops = [100 * (1 - y / x) for x, y in zip(a, w, strict=True)]
+    cpu_a = statistics.median(r["server_cpu_us_per_msg"] for r in alone)
+    cpu_w = statistics.median(r["server_cpu_us_per_msg"] for r in watched)
+    return {
+        "publish_100B_unique_confirmed_msg_s": {
+            "alone_median": round(statistics.median(a)),
+            "dashboard_open_median": round(statistics.median(w)),
+            "pair_drop_percent_median": round(statistics.median(drops), 1),
+            "pair_drops_percent": [round(x, 1) for x in drops],
+            "alone": [round(x) for x in a],
+            "dashboard_open": [round(x) for x in w],
+        },
+        "server_cpu_us_per_msg_median": {
+            "alone": round(cpu_a, 2),
+            "dashboard_open": round(cpu_w, 2),
+            "extra_percent": round(100 * (cpu_w / cpu_a - 1), 1),
+        },
+        "dashboard_api_requests": dash.requests,
+        "dashboard_page_errors": dash.errors[:5],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--n", type=int, default=200_000, help="messages per publish run")
     parser.add_argument("--streams", type=int, default=100, help="streams the pages list")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also measure a server run from this source folder (an older checkout's src/), "
+        "first, in the same run: before/after",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -131,69 +205,15 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="sievemq-dash-bench-"))
     result: dict[str, Any] = {"benchmark": "dashboard_cost", "machine": machine()}
     result["load_average_start"] = os.getloadavg()
-    alone: list[dict[str, float]] = []
-    watched: list[dict[str, float]] = []
-    server = start_server(root / "data", fsync="batch")
-    dash = Dashboard(server.admin)
     try:
-        with httpx.Client(base_url=server.admin, auth=("guest", "guest"), timeout=60) as http:
-            http.put("/api/streams/%2F/bench", json={})
-            for i in range(args.streams - 1):
-                http.put(f"/api/streams/%2F/listed{i:04d}", json={})
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            publish(server.port, server.pid, max(1000, args.n // 4))  # warm-up, not counted
-            for i in range(args.pairs):
-                for with_browser in (False, True) if i % 2 == 0 else (True, False):
-                    if not with_browser:
-                        alone.append(publish(server.port, server.pid, args.n))
-                        continue
-                    stop, ready = threading.Event(), threading.Event()
-                    box: list[dict[str, float]] = []
-
-                    def run_publisher(
-                        stop: threading.Event = stop,
-                        ready: threading.Event = ready,
-                        box: list[dict[str, float]] = box,
-                    ) -> None:
-                        try:
-                            if ready.wait(120):  # the pages are open
-                                box.append(publish(server.port, server.pid, args.n))
-                        finally:
-                            stop.set()
-
-                    # Playwright's sync API stays on this thread; the publisher runs beside
-                    publisher = threading.Thread(target=run_publisher)
-                    publisher.start()
-                    dash.watch(browser, stop, ready)
-                    publisher.join()
-                    if not box:
-                        raise RuntimeError("the dashboard's pages did not open in 120 s")
-                    watched.append(box[0])
+            if args.baseline_src is not None:
+                result["baseline"] = measure(browser, root, args, args.baseline_src)
+            result.update(measure(browser, root, args, None))
             browser.close()
     finally:
-        stop_server(server)
         shutil.rmtree(root, ignore_errors=True)
-    a = [r["rate"] for r in alone]
-    w = [r["rate"] for r in watched]
-    drops = [100 * (1 - y / x) for x, y in zip(a, w, strict=True)]
-    cpu_a = statistics.median(r["server_cpu_us_per_msg"] for r in alone)
-    cpu_w = statistics.median(r["server_cpu_us_per_msg"] for r in watched)
-    result["publish_100B_unique_confirmed_msg_s"] = {
-        "alone_median": round(statistics.median(a)),
-        "dashboard_open_median": round(statistics.median(w)),
-        "pair_drop_percent_median": round(statistics.median(drops), 1),
-        "pair_drops_percent": [round(x, 1) for x in drops],
-        "alone": [round(x) for x in a],
-        "dashboard_open": [round(x) for x in w],
-    }
-    result["server_cpu_us_per_msg_median"] = {
-        "alone": round(cpu_a, 2),
-        "dashboard_open": round(cpu_w, 2),
-        "extra_percent": round(100 * (cpu_w / cpu_a - 1), 1),
-    }
-    result["dashboard_api_requests"] = dash.requests
-    result["dashboard_page_errors"] = dash.errors[:5]
     result["pairs"] = args.pairs
     result["n"] = args.n
     result["load_average_end"] = os.getloadavg()

@@ -51,24 +51,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """Check the TLS files, bind every port, and only then import and start the server
+    (the admin app's imports and the data directory's recovery take seconds): bad TLS
+    files exit 2 and a port in use exits 1 at once."""
+    from pydantic import ValidationError
+
+    from sievemq.gateway.net.listener import bind_listeners
+    from sievemq.gateway.net.tls import TLSConfigError, server_ssl_context
+    from sievemq.settings import settings_error, settings_from_args
+
+    parser: argparse.ArgumentParser = args.subparser
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        parser.error(settings_error(exc))  # exits 2, like any bad flag
+    ssl_context = None
+    tls = settings.tls_cert is not None and settings.tls_key is not None
+    try:
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            ssl_context = server_ssl_context(settings.tls_cert, settings.tls_key)
+    except TLSConfigError as exc:
+        print(f"sievemq serve: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        bound = bind_listeners(
+            settings.amqp_host,
+            settings.amqp_port,
+            settings.stream_port,
+            settings.admin_host,
+            settings.admin_port,
+            (settings.amqps_port, settings.stream_tls_port) if tls else None,
+        )
+    except OSError as error:  # a port in use, an address not on this host
+        print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
+        return 1
+    from sievemq.serve import serve
+
+    return serve(settings, ssl_context, bound)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
-        from pydantic import ValidationError
-
-        from sievemq.gateway.net.tls import TLSConfigError
-        from sievemq.serve import serve
-        from sievemq.settings import settings_error, settings_from_args
-
-        parser: argparse.ArgumentParser = args.subparser
-        try:
-            settings = settings_from_args(args)
-        except ValidationError as exc:
-            parser.error(settings_error(exc))  # exits 2, like any bad flag
-        try:
-            return serve(settings)
-        except TLSConfigError as exc:
-            print(f"sievemq serve: error: {exc}", file=sys.stderr)
-            return 2
+        return _serve(args)
     if args.command == "streams":
         from sievemq.streams_listing import list_streams
 

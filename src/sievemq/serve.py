@@ -30,10 +30,9 @@ from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.classic_queue import MemoryWindow
-from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
+from sievemq.gateway.net.listener import BoundListeners, serve_on
 from sievemq.gateway.net.protocol import AMQPProtocol
-from sievemq.gateway.net.stream_protocol import start_stream_listener
-from sievemq.gateway.net.tls import server_ssl_context
+from sievemq.gateway.net.stream_protocol import stream_protocol_factory
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
@@ -117,8 +116,9 @@ def ready_line(
     return " ".join(["sievemq ready", *fields, f"admin={admin}"])
 
 
-async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``); returns the exit status."""
+async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundListeners) -> int:
+    """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``) on the ``bound`` sockets;
+    returns the exit status."""
     loop = asyncio.get_running_loop()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     handles.shared.set_capacity(settings.max_open_files)  # before any stream opens
@@ -141,6 +141,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         problem = load_definitions(facade, settings.definitions)
         if problem is not None:
             broker.close()
+            bound.close()
             print(
                 f"sievemq serve: --definitions {settings.definitions}: {problem}", file=sys.stderr
             )
@@ -159,54 +160,43 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
         settings.stream_consumer_update_timeout_s,
     )
     alarms.add_listener(snode.on_alarms)
-    try:
-        amqp_server, amqp_port = await start_amqp_listener(
-            lambda: protocol_factory(node), settings.amqp_host, settings.amqp_port
+    amqp_servers, amqp_port = await serve_on(lambda: protocol_factory(node), bound.amqp)
+    servers.extend(amqp_servers)
+    amqps: str | None = None
+    if ssl_context is not None and bound.amqps:
+        # same node, same factory: TLS clients share limits, streams and shutdown
+        amqps_servers, amqps_port = await serve_on(
+            lambda: protocol_factory(node),
+            bound.amqps,
+            ssl_context=ssl_context,
+            ssl_handshake_timeout=settings.handshake_timeout_s,
         )
-        servers.append(amqp_server)
-        amqps: str | None = None
-        if ssl_context is not None:
-            # same node, same factory: TLS clients share limits, streams and shutdown
-            amqps_server, amqps_port = await start_amqp_listener(
-                lambda: protocol_factory(node),
-                settings.amqp_host,
-                settings.amqps_port,
-                ssl_context=ssl_context,
-                ssl_handshake_timeout=settings.handshake_timeout_s,
-            )
-            servers.append(amqps_server)
-            amqps = f"{settings.amqp_host}:{amqps_port}"
-        stream_server, stream_port = await start_stream_listener(
-            lambda: StreamConnection(snode),
-            settings.amqp_host,
-            settings.stream_port,
-            settings.stream_frame_max,
-            settings.write_buffer_high,
-        )
-        snode.advertised_port = stream_port
-        servers.append(stream_server)
-        stream_tls: str | None = None
-        if ssl_context is not None:
-            stream_tls_server, stream_tls_port = await start_stream_listener(
+        servers.extend(amqps_servers)
+        amqps = f"{settings.amqp_host}:{amqps_port}"
+    stream_servers, stream_port = await serve_on(
+        stream_protocol_factory(
+            lambda: StreamConnection(snode), settings.stream_frame_max, settings.write_buffer_high
+        ),
+        bound.stream,
+    )
+    snode.advertised_port = stream_port
+    servers.extend(stream_servers)
+    stream_tls: str | None = None
+    if ssl_context is not None and bound.stream_tls:
+        stream_tls_servers, stream_tls_port = await serve_on(
+            stream_protocol_factory(
                 lambda: StreamConnection(snode, tls=True),
-                settings.amqp_host,
-                settings.stream_tls_port,
                 settings.stream_frame_max,
                 settings.write_buffer_high,
-                ssl_context=ssl_context,
-                ssl_handshake_timeout=settings.handshake_timeout_s,
-            )
-            snode.advertised_tls_port = stream_tls_port
-            servers.append(stream_tls_server)
-            stream_tls = f"{settings.amqp_host}:{stream_tls_port}"
-        admin_sock, admin_port = bind_tcp(settings.admin_host, settings.admin_port)
-    except OSError as error:  # a port in use, an address not on this host
-        for server in servers:
-            server.close()
-        alarms.stop()
-        broker.close()
-        print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
-        return 1
+            ),
+            bound.stream_tls,
+            ssl_context=ssl_context,
+            ssl_handshake_timeout=settings.handshake_timeout_s,
+        )
+        snode.advertised_tls_port = stream_tls_port
+        servers.extend(stream_tls_servers)
+        stream_tls = f"{settings.amqp_host}:{stream_tls_port}"
+    admin_port = int(bound.admin[0].getsockname()[1])
     ready = False
     facade.alarms, facade.node, facade.stream_node = alarms, node, snode
     facade.listeners = [ListenerView("amqp", settings.amqp_host, amqp_port)]
@@ -223,7 +213,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None = None) -> 
     app = create_app(is_ready=lambda: ready, facade=facade)
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     admin = AdminServer(config)
-    admin_task = asyncio.ensure_future(admin.serve(sockets=[admin_sock]))
+    admin_task = asyncio.ensure_future(admin.serve(sockets=bound.admin))
     while not admin.started and not admin_task.done():
         await asyncio.sleep(0.01)
     stop = asyncio.Event()
@@ -314,14 +304,13 @@ async def stop_gateway(
     node.executor.shutdown(wait=True)
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundListeners) -> int:
     """Run the server on one event loop (uvloop when installed); returns the exit status.
 
-    Raises ``TLSConfigError`` before listening anywhere when the TLS files cannot be loaded.
+    The caller loads the TLS files (``gateway.net.tls.server_ssl_context``) and then binds
+    every port (``cli.bind``) before importing this module, so that bad TLS files or a port
+    in use fail at once, before the admin app's imports and the data directory's recovery.
     """
-    ssl_context = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        ssl_context = server_ssl_context(settings.tls_cert, settings.tls_key)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     loop_factory: Any = None
     try:
@@ -331,4 +320,4 @@ def serve(settings: Settings) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(run(settings, ssl_context))
+        return runner.run(run(settings, ssl_context, bound))

@@ -17,7 +17,6 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aio_pika
@@ -27,46 +26,11 @@ from pamqp import commands
 from sievemq.testing import running_gateway
 from sievemq.testing.raw import AsyncRawClient, publish_frames
 
+from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker
+
 pytestmark = pytest.mark.timeout(90)
 
-SLOW_SYNC_S = 1.0
 STREAM = {"x-queue-type": "stream"}
-
-
-def _definitions_fd(fd: int) -> bool:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").endswith("/definitions.log")
-    except OSError:
-        return False
-
-
-class SlowDefinitionsSync:
-    """``os.fdatasync`` that sleeps ``delay`` (or raises ``error``) for definitions.log."""
-
-    def __init__(self, delay: float = SLOW_SYNC_S, error: OSError | None = None) -> None:
-        self.delay = delay
-        self.error = error
-        self.threads: list[int] = []
-        self.ended: list[float] = []  # time.monotonic() after each definitions sync
-        self._real: Callable[[int], None] = os.fdatasync
-
-    def __call__(self, fd: int) -> None:
-        if _definitions_fd(fd):
-            self.threads.append(threading.get_ident())
-            time.sleep(self.delay)
-            if self.error is not None:
-                raise self.error
-            self._real(fd)
-            self.ended.append(time.monotonic())
-            return
-        self._real(fd)
-
-
-async def _ticker(loop: asyncio.AbstractEventLoop, lateness: list[float]) -> None:
-    while True:
-        due = loop.time() + 0.01
-        await asyncio.sleep(0.01)
-        lateness.append(loop.time() - due)
 
 
 async def test_declares_wait_for_their_sync_without_blocking_the_loop(

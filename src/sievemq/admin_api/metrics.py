@@ -346,15 +346,20 @@ QUEUE_TYPES = {
 
 
 def _global_counters(t: Totals) -> Iterator[Metric]:
-    """RabbitMQ's ``rabbitmq_global_messages_*_total`` families (AMQP 0-9-1 counts; the
-    stream protocol's publishes are in the streams' counts, so in ``received``)."""
+    """RabbitMQ's ``rabbitmq_global_messages_*_total`` families: a message counts once
+    however many queues it was routed to, under ``protocol="amqp091"`` (AMQP 0-9-1 and
+    HTTP publishes) or ``protocol="stream"`` (the stream protocol), as RabbitMQ labels them."""
     stats = t.message_stats
-    routed = stats.get("publish", 0)
-    unroutable = stats.get("return_unroutable", 0) + stats.get("drop_unroutable", 0)
+    for name, doc in (
+        ("received", "Total number of messages received from publishers"),
+        ("routed", "Total number of messages routed to queues or streams"),
+        ("confirmed", "Total number of messages confirmed to publishers"),
+    ):
+        counter = CounterMetricFamily(f"rabbitmq_global_messages_{name}", doc, labels=["protocol"])
+        for protocol, counts in t.by_protocol.items():
+            counter.add_metric([protocol], counts[name])
+        yield counter
     for name, value, doc in (
-        ("received", routed + unroutable, "Total number of messages received from publishers"),
-        ("routed", routed, "Total number of messages routed to queues or streams"),
-        ("confirmed", stats.get("confirm", 0), "Total number of messages confirmed to publishers"),
         (
             "unroutable_returned",
             stats.get("return_unroutable", 0),
@@ -370,6 +375,7 @@ def _global_counters(t: Totals) -> Iterator[Metric]:
     ):
         counter = CounterMetricFamily(f"rabbitmq_global_messages_{name}", doc, labels=["protocol"])
         counter.add_metric(["amqp091"], value)
+        counter.add_metric(["stream"], 0)  # the stream protocol publishes to a stream itself
         yield counter
     for name, key, doc in BY_QUEUE_TYPE:
         counter = CounterMetricFamily(

@@ -79,6 +79,11 @@ PRODUCT = "SieveMQ"
 RATE_WINDOW_S = 5.0
 _NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
+# filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
+# per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
+ADVICE_CACHE_S = 30.0
+ADVICE_CACHE_MAX = 256
+_advice_clock = time.monotonic  # (a test's clock)
 BROWSE_MAX_BYTES = 4 * 1024 * 1024
 BROWSE_TIME_BUDGET_S = 0.05
 
@@ -441,6 +446,9 @@ class Totals:
     message_rates: dict[str, float] = field(default_factory=dict)
     # the same counters per queue type (classic, quorum, stream) for Prometheus
     by_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
+    # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
+    by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -664,6 +672,8 @@ class BrokerFacade:
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
         self._rates = _Rates()
+        # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
+        self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 
     # ------------------------------------------------------------------ auth
 
@@ -701,9 +711,25 @@ class BrokerFacade:
         by_type = self._counts_by_type(views)
         stats = {k: sum(t[k] for t in by_type.values()) for k in _classic_counts_keys()}
         counters = self.broker.counters
+        unroutable = counters.returned_unroutable + counters.dropped_unroutable
+        # messages published, once each however many queues took a copy (RabbitMQ's
+        # overview counts them at the channel), over both protocols
+        stats["publish"] = counters.received + counters.stream_received
         stats["confirm"] = counters.confirmed
         stats["return_unroutable"] = counters.returned_unroutable
         stats["drop_unroutable"] = counters.dropped_unroutable
+        totals.by_protocol = {
+            "amqp091": {
+                "received": counters.received,
+                "routed": counters.received - unroutable,
+                "confirmed": counters.confirmed,
+            },
+            "stream": {
+                "received": counters.stream_received,
+                "routed": counters.stream_routed,
+                "confirmed": counters.stream_confirmed,
+            },
+        }
         totals.message_stats = stats
         totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
         totals.by_type = by_type
@@ -1223,7 +1249,10 @@ class BrokerFacade:
         headers = dict((properties or {}).get("headers") or {})
         values = qargs.parse_filter_values(headers.get("x-stream-filter-value"))
         queues = v.route(exchange, routing_key, lambda: headers)
+        counters = self.broker.counters
+        counters.received += 1
         if not queues:
+            counters.dropped_unroutable += 1
             return False
         message = Message(values, exchange, routing_key, props, body)
         sink = _OneShotSink(len(queues))
@@ -1739,13 +1768,29 @@ class BrokerFacade:
         """The x-stream-filter-size-bytes that meets ``target_fpr`` for the newest chunks.
 
         Distinct values per chunk are estimated from the chunks' stored Bloom bits, so this
-        reads headers only. 406 for a target outside (0, 1) or a non-positive chunk count.
+        reads headers only (up to ``chunks`` of them, on the event loop), and at most once
+        per ``ADVICE_CACHE_S`` for the same stream and parameters: within that, the last
+        answer is returned. 406 for a target outside (0, 1) or a non-positive chunk count.
         """
         queue = self._queue(vhost, name)
         if not 0.0 < target_fpr < 1.0:
             raise PreconditionFailed(f"target_fpr must be between 0 and 1, got {target_fpr}")
         if chunks < 1:
             raise PreconditionFailed(f"chunks must be at least 1, got {chunks}")
+        key = (vhost, name, target_fpr, chunks)
+        now = _advice_clock()
+        cached = self._advice.get(key)
+        if cached is not None and cached[1] is queue and now - cached[0] < ADVICE_CACHE_S:
+            return cached[2]  # a dashboard polling it every few seconds reads headers once
+        view = self._filter_advice(queue, target_fpr, chunks)
+        if len(self._advice) >= ADVICE_CACHE_MAX:
+            self._advice.clear()
+        self._advice[key] = (now, queue, view)
+        return view
+
+    def _filter_advice(
+        self, queue: StreamQueue, target_fpr: float, chunks: int
+    ) -> FilterAdviceView:
         stream = queue.stream
         advice = stream_filter_advice(stream.directory, target_fpr, chunks, stream.end_offset)
         current = stream.config.filter_size_bytes

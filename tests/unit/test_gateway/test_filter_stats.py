@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp.errors import NotFound, PreconditionFailed
+from sievemq.gateway import facade as facade_module
 from sievemq.gateway.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import FilterStats
@@ -127,6 +128,26 @@ def test_filter_advice_errors(facade: BrokerFacade) -> None:
     empty = facade.filter_advice("/", "s")
     assert empty.chunks_sampled == 0
     assert empty.recommended_filter_size_bytes == 16
+
+
+def test_filter_advice_is_computed_once_per_cache_interval(
+    facade: BrokerFacade, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facade.create_stream("/", "polled")
+    stream = facade.broker.vhost("/").get_queue("polled").stream
+    stream.append([_msg("a")])
+    clock = [1000.0]
+    monkeypatch.setattr(facade_module, "_advice_clock", lambda: clock[0])
+    first = facade.filter_advice("/", "polled")
+    stream.append([_msg(f"b{i}") for i in range(40)])
+    clock[0] += facade_module.ADVICE_CACHE_S - 1  # a dashboard polling: the last answer
+    assert facade.filter_advice("/", "polled") is first
+    assert facade.filter_advice("/", "polled", target_fpr=0.05).chunks_sampled == 2
+    clock[0] += 2  # past the interval: the newest chunk counts
+    assert facade.filter_advice("/", "polled").chunks_sampled == 2
+    facade.delete_stream("/", "polled")  # a new stream of the same name: never the old answer
+    facade.create_stream("/", "polled")
+    assert facade.filter_advice("/", "polled").chunks_sampled == 0
 
 
 def test_recent_blooms_walks_back_across_segments(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from sievemq.gateway.model import definitions
@@ -111,3 +112,45 @@ def test_a_declare_appends_one_line_whatever_the_number_of_streams(tmp_path: Pat
     assert len(again.vhost("/").queues) == 300
     assert not list(again.vhost("/").bindings())
     again.close()
+
+
+def _compared_by(broker: Broker, change: Callable[[], object]) -> tuple[int, int]:
+    """(items compared with the stored ones, lines appended) by one change."""
+    log = broker.data_dir / definitions.LOG_NAME
+    compared, lines = broker.store.compared, log.read_bytes().count(b"\n")
+    change()
+    return broker.store.compared - compared, log.read_bytes().count(b"\n") - lines
+
+
+def test_classic_declares_and_user_changes_do_not_compare_the_streams(tmp_path: Path) -> None:
+    def costs(streams: int) -> list[tuple[int, int]]:
+        broker = Broker(tmp_path / str(streams), STREAMS)
+        vhost = broker.vhost("/")
+        vhost.declare_exchange("x", "direct")
+        for i in range(streams):
+            vhost.declare_queue(f"s{i}")
+        classic = {"x-queue-type": "classic"}
+        quorum = {"x-queue-type": "quorum"}
+        out = [
+            _compared_by(broker, lambda: vhost.declare_queue("c", arguments=classic)),
+            _compared_by(broker, lambda: vhost.declare_queue("q", arguments=quorum)),
+            _compared_by(broker, lambda: vhost.bind_queue("c", "x", "rk")),
+            _compared_by(broker, lambda: vhost.delete_queue("c")),  # the queue and its binding
+            _compared_by(broker, lambda: broker.users.add("bob", "pw")),
+            _compared_by(broker, broker.save_definitions),
+            _compared_by(broker, lambda: broker.add_vhost("other")),
+            _compared_by(broker, lambda: broker.delete_vhost("other")),
+        ]
+        broker.close()
+        again = Broker(tmp_path / str(streams), STREAMS)
+        assert len(again.vhost("/").queues) == streams
+        assert set(again.vhost("/").classic.queues) == {"q"}
+        assert not list(again.vhost("/").bindings())
+        assert "bob" in again.users and "other" not in again.vhosts
+        again.close()
+        return out
+
+    few, many = costs(3), costs(300)
+    assert few == many  # the same items compared and lines written, whatever the streams
+    assert [lines for _, lines in many] == [1, 1, 1, 2, 0, 1, 1, 1]
+    assert max(compared for compared, _ in many) < 10

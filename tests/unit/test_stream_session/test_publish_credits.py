@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.net.stream_protocol import StreamProtocol
 from sievemq.gateway.stream_session import connection as conn_mod
 from sievemq.gateway.stream_session.connection import StreamConnection
@@ -135,7 +136,15 @@ def test_publisher_takes_credits_for_written_ids_only_and_confirms_return_them(
     conn, _, transport, _ = wired
     appender = Appender()
     queue: Any = type("Q", (), {"deleted": False, "name": "s"})()
-    pub = StreamPublisher(conn, 0, "ref", queue, appender, Sequences(9))  # type: ignore[arg-type]
+    pub = StreamPublisher(
+        conn,  # type: ignore[arg-type]
+        0,
+        "ref",
+        queue,  # type: ignore[arg-type]
+        appender,  # type: ignore[arg-type]
+        Sequences(9),  # type: ignore[arg-type]
+        MessageCounters(),
+    )
     entries = _entries(5, 10)  # ids 5..14: 5..9 are duplicates of stored ids
     entries.append(wire.PublishedEntry(15, None, [b"a", b"b", b"c"], 0))  # a sub-batch: 1 id
     entries.append(wire.PublishedEntry(16, None, [], wire.PRECONDITION_FAILED))  # rejected

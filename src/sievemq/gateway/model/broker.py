@@ -17,7 +17,7 @@ from typing import Any
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, MemoryWindow
+from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, ClassicQueue, MemoryWindow
 from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
@@ -48,7 +48,16 @@ class BrokerSettings:
 
 @dataclass
 class MessageCounters:
-    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them)."""
+    """Node-wide message counters the queues cannot hold (RabbitMQ's overview shows them).
+
+    Messages are counted once each, however many queues they are routed to (a queue's own
+    ``published`` counts its copy). AMQP 0-9-1 (and HTTP) publishes are counted per read
+    batch of frames; those routed are the received minus the unroutable ones."""
+
+    received: int = 0  # AMQP 0-9-1 and HTTP publishes accepted (routed or not)
+    stream_received: int = 0  # stream-protocol entries of existing, permitted publishers
+    stream_routed: int = 0  # of them written (not errors, not duplicates)
+    stream_confirmed: int = 0  # stream-protocol publishing ids confirmed stored
 
     confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
     returned_unroutable: int = 0  # mandatory publishes returned as unroutable
@@ -93,7 +102,7 @@ class Broker:
             vhost.touched.clear()
         self._loading = False
         if stored is None or self._restore_dropped:
-            self.save_definitions()
+            self.save_definitions(everything=True)
 
     # ------------------------------------------------------------------ setup
 
@@ -227,13 +236,13 @@ class Broker:
         """Create a vhost (idempotent)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            # classic queues persist through the full (diffing) save; streams, exchanges and
-            # bindings through _vhost_changed, which writes only what a change touched
+            # queues, exchanges and bindings persist through _vhost_changed, which writes
+            # only what a change touched (a classic queue's change names the queue)
             classic = ClassicQueues(
                 name,
                 self.settings.default_queue_type,
                 self._open_queue_log,
-                self.save_definitions,
+                lambda queue: self._classic_changed(name, queue),
                 self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
@@ -255,6 +264,10 @@ class Broker:
             raise NotFound(f"no vhost '{name}'")
         for queue_name in list(vhost.queues) + list(vhost.classic.queues):
             vhost.delete_queue(queue_name)
+        for b in vhost.bindings():
+            self.store.delete("bindings", self._binding_record(vhost, b))
+        for x in vhost.exchanges.values():
+            self.store.delete("exchanges", self._exchange_record(vhost, x))
         del self.vhosts[name]
         self.users.forget_vhost(name)
         self.save_definitions()
@@ -297,6 +310,17 @@ class Broker:
         return {"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table}
 
     @staticmethod
+    def _classic_record(vhost: VirtualHost, c: ClassicQueue) -> dict[str, Any]:
+        return {
+            "vhost": vhost.name,
+            "name": c.name,
+            "type": c.kind,
+            "durable": True,
+            "auto_delete": c.auto_delete,
+            "arguments": c.arguments.table,
+        }
+
+    @staticmethod
     def _binding_record(vhost: VirtualHost, b: Binding) -> dict[str, Any]:
         return {
             "vhost": vhost.name,
@@ -320,29 +344,29 @@ class Broker:
                 queues.append(self._queue_record(vhost, q))
             for c in vhost.classic.queues.values():
                 if c.durable and not c.exclusive:
-                    queues.append(
-                        {
-                            "vhost": vhost.name,
-                            "name": c.name,
-                            "type": c.kind,
-                            "durable": True,
-                            "auto_delete": c.auto_delete,
-                            "arguments": c.arguments.table,
-                        }
-                    )
+                    queues.append(self._classic_record(vhost, c))
             for b in vhost.bindings():
                 if vhost.is_durable(b):
                     bindings.append(self._binding_record(vhost, b))
         bindings.sort(key=lambda d: (d["vhost"], d["source"], d["destination"], d["routing_key"]))
+        settings = self._settings_definitions()
+        return {
+            "vhosts": settings.pop("vhosts"),
+            "users": settings.pop("users"),
+            "exchanges": exchanges,
+            "queues": queues,
+            "bindings": bindings,
+        } | settings
+
+    def _settings_definitions(self) -> dict[str, Any]:
+        """The sections whose size does not grow with the queues: vhosts, users, policies,
+        parameters, global parameters."""
         return {
             "vhosts": [
                 {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
                 for n, v in self.vhosts.items()
             ],
             "users": [u.to_json() for u in self.users],
-            "exchanges": exchanges,
-            "queues": queues,
-            "bindings": bindings,
             "policies": [
                 p.to_json() for v in self.vhosts.values() for _, p in sorted(v.policies.items())
             ],
@@ -356,12 +380,25 @@ class Broker:
             ],
         }
 
-    def save_definitions(self) -> None:
-        """Persist everything now (after changing users or vhosts directly): only what
-        differs from the stored definitions is written."""
+    def save_definitions(self, everything: bool = False) -> None:
+        """Persist vhosts, users, policies and parameters now (after changing users or
+        vhosts directly): only what differs from the stored ones is written, and queues,
+        exchanges and bindings (persisted by ``_vhost_changed`` as they change) are not
+        compared, so the cost does not grow with the number of queues. ``everything``
+        compares those too (after a restore that dropped something)."""
         if self._loading:
             return
-        self.store.save(self.definitions())
+        if everything:
+            self.store.save(self.definitions())
+        else:
+            self.store.save(self._settings_definitions(), only_given=True)
+
+    def _classic_changed(self, vhost: str, queue: str) -> None:
+        """A durable classic or quorum queue was declared or deleted: persist it alone."""
+        v = self.vhosts.get(vhost)
+        if v is not None:
+            v.touched.append(("queue", queue))
+            self._vhost_changed(vhost)
 
     def save_policy(self, vhost: str, name: str, operator: bool = False) -> None:
         """Persist one policy (or operator policy) as it now is, or its removal: one line
@@ -410,7 +447,11 @@ class Broker:
                 if queue is not None:
                     store.put("queues", self._queue_record(vhost, queue))
                 elif key in vhost.classic.queues:
-                    continue  # a classic queue of that name: persisted by save_definitions
+                    classic = vhost.classic.queues[key]
+                    if classic.durable and not classic.exclusive:
+                        store.put("queues", self._classic_record(vhost, classic))
+                    else:
+                        store.delete("queues", {"vhost": name, "name": key})
                 else:
                     store.delete("queues", {"vhost": name, "name": key})
             elif kind == "exchange":

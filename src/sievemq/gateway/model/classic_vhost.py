@@ -70,7 +70,7 @@ class ClassicQueues:
         vhost: str,
         default_type: str,
         open_log: LogOpener | None = None,
-        on_change: Callable[[], None] = lambda: None,
+        on_change: Callable[[str], None] = lambda name: None,
         window: MemoryWindow = DEFAULT_WINDOW,
     ) -> None:
         self.vhost_name = vhost
@@ -141,7 +141,7 @@ class ClassicQueues:
             name, qargs, durable, auto_delete, owner if exclusive else None, fresh=True
         )
         if queue.durable and not queue.exclusive:
-            self._on_change()
+            self._on_change(queue.name)
         return queue, 0, 0
 
     def _equivalent(
@@ -260,7 +260,9 @@ class ClassicQueues:
             self._vhost.drop_queue_bindings(queue.name)
         queue.notify_deleted()
         if queue.durable and not queue.exclusive:
-            self._on_change()  # forgotten first: a crash before the files go leaves no queue
+            self._on_change(
+                queue.name
+            )  # forgotten first: a crash before the files go leaves no queue
         queue.destroy()
 
     def _auto_delete(self, queue: ClassicQueue) -> None:

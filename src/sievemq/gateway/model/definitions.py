@@ -144,9 +144,10 @@ class DefinitionStore:
         self.directory = Path(data_dir)
         self.path = self.directory / LOG_NAME
         self._fsync = fsync
-        # (section, key or None for a whole non-list value) -> (canonical JSON, item); the
+        # section -> key (None for a whole non-list value) -> (canonical JSON, item); the
         # canonical text of a replayed item is computed when a change is compared with it
-        self._items: dict[tuple[str, str | None], tuple[str | None, Any]] = {}
+        self._items: dict[str, dict[str | None, tuple[str | None, Any]]] = {}
+        self.compared = 0  # items a save or put compared with the stored ones (tests count)
         self._lines = 0
         self._pending: list[bytes] = []
         self._fd = -1
@@ -199,13 +200,16 @@ class DefinitionStore:
             entries = [json.loads(body) for body in bodies]  # names the bad line
         items = self._items
         for body, (op, section, key, value) in zip(bodies, entries, strict=True):
+            stored = items.get(section)
+            if stored is None:
+                stored = items[section] = {}
             if op == "put":
                 if _TAG_BYTES in body:  # a tagged AMQP value inside: decode it
                     value = decode_value(value)
                 # the canonical text is computed when a save first compares with it
-                items[section, key] = (None, value)
+                stored[key] = (None, value)
             else:
-                items.pop((section, key), None)
+                stored.pop(key, None)
         self._lines += len(bodies)
         return pos > 0
 
@@ -216,11 +220,12 @@ class DefinitionStore:
         if not self._found and not self._items:
             return None
         out: dict[str, Any] = {}
-        for (section, key), (_, item) in self._items.items():
-            if key is None:
-                out[section] = item
-            else:
-                out.setdefault(section, []).append(item)
+        for section, stored in self._items.items():
+            for key, (_, item) in stored.items():
+                if key is None:
+                    out[section] = item
+                else:
+                    out.setdefault(section, []).append(item)
         out["version"] = FORMAT_VERSION
         return out
 
@@ -233,37 +238,57 @@ class DefinitionStore:
     def delete(self, section: str, item: Any) -> None:
         """Remove the item with ``item``'s key fields, if stored (written at ``commit``)."""
         key = item_key(section, item)
-        if (section, key) in self._items:
-            del self._items[section, key]
+        stored = self._items.get(section)
+        if stored is not None and key in stored:
+            del stored[key]
             self._pending.append(_line("del", section, key, None))
 
     def _set(self, section: str, key: str | None, item: Any) -> None:
+        self.compared += 1
         text = _canonical(item)
-        old = self._items.get((section, key))
+        stored = self._items.get(section)
+        if stored is None:
+            stored = self._items[section] = {}
+        old = stored.get(key)
         if old is not None and (old[0] if old[0] is not None else _canonical(old[1])) == text:
-            self._items[section, key] = (text, old[1])
+            stored[key] = (text, old[1])
             return
-        self._items[section, key] = (text, item)
+        stored[key] = (text, item)
         self._pending.append(_line("put", section, key, item))
 
-    def save(self, definitions: dict[str, Any]) -> None:
-        """Make the stored definitions equal ``definitions``: writes only what differs."""
-        wanted: set[tuple[str, str | None]] = set()
+    def save(self, definitions: dict[str, Any], only_given: bool = False) -> None:
+        """Make the stored definitions equal ``definitions``: writes only what differs.
+        With ``only_given`` the sections ``definitions`` does not name are left as they are
+        (and not compared: the cost is that of the given sections only)."""
+        given: set[str] = set()
         for section, value in definitions.items():
             if section == "version":
                 continue
+            given.add(section)
+            wanted: set[str | None] = set()
             if isinstance(value, list):
                 for item in value:
                     key = item_key(section, item)
-                    wanted.add((section, key))
+                    wanted.add(key)
                     self._set(section, key, item)
             else:
-                wanted.add((section, None))
+                wanted.add(None)
                 self._set(section, None, value)
-        for stale in [k for k in self._items if k not in wanted]:
-            del self._items[stale]
-            self._pending.append(_line("del", stale[0], stale[1], None))
+            stored = self._items.get(section, {})
+            for stale in [k for k in stored if k not in wanted]:
+                del stored[stale]
+                self._pending.append(_line("del", section, stale, None))
+        if not only_given:
+            for section, stored in self._items.items():
+                if section not in given:
+                    for stale in list(stored):
+                        del stored[stale]
+                        self._pending.append(_line("del", section, stale, None))
         self.commit()
+
+    def count(self) -> int:
+        """How many items are stored."""
+        return sum(len(stored) for stored in self._items.values())
 
     def commit(self) -> None:
         """Append what changed since the last commit and fdatasync it (one write)."""
@@ -283,7 +308,7 @@ class DefinitionStore:
         self._lines += lines
         self.writes += 1
         self._found = True
-        if self._lines > _COMPACT_MIN and self._lines > 4 * len(self._items):
+        if self._lines > _COMPACT_MIN and self._lines > 4 * self.count():
             self.compact()
 
     @property
@@ -316,7 +341,11 @@ class DefinitionStore:
     def compact(self) -> None:
         """Rewrite the log with one line per live item (write, fsync, rename, fsync dir)."""
         temp = self.path.with_name(LOG_NAME + ".tmp")
-        data = b"".join(_line("put", s, k, item) for (s, k), (_, item) in self._items.items())
+        data = b"".join(
+            _line("put", s, k, item)
+            for s, stored in self._items.items()
+            for k, (_, item) in stored.items()
+        )
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(data)
@@ -329,7 +358,7 @@ class DefinitionStore:
         _fsync_dir(self.directory)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
-        self._lines = len(self._items)
+        self._lines = self.count()
         self._unsynced = False  # the new file was synced whole
 
     def close(self) -> None:

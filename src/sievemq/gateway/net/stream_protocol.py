@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import ssl
 from collections.abc import Callable
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
@@ -136,28 +135,10 @@ class StreamProtocol(asyncio.Protocol):
                 self.transport.pause_reading()
 
 
-async def start_stream_listener(
-    handler_factory: Callable[[], StreamFrameHandler],
-    host: str,
-    port: int,
-    frame_max: int,
-    write_buffer_high: int,
-    *,
-    ssl_context: ssl.SSLContext | None = None,
-    ssl_handshake_timeout: float | None = None,
-) -> tuple[asyncio.Server, int]:
-    """Listen for stream-protocol clients (TLS with ``ssl_context``: the loop does the
-    handshake before the protocol sees a byte); returns the server and the real port."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: StreamProtocol(handler_factory(), frame_max, write_buffer_high),
-        host=host,
-        port=port,
-        backlog=1024,
-        reuse_address=True,
-        ssl=ssl_context,
-        ssl_handshake_timeout=ssl_handshake_timeout if ssl_context is not None else None,
-    )
-    sockets = server.sockets
-    real_port = int(sockets[0].getsockname()[1]) if sockets else port
-    return server, real_port
+def stream_protocol_factory(
+    handler_factory: Callable[[], StreamFrameHandler], frame_max: int, write_buffer_high: int
+) -> Callable[[], StreamProtocol]:
+    """The loop's protocol factory for stream-protocol clients (serve it with
+    ``listener.serve_on``; with TLS the loop does the handshake before the protocol sees
+    a byte)."""
+    return lambda: StreamProtocol(handler_factory(), frame_max, write_buffer_high)

@@ -193,6 +193,7 @@ class Channel:
             parts = self._parts
             self._parts = []
             self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
+            self.connection.node.broker.counters.received += 1  # (the fast path counts its own)
         elif phase is _AWAIT_HEADER:
             self._content_header(payload)
         else:
@@ -263,6 +264,7 @@ class Channel:
         if size == 0:
             state.phase = _OPEN  # the table's header transitions, inline
             self._complete(b"")
+            self.connection.node.broker.counters.received += 1
         else:
             state.remaining = size
             state.phase = _AWAIT_BODY
@@ -806,7 +808,9 @@ class Channel:
         self.connection.send_method(self.id, spec.Tx.CommitOk())
 
     def _tx_rollback(self, m: Any) -> None:
-        transactions.require(self.tx, 30).clear()
+        tx = transactions.require(self.tx, 30)
+        self.connection.node.broker.counters.received -= len(tx.publishes)  # never received
+        tx.clear()
         self.connection.send_method(self.id, spec.Tx.RollbackOk())
 
     def _answer(self, m: Any) -> None:

@@ -218,6 +218,7 @@ class Connection:
         self._in_frames = True
         channels = self.channels
         state = self.state
+        fast = 0  # publishes taken whole by publish_fast (counted once per batch)
         try:
             i = 0
             n = len(got)
@@ -241,6 +242,7 @@ class Connection:
                             and channel.publish_fast(payload, got[i], got[i + 1])
                         ):
                             i += 2
+                            fast += 1
                         else:
                             channel.on_frame(ftype, payload)
                     else:
@@ -252,6 +254,8 @@ class Connection:
                     self._fail(errors.InternalError(f"{type(error).__name__}: {error}"), chid)
         finally:
             self._in_frames = False
+            if fast:
+                self.node.broker.counters.received += fast
             if self.node.alarm_reasons and not self.blocked:
                 # cold: only while an alarm is on
                 self.read_under_alarm += sum(len(f[2]) for f in got)

@@ -19,6 +19,7 @@ from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.definitions_sync import when_synced
 from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
@@ -71,6 +72,7 @@ class StreamConnection:
 
     def __init__(self, snode: StreamNode, tls: bool = False) -> None:
         self.snode = snode
+        self._held: list[bytes] | None = None
         # Open and Metadata advertise the listener this client came through
         self.tls = tls
         self.node = snode.node
@@ -158,6 +160,9 @@ class StreamConnection:
             sub.wake()
 
     def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(data)  # a definitions change's response waits for its sync
+            return
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
@@ -265,7 +270,44 @@ class StreamConnection:
         if handler is None:
             self.close(wire.UNKNOWN_FRAME, f"unknown frame: key {key} version {version}")
             return
+        if key in _DEFINITION_CHANGES:
+            self._durably(handler, Cursor(body))
+            return
         handler(self, Cursor(body))
+
+    def _durably(self, handler: Callable[[StreamConnection, Cursor], None], cur: Cursor) -> None:
+        """Create/Delete (super) stream: the change is applied and its definitions.log line
+        written at once, but the response waits until the fdatasync, run in a worker thread
+        and shared with every change made meanwhile, has it on disk; the loop and this
+        connection's other commands go on (responses carry their correlation id). A failed
+        fdatasync closes the connection and never answers the change as done."""
+        definitions = self.node.definitions_sync
+        began = definitions.begin()
+        held: list[bytes] = []
+        self._held = held
+        try:
+            handler(self, cur)
+        finally:
+            self._held = None
+            pending = definitions.end(began)
+        if pending is None:
+            for data in held:
+                self.write(data)
+            return
+
+        def synced(error: BaseException | None) -> None:
+            if error is not None:
+                log.error("definitions.log fdatasync failed: %s", error)
+                self.close(
+                    wire.INTERNAL_ERROR,
+                    f"cannot make a definitions change durable: the fdatasync of "
+                    f"definitions.log failed ({type(error).__name__}: {error})",
+                )
+                return
+            for data in held:
+                self.write(data)
+
+        when_synced(pending, synced)
 
     @property
     def _port(self) -> int:
@@ -681,7 +723,9 @@ class StreamConnection:
         sequences = self.snode.sequences(queue) if reference else None
         appender = self.node.appender(queue)
         assert isinstance(appender, StreamAppender)  # vhost.queues holds stream queues only
-        self.publishers[pid] = StreamPublisher(self, pid, reference, queue, appender, sequences)
+        self.publishers[pid] = StreamPublisher(
+            self, pid, reference, queue, appender, sequences, self.node.broker.counters
+        )
         self._watch(queue)
         self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.OK))
         if self.node.alarm_reasons:
@@ -839,6 +883,9 @@ class StreamConnection:
         self.write(wire.query_offset_response(corr, wire.OK, stored))
 
 
+_DEFINITION_CHANGES = frozenset(
+    (wire.CREATE, wire.DELETE, wire.CREATE_SUPER_STREAM, wire.DELETE_SUPER_STREAM)
+)
 _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.PEER_PROPERTIES: StreamConnection._peer_properties,
     wire.SASL_HANDSHAKE: StreamConnection._sasl_handshake,

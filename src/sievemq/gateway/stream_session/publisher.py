@@ -25,6 +25,7 @@ from sievemq.streamproto import wire
 _new_message = tuple.__new__  # Message(...) without the NamedTuple constructor's call
 
 if TYPE_CHECKING:
+    from sievemq.gateway.model.broker import MessageCounters
     from sievemq.gateway.model.queue import StreamQueue
     from sievemq.gateway.runtime.appender import StreamAppender
     from sievemq.gateway.stream_session.ports import ConnectionPort
@@ -37,6 +38,7 @@ class StreamPublisher:
         "appender",
         "confirmed",
         "conn",
+        "counters",
         "errored",
         "published",
         "publisher_id",
@@ -53,8 +55,10 @@ class StreamPublisher:
         queue: StreamQueue,
         appender: StreamAppender,
         sequences: PublisherSequences | None,
+        counters: MessageCounters,
     ) -> None:
         self.conn = conn
+        self.counters = counters  # the node's: received and routed, per Publish frame
         self.publisher_id = publisher_id
         self.reference = reference
         self.queue = queue
@@ -105,11 +109,15 @@ class StreamPublisher:
         if sequences is not None and last >= 0:
             sequences.update(ref, last)
         self.published += len(entries)
+        counters = self.counters
+        counters.stream_received += len(entries)
+        counters.stream_routed += len(pids)
         if pids:
             self.conn.take_publish_credits(len(pids))
             self.appender.submit_many(messages, sinks, self, pids)
         if duplicates:
             self.confirmed += len(duplicates)
+            counters.stream_confirmed += len(duplicates)
             self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
             self.errored += len(errors)
@@ -121,6 +129,7 @@ class StreamPublisher:
             return
         if ok:
             self.confirmed += len(seqs)
+            self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
             self.errored += len(seqs)
