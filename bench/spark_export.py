@@ -11,11 +11,15 @@ carries value ``c * 50 // chunks``) with sievemq.storage, then measures, each a 
 - ``per_record_decode``: storage's per-record decode (the old path's first stage, no Arrow);
 - ``spark_noop``: the same read through Spark into its ``noop`` sink (the source, the Python
   workers and the Arrow hand-over to the JVM, without the Parquet write);
-- ``spark_parquet``: the export function writing Parquet through Spark on local[2] (session
-  already started: JVM start-up and the first export, which starts Spark's Python workers,
-  are reported apart); ``partitions`` is the number of Spark tasks of the read;
-- ``filtered`` (first size only): an export of one value of 50; the share of chunks whose
-  body was read.
+- ``spark_parquet``: the export function writing Parquet through Spark's writer
+  (``--writer spark``) on local[2] (session already started: JVM start-up and the first
+  export, which starts Spark's Python workers, are reported apart); ``partitions`` is the
+  number of Spark tasks of the read;
+- ``arrow_parquet``: the same export with the Arrow writer (``--writer arrow``, the default:
+  each Spark task writes its range with pyarrow), run interleaved with ``spark_parquet``;
+  ``over_spark_writer`` is the speed-up in the same run;
+- ``filtered`` (first size only): an export of one value of 50 (default writer); the share
+  of chunks whose body was read.
 
 for each body size, with the load average before and after (the machine is shared).
 """
@@ -38,6 +42,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import list_segments, segment_name
 
 PER_CHUNK = 1000
+WRITERS = ("arrow", "spark")  # export --writer
 VALUES = 50
 
 
@@ -151,13 +156,16 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
     spark_noop(spark, options, n)  # starts the Python workers of this data set's tasks
     noop = [spark_noop(spark, options, n) for _ in range(runs)]
     noop_s = statistics.median(t for t, _ in noop)
-    times = []
+    times: dict[str, list[float]] = {w: [] for w in WRITERS}
     for i in range(runs + 1):  # the first run starts Spark's Python workers: reported apart
-        result = export(options, tmp / f"out{body}-{i}", "parquet", spark=spark)
-        assert result.messages == n, result.messages
-        times.append(result.seconds)
-        shutil.rmtree(tmp / f"out{body}-{i}", ignore_errors=True)
-    export_s = statistics.median(times[1:])
+        for w in WRITERS:  # interleaved: both writers see the same load
+            target = tmp / f"out{body}-{w}-{i}"
+            result = export(options, target, "parquet", spark=spark, parquet_writer=w)
+            assert result.messages == n, result.messages
+            times[w].append(result.seconds)
+            shutil.rmtree(target, ignore_errors=True)
+    export_s = statistics.median(times["spark"][1:])
+    arrow_s = statistics.median(times["arrow"][1:])
     out: dict[str, Any] = {
         "body_bytes": body,
         "segment_bytes": size,
@@ -183,9 +191,18 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
             "seconds": export_s,
             "rows_per_s": n / export_s,
             "mb_per_s": size / export_s / 1e6,
-            "first_export_seconds": times[0],
+            "first_export_seconds": times["spark"][0],
             "of_arrow_decode": decode_s / export_s,
             "of_raw_read": raw_s / export_s,
+        },
+        "arrow_parquet": {
+            "partitions": noop[0][1],
+            "seconds": arrow_s,
+            "rows_per_s": n / arrow_s,
+            "mb_per_s": size / arrow_s / 1e6,
+            "first_export_seconds": times["arrow"][0],
+            "of_arrow_decode": decode_s / arrow_s,
+            "over_spark_writer": export_s / arrow_s,
         },
     }
     if filtered:

@@ -179,3 +179,19 @@ def test_a_classic_queues_bindings(server: ServerProcess, qname: str) -> None:
         ("amq.direct", "rk"),
     ]
     assert missing.status_code == 404
+
+
+def test_a_classic_queues_consumer_counts_in_the_overview(
+    server: ServerProcess, qname: str
+) -> None:
+    with client(server) as http:
+        assert http.put(f"/api/queues/%2F/{q(qname)}", json={"durable": True}).status_code == 201
+        before = http.get("/api/overview").json()["object_totals"]["consumers"]
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        try:
+            conn.channel().basic_consume(qname, lambda c, m, p, body: None, auto_ack=True)
+            during = http.get("/api/overview").json()["object_totals"]["consumers"]
+        finally:
+            conn.close()
+        after = http.get("/api/overview").json()["object_totals"]["consumers"]
+    assert (during, after) == (before + 1, before)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +20,7 @@ from rstream import (
     OffsetSpecification,
     OffsetType,
 )
+from rstream.client import Client
 
 from sievemq.testing import ServerProcess
 
@@ -205,3 +208,113 @@ async def test_users_without_monitoring_see_only_their_own_stream_clients(
     ]
     assert publishers == []
     assert len(as_admin) == 1 and len(as_admin[0]["consumers"]) == 2
+
+
+def _consumer_total(http: httpx.Client) -> int:
+    return int(http.get("/api/overview").json()["object_totals"]["consumers"])
+
+
+def _queue_consumers_metric(http: httpx.Client, stream: str) -> float | None:
+    wanted = f'rabbitmq_queue_consumers{{vhost="/",queue="{stream}"}} '
+    for line in http.get("/metrics/per-object").text.splitlines():
+        if line.startswith(wanted):
+            return float(line[len(wanted) :])
+    return None
+
+
+async def test_stream_subscriptions_count_as_the_queues_consumers(
+    server: ServerProcess, qname: str, http: httpx.Client
+) -> None:
+    """As RabbitMQ's stream plugin registers its consumers with the queue: a Subscribe
+    counts in the stream's ``consumers`` (queues, streams, overview, Prometheus) and is
+    listed in /api/consumers as ``stream.subid-N`` without acks or prefetch."""
+    before = _consumer_total(http)
+    props = {"identifier": "counted", "filter.0": "red", "match-unfiltered": "true"}
+    async with consumer(server, connection_name="counted-reader") as c:
+        await c.create_stream(qname)
+        sid = await c.subscribe(qname, lambda m, ctx: None, properties=props)
+        reader = _connection(http, "counted-reader")
+        queue = http.get(f"/api/queues/%2F/{q(qname)}").json()
+        stream = http.get(f"/api/streams/%2F/{q(qname)}").json()
+        listed = [c for c in http.get("/api/queues/%2F").json() if c["name"] == qname]
+        total = _consumer_total(http)
+        metric = _queue_consumers_metric(http, qname)
+        everywhere = _of(http.get("/api/consumers").json(), qname)
+        in_vhost = _of(http.get("/api/consumers/%2F").json(), qname)
+        assert http.delete(f"/api/queues/%2F/{q(qname)}").status_code == 204
+        await wait_for(lambda: not _of(http.get("/api/consumers").json(), qname))
+        after_delete = _consumer_total(http)
+
+    assert queue["consumers"] == 1 and listed[0]["consumers"] == 1
+    assert stream["consumers"] == 1
+    assert total == before + 1 and after_delete == before
+    assert metric == 1.0
+    assert everywhere == in_vhost and len(everywhere) == 1
+    entry = everywhere[0]
+    assert entry["consumer_tag"] == f"stream.subid-{sid}"
+    assert (entry["ack_required"], entry["exclusive"], entry["prefetch_count"]) == (False, False, 0)
+    assert (entry["active"], entry["activity_status"]) == (True, "up")
+    assert entry["arguments"] == props
+    assert entry["channel_details"]["connection_name"] == reader
+    assert entry["channel_details"]["user"] == "guest"
+    assert entry["sievemq"]["filter"] == {
+        "values": ["red"],
+        "match_unfiltered": True,
+        "match_type": "any",
+    }
+    assert [c["consumer_tag"] for c in queue["consumer_details"]] == [f"stream.subid-{sid}"]
+
+
+async def test_a_stream_connections_own_pages(
+    server: ServerProcess, qname: str, http: httpx.Client
+) -> None:
+    """The stream plugin's /api/stream/connections/{vhost}/{name}, …/consumers and
+    …/publishers: one connection, and only that connection's subscriptions and publishers."""
+    confirmed: list[int] = []
+    async with producer(server, connection_name="own-writer") as p:
+        await p.create_stream(qname)
+        await p.send_batch(
+            qname,
+            [AMQPMessage(body=b"x") for _ in range(3)],
+            publisher_name="own-ref",
+            on_publish_confirm=lambda status: confirmed.append(status.message_id),
+        )
+        await wait_for(lambda: len(confirmed) == 3)
+        async with consumer(server, connection_name="own-reader") as c:
+            await c.subscribe(qname, lambda m, ctx: None, properties={"identifier": "own"})
+            writer, reader = _connection(http, "own-writer"), _connection(http, "own-reader")
+            base = "/api/stream/connections/%2F"
+            one = http.get(f"{base}/{q(reader)}").json()
+            in_vhost = http.get(base).json()
+            reader_consumers = http.get(f"{base}/{q(reader)}/consumers").json()
+            reader_publishers = http.get(f"{base}/{q(reader)}/publishers").json()
+            writer_consumers = http.get(f"{base}/{q(writer)}/consumers").json()
+            writer_publishers = http.get(f"{base}/{q(writer)}/publishers").json()
+            missing = http.get(f"{base}/{q('no such connection')}")
+            wrong_vhost = http.get(f"/api/stream/connections/nope/{q(reader)}")
+
+    # DELETE drops the connection (a plain client: rstream's Consumer cannot close after it)
+    lone = Client(
+        server.host, server.stream_port, frame_max=1 << 20, heartbeat=60, connection_name="lone"
+    )
+    await lone.start()
+    await lone.authenticate(vhost="/", username="guest", password="guest")
+    try:
+        target = _connection(http, "lone")
+        closed = http.delete(f"{base}/{q(target)}")
+        await wait_for(lambda: http.get(f"{base}/{q(target)}").status_code == 404)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(lone.close(), 2)
+
+    assert one["name"] == reader and one["protocol"] == "stream"
+    assert one["client_properties"]["connection_name"] == "own-reader"
+    assert {reader, writer} <= {x["name"] for x in in_vhost}
+    assert [x["properties"]["identifier"] for x in reader_consumers] == ["own"]
+    assert reader_consumers[0]["connection_details"]["name"] == reader
+    assert reader_publishers == [] and writer_consumers == []
+    assert [(x["reference"], x["published"], x["confirmed"]) for x in writer_publishers] == [
+        ("own-ref", 3, 3)
+    ]
+    assert missing.status_code == 404 and wrong_vhost.status_code == 404
+    assert closed.status_code == 204

@@ -134,6 +134,10 @@ async def test_publish_refused_once_write_is_revoked(server: ServerProcess, alic
             await wait_for(lambda: bool(statuses))
             assert not statuses[0].is_confirmed
             assert statuses[0].response_code == 16  # access refused
+            with httpx.Client(base_url=server.admin_url, auth=("guest", "guest")) as http:
+                pubs = http.get("/api/stream/publishers/%2F/alice-revoked").json()
+            # the refused one counts as errored on the publisher, as RabbitMQ's does
+            assert [(x["published"], x["confirmed"], x["errored"]) for x in pubs] == [(1, 1, 1)]
         finally:
             with httpx.Client(base_url=server.admin_url, auth=("guest", "guest")) as http:
                 perm["write"] = "^alice-|^shared$"

@@ -170,3 +170,47 @@ def test_incremental_parquet_appends_only_new_rows(spark: Any, tmp_path: Path) -
     assert code == 0 and stdout.startswith("exported 18 messages")
     offsets = sorted(pq.read_table(out).column("offset").to_pylist())
     assert offsets == [*range(15, 19), *range(20, 29), *range(50, 59), *range(60, 69)]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"filterValues": "v3", "startingOffsets": "100"}, {"filterValues": "nothing-has-this"}],
+    ids=["all", "filtered", "no-row"],
+)
+def test_arrow_writer_output_is_what_the_spark_writer_writes(
+    spark: Any, data_dir: Path, tmp_path: Path, extra: dict[str, str]
+) -> None:
+    options = {"path": str(data_dir), "stream": "orders"} | extra
+    by_arrow = export(options, tmp_path / "arrow", "parquet", spark=spark)
+    by_spark = export(options, tmp_path / "spark", "parquet", spark=spark, parquet_writer="spark")
+    assert by_arrow.messages == by_spark.messages
+    a = spark.read.parquet(str(tmp_path / "arrow"))
+    s = spark.read.parquet(str(tmp_path / "spark"))
+    assert a.schema == s.schema  # same column names, types and nullability, nested ones too
+    assert a.schema.simpleString() == s.schema.simpleString()
+    rows_a = sorted(a.collect(), key=lambda r: r["offset"])
+    rows_s = sorted(s.collect(), key=lambda r: r["offset"])
+    assert [r.asDict(recursive=True) for r in rows_a] == [r.asDict(recursive=True) for r in rows_s]
+    assert len(rows_a) == by_arrow.messages
+    if not extra:
+        assert len(rows_a) == 300 and rows_a[0]["headers"] and rows_a[0]["properties"]
+    # overwrite replaces the output, leaving no staging folder beside it
+    again = export(options, tmp_path / "arrow", "parquet", spark=spark, overwrite=True)
+    assert spark.read.parquet(str(tmp_path / "arrow")).count() == again.messages
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["arrow", "spark"]
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_incremental_parquet_with_either_writer(spark: Any, tmp_path: Path, writer: str) -> None:
+    data = tmp_path / "data"
+    write_stream(data, "orders", 10, 10)  # offsets 0..99
+    out, ck = tmp_path / "out", tmp_path / "ck.json"
+    argv = ["--data-dir", str(data), "--stream", "orders", "--writer", writer]
+    argv += ["--out", str(out), "--incremental", str(ck)]
+    code, stdout, stderr = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 100 messages"), stderr
+    write_stream(data, "orders", 5, 10)  # offsets 100..149
+    code, stdout, stderr = _cli(spark, *argv)
+    assert code == 0 and stdout.startswith("exported 50 messages"), stderr
+    assert sorted(pq.read_table(out).column("offset").to_pylist()) == list(range(150))
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("_")) in ([], ["_SUCCESS"])

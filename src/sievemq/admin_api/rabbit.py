@@ -650,6 +650,80 @@ def _in_vhost(f: BrokerFacade, who: Principal, vhost: str | None) -> str | None:
     return v
 
 
+@router.get("/stream/connections/{vhost}")
+async def list_vhost_stream_connections(request: Request, vhost: str, who: User) -> Any:
+    f = _facade(request)
+    v = _in_vhost(f, who, vhost)
+    return await paginate(
+        request,
+        [
+            shapes.connection(c, f.node_name)
+            for c in _visible_connections(f, who, v)
+            if c.protocol == "stream"
+        ],
+    )
+
+
+def _stream_connection(f: BrokerFacade, who: Principal, vhost: str, conn: str) -> Any:
+    """A stream-protocol connection of ``vhost`` the user may see (404 otherwise)."""
+    v = _in_vhost(f, who, vhost)
+    view = _own_connection(f, who, name(conn))
+    if view.protocol != "stream" or view.vhost != v:
+        raise not_found()
+    return view
+
+
+@router.get("/stream/connections/{vhost}/{conn}")
+async def get_stream_connection(
+    request: Request, vhost: str, conn: str, who: User
+) -> dict[str, Any]:
+    f = _facade(request)
+    return shapes.connection(_stream_connection(f, who, vhost, conn), f.node_name)
+
+
+@router.delete("/stream/connections/{vhost}/{conn}", status_code=204)
+async def close_stream_connection(request: Request, vhost: str, conn: str, who: User) -> Response:
+    f = _facade(request)
+    view = _stream_connection(f, who, vhost, conn)
+    if not who.is_administrator and view.user != who.name:
+        raise not_authorised("Not administrator user")
+    f.close_connection(view.name, request.headers.get("x-reason"))
+    return Response(status_code=204)
+
+
+def _connection_clients(
+    request: Request, vhost: str, conn: str, who: Principal, consumers: bool
+) -> list[dict[str, Any]]:
+    """One stream connection's subscriptions (``consumers``) or publishers."""
+    f = _facade(request)
+    view = _stream_connection(f, who, vhost, conn)
+    if consumers:
+        return [
+            shapes.stream_consumer(c, f.node_name)
+            for c in f.list_stream_consumers(view.vhost)
+            if c.connection_name == view.name
+        ]
+    return [
+        shapes.stream_publisher(p, f.node_name)
+        for p in f.list_stream_publishers(view.vhost)
+        if p.connection_name == view.name
+    ]
+
+
+@router.get("/stream/connections/{vhost}/{conn}/consumers")
+async def stream_connection_consumers(
+    request: Request, vhost: str, conn: str, who: User
+) -> list[dict[str, Any]]:
+    return _connection_clients(request, vhost, conn, who, consumers=True)
+
+
+@router.get("/stream/connections/{vhost}/{conn}/publishers")
+async def stream_connection_publishers(
+    request: Request, vhost: str, conn: str, who: User
+) -> list[dict[str, Any]]:
+    return _connection_clients(request, vhost, conn, who, consumers=False)
+
+
 @router.get("/stream/consumers")
 @router.get("/stream/consumers/{vhost}")
 async def list_stream_consumers(request: Request, who: User, vhost: str | None = None) -> Any:

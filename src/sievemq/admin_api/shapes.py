@@ -140,7 +140,7 @@ def consumer(c: ConsumerView, node: str) -> dict[str, Any]:
         "arguments": c.arguments,
         "ack_required": c.ack_required,
         "active": c.active,
-        "activity_status": "up" if c.active else "waiting",
+        "activity_status": c.activity_status or ("up" if c.active else "waiting"),
         "channel_details": {
             "connection_name": c.connection_name,
             "name": c.channel_name,

@@ -262,6 +262,8 @@ class ConsumerView:
     filter_stats: FilterStatsView
     ack_required: bool = True
     exclusive: bool = False
+    activity_status: str = ""  # "" = up when active, waiting when not
+    protocol: str = "AMQP 0-9-1"  # or "stream" for a stream-protocol subscription
 
 
 @dataclass
@@ -691,12 +693,17 @@ class BrokerFacade:
         already has them)."""
         now = time.time()
         queues = list(self.broker.queues())
-        views = streams if streams is not None else [self._stream_view(q, now) for q in queues]
+        subscribed = self._stream_subscribers()
+        views = (
+            streams
+            if streams is not None
+            else [self._stream_view(q, now, subscribed) for q in queues]
+        )
         connections = self._connections()
         totals = Totals(
             connections=len(connections),
             channels=sum(len(c.channels) for c in connections),
-            consumers=sum(q.consumer_count for q in queues),
+            consumers=sum(q.consumer_count for q in queues) + sum(subscribed.values()),
             exchanges=sum(len(v.exchanges) for v in self.broker.vhosts.values()),
             queues=len(queues),
             vhosts=len(self.broker.vhosts),
@@ -740,6 +747,7 @@ class BrokerFacade:
         for vh in self.broker.vhosts.values():
             totals.queues += len(vh.classic.queues)
             for cq in vh.classic.queues.values():
+                totals.consumers += cq.consumer_count
                 totals.messages += cq.message_count + cq.outstanding
                 totals.messages_unacknowledged += cq.outstanding
                 totals.bytes += cq.ready_bytes
@@ -801,9 +809,10 @@ class BrokerFacade:
             keys.update(k for q in classic for k in _rate_keys(q))
             keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
             self._rates.forget(keys)
+        subscribed = self._stream_subscribers()
         for q in queues:
             if self._still_declared(q):
-                yield self._stream_view(q, now)
+                yield self._stream_view(q, now, subscribed)
 
     def _still_declared(self, queue: Any) -> bool:
         v = self.broker.vhosts.get(queue.vhost)
@@ -812,7 +821,7 @@ class BrokerFacade:
         return v.queues.get(queue.name) is queue or v.classic.queues.get(queue.name) is queue
 
     def get_stream(self, vhost: str, name: str) -> StreamView:
-        return self._stream_view(self._queue(vhost, name), time.time())
+        return self._stream_view(self._queue(vhost, name), time.time(), self._stream_subscribers())
 
     def stream_exists(self, vhost: str, name: str) -> bool:
         v = self.broker.vhosts.get(vhost)
@@ -993,6 +1002,13 @@ class BrokerFacade:
             for q in classic_queues
             for c in list(q.consumers)
         )
+        wanted = {id(q) for q in queues}
+        views.extend(
+            _stream_subscription_view(conn, sub)
+            for conn in self._stream_connections()
+            for sub in list(conn.subscriptions.values())
+            if sub.active and id(sub.queue) in wanted
+        )
         return sorted(views, key=lambda v: (v.vhost, v.stream, v.consumer_tag))
 
     # ------------------------------------------------------------------ connections
@@ -1019,6 +1035,18 @@ class BrokerFacade:
         )
 
     # ------------------------------------------------------------------ stream protocol
+
+    def _stream_subscribers(self) -> dict[int, int]:
+        """Stream-protocol subscriptions per stream, keyed by ``id()`` of the stream's queue
+        (a stream deleted and declared again is a new queue; its old subscriptions are
+        closed). They count in a stream's ``consumers``, as RabbitMQ's stream plugin
+        registers its consumers with the queue."""
+        counts: dict[int, int] = {}
+        for conn in self._stream_connections():
+            for sub in list(conn.subscriptions.values()):
+                if sub.active:
+                    counts[id(sub.queue)] = counts.get(id(sub.queue), 0) + 1
+        return counts
 
     def list_stream_consumers(
         self, vhost: str | None = None, stream: str | None = None
@@ -1895,7 +1923,10 @@ class BrokerFacade:
             rates=rates,
         )
 
-    def _stream_view(self, queue: StreamQueue, now: float) -> StreamView:
+    def _stream_view(
+        self, queue: StreamQueue, now: float, subscribed: dict[int, int]
+    ) -> StreamView:
+        """``subscribed``: stream-protocol subscriptions by ``id()`` of their queue."""
         stats = queue.stats()  # an idle stream stays closed (issue 13)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
@@ -1915,7 +1946,7 @@ class BrokerFacade:
             last_offset=stats.last_offset,
             first_timestamp_ms=stats.first_timestamp_ms,
             last_timestamp_ms=stats.last_timestamp_ms,
-            consumers=queue.consumer_count,
+            consumers=queue.consumer_count + subscribed.get(id(queue), 0),
             published=published,
             publish_rate=self._rates.rate(key_pub, published, now),
             delivered=delivered,
@@ -2152,6 +2183,42 @@ def _stream_consumer_view(conn: StreamConnection, sub: Subscription) -> StreamCo
         active=active,
         activity_status=status,
         group=group,
+    )
+
+
+def _stream_subscription_view(conn: StreamConnection, sub: Subscription) -> ConsumerView:
+    """A stream-protocol subscription as RabbitMQ's stream plugin registers it with the
+    queue: tag ``stream.subid-N``, no acks, no prefetch, Subscribe's properties as its
+    arguments; its connection stands in for the channel (number 0)."""
+    view = _stream_consumer_view(conn, sub)
+    spec = sub.spec
+    return ConsumerView(
+        vhost=view.vhost,
+        stream=view.stream,
+        consumer_tag=f"stream.subid-{view.subscription_id}",
+        connection_name=view.connection_name,
+        channel_number=0,
+        channel_name=view.connection_name,
+        user=view.user,
+        peer_host=view.peer_host,
+        peer_port=view.peer_port,
+        prefetch_count=0,
+        credit=view.credits,
+        active=view.active,
+        arguments=dict(view.properties),
+        consumer_name=view.properties.get("name"),
+        position=view.offset,
+        lag=view.offset_lag,
+        filter=None
+        if spec is None
+        else ConsumerFilterView(
+            list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
+        ),
+        sql=None,
+        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        ack_required=False,
+        activity_status=view.activity_status,
+        protocol="stream",
     )
 
 

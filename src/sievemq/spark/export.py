@@ -18,7 +18,11 @@ the output, and only then replaces the checkpoint (write, fsync, rename). A Delt
 carries the new checkpoint in its commit metadata, so a run that died between the commit and
 the rename resumes from the table, not from the stale file: exactly once for Delta.
 
-Parquet and JSON runs are exactly once too (``_stage``/``recover_runs``): Spark writes the run
+Parquet: ``--writer arrow`` (default) runs one Spark task per planned range, each writing its
+Parquet file with pyarrow (``arrow_export``); ``--writer spark`` uses Spark's own writer. The
+Arrow writer always writes into a staging folder first, renamed into place when it is done.
+
+Parquet and JSON runs are exactly once too (``_stage``/``recover_runs``): the tasks write the run
 into ``OUT/_sievemq-staging-ID`` (hidden from readers: Spark, pyarrow and pandas skip names
 starting with ``_``), with a manifest holding the run's new checkpoint. Renaming that folder to
 ``_sievemq-commit-ID`` commits the run; its files are then moved into ``OUT``, the checkpoint
@@ -56,6 +60,7 @@ from sievemq.spark.planning import (
 )
 
 FORMATS = ("parquet", "json", "delta")
+WRITERS = ("arrow", "spark")  # --writer for Parquet: pyarrow in each Spark task, or Spark's own
 CHECKPOINT_KEY = "sievemq.checkpoint"  # Delta commit metadata: the checkpoint after the commit
 STAGING_PREFIX = "_sievemq-staging-"  # an incremental Parquet/JSON run being written
 COMMIT_PREFIX = "_sievemq-commit-"  # a committed run whose files may still need moving
@@ -86,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", "--output", dest="out", required=True, help="output directory")
     parser.add_argument("--format", choices=FORMATS, default="parquet", help="default parquet")
+    parser.add_argument(
+        "--writer",
+        choices=WRITERS,
+        default="arrow",
+        help="Parquet writer: arrow (pyarrow in each Spark task, default) or spark",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
     parser.add_argument(
         "--incremental",
@@ -210,12 +221,19 @@ def export(
     progress: TextIO | None = None,
     commit_metadata: dict[str, str] | None = None,
     run_offsets: Offsets | None = None,
+    parquet_writer: str = "arrow",
 ) -> ExportResult:
     """Write the rows of the source ``options`` to ``out`` (``append``: add to it); raises on
     failure. ``commit_metadata`` goes into the Delta commit. ``run_offsets`` (Parquet/JSON
     with ``append``): write the run to a staging folder in ``out`` and commit it atomically
-    with that checkpoint in its manifest (module docstring); ``finish_run`` then removes it."""
+    with that checkpoint in its manifest (module docstring); ``finish_run`` then removes it.
+    ``parquet_writer``: ``arrow`` (each Spark task writes its range with pyarrow,
+    ``arrow_export``) or ``spark`` (``DataFrame.write.parquet``)."""
     from sievemq.spark import register
+    from sievemq.spark.arrow_export import write_parquet
+
+    if parquet_writer not in WRITERS:
+        raise ValueError(f"parquet writer {parquet_writer!r}: expected one of {', '.join(WRITERS)}")
 
     if out.exists() and not (overwrite or append):
         raise FileExistsError(f"{out} exists (use --overwrite to replace it)")
@@ -226,25 +244,30 @@ def export(
     metrics = register(spark, metrics=True)
     assert metrics is not None
     started = time.monotonic()
-    df = spark.read.format("sievemq").options(**export_options(spark, options)).load()
+    arrow = fmt == "parquet" and parquet_writer == "arrow"
     staging = out.parent / f".{out.name}.staging-{uuid.uuid4().hex}"
     staged = fmt != "delta" and append and run_offsets is not None
     if staged:
         out.mkdir(parents=True, exist_ok=True)
         staging = out / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-    if fmt == "delta" or staged:
-        writer = df.write.mode("errorifexists")
-        target = staging
-    else:
-        writer = df.write.mode(
-            "overwrite" if overwrite else "append" if append else "errorifexists"
-        )
-        target = out
+    writer: Any = None
+    target = staging  # the Arrow writer: renamed to (or moved into) ``out`` when done
+    if not arrow:
+        df = spark.read.format("sievemq").options(**export_options(spark, options)).load()
+        if fmt == "delta" or staged:
+            writer = df.write.mode("errorifexists")
+        else:
+            mode = "overwrite" if overwrite else "append" if append else "errorifexists"
+            writer = df.write.mode(mode)
+            target = out
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            if fmt == "json":
+            if arrow:
+                opts = export_options(spark, options)
+                write_parquet(spark, opts, target, uuid.uuid4().hex, metrics.accumulator)
+            elif fmt == "json":
                 writer.json(str(target))
             else:
                 writer.parquet(str(target))
@@ -270,6 +293,8 @@ def export(
         elif staged:
             assert run_offsets is not None
             _commit_run(staging, out, run_offsets)
+        elif arrow:
+            _place(staging, out, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone once committed (renamed)
     counters = metrics.value()
@@ -281,6 +306,18 @@ def export(
         time.monotonic() - started,
         counters,
     )
+
+
+def _place(staging: Path, out: Path, overwrite: bool) -> None:
+    """The Arrow writer's finished folder becomes ``out`` (``overwrite``: replacing it;
+    an existing ``out`` otherwise: its files are added, as Spark's append mode does)."""
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    if not out.exists():
+        os.rename(staging, out)
+        _fsync_dir(out.parent)
+        return
+    _move_files(staging, out)
 
 
 def _commit_delta(
@@ -536,6 +573,7 @@ def run_export(
             progress=err if err.isatty() else None,
             commit_metadata={CHECKPOINT_KEY: json.dumps(end)} if end is not None else None,
             run_offsets=end,
+            parquet_writer=args.writer,
         )
         if checkpoint is not None and end is not None:
             write_checkpoint(checkpoint, target, args.format, end)

@@ -745,6 +745,7 @@ class StreamConnection:
             return
         if not self._may("write", pub.queue.name):  # permissions may change after declare
             code = wire.ACCESS_REFUSED
+            pub.errored += len(entries)
             self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
             return
         pub.publish(entries)
