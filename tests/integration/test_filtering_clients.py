@@ -17,6 +17,8 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
+from .pika_consume import consume_expected
+
 pytestmark = pytest.mark.timeout(60)
 
 FV = "x-stream-filter-value"
@@ -51,22 +53,16 @@ def test_pika_region_consumers_get_exactly_their_region(server: ServerProcess) -
             for off, (r, body) in enumerate(published)
             if r == region or (unfiltered and r is None)
         ]
-        got: list[tuple[int, bytes]] = []
         arguments = {
             "x-stream-offset": "first",
             "x-stream-filter": region,
             "x-stream-match-unfiltered": unfiltered,
         }
         ch.basic_qos(prefetch_count=7)
-        for method, props, body in ch.consume(
-            "p-regions", arguments=arguments, inactivity_timeout=0.5
-        ):
-            if method is None:
-                break  # half a second without a delivery: it has sent all it will
-            assert props.headers.get(FV) in (region, None)
-            got.append((props.headers["x-stream-offset"], body))
-            ch.basic_ack(method.delivery_tag)
-        ch.cancel()
+        # the expected deliveries, then half a second without more: it has sent all it will
+        delivered = consume_expected(ch, "p-regions", len(want), arguments, quiet_s=0.5)
+        assert all(props.headers.get(FV) in (region, None) for _m, props, _b in delivered)
+        got = [(props.headers["x-stream-offset"], body) for _m, props, body in delivered]
         assert got == want, region
     conn.close()
 
