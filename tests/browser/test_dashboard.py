@@ -23,6 +23,8 @@ from rstream import Consumer, OffsetSpecification, OffsetType
 from sievemq.testing import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing
+# a loaded machine renders slowly: assertions wait up to 15 s (they end as soon as they hold)
+expect.set_options(timeout=15_000)
 SHOTS = Path(os.environ.get("SIEVEMQ_SCREENSHOTS") or tempfile.mkdtemp(prefix="sievemq-shots-"))
 ARGS = [
     "--headless",
