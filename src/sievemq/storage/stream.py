@@ -27,6 +27,7 @@ from sievemq.storage.chunk import (
     SEGMENT_MAGIC,
     encode_chunk,
 )
+from sievemq.storage.durable import fsync_dir
 from sievemq.storage.errors import StorageError
 from sievemq.storage.layout import TOMBSTONE_PREFIX
 from sievemq.storage.offsets import OffsetStore, read_offsets
@@ -92,14 +93,6 @@ class _Segment:
     chunks: int
     first_ts: int | None = None
     last_ts: int | None = None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -354,7 +347,7 @@ class Stream:
         if not segments:
             _ensure_file_header(directory / segment_name(0), SEGMENT_MAGIC)
             _ensure_file_header(directory / index_name(0), INDEX_MAGIC)
-            _fsync_dir(directory)
+            fsync_dir(directory)
             segments = [_Segment(0, 0, FILE_HEADER_SIZE, 0)]
         return cls(directory, config, segments)
 
@@ -399,7 +392,7 @@ class Stream:
         _ensure_file_header(self.directory / segment_name(first), SEGMENT_MAGIC)
         _ensure_file_header(self.directory / index_name(first), INDEX_MAGIC)
         if self.config.durability is not Durability.NEVER:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         self._segments.append(_Segment(first, first, FILE_HEADER_SIZE, 0))
         self._open_files(first)
         self.apply_retention()

@@ -32,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import queue_directory, safe_name, stream_directory
 
 __all__ = [
@@ -127,14 +128,6 @@ def item_key(section: str, item: Any) -> str:
 def _line(op: str, section: str, key: str | None, item: Any) -> bytes:
     raw = _dumps([op, section, key, item]).encode("utf-8")
     return b"%08x " % zlib.crc32(raw) + raw + b"\n"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DefinitionStore:
@@ -355,7 +348,7 @@ class DefinitionStore:
         finally:
             os.close(fd)
         os.replace(temp, self.path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
         self._lines = self.count()
