@@ -15,7 +15,10 @@ declare without looking at the others: a declare costs the same at 50,000 stream
 Loading stops at the first torn or corrupt line (a SIGKILL mid-write leaves at most one,
 never a committed one) and cuts it off. When the log holds more than four times as many
 lines as live items (and at least 1024) it is rewritten (temp + fsync + rename + fsync of
-the directory). A ``definitions.json`` from older versions is read once and converted.
+the directory); while syncs are deferred (the gateway's event loop) the rewrite joins the
+next deferred sync and runs in its worker thread, the lines committed meanwhile carried
+over to the new log (``take_sync``, ``_compact_from``). A ``definitions.json`` from older
+versions is read once and converted.
 Field-table values that JSON cannot hold (non-UTF-8 longstr, byte arrays, timestamps,
 decimals) are tagged so they come back with their AMQP type.
 """
