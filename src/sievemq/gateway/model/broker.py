@@ -24,7 +24,16 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Message, Stream, StreamConfig, StreamSurvey, layout, survey
+from sievemq.storage import (
+    Durability,
+    Message,
+    PendingStream,
+    Stream,
+    StreamConfig,
+    StreamSurvey,
+    layout,
+    survey,
+)
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -208,6 +217,20 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _new_stream(
+        self, vhost: str, name: str, arguments: StreamArguments
+    ) -> Stream | Callable[[], Stream]:
+        """The storage of a stream declared now. Inside a change whose definitions sync
+        runs in a worker thread (``store.defer_sync``), its files are created and fsynced
+        by that thread too, before the sync: the declare is answered once both are durable
+        and the loop never waits for them. Otherwise (start, tests) it is opened at once."""
+        if not self.store.defer_sync:
+            return self._open_stream(vhost, name, arguments)
+        directory = definitions.stream_directory(self.data_dir, vhost, name)
+        pending = PendingStream(directory, self.stream_config(arguments))
+        self.store.defer_job(pending.create)
+        return pending.open
+
     def _survey_stream(self, vhost: str, name: str) -> StreamSurvey | None:
         return survey(definitions.stream_directory(self.data_dir, vhost, name))
 
@@ -256,6 +279,7 @@ class Broker:
                 lambda: self._vhost_changed(name),
                 classic,
                 self._survey_stream,
+                self._new_stream,
             )
             self.vhosts[name] = vhost
             self.save_definitions()

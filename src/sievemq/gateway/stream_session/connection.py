@@ -19,7 +19,7 @@ from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
-from sievemq.gateway.runtime.definitions_sync import when_synced
+from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
@@ -300,8 +300,7 @@ class StreamConnection:
                 log.error("definitions.log fdatasync failed: %s", error)
                 self.close(
                     wire.INTERNAL_ERROR,
-                    f"cannot make a definitions change durable: the fdatasync of "
-                    f"definitions.log failed ({type(error).__name__}: {error})",
+                    failure_text(error),
                 )
                 return
             for data in held:
