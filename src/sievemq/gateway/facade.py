@@ -20,7 +20,6 @@ import hashlib
 import json
 import platform
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -59,6 +58,8 @@ from sievemq.gateway.model.users import (
     hash_password,
     valid_hash,
 )
+from sievemq.gateway.net.tcp_info import socket_counts
+from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
 from sievemq.gateway.stream_session import sac
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
-RATE_WINDOW_S = 5.0
 _NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
@@ -146,6 +146,9 @@ class StreamView:
     deliver_rate: float
     filter_size_bytes: int
     filter_stats: FilterStatsView
+    messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
+    # per second over the last RATE_WINDOW_S: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
     durable: bool = True
     auto_delete: bool = False
     exclusive: bool = False
@@ -186,6 +189,8 @@ class QueueView:
     effective_policy_definition: dict[str, Any] = field(default_factory=dict)
     # per second over the last RATE_WINDOW_S, keyed by RabbitMQ's message_stats names
     rates: dict[str, float] = field(default_factory=dict)
+    # and of its lengths: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
@@ -289,6 +294,13 @@ class ConnectionView:
     protocol: str = "AMQP 0-9-1"
     auth_mechanism: str = "PLAIN"
     type: str = "network"
+    # the socket's counts (None where the kernel has no TCP_INFO) and the octets' rates
+    recv_oct: int | None = None
+    send_oct: int | None = None
+    recv_cnt: int | None = None
+    send_cnt: int | None = None
+    recv_oct_rate: float = 0.0
+    send_oct_rate: float = 0.0
 
 
 @dataclass
@@ -399,6 +411,9 @@ class VhostView:
     streams: int
     exchanges: int
     connections: int
+    messages_ready: int = 0
+    messages_unacknowledged: int = 0
+    length_rates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -451,6 +466,8 @@ class Totals:
     # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
     # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
     by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
+    # rates of the queue totals: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -626,32 +643,6 @@ class BadRequest(PreconditionFailed):
     """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""
 
 
-# --------------------------------------------------------------------------- rates
-
-
-class _Rates:
-    """Per key, a few (time, counter) samples; the rate is over the last RATE_WINDOW_S."""
-
-    def __init__(self) -> None:
-        self._samples: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
-
-    def rate(self, key: tuple[str, ...], value: int, now: float) -> float:
-        samples = self._samples.setdefault(key, deque(maxlen=16))
-        if not samples or now - samples[-1][0] >= 1.0:
-            samples.append((now, value))
-        while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_S:
-            samples.popleft()
-        then, before = samples[0]
-        elapsed = now - then
-        if elapsed <= 0 or value < before:
-            return 0.0
-        return round((value - before) / elapsed, 1)
-
-    def forget(self, keep: set[tuple[str, ...]]) -> None:
-        for key in [k for k in self._samples if k not in keep]:
-            del self._samples[key]
-
-
 # --------------------------------------------------------------------------- the facade
 
 
@@ -673,7 +664,8 @@ class BrokerFacade:
         self.listeners: list[ListenerView] = []
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
-        self._rates = _Rates()
+        self._rates = RateSampler()
+        self.sampler: asyncio.Task[None] | None = None
         # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
         self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 
@@ -751,6 +743,10 @@ class BrokerFacade:
                 totals.messages += cq.message_count + cq.outstanding
                 totals.messages_unacknowledged += cq.outstanding
                 totals.bytes += cq.ready_bytes
+        totals.messages_unacknowledged += sum(v.messages_unacknowledged for v in views)
+        totals.length_rates = self._length_rates(
+            ("o",), totals.messages, totals.messages_unacknowledged, now
+        )
         summed = FilterStats()
         sums = vars(summed)
         for q in queues:
@@ -803,12 +799,6 @@ class BrokerFacade:
         deleted before its turn is left out."""
         now = time.time()
         queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
-        if vhost is None:
-            classic = [q for v in self.broker.vhosts.values() for q in v.classic.queues.values()]
-            keys = {k for q in queues for k in _rate_keys(q)}
-            keys.update(k for q in classic for k in _rate_keys(q))
-            keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
-            self._rates.forget(keys)
         subscribed = self._stream_subscribers()
         for q in queues:
             if self._still_declared(q):
@@ -1111,16 +1101,32 @@ class BrokerFacade:
 
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
         """AMQP 0-9-1 and stream-protocol connections (``protocol`` tells them apart)."""
-        views = [_connection_view(c) for c in self._connections()]
-        views += [_stream_connection_view(c) for c in self._stream_connections()]
+        now = time.time()
+        views = [self._socket_rates(_connection_view(c), c, now) for c in self._connections()]
+        views += [
+            self._socket_rates(_stream_connection_view(c), c, now)
+            for c in self._stream_connections()
+        ]
         views.sort(key=lambda v: v.id)
         return [v for v in views if vhost is None or v.vhost == vhost]
 
     def get_connection(self, name: str) -> ConnectionView:
-        for conn in self._stream_connections():
-            if _stream_connection_name(conn) == name:
-                return _stream_connection_view(conn)
-        return _connection_view(self._connection(name))
+        now = time.time()
+        for stream_conn in self._stream_connections():
+            if _stream_connection_name(stream_conn) == name:
+                return self._socket_rates(_stream_connection_view(stream_conn), stream_conn, now)
+        conn = self._connection(name)
+        return self._socket_rates(_connection_view(conn), conn, now)
+
+    def _socket_rates(self, view: ConnectionView, conn: Any, now: float) -> ConnectionView:
+        """The socket's byte and segment counts, and the bytes' rates."""
+        counts = socket_counts(conn.transport)
+        if counts is not None:
+            view.recv_oct, view.send_oct = counts.recv_oct, counts.send_oct
+            view.recv_cnt, view.send_cnt = counts.recv_cnt, counts.send_cnt
+            view.recv_oct_rate = self._rates.rate(("x", view.name, "recv"), counts.recv_oct, now)
+            view.send_oct_rate = self._rates.rate(("x", view.name, "send"), counts.send_oct, now)
+        return view
 
     def _connection(self, name: str) -> Connection:
         for conn in self._connections():
@@ -1345,19 +1351,32 @@ class BrokerFacade:
 
     def list_vhosts(self) -> list[VhostView]:
         conns = self._connections()
-        return [
-            VhostView(
-                name=v.name,
-                description="Default virtual host" if v.name == "/" else "",
-                tags=[],
-                default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
-                messages=sum(q.message_count for q in v.queues.values()),
-                streams=len(v.queues),
-                exchanges=len(v.exchanges),
-                connections=sum(1 for c in conns if c.vhost_name == v.name),
+        now = time.time()
+        views = []
+        for v in self.broker.vhosts.values():
+            classic = v.classic.queues.values()
+            unacked = sum(q.outstanding for q in classic)
+            messages = (
+                sum(q.message_count for q in v.queues.values())
+                + sum(q.message_count for q in classic)
+                + unacked
             )
-            for v in self.broker.vhosts.values()
-        ]
+            views.append(
+                VhostView(
+                    name=v.name,
+                    description="Default virtual host" if v.name == "/" else "",
+                    tags=[],
+                    default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                    messages=messages,
+                    streams=len(v.queues),
+                    exchanges=len(v.exchanges),
+                    connections=sum(1 for c in conns if c.vhost_name == v.name),
+                    messages_ready=messages - unacked,
+                    messages_unacknowledged=unacked,
+                    length_rates=self._length_rates(("v", v.name), messages, unacked, now),
+                )
+            )
+        return views
 
     def add_vhost(self, name: str) -> bool:
         """Create a vhost; True when it was created."""
@@ -1921,6 +1940,9 @@ class BrokerFacade:
             get_empty=q.get_empty,
             acked=q.acked,
             rates=rates,
+            length_rates=self._length_rates(
+                ("l", q.vhost, q.name), ready + q.outstanding, q.outstanding, now
+            ),
         )
 
     def _stream_view(
@@ -1930,7 +1952,8 @@ class BrokerFacade:
         stats = queue.stats()  # an idle stream stays closed (issue 13)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
-        key_pub, key_del = _rate_keys(queue)
+        key_pub, key_del = _rate_keys(queue)[:2]
+        unacked = sum(max(0, c.prefetch - c.credit) for c in queue.consumers)
         return StreamView(
             vhost=queue.vhost,
             name=queue.name,
@@ -1953,7 +1976,78 @@ class BrokerFacade:
             deliver_rate=self._rates.rate(key_del, delivered, now),
             filter_size_bytes=queue.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
+            messages_unacknowledged=unacked,
+            length_rates=self._length_rates(
+                ("l", queue.vhost, queue.name), stats.messages, unacked, now
+            ),
         )
+
+    def _length_rates(self, key: Key, messages: int, unacked: int, now: float) -> dict[str, float]:
+        """The rates of a queue's (or the totals') lengths: RabbitMQ's ``messages``,
+        ``messages_ready`` and ``messages_unacknowledged`` (negative while they shrink)."""
+        rate = self._rates.rate
+        return {
+            "messages": rate((*key, "messages"), messages, now, gauge=True),
+            "messages_ready": rate((*key, "ready"), messages - unacked, now, gauge=True),
+            "messages_unacknowledged": rate((*key, "unacked"), unacked, now, gauge=True),
+        }
+
+    # ------------------------------------------------------------------ the rate sampler
+
+    def start_sampling(self, interval_s: float = SAMPLE_INTERVAL_S) -> asyncio.Task[None]:
+        """Sample every counter and length every ``interval_s`` on the running loop (as
+        RabbitMQ's ``collect_statistics_interval``), so that a first request already
+        answers real rates. Cancel the task (or ``stop_sampling``) to end it."""
+        if self.sampler is None or self.sampler.done():
+            self.sampler = asyncio.get_running_loop().create_task(self._sample_forever(interval_s))
+        return self.sampler
+
+    async def stop_sampling(self) -> None:
+        task, self.sampler = self.sampler, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _sample_forever(self, interval_s: float) -> None:
+        slice_s = 0.004  # at most this much sampling between two loop turns
+        while True:
+            started = time.perf_counter()
+            last = started
+            for _ in self.sample_steps():
+                if time.perf_counter() - last >= slice_s:
+                    await asyncio.sleep(0)
+                    last = time.perf_counter()
+            await asyncio.sleep(max(0.0, interval_s - (time.perf_counter() - started)))
+
+    def sample_steps(self) -> Iterator[None]:
+        """One round of samples: every stream, classic and quorum queue, vhost, connection
+        and the overview. Yields after each object, so the caller can give the loop a turn;
+        the samples of objects gone since the last round are dropped at the end."""
+        keys: set[Key] = set()
+        subscribed = self._stream_subscribers()
+        views: list[StreamView] = []
+        for q in list(self.broker.queues()):
+            if self._still_declared(q):
+                views.append(self._stream_view(q, time.time(), subscribed))
+                keys.update(_rate_keys(q))
+            yield
+        for v in list(self.broker.vhosts.values()):
+            for cq in list(v.classic.queues.values()):
+                if self._still_declared(cq):
+                    self._queue_view(cq, time.time())
+                    keys.update(_rate_keys(cq))
+                yield
+        self.overview(views)
+        keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
+        keys.update(("o", k) for k in _LENGTH_KEYS)
+        for vh in self.list_vhosts():
+            keys.update(("v", vh.name, k) for k in _LENGTH_KEYS)
+        yield
+        for conn in self.list_connections():
+            keys.update((("x", conn.name, "recv"), ("x", conn.name, "send")))
+            yield
+        self._rates.forget(keys)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1973,12 +2067,17 @@ def _classic_counts_keys() -> tuple[str, ...]:
     )
 
 
-def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], ...]:
+_LENGTH_KEYS = ("messages", "ready", "unacked")
+
+
+def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[Key, ...]:
     """The rate sampler's keys of one queue: a stream's publish and deliver, a classic
-    or quorum queue's every message_stats counter."""
+    or quorum queue's every message_stats counter; then the keys of its lengths."""
+    lengths = tuple(("l", queue.vhost, queue.name, k) for k in _LENGTH_KEYS)
     if isinstance(queue, ClassicQueue):
-        return tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
-    return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
+        counts = tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
+        return counts + lengths
+    return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name), *lengths
 
 
 def _policy_view(p: policies.Policy) -> PolicyView:
