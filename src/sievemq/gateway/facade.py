@@ -77,7 +77,6 @@ if TYPE_CHECKING:
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
-_NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
 # per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
@@ -666,6 +665,10 @@ class BrokerFacade:
         self.node_name = "sievemq@" + (platform.node() or "localhost")
         self._rates = RateSampler()
         self.sampler: asyncio.Task[None] | None = None
+        # the sampler's last round: the queues' rates summed, node-wide and per vhost (the
+        # rate of a sum is the sum of the rates; an idle stream, not open, adds 0)
+        self._summed_rates: dict[str, float] = {}
+        self._vhost_rates: dict[str, dict[str, float]] = {}
         # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
         self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 
@@ -730,12 +733,9 @@ class BrokerFacade:
             },
         }
         totals.message_stats = stats
-        totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
         totals.by_type = by_type
         totals.published = stats["publish"]
         totals.delivered = stats["deliver_get"]
-        totals.publish_rate = totals.message_rates["publish"]
-        totals.deliver_rate = totals.message_rates["deliver_get"]
         for vh in self.broker.vhosts.values():
             totals.queues += len(vh.classic.queues)
             for cq in vh.classic.queues.values():
@@ -744,9 +744,15 @@ class BrokerFacade:
                 totals.messages_unacknowledged += cq.outstanding
                 totals.bytes += cq.ready_bytes
         totals.messages_unacknowledged += sum(v.messages_unacknowledged for v in views)
-        totals.length_rates = self._length_rates(
-            ("o",), totals.messages, totals.messages_unacknowledged, now
-        )
+        node_counts = {k: stats[k] for k in _NODE_COUNTS}
+        rates = {
+            **self._summed_rates,
+            **self._rates.rates(("o",), *_split(node_counts), now, len(node_counts)),
+        }
+        totals.message_rates = {k: rates.get(k, 0.0) for k in stats}
+        totals.length_rates = {k: rates.get(k, 0.0) for k in LENGTHS}
+        totals.publish_rate = totals.message_rates["publish"]
+        totals.deliver_rate = totals.message_rates["deliver_get"]
         summed = FilterStats()
         sums = vars(summed)
         for q in queues:
@@ -1124,8 +1130,10 @@ class BrokerFacade:
         if counts is not None:
             view.recv_oct, view.send_oct = counts.recv_oct, counts.send_oct
             view.recv_cnt, view.send_cnt = counts.recv_cnt, counts.send_cnt
-            view.recv_oct_rate = self._rates.rate(("x", view.name, "recv"), counts.recv_oct, now)
-            view.send_oct_rate = self._rates.rate(("x", view.name, "send"), counts.send_oct, now)
+            rates = self._rates.rates(
+                ("x", view.name), _OCTETS, (counts.recv_oct, counts.send_oct), now, 2
+            )
+            view.recv_oct_rate, view.send_oct_rate = rates["recv_oct"], rates["send_oct"]
         return view
 
     def _connection(self, name: str) -> Connection:
@@ -1351,7 +1359,6 @@ class BrokerFacade:
 
     def list_vhosts(self) -> list[VhostView]:
         conns = self._connections()
-        now = time.time()
         views = []
         for v in self.broker.vhosts.values():
             classic = v.classic.queues.values()
@@ -1373,7 +1380,7 @@ class BrokerFacade:
                     connections=sum(1 for c in conns if c.vhost_name == v.name),
                     messages_ready=messages - unacked,
                     messages_unacknowledged=unacked,
-                    length_rates=self._length_rates(("v", v.name), messages, unacked, now),
+                    length_rates=self._vhost_rates.get(v.name, dict.fromkeys(LENGTHS, 0.0)),
                 )
             )
         return views
@@ -1909,10 +1916,7 @@ class BrokerFacade:
 
     def _queue_view(self, q: ClassicQueue, now: float) -> QueueView:
         ready = q.message_count
-        rates = {
-            k: self._rates.rate(("c", k, q.vhost, q.name), n, now)
-            for k, n in _classic_counts(q).items()
-        }
+        rates = self._classic_rates(q, now)
         return QueueView(
             vhost=q.vhost,
             name=q.name,
@@ -1940,10 +1944,34 @@ class BrokerFacade:
             get_empty=q.get_empty,
             acked=q.acked,
             rates=rates,
-            length_rates=self._length_rates(
-                ("l", q.vhost, q.name), ready + q.outstanding, q.outstanding, now
-            ),
+            length_rates={k: rates[k] for k in LENGTHS},
         )
+
+    def _classic_rates(self, q: ClassicQueue, now: float) -> dict[str, float]:
+        """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
+        outstanding = q.outstanding
+        return self._with_lengths(
+            _queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+        )
+
+    def _stream_rates(
+        self, queue: StreamQueue, messages: int, unacked: int, now: float
+    ) -> dict[str, float]:
+        """A stream's publish and deliver rates (``publish``, ``deliver_get``) and lengths'."""
+        counts = {
+            "publish": queue.end_offset,
+            "deliver_get": queue.filter_stats.messages_delivered,
+        }
+        return self._with_lengths(_queue_key(queue), counts, messages, unacked, now)
+
+    def _with_lengths(
+        self, key: Key, counts: dict[str, int], messages: int, unacked: int, now: float
+    ) -> dict[str, float]:
+        """The rates of ``counts`` and of RabbitMQ's three lengths (``messages``,
+        ``messages_ready``, ``messages_unacknowledged``: negative while they shrink)."""
+        names = (*counts, *LENGTHS)
+        values = (*counts.values(), messages, messages - unacked, unacked)
+        return self._rates.rates(key, names, values, now, len(counts))
 
     def _stream_view(
         self, queue: StreamQueue, now: float, subscribed: dict[int, int]
@@ -1952,8 +1980,8 @@ class BrokerFacade:
         stats = queue.stats()  # an idle stream stays closed (issue 13)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
-        key_pub, key_del = _rate_keys(queue)[:2]
         unacked = sum(max(0, c.prefetch - c.credit) for c in queue.consumers)
+        rates = self._stream_rates(queue, stats.messages, unacked, now)
         return StreamView(
             vhost=queue.vhost,
             name=queue.name,
@@ -1971,26 +1999,14 @@ class BrokerFacade:
             last_timestamp_ms=stats.last_timestamp_ms,
             consumers=queue.consumer_count + subscribed.get(id(queue), 0),
             published=published,
-            publish_rate=self._rates.rate(key_pub, published, now),
+            publish_rate=rates["publish"],
             delivered=delivered,
-            deliver_rate=self._rates.rate(key_del, delivered, now),
+            deliver_rate=rates["deliver_get"],
             filter_size_bytes=queue.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
             messages_unacknowledged=unacked,
-            length_rates=self._length_rates(
-                ("l", queue.vhost, queue.name), stats.messages, unacked, now
-            ),
+            length_rates={k: rates[k] for k in LENGTHS},
         )
-
-    def _length_rates(self, key: Key, messages: int, unacked: int, now: float) -> dict[str, float]:
-        """The rates of a queue's (or the totals') lengths: RabbitMQ's ``messages``,
-        ``messages_ready`` and ``messages_unacknowledged`` (negative while they shrink)."""
-        rate = self._rates.rate
-        return {
-            "messages": rate((*key, "messages"), messages, now, gauge=True),
-            "messages_ready": rate((*key, "ready"), messages - unacked, now, gauge=True),
-            "messages_unacknowledged": rate((*key, "unacked"), unacked, now, gauge=True),
-        }
 
     # ------------------------------------------------------------------ the rate sampler
 
@@ -2021,32 +2037,46 @@ class BrokerFacade:
             await asyncio.sleep(max(0.0, interval_s - (time.perf_counter() - started)))
 
     def sample_steps(self) -> Iterator[None]:
-        """One round of samples: every stream, classic and quorum queue, vhost, connection
-        and the overview. Yields after each object, so the caller can give the loop a turn;
-        the samples of objects gone since the last round are dropped at the end."""
-        keys: set[Key] = set()
-        subscribed = self._stream_subscribers()
-        views: list[StreamView] = []
+        """One round of samples: every stream that is open (one that is not cannot change),
+        classic and quorum queue and connection; the queues' rates are summed for the
+        overview and the vhosts. Yields after each queue, so the caller can give the loop a
+        turn; the samples of objects gone since the last round are dropped at the end."""
+        keys: set[Key] = {("o",)}
+        summed: dict[str, float] = dict.fromkeys((*_classic_counts_keys(), *LENGTHS), 0.0)
+        per_vhost: dict[str, dict[str, float]] = {}
+
+        def add(vhost: str, rates: dict[str, float]) -> None:
+            in_vhost = per_vhost.setdefault(vhost, dict.fromkeys(LENGTHS, 0.0))
+            for name in LENGTHS:
+                in_vhost[name] += rates[name]
+            for name, rate in rates.items():
+                if name in summed:
+                    summed[name] += rate
+
         for q in list(self.broker.queues()):
-            if self._still_declared(q):
-                views.append(self._stream_view(q, time.time(), subscribed))
-                keys.update(_rate_keys(q))
+            if q.opened_stream is not None and self._still_declared(q):
+                messages = q.stats().messages
+                unacked = sum(max(0, c.prefetch - c.credit) for c in q.consumers)
+                rates = self._stream_rates(q, messages, unacked, time.time())
+                rates["deliver"] = rates["deliver_get"]  # a stream's deliveries: consumers'
+                add(q.vhost, rates)
+                keys.add(_queue_key(q))
             yield
         for v in list(self.broker.vhosts.values()):
             for cq in list(v.classic.queues.values()):
                 if self._still_declared(cq):
-                    self._queue_view(cq, time.time())
-                    keys.update(_rate_keys(cq))
+                    add(cq.vhost, self._classic_rates(cq, time.time()))
+                    keys.add(_queue_key(cq))
                 yield
-        self.overview(views)
-        keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
-        keys.update(("o", k) for k in _LENGTH_KEYS)
-        for vh in self.list_vhosts():
-            keys.update(("v", vh.name, k) for k in _LENGTH_KEYS)
+        self._summed_rates = {k: round(r, 1) for k, r in summed.items()}
+        self._vhost_rates = {
+            v: {k: round(r, 1) for k, r in rates.items()} for v, rates in per_vhost.items()
+        }
+        node_counts = {k: getattr(self.broker.counters, a) for k, a in _NODE_COUNTERS.items()}
+        node_counts["publish"] += self.broker.counters.stream_received
+        self._rates.rates(("o",), *_split(node_counts), time.time(), len(node_counts))
         yield
-        for conn in self.list_connections():
-            keys.update((("x", conn.name, "recv"), ("x", conn.name, "send")))
-            yield
+        keys.update(("x", conn.name) for conn in self.list_connections())
         self._rates.forget(keys)
 
 
@@ -2067,17 +2097,28 @@ def _classic_counts_keys() -> tuple[str, ...]:
     )
 
 
-_LENGTH_KEYS = ("messages", "ready", "unacked")
+LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")  # RabbitMQ's queue lengths
+# the overview's message_stats counted by the node (not the queues), and where
+_NODE_COUNTERS = {
+    "publish": "received",  # plus stream_received
+    "confirm": "confirmed",
+    "return_unroutable": "returned_unroutable",
+    "drop_unroutable": "dropped_unroutable",
+}
+_NODE_COUNTS = tuple(_NODE_COUNTERS)
 
 
-def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[Key, ...]:
-    """The rate sampler's keys of one queue: a stream's publish and deliver, a classic
-    or quorum queue's every message_stats counter; then the keys of its lengths."""
-    lengths = tuple(("l", queue.vhost, queue.name, k) for k in _LENGTH_KEYS)
-    if isinstance(queue, ClassicQueue):
-        counts = tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
-        return counts + lengths
-    return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name), *lengths
+def _split(counts: dict[str, int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return tuple(counts), tuple(counts.values())
+
+
+_OCTETS = ("recv_oct", "send_oct")
+
+
+def _queue_key(queue: StreamQueue | ClassicQueue) -> Key:
+    """The rate sampler's key of one queue (a queue of the same name declared again after a
+    delete starts from its own first sample: the key holds the object's identity)."""
+    return ("q", queue.vhost, queue.name, str(id(queue)))
 
 
 def _policy_view(p: policies.Policy) -> PolicyView:
