@@ -45,7 +45,8 @@ from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
 from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
@@ -194,21 +195,6 @@ class QueueView:
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
         return _classic_counts(self)
-
-
-def _classic_counts(q: Any) -> dict[str, int]:
-    """RabbitMQ's message_stats names from a classic queue's (or view's) counters."""
-    return {
-        "publish": q.published,
-        "deliver": q.delivered - q.got - q.got_no_ack - q.delivered_no_ack,
-        "deliver_no_ack": q.delivered_no_ack,
-        "get": q.got,
-        "get_no_ack": q.got_no_ack,
-        "deliver_get": q.delivered,
-        "ack": q.acked,
-        "redeliver": q.redelivered,
-        "get_empty": q.get_empty,
-    }
 
 
 @dataclass
@@ -784,6 +770,9 @@ class BrokerFacade:
             st["publish"] += sv.published
             st["deliver"] += sv.delivered
             st["deliver_get"] += sv.delivered
+        for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
+            for k, n in counts.items():
+                out[kind][k] += n
         return out
 
     def active_alarms(self) -> list[str]:
@@ -2084,17 +2073,7 @@ class BrokerFacade:
 
 
 def _classic_counts_keys() -> tuple[str, ...]:
-    return (
-        "publish",
-        "deliver",
-        "deliver_no_ack",
-        "get",
-        "get_no_ack",
-        "deliver_get",
-        "ack",
-        "redeliver",
-        "get_empty",
-    )
+    return MESSAGE_STATS_KEYS
 
 
 LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")  # RabbitMQ's queue lengths
