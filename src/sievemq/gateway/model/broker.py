@@ -10,14 +10,19 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, ClassicQueue, MemoryWindow
+from sievemq.gateway.model.classic_queue import (
+    DEFAULT_WINDOW,
+    ClassicQueue,
+    MemoryWindow,
+)
+from sievemq.gateway.model.classic_queue import message_stats as classic_message_stats
 from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
@@ -71,6 +76,14 @@ class MessageCounters:
     confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
     returned_unroutable: int = 0  # mandatory publishes returned as unroutable
     dropped_unroutable: int = 0  # publishes routed nowhere and dropped
+    # message_stats of the queues deleted since the start, per queue type (classic, quorum,
+    # stream): the node's totals never go back when a queue goes, as RabbitMQ's
+    retired: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def retire(self, kind: str, counts: dict[str, int]) -> None:
+        sums = self.retired.setdefault(kind, {})
+        for name, count in counts.items():
+            sums[name] = sums.get(name, 0) + count
 
 
 class Broker:
@@ -272,6 +285,7 @@ class Broker:
                 self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
+            classic.on_deleted = self._retire
             vhost = VirtualHost(
                 name,
                 self._open_stream,
@@ -281,9 +295,18 @@ class Broker:
                 self._survey_stream,
                 self._new_stream,
             )
+            vhost.on_deleted = self._retire
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
+
+    def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
+        """A queue is being deleted: its counts stay in the node's totals."""
+        if isinstance(queue, StreamQueue):
+            self.counters.retire("stream", queue.message_stats())
+        else:
+            kind = "quorum" if queue.kind == "quorum" else "classic"
+            self.counters.retire(kind, classic_message_stats(queue))
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost with all its queues (their files go too)."""
