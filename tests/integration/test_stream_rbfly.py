@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -43,10 +43,12 @@ async def _read(
 ) -> list[tuple[int, Any]]:
     """The first ``n`` messages from ``offset`` with their stream offsets."""
     out: list[tuple[int, Any]] = []
-    async for body in client.subscribe(stream, offset=offset, filter=filt, timeout=WAIT_S):
-        out.append((get_message_ctx().stream_offset, body))
-        if len(out) >= n:
-            break
+    # aclosing: the subscription ends (Unsubscribe answered) before this returns
+    async with aclosing(client.subscribe(stream, offset=offset, filter=filt, timeout=WAIT_S)) as it:
+        async for body in it:
+            out.append((get_message_ctx().stream_offset, body))
+            if len(out) >= n:
+                break
     return out
 
 
