@@ -253,9 +253,7 @@ def main() -> None:
                 for size in sizes:
                     key = f"{kind}_{size}B"
                     got = child(args, kind, size, ROOT / "src")
-                    runs.setdefault(key, {}).setdefault("sievemq", []).append(
-                        got["cpu_us_per_msg"]
-                    )
+                    runs.setdefault(key, {}).setdefault("sievemq", []).append(got["cpu_us_per_msg"])
                     if base_src is not None:
                         got = child(args, kind, size, base_src / "src")
                         runs[key].setdefault("baseline", []).append(got["cpu_us_per_msg"])
