@@ -2,7 +2,7 @@
 
     python -m bench.stream_publish_path [--n 100000] [--repeats 5] [--sizes 100,1024]
                                         [--kinds anonymous,named] [--baseline COMMIT]
-                                        [--profile FILE]
+                                        [--new COMMIT] [--profile FILE]
 
 The bytes an rstream publisher sends (Publish v1 frames of 100 messages each, pre-encoded
 once) are handed to the real ``StreamProtocol.data_received`` in 256 KiB slices cut without
@@ -15,7 +15,8 @@ free of the client's speed and of the scheduling noise of a shared machine.
 Kinds: ``anonymous`` (DeclarePublisher without a reference, what rstream's Producer does)
 and ``named`` (a publisher reference: the deduplication path, a publisher tag per record).
 ``--baseline COMMIT`` runs the same measurement on ``git archive COMMIT src`` in a child
-process, interleaved run by run with this tree, and prints both with the ratio.
+process, interleaved run by run with this tree (or with ``--new COMMIT``'s, to measure one
+step of several), and prints both with the ratio.
 ``--profile FILE`` writes a cProfile of one run per kind and size (``FILE.<kind>.<size>``).
 """
 
@@ -216,6 +217,16 @@ def child(args: argparse.Namespace, kind: str, size: int, src: Path) -> dict[str
     return result
 
 
+def _archive(commit: str) -> Path:
+    """``git archive COMMIT src`` unpacked in a temporary folder."""
+    tree = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-src-"))
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=100_000)
@@ -224,6 +235,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3, help="timed passes per process")
     parser.add_argument("--kinds", default="anonymous,named")
     parser.add_argument("--baseline", metavar="COMMIT")
+    parser.add_argument("--new", metavar="COMMIT", help="measure this commit, not the tree")
     parser.add_argument("--profile", metavar="FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -237,29 +249,23 @@ def main() -> None:
             for size in sizes:
                 one_run(args, kind, size, f"{args.profile}.{kind}.{size}")
         return
-    base_src: Path | None = None
-    if args.baseline:
-        base_src = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-base-"))
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", args.baseline, "src"],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(base_src)], input=archive.stdout, check=True)
+    base_src = _archive(args.baseline) if args.baseline else None
+    new_src = _archive(args.new) if args.new else ROOT
     runs: dict[str, dict[str, list[float]]] = {}
     try:
         for _ in range(args.repeats):
             for kind in kinds:
                 for size in sizes:
                     key = f"{kind}_{size}B"
-                    got = child(args, kind, size, ROOT / "src")
+                    got = child(args, kind, size, new_src / "src")
                     runs.setdefault(key, {}).setdefault("sievemq", []).append(got["cpu_us_per_msg"])
                     if base_src is not None:
                         got = child(args, kind, size, base_src / "src")
                         runs[key].setdefault("baseline", []).append(got["cpu_us_per_msg"])
     finally:
-        if base_src is not None:
-            shutil.rmtree(base_src, ignore_errors=True)
+        for tree in (base_src, new_src if args.new else None):
+            if tree is not None:
+                shutil.rmtree(tree, ignore_errors=True)
     results: dict[str, Any] = {}
     for key, by in runs.items():
         medians = {name: round(statistics.median(v), 2) for name, v in by.items()}
@@ -281,6 +287,7 @@ def main() -> None:
                 "date": time.strftime("%Y-%m-%d"),
                 "commit": commit,
                 "baseline": args.baseline,
+                "new": args.new,
                 "n": args.n,
                 "load_average": os.getloadavg(),
                 "results": results,
