@@ -123,7 +123,7 @@ def encode_chunk(
     add = payload.extend
     unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if not fv and not ex and not rk:  # stream-protocol records: nothing to encode
+        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
             unfiltered = True
             ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
             add((props, body))
