@@ -1,6 +1,8 @@
 """A declared stream-protocol publisher: dedup by reference, append, confirm.
 
-HOT PATH: ``publish`` runs per Publish frame. Messages go to the stream's shared appender
+HOT PATH: ``publish_frame`` runs per Publish frame and goes from the frame's bytes to stored
+messages in one pass (``publish`` is the general path, for frames with sub-entry batches,
+from ``wire.parse_publish``'s entries). Messages go to the stream's shared appender
 (group commit with AMQP publishers); the appender calls ``settle_confirms`` once per written
 batch with the publishing ids this publisher owns in it, and that becomes ONE PublishConfirm
 (or PublishError) frame.
