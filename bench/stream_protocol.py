@@ -520,7 +520,15 @@ async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.runs):
                 for name, server in (("new", new), ("baseline", old)):
                     pid = server.process.pid
-                    one = await _measure(args.host, server.stream_port, 1, args.n, False, pid)
+                    one = await _measure(
+                        args.host,
+                        server.stream_port,
+                        1,
+                        args.n,
+                        False,
+                        pid,
+                        publish_only=args.only == "publish",
+                    )
                     for k, v in one.items():
                         acc[name].setdefault(k, []).append(v)
         finally:
@@ -565,7 +573,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         choices=["publish"],
-        help="with --compare: the publish-with-confirms test alone (no consume, no probe)",
+        help="with --compare or --baseline: the publish-with-confirms test alone (no consume)",
     )
     args = parser.parse_args()
     head = {"n": args.n, "runs": args.runs, **machine()}
