@@ -49,7 +49,6 @@ async def test_create_and_delete_wait_for_their_sync_off_the_loop(
             assert not delete.done(), "delete answered before its sync"
             slow.release()
             await delete
-            assert time.monotonic() - started >= SLOW_SYNC_S
             ticks.cancel()
             # a sync on the loop would hold it for HOLD_S (nobody could release it)
             assert max(lateness) < SLOW_SYNC_S, f"loop blocked {max(lateness):.2f}s"

@@ -121,7 +121,13 @@ def encode_chunk(
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
+    unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
+        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
+            unfiltered = True
+            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+            add((props, body))
+            continue
         if not fv:
             fb = b""
             values.add("")
@@ -148,6 +154,8 @@ def encode_chunk(
         table = struct.pack(">" + "BIBBII" * n, *lengths)
     except struct.error as exc:
         raise StorageError(f"message field too long for the chunk format: {exc}") from exc
+    if unfiltered:
+        values.add("")
     if values and values != {""}:
         bloom = BloomFilter(bloom_size)
         for v in values:
