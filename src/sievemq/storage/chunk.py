@@ -105,6 +105,18 @@ def _filter_blob(values: tuple[str, ...]) -> bytes:
     return b"".join(parts)
 
 
+def _filter_bytes(fv: tuple[str, ...], values: set[str]) -> bytes:
+    """A record's filter bytes; its values (or "" for none) go into ``values`` (the Bloom)."""
+    if not fv:
+        values.add("")
+        return b""
+    if len(fv) == 1:
+        values.add(fv[0])
+        return fv[0].encode()
+    values.update(fv)
+    return _filter_blob(fv)
+
+
 def encode_chunk(
     messages: Sequence[Message],
     first_offset: int,
@@ -130,15 +142,7 @@ def encode_chunk(
     ext = lengths.extend
     add = payload.extend
     for fv, ex, rk, props, body, kind in messages:
-        if not fv:
-            fb = b""
-            values.add("")
-        elif len(fv) == 1:
-            fb = fv[0].encode()
-            values.add(fv[0])
-        else:
-            fb = _filter_blob(fv)
-            values.update(fv)
+        fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext(
@@ -215,15 +219,7 @@ def _encode_osiris(
     add_entry = entries.extend
     pack = _pack_u32
     for fv, ex, rk, props, body, _kind in messages:
-        if not fv:
-            fb = b""
-            values.add("")
-        elif len(fv) == 1:
-            fb = fv[0].encode()
-            values.add(fv[0])
-        else:
-            fb = _filter_blob(fv)
-            values.update(fv)
+        fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
