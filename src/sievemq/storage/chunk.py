@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import NamedTuple, cast
 
 from isal.isal_zlib import crc32
@@ -58,6 +59,7 @@ INDEX_ENTRY = struct.Struct(">QqQ")  # chunk first offset, timestamp, file posit
 INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 24
 
 _pack_header_body = _HEADER_BODY.pack
+_kind_of = itemgetter(5)  # Message.kind
 _pack_u32 = struct.Struct(">I").pack
 _crc32 = crc32  # ISA-L's CRC-32: the same checksum as zlib's, several times faster
 
@@ -134,15 +136,20 @@ def encode_chunk(
         raise ValueError("a chunk needs at least one message")
     if len(extra) > MAX_EXTRA:
         raise StorageError(f"chunk extra blob of {len(extra)} bytes (at most {MAX_EXTRA})")
-    if compressor is None and OSIRIS_LAYOUT and all([m[5] for m in messages]):
+    if compressor is None and OSIRIS_LAYOUT and all(map(_kind_of, messages)):
         return _encode_osiris(messages, first_offset, timestamp_ms, bloom_size, extra)
     lengths: list[int] = []
     payload: list[bytes] = []
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
+    unfiltered = False
     for fv, ex, rk, props, body, kind in messages:
-        fb = _filter_bytes(fv, values)
+        if fv:
+            fb = _filter_bytes(fv, values)
+        else:
+            fb = b""
+            unfiltered = True
         exb = ex.encode()
         rkb = rk.encode()
         ext(
@@ -160,6 +167,8 @@ def encode_chunk(
         table = struct.pack(">" + "BIBBII" * n, *lengths)
     except struct.error as exc:
         raise StorageError(f"message field too long for the chunk format: {exc}") from exc
+    if unfiltered:
+        values.add("")
     bloom_bytes = _bloom_bytes(values, bloom_size)
     body = b"".join(payload)
     raw_length = len(table) + len(body)
@@ -218,13 +227,26 @@ def _encode_osiris(
     add_side = side.extend
     add_entry = entries.extend
     pack = _pack_u32
+    prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
+    unfiltered = False
     for fv, ex, rk, props, body, _kind in messages:
-        fb = _filter_bytes(fv, values)
-        exb = ex.encode()
-        rkb = rk.encode()
-        ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
-        add_side((fb, exb, rkb, props))
-        add_entry((pack(len(body)), body))
+        fb = _filter_bytes(fv, values) if fv else b""
+        unfiltered = unfiltered or not fv
+        if ex or rk:
+            exb = ex.encode()
+            rkb = rk.encode()
+            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
+            add_side((fb, exb, rkb, props))
+        else:  # as stream-protocol publishes are
+            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), len(body)))
+            add_side((fb, props))
+        bl = len(body)
+        prefix = prefixes.get(bl)
+        if prefix is None:
+            prefix = prefixes[bl] = pack(bl)
+        add_entry((prefix, body))
+    if unfiltered:
+        values.add("")
     try:
         table = struct.pack(">" + "BIBBII" * n, *lengths)
     except struct.error as exc:

@@ -365,12 +365,12 @@ class Subscription(CommitWaker):
             log.error("subscription %s on %s: read failed: %s", sid, self.queue.name, error)
             self.credit = credit
             if out:
-                conn.write(b"".join(out))
+                conn.write_parts(out)
             conn.drop_subscription(self, notify=True)
             return
         self.credit = credit
         if out:
-            conn.write(b"".join(out))
+            conn.write_parts(out)
         if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
