@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_IDS = 256  # publisher and subscription ids are u8
-IOV_MAX = 1024  # buffers per writev (Linux's limit)
 # RabbitMQ's publisher flow control (rabbit_stream_reader ``initial_credits``,
 # ``credits_required_for_unblocking``): each published message takes a credit, each confirm
 # (or error) gives it back once it has left for the socket; at 0 the socket is no longer
@@ -106,7 +104,6 @@ class StreamConnection:
         self.credit_blocked = False  # out of publish credit: the socket is not read
         self._parked_credits = 0  # confirms still in the write buffer
         self._drain_handle: asyncio.TimerHandle | None = None
-        self._fd = -1  # the socket's descriptor for write_parts (-1: TLS, or not open)
 
     @staticmethod
     def _chunk_budget(frame_max: int) -> int:
@@ -118,9 +115,6 @@ class StreamConnection:
 
     def on_open(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if not self.tls and transport.get_extra_info("sslcontext") is None and sock is not None:
-            self._fd = sock.fileno()  # plain TCP: Deliver parts go out with one writev
         if not self.node.admit():
             # over max_connections (AMQP and stream connections count together), or
             # shutting down: the peer sees the socket close before any frame
@@ -176,43 +170,15 @@ class StreamConnection:
 
     def write_parts(self, parts: list[bytes | memoryview]) -> None:
         """Write these buffers in order (a turn's Deliver frames: heads and stored chunk
-        data). With nothing queued in the transport they go to the socket with ``os.writev``
-        (no join, no copy into the transport's buffer); what the socket does not take then,
-        and everything on TLS, goes through ``transport.write``."""
-        transport = self.transport
-        fd = self._fd
-        if (
-            fd < 0
-            or self._held is not None
-            or transport is None
-            or transport.is_closing()
-            or transport.get_write_buffer_size()
-        ):
+        data): the protocol sends them without joining them first where it can."""
+        control = self.read_control
+        if self._held is not None or control is None:
             self.write(b"".join(parts))
             return
-        self._sent = True
-        n = len(parts)
-        i = 0
-        writev = os.writev
-        while i < n:
-            group = parts[i : i + IOV_MAX]
-            try:
-                sent = writev(fd, group)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                break  # the transport sees the error on its own write and closes
-            size = sum(map(len, group))
-            if sent < size:
-                for k, part in enumerate(group):  # find where the socket stopped
-                    if sent < len(part):
-                        rest: list[bytes | memoryview] = [part[sent:], *group[k + 1 :]]
-                        transport.write(b"".join(rest + parts[i + IOV_MAX :]))
-                        return
-                    sent -= len(part)
-            i += IOV_MAX
-        if i < n:
-            transport.write(b"".join(parts[i:]))
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            control.write_parts(parts)
+            self._sent = True
 
     def close(self, code: int, reason: str) -> None:
         """Server-initiated Close; the transport closes after the client's answer or EOF."""
