@@ -168,6 +168,18 @@ class StreamConnection:
             transport.write(data)
             self._sent = True
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Write these buffers in order (a turn's Deliver frames: heads and stored chunk
+        data): the protocol sends them without joining them first where it can."""
+        control = self.read_control
+        if self._held is not None or control is None:
+            self.write(b"".join(parts))
+            return
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            control.write_parts(parts)
+            self._sent = True
+
     def close(self, code: int, reason: str) -> None:
         """Server-initiated Close; the transport closes after the client's answer or EOF."""
         if not self.alive:
