@@ -11,7 +11,7 @@ from sievemq.testing import ServerProcess
 
 from .pika_consume import consume_expected
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard: a starved machine took > 30 s
 
 STREAM = {"x-queue-type": "stream"}
 
