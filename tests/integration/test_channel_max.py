@@ -16,7 +16,7 @@ from pamqp import commands
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import RawClient
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pamqp import commands
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import Closed, RawClient
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 
 def test_sigterm_closes_connections_with_320(fresh_server: ServerProcess) -> None:

@@ -18,7 +18,7 @@ import pytest
 from sievemq.storage import StreamReader
 from sievemq.testing import running_gateway
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 
 @pytest.mark.parametrize(

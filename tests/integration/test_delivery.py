@@ -11,7 +11,7 @@ from pamqp import commands
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import RawClient, decode_props, props_bytes
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 # sizes of fixed-width AMQP field values (RabbitMQ's table dialect)
 FIXED = {b"t": 1, b"b": 1, b"B": 1, b"s": 2, b"u": 2, b"I": 4, b"i": 4, b"l": 8, b"f": 4, b"d": 8,

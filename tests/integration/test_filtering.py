@@ -17,7 +17,7 @@ from pamqp import commands
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import RawClient, decode_props, props_bytes
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 FV = "x-stream-filter-value"
 

@@ -20,7 +20,7 @@ from pamqp import commands
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import RawClient
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 FRAME_MAX = 4096
 # a content header frame: 7 bytes of frame head, 12 of class/weight/body size, properties,

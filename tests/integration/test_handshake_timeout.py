@@ -16,7 +16,7 @@ import pytest
 from sievemq.testing import ServerProcess
 from sievemq.testing.raw import PROTOCOL_HEADER, Closed, RawClient
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 
 @pytest.fixture

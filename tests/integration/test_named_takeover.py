@@ -18,7 +18,7 @@ from sievemq.amqp import errors
 from sievemq.gateway.session import channel as channel_module
 from sievemq.testing import running_gateway
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 ARGS: dict[str, Any] = {"x-stream-consumer-name": "billing", "x-stream-offset": "first"}
 
