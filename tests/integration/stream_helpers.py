@@ -10,7 +10,7 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from rstream import Consumer, Producer
+from rstream import Consumer, EventContext, OffsetSpecification, OffsetType, Producer
 from rstream.client import Client
 
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
@@ -34,6 +34,16 @@ async def open_client(server: ServerProcess) -> Client:
     await client.start()
     await client.authenticate(vhost="/", username="guest", password="guest")
     return client
+
+
+def sac(name: str, **extra: str) -> dict[str, str]:
+    """Subscription properties of a member of the single-active-consumer group ``name``."""
+    return {"single-active-consumer": "true", "name": name, **extra}
+
+
+async def from_first(active: bool, ctx: EventContext) -> OffsetSpecification:
+    """A consumer-update listener: an activated consumer starts from the first message."""
+    return OffsetSpecification(OffsetType.FIRST, 0)
 
 
 async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:

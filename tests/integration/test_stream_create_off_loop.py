@@ -9,14 +9,13 @@ import asyncio
 import errno
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from sievemq.testing import running_gateway
 
-from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker, until
 from .stream_helpers import in_process_stream_client
 
 pytestmark = pytest.mark.timeout(90)
@@ -32,21 +31,29 @@ async def test_create_and_delete_wait_for_their_sync_off_the_loop(
             monkeypatch.setattr(os, "fdatasync", slow)
             lateness: list[float] = []
             ticks = asyncio.ensure_future(_ticker(loop, lateness))
-            started = time.monotonic()
+            # each sync is held until released: "not answered yet" is checked while it is
+            # certainly still under way, and for SLOW_SYNC_S of loop time
+            slow.hold()
             create = asyncio.ensure_future(client.create_stream("s1"))
-            await asyncio.sleep(0.3)
+            await until(lambda s=slow: len(s.threads) == 1)  # its sync has started
             assert "s1" in gw.broker.vhost("/").queues  # applied at once
+            await asyncio.sleep(SLOW_SYNC_S)
             assert not create.done(), "create answered before its sync"
+            slow.release()
             await create
-            assert time.monotonic() - started >= SLOW_SYNC_S
+            slow.hold()
             delete = asyncio.ensure_future(client.delete_stream("s1"))
-            await asyncio.sleep(0.3)
+            await until(lambda s=slow: len(s.threads) == 2)
             assert "s1" not in gw.broker.vhost("/").queues
+            await asyncio.sleep(SLOW_SYNC_S)
             assert not delete.done(), "delete answered before its sync"
+            slow.release()
             await delete
             ticks.cancel()
-            assert max(lateness) < SLOW_SYNC_S / 2, f"loop blocked {max(lateness):.2f}s"
+            # a sync on the loop would hold it for HOLD_S (nobody could release it)
+            assert max(lateness) < SLOW_SYNC_S, f"loop blocked {max(lateness):.2f}s"
             assert len(slow.threads) == 2 and threading.get_ident() not in slow.threads
+            assert slow.timed_out == 0
 
 
 async def test_a_failed_sync_closes_the_stream_connection(
@@ -56,7 +63,9 @@ async def test_a_failed_sync_closes_the_stream_connection(
         async for client in in_process_stream_client(gw):
             failing = SlowDefinitionsSync(0.05, OSError(errno.EIO, "Input/output error"))
             monkeypatch.setattr(os, "fdatasync", failing)
-            with pytest.raises(BaseException):  # noqa: B017 - the connection goes, unanswered
-                await asyncio.wait_for(client.create_stream("lost"), 3)
+            # the connection goes, unanswered (a timeout would mean it was kept waiting)
+            with pytest.raises(BaseException) as gone:
+                await asyncio.wait_for(client.create_stream("lost"), 15)
+            assert not isinstance(gone.value, TimeoutError), "no answer and no close"
             monkeypatch.undo()
             assert failing.threads  # the sync was tried (and failed)

@@ -72,6 +72,8 @@ class VirtualHost:
         self._survey_stream = survey_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
+        # called with a stream about to be deleted (the broker keeps its counts)
+        self.on_deleted: Callable[[Any], None] = lambda q: None
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -252,6 +254,7 @@ class VirtualHost:
         if queue is None:
             return 0
         count = queue.message_count
+        self.on_deleted(queue)
         del self.queues[name]
         self.touched.append(("queue", name))
         self.drop_queue_bindings(name)

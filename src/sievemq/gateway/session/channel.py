@@ -620,6 +620,7 @@ class Channel:
     def _queue_declare(self, m: Any) -> None:
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
+        classic.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
