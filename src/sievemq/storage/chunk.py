@@ -123,14 +123,13 @@ def encode_chunk(
     add = payload.extend
     unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
-            unfiltered = True
-            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
-            add((props, body))
-            continue
         if not fv:
+            unfiltered = True
+            if not rk and not ex:  # stream-protocol records: nothing to encode
+                ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+                add((props, body))
+                continue
             fb = b""
-            values.add("")
         elif len(fv) == 1:
             fb = fv[0].encode()
             values.add(fv[0])
