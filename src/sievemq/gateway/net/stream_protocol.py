@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Callable
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
 
 from sievemq.streamproto import wire
+
+IOV_MAX = 1024  # buffers per writev (Linux's limit)
 
 
 class StreamFrameHandler(TypingProtocol):
@@ -40,6 +43,7 @@ class StreamProtocol(asyncio.Protocol):
     __slots__ = (
         "_buffer",
         "_conn",
+        "_fd",
         "_held",
         "_high",
         "_max_frame",
@@ -60,6 +64,7 @@ class StreamProtocol(asyncio.Protocol):
         self._stopped = False
         self._high = write_buffer_high
         self.transport: asyncio.Transport | None = None
+        self._fd = -1  # the socket's descriptor for write_parts on plain TCP (-1: TLS)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
@@ -69,7 +74,42 @@ class StreamProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         t.set_write_buffer_limits(high=self._high)
+        if sock is not None and t.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
         self._conn.on_open(t)
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Write these buffers in order. On plain TCP with nothing queued in the transport
+        they go to the socket with ``os.writev`` (no join, no copy into the transport's
+        buffer: a turn's Deliver frames are heads and stored chunk bytes); what the socket
+        does not take then, and everything on TLS, goes through ``transport.write``."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        fd = self._fd
+        if fd < 0 or transport.get_write_buffer_size():
+            transport.write(b"".join(parts))
+            return
+        n = len(parts)
+        i = 0
+        while i < n:
+            group = parts[i : i + IOV_MAX]
+            try:
+                sent = os.writev(fd, group)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                break  # the transport meets the error on its own write and closes
+            if sent < sum(map(len, group)):
+                for k, part in enumerate(group):  # where the socket stopped
+                    if sent < len(part):
+                        rest = [part[sent:], *group[k + 1 :], *parts[i + IOV_MAX :]]
+                        transport.write(b"".join(rest))
+                        return
+                    sent -= len(part)
+            i += IOV_MAX
+        if i < n:
+            transport.write(b"".join(parts[i:]))
 
     def data_received(self, data: bytes) -> None:
         """Frames are cut from ``data`` in place; only a frame cut by the end of a read is
