@@ -232,23 +232,30 @@ def _encode_osiris(
     add_entry = entries.extend
     pack = _pack_u32
     prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
+    add_props = side.append
     unfiltered = False
     for fv, ex, rk, props, body, _kind in messages:
-        fb = _filter_bytes(fv, values) if fv else b""
-        unfiltered = unfiltered or not fv
-        if ex or rk:
-            exb = ex.encode()
-            rkb = rk.encode()
-            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
-            add_side((fb, exb, rkb, props))
-        else:  # as stream-protocol publishes are
-            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), len(body)))
-            add_side((fb, props))
         bl = len(body)
         prefix = prefixes.get(bl)
         if prefix is None:
             prefix = prefixes[bl] = pack(bl)
         add_entry((prefix, body))
+        if not fv and not ex and not rk:  # as stream-protocol publishes are: HOT PATH
+            unfiltered = True
+            ext((_KIND_BIT, 0, 0, 0, len(props), bl))
+            if props:
+                add_props(props)
+            continue
+        fb = _filter_bytes(fv, values) if fv else b""
+        unfiltered = unfiltered or not fv
+        if ex or rk:
+            exb = ex.encode()
+            rkb = rk.encode()
+            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), bl))
+            add_side((fb, exb, rkb, props))
+        else:
+            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+            add_side((fb, props))
     if unfiltered:
         values.add("")
     try:
