@@ -233,6 +233,7 @@ def _encode_osiris(
     pack = _pack_u32
     prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
     add_props = side.append
+    encoded: dict[str, bytes] = {}  # filter value -> its bytes (a batch repeats a few values)
     unfiltered = False
     for fv, ex, rk, props, body, _kind in messages:
         bl = len(body)
@@ -240,12 +241,21 @@ def _encode_osiris(
         if prefix is None:
             prefix = prefixes[bl] = pack(bl)
         add_entry((prefix, body))
-        if not fv and not ex and not rk:  # as stream-protocol publishes are: HOT PATH
-            unfiltered = True
-            ext((_KIND_BIT, 0, 0, 0, len(props), bl))
-            if props:
-                add_props(props)
-            continue
+        if not ex and not rk:  # as stream-protocol publishes are: HOT PATH
+            if not fv:
+                unfiltered = True
+                ext((_KIND_BIT, 0, 0, 0, len(props), bl))
+                if props:
+                    add_props(props)
+                continue
+            if len(fv) == 1:  # a Publish v2 filter value
+                value = fv[0]
+                fb = encoded.get(value)
+                if fb is None:
+                    fb = encoded[value] = value.encode()
+                ext((1 | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+                add_side((fb, props))
+                continue
         fb = _filter_bytes(fv, values) if fv else b""
         unfiltered = unfiltered or not fv
         if ex or rk:
@@ -256,6 +266,7 @@ def _encode_osiris(
         else:
             ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), bl))
             add_side((fb, props))
+    values.update(encoded)
     if unfiltered:
         values.add("")
     try:
