@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_vhost, user
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
@@ -890,10 +891,7 @@ async def get_vhost(request: Request, vhost: str, who: User) -> dict[str, Any]:
 async def put_vhost(request: Request, vhost: str, who: Admin) -> Response:
     await _optional_json(request, VhostBody)
     f = _facade(request)
-    with f.unsynced():
-        created = f.add_vhost(name(vhost))
-    await f.synced()
-    return _created(created)
+    return await saved(f, lambda: f.add_vhost(name(vhost)))
 
 
 @router.delete("/vhosts/{vhost}", status_code=204)
@@ -938,12 +936,13 @@ async def users_without_permissions(request: Request, who: Admin) -> list[dict[s
 @router.post("/users/bulk-delete", status_code=204)
 async def bulk_delete_users(request: Request, body: BulkDelete, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
+
+    def delete_all() -> None:
         for username in body.users:
             with contextlib.suppress(NotFound):
                 f.delete_user(username)
-    await f.synced()
-    return Response(status_code=204)
+
+    return await saved(f, delete_all)
 
 
 @router.get("/users/{username}")
@@ -954,25 +953,22 @@ async def get_user(request: Request, username: str, who: Admin) -> dict[str, Any
 @router.put("/users/{username}", status_code=201)
 async def put_user(request: Request, username: str, body: UserBody, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        created = f.put_user(
+    return await saved(
+        f,
+        lambda: f.put_user(
             name(username),
             password=body.password,
             tags=_tags(body.tags),
             password_hash=body.password_hash,
             hashing_algorithm=body.hashing_algorithm,
-        )
-    await f.synced()  # answered once it is on disk, without an fdatasync on the loop
-    return _created(created)
+        ),
+    )
 
 
 @router.delete("/users/{username}", status_code=204)
 async def delete_user(request: Request, username: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.delete_user(name(username))
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.delete_user(name(username)))
 
 
 @router.get("/users/{username}/permissions")
@@ -1031,10 +1027,7 @@ async def put_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) 
     v = name(vhost)
     _need_vhost(f, v)
     value = await _limit_value(request, limit, VHOST_LIMITS)
-    with f.unsynced():
-        f.set_vhost_limit(v, limit, value)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.set_vhost_limit(v, limit, value))
 
 
 @router.delete("/vhost-limits/{vhost}/{limit}", status_code=204)
@@ -1042,10 +1035,7 @@ async def delete_vhost_limit(request: Request, vhost: str, limit: str, who: Admi
     f = _facade(request)
     v = name(vhost)
     _need_vhost(f, v)
-    with f.unsynced():
-        f.clear_vhost_limit(v, limit)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_vhost_limit(v, limit))
 
 
 @router.get("/user-limits")
@@ -1064,19 +1054,13 @@ async def put_user_limit(request: Request, username: str, limit: str, who: Admin
     u = name(username)
     f.get_user(u)  # 404 first
     value = await _limit_value(request, limit, USER_LIMITS)
-    with f.unsynced():
-        f.set_user_limit(u, limit, value)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.set_user_limit(u, limit, value))
 
 
 @router.delete("/user-limits/{username}/{limit}", status_code=204)
 async def delete_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.clear_user_limit(name(username), limit)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_user_limit(name(username), limit))
 
 
 @router.get("/permissions")
@@ -1096,19 +1080,13 @@ async def put_permission(
     f = _facade(request)
     v, u = name(vhost), name(username)
     _need_vhost(f, v)
-    with f.unsynced():
-        created = f.set_permission(u, v, body.configure, body.write, body.read)
-    await f.synced()
-    return _created(created)
+    return await saved(f, lambda: f.set_permission(u, v, body.configure, body.write, body.read))
 
 
 @router.delete("/permissions/{vhost}/{username}", status_code=204)
 async def delete_permission(request: Request, vhost: str, username: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.clear_permission(name(username), name(vhost))
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_permission(name(username), name(vhost)))
 
 
 # ------------------------------------------------------------------------------ definitions
@@ -1161,10 +1139,7 @@ async def post_definitions(request: Request, who: Admin) -> Response:
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
     f = _facade(request)
-    with f.unsynced():
-        f.import_definitions(data)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.import_definitions(data))
 
 
 @router.post("/definitions/{vhost}", status_code=204)
@@ -1175,7 +1150,4 @@ async def post_vhost_definitions(request: Request, vhost: str, who: Admin) -> Re
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
     f = _facade(request)
-    with f.unsynced():
-        f.import_definitions(data, v)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.import_definitions(data, v))
