@@ -121,6 +121,14 @@ def _need_vhost(f: BrokerFacade, vhost: str) -> None:
         raise not_found()
 
 
+def _readable_vhost(f: BrokerFacade, who: Principal, raw: str) -> str:
+    """The vhost of a path: 404 when it does not exist, then 401 when ``who`` may not read it."""
+    v = name(raw)
+    _need_vhost(f, v)
+    require_vhost(who, v)
+    return v
+
+
 # ------------------------------------------------------------------------------ node
 
 
@@ -286,10 +294,8 @@ async def list_queues(request: Request, who: User, slicer: Heavy) -> Any:
 
 @router.get("/queues/{vhost}")
 async def list_vhost_queues(request: Request, vhost: str, who: User, slicer: Heavy) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, await _queues(f, who, v, slicer), slicer)
 
 
@@ -404,10 +410,8 @@ async def list_exchanges(request: Request, who: User) -> Any:
 
 @router.get("/exchanges/{vhost}")
 async def list_vhost_exchanges(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, _exchanges(f, who, v))
 
 
@@ -508,10 +512,8 @@ async def list_bindings(request: Request, who: User) -> Any:
 
 @router.get("/bindings/{vhost}")
 async def list_vhost_bindings(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
 
 
@@ -643,12 +645,7 @@ def _visible(who: Principal, views: list[Any]) -> list[Any]:
 
 
 def _in_vhost(f: BrokerFacade, who: Principal, vhost: str | None) -> str | None:
-    if vhost is None:
-        return None
-    v = name(vhost)
-    _need_vhost(f, v)
-    require_vhost(who, v)
-    return v
+    return None if vhost is None else _readable_vhost(f, who, vhost)
 
 
 @router.get("/stream/connections/{vhost}")
@@ -769,10 +766,8 @@ async def list_sac_groups(request: Request, who: User, vhost: str | None = None)
 
 @router.get("/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(
         request, [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, v)]
     )
@@ -823,10 +818,8 @@ async def list_channels(request: Request, who: User) -> Any:
 
 @router.get("/vhosts/{vhost}/channels")
 async def list_vhost_channels(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(
         request,
         [
@@ -857,10 +850,8 @@ async def list_consumers(request: Request, who: User) -> Any:
 
 @router.get("/consumers/{vhost}")
 async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
 
 
