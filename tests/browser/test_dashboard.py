@@ -23,6 +23,8 @@ from rstream import Consumer, OffsetSpecification, OffsetType
 from sievemq.testing import ServerProcess
 from sievemq.testing.dashboard import VIEWPORT, chromium_launch, log_in, submit_login
 
+# a loaded machine renders slowly: assertions wait up to 15 s (they end as soon as they hold)
+expect.set_options(timeout=15_000)
 SHOTS = Path(os.environ.get("SIEVEMQ_SCREENSHOTS") or tempfile.mkdtemp(prefix="sievemq-shots-"))
 
 
@@ -165,9 +167,13 @@ def test_stream_page_shows_which_single_active_consumer_is_active(
     """Two rstream consumers of one single-active-consumer group on "orders" (run on their
     own event loop in a thread): the stream page lists both, one active and one waiting."""
     ready, stop, failed = threading.Event(), threading.Event(), []
+    delivered = [0]
 
     async def consumers() -> None:
         sac = {"single-active-consumer": "true", "name": "dash-group"}
+
+        def count(message: Any, ctx: Any) -> None:
+            delivered[0] += 1
 
         async def from_first(active: bool, ctx: Any) -> OffsetSpecification:
             return OffsetSpecification(OffsetType.FIRST, 0)
@@ -180,10 +186,14 @@ def test_stream_page_shows_which_single_active_consumer_is_active(
             for c in (c1, c2):
                 await c.subscribe(
                     "orders",
-                    lambda m, ctx: None,
+                    count,
                     properties=sac,
                     consumer_update_listener=from_first,
                 )
+            # the stream page does not refresh: it is opened once all 30 were delivered
+            deadline = time.monotonic() + 20
+            while delivered[0] < 30 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
             ready.set()
             while not stop.is_set():
                 await asyncio.sleep(0.05)
