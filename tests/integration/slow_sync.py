@@ -10,6 +10,15 @@ import time
 from collections.abc import Callable
 
 SLOW_SYNC_S = 1.0
+HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait (on the loop) for ``check()``; fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
 
 
 def _definitions_fd(fd: int) -> bool:
@@ -20,19 +29,37 @@ def _definitions_fd(fd: int) -> bool:
 
 
 class SlowDefinitionsSync:
-    """``os.fdatasync`` that sleeps ``delay`` (or raises ``error``) for definitions.log."""
+    """``os.fdatasync`` that sleeps ``delay`` (or raises ``error``) for definitions.log.
+
+    With ``hold()``, the syncs started from then on wait until ``release()`` instead: a test
+    can then check what is (not) answered while a sync is under way without racing a timer,
+    however slow the machine is."""
 
     def __init__(self, delay: float = SLOW_SYNC_S, error: OSError | None = None) -> None:
         self.delay = delay
         self.error = error
-        self.threads: list[int] = []
+        self.threads: list[int] = []  # one entry per definitions sync, at its start
         self.ended: list[float] = []  # time.monotonic() after each definitions sync
+        self.timed_out = 0  # held syncs that went on after HOLD_S without a release
+        self._gate: threading.Event | None = None
         self._real: Callable[[int], None] = os.fdatasync
+
+    def hold(self) -> None:
+        self._gate = threading.Event()
+
+    def release(self) -> None:
+        if self._gate is not None:
+            self._gate.set()
+        self._gate = None
 
     def __call__(self, fd: int) -> None:
         if _definitions_fd(fd):
             self.threads.append(threading.get_ident())
-            time.sleep(self.delay)
+            gate = self._gate
+            if gate is None:
+                time.sleep(self.delay)
+            elif not gate.wait(HOLD_S):
+                self.timed_out += 1
             if self.error is not None:
                 raise self.error
             self._real(fd)
@@ -46,3 +73,27 @@ async def _ticker(loop: asyncio.AbstractEventLoop, lateness: list[float]) -> Non
         due = loop.time() + 0.01
         await asyncio.sleep(0.01)
         lateness.append(loop.time() - due)
+
+
+class SlowStreamDirSync:
+    """``os.fsync`` that sleeps ``delay`` (or raises ``error``) for the directory of a
+    stream (or the directory holding stream directories): a new stream's files are made
+    durable by these fsyncs."""
+
+    def __init__(self, delay: float = SLOW_SYNC_S, error: OSError | None = None) -> None:
+        self.delay = delay
+        self.error = error
+        self.threads: list[int] = []
+        self._real: Callable[[int], None] = os.fsync
+
+    def __call__(self, fd: int) -> None:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if "/streams/" in target and os.path.isdir(target):
+            self.threads.append(threading.get_ident())
+            time.sleep(self.delay)
+            if self.error is not None:
+                raise self.error
+        self._real(fd)

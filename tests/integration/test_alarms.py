@@ -36,7 +36,7 @@ def connection_of(gw: RunningGateway, predicate: Callable[[Any], bool]) -> Any:
     return next(c for c in gw.node.connections if predicate(c))
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
@@ -67,6 +67,12 @@ class Publisher:
     def pump(self, seconds: float) -> None:
         self.conn.process_data_events(time_limit=seconds)
 
+    def pump_until(self, events: int, timeout: float = 10.0) -> None:
+        """Let pika run callbacks until ``events`` notifications came (or ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while len(self.events) < events and time.monotonic() < deadline:
+            self.pump(0.05)
+
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(fn, *args)
@@ -86,7 +92,7 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
         snapshot = srv.facade.set_alarm_limits(disk_free_limit=PB)
         assert snapshot["active"] == ["disk"] and snapshot["disk"]["alarm"] is True
         assert srv.facade.overview().alarms == ["disk"]
-        await in_thread(pub.pump, 0.3)
+        await in_thread(pub.pump_until, 1)
         assert pub.events == ["blocked: low on disk"]
 
         # a publish while blocked is not read, so not stored and not confirmed
@@ -114,7 +120,7 @@ async def test_disk_alarm_blocks_the_publisher_consumers_go_on_and_nothing_is_lo
         # the alarm clears: unblocked, the held publish is read, stored once and confirmed
         assert srv.facade.set_alarm_limits(disk_free_limit=0)["active"] == []
         await asyncio.wait_for(pending, 5)
-        await in_thread(pub.pump, 0.2)  # pika hands queued notifications to callbacks here
+        await in_thread(pub.pump_until, 2)  # pika hands queued notifications to callbacks
         assert pub.events == ["blocked: low on disk", "unblocked"]
         assert count(srv, "s") == 4
         await eventually(lambda: len(got) == 4)
@@ -138,7 +144,7 @@ async def test_a_connection_that_starts_publishing_during_the_alarm_is_blocked(
         assert pub.events == []
         # its first publish is accepted (RabbitMQ: blocked after the publish), then it is held
         await in_thread(pub.publish, b"first")
-        await in_thread(pub.pump, 0.3)
+        await in_thread(pub.pump_until, 1)
         assert pub.events == ["blocked: low on disk"]
         pending = asyncio.ensure_future(in_thread(pub.publish, b"second"))
         await asyncio.sleep(0.4)
@@ -233,7 +239,7 @@ def test_serve_flags_turn_the_alarms_on_from_the_start(tmp_path: Path) -> None:
         pub = Publisher(srv.amqp_port, "s")
         pub.channel.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
         pub.publish(b"accepted")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 15  # ends as soon as the wait is over
         while not pub.events and time.monotonic() < deadline:
             pub.pump(0.1)
         assert pub.events == ["blocked: low on memory & disk"]

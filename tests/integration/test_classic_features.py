@@ -13,6 +13,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from sievemq.testing import ServerProcess
 
+from .admin_client import client
+
 
 def connect(server: ServerProcess) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(server.url))
@@ -46,11 +48,12 @@ def error_of(server: ServerProcess, action: Any) -> tuple[int, str]:
 
 
 def test_message_ttl_and_per_message_expiration(ch: BlockingChannel, qname: str) -> None:
-    ch.queue_declare(qname, arguments={"x-message-ttl": 200})
+    # a TTL long enough that "new" cannot expire before the read on a slow machine
+    ch.queue_declare(qname, arguments={"x-message-ttl": 1000})
     ch.confirm_delivery()
     ch.basic_publish("", qname, b"old")
     ch.basic_publish("", qname, b"short", pika.BasicProperties(expiration="0"))
-    time.sleep(0.4)
+    time.sleep(1.2)
     ch.basic_publish("", qname, b"new")
     assert bodies(ch, qname) == [b"new"]
     ch.queue_delete(qname)
@@ -69,11 +72,13 @@ def test_dead_letter_on_reject_and_expiry_with_x_death(ch: BlockingChannel, qnam
     method, _, _ = ch.basic_get(qname)
     ch.basic_reject(method.delivery_tag, requeue=False)
     ch.basic_publish("", qname, b"expired")
-    time.sleep(0.5)
     got = []
-    for _ in range(2):
+    deadline = time.monotonic() + 10  # the expiry is dead-lettered after 100 ms, or later
+    while len(got) < 2 and time.monotonic() < deadline:
         method, props, body = ch.basic_get(dlq, auto_ack=True)
-        assert method is not None
+        if method is None:
+            time.sleep(0.05)
+            continue
         got.append((body, props.headers))
     assert [b for b, _ in got] == [b"rejected", b"expired"]
     death = got[0][1]["x-death"][0]
@@ -213,6 +218,11 @@ def test_x_expires_deletes_an_unused_queue(server: ServerProcess, qname: str) ->
     conn = connect(server)
     conn.channel().queue_declare(qname, arguments={"x-expires": 300})
     conn.close()
-    time.sleep(2.5)  # the sweep runs every second
+    # the sweep runs every second; watched over HTTP, which does not count as a use
+    deadline = time.monotonic() + 10
+    with client(server) as http:
+        while http.get(f"/api/queues/%2F/{qname}").status_code == 200:
+            assert time.monotonic() < deadline, "the unused queue was not deleted"
+            time.sleep(0.1)
     code, _ = error_of(server, lambda c: c.queue_declare(qname, passive=True))
     assert code == 404

@@ -2,12 +2,12 @@
 (issue 13 item 5).
 
 The disk is made slow at the one seam the OS gives: ``os.fdatasync`` of a stream's file
-sleeps 1 s. A publish
+is held until the test releases it (after at least a second). A publish
 is confirmed only after its append and fdatasync in a worker thread; a queue.delete while
 that append is in flight used to wait for it on the loop (and fsync the stream again before
-removing it). Now the loop keeps serving (a timer's lateness stays far below the stubbed
-second), the publish is nacked, the name can be declared again at once, and the deleted
-stream's files go when the worker's append ends.
+removing it). Now the delete is answered while that fdatasync is still held, the loop keeps
+serving (a timer's lateness stays far below the hold), the publish is nacked, the name can
+be declared again at once, and the deleted stream's files go when the worker's append ends.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from sievemq.testing import running_gateway
 
 pytestmark = pytest.mark.timeout(60)
 
-SLOW_SYNC_S = 1.0
+SLOW_SYNC_S = 1.0  # the stream's fdatasync is held at least this long
+HOLD_S = 10.0  # and goes on by itself after this, so a broken test cannot hang
 
 
 async def test_delete_with_an_append_in_flight_does_not_block_the_loop(
@@ -56,9 +57,11 @@ async def test_delete_with_an_append_in_flight_does_not_block_the_loop(
                 if "/streams/" in os.readlink(f"/proc/self/fd/{fd}"):
                     sync_threads.append(threading.get_ident())
                     loop.call_soon_threadsafe(syncing.set)
-                    time.sleep(SLOW_SYNC_S)
+                    released.append(release.wait(HOLD_S))
                 real_fdatasync(fd)
 
+            release = threading.Event()
+            released: list[bool] = []  # one entry per held fdatasync once it has ended
             monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
             publish = asyncio.ensure_future(
                 channel.default_exchange.publish(aio_pika.Message(b"in flight"), "slow")
@@ -78,12 +81,19 @@ async def test_delete_with_an_append_in_flight_does_not_block_the_loop(
             started = loop.time()
             await admin.queue_delete("slow")
             delete_took = loop.time() - started
-            await asyncio.sleep(0.1)
+            # answered while the append's fdatasync is still held: it did not wait for it
+            assert released == [], f"queue.delete waited for the append ({delete_took:.2f}s)"
+            await asyncio.sleep(SLOW_SYNC_S)  # the loop serves the ticker meanwhile
             ticks.cancel()
+            release.set()
             with pytest.raises(DeliveryError):
                 await publish
-            assert delete_took < SLOW_SYNC_S / 2, f"queue.delete took {delete_took:.2f}s"
-            assert max(lateness) < SLOW_SYNC_S / 2, f"loop blocked {max(lateness):.2f}s"
+            deadline = time.monotonic() + 10
+            while not released and time.monotonic() < deadline:  # the worker goes on
+                await asyncio.sleep(0.01)
+            assert released == [True], released
+            # a stream fdatasync on the loop would have held it for HOLD_S
+            assert max(lateness) < SLOW_SYNC_S, f"loop blocked {max(lateness):.2f}s"
             assert loop_thread not in sync_threads, "a stream fdatasync ran on the event loop"
 
             # the name is free at once; the new stream is empty and takes publishes

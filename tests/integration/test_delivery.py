@@ -269,5 +269,7 @@ def test_consumers_see_new_messages_promptly(server: ServerProcess, qname: str) 
             latencies.append(time.monotonic() - start)
             client.send_frame(commands.Basic.Ack(delivery_tag=value.delivery_tag), 2)
             delivered = True
-    assert max(latencies) < 0.2, latencies
+    # no polling: the typical delivery is a round trip; one may be late on a loaded machine
+    assert sorted(latencies)[len(latencies) // 2] < 0.2, latencies
+    assert max(latencies) < 1.0, latencies
     client.close()

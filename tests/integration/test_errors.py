@@ -387,7 +387,7 @@ def test_mandatory_unroutable_is_returned(server: ServerProcess, qname: str) -> 
     returned: list[Any] = []
     ch.add_on_return_callback(lambda _ch, method, props, body: returned.append((method, body)))
     ch.basic_publish("amq.direct", f"{qname}-unbound", b"lost", mandatory=True)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15  # ends as soon as the wait is over
     while not returned and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
     assert len(returned) == 1

@@ -221,7 +221,9 @@ async def test_a_million_misses_do_not_delay_the_next_match(srv: RunningGateway)
     await collector.wait_for(1, timeout=5)
     elapsed = time.perf_counter() - started
     assert collector.got == [(1_000_000, "rare", b"found")]
-    assert elapsed < 1.0
+    # a read of the 1M misses takes many seconds; the Bloom skip (counted below) takes ms,
+    # so the bound leaves room for a loaded machine
+    assert elapsed < 2.0, elapsed
     stats = asdict(srv.facade.list_consumers("/", "sparse")[0].filter_stats)
     assert stats["chunks_skipped"] == 200
     assert stats["records_skipped_by_bloom"] == 1_000_000

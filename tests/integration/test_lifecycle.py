@@ -20,7 +20,7 @@ def connect(server: ServerProcess) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(server.url))
 
 
-def wait_for(conn: pika.BlockingConnection, cond: Any, timeout: float = 5.0) -> None:
+def wait_for(conn: pika.BlockingConnection, cond: Any, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond() and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)

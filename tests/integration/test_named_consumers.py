@@ -25,7 +25,7 @@ def _consume(
         lambda _c, m, p, _b: got.append((m.delivery_tag, p.headers["x-stream-offset"])),
         arguments=args,
     )
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 10  # ends as soon as ``want`` came
     while len(got) < want and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
     conn.process_data_events(time_limit=0.2)
@@ -47,7 +47,9 @@ def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
     c2 = pika.BlockingConnection(params(server))
     ch_b, got_b, _ = _consume(c2, q, named, 95)
     assert got_b[0][1] == 5  # resumes after A's commit
-    c1.process_data_events(time_limit=0.3)
+    deadline = time.monotonic() + 10
+    while not cancelled_a and time.monotonic() < deadline:
+        c1.process_data_events(time_limit=0.05)
     assert cancelled_a, "the older consumer of the name was not cancelled"
     ch_b.basic_ack(got_b[-1][0], multiple=True)  # B is done with everything
     c2.process_data_events(time_limit=0.3)

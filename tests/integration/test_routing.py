@@ -9,23 +9,18 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
+from .pika_consume import consume_expected
+
 pytestmark = pytest.mark.timeout(30)
 
 STREAM = {"x-queue-type": "stream"}
 
 
-def bodies_in(ch: Any, queue: str) -> list[bytes]:
+def bodies_in(ch: Any, queue: str, want: int) -> list[bytes]:
+    """The stream's bodies from the first: ``want`` of them are waited for, then 0.3 s more."""
     ch.basic_qos(prefetch_count=100)
-    out = []
-    for method, _props, body in ch.consume(
-        queue, arguments={"x-stream-offset": "first"}, inactivity_timeout=0.3
-    ):
-        if method is None:
-            break
-        out.append(body)
-        ch.basic_ack(method.delivery_tag)
-    ch.cancel()
-    return out
+    got = consume_expected(ch, queue, want, {"x-stream-offset": "first"})
+    return [body for _m, _p, body in got]
 
 
 def test_topic_fanout_headers_and_exchange_bindings(server: ServerProcess, qname: str) -> None:
@@ -66,9 +61,14 @@ def test_topic_fanout_headers_and_exchange_bindings(server: ServerProcess, qname
     pub(f"{qname}.src", "stop", "src:stop")
 
     assert unroutable == ["t:a.b.b.c", "t:a.c", "h:none", "src:stop"]
-    assert bodies_in(conn.channel(), q["topic"]) == [b"t:a.b.c", b"t:x.y.z", b"t:z", b"t:a.b.c.z"]
-    assert bodies_in(conn.channel(), q["fanout"]) == [b"f:1", b"src:go"]
-    assert bodies_in(conn.channel(), q["all"]) == [b"h:both"]
-    assert bodies_in(conn.channel(), q["any"]) == [b"h:both", b"h:k"]
-    assert bodies_in(conn.channel(), q["e2e"]) == [b"src:go"]
+    assert bodies_in(conn.channel(), q["topic"], 4) == [
+        b"t:a.b.c",
+        b"t:x.y.z",
+        b"t:z",
+        b"t:a.b.c.z",
+    ]
+    assert bodies_in(conn.channel(), q["fanout"], 2) == [b"f:1", b"src:go"]
+    assert bodies_in(conn.channel(), q["all"], 1) == [b"h:both"]
+    assert bodies_in(conn.channel(), q["any"], 2) == [b"h:both", b"h:k"]
+    assert bodies_in(conn.channel(), q["e2e"], 1) == [b"src:go"]
     conn.close()

@@ -14,6 +14,8 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
+from .pika_consume import consume_expected
+
 
 def _params(srv: ServerProcess, **kw: object) -> pika.ConnectionParameters:
     return pika.ConnectionParameters(host=srv.host, port=srv.amqp_port, connection_attempts=1, **kw)
@@ -97,18 +99,11 @@ def test_filtered_consumer_gets_only_matching_messages(server: ServerProcess) ->
             pika.BasicProperties(headers={"x-stream-filter-value": region}),
         )  # fmt: skip
     ch.basic_qos(prefetch_count=50)
-    bodies: list[bytes] = []
-    for method, _props, body in ch.consume(
-        "s-filter",
-        arguments={"x-stream-offset": "first", "x-stream-filter": "apac"},
-        inactivity_timeout=1.5,
-    ):
-        if method is None:
-            break
-        bodies.append(body)
-        ch.basic_ack(method.delivery_tag)
+    want = [f"apac-{i}".encode() for i in range(1, 30, 3)]
+    arguments = {"x-stream-offset": "first", "x-stream-filter": "apac"}
+    got = consume_expected(ch, "s-filter", len(want), arguments, quiet_s=1.0)
     conn.close()
-    assert bodies == [f"apac-{i}".encode() for i in range(1, 30, 3)]
+    assert [body for _m, _p, body in got] == want
 
 
 def test_mandatory_unroutable_is_returned_with_312(server: ServerProcess) -> None:

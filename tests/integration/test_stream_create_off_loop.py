@@ -9,77 +9,63 @@ import asyncio
 import errno
 import os
 import threading
-import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from rstream.client import Client
 
-from sievemq.gateway.net.stream_protocol import stream_protocol_factory
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.testing import running_gateway
-from sievemq.testing.gateway import RunningGateway
 
-from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker, until
+from .stream_helpers import in_process_stream_client
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def _stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
-    snode = StreamNode(gw.node, gw.host, 1024 * 1024, 60, 5.0)
-    factory = stream_protocol_factory(lambda: StreamConnection(snode), 1024 * 1024, 1 << 20)
-    server = await asyncio.get_running_loop().create_server(factory, gw.host, 0)
-    port = server.sockets[0].getsockname()[1]
-    snode.advertised_port = port
-    client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", username="guest", password="guest")
-    try:
-        yield client
-    finally:
-        await client.close()
-        for conn in list(snode.connections):
-            conn.abort()
-        server.close()
 
 
 async def test_create_and_delete_wait_for_their_sync_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_gateway(tmp_path / "data") as gw:
-        async for client in _stream_client(gw):
+        async for client in in_process_stream_client(gw):
             loop = asyncio.get_running_loop()
             slow = SlowDefinitionsSync()
             monkeypatch.setattr(os, "fdatasync", slow)
             lateness: list[float] = []
             ticks = asyncio.ensure_future(_ticker(loop, lateness))
-            started = time.monotonic()
+            # each sync is held until released: "not answered yet" is checked while it is
+            # certainly still under way, and for SLOW_SYNC_S of loop time
+            slow.hold()
             create = asyncio.ensure_future(client.create_stream("s1"))
-            await asyncio.sleep(0.3)
+            await until(lambda s=slow: len(s.threads) == 1)  # its sync has started
             assert "s1" in gw.broker.vhost("/").queues  # applied at once
+            await asyncio.sleep(SLOW_SYNC_S)
             assert not create.done(), "create answered before its sync"
+            slow.release()
             await create
-            assert time.monotonic() - started >= SLOW_SYNC_S
+            slow.hold()
             delete = asyncio.ensure_future(client.delete_stream("s1"))
-            await asyncio.sleep(0.3)
+            await until(lambda s=slow: len(s.threads) == 2)
             assert "s1" not in gw.broker.vhost("/").queues
+            await asyncio.sleep(SLOW_SYNC_S)
             assert not delete.done(), "delete answered before its sync"
+            slow.release()
             await delete
             ticks.cancel()
-            assert max(lateness) < SLOW_SYNC_S / 2, f"loop blocked {max(lateness):.2f}s"
+            # a sync on the loop would hold it for HOLD_S (nobody could release it)
+            assert max(lateness) < SLOW_SYNC_S, f"loop blocked {max(lateness):.2f}s"
             assert len(slow.threads) == 2 and threading.get_ident() not in slow.threads
+            assert slow.timed_out == 0
 
 
 async def test_a_failed_sync_closes_the_stream_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_gateway(tmp_path / "data") as gw:
-        async for client in _stream_client(gw):
+        async for client in in_process_stream_client(gw):
             failing = SlowDefinitionsSync(0.05, OSError(errno.EIO, "Input/output error"))
             monkeypatch.setattr(os, "fdatasync", failing)
-            with pytest.raises(BaseException):  # noqa: B017 - the connection goes, unanswered
-                await asyncio.wait_for(client.create_stream("lost"), 3)
+            # the connection goes, unanswered (a timeout would mean it was kept waiting)
+            with pytest.raises(BaseException) as gone:
+                await asyncio.wait_for(client.create_stream("lost"), 15)
+            assert not isinstance(gone.value, TimeoutError), "no answer and no close"
             monkeypatch.undo()
             assert failing.threads  # the sync was tried (and failed)

@@ -87,7 +87,8 @@ async def test_publish_needs_write(server: ServerProcess, alice: str) -> None:
     async with consumer(server) as c:
         await c.subscribe("shared-r", on_message, offset_specification=_first())
         await c.subscribe("shared", on_message, offset_specification=_first())
-        await asyncio.sleep(0.5)
+        await wait_for(lambda: any(b"allowed" in m for m in got))
+        await asyncio.sleep(0.5)  # both streams read to their end meanwhile
     assert got and not any(b"refused" in m for m in got)
     assert any(b"allowed" in m for m in got)
 

@@ -145,6 +145,11 @@ def test_random_kills_keep_confirmed_drop_acked_and_flag_redeliveries(
             ]
             for t in threads:
                 t.start()
+            # the kill comes at a random point once traffic flows (on a slow machine the
+            # clients may need more than the shortest pause just to connect)
+            deadline = time.monotonic() + 30
+            while not ledger.confirmed and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(rng.uniform(0.5, 2.0))
             server.kill()
             stop.set()

@@ -8,6 +8,7 @@ A second kill while consuming the recovered queue must not resurrect what was ac
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pika
@@ -22,6 +23,13 @@ QUEUE = "kill-classic"
 
 def connect(server: ServerProcess) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(server.url))
+
+
+def kill(server: ServerProcess, conn: pika.BlockingConnection) -> None:
+    """SIGKILL the server, then release the client's sockets (its close fails: peer gone)."""
+    server.kill()
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        conn.close()
 
 
 def get_all(ch: pika.adapters.blocking_connection.BlockingChannel) -> list[tuple[bytes, bool]]:
@@ -54,7 +62,7 @@ def test_sigkill_keeps_confirmed_unacked_and_drops_acked(tmp_path: Path, fsync: 
         held = [ch.basic_get(QUEUE)[2] for _ in range(5)]
         assert held == [f"p{i}".encode() for i in range(30, 35)]
         ch.queue_declare(QUEUE, passive=True)  # a round trip: the acks above were processed
-        server.kill()
+        kill(server, conn)
 
         server.start()
         conn = connect(server)
@@ -67,7 +75,7 @@ def test_sigkill_keeps_confirmed_unacked_and_drops_acked(tmp_path: Path, fsync: 
         for method, _, _ in first:
             ch.basic_ack(method.delivery_tag)
         ch.queue_declare(QUEUE, passive=True)
-        server.kill()
+        kill(server, conn)
 
         server.start()
         conn = connect(server)
@@ -133,7 +141,7 @@ def test_consumed_without_acks_or_with_a_multiple_ack_stays_gone(tmp_path: Path)
         while len(manual) < 800:
             conn.process_data_events(time_limit=1)
         ch.queue_declare(QUEUE, passive=True)  # a round trip: the ack was processed
-        server.kill()
+        kill(server, conn)
 
         server.start()
         conn = connect(server)

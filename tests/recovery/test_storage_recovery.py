@@ -10,13 +10,27 @@ import pytest
 
 from sievemq.storage import Message, Stream, StreamConfig, StreamReader
 from sievemq.storage.tools import verify
+from sievemq.storage.types import KIND_STREAM
 
 SEG0 = "00000000000000000000.segment"
 IDX0 = "00000000000000000000.index"
 
 
+_KIND = [0]  # the record kind _msg writes (the fixture below runs every test with both)
+
+
+@pytest.fixture(autouse=True, params=[0, KIND_STREAM], ids=["amqp-records", "stream-records"])
+def _record_kind(request: pytest.FixtureRequest) -> None:
+    """Each crash window once with 0-9-1 records (record-table layout) and once with
+    stream-protocol records (osiris layout, docs/storage-format.md)."""
+    _KIND[0] = request.param
+
+
 def _msg(i: int) -> Message:
-    return Message((f"v{i % 3}",), "ex", f"rk{i}", b"\x80\x00", f"body-{i}".encode() * 5)
+    body = f"body-{i}".encode() * 5
+    if _KIND[0] == KIND_STREAM:
+        return Message((f"v{i % 3}",), "", "", b"\x00" * 8 + b"ref", body, KIND_STREAM)
+    return Message((f"v{i % 3}",), "ex", f"rk{i}", b"\x80\x00", body)
 
 
 def _build(directory: Path, chunks: int = 4, per_chunk: int = 3, **cfg: int) -> list[int]:
@@ -42,6 +56,8 @@ def _reopen_holds(directory: Path, count: int) -> None:
             break
     assert [x.offset for x in got] == list(range(count))
     assert [x.body for x in got] == [_msg(i).body for i in range(count)]
+    chunks = s.reader().read_chunks(1000, osiris=True)
+    assert {c.osiris for c in chunks} == {_KIND[0] == KIND_STREAM}  # the layout as written
     out = io.StringIO()
     assert verify(directory, out) == 0, out.getvalue()
     assert s.append([_msg(count)]) == count

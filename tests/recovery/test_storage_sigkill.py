@@ -7,8 +7,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
+import pytest
+
+from sievemq.gateway.stream_session.subscription import wire_chunks
 from sievemq.storage import Stream, StreamConfig
 
 CHILD = textwrap.dedent(
@@ -19,10 +23,15 @@ CHILD = textwrap.dedent(
 
     s = Stream.open(Path(sys.argv[1]), StreamConfig(
         durability=Durability.BATCH, max_segment_bytes=20_000, filter_size_bytes=32))
+    stream_kind = sys.argv[2] == "stream"
     i = 0
     while True:
-        batch = [Message((f"v{(i + j) % 7}",), "ex", "rk", b"\\x80\\x00", b"%d" % (i + j))
-                 for j in range(1 + i % 5)]
+        if stream_kind and i % 3:  # stream-protocol records: osiris-layout chunks
+            batch = [Message((f"v{(i + j) % 7}",), "", "", b"", b"%d" % (i + j), 1)
+                     for j in range(1 + i % 5)]
+        else:  # 0-9-1 records (record-table layout)
+            batch = [Message((f"v{(i + j) % 7}",), "ex", "rk", b"\\x80\\x00", b"%d" % (i + j))
+                     for j in range(1 + i % 5)]
         first = s.append(batch)
         i += len(batch)
         if i % 50 < 5:
@@ -32,10 +41,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_sigkill_during_batch_appends_loses_nothing_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["amqp", "stream"])
+def test_sigkill_during_batch_appends_loses_nothing_reported(tmp_path: Path, kind: str) -> None:
+    """``stream``: two batches in three are stream-protocol records, written in the osiris
+    layout, the third 0-9-1 records in the record-table layout."""
     directory = tmp_path / "s"
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(directory)],
+        [sys.executable, "-c", CHILD, str(directory), kind],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -64,4 +76,27 @@ def test_sigkill_during_batch_appends_loses_nothing_reported(tmp_path: Path) -> 
     assert [x.offset for x in got] == list(range(s.end_offset))
     assert all(x.body == b"%d" % x.offset for x in got)
     assert all(x.filter_values == (f"v{x.offset % 7}",) for x in got)
+    if kind == "stream":
+        # what a stream-protocol subscriber is sent: every stored chunk as osiris chunks whose
+        # entries are the bodies, and at least one of them read in the osiris layout as stored
+        layouts = set()
+        r = s.reader()
+        sent: list[bytes] = []
+        while not r.at_end:
+            for raw in r.read_chunks(10_000, osiris=True):
+                layouts.add(raw.osiris)
+                built = wire_chunks(s, raw, 1 << 20)
+                if built is None:  # holds 0-9-1 records: the record path converts them
+                    sent.extend(b"" for _ in range(raw.records))
+                    continue
+                for _, head, data in built:
+                    assert zlib.crc32(data) == int.from_bytes(head[32:36], "big")
+                    entries = bytes(data)
+                    while entries:
+                        n = int.from_bytes(entries[:4], "big")
+                        sent.append(entries[4 : 4 + n])
+                        entries = entries[4 + n :]
+        assert layouts == {True, False}
+        assert len(sent) == s.end_offset
+        assert all(b == b"" or b == b"%d" % i for i, b in enumerate(sent))
     s.close()

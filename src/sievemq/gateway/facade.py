@@ -2334,7 +2334,7 @@ def _stream_subscription_view(conn: StreamConnection, sub: Subscription) -> Cons
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=None,
-        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        filter_stats=FilterStatsView(**sub.filter_stats()),
         ack_required=False,
         activity_status=view.activity_status,
         protocol="stream",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import NamedTuple, cast
 
 from isal.isal_zlib import crc32
@@ -33,6 +34,11 @@ VERSIONS = (VERSION, VERSION_EXTRA)
 MAX_EXTRA = 0xFFFF
 TYPE_USER = 0
 FLAG_ZSTD = 0x01
+# data in the osiris layout (a batch of stream-protocol records, uncompressed): the stream
+# protocol's entry list first, then the record table and the other fields, then a trailer
+FLAG_OSIRIS = 0x02
+OSIRIS_LAYOUT = True  # write such batches in it (tests turn it off to write the old layout)
+_TRAILER = struct.Struct(">II")  # entry-list length, CRC-32 of the entry list
 
 # magic, version, type, flags, hash id, bloom size, first offset, record count, timestamp,
 # data length (as stored), raw length (uncompressed), data CRC32, extra length (v2; v1: 0)
@@ -53,6 +59,7 @@ INDEX_ENTRY = struct.Struct(">QqQ")  # chunk first offset, timestamp, file posit
 INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 24
 
 _pack_header_body = _HEADER_BODY.pack
+_kind_of = itemgetter(5)  # Message.kind
 _pack_u32 = struct.Struct(">I").pack
 _crc32 = crc32  # ISA-L's CRC-32: the same checksum as zlib's, several times faster
 
@@ -84,6 +91,7 @@ class ChunkHeader(NamedTuple):
 
 
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 
 
 def _filter_blob(values: tuple[str, ...]) -> bytes:
@@ -97,6 +105,18 @@ def _filter_blob(values: tuple[str, ...]) -> bytes:
         parts.append(_U16.pack(len(raw)))
         parts.append(raw)
     return b"".join(parts)
+
+
+def _filter_bytes(fv: tuple[str, ...], values: set[str]) -> bytes:
+    """A record's filter bytes; its values (or "" for none) go into ``values`` (the Bloom)."""
+    if not fv:
+        values.add("")
+        return b""
+    if len(fv) == 1:
+        values.add(fv[0])
+        return fv[0].encode()
+    values.update(fv)
+    return _filter_blob(fv)
 
 
 def encode_chunk(
@@ -116,21 +136,21 @@ def encode_chunk(
         raise ValueError("a chunk needs at least one message")
     if len(extra) > MAX_EXTRA:
         raise StorageError(f"chunk extra blob of {len(extra)} bytes (at most {MAX_EXTRA})")
+    if compressor is None and OSIRIS_LAYOUT and all(map(_kind_of, messages)):
+        return _encode_osiris(messages, first_offset, timestamp_ms, bloom_size, extra)
     lengths: list[int] = []
     payload: list[bytes] = []
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
+    unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if not fv:
-            fb = b""
-            values.add("")
-        elif len(fv) == 1:
-            fb = fv[0].encode()
-            values.add(fv[0])
-        else:
-            fb = _filter_blob(fv)
-            values.update(fv)
+        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
+            unfiltered = True
+            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+            add((props, body))
+            continue
+        fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext(
@@ -148,13 +168,9 @@ def encode_chunk(
         table = struct.pack(">" + "BIBBII" * n, *lengths)
     except struct.error as exc:
         raise StorageError(f"message field too long for the chunk format: {exc}") from exc
-    if values and values != {""}:
-        bloom = BloomFilter(bloom_size)
-        for v in values:
-            bloom.add(v)
-        bloom_bytes = bloom.to_bytes()
-    else:
-        bloom_bytes = b""  # no filter value in the chunk: no Bloom bytes at all
+    if unfiltered:
+        values.add("")
+    bloom_bytes = _bloom_bytes(values, bloom_size)
     body = b"".join(payload)
     raw_length = len(table) + len(body)
     flags = 0
@@ -188,6 +204,122 @@ def encode_chunk(
     )
     head_crc = _crc32(bloom_bytes, _crc32(head))
     return [head + _pack_u32(head_crc) + bloom_bytes, *buffers]
+
+
+def _encode_osiris(
+    messages: Sequence[Message],
+    first_offset: int,
+    timestamp_ms: int,
+    bloom_size: int,
+    extra: bytes,
+) -> list[bytes]:
+    """``encode_chunk`` for a batch of stream-protocol records without compression: the data
+    is ``entries | record table | per record filter bytes, exchange, routing key, properties
+    | u32 entries length | u32 entries CRC``, where ``entries`` is one simple osiris entry
+    (``u32 length | body``) per record: the data section of the chunk a Deliver carries, with
+    its CRC, so the stream-protocol consume path sends stored bytes (docs/storage-format.md).
+    """
+    n = len(messages)
+    lengths: list[int] = []
+    side: list[bytes] = []
+    entries: list[bytes] = []
+    values: set[str] = set()
+    ext = lengths.extend
+    add_side = side.extend
+    add_entry = entries.extend
+    pack = _pack_u32
+    prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
+    unfiltered = False
+    for fv, ex, rk, props, body, _kind in messages:
+        fb = _filter_bytes(fv, values) if fv else b""
+        unfiltered = unfiltered or not fv
+        if ex or rk:
+            exb = ex.encode()
+            rkb = rk.encode()
+            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
+            add_side((fb, exb, rkb, props))
+        else:  # as stream-protocol publishes are
+            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), len(body)))
+            add_side((fb, props))
+        bl = len(body)
+        prefix = prefixes.get(bl)
+        if prefix is None:
+            prefix = prefixes[bl] = pack(bl)
+        add_entry((prefix, body))
+    if unfiltered:
+        values.add("")
+    try:
+        table = struct.pack(">" + "BIBBII" * n, *lengths)
+    except struct.error as exc:
+        raise StorageError(f"message field too long for the chunk format: {exc}") from exc
+    entry_list = b"".join(entries)
+    entries_crc = _crc32(entry_list)
+    rest = b"".join(side) + _TRAILER.pack(len(entry_list), entries_crc)
+    crc = _crc32(rest, _crc32(table, entries_crc))  # one pass over the entries
+    data_length = len(entry_list) + len(table) + len(rest)
+    bloom_bytes = _bloom_bytes(values, bloom_size) + extra
+    head = _pack_header_body(
+        MAGIC,
+        VERSION_EXTRA if extra else VERSION,
+        TYPE_USER,
+        FLAG_OSIRIS,
+        HASH_MMH3,
+        len(bloom_bytes) - len(extra),
+        first_offset,
+        n,
+        timestamp_ms,
+        data_length,
+        data_length,
+        crc,
+        len(extra),
+    )
+    head_crc = _crc32(bloom_bytes, _crc32(head))
+    return [head + _pack_u32(head_crc) + bloom_bytes, entry_list, table, rest]
+
+
+def _bloom_bytes(values: set[str], bloom_size: int) -> bytes:
+    """The Bloom bytes of a chunk whose records carry these filter values (none: empty)."""
+    if not values or values == {""}:
+        return b""
+    bloom = BloomFilter(bloom_size)
+    for v in values:
+        bloom.add(v)
+    return bloom.to_bytes()
+
+
+def osiris_entries(data: bytes) -> tuple[int, int]:
+    """(length, CRC-32) of the entry list that starts the data of a ``FLAG_OSIRIS`` chunk."""
+    if len(data) < _TRAILER.size:
+        raise StorageError(f"osiris-layout data of {len(data)} bytes has no trailer")
+    length, crc = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    return length, crc
+
+
+def osiris_to_table(data: bytes, count: int) -> bytes:
+    """The data of a ``FLAG_OSIRIS`` chunk in the record-table layout (``decode_records``,
+    Spark, the tools): the record table, then each record's fields and body."""
+    try:
+        elen, _ = osiris_entries(data)
+        table_len = count * ENTRY_SIZE
+        table = data[elen : elen + table_len]
+        p = elen + table_len
+        e = 0
+        parts: list[bytes] = [table]
+        add = parts.append
+        unpack = _U32.unpack_from
+        for _nf, fl, el, rl, pl, bl in ENTRY.iter_unpack(table):
+            q = p + fl + el + rl + pl
+            add(data[p:q])
+            if unpack(data, e)[0] != bl:
+                raise StorageError(f"entry at byte {e} does not hold {bl} bytes")
+            add(data[e + 4 : e + 4 + bl])
+            e += 4 + bl
+            p = q
+    except (struct.error, IndexError) as error:
+        raise StorageError(f"bad osiris-layout data: {error}") from error
+    if e != elen or p != len(data) - _TRAILER.size:
+        raise StorageError(f"osiris-layout data does not add up ({e}/{elen}, {p}/{len(data)})")
+    return b"".join(parts)
 
 
 _unpack_header = HEADER.unpack_from
@@ -238,6 +370,8 @@ def header_ok(header: ChunkHeader, buf: bytes, offset: int = 0) -> bool:
 
 def raw_data(header: ChunkHeader, data: bytes) -> bytes:
     """The uncompressed record table + payloads of a chunk."""
+    if header.flags & FLAG_OSIRIS:
+        return osiris_to_table(data, header.record_count)
     return decompress(data, header.raw_length) if header.flags & FLAG_ZSTD else data
 
 
@@ -339,6 +473,43 @@ def length_prefixed_runs(
         raise StorageError(f"record table describes {p} bytes, the data holds {len(raw)}")
     if n:
         runs.append((n, b"".join(parts)))
+    return runs
+
+
+def osiris_runs(
+    data: bytes, count: int, skip: int, budget: int, max_records: int
+) -> list[tuple[int, memoryview, int]]:
+    """``length_prefixed_runs`` for the data of a ``FLAG_OSIRIS`` chunk: (records, bytes of
+    their entries, CRC-32 of those bytes) per run, the bytes a view of ``data`` (no copy).
+    The whole entry list, when it fits, comes with the CRC stored at write time."""
+    elen, ecrc = osiris_entries(data)
+    view = memoryview(data)
+    if skip == 0 and elen <= budget and count <= max_records:
+        return [(count, view[:elen], ecrc)]
+    runs: list[tuple[int, memoryview, int]] = []
+    unpack = _U32.unpack_from
+    p = start = n = 0
+    try:
+        for i in range(count):
+            (bl,) = unpack(data, p)
+            if i < skip:
+                p += 4 + bl
+                start = p
+                continue
+            if n and (p + 4 + bl - start > budget or n >= max_records):
+                piece = view[start:p]
+                runs.append((n, piece, _crc32(piece)))
+                start = p
+                n = 0
+            p += 4 + bl
+            n += 1
+    except struct.error as error:
+        raise StorageError(f"bad osiris entry list: {error}") from error
+    if p != elen:
+        raise StorageError(f"osiris entries add up to {p} bytes, the list holds {elen}")
+    if n:
+        piece = view[start:p]
+        runs.append((n, piece, _crc32(piece)))
     return runs
 
 

@@ -20,10 +20,12 @@ from isal.isal_zlib import crc32 as fast_crc32
 from sievemq.storage import handles
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
+    FLAG_OSIRIS,
     FLAG_ZSTD,
     HEADER_SIZE,
     decode_records,
     decompress,
+    osiris_to_table,
     unpack_header,
 )
 from sievemq.storage.errors import StorageError
@@ -51,6 +53,8 @@ class RawChunk(NamedTuple):
     timestamp_ms: int
     start: int
     data: bytes  # uncompressed record table + payloads (docs/storage-format.md)
+    # data is in the osiris layout (``read_chunks(osiris=True)``, chunk.FLAG_OSIRIS)
+    osiris: bool = False
 
 
 @dataclass
@@ -313,6 +317,7 @@ class StreamReader:
         spec: FilterSpec | None = None,
         max_chunks: int = 64,
         chunk_filter: Callable[[bytes], bool] | None = None,
+        osiris: bool = False,
     ) -> list[RawChunk]:
         """The undecoded data of the next chunks the Bloom filter and ``chunk_filter`` let
         through, until they hold at least ``max_records`` records at or past the position.
@@ -321,19 +326,21 @@ class StreamReader:
         from ``RawChunk.start``, applies ``spec.matches`` itself and adds the records it keeps
         and rejects to ``stats.records_matched``/``records_skipped``. The position moves past
         every returned chunk. Not to be mixed with ``read`` on one reader (no pending records).
+        With ``osiris`` a chunk stored in the osiris layout keeps it (``RawChunk.osiris``: the
+        stream protocol's Deliver path); otherwise every chunk comes in the record-table layout.
         """
         out: list[RawChunk] = []
         wanted = [max_records]
 
-        def take(data: bytes, count: int, first: int, ts: int) -> bool:
+        def take(data: bytes, count: int, first: int, ts: int, layout: bool) -> bool:
             start = max(first, self.position)
-            out.append(RawChunk(first, count, ts, start, data))
+            out.append(RawChunk(first, count, ts, start, data, layout))
             wanted[0] -= first + count - start
             return False
 
         self._pin()
         try:
-            self._walk(spec, max_chunks, chunk_filter, lambda: wanted[0] > 0, take)
+            self._walk(spec, max_chunks, chunk_filter, lambda: wanted[0] > 0, take, osiris)
         finally:
             self._unpin()
         return out
@@ -356,7 +363,7 @@ class StreamReader:
                 self.at_end = False
                 return out
 
-        def decode(data: bytes, count: int, first: int, ts: int) -> bool:
+        def decode(data: bytes, count: int, first: int, ts: int, _osiris: bool) -> bool:
             records, rejected = decode_records(data, count, first, ts, self.position, spec)
             if spec is not None and not records:
                 stats.chunks_false_positive += 1
@@ -386,11 +393,14 @@ class StreamReader:
         max_chunks: int,
         chunk_filter: Callable[[bytes], bool] | None,
         more: Callable[[], bool],
-        body: Callable[[bytes, int, int, int], bool],
+        body: Callable[[bytes, int, int, int, bool], bool],
+        keep_osiris: bool = False,
     ) -> None:
         """Walk chunk headers from the current one while ``more()``; hand the (uncompressed)
-        data of each chunk that may match to ``body(data, count, first, timestamp)``, which
-        returns True to stop after it (it then set the position itself)."""
+        data of each chunk that may match to ``body(data, count, first, timestamp, osiris)``,
+        which returns True to stop after it (it then set the position itself). The data is in
+        the record-table layout, or with ``keep_osiris`` in the osiris layout when stored so
+        (``osiris`` True)."""
         stats = self.stats
         limit = self._bound()
         if self._chunk_offset >= limit and self._live_bound is None:
@@ -450,9 +460,15 @@ class StreamReader:
                 stats.bytes_read += len(data)
                 if len(data) != dlen or crc32(data) != dcrc:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
+                layout = False
                 if flags & FLAG_ZSTD:
                     data = decompress(data, rlen)
-                stop = body(data, count, first, ts)
+                elif flags & FLAG_OSIRIS:
+                    if keep_osiris:
+                        layout = True
+                    else:
+                        data = osiris_to_table(data, count)
+                stop = body(data, count, first, ts, layout)
             self._pos = pos = next_pos
             self._chunk_offset = chunk_end
             if stop:

@@ -44,6 +44,12 @@ def entries(payloads: Sequence[bytes]) -> bytes:
 
 
 def chunk_header(first_offset: int, count: int, timestamp_ms: int, data: bytes) -> bytes:
+    # ISA-L's CRC-32 (zlib's checksum, several times faster)
+    return header(first_offset, count, timestamp_ms, crc32(data), len(data))
+
+
+def header(first_offset: int, count: int, timestamp_ms: int, crc: int, data_length: int) -> bytes:
+    """The 48-byte chunk header of a data section whose CRC-32 is known (stored with it)."""
     return _HEADER.pack(
         MAGIC_VERSION,
         CHUNK_TYPE_USER,
@@ -52,8 +58,8 @@ def chunk_header(first_offset: int, count: int, timestamp_ms: int, data: bytes) 
         timestamp_ms,
         EPOCH,
         first_offset,
-        crc32(data),  # ISA-L's CRC-32 (zlib's checksum, several times faster)
-        len(data),
+        crc,
+        data_length,
         0,
         0,
     )

@@ -29,7 +29,16 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Message, Stream, StreamConfig, StreamSurvey, layout, survey
+from sievemq.storage import (
+    Durability,
+    Message,
+    PendingStream,
+    Stream,
+    StreamConfig,
+    StreamSurvey,
+    layout,
+    survey,
+)
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -221,6 +230,20 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _new_stream(
+        self, vhost: str, name: str, arguments: StreamArguments
+    ) -> Stream | Callable[[], Stream]:
+        """The storage of a stream declared now. Inside a change whose definitions sync
+        runs in a worker thread (``store.defer_sync``), its files are created and fsynced
+        by that thread too, before the sync: the declare is answered once both are durable
+        and the loop never waits for them. Otherwise (start, tests) it is opened at once."""
+        if not self.store.defer_sync:
+            return self._open_stream(vhost, name, arguments)
+        directory = definitions.stream_directory(self.data_dir, vhost, name)
+        pending = PendingStream(directory, self.stream_config(arguments))
+        self.store.defer_job(pending.create)
+        return pending.open
+
     def _survey_stream(self, vhost: str, name: str) -> StreamSurvey | None:
         return survey(definitions.stream_directory(self.data_dir, vhost, name))
 
@@ -270,6 +293,7 @@ class Broker:
                 lambda: self._vhost_changed(name),
                 classic,
                 self._survey_stream,
+                self._new_stream,
             )
             vhost.on_deleted = self._retire
             self.vhosts[name] = vhost
@@ -294,7 +318,7 @@ class Broker:
         for b in vhost.bindings():
             self.store.delete("bindings", self._binding_record(vhost, b))
         for x in vhost.exchanges.values():
-            self.store.delete("exchanges", self._exchange_record(vhost, x))
+            self.store.delete("exchanges", {"vhost": name, "name": x.name})
         del self.vhosts[name]
         self.users.forget_vhost(name)
         self.save_definitions()
@@ -321,7 +345,10 @@ class Broker:
     # ------------------------------------------------------------------ persistence
 
     @staticmethod
-    def _exchange_record(vhost: VirtualHost, x: Exchange) -> dict[str, Any]:
+    def _exchange_record(vhost: VirtualHost, x: Exchange) -> dict[str, Any] | None:
+        """An exchange's definitions record; None when it is not stored (transient or built in)."""
+        if not x.durable or x.builtin:
+            return None
         return {
             "vhost": vhost.name,
             "name": x.name,
@@ -337,7 +364,11 @@ class Broker:
         return {"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table}
 
     @staticmethod
-    def _classic_record(vhost: VirtualHost, c: ClassicQueue) -> dict[str, Any]:
+    def _classic_record(vhost: VirtualHost, c: ClassicQueue) -> dict[str, Any] | None:
+        """A classic or quorum queue's definitions record; None when it is not stored
+        (transient or exclusive)."""
+        if not c.durable or c.exclusive:
+            return None
         return {
             "vhost": vhost.name,
             "name": c.name,
@@ -365,13 +396,13 @@ class Broker:
         bindings: list[dict[str, Any]] = []
         for vhost in self.vhosts.values():
             for x in vhost.exchanges.values():
-                if x.durable and not x.builtin:
-                    exchanges.append(self._exchange_record(vhost, x))
+                if (record := self._exchange_record(vhost, x)) is not None:
+                    exchanges.append(record)
             for q in vhost.queues.values():
                 queues.append(self._queue_record(vhost, q))
             for c in vhost.classic.queues.values():
-                if c.durable and not c.exclusive:
-                    queues.append(self._classic_record(vhost, c))
+                if (record := self._classic_record(vhost, c)) is not None:
+                    queues.append(record)
             for b in vhost.bindings():
                 if vhost.is_durable(b):
                     bindings.append(self._binding_record(vhost, b))
@@ -469,24 +500,22 @@ class Broker:
             return
         store = self.store
         for kind, key in touched:
-            if kind == "queue":
-                queue = vhost.queues.get(key)
-                if queue is not None:
-                    store.put("queues", self._queue_record(vhost, queue))
-                elif key in vhost.classic.queues:
-                    classic = vhost.classic.queues[key]
-                    if classic.durable and not classic.exclusive:
-                        store.put("queues", self._classic_record(vhost, classic))
-                    else:
-                        store.delete("queues", {"vhost": name, "name": key})
+            if kind in ("queue", "exchange"):
+                record: dict[str, Any] | None = None
+                if kind == "exchange":
+                    section = "exchanges"
+                    if (x := vhost.exchanges.get(key)) is not None:
+                        record = self._exchange_record(vhost, x)
                 else:
-                    store.delete("queues", {"vhost": name, "name": key})
-            elif kind == "exchange":
-                x = vhost.exchanges.get(key)
-                if x is not None and x.durable and not x.builtin:
-                    store.put("exchanges", self._exchange_record(vhost, x))
+                    section = "queues"
+                    if (queue := vhost.queues.get(key)) is not None:
+                        record = self._queue_record(vhost, queue)
+                    elif (classic := vhost.classic.queues.get(key)) is not None:
+                        record = self._classic_record(vhost, classic)
+                if record is None:  # deleted, or not stored
+                    store.delete(section, {"vhost": name, "name": key})
                 else:
-                    store.delete("exchanges", {"vhost": name, "name": key})
+                    store.put(section, record)
             else:
                 record = self._binding_record(vhost, key)
                 source = vhost.exchanges.get(key.source)

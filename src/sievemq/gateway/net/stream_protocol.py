@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Callable
 from typing import Any, cast
 from typing import Protocol as TypingProtocol
 
 from sievemq.streamproto import wire
+
+IOV_MAX = 1024  # buffers per writev (Linux's limit)
 
 
 class StreamFrameHandler(TypingProtocol):
@@ -40,6 +43,7 @@ class StreamProtocol(asyncio.Protocol):
     __slots__ = (
         "_buffer",
         "_conn",
+        "_fd",
         "_held",
         "_high",
         "_max_frame",
@@ -60,6 +64,7 @@ class StreamProtocol(asyncio.Protocol):
         self._stopped = False
         self._high = write_buffer_high
         self.transport: asyncio.Transport | None = None
+        self._fd = -1  # the socket's descriptor for write_parts on plain TCP (-1: TLS)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
@@ -69,12 +74,65 @@ class StreamProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         t.set_write_buffer_limits(high=self._high)
+        if sock is not None and t.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
         self._conn.on_open(t)
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Write these buffers in order. On plain TCP with nothing queued in the transport
+        they go to the socket with ``os.writev`` (no join, no copy into the transport's
+        buffer: a turn's Deliver frames are heads and stored chunk bytes); what the socket
+        does not take then, and everything on TLS, goes through ``transport.write``."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        fd = self._fd
+        if fd < 0 or transport.get_write_buffer_size():
+            transport.write(b"".join(parts))
+            return
+        n = len(parts)
+        i = 0
+        while i < n:
+            group = parts[i : i + IOV_MAX]
+            try:
+                sent = os.writev(fd, group)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                break  # the transport meets the error on its own write and closes
+            if sent < sum(map(len, group)):
+                for k, part in enumerate(group):  # where the socket stopped
+                    if sent < len(part):
+                        rest = [part[sent:], *group[k + 1 :], *parts[i + IOV_MAX :]]
+                        transport.write(b"".join(rest))
+                        return
+                    sent -= len(part)
+            i += IOV_MAX
+        if i < n:
+            transport.write(b"".join(parts[i:]))
+
     def data_received(self, data: bytes) -> None:
+        """Frames are cut from ``data`` in place; only a frame cut by the end of a read is
+        kept in ``_buffer`` (then completed from the next read's first bytes). A frame body
+        is copied once (its slice of ``data``), or twice when a read boundary cuts it."""
+        if type(data) is not bytes:
+            data = bytes(data)
         buffer = self._buffer
-        buffer += data
-        frames, oversized = wire.split_frames(buffer, self._max_frame)
+        pos = 0
+        frames: list[wire.Frame] = []
+        oversized: int | None = None
+        if buffer:
+            pos, oversized = self._complete(data, frames)
+            if pos < 0:
+                return  # the frame still is not whole: all of ``data`` is in the buffer
+        if oversized is None:
+            more, pos, oversized = wire.frames_from(data, pos, self._max_frame)
+            if frames:
+                frames += more
+            else:
+                frames = more
+            if oversized is None and pos < len(data):
+                buffer += memoryview(data)[pos:]  # the start of the next frame
         if frames:
             self._conn.on_frames(frames)
         if oversized is not None:
@@ -84,6 +142,34 @@ class StreamProtocol(asyncio.Protocol):
             else:
                 self._conn.on_frame_too_large(oversized)
             self.stop_reading()
+
+    def _complete(self, data: bytes, frames: list[wire.Frame]) -> tuple[int, int | None]:
+        """Complete the buffered partial frame from the front of ``data``: (bytes of
+        ``data`` used, a bad frame size or None); (-1, None) when ``data`` was not enough
+        (then it is all buffered). The whole frame goes to ``frames``."""
+        buffer = self._buffer
+        view = memoryview(data)
+        pos = 0
+        if len(buffer) < 4:  # not even the size yet
+            pos = min(4 - len(buffer), len(data))
+            buffer += view[:pos]
+            if len(buffer) < 4:
+                return -1, None
+        size = int.from_bytes(buffer[:4], "big")
+        if size > self._max_frame or size < 4:
+            return pos, size
+        need = 4 + size - len(buffer)
+        if need > len(data) - pos:
+            buffer += view[pos:]
+            return -1, None
+        buffer += view[pos : pos + need]
+        key = int.from_bytes(buffer[4:6], "big")
+        version = int.from_bytes(buffer[6:8], "big")
+        with memoryview(buffer) as whole:
+            body = whole[8:].tobytes()
+        buffer.clear()
+        frames.append(wire.Frame(key, version, body))
+        return pos + need, None
 
     def eof_received(self) -> bool | None:
         return None  # close the transport

@@ -21,8 +21,14 @@ import weakref
 from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.waker import CommitWaker
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
-from sievemq.storage.chunk import decode_records, length_prefixed_runs
+from sievemq.storage.chunk import (
+    decode_records,
+    length_prefixed_runs,
+    osiris_runs,
+    osiris_to_table,
+)
 from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
@@ -76,7 +82,9 @@ def payload_of(record: Record, stream: Stream | None = None) -> bytes:
 
 BUILT_BYTES_PER_STREAM = 8 * 1024 * 1024  # built wire chunks kept per stream
 
-Built = list[tuple[int, bytes]]  # (first offset, osiris chunk: header + entries) in order
+# (first offset, osiris chunk header, data section) in order: header + data is the part of
+# a Deliver frame that is the same for every subscriber; data may be a view of stored bytes
+Built = list[tuple[int, bytes, bytes | memoryview]]
 
 # stream -> (chunk id, byte budget) -> that whole stored chunk in osiris layout, built once
 # and shared by every subscriber that sends it whole; the oldest goes first
@@ -86,11 +94,19 @@ _built: weakref.WeakKeyDictionary[Stream, dict[tuple[int, int], Built]] = (
 _built_size: weakref.WeakKeyDictionary[Stream, int] = weakref.WeakKeyDictionary()
 
 
+def _size(built: Built) -> int:
+    return sum(len(h) + len(d) for _, h, d in built)
+
+
 def wire_chunks(stream: Stream, raw: RawChunk, budget: int) -> Built | None:
     """The osiris chunks for the records ``raw.start ..`` of a stored chunk, each within
     ``budget`` bytes of entries (one stored chunk may need several), or None when it holds a
     0-9-1 record (those need converting: the record path). Whole chunks are built once per
-    stream and budget (``_built``)."""
+    stream and budget (``_built``).
+
+    A chunk stored in the osiris layout (``raw.osiris``: a batch of stream-protocol
+    publishes) already holds the data section and its CRC: only the header is made here.
+    Others are built by slicing the stored payloads (``length_prefixed_runs``)."""
     first = raw.first_offset
     whole = raw.start <= first
     key = (first, budget)
@@ -100,22 +116,27 @@ def wire_chunks(stream: Stream, raw: RawChunk, budget: int) -> Built | None:
         if hit is not None:
             return hit
     skip = 0 if whole else raw.start - first
-    runs = length_prefixed_runs(raw.data, raw.records, skip, budget, MAX_ENTRIES)
-    if runs is None:
-        return None
     out: Built = []
     at = first + skip
     ts = raw.timestamp_ms
-    for n, data in runs:
-        out.append((at, osiris.chunk(at, n, ts, data)))
-        at += n
+    if raw.osiris:
+        for n, view, crc in osiris_runs(raw.data, raw.records, skip, budget, MAX_ENTRIES):
+            out.append((at, osiris.header(at, n, ts, crc, len(view)), view))
+            at += n
+    else:
+        runs = length_prefixed_runs(raw.data, raw.records, skip, budget, MAX_ENTRIES)
+        if runs is None:
+            return None
+        for n, data in runs:
+            out.append((at, osiris.chunk_header(at, n, ts, data), data))
+            at += n
     if whole:
         if cache is None:
             cache = _built[stream] = {}
             _built_size[stream] = 0
-        size = _built_size[stream] + sum(len(c) for _, c in out)
+        size = _built_size[stream] + _size(out)
         while cache and size > BUILT_BYTES_PER_STREAM:
-            size -= sum(len(c) for _, c in cache.pop(next(iter(cache))))
+            size -= _size(cache.pop(next(iter(cache))))
         cache[key] = out
         _built_size[stream] = size
     return out
@@ -155,6 +176,7 @@ class Subscription(CommitWaker):
         "queue",
         "sac",
         "spec",
+        "stats",
         "subscription_id",
     )
 
@@ -185,6 +207,13 @@ class Subscription(CommitWaker):
         self._by_chunk = spec is None or isinstance(spec, WholeChunks)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
+        # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
+        # consumer's: the reader's work plus what was delivered, folded in once per turn
+        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
+
+    def filter_stats(self) -> dict[str, int]:
+        """Its filter and delivery counters since it subscribed (``FilterStats`` names)."""
+        return self.stats.as_dict()
 
     def start(self) -> None:
         self.listen()
@@ -248,8 +277,9 @@ class Subscription(CommitWaker):
         sid = self.subscription_id
         version = conn.deliver_version
         committed = stream.last_chunk_id if version >= 2 else 0
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         written = 0
+        delivered = self.delivered
         credit = self.credit
         reads = 0
         try:
@@ -266,7 +296,7 @@ class Subscription(CommitWaker):
                         if built is None:  # a 0-9-1 record to convert: per record
                             chunks.pop()
                             records, _ = decode_records(
-                                raw.data,
+                                osiris_to_table(raw.data, raw.records) if raw.osiris else raw.data,
                                 raw.records,
                                 raw.first_offset,
                                 raw.timestamp_ms,
@@ -277,11 +307,11 @@ class Subscription(CommitWaker):
                     k = 0
                     nb = len(built)
                     while k < nb and credit > 0:
-                        at, chunk = built[k]
-                        frame = osiris.deliver_prefix(sid, len(chunk), version, max(committed, at))
-                        out.append(frame)
-                        out.append(chunk)
-                        written += len(frame) + len(chunk)
+                        at, head, data = built[k]
+                        size = len(head) + len(data)
+                        frame = osiris.deliver_prefix(sid, size, version, max(committed, at))
+                        out += (frame, head, data)
+                        written += len(frame) + size
                         credit -= 1
                         k += 1
                     if built:
@@ -297,7 +327,7 @@ class Subscription(CommitWaker):
                 elif reads < 2:
                     reads += 1
                     if self._by_chunk:
-                        got = reader.read_chunks(READ_BATCH, self.spec)
+                        got = reader.read_chunks(READ_BATCH, self.spec, osiris=True)
                         if not got:
                             break
                         stats = reader.stats  # read_chunks leaves the matched count to us
@@ -345,12 +375,14 @@ class Subscription(CommitWaker):
             log.error("subscription %s on %s: read failed: %s", sid, self.queue.name, error)
             self.credit = credit
             if out:
-                conn.write(b"".join(out))
+                conn.write_parts(out)
+            self.stats.account(self.delivered - delivered, written)
             conn.drop_subscription(self, notify=True)
             return
         self.credit = credit
         if out:
-            conn.write(b"".join(out))
+            conn.write_parts(out)
+        self.stats.account(self.delivered - delivered, written)
         if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
