@@ -92,8 +92,16 @@ class RawStreamClient:
             out += chunk
         return out
 
-    def open(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> int:
-        """Handshake up to Open; returns Open's response code."""
+    def open(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        frame_max: int | None = None,
+        heartbeat: int | None = None,
+    ) -> int:
+        """Handshake up to Open; returns Open's response code. The client's Tune repeats the
+        server's unless ``frame_max`` / ``heartbeat`` say otherwise."""
         self.request(17, struct.pack(">i", 0))
         self.read_frame()
         self.request(18, b"")
@@ -106,7 +114,15 @@ class RawStreamClient:
             return int(code)
         key, _, tune = self.read_frame()
         assert key == 20
-        self.send(20, tune)
+        server_frame_max, server_heartbeat = struct.unpack(">II", tune)
+        self.send(
+            20,
+            struct.pack(
+                ">II",
+                server_frame_max if frame_max is None else frame_max,
+                server_heartbeat if heartbeat is None else heartbeat,
+            ),
+        )
         self.request(21, _string(vhost))
         _, _, body = self.read_frame()
         return int(struct.unpack_from(">H", body, 4)[0])
