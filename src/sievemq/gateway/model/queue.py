@@ -162,6 +162,21 @@ class StreamQueue:
             self._sequences = PublisherSequences(self.stream, dedup.stored_tag)
         return self._sequences
 
+    def sequences_builder(self) -> Callable[[], PublisherSequences]:
+        """The rebuild of ``publisher_sequences`` (snapshot + scan of the stream after it),
+        as a call to run in a worker thread; give its result to ``adopt_sequences`` on the
+        loop. Opens the stream now (on the caller's thread) if it is not open yet."""
+        stream = self.stream
+        return lambda: PublisherSequences(stream, dedup.stored_tag)
+
+    def adopt_sequences(self, sequences: PublisherSequences) -> PublisherSequences:
+        """Take sequences built by ``sequences_builder`` (reading what was appended since),
+        unless some were loaded meanwhile; returns the ones in use."""
+        if self._sequences is None:
+            sequences.catch_up(self.stream)
+            self._sequences = sequences
+        return self._sequences
+
     @property
     def loaded_sequences(self) -> PublisherSequences | None:
         """The sequences if something loaded them (what a shutdown snapshot saves)."""
