@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import platform
 import time
 from collections.abc import Iterable, Iterator
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
+log = logging.getLogger(__name__)
 BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
 # per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
@@ -2018,10 +2020,13 @@ class BrokerFacade:
         while True:
             started = time.perf_counter()
             last = started
-            for _ in self.sample_steps():
-                if time.perf_counter() - last >= slice_s:
-                    await asyncio.sleep(0)
-                    last = time.perf_counter()
+            try:
+                for _ in self.sample_steps():
+                    if time.perf_counter() - last >= slice_s:
+                        await asyncio.sleep(0)
+                        last = time.perf_counter()
+            except Exception:  # a bug here must not end the rates for good: log, go on
+                log.exception("a round of the admin rate sampler failed")
             await asyncio.sleep(max(0.0, interval_s - (time.perf_counter() - started)))
 
     def sample_steps(self) -> Iterator[None]:
