@@ -40,17 +40,8 @@ import httpx
 
 from bench import kit
 from bench._util import machine, proc_cpu_s, start_server, stop_server
+from sievemq.testing.dashboard import VIEWPORT, chromium_launch, log_in
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 REFRESH_S = 5.0
 READ = "button:text-is('Read')"  # the stream page's message browser
 
@@ -86,17 +77,13 @@ class Dashboard:
         self.errors: list[str] = []
 
     def watch(self, browser: Any, stop: threading.Event, ready: threading.Event) -> None:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport=VIEWPORT)
         context.on("request", lambda r: self._count(r.url))
         try:
             pages = []
             for hash_ in ("#/overview", "#/streams/%2F/bench"):
                 page = context.new_page()
-                page.goto(self.admin_url + "/")
-                page.fill("input[name=user]", "guest")
-                page.fill("input[name=password]", "guest")
-                page.click("button[type=submit]")
-                page.wait_for_selector("#who button")
+                log_in(page, self.admin_url)
                 page.goto(self.admin_url + "/" + hash_)
                 page.on("pageerror", lambda e: self.errors.append(str(e)))
                 pages.append(page)
@@ -200,14 +187,14 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install -y chromium"
+    launch = chromium_launch()  # checks chromium is there before anything is built or timed
     kit.loadgen()  # built before anything is timed
     root = Path(tempfile.mkdtemp(prefix="sievemq-dash-bench-"))
     result: dict[str, Any] = {"benchmark": "dashboard_cost", "machine": machine()}
     result["load_average_start"] = os.getloadavg()
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            browser = p.chromium.launch(**launch)
             if args.baseline_src is not None:
                 result["baseline"] = measure(browser, root, args, args.baseline_src)
             result.update(measure(browser, root, args, None))

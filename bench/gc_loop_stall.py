@@ -65,19 +65,8 @@ def _workload(amqp_url: str, admin_url: str, seconds: float, out: Any) -> None:
     out.put({"published": published, "polls": polls, "declared": declared})
 
 
-class _Ticker:
-    def __init__(self) -> None:
-        self.late: list[float] = []
-        self.stop = False
-
-    async def run(self) -> None:
-        while not self.stop:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.001)
-            self.late.append(time.perf_counter() - t0 - 0.001)
-
-
 async def _amain(mode: str, streams: int, seconds: float) -> dict[str, Any]:
+    from bench.admin_loop_stall import Ticker, declare_streams
     from sievemq.testing import running_gateway
 
     collections: dict[int, list[float]] = {0: [], 1: [], 2: []}
@@ -91,16 +80,8 @@ async def _amain(mode: str, streams: int, seconds: float) -> dict[str, Any]:
 
     async with running_gateway() as gw:
         loop = asyncio.get_running_loop()
-        v = gw.broker.vhost("/")
         t0 = time.perf_counter()
-        for i in range(streams):
-            v.declare_queue(
-                f"s{i:04d}",
-                durable=True,
-                exclusive=False,
-                auto_delete=False,
-                arguments={"x-queue-type": "stream"},
-            )
+        declare_streams(gw, streams)
         declare_s = time.perf_counter() - t0
         gc.collect()
         tracked = len(gc.get_objects())
@@ -113,7 +94,7 @@ async def _amain(mode: str, streams: int, seconds: float) -> dict[str, Any]:
         proc.start()
         assert await asyncio.to_thread(q.get, True, 120) == "ready"
         gc.callbacks.append(on_gc)
-        ticker = _Ticker()
+        ticker = Ticker(above=None)  # every wake-up's lateness
         task = asyncio.ensure_future(ticker.run())
         work = await asyncio.to_thread(q.get, True, seconds + 120)
         ticker.stop = True
@@ -128,7 +109,7 @@ async def _amain(mode: str, streams: int, seconds: float) -> dict[str, Any]:
             forced.append(time.perf_counter() - t)
         gc.callbacks.remove(on_gc)
         freezes = gw.node.gc.freezes
-    late = sorted(ticker.late)
+    late = sorted(lateness for _, lateness in ticker.late)
     ms = [1000 * x for x in late]
     return {
         "mode": mode,

@@ -164,46 +164,29 @@ def one_size(tmp: Path, spark: Any, n: int, body: int, runs: int, filtered: bool
             assert result.messages == n, result.messages
             times[w].append(result.seconds)
             shutil.rmtree(target, ignore_errors=True)
-    export_s = statistics.median(times["spark"][1:])
-    arrow_s = statistics.median(times["arrow"][1:])
+
+    def rates(seconds: float) -> dict[str, float]:
+        return {"seconds": seconds, "rows_per_s": n / seconds, "mb_per_s": size / seconds / 1e6}
+
+    writers: dict[str, dict[str, Any]] = {}
+    for w in WRITERS:
+        seconds = statistics.median(times[w][1:])
+        writers[w] = {"partitions": noop[0][1]} | rates(seconds)
+        writers[w] |= {"first_export_seconds": times[w][0], "of_arrow_decode": decode_s / seconds}
+    export_s, arrow_s = writers["spark"]["seconds"], writers["arrow"]["seconds"]
     out: dict[str, Any] = {
         "body_bytes": body,
         "segment_bytes": size,
         "raw_read": {"seconds": raw_s, "mb_per_s": size / raw_s / 1e6, "rows_per_s": n / raw_s},
-        "arrow_decode": {
-            "seconds": decode_s,
-            "rows_per_s": n / decode_s,
-            "mb_per_s": size / decode_s / 1e6,
-        },
+        "arrow_decode": rates(decode_s),
         "per_record_decode": {
             "seconds": record_s,
             "rows_per_s": n / record_s,
             "columnar_over_per_record": record_s / decode_s,
         },
-        "spark_noop": {
-            "seconds": noop_s,
-            "rows_per_s": n / noop_s,
-            "mb_per_s": size / noop_s / 1e6,
-            "of_arrow_decode": decode_s / noop_s,
-        },
-        "spark_parquet": {
-            "partitions": noop[0][1],
-            "seconds": export_s,
-            "rows_per_s": n / export_s,
-            "mb_per_s": size / export_s / 1e6,
-            "first_export_seconds": times["spark"][0],
-            "of_arrow_decode": decode_s / export_s,
-            "of_raw_read": raw_s / export_s,
-        },
-        "arrow_parquet": {
-            "partitions": noop[0][1],
-            "seconds": arrow_s,
-            "rows_per_s": n / arrow_s,
-            "mb_per_s": size / arrow_s / 1e6,
-            "first_export_seconds": times["arrow"][0],
-            "of_arrow_decode": decode_s / arrow_s,
-            "over_spark_writer": export_s / arrow_s,
-        },
+        "spark_noop": rates(noop_s) | {"of_arrow_decode": decode_s / noop_s},
+        "spark_parquet": writers["spark"] | {"of_raw_read": raw_s / export_s},
+        "arrow_parquet": writers["arrow"] | {"over_spark_writer": export_s / arrow_s},
     }
     if filtered:
         got = export(

@@ -27,6 +27,9 @@ ratios and the `loop.sendfile` probe below. RabbitMQ 3.10.8 has no stream filter
 so the filtered test runs on SieveMQ only. Defaults (N=100,000, 3 runs) take ~3 minutes on
 a quiet 2-core machine.
 
+`--compare --only publish`: the publish-with-confirms test alone, both servers alternately
+(with the per-run figures); `--n 100000 --runs 5` takes ~3 minutes on a quiet machine.
+
 `python -m bench.stream_protocol --baseline SRC [--n N] [--runs R]`: this tree's server and
 the one whose package is in SRC (e.g. `git archive HEAD~1 src | tar -x -C /tmp/before`, then
 `--baseline /tmp/before/src`), alternately in one process, with the ratios: a before/after;
@@ -170,10 +173,17 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _measure(
-    host: str, port: int, runs: int, n: int, filtered: bool, pid: int = 0
+    host: str,
+    port: int,
+    runs: int,
+    n: int,
+    filtered: bool,
+    pid: int = 0,
+    publish_only: bool = False,
 ) -> dict[str, Any]:
     """Per size the median msg/s; with the server's ``pid``, also its CPU microseconds per
-    message (steadier than msg/s on a loaded machine: waiting for a core costs no CPU)."""
+    message (steadier than msg/s on a loaded machine: waiting for a core costs no CPU).
+    ``publish_only``: the publish test alone (no consume)."""
     results: dict[str, Any] = {}
     for size in (100, 1024):
         pub, con, raw, pub_cpu, con_cpu = [], [], [], [], []
@@ -182,19 +192,23 @@ async def _measure(
             c0 = _cpu_seconds(pid) if pid else 0.0
             pub.append(await _publish(host, port, stream, n, size, False))
             c1 = _cpu_seconds(pid) if pid else 0.0
-            con.append(await _consume(host, port, stream, n, None))
-            c2 = _cpu_seconds(pid) if pid else 0.0
-            raw.append(await _consume_raw(host, port, stream, n))
             pub_cpu.append((c1 - c0) / n * 1e6)
-            con_cpu.append((c2 - c1) / n * 1e6)
+            if not publish_only:
+                con.append(await _consume(host, port, stream, n, None))
+                c2 = _cpu_seconds(pid) if pid else 0.0
+                raw.append(await _consume_raw(host, port, stream, n))
+                con_cpu.append((c2 - c1) / n * 1e6)
             await _delete(host, port, stream)
         results[f"publish_confirm_{size}B_msg_s"] = round(statistics.median(pub))
-        results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
-        results[f"consume_raw_client_{size}B_msg_s"] = round(statistics.median(raw))
         if pid:
             results[f"publish_confirm_{size}B_server_cpu_us_per_msg"] = round(
                 statistics.median(pub_cpu), 2
             )
+        if publish_only:
+            continue
+        results[f"consume_{size}B_msg_s"] = round(statistics.median(con))
+        results[f"consume_raw_client_{size}B_msg_s"] = round(statistics.median(raw))
+        if pid:
             results[f"consume_{size}B_server_cpu_us_per_msg"] = round(statistics.median(con_cpu), 2)
     if filtered:
         exact = []
@@ -462,16 +476,26 @@ async def _compare(args: argparse.Namespace) -> dict[str, Any]:
             with kit.rabbitmq_server(stream_port=rabbit_port):
                 rabbit: dict[str, Any] = {}
                 sieve: dict[str, Any] = {}
+                publish_only = args.only == "publish"
                 for _ in range(args.runs):  # one run each, alternately; medians at the end
                     for port, acc in ((server.stream_port, sieve), (rabbit_port, rabbit)):
-                        one = await _measure(args.host, port, 1, args.n, False)
+                        one = await _measure(
+                            args.host, port, 1, args.n, False, publish_only=publish_only
+                        )
                         for k, v in one.items():
                             acc.setdefault(k, []).append(v)
-                filt = await _measure(args.host, server.stream_port, args.runs, args.n, True)
+                if not publish_only:
+                    filt = await _measure(args.host, server.stream_port, args.runs, args.n, True)
         finally:
             stop_server(server)
     for name, acc in (("sievemq", sieve), ("rabbitmq", rabbit)):
         out[name] = {k: round(statistics.median(v)) for k, v in acc.items()}
+        out[name + "_runs"] = acc
+    if publish_only:
+        out["ratio_sievemq_over_rabbitmq"] = {
+            k: round(out["sievemq"][k] / v, 2) for k, v in out["rabbitmq"].items() if v
+        }
+        return out
     out["sievemq"]["filtered_consume_1in50_matching_msg_s"] = filt[
         "filtered_consume_1in50_matching_msg_s"
     ]
@@ -496,7 +520,15 @@ async def _against_baseline(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.runs):
                 for name, server in (("new", new), ("baseline", old)):
                     pid = server.process.pid
-                    one = await _measure(args.host, server.stream_port, 1, args.n, False, pid)
+                    one = await _measure(
+                        args.host,
+                        server.stream_port,
+                        1,
+                        args.n,
+                        False,
+                        pid,
+                        publish_only=args.only == "publish",
+                    )
                     for k, v in one.items():
                         acc[name].setdefault(k, []).append(v)
         finally:
@@ -537,6 +569,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--sendfile-probe", action="store_true", help="only the loop.sendfile probe"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["publish"],
+        help="with --compare or --baseline: the publish-with-confirms test alone (no consume)",
     )
     args = parser.parse_args()
     head = {"n": args.n, "runs": args.runs, **machine()}

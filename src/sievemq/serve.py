@@ -220,6 +220,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     ready = True
+    facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
     node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server
     print(
         ready_line(
@@ -233,6 +234,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     )
     await stop.wait()
     ready = False
+    await facade.stop_sampling()
     await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
     admin.should_exit = True
     with contextlib.suppress(Exception):

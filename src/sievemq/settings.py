@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     memory_high_watermark: str = "0.4"  # a fraction of RAM, or a byte size such as "2GB"
     disk_free_limit: int = Field(default=50_000_000, ge=0)  # bytes; flags accept "50MB", "1GiB"
     alarm_interval_ms: int = Field(default=1000, ge=10)
+    # the admin plane's rates: counters and lengths sampled this often (RabbitMQ's
+    # collect_statistics_interval)
+    collect_statistics_interval_ms: int = Field(default=5000, ge=100)
 
     @field_validator("memory_high_watermark", mode="before")
     @classmethod
@@ -167,6 +170,11 @@ _FLAGS: list[tuple[str, type, str]] = [
     ),
     ("disk_free_limit", str, "block publishers below this free disk, e.g. 1GB (default 50MB)"),
     ("alarm_interval_ms", int, "how often memory and disk are checked (default 1000)"),
+    (
+        "collect_statistics_interval_ms",
+        int,
+        "how often the admin API's rates sample every counter (default 5000)",
+    ),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
     ("max_open_files", int, "storage file descriptors kept open, LRU (default 2048)"),
     (

@@ -21,20 +21,11 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from rstream import Consumer, OffsetSpecification, OffsetType
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.dashboard import VIEWPORT, chromium_launch, log_in, submit_login
 
-CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium when it is missing
 # a loaded machine renders slowly: assertions wait up to 15 s (they end as soon as they hold)
 expect.set_options(timeout=15_000)
 SHOTS = Path(os.environ.get("SIEVEMQ_SCREENSHOTS") or tempfile.mkdtemp(prefix="sievemq-shots-"))
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -59,21 +50,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: run `apt-get install -y chromium`"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    with sync_playwright() as p:  # `make test` installs Debian's chromium when it is missing
+        b = p.chromium.launch(**chromium_launch())
         yield b
         b.close()
 
 
 @pytest.fixture
 def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=VIEWPORT)
     pg = context.new_page()
-    pg.goto(server.admin_url + "/")
-    pg.fill("input[name=user]", "guest")
-    pg.fill("input[name=password]", "guest")
-    pg.click("button[type=submit]")
+    log_in(pg, server.admin_url)
     expect(pg.locator("#who")).to_contain_text("guest (administrator)")
     yield pg
     context.close()
@@ -81,10 +68,7 @@ def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
 
 def test_login_refuses_a_bad_password(browser: Browser, server: ServerProcess) -> None:
     pg = browser.new_page()
-    pg.goto(server.admin_url + "/")
-    pg.fill("input[name=user]", "guest")
-    pg.fill("input[name=password]", "nope")
-    pg.click("button[type=submit]")
+    submit_login(pg, server.admin_url, "guest", "nope")
     expect(pg.locator("#login-error")).to_have_text("Login failed")
     assert pg.locator("#nav").is_hidden()
     pg.screenshot(path=str(SHOTS / "dashboard-login.png"))

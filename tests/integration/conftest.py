@@ -14,10 +14,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sievemq.testing import ServerProcess
 
+from .admin_client import client
 from .node_scenarios import NODE_DIR
 
 
@@ -43,6 +45,13 @@ def _server_survives(request: pytest.FixtureRequest) -> Iterator[None]:
     if "server" in request.fixturenames:
         proc: ServerProcess = request.getfixturevalue("server")
         assert proc.running, f"server process died\nstderr:\n{proc.stderr()}"
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """The shared server's admin API as guest."""
+    with client(server) as c:
+        yield c
 
 
 @pytest.fixture

@@ -73,3 +73,27 @@ async def _ticker(loop: asyncio.AbstractEventLoop, lateness: list[float]) -> Non
         due = loop.time() + 0.01
         await asyncio.sleep(0.01)
         lateness.append(loop.time() - due)
+
+
+class SlowStreamDirSync:
+    """``os.fsync`` that sleeps ``delay`` (or raises ``error``) for the directory of a
+    stream (or the directory holding stream directories): a new stream's files are made
+    durable by these fsyncs."""
+
+    def __init__(self, delay: float = SLOW_SYNC_S, error: OSError | None = None) -> None:
+        self.delay = delay
+        self.error = error
+        self.threads: list[int] = []
+        self._real: Callable[[int], None] = os.fsync
+
+    def __call__(self, fd: int) -> None:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if "/streams/" in target and os.path.isdir(target):
+            self.threads.append(threading.get_ident())
+            time.sleep(self.delay)
+            if self.error is not None:
+                raise self.error
+        self._real(fd)

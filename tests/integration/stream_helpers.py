@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from rstream import Consumer, Producer
+from rstream import Consumer, EventContext, OffsetSpecification, OffsetType, Producer
 from rstream.client import Client
 
+from sievemq.gateway.net.stream_protocol import stream_protocol_factory
+from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.testing import ServerProcess
+from sievemq.testing.gateway import RunningGateway
 
 
 def producer(server: ServerProcess, **kwargs: Any) -> Producer:
@@ -29,6 +33,16 @@ async def open_client(server: ServerProcess) -> Client:
     await client.start()
     await client.authenticate(vhost="/", username="guest", password="guest")
     return client
+
+
+def sac(name: str, **extra: str) -> dict[str, str]:
+    """Subscription properties of a member of the single-active-consumer group ``name``."""
+    return {"single-active-consumer": "true", "name": name, **extra}
+
+
+async def from_first(active: bool, ctx: EventContext) -> OffsetSpecification:
+    """A consumer-update listener: an activated consumer starts from the first message."""
+    return OffsetSpecification(OffsetType.FIRST, 0)
 
 
 async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -114,3 +128,23 @@ async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
 
     await p.send_batch(stream, messages, on_publish_confirm=on_confirm)
     await wait_for(lambda: len(confirmed) >= len(messages))
+
+
+async def in_process_stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
+    """An rstream client of a stream-protocol listener started in this process beside
+    ``gw`` (its node, so tests can patch the loop's world); closed on exit."""
+    snode = StreamNode(gw.node, gw.host, 1024 * 1024, 60, 5.0)
+    factory = stream_protocol_factory(lambda: StreamConnection(snode), 1024 * 1024, 1 << 20)
+    server = await asyncio.get_running_loop().create_server(factory, gw.host, 0)
+    port = server.sockets[0].getsockname()[1]
+    snode.advertised_port = port
+    client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
+    await client.start()
+    await client.authenticate(vhost="/", username="guest", password="guest")
+    try:
+        yield client
+    finally:
+        await client.close()
+        for conn in list(snode.connections):
+            conn.abort()
+        server.close()

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from rstream import (
     AMQPMessage,
     Consumer,
     ConsumerOffsetSpecification,
-    EventContext,
     MessageContext,
-    OffsetSpecification,
     OffsetType,
 )
 from rstream.client import Client
@@ -25,13 +21,7 @@ from rstream.client import Client
 from sievemq.testing import ServerProcess
 
 from .admin_client import client, q
-from .stream_helpers import consumer, producer, wait_for
-
-
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with client(server) as c:
-        yield c
+from .stream_helpers import consumer, from_first, producer, sac, wait_for
 
 
 def _connection(http: httpx.Client, connection_name: str) -> str:
@@ -44,10 +34,6 @@ def _connection(http: httpx.Client, connection_name: str) -> str:
 
 def _of(items: list[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
     return [i for i in items if i["queue"] == {"name": stream, "vhost": "/"}]
-
-
-async def _first(active: bool, ctx: EventContext) -> OffsetSpecification:
-    return OffsetSpecification(OffsetType.FIRST, 0)
 
 
 async def test_stream_consumers_and_publishers_are_listed(
@@ -111,7 +97,7 @@ async def test_single_active_consumer_groups_show_who_is_active(
 ) -> None:
     first: list[int] = []
     second: list[int] = []
-    sac = {"single-active-consumer": "true", "name": "grp"}
+    props = sac("grp")
     async with producer(server) as p:
         await p.create_stream(qname)
         confirmed: list[int] = []
@@ -135,9 +121,9 @@ async def test_single_active_consumer_groups_show_who_is_active(
             await c.subscribe(
                 qname,
                 handler,
-                properties=sac,
+                properties=props,
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
-                consumer_update_listener=_first,
+                consumer_update_listener=from_first,
             )
         await wait_for(lambda: len(first) == 5)
         one, two = _connection(http, "sac-one"), _connection(http, "sac-two")
@@ -181,7 +167,7 @@ async def test_users_without_monitoring_see_only_their_own_stream_clients(
     assert created.status_code in (201, 204)
     perms = {"configure": ".*", "write": ".*", "read": ".*"}
     assert http.put(f"/api/permissions/%2F/{user}", json=perms).status_code in (201, 204)
-    sac = {"single-active-consumer": "true", "name": "mine"}
+    props = sac("mine")
     theirs = Consumer(
         server.host, server.stream_port, username=user, password="pw", connection_name="plain-sac"
     )
@@ -189,8 +175,8 @@ async def test_users_without_monitoring_see_only_their_own_stream_clients(
     try:
         async with consumer(server, connection_name="guest-sac") as c:
             await c.create_stream(qname)
-            await c.subscribe(qname, lambda m, ctx: None, properties=sac)
-            await theirs.subscribe(qname, lambda m, ctx: None, properties=sac)
+            await c.subscribe(qname, lambda m, ctx: None, properties=props)
+            await theirs.subscribe(qname, lambda m, ctx: None, properties=props)
             own = _connection(http, "plain-sac")
             with client(server, user, "pw") as plain:
                 consumers = _of(plain.get("/api/stream/consumers").json(), qname)

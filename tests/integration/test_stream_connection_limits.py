@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
 
 import httpx
 import pika
@@ -16,16 +15,10 @@ import pytest
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from .admin_client import q
 from .stream_helpers import RawStreamClient
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with client(server) as c:
-        yield c
 
 
 def _amqp(server: ServerProcess, vhost: str, user: str, pw: str) -> pika.BlockingConnection:

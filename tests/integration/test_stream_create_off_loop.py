@@ -9,46 +9,23 @@ import asyncio
 import errno
 import os
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from rstream.client import Client
 
-from sievemq.gateway.net.stream_protocol import stream_protocol_factory
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.testing import running_gateway
-from sievemq.testing.gateway import RunningGateway
 
 from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker, until
+from .stream_helpers import in_process_stream_client
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def _stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
-    snode = StreamNode(gw.node, gw.host, 1024 * 1024, 60, 5.0)
-    factory = stream_protocol_factory(lambda: StreamConnection(snode), 1024 * 1024, 1 << 20)
-    server = await asyncio.get_running_loop().create_server(factory, gw.host, 0)
-    port = server.sockets[0].getsockname()[1]
-    snode.advertised_port = port
-    client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", username="guest", password="guest")
-    try:
-        yield client
-    finally:
-        await client.close()
-        for conn in list(snode.connections):
-            conn.abort()
-        server.close()
 
 
 async def test_create_and_delete_wait_for_their_sync_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_gateway(tmp_path / "data") as gw:
-        async for client in _stream_client(gw):
+        async for client in in_process_stream_client(gw):
             loop = asyncio.get_running_loop()
             slow = SlowDefinitionsSync()
             monkeypatch.setattr(os, "fdatasync", slow)
@@ -83,7 +60,7 @@ async def test_a_failed_sync_closes_the_stream_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running_gateway(tmp_path / "data") as gw:
-        async for client in _stream_client(gw):
+        async for client in in_process_stream_client(gw):
             failing = SlowDefinitionsSync(0.05, OSError(errno.EIO, "Input/output error"))
             monkeypatch.setattr(os, "fdatasync", failing)
             # the connection goes, unanswered (a timeout would mean it was kept waiting)

@@ -32,17 +32,14 @@ from sievemq.testing import ServerProcess
 from .stream_helpers import (
     RawStreamClient,
     consumer,
+    from_first,
     open_client,
     producer,
+    sac,
     send_confirmed,
     string,
     wait_for,
 )
-
-
-def _sac(name: str) -> dict[str, str]:
-    return {"single-active-consumer": "true", "name": name}
-
 
 # --------------------------------------------------------------------------- single active consumer
 
@@ -79,7 +76,7 @@ async def test_only_one_consumer_of_a_group_gets_messages_and_the_next_takes_ove
             sid1 = await c1.subscribe(
                 qname,
                 on_first,
-                properties=_sac("grp"),
+                properties=sac("grp"),
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 consumer_update_listener=listener_1,
             )
@@ -87,7 +84,7 @@ async def test_only_one_consumer_of_a_group_gets_messages_and_the_next_takes_ove
             await c2.subscribe(
                 qname,
                 lambda msg, ctx: second.append(ctx.offset),
-                properties=_sac("grp"),
+                properties=sac("grp"),
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 consumer_update_listener=listener_2,
             )
@@ -122,7 +119,7 @@ async def test_answer_offset_replaces_the_subscribe_offset(
         await c.subscribe(
             qname,
             lambda msg, ctx: got.append(ctx.offset),
-            properties=_sac("answer"),
+            properties=sac("answer"),
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
             consumer_update_listener=listener,
         )
@@ -151,7 +148,7 @@ def test_sac_wire_rules(server: ServerProcess, qname: str) -> None:
     key, _, body = raw.read_frame()
     assert key == 0x8007 and struct.unpack_from(">H", body, 4)[0] == 17
 
-    subscribe(1, _sac("raw"))
+    subscribe(1, sac("raw"))
     key, _, body = raw.read_frame()
     assert key == 0x8007 and struct.unpack_from(">H", body, 4)[0] == 1
     key, _, body = raw.read_frame()
@@ -159,7 +156,7 @@ def test_sac_wire_rules(server: ServerProcess, qname: str) -> None:
     corr, sid, active = struct.unpack_from(">IBB", body)
     assert (sid, active) == (1, 1)
 
-    subscribe(2, _sac("raw"))
+    subscribe(2, sac("raw"))
     key, _, body = raw.read_frame()
     assert key == 0x8007 and struct.unpack_from(">H", body, 4)[0] == 1
     key, _, body = raw.read_frame()
@@ -186,24 +183,20 @@ async def test_closing_the_active_connection_promotes_the_next(
         await send_confirmed(p, qname, [AMQPMessage(body=b"x") for _ in range(3)])
     c1 = consumer(server)
     await c1.start()
-    await c1.subscribe(qname, lambda m, c: None, properties=_sac("drop"))
+    await c1.subscribe(qname, lambda m, c: None, properties=sac("drop"))
     async with consumer(server) as c2:
         await c2.subscribe(
             qname,
             lambda m, ctx: second.append(ctx.offset),
-            properties=_sac("drop"),
+            properties=sac("drop"),
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
-            consumer_update_listener=_first,
+            consumer_update_listener=from_first,
         )
         await asyncio.sleep(0.3)
         assert second == []
         await c1.close()
         await wait_for(lambda: len(second) >= 3)
     assert second == [0, 1, 2]
-
-
-async def _first(active: bool, ctx: EventContext) -> OffsetSpecification:
-    return OffsetSpecification(OffsetType.FIRST, 0)
 
 
 # --------------------------------------------------------------------------- super streams
@@ -312,12 +305,12 @@ async def test_super_stream_producer_and_sac_consumers_split_the_partitions(
             await sc.start()
             consumers.append(sc)
             props: dict[str, str] = defaultdict(str)
-            props.update(_sac("g") | {"super-stream": ss})
+            props.update(sac("g") | {"super-stream": ss})
             await sc.subscribe(
                 callback=lambda m, ctx, got=received[i]: got.append(ctx.stream),
                 decoder=amqp_decoder,
                 properties=props,
-                consumer_update_listener=_first,
+                consumer_update_listener=from_first,
             )
 
         async def by_id(msg: AMQPMessage) -> str:

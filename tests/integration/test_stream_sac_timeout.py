@@ -14,9 +14,7 @@ from rstream import (
     AMQPMessage,
     Consumer,
     ConsumerOffsetSpecification,
-    EventContext,
     MessageContext,
-    OffsetSpecification,
     OffsetType,
 )
 
@@ -26,8 +24,10 @@ from sievemq.testing import ServerProcess
 from .stream_helpers import (
     RawStreamClient,
     consumer,
+    from_first,
     open_client,
     producer,
+    sac,
     send_confirmed,
     string,
     wait_for,
@@ -47,14 +47,6 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             assert proc.running, proc.stderr()
 
 
-def _sac(name: str, **extra: str) -> dict[str, str]:
-    return {"single-active-consumer": "true", "name": name, **extra}
-
-
-async def _first(active: bool, ctx: EventContext) -> OffsetSpecification:
-    return OffsetSpecification(OffsetType.FIRST, 0)
-
-
 async def _join(
     c: Consumer, stream: str, props: dict[str, str], got: list[int], at: list[float]
 ) -> None:
@@ -71,7 +63,7 @@ async def _join(
         on_message,
         properties=props,
         offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
-        consumer_update_listener=_first,
+        consumer_update_listener=from_first,
     )
 
 
@@ -120,14 +112,14 @@ async def test_a_consumer_that_never_answers_its_activation_is_passed_over(
         # before the subscribe is sent: the server's timer cannot have started earlier, so
         # the gap to the first delivery is at least the timeout however slow this machine is
         asked_at = loop.time()
-        _subscribe(raw, 1, qname, _sac("mute"))
+        _subscribe(raw, 1, qname, sac("mute"))
         body = await _next_frame(raw, wire.CONSUMER_UPDATE)
         _corr, sid, active = struct.unpack_from(">IBB", body)
         assert (sid, active) == (1, 1)  # asked to become active: it never answers
         got: list[int] = []
         at: list[float] = []
         async with consumer(quick) as c:
-            await _join(c, qname, _sac("mute"), got, at)
+            await _join(c, qname, sac("mute"), got, at)
             await wait_for(lambda: len(got) >= 5, timeout=10)
             await asyncio.sleep(0.2)
         assert got == [0, 1, 2, 3, 4]
@@ -162,7 +154,7 @@ async def test_a_consumer_that_never_answers_its_step_down_is_treated_as_inactiv
     raw = RawStreamClient(quick)
     try:
         assert raw.open() == wire.OK
-        _subscribe(raw, 1, partition, _sac("g", **{"super-stream": ss}))
+        _subscribe(raw, 1, partition, sac("g", **{"super-stream": ss}))
         body = await _next_frame(raw, wire.CONSUMER_UPDATE)
         corr, sid, active = struct.unpack_from(">IBB", body)
         assert (sid, active) == (1, 1)
@@ -173,7 +165,7 @@ async def test_a_consumer_that_never_answers_its_step_down_is_treated_as_inactiv
         async with consumer(quick) as c:
             # before the newcomer subscribes: the server's step-down timer starts later
             asked_at = loop.time()
-            await _join(c, partition, _sac("g", **{"super-stream": ss}), got, at)
+            await _join(c, partition, sac("g", **{"super-stream": ss}), got, at)
             body = await _next_frame(raw, wire.CONSUMER_UPDATE)
             _corr, sid, active = struct.unpack_from(">IBB", body)
             assert (sid, active) == (1, 0)  # step down: never answered

@@ -8,7 +8,7 @@ reads); like RabbitMQ's prometheus endpoint it needs no credentials.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -201,18 +201,31 @@ class _Collector:
             k: f.name + ("_total" if f.type == "counter" else "") for k, f in everything.items()
         }
         lines: dict[str, list[str]] = {k: [] for k in everything}
+        totals: dict[str, float] = {}
+
+        def add(vhost: str, queue: str, values: Mapping[str, float]) -> str:
+            """One queue's samples: per object, a labelled line each (the labels are
+            returned); else added to the totals (the highest lag, not the sum)."""
+            if not self.per_object:
+                for k, v in values.items():
+                    totals[k] = max(totals.get(k, 0), v) if k == "lag" else totals.get(k, 0) + v
+                return ""
+            labels = f'{{vhost="{_escape(vhost)}",queue="{_escape(queue)}"}}'
+            for k, v in values.items():
+                lines[k].append(f"{sample_names[k]}{labels} {v}\n")
+            return labels
+
         unacked: dict[tuple[str, str], int] = {}
         lag: dict[tuple[str, str], int] = {}
         for c in consumers:
             key = (c.vhost, c.stream)
             unacked[key] = unacked.get(key, 0) + max(0, c.prefetch_count - c.credit)
             lag[key] = max(lag.get(key, 0), c.lag or 0)
-        totals: dict[str, float] = {}
-        filter_totals: dict[str, float] = {}
         step = self.slicer.step
         for s in streams:
             await step()
             key = (s.vhost, s.name)
+            stats = vars(s.filter_stats)
             values = {
                 "messages": s.messages,
                 "ready": s.messages,
@@ -225,78 +238,61 @@ class _Collector:
                 "chunks": s.chunks,
                 "first": s.first_offset,
             }
-            stats = vars(s.filter_stats)
-            if self.per_object:
-                labels = f'{{vhost="{_escape(s.vhost)}",queue="{_escape(s.name)}"}}'
-                for k, v in values.items():
-                    lines[k].append(f"{sample_names[k]}{labels} {v}\n")
-                for k in filters:
-                    lines[k].append(f"{sample_names[k]}{labels} {stats[k]}\n")
-            else:
-                for k, v in values.items():
-                    totals[k] = max(totals.get(k, 0), v) if k == "lag" else totals.get(k, 0) + v
-                for k in filters:
-                    filter_totals[k] = filter_totals.get(k, 0) + stats[k]
+            for k in filters:
+                values[k] = stats[k]
+            add(s.vhost, s.name, values)
         classic_lines: dict[str, list[str]] = {k: [] for k, _, _ in CLASSIC_COUNTERS}
         for cv in self.classic:
             await step()
-            values = {
-                "messages": cv.messages,
-                "ready": cv.messages_ready,
-                "unacked": cv.messages_unacknowledged,
-                "bytes": cv.bytes,
-                "consumers": cv.consumers,
-                "published": cv.published,
-            }
+            labels = add(
+                cv.vhost,
+                cv.name,
+                {
+                    "messages": cv.messages,
+                    "ready": cv.messages_ready,
+                    "unacked": cv.messages_unacknowledged,
+                    "bytes": cv.bytes,
+                    "consumers": cv.consumers,
+                    "published": cv.published,
+                },
+            )
             if self.per_object:
-                labels = f'{{vhost="{_escape(cv.vhost)}",queue="{_escape(cv.name)}"}}'
-                for k, v in values.items():
-                    lines[k].append(f"{sample_names[k]}{labels} {v}\n")
                 counts = cv.message_counts()
                 for k, _, _ in CLASSIC_COUNTERS:
                     classic_lines[k].append(f"sievemq_queue_{k}_total{labels} {counts[k]}\n")
-            else:
-                for k, v in values.items():
-                    totals[k] = totals.get(k, 0) + v
-        if self.per_object:
-            for k, _, doc in CLASSIC_COUNTERS:
-                sample = f"sievemq_queue_{k}_total"
-                self.labelled.append(
-                    f"# HELP {sample} {doc}\n# TYPE {sample} counter\n" + "".join(classic_lines[k])
-                )
-        if not self.per_object:
-            for k, fam in families.items():
+        if not self.per_object:  # the totals, as prometheus_client families
+            out: list[Metric] = []
+            for k, fam in everything.items():
                 if k != "first":
                     fam.add_metric([], totals.get(k, 0))
-            for k, ffam in filters.items():
-                ffam.add_metric([], filter_totals.get(k, 0))
-        if self.per_object:
-            for k, fam in everything.items():
-                self.labelled.append(
-                    f"# HELP {sample_names[k]} {fam.documentation}\n"
-                    f"# TYPE {sample_names[k]} {fam.type}\n" + "".join(lines[k])
+                    out.append(fam)
+            return out
+        for k, _, doc in CLASSIC_COUNTERS:
+            name = f"sievemq_queue_{k}_total"
+            self.labelled.append(_text_family(name, doc, "counter", classic_lines[k]))
+        for k, fam in everything.items():
+            self.labelled.append(
+                _text_family(sample_names[k], fam.documentation, fam.type, lines[k])
+            )
+        name = "sievemq_named_consumer_offset_lag"
+        named: list[str] = []
+        for s in streams:
+            await step()
+            if not self.facade.stream_exists(s.vhost, s.name):
+                continue
+            for o in self.facade.consumer_offsets(s.vhost, s.name):
+                named.append(
+                    f'{name}{{vhost="{_escape(s.vhost)}",queue="{_escape(s.name)}",'
+                    f'consumer="{_escape(o.consumer)}"}} {o.lag}\n'
                 )
-        out: list[Metric] = []
-        if not self.per_object:
-            out.extend(fam for k, fam in families.items() if k != "first")
-            out.extend(filters.values())
-        if self.per_object:
-            name = "sievemq_named_consumer_offset_lag"
-            named = [
-                f"# HELP {name} Messages stored after a named consumer's committed offset\n"
-                f"# TYPE {name} gauge\n"
-            ]
-            for s in streams:
-                await step()
-                if not self.facade.stream_exists(s.vhost, s.name):
-                    continue
-                for o in self.facade.consumer_offsets(s.vhost, s.name):
-                    named.append(
-                        f'{name}{{vhost="{_escape(s.vhost)}",queue="{_escape(s.name)}",'
-                        f'consumer="{_escape(o.consumer)}"}} {o.lag}\n'
-                    )
-            self.labelled.append("".join(named))
-        return out
+        doc = "Messages stored after a named consumer's committed offset"
+        self.labelled.append(_text_family(name, doc, "gauge", named))
+        return []
+
+
+def _text_family(name: str, doc: str, kind: str, samples: list[str]) -> str:
+    """A metric family in the text exposition format, from its sample lines."""
+    return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n" + "".join(samples)
 
 
 # per-object counters of classic and quorum queues: (message_stats name, _, help); RabbitMQ

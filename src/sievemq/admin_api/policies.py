@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from sievemq.admin_api.auth import admin, authenticate, facade_of
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
@@ -69,13 +70,6 @@ def _escaped(error: BadRequest) -> ApiError:
     return bad_request(error.explanation.replace("<", "&lt;").replace(">", "&gt;"))
 
 
-async def _apply(f: BrokerFacade, vhost: str, slicer: Slicer) -> None:
-    """Put the vhost's policies to work on its queues and exchanges, handing the event loop
-    back every few milliseconds (thousands of queues take longer than that)."""
-    for _ in f.policy_steps(vhost):
-        await slicer.step()
-
-
 # ------------------------------------------------------------------------------ policies
 
 
@@ -113,16 +107,16 @@ def _register(path: str, operator: bool) -> None:
         f = facade_of(request)
         v = _changed_vhost(f, who, vhost)
         body = await json_body(request)
-        try:
-            with f.unsynced():
-                created = f.put_policy(v, name(policy), body, operator, apply=False)
-        except BadRequest as error:
-            if operator:
-                raise
-            raise _escaped(error) from None
-        await _apply(f, v, slicer)
-        await f.synced()
-        return Response(status_code=201 if created else 204)
+
+        def change() -> bool:
+            try:
+                return f.put_policy(v, name(policy), body, operator, apply=False)
+            except BadRequest as error:
+                if operator:
+                    raise
+                raise _escaped(error) from None
+
+        return await saved(f, change, policies_of=(v, slicer))
 
     async def delete_one(
         request: Request,
@@ -133,11 +127,11 @@ def _register(path: str, operator: bool) -> None:
     ) -> Response:
         f = facade_of(request)
         v = _vhost(f, who, vhost)
-        with f.unsynced():
-            f.delete_policy(v, name(policy), operator, apply=False)
-        await _apply(f, v, slicer)
-        await f.synced()
-        return Response(status_code=204)
+        return await saved(
+            f,
+            lambda: f.delete_policy(v, name(policy), operator, apply=False),
+            policies_of=(v, slicer),
+        )
 
     router.add_api_route(path, list_all, methods=["GET"], summary=f"every {kind}")
     router.add_api_route(
@@ -209,11 +203,12 @@ async def put_parameter(
         raise bad_request("[{key_missing,value}]")
     if not who.is_administrator:  # operator policies and limits are an administrator's
         raise not_authorised("Not administrator user")
-    with f.unsynced():
-        created = f.put_parameter(name(component), v, name(parameter), body["value"], False)
-    await _apply(f, v, slicer)
-    await f.synced()
-    return Response(status_code=201 if created else 204)
+    value = body["value"]
+    return await saved(
+        f,
+        lambda: f.put_parameter(name(component), v, name(parameter), value, False),
+        policies_of=(v, slicer),
+    )
 
 
 @router.delete("/parameters/{component}/{vhost}/{parameter}", status_code=204)
@@ -222,11 +217,11 @@ async def delete_parameter(
 ) -> Response:
     f = facade_of(request)
     v = _vhost(f, who, vhost)
-    with f.unsynced():
-        f.delete_parameter(name(component), v, name(parameter), apply=False)
-    await _apply(f, v, slicer)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(
+        f,
+        lambda: f.delete_parameter(name(component), v, name(parameter), apply=False),
+        policies_of=(v, slicer),
+    )
 
 
 # ------------------------------------------------------------------------------ global parameters
@@ -253,16 +248,11 @@ async def put_global_parameter(request: Request, parameter: str, who: Admin) -> 
     body = await json_body(request)
     if not isinstance(body, dict) or "value" not in body:
         raise bad_request("[{key_missing,value}]")
-    with f.unsynced():
-        created = f.put_global_parameter(name(parameter), body["value"])
-    await f.synced()
-    return Response(status_code=201 if created else 204)
+    value = body["value"]
+    return await saved(f, lambda: f.put_global_parameter(name(parameter), value))
 
 
 @router.delete("/global-parameters/{parameter}", status_code=204)
 async def delete_global_parameter(request: Request, parameter: str, who: Admin) -> Response:
     f = facade_of(request)
-    with f.unsynced():
-        f.delete_global_parameter(name(parameter))
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.delete_global_parameter(name(parameter)))

@@ -29,8 +29,19 @@ def details(rate: float) -> dict[str, float]:
     return {"rate": float(rate)}
 
 
+def _lengths(messages: int, ready: int, unacked: int, rates: dict[str, float]) -> dict[str, Any]:
+    """RabbitMQ's three queue lengths, each with its rate (negative while it shrinks)."""
+    return {
+        "messages": messages,
+        "messages_details": details(rates.get("messages", 0.0)),
+        "messages_ready": ready,
+        "messages_ready_details": details(rates.get("messages_ready", 0.0)),
+        "messages_unacknowledged": unacked,
+        "messages_unacknowledged_details": details(rates.get("messages_unacknowledged", 0.0)),
+    }
+
+
 def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool) -> dict[str, Any]:
-    unacked = sum(max(0, c.prefetch_count - c.credit) for c in consumers)
     out: dict[str, Any] = {
         "arguments": v.arguments,
         "auto_delete": v.auto_delete,
@@ -49,12 +60,12 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
             "deliver": v.delivered,
             "deliver_details": details(v.deliver_rate),
         },
-        "messages": v.messages,
-        "messages_details": details(0.0),
-        "messages_ready": v.messages,
-        "messages_ready_details": details(0.0),
-        "messages_unacknowledged": unacked,
-        "messages_unacknowledged_details": details(0.0),
+        **_lengths(
+            v.messages,
+            v.messages - v.messages_unacknowledged,
+            v.messages_unacknowledged,
+            v.length_rates,
+        ),
         "name": v.name,
         "node": node,
         "online": [node],
@@ -113,12 +124,7 @@ def classic_queue(
         "exclusive": v.exclusive,
         "memory": 0,
         "message_bytes": v.bytes,
-        "messages": v.messages,
-        "messages_details": details(0.0),
-        "messages_ready": v.messages_ready,
-        "messages_ready_details": details(0.0),
-        "messages_unacknowledged": v.messages_unacknowledged,
-        "messages_unacknowledged_details": details(0.0),
+        **_lengths(v.messages, v.messages_ready, v.messages_unacknowledged, v.length_rates),
         "name": v.name,
         "node": node,
         "operator_policy": v.operator_policy,
@@ -228,7 +234,7 @@ def sac_group(g: SacGroupView) -> dict[str, Any]:
 
 
 def connection(c: ConnectionView, node: str) -> dict[str, Any]:
-    return {
+    out = {
         "auth_mechanism": c.auth_mechanism,
         "channel_max": c.channel_max,
         "channels": c.channels,
@@ -254,6 +260,16 @@ def connection(c: ConnectionView, node: str) -> dict[str, Any]:
         "user_who_performed_action": c.user,
         "vhost": c.vhost,
     }
+    if c.recv_oct is not None:  # the socket's counts (Linux TCP_INFO)
+        out.update(
+            recv_cnt=c.recv_cnt,
+            recv_oct=c.recv_oct,
+            recv_oct_details=details(c.recv_oct_rate),
+            send_cnt=c.send_cnt,
+            send_oct=c.send_oct,
+            send_oct_details=details(c.send_oct_rate),
+        )
+    return out
 
 
 def channel(c: ChannelView, node: str) -> dict[str, Any]:
@@ -315,12 +331,7 @@ def vhost(v: VhostView, node: str) -> dict[str, Any]:
         "cluster_state": {node: "running"},
         "default_queue_type": v.default_queue_type,
         "description": v.description,
-        "messages": v.messages,
-        "messages_details": details(0.0),
-        "messages_ready": v.messages,
-        "messages_ready_details": details(0.0),
-        "messages_unacknowledged": 0,
-        "messages_unacknowledged_details": details(0.0),
+        **_lengths(v.messages, v.messages_ready, v.messages_unacknowledged, v.length_rates),
         "metadata": {"description": v.description, "tags": v.tags},
         "name": v.name,
         "tags": v.tags,
@@ -345,14 +356,12 @@ def overview(o: OverviewView, exchange_types: list[str]) -> dict[str, Any]:
         "disable_stats": False,
         "enable_queue_totals": True,
         "message_stats": _stats(t.message_stats, t.message_rates),
-        "queue_totals": {
-            "messages": t.messages,
-            "messages_details": details(0.0),
-            "messages_ready": t.messages - t.messages_unacknowledged,
-            "messages_ready_details": details(0.0),
-            "messages_unacknowledged": t.messages_unacknowledged,
-            "messages_unacknowledged_details": details(0.0),
-        },
+        "queue_totals": _lengths(
+            t.messages,
+            t.messages - t.messages_unacknowledged,
+            t.messages_unacknowledged,
+            t.length_rates,
+        ),
         "object_totals": {
             "channels": t.channels,
             "connections": t.connections,

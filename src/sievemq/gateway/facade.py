@@ -20,7 +20,6 @@ import hashlib
 import json
 import platform
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -46,7 +45,8 @@ from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
 from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
@@ -59,6 +59,8 @@ from sievemq.gateway.model.users import (
     hash_password,
     valid_hash,
 )
+from sievemq.gateway.net.tcp_info import socket_counts
+from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
 from sievemq.gateway.stream_session import sac
@@ -76,8 +78,6 @@ if TYPE_CHECKING:
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
-RATE_WINDOW_S = 5.0
-_NODE_COUNTS = ("confirm", "return_unroutable", "drop_unroutable")  # overview, node-wide
 BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
 # per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
@@ -146,6 +146,9 @@ class StreamView:
     deliver_rate: float
     filter_size_bytes: int
     filter_stats: FilterStatsView
+    messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
+    # per second over the last RATE_WINDOW_S: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
     durable: bool = True
     auto_delete: bool = False
     exclusive: bool = False
@@ -186,25 +189,12 @@ class QueueView:
     effective_policy_definition: dict[str, Any] = field(default_factory=dict)
     # per second over the last RATE_WINDOW_S, keyed by RabbitMQ's message_stats names
     rates: dict[str, float] = field(default_factory=dict)
+    # and of its lengths: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
         return _classic_counts(self)
-
-
-def _classic_counts(q: Any) -> dict[str, int]:
-    """RabbitMQ's message_stats names from a classic queue's (or view's) counters."""
-    return {
-        "publish": q.published,
-        "deliver": q.delivered - q.got - q.got_no_ack - q.delivered_no_ack,
-        "deliver_no_ack": q.delivered_no_ack,
-        "get": q.got,
-        "get_no_ack": q.got_no_ack,
-        "deliver_get": q.delivered,
-        "ack": q.acked,
-        "redeliver": q.redelivered,
-        "get_empty": q.get_empty,
-    }
 
 
 @dataclass
@@ -289,6 +279,13 @@ class ConnectionView:
     protocol: str = "AMQP 0-9-1"
     auth_mechanism: str = "PLAIN"
     type: str = "network"
+    # the socket's counts (None where the kernel has no TCP_INFO) and the octets' rates
+    recv_oct: int | None = None
+    send_oct: int | None = None
+    recv_cnt: int | None = None
+    send_cnt: int | None = None
+    recv_oct_rate: float = 0.0
+    send_oct_rate: float = 0.0
 
 
 @dataclass
@@ -399,6 +396,9 @@ class VhostView:
     streams: int
     exchanges: int
     connections: int
+    messages_ready: int = 0
+    messages_unacknowledged: int = 0
+    length_rates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -451,6 +451,8 @@ class Totals:
     # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
     # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
     by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
+    # rates of the queue totals: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -626,32 +628,6 @@ class BadRequest(PreconditionFailed):
     """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""
 
 
-# --------------------------------------------------------------------------- rates
-
-
-class _Rates:
-    """Per key, a few (time, counter) samples; the rate is over the last RATE_WINDOW_S."""
-
-    def __init__(self) -> None:
-        self._samples: dict[tuple[str, ...], deque[tuple[float, int]]] = {}
-
-    def rate(self, key: tuple[str, ...], value: int, now: float) -> float:
-        samples = self._samples.setdefault(key, deque(maxlen=16))
-        if not samples or now - samples[-1][0] >= 1.0:
-            samples.append((now, value))
-        while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_S:
-            samples.popleft()
-        then, before = samples[0]
-        elapsed = now - then
-        if elapsed <= 0 or value < before:
-            return 0.0
-        return round((value - before) / elapsed, 1)
-
-    def forget(self, keep: set[tuple[str, ...]]) -> None:
-        for key in [k for k in self._samples if k not in keep]:
-            del self._samples[key]
-
-
 # --------------------------------------------------------------------------- the facade
 
 
@@ -673,7 +649,12 @@ class BrokerFacade:
         self.listeners: list[ListenerView] = []
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
-        self._rates = _Rates()
+        self._rates = RateSampler()
+        self.sampler: asyncio.Task[None] | None = None
+        # the sampler's last round: the queues' rates summed, node-wide and per vhost (the
+        # rate of a sum is the sum of the rates; an idle stream, not open, adds 0)
+        self._summed_rates: dict[str, float] = {}
+        self._vhost_rates: dict[str, dict[str, float]] = {}
         # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
         self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 
@@ -738,12 +719,9 @@ class BrokerFacade:
             },
         }
         totals.message_stats = stats
-        totals.message_rates = {k: self._rates.rate(("o", k), v, now) for k, v in stats.items()}
         totals.by_type = by_type
         totals.published = stats["publish"]
         totals.delivered = stats["deliver_get"]
-        totals.publish_rate = totals.message_rates["publish"]
-        totals.deliver_rate = totals.message_rates["deliver_get"]
         for vh in self.broker.vhosts.values():
             totals.queues += len(vh.classic.queues)
             for cq in vh.classic.queues.values():
@@ -751,6 +729,16 @@ class BrokerFacade:
                 totals.messages += cq.message_count + cq.outstanding
                 totals.messages_unacknowledged += cq.outstanding
                 totals.bytes += cq.ready_bytes
+        totals.messages_unacknowledged += sum(v.messages_unacknowledged for v in views)
+        node_counts = {k: stats[k] for k in _NODE_COUNTS}
+        rates = {
+            **self._summed_rates,
+            **self._rates.rates(("o",), *_split(node_counts), now, len(node_counts)),
+        }
+        totals.message_rates = {k: rates.get(k, 0.0) for k in stats}
+        totals.length_rates = {k: rates.get(k, 0.0) for k in LENGTHS}
+        totals.publish_rate = totals.message_rates["publish"]
+        totals.deliver_rate = totals.message_rates["deliver_get"]
         summed = FilterStats()
         sums = vars(summed)
         for q in queues:
@@ -782,6 +770,9 @@ class BrokerFacade:
             st["publish"] += sv.published
             st["deliver"] += sv.delivered
             st["deliver_get"] += sv.delivered
+        for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
+            for k, n in counts.items():
+                out[kind][k] += n
         return out
 
     def active_alarms(self) -> list[str]:
@@ -803,12 +794,6 @@ class BrokerFacade:
         deleted before its turn is left out."""
         now = time.time()
         queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
-        if vhost is None:
-            classic = [q for v in self.broker.vhosts.values() for q in v.classic.queues.values()]
-            keys = {k for q in queues for k in _rate_keys(q)}
-            keys.update(k for q in classic for k in _rate_keys(q))
-            keys.update(("o", k) for k in (*_classic_counts_keys(), *_NODE_COUNTS))
-            self._rates.forget(keys)
         subscribed = self._stream_subscribers()
         for q in queues:
             if self._still_declared(q):
@@ -1111,16 +1096,34 @@ class BrokerFacade:
 
     def list_connections(self, vhost: str | None = None) -> list[ConnectionView]:
         """AMQP 0-9-1 and stream-protocol connections (``protocol`` tells them apart)."""
-        views = [_connection_view(c) for c in self._connections()]
-        views += [_stream_connection_view(c) for c in self._stream_connections()]
+        now = time.time()
+        views = [self._socket_rates(_connection_view(c), c, now) for c in self._connections()]
+        views += [
+            self._socket_rates(_stream_connection_view(c), c, now)
+            for c in self._stream_connections()
+        ]
         views.sort(key=lambda v: v.id)
         return [v for v in views if vhost is None or v.vhost == vhost]
 
     def get_connection(self, name: str) -> ConnectionView:
-        for conn in self._stream_connections():
-            if _stream_connection_name(conn) == name:
-                return _stream_connection_view(conn)
-        return _connection_view(self._connection(name))
+        now = time.time()
+        for stream_conn in self._stream_connections():
+            if _stream_connection_name(stream_conn) == name:
+                return self._socket_rates(_stream_connection_view(stream_conn), stream_conn, now)
+        conn = self._connection(name)
+        return self._socket_rates(_connection_view(conn), conn, now)
+
+    def _socket_rates(self, view: ConnectionView, conn: Any, now: float) -> ConnectionView:
+        """The socket's byte and segment counts, and the bytes' rates."""
+        counts = socket_counts(conn.transport)
+        if counts is not None:
+            view.recv_oct, view.send_oct = counts.recv_oct, counts.send_oct
+            view.recv_cnt, view.send_cnt = counts.recv_cnt, counts.send_cnt
+            rates = self._rates.rates(
+                ("x", view.name), _OCTETS, (counts.recv_oct, counts.send_oct), now, 2
+            )
+            view.recv_oct_rate, view.send_oct_rate = rates["recv_oct"], rates["send_oct"]
+        return view
 
     def _connection(self, name: str) -> Connection:
         for conn in self._connections():
@@ -1345,19 +1348,31 @@ class BrokerFacade:
 
     def list_vhosts(self) -> list[VhostView]:
         conns = self._connections()
-        return [
-            VhostView(
-                name=v.name,
-                description="Default virtual host" if v.name == "/" else "",
-                tags=[],
-                default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
-                messages=sum(q.message_count for q in v.queues.values()),
-                streams=len(v.queues),
-                exchanges=len(v.exchanges),
-                connections=sum(1 for c in conns if c.vhost_name == v.name),
+        views = []
+        for v in self.broker.vhosts.values():
+            classic = v.classic.queues.values()
+            unacked = sum(q.outstanding for q in classic)
+            messages = (
+                sum(q.message_count for q in v.queues.values())
+                + sum(q.message_count for q in classic)
+                + unacked
             )
-            for v in self.broker.vhosts.values()
-        ]
+            views.append(
+                VhostView(
+                    name=v.name,
+                    description="Default virtual host" if v.name == "/" else "",
+                    tags=[],
+                    default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                    messages=messages,
+                    streams=len(v.queues),
+                    exchanges=len(v.exchanges),
+                    connections=sum(1 for c in conns if c.vhost_name == v.name),
+                    messages_ready=messages - unacked,
+                    messages_unacknowledged=unacked,
+                    length_rates=self._vhost_rates.get(v.name, dict.fromkeys(LENGTHS, 0.0)),
+                )
+            )
+        return views
 
     def add_vhost(self, name: str) -> bool:
         """Create a vhost; True when it was created."""
@@ -1890,10 +1905,7 @@ class BrokerFacade:
 
     def _queue_view(self, q: ClassicQueue, now: float) -> QueueView:
         ready = q.message_count
-        rates = {
-            k: self._rates.rate(("c", k, q.vhost, q.name), n, now)
-            for k, n in _classic_counts(q).items()
-        }
+        rates = self._classic_rates(q, now)
         return QueueView(
             vhost=q.vhost,
             name=q.name,
@@ -1921,7 +1933,34 @@ class BrokerFacade:
             get_empty=q.get_empty,
             acked=q.acked,
             rates=rates,
+            length_rates={k: rates[k] for k in LENGTHS},
         )
+
+    def _classic_rates(self, q: ClassicQueue, now: float) -> dict[str, float]:
+        """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
+        outstanding = q.outstanding
+        return self._with_lengths(
+            _queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+        )
+
+    def _stream_rates(
+        self, queue: StreamQueue, messages: int, unacked: int, now: float
+    ) -> dict[str, float]:
+        """A stream's publish and deliver rates (``publish``, ``deliver_get``) and lengths'."""
+        counts = {
+            "publish": queue.end_offset,
+            "deliver_get": queue.filter_stats.messages_delivered,
+        }
+        return self._with_lengths(_queue_key(queue), counts, messages, unacked, now)
+
+    def _with_lengths(
+        self, key: Key, counts: dict[str, int], messages: int, unacked: int, now: float
+    ) -> dict[str, float]:
+        """The rates of ``counts`` and of RabbitMQ's three lengths (``messages``,
+        ``messages_ready``, ``messages_unacknowledged``: negative while they shrink)."""
+        names = (*counts, *LENGTHS)
+        values = (*counts.values(), messages, messages - unacked, unacked)
+        return self._rates.rates(key, names, values, now, len(counts))
 
     def _stream_view(
         self, queue: StreamQueue, now: float, subscribed: dict[int, int]
@@ -1930,7 +1969,8 @@ class BrokerFacade:
         stats = queue.stats()  # an idle stream stays closed (issue 13)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
-        key_pub, key_del = _rate_keys(queue)
+        unacked = sum(max(0, c.prefetch - c.credit) for c in queue.consumers)
+        rates = self._stream_rates(queue, stats.messages, unacked, now)
         return StreamView(
             vhost=queue.vhost,
             name=queue.name,
@@ -1948,37 +1988,116 @@ class BrokerFacade:
             last_timestamp_ms=stats.last_timestamp_ms,
             consumers=queue.consumer_count + subscribed.get(id(queue), 0),
             published=published,
-            publish_rate=self._rates.rate(key_pub, published, now),
+            publish_rate=rates["publish"],
             delivered=delivered,
-            deliver_rate=self._rates.rate(key_del, delivered, now),
+            deliver_rate=rates["deliver_get"],
             filter_size_bytes=queue.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
+            messages_unacknowledged=unacked,
+            length_rates={k: rates[k] for k in LENGTHS},
         )
+
+    # ------------------------------------------------------------------ the rate sampler
+
+    def start_sampling(self, interval_s: float = SAMPLE_INTERVAL_S) -> asyncio.Task[None]:
+        """Sample every counter and length every ``interval_s`` on the running loop (as
+        RabbitMQ's ``collect_statistics_interval``), so that a first request already
+        answers real rates. Cancel the task (or ``stop_sampling``) to end it."""
+        if self.sampler is None or self.sampler.done():
+            self.sampler = asyncio.get_running_loop().create_task(self._sample_forever(interval_s))
+        return self.sampler
+
+    async def stop_sampling(self) -> None:
+        task, self.sampler = self.sampler, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _sample_forever(self, interval_s: float) -> None:
+        slice_s = 0.004  # at most this much sampling between two loop turns
+        while True:
+            started = time.perf_counter()
+            last = started
+            for _ in self.sample_steps():
+                if time.perf_counter() - last >= slice_s:
+                    await asyncio.sleep(0)
+                    last = time.perf_counter()
+            await asyncio.sleep(max(0.0, interval_s - (time.perf_counter() - started)))
+
+    def sample_steps(self) -> Iterator[None]:
+        """One round of samples: every stream that is open (one that is not cannot change),
+        classic and quorum queue and connection; the queues' rates are summed for the
+        overview and the vhosts. Yields after each queue, so the caller can give the loop a
+        turn; the samples of objects gone since the last round are dropped at the end."""
+        keys: set[Key] = {("o",)}
+        summed: dict[str, float] = dict.fromkeys((*_classic_counts_keys(), *LENGTHS), 0.0)
+        per_vhost: dict[str, dict[str, float]] = {}
+
+        def add(vhost: str, rates: dict[str, float]) -> None:
+            in_vhost = per_vhost.setdefault(vhost, dict.fromkeys(LENGTHS, 0.0))
+            for name in LENGTHS:
+                in_vhost[name] += rates[name]
+            for name, rate in rates.items():
+                if name in summed:
+                    summed[name] += rate
+
+        for q in list(self.broker.queues()):
+            if q.opened_stream is not None and self._still_declared(q):
+                messages = q.stats().messages
+                unacked = sum(max(0, c.prefetch - c.credit) for c in q.consumers)
+                rates = self._stream_rates(q, messages, unacked, time.time())
+                rates["deliver"] = rates["deliver_get"]  # a stream's deliveries: consumers'
+                add(q.vhost, rates)
+                keys.add(_queue_key(q))
+            yield
+        for v in list(self.broker.vhosts.values()):
+            for cq in list(v.classic.queues.values()):
+                if self._still_declared(cq):
+                    add(cq.vhost, self._classic_rates(cq, time.time()))
+                    keys.add(_queue_key(cq))
+                yield
+        self._summed_rates = {k: round(r, 1) for k, r in summed.items()}
+        self._vhost_rates = {
+            v: {k: round(r, 1) for k, r in rates.items()} for v, rates in per_vhost.items()
+        }
+        node_counts = {k: getattr(self.broker.counters, a) for k, a in _NODE_COUNTERS.items()}
+        node_counts["publish"] += self.broker.counters.stream_received
+        self._rates.rates(("o",), *_split(node_counts), time.time(), len(node_counts))
+        yield
+        keys.update(("x", conn.name) for conn in self.list_connections())
+        self._rates.forget(keys)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 def _classic_counts_keys() -> tuple[str, ...]:
-    return (
-        "publish",
-        "deliver",
-        "deliver_no_ack",
-        "get",
-        "get_no_ack",
-        "deliver_get",
-        "ack",
-        "redeliver",
-        "get_empty",
-    )
+    return MESSAGE_STATS_KEYS
 
 
-def _rate_keys(queue: StreamQueue | ClassicQueue) -> tuple[tuple[str, ...], ...]:
-    """The rate sampler's keys of one queue: a stream's publish and deliver, a classic
-    or quorum queue's every message_stats counter."""
-    if isinstance(queue, ClassicQueue):
-        return tuple(("c", k, queue.vhost, queue.name) for k in _classic_counts_keys())
-    return ("p", queue.vhost, queue.name), ("d", queue.vhost, queue.name)
+LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")  # RabbitMQ's queue lengths
+# the overview's message_stats counted by the node (not the queues), and where
+_NODE_COUNTERS = {
+    "publish": "received",  # plus stream_received
+    "confirm": "confirmed",
+    "return_unroutable": "returned_unroutable",
+    "drop_unroutable": "dropped_unroutable",
+}
+_NODE_COUNTS = tuple(_NODE_COUNTERS)
+
+
+def _split(counts: dict[str, int]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return tuple(counts), tuple(counts.values())
+
+
+_OCTETS = ("recv_oct", "send_oct")
+
+
+def _queue_key(queue: StreamQueue | ClassicQueue) -> Key:
+    """The rate sampler's key of one queue (a queue of the same name declared again after a
+    delete starts from its own first sample: the key holds the object's identity)."""
+    return ("q", queue.vhost, queue.name, str(id(queue)))
 
 
 def _policy_view(p: policies.Policy) -> PolicyView:
@@ -2215,7 +2334,7 @@ def _stream_subscription_view(conn: StreamConnection, sub: Subscription) -> Cons
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=None,
-        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        filter_stats=FilterStatsView(**sub.filter_stats()),
         ack_required=False,
         activity_status=view.activity_status,
         protocol="stream",

@@ -58,6 +58,7 @@ from sievemq.spark.planning import (
     stream_state,
     timestamp_bounds,
 )
+from sievemq.storage.durable import fsync_dir
 
 FORMATS = ("parquet", "json", "delta")
 WRITERS = ("arrow", "spark")  # --writer for Parquet: pyarrow in each Spark task, or Spark's own
@@ -315,7 +316,7 @@ def _place(staging: Path, out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
     if not out.exists():
         os.rename(staging, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
         return
     _move_files(staging, out)
 
@@ -347,14 +348,6 @@ def stop_point(point: str) -> None:
             time.sleep(60)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _commit_run(staging: Path, out: Path, offsets: Offsets) -> None:
     """Commit a staged Parquet/JSON run: manifest, rename (the commit), move its files."""
     manifest = staging / MANIFEST
@@ -362,11 +355,11 @@ def _commit_run(staging: Path, out: Path, offsets: Offsets) -> None:
         f.write(json.dumps({"version": 1, "offsets": offsets}, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(staging)
+    fsync_dir(staging)
     stop_point("staged")
     committed = out / (COMMIT_PREFIX + staging.name.removeprefix(STAGING_PREFIX))
     os.rename(staging, committed)
-    _fsync_dir(out)
+    fsync_dir(out)
     stop_point("committed")
     _move_files(committed, out)
     stop_point("moved")
@@ -378,7 +371,7 @@ def _move_files(committed: Path, out: Path) -> None:
     for path in sorted(committed.iterdir()):
         if path.is_file() and not path.name.startswith((".", "_")) and path.name != MANIFEST:
             os.replace(path, out / path.name)
-    _fsync_dir(out)
+    fsync_dir(out)
 
 
 def recover_runs(out: Path) -> Offsets | None:
@@ -464,7 +457,7 @@ def write_checkpoint(path: Path, out: Path, fmt: str, offsets: Offsets) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _later(a: Offsets, b: Offsets) -> bool:

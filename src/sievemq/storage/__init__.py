@@ -11,6 +11,7 @@ from sievemq.storage.offsets import OffsetStore
 from sievemq.storage.reader import ReadStats, StreamReader
 from sievemq.storage.stream import (
     Durability,
+    PendingStream,
     Stream,
     StreamConfig,
     StreamStats,
@@ -25,6 +26,7 @@ __all__ = [
     "FilterSpec",
     "Message",
     "OffsetStore",
+    "PendingStream",
     "ReadStats",
     "Record",
     "StorageError",

@@ -143,13 +143,14 @@ def encode_chunk(
     values: set[str] = set()
     ext = lengths.extend
     add = payload.extend
-    unfiltered = False
+    unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if fv:
-            fb = _filter_bytes(fv, values)
-        else:
-            fb = b""
+        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
             unfiltered = True
+            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+            add((props, body))
+            continue
+        fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext(

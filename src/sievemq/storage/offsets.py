@@ -13,19 +13,12 @@ import struct
 import zlib
 from pathlib import Path
 
+from sievemq.storage.durable import fsync_dir
 from sievemq.storage.handles import CachedFile, shared
 
 _HEAD = struct.Struct(">IqH")
 _DELETED = -1
 _COMPACT_MIN = 1024
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _record(name: str, offset: int) -> bytes:
@@ -139,7 +132,7 @@ class OffsetStore:
         if self._file is not None:
             self._file.close()  # the next write opens the new file
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self._records = len(self._offsets)
 
     def sync(self) -> None:

@@ -27,6 +27,7 @@ from sievemq.storage.chunk import (
     SEGMENT_MAGIC,
     encode_chunk,
 )
+from sievemq.storage.durable import fsync_dir
 from sievemq.storage.errors import StorageError
 from sievemq.storage.layout import TOMBSTONE_PREFIX
 from sievemq.storage.offsets import OffsetStore, read_offsets
@@ -94,14 +95,6 @@ class _Segment:
     last_ts: int | None = None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -121,6 +114,54 @@ def _ensure_file_header(path: Path, magic: bytes) -> None:
             raise StorageError(f"{path} is not a SieveMQ file (header {head.hex()})")
     finally:
         os.close(fd)
+
+
+def create_files(directory: Path) -> None:
+    """Create a new stream's directory with its first (empty) segment and index, and make
+    their names durable (the directory and its parent fsynced): what ``Stream.open`` would
+    create, done ahead of it (the gateway runs this in a worker thread at a declare, so
+    the event loop never waits for the fsyncs). A directory that already holds segments
+    is left as it is (``Stream.open`` recovers it)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not list_segments(directory):
+        _ensure_file_header(directory / segment_name(0), SEGMENT_MAGIC)
+        _ensure_file_header(directory / index_name(0), INDEX_MAGIC)
+    fsync_dir(directory)
+    fsync_dir(directory.parent)
+
+
+class StreamFilesError(OSError):
+    """A new stream's files could not be created (``PendingStream.create``)."""
+
+
+class PendingStream:
+    """A stream declared just now whose files ``create`` makes (in a worker thread) while
+    the event loop goes on; ``open`` (its first use, on the loop) waits for that if it is
+    running, or creates them itself if it has not started, then opens the stream."""
+
+    def __init__(self, directory: Path, config: StreamConfig) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self._lock = threading.Lock()
+        self._created = False
+
+    def create(self) -> None:
+        """Create the stream's files durably (``create_files``); once only. An OSError
+        comes out as ``StreamFilesError`` naming the directory."""
+        with self._lock:
+            if not self._created:
+                try:
+                    create_files(self.directory)
+                except OSError as error:
+                    raise StreamFilesError(
+                        error.errno, f"{error.strerror or error} ({self.directory})"
+                    ) from error
+                self._created = True
+
+    def open(self) -> Stream:
+        self.create()
+        return Stream.open(self.directory, self.config)
 
 
 def _tail_segment(first: int, tail: Tail) -> _Segment:
@@ -354,7 +395,7 @@ class Stream:
         if not segments:
             _ensure_file_header(directory / segment_name(0), SEGMENT_MAGIC)
             _ensure_file_header(directory / index_name(0), INDEX_MAGIC)
-            _fsync_dir(directory)
+            fsync_dir(directory)
             segments = [_Segment(0, 0, FILE_HEADER_SIZE, 0)]
         return cls(directory, config, segments)
 
@@ -399,7 +440,7 @@ class Stream:
         _ensure_file_header(self.directory / segment_name(first), SEGMENT_MAGIC)
         _ensure_file_header(self.directory / index_name(first), INDEX_MAGIC)
         if self.config.durability is not Durability.NEVER:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         self._segments.append(_Segment(first, first, FILE_HEADER_SIZE, 0))
         self._open_files(first)
         self.apply_retention()

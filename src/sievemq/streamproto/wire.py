@@ -224,24 +224,34 @@ def split_frames(buffer: bytearray, max_size: int) -> tuple[list[Frame], int | N
     Returns the frames and, when a frame announces more than ``max_size`` bytes (or fewer
     than the 4 bytes of key and version), that size: the caller closes with 14 (or 13).
     """
+    frames, end, bad = frames_from(bytes(buffer), 0, max_size)
+    del buffer[:end]
+    return frames, bad
+
+
+def frames_from(data: bytes, pos: int, max_size: int) -> tuple[list[Frame], int, int | None]:
+    """Every complete frame of ``data`` from ``pos``: (frames, where the first incomplete
+    one starts, the bad size as in ``split_frames`` or None). Each body is one slice of
+    ``data``: no other copy (HOT PATH: the socket's bytes are read in place)."""
     frames: list[Frame] = []
-    pos = 0
-    n = len(buffer)
+    n = len(data)
     bad: int | None = None
-    data = bytes(buffer)
+    unpack_size = _U32.unpack_from
+    unpack_kv = _KEY_VERSION.unpack_from
+    add = frames.append
+    new = tuple.__new__
     while n - pos >= 4:
-        (size,) = _U32.unpack_from(data, pos)
+        (size,) = unpack_size(data, pos)
         if size > max_size or size < 4:
             bad = size
             break
         end = pos + 4 + size
         if end > n:
             break
-        key, version = _KEY_VERSION.unpack_from(data, pos + 4)
-        frames.append(Frame(key, version, data[pos + 8 : end]))
+        key, version = unpack_kv(data, pos + 4)
+        add(new(Frame, (key, version, data[pos + 8 : end])))
         pos = end
-    del buffer[:pos]
-    return frames, bad
+    return frames, pos, bad
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -29,6 +29,7 @@ from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
+from sievemq.gateway.rates import SAMPLE_INTERVAL_S
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.serve import AdminServer, protocol_factory, stop_gateway
@@ -86,6 +87,7 @@ async def running_gateway(
     alarm_interval_s: float = 0.05,
     disk_free_limit: int = 0,
     grace_s: float = 2.0,
+    sample_interval_s: float = SAMPLE_INTERVAL_S,
     **limit_values: Any,
 ) -> AsyncIterator[RunningGateway]:
     """Start the gateway (AMQP + admin) on free ports; stop it and assert a clean stop.
@@ -96,13 +98,14 @@ async def running_gateway(
     and disk every ``alarm_interval_s`` with limits that never trip, until a test moves them
     (``gw.facade`` / ``gw.alarms.set_limits``), as ``rabbitmqctl set_disk_free_limit`` does.
     ``grace_s`` is how long clients get to answer the shutdown's connection.close.
+    The admin plane's rate sampler runs every ``sample_interval_s``.
     """
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sievemq-")))
         async with _gateway(
             data_dir, limits or Limits(**limit_values), durability, alarm_interval_s,
-            disk_free_limit, grace_s,
+            disk_free_limit, grace_s, sample_interval_s,
         ) as gateway:  # fmt: skip
             yield gateway
 
@@ -115,6 +118,7 @@ async def _gateway(
     alarm_interval_s: float,
     disk_free_limit: int,
     grace_s: float,
+    sample_interval_s: float,
 ) -> AsyncIterator[RunningGateway]:
     loop = asyncio.get_running_loop()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +159,7 @@ async def _gateway(
     while not admin.started and not admin_task.done():
         await asyncio.sleep(0.01)
     ready = True
+    facade.start_sampling(sample_interval_s)
     gateway = RunningGateway(
         data_dir=data_dir,
         broker=broker,
@@ -169,6 +174,7 @@ async def _gateway(
         yield gateway
     finally:
         ready = False
+        await facade.stop_sampling()
         await stop_gateway(node, [amqp_server], alarms, grace_s)
         admin.should_exit = True
         await asyncio.wait_for(admin_task, timeout=10)

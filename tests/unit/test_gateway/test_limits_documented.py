@@ -17,7 +17,7 @@ NOT_LIMITS = {
     "amqp_host", "amqp_port", "admin_host", "admin_port", "amqps_port", "stream_port",
     "stream_tls_port", "data_dir", "durability", "fsync", "sync_interval_ms", "tls_cert",
     "tls_key", "default_user", "default_pass", "definitions", "default_queue_type",
-    "gc_freeze",
+    "gc_freeze", "collect_statistics_interval_ms",
 }  # fmt: skip
 
 

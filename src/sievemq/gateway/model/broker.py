@@ -10,21 +10,35 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.model.classic_queue import DEFAULT_WINDOW, ClassicQueue, MemoryWindow
+from sievemq.gateway.model.classic_queue import (
+    DEFAULT_WINDOW,
+    ClassicQueue,
+    MemoryWindow,
+)
+from sievemq.gateway.model.classic_queue import message_stats as classic_message_stats
 from sievemq.gateway.model.classic_vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.storage import Durability, Message, Stream, StreamConfig, StreamSurvey, layout, survey
+from sievemq.storage import (
+    Durability,
+    Message,
+    PendingStream,
+    Stream,
+    StreamConfig,
+    StreamSurvey,
+    layout,
+    survey,
+)
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -62,6 +76,14 @@ class MessageCounters:
     confirmed: int = 0  # publisher confirms (basic.ack/nack) sent, all channels ever
     returned_unroutable: int = 0  # mandatory publishes returned as unroutable
     dropped_unroutable: int = 0  # publishes routed nowhere and dropped
+    # message_stats of the queues deleted since the start, per queue type (classic, quorum,
+    # stream): the node's totals never go back when a queue goes, as RabbitMQ's
+    retired: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def retire(self, kind: str, counts: dict[str, int]) -> None:
+        sums = self.retired.setdefault(kind, {})
+        for name, count in counts.items():
+            sums[name] = sums.get(name, 0) + count
 
 
 class Broker:
@@ -208,6 +230,20 @@ class Broker:
         directory.mkdir(parents=True, exist_ok=True)
         return Stream.open(directory, self.stream_config(arguments))
 
+    def _new_stream(
+        self, vhost: str, name: str, arguments: StreamArguments
+    ) -> Stream | Callable[[], Stream]:
+        """The storage of a stream declared now. Inside a change whose definitions sync
+        runs in a worker thread (``store.defer_sync``), its files are created and fsynced
+        by that thread too, before the sync: the declare is answered once both are durable
+        and the loop never waits for them. Otherwise (start, tests) it is opened at once."""
+        if not self.store.defer_sync:
+            return self._open_stream(vhost, name, arguments)
+        directory = definitions.stream_directory(self.data_dir, vhost, name)
+        pending = PendingStream(directory, self.stream_config(arguments))
+        self.store.defer_job(pending.create)
+        return pending.open
+
     def _survey_stream(self, vhost: str, name: str) -> StreamSurvey | None:
         return survey(definitions.stream_directory(self.data_dir, vhost, name))
 
@@ -249,6 +285,7 @@ class Broker:
                 self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
+            classic.on_deleted = self._retire
             vhost = VirtualHost(
                 name,
                 self._open_stream,
@@ -256,10 +293,20 @@ class Broker:
                 lambda: self._vhost_changed(name),
                 classic,
                 self._survey_stream,
+                self._new_stream,
             )
+            vhost.on_deleted = self._retire
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
+
+    def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
+        """A queue is being deleted: its counts stay in the node's totals."""
+        if isinstance(queue, StreamQueue):
+            self.counters.retire("stream", queue.message_stats())
+        else:
+            kind = "quorum" if queue.kind == "quorum" else "classic"
+            self.counters.retire(kind, classic_message_stats(queue))
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost with all its queues (their files go too)."""
@@ -271,7 +318,7 @@ class Broker:
         for b in vhost.bindings():
             self.store.delete("bindings", self._binding_record(vhost, b))
         for x in vhost.exchanges.values():
-            self.store.delete("exchanges", self._exchange_record(vhost, x))
+            self.store.delete("exchanges", {"vhost": name, "name": x.name})
         del self.vhosts[name]
         self.users.forget_vhost(name)
         self.save_definitions()
@@ -298,7 +345,10 @@ class Broker:
     # ------------------------------------------------------------------ persistence
 
     @staticmethod
-    def _exchange_record(vhost: VirtualHost, x: Exchange) -> dict[str, Any]:
+    def _exchange_record(vhost: VirtualHost, x: Exchange) -> dict[str, Any] | None:
+        """An exchange's definitions record; None when it is not stored (transient or built in)."""
+        if not x.durable or x.builtin:
+            return None
         return {
             "vhost": vhost.name,
             "name": x.name,
@@ -314,7 +364,11 @@ class Broker:
         return {"vhost": vhost.name, "name": q.name, "arguments": q.arguments.table}
 
     @staticmethod
-    def _classic_record(vhost: VirtualHost, c: ClassicQueue) -> dict[str, Any]:
+    def _classic_record(vhost: VirtualHost, c: ClassicQueue) -> dict[str, Any] | None:
+        """A classic or quorum queue's definitions record; None when it is not stored
+        (transient or exclusive)."""
+        if not c.durable or c.exclusive:
+            return None
         return {
             "vhost": vhost.name,
             "name": c.name,
@@ -342,13 +396,13 @@ class Broker:
         bindings: list[dict[str, Any]] = []
         for vhost in self.vhosts.values():
             for x in vhost.exchanges.values():
-                if x.durable and not x.builtin:
-                    exchanges.append(self._exchange_record(vhost, x))
+                if (record := self._exchange_record(vhost, x)) is not None:
+                    exchanges.append(record)
             for q in vhost.queues.values():
                 queues.append(self._queue_record(vhost, q))
             for c in vhost.classic.queues.values():
-                if c.durable and not c.exclusive:
-                    queues.append(self._classic_record(vhost, c))
+                if (record := self._classic_record(vhost, c)) is not None:
+                    queues.append(record)
             for b in vhost.bindings():
                 if vhost.is_durable(b):
                     bindings.append(self._binding_record(vhost, b))
@@ -446,24 +500,22 @@ class Broker:
             return
         store = self.store
         for kind, key in touched:
-            if kind == "queue":
-                queue = vhost.queues.get(key)
-                if queue is not None:
-                    store.put("queues", self._queue_record(vhost, queue))
-                elif key in vhost.classic.queues:
-                    classic = vhost.classic.queues[key]
-                    if classic.durable and not classic.exclusive:
-                        store.put("queues", self._classic_record(vhost, classic))
-                    else:
-                        store.delete("queues", {"vhost": name, "name": key})
+            if kind in ("queue", "exchange"):
+                record: dict[str, Any] | None = None
+                if kind == "exchange":
+                    section = "exchanges"
+                    if (x := vhost.exchanges.get(key)) is not None:
+                        record = self._exchange_record(vhost, x)
                 else:
-                    store.delete("queues", {"vhost": name, "name": key})
-            elif kind == "exchange":
-                x = vhost.exchanges.get(key)
-                if x is not None and x.durable and not x.builtin:
-                    store.put("exchanges", self._exchange_record(vhost, x))
+                    section = "queues"
+                    if (queue := vhost.queues.get(key)) is not None:
+                        record = self._queue_record(vhost, queue)
+                    elif (classic := vhost.classic.queues.get(key)) is not None:
+                        record = self._classic_record(vhost, classic)
+                if record is None:  # deleted, or not stored
+                    store.delete(section, {"vhost": name, "name": key})
                 else:
-                    store.delete("exchanges", {"vhost": name, "name": key})
+                    store.put(section, record)
             else:
                 record = self._binding_record(vhost, key)
                 source = vhost.exchanges.get(key.source)

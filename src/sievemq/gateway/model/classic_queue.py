@@ -827,6 +827,35 @@ class ConsumerList:
         return bool(self.items)
 
 
+# RabbitMQ's per-queue message_stats names, in the order the admin API lists them
+MESSAGE_STATS_KEYS = (
+    "publish",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "deliver_get",
+    "ack",
+    "redeliver",
+    "get_empty",
+)
+
+
+def message_stats(q: Any) -> dict[str, int]:
+    """RabbitMQ's message_stats names from a classic queue's (or its view's) counters."""
+    return {
+        "publish": q.published,
+        "deliver": q.delivered - q.got - q.got_no_ack - q.delivered_no_ack,
+        "deliver_no_ack": q.delivered_no_ack,
+        "get": q.got,
+        "get_no_ack": q.got_no_ack,
+        "deliver_get": q.delivered,
+        "ack": q.acked,
+        "redeliver": q.redelivered,
+        "get_empty": q.get_empty,
+    }
+
+
 def _nothing() -> None:
     return None
 

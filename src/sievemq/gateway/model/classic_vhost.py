@@ -81,6 +81,8 @@ class ClassicQueues:
         self._on_change = on_change
         self._vhost: Host | None = None
         self.on_created: Callable[[ClassicQueue], None] = lambda q: None
+        # set by the broker: called with a queue about to be deleted (it keeps its counts)
+        self.on_deleted: Callable[[ClassicQueue], None] = lambda q: None
         # set by the vhost: puts its policies to work on a new queue (before its recovery)
         self.apply_policy: Callable[[ClassicQueue], None] = lambda q: None
         # set by the broker: dead-letters routed to a stream go through its appender
@@ -255,6 +257,7 @@ class ClassicQueues:
     def remove(self, queue: ClassicQueue) -> None:
         if self.queues.get(queue.name) is not queue:
             return
+        self.on_deleted(queue)
         del self.queues[queue.name]
         if self._vhost is not None:
             self._vhost.drop_queue_bindings(queue.name)

@@ -15,7 +15,10 @@ declare without looking at the others: a declare costs the same at 50,000 stream
 Loading stops at the first torn or corrupt line (a SIGKILL mid-write leaves at most one,
 never a committed one) and cuts it off. When the log holds more than four times as many
 lines as live items (and at least 1024) it is rewritten (temp + fsync + rename + fsync of
-the directory). A ``definitions.json`` from older versions is read once and converted.
+the directory); while syncs are deferred (the gateway's event loop) the rewrite joins the
+next deferred sync and runs in its worker thread, the lines committed meanwhile carried
+over to the new log (``take_sync``, ``_compact_from``). A ``definitions.json`` from older
+versions is read once and converted.
 Field-table values that JSON cannot hold (non-UTF-8 longstr, byte arrays, timestamps,
 decimals) are tagged so they come back with their AMQP type.
 """
@@ -26,12 +29,14 @@ import base64
 import datetime
 import json
 import os
+import threading
 import zlib
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import queue_directory, safe_name, stream_directory
 
 __all__ = [
@@ -129,14 +134,6 @@ def _line(op: str, section: str, key: str | None, item: Any) -> bytes:
     return b"%08x " % zlib.crc32(raw) + raw + b"\n"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class DefinitionStore:
     """The definitions log of one data directory (see the module docstring)."""
 
@@ -154,6 +151,15 @@ class DefinitionStore:
         self.defer_sync = False  # commits write but leave the fdatasync to take_sync()
         self._unsynced = False
         self.writes = 0  # commits that wrote something (a caller tells whether it changed)
+        # work owed with the next deferred sync and run by the same worker thread before the
+        # fdatasync: file creations (a new stream's, ``defer_job``) and a compaction
+        self._jobs: list[Callable[[], None]] = []
+        self._compact_owed = False
+        # lines committed since a deferred compaction's snapshot (None when none runs): the
+        # worker appends them to the new log before it replaces the old one
+        self._tail: list[bytes] | None = None
+        self._lock = threading.Lock()  # the log's descriptor against a compaction's swap
+        self.compactions = 0
         self.directory.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(LOG_NAME + ".tmp")
         if temp.exists():
@@ -297,46 +303,125 @@ class DefinitionStore:
         data = b"".join(self._pending)
         lines = len(self._pending)
         self._pending = []
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            if self._tail is not None:
+                self._tail.append(data)
+            self._lines += lines
         if self._fsync and self.defer_sync:
             self._unsynced = True
         elif self._fsync:
             os.fdatasync(self._fd)
             self._unsynced = False
-        self._lines += lines
         self.writes += 1
         self._found = True
-        if self._lines > _COMPACT_MIN and self._lines > 4 * self.count():
-            self.compact()
+        if (
+            self._lines > _COMPACT_MIN
+            and self._lines > 4 * self.count()
+            and self._tail is None  # (one compaction at a time)
+        ):
+            if self._fsync and self.defer_sync:
+                self._compact_owed = True  # with the deferred sync, in its worker thread
+            else:
+                self.compact()
+
+    def defer_job(self, job: Callable[[], None]) -> None:
+        """Run ``job`` (file work that must be durable with this change, such as a new
+        stream's files) in the worker thread of the next deferred sync, before its
+        fdatasync; at once when syncs are not deferred."""
+        if self.defer_sync:
+            self._jobs.append(job)
+        else:
+            job()
 
     @property
     def owes_sync(self) -> bool:
-        """True when deferred commits wrote lines no fdatasync has covered yet."""
-        return self._unsynced
+        """True when deferred commits wrote lines no fdatasync has covered yet (or owe a
+        job or a compaction)."""
+        return self._unsynced or bool(self._jobs) or self._compact_owed
 
     def sync_failed(self) -> None:
-        """The fdatasync ``take_sync`` gave failed: the lines it covered are owed again."""
+        """The work ``take_sync`` gave failed: the lines it covered are owed again (a
+        failed compaction is tried again at a later commit; a stream whose files could not
+        be created gets them when it is first opened)."""
         if self._fsync:
             self._unsynced = True
 
     def take_sync(self) -> Callable[[], None] | None:
-        """The fdatasync that deferred commits still owe, as a call that may run in another
-        thread (on its own duplicate of the descriptor, so a compaction meanwhile cannot
-        close it under it); None when nothing is owed."""
-        if not self._unsynced or self._fd < 0:
+        """What deferred commits still owe, as a call that may run in another thread: the
+        deferred jobs, then a compaction if one is due (of the items as they are now; the
+        lines committed meanwhile are carried over), then the fdatasync (on its own
+        duplicate of the descriptor). None when nothing is owed."""
+        if self._fd < 0 or not self.owes_sync:
             return None
+        jobs, self._jobs = self._jobs, []
+        snapshot: list[tuple[str, list[tuple[str | None, tuple[str | None, Any]]]]] | None = None
+        if self._compact_owed:
+            self._compact_owed = False
+            # the items as of now, copied (cheap, in C); the lines are built in the thread
+            snapshot = [(s, list(stored.items())) for s, stored in self._items.items()]
+            self._tail = []
+        fd = -1
+        if self._unsynced and snapshot is None:  # (a compaction syncs the whole new log)
+            fd = os.dup(self._fd)
         self._unsynced = False
-        fd = os.dup(self._fd)
 
         def sync() -> None:
             try:
-                os.fdatasync(fd)
+                for job in jobs:
+                    job()
+                if snapshot is not None:
+                    self._compact_from(snapshot)
+                if fd >= 0:
+                    os.fdatasync(fd)
             finally:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
+                if snapshot is not None:
+                    self._tail = None
 
         return sync
+
+    def _compact_from(
+        self, snapshot: list[tuple[str, list[tuple[str | None, tuple[str | None, Any]]]]]
+    ) -> None:
+        """A compaction in a worker thread: the snapshot's lines go to a temp file
+        (fsynced), then, under the lock the loop's commits take, the lines committed since
+        the snapshot are appended, the temp file replaces the log and the loop writes to
+        the new one; then the new log and the directory are fsynced. A crash at any step
+        leaves either the old log whole (the temp file is removed at start) or the new one
+        holding every line the old one had (its tail torn at worst, never a synced line)."""
+        temp = self.path.with_name(LOG_NAME + ".tmp")
+        data = b"".join(
+            _line("put", s, k, item) for s, entries in snapshot for k, (_, item) in entries
+        )
+        lines = sum(len(entries) for _, entries in snapshot)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+            _crash_point("temp-synced")
+            with self._lock:
+                if self._fd < 0:  # closed meanwhile: the old log stays
+                    os.unlink(temp)
+                    return
+                tail = b"".join(self._tail or ())
+                self._tail = None
+                _write_all(fd, tail)
+                os.replace(temp, self.path)
+                old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+                self._lines = lines + tail.count(b"\n")
+            os.close(old)
+            _crash_point("renamed")
+            os.fsync(fd)
+            _crash_point("log-synced")
+            fsync_dir(self.directory)
+            _crash_point("dir-synced")
+            self.compactions += 1
+        finally:
+            os.close(fd)
 
     def compact(self) -> None:
         """Rewrite the log with one line per live item (write, fsync, rename, fsync dir)."""
@@ -348,33 +433,50 @@ class DefinitionStore:
         )
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, self.path)
-        _fsync_dir(self.directory)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        fsync_dir(self.directory)
+        with self._lock:
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
         self._lines = self.count()
         self._unsynced = False  # the new file was synced whole
+        self.compactions += 1
 
     def close(self) -> None:
         self.defer_sync = False
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:  # (owed by a change whose sync never started)
+            job()
         self.commit()
-        if self._fd >= 0:
-            if self._unsynced and self._fsync:
-                os.fdatasync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        with self._lock:  # a compaction in a worker thread now leaves the old log alone
+            if self._fd >= 0:
+                if self._fsync:
+                    os.fdatasync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
 
     def __enter__(self) -> DefinitionStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _no_crash(step: str) -> None:
+    """Where a deferred compaction stands (tests replace it to crash there)."""
+
+
+_crash_point: Callable[[str], None] = _no_crash
 
 
 def _load_legacy(data_dir: Path) -> dict[str, Any] | None:

@@ -230,6 +230,12 @@ class StreamQueue:
         if listener in self._delete_listeners:
             self._delete_listeners.remove(listener)
 
+    def message_stats(self) -> dict[str, int]:
+        """RabbitMQ's message_stats of a stream: appended (its end offset, so it survives a
+        restart) and delivered to consumers (streams have no basic.get)."""
+        delivered = self.filter_stats.messages_delivered
+        return {"publish": self.end_offset, "deliver": delivered, "deliver_get": delivered}
+
     def notify_deleted(self) -> None:
         """Mark deleted and call every delete listener once; a failing listener is skipped
         so the others (and the file removal) still happen."""

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 StreamOpener = Callable[[str, str, qargs.StreamArguments], "Stream"]
 StreamRemover = Callable[[StreamQueue], None]
 StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
+# a declared stream: the storage stream, or a call that opens it once its files exist
+StreamCreator = Callable[[str, str, qargs.StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
 
 
@@ -47,6 +49,8 @@ class VirtualHost:
 
     ``open_stream``/``remove_stream`` create and delete the storage behind a queue;
     ``survey_stream`` reads the statistics of a stream restored at start without opening it;
+    ``new_stream`` (default ``open_stream``) makes the storage of a stream declared now: the
+    broker gives an opener whose files a worker thread creates, so the loop never fsyncs;
     ``on_change`` is called after every change to durable definitions (the broker persists);
     ``touched`` lists what the change touched, ``("queue" | "exchange", name)`` or
     ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
@@ -60,12 +64,16 @@ class VirtualHost:
         on_change: Callable[[], None] = lambda: None,
         classic: classic_vhost.ClassicQueues | None = None,
         survey_stream: StreamSurveyor | None = None,
+        new_stream: StreamCreator | None = None,
     ) -> None:
         self.name = name
         self._open_stream = open_stream
+        self._new_stream: StreamCreator = new_stream or open_stream
         self._survey_stream = survey_stream
         self._remove_stream = remove_stream
         self._on_change = on_change
+        # called with a stream about to be deleted (the broker keeps its counts)
+        self.on_deleted: Callable[[Any], None] = lambda q: None
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -199,20 +207,21 @@ class VirtualHost:
     def _create_queue(
         self, name: str, stream_args: qargs.StreamArguments, lazy: bool = False
     ) -> StreamQueue:
-        if lazy:
-            vhost = self.name
-            survey = self._survey_stream
-            queue = StreamQueue(
-                name,
-                vhost,
-                stream_args,
-                lambda: self._open_stream(vhost, name, stream_args),
-                None if survey is None else lambda: survey(vhost, name),
-            )
-        else:
-            queue = StreamQueue(
-                name, self.name, stream_args, self._open_stream(self.name, name, stream_args)
-            )
+        vhost = self.name
+        survey = self._survey_stream
+        # a new stream not opened yet (its files being created) is surveyed like a restored
+        # one: a missing directory reads as the empty stream opening will make
+        queue = StreamQueue(
+            name,
+            vhost,
+            stream_args,
+            (
+                (lambda: self._open_stream(vhost, name, stream_args))
+                if lazy
+                else self._new_stream(vhost, name, stream_args)
+            ),
+            None if survey is None else lambda: survey(vhost, name),
+        )
         if not lazy or self.policies or self.operator_policies:
             self.apply_policy(queue)  # (with no policy at all it would change nothing)
         self.queues[name] = queue
@@ -245,6 +254,7 @@ class VirtualHost:
         if queue is None:
             return 0
         count = queue.message_count
+        self.on_deleted(queue)
         del self.queues[name]
         self.touched.append(("queue", name))
         self.drop_queue_bindings(name)

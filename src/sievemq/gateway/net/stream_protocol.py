@@ -112,9 +112,27 @@ class StreamProtocol(asyncio.Protocol):
             transport.write(b"".join(parts[i:]))
 
     def data_received(self, data: bytes) -> None:
+        """Frames are cut from ``data`` in place; only a frame cut by the end of a read is
+        kept in ``_buffer`` (then completed from the next read's first bytes). A frame body
+        is copied once (its slice of ``data``), or twice when a read boundary cuts it."""
+        if type(data) is not bytes:
+            data = bytes(data)
         buffer = self._buffer
-        buffer += data
-        frames, oversized = wire.split_frames(buffer, self._max_frame)
+        pos = 0
+        frames: list[wire.Frame] = []
+        oversized: int | None = None
+        if buffer:
+            pos, oversized = self._complete(data, frames)
+            if pos < 0:
+                return  # the frame still is not whole: all of ``data`` is in the buffer
+        if oversized is None:
+            more, pos, oversized = wire.frames_from(data, pos, self._max_frame)
+            if frames:
+                frames += more
+            else:
+                frames = more
+            if oversized is None and pos < len(data):
+                buffer += memoryview(data)[pos:]  # the start of the next frame
         if frames:
             self._conn.on_frames(frames)
         if oversized is not None:
@@ -124,6 +142,34 @@ class StreamProtocol(asyncio.Protocol):
             else:
                 self._conn.on_frame_too_large(oversized)
             self.stop_reading()
+
+    def _complete(self, data: bytes, frames: list[wire.Frame]) -> tuple[int, int | None]:
+        """Complete the buffered partial frame from the front of ``data``: (bytes of
+        ``data`` used, a bad frame size or None); (-1, None) when ``data`` was not enough
+        (then it is all buffered). The whole frame goes to ``frames``."""
+        buffer = self._buffer
+        view = memoryview(data)
+        pos = 0
+        if len(buffer) < 4:  # not even the size yet
+            pos = min(4 - len(buffer), len(data))
+            buffer += view[:pos]
+            if len(buffer) < 4:
+                return -1, None
+        size = int.from_bytes(buffer[:4], "big")
+        if size > self._max_frame or size < 4:
+            return pos, size
+        need = 4 + size - len(buffer)
+        if need > len(data) - pos:
+            buffer += view[pos:]
+            return -1, None
+        buffer += view[pos : pos + need]
+        key = int.from_bytes(buffer[4:6], "big")
+        version = int.from_bytes(buffer[6:8], "big")
+        with memoryview(buffer) as whole:
+            body = whole[8:].tobytes()
+        buffer.clear()
+        frames.append(wire.Frame(key, version, body))
+        return pos + need, None
 
     def eof_received(self) -> bool | None:
         return None  # close the transport

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 
 from sievemq.gateway.model.definitions import DefinitionStore
+from sievemq.storage.stream import StreamFilesError
 
 
 class DefinitionsSync:
@@ -98,3 +99,15 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 def when_synced(future: asyncio.Future[None], then: Callable[[BaseException | None], None]) -> None:
     """Call ``then(None)`` once ``future`` succeeded, ``then(error)`` if it failed."""
     future.add_done_callback(lambda f: then(f.exception()))
+
+
+def failure_text(error: BaseException) -> str:
+    """The 541 text of a change that could not be made durable (names what failed)."""
+    what = (
+        "creating a new stream's files"
+        if isinstance(error, StreamFilesError)
+        else "the fdatasync of definitions.log"
+    )
+    return (
+        f"cannot make a definitions change durable: {what} failed ({type(error).__name__}: {error})"
+    )

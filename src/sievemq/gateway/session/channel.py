@@ -44,7 +44,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
-from sievemq.gateway.runtime.definitions_sync import when_synced
+from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -231,12 +231,7 @@ class Channel:
         def synced(error: BaseException | None) -> None:
             backlog, self.backlog = self.backlog or [], None
             if error is not None:
-                self.connection.close(
-                    errors.InternalError(
-                        f"cannot make a definitions change durable: the fdatasync of "
-                        f"definitions.log failed ({type(error).__name__}: {error})"
-                    )
-                )
+                self.connection.close(errors.InternalError(failure_text(error)))
                 self.connection.flush()
                 return
             self.connection.resume_channel(self, held, backlog)
@@ -625,6 +620,7 @@ class Channel:
     def _queue_declare(self, m: Any) -> None:
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
+        classic.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,

@@ -461,10 +461,22 @@ def purge(channel: Channel, queue: ClassicQueue, m: Any) -> None:
 
 
 def check_delete(channel: Channel, name: str) -> None:
-    """queue.delete of an exclusive queue from another connection: 405."""
+    """queue.delete of an exclusive queue from another connection: 405. Otherwise what
+    this tick's publishes left buffered for the queue is enqueued first, so the delete-ok's
+    message count includes them (as in RabbitMQ)."""
     queue = channel.vhost.classic.queues.get(name)
     if queue is not None:
         channel.vhost.classic.check_owner(queue, channel.connection)
+        channel.connection.node.flush_classic(queue)
+
+
+def flush_before_declare(channel: Channel, name: str) -> None:
+    """queue.declare of an existing classic or quorum queue (passive or not): what this
+    tick's publishes left buffered for it is enqueued first, so the declare-ok's message
+    count includes every publish the channels sent before it."""
+    queue = channel.vhost.classic.queues.get(name)
+    if queue is not None:
+        channel.connection.node.flush_classic(queue)
 
 
 def _now_ms() -> int:

@@ -19,7 +19,7 @@ from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime.appender import StreamAppender
-from sievemq.gateway.runtime.definitions_sync import when_synced
+from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.session import access
 from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.stream_session.publisher import StreamPublisher
@@ -312,8 +312,7 @@ class StreamConnection:
                 log.error("definitions.log fdatasync failed: %s", error)
                 self.close(
                     wire.INTERNAL_ERROR,
-                    f"cannot make a definitions change durable: the fdatasync of "
-                    f"definitions.log failed ({type(error).__name__}: {error})",
+                    failure_text(error),
                 )
                 return
             for data in held:
@@ -749,18 +748,18 @@ class StreamConnection:
             return
         if version not in (1, 2):
             raise FrameError(f"Publish version {version}")
-        pid, entries = wire.parse_publish(body, version)
-        pub = self.publishers.get(pid)
-        if pub is None:
-            code = wire.PUBLISHER_DOES_NOT_EXIST
+        if not body:
+            raise FrameError("empty Publish frame")
+        pub = self.publishers.get(body[0])
+        if pub is None or not self._may("write", pub.queue.name):
+            # permissions may change after declare
+            pid, entries = wire.parse_publish(body, version)
+            code = wire.PUBLISHER_DOES_NOT_EXIST if pub is None else wire.ACCESS_REFUSED
+            if pub is not None:
+                pub.errored += len(entries)
             self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
             return
-        if not self._may("write", pub.queue.name):  # permissions may change after declare
-            code = wire.ACCESS_REFUSED
-            pub.errored += len(entries)
-            self.write(wire.publish_error(pid, [(e.publishing_id, code) for e in entries]))
-            return
-        pub.publish(entries)
+        pub.publish_frame(body, version)
 
     def _query_publisher_sequence(self, cur: Cursor) -> None:
         corr = cur.u32()

@@ -21,6 +21,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from sievemq.gateway.runtime.waker import CommitWaker
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
 from sievemq.storage.chunk import (
     decode_records,
@@ -174,6 +175,7 @@ class Subscription(CommitWaker):
         "queue",
         "sac",
         "spec",
+        "stats",
         "subscription_id",
     )
 
@@ -204,6 +206,13 @@ class Subscription(CommitWaker):
         self._by_chunk = spec is None or isinstance(spec, WholeChunks)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
+        # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
+        # consumer's: the reader's work plus what was delivered, folded in once per turn
+        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
+
+    def filter_stats(self) -> dict[str, int]:
+        """Its filter and delivery counters since it subscribed (``FilterStats`` names)."""
+        return self.stats.as_dict()
 
     def start(self) -> None:
         self.listen()
@@ -269,6 +278,7 @@ class Subscription(CommitWaker):
         committed = stream.last_chunk_id if version >= 2 else 0
         out: list[bytes | memoryview] = []
         written = 0
+        delivered = self.delivered
         credit = self.credit
         reads = 0
         try:
@@ -366,11 +376,13 @@ class Subscription(CommitWaker):
             self.credit = credit
             if out:
                 conn.write_parts(out)
+            self.stats.account(self.delivered - delivered, written)
             conn.drop_subscription(self, notify=True)
             return
         self.credit = credit
         if out:
             conn.write_parts(out)
+        self.stats.account(self.delivered - delivered, written)
         if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
