@@ -13,7 +13,7 @@ import pytest
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, string
+from .stream_helpers import RawStreamClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -21,24 +21,9 @@ INTERVAL_S = 2  # long enough that a loaded machine does not starve a beating cl
 
 
 def _open_with_heartbeat(server: ServerProcess, interval: int) -> RawStreamClient:
-    """PeerProperties, SASL PLAIN, Tune with ``interval``, Open '/': the client's own Tune."""
     raw = RawStreamClient(server)
     raw.sock.settimeout(30)
-    raw.request(wire.PEER_PROPERTIES, struct.pack(">i", 0))
-    raw.read_frame()
-    raw.request(wire.SASL_HANDSHAKE, b"")
-    raw.read_frame()
-    data = b"\0guest\0guest"
-    raw.request(wire.SASL_AUTHENTICATE, string("PLAIN") + struct.pack(">i", len(data)) + data)
-    _, _, body = raw.read_frame()
-    assert struct.unpack_from(">H", body, 4)[0] == wire.OK
-    key, _, tune = raw.read_frame()
-    assert key == wire.TUNE
-    (frame_max, _server_heartbeat) = struct.unpack(">II", tune)
-    raw.send(wire.TUNE, struct.pack(">II", frame_max, interval))
-    raw.request(wire.OPEN, string("/"))
-    _, _, body = raw.read_frame()
-    assert struct.unpack_from(">H", body, 4)[0] == wire.OK
+    assert raw.open(heartbeat=interval) == wire.OK
     return raw
 
 

@@ -145,12 +145,15 @@ def encode_chunk(
     add = payload.extend
     unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
+        if not fv:
             unfiltered = True
-            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
-            add((props, body))
-            continue
-        fb = _filter_bytes(fv, values)
+            if not rk and not ex:  # stream-protocol records: nothing to encode
+                ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+                add((props, body))
+                continue
+            fb = b""
+        else:
+            fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext(
@@ -229,23 +232,41 @@ def _encode_osiris(
     add_entry = entries.extend
     pack = _pack_u32
     prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
+    add_props = side.append
+    encoded: dict[str, bytes] = {}  # filter value -> its bytes (a batch repeats a few values)
     unfiltered = False
     for fv, ex, rk, props, body, _kind in messages:
-        fb = _filter_bytes(fv, values) if fv else b""
-        unfiltered = unfiltered or not fv
-        if ex or rk:
-            exb = ex.encode()
-            rkb = rk.encode()
-            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
-            add_side((fb, exb, rkb, props))
-        else:  # as stream-protocol publishes are
-            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), len(body)))
-            add_side((fb, props))
         bl = len(body)
         prefix = prefixes.get(bl)
         if prefix is None:
             prefix = prefixes[bl] = pack(bl)
         add_entry((prefix, body))
+        if not ex and not rk:  # as stream-protocol publishes are: HOT PATH
+            if not fv:
+                unfiltered = True
+                ext((_KIND_BIT, 0, 0, 0, len(props), bl))
+                if props:
+                    add_props(props)
+                continue
+            if len(fv) == 1:  # a Publish v2 filter value
+                value = fv[0]
+                fb = encoded.get(value)
+                if fb is None:
+                    fb = encoded[value] = value.encode()
+                ext((1 | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+                add_side((fb, props))
+                continue
+        fb = _filter_bytes(fv, values) if fv else b""
+        unfiltered = unfiltered or not fv
+        if ex or rk:
+            exb = ex.encode()
+            rkb = rk.encode()
+            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), bl))
+            add_side((fb, exb, rkb, props))
+        else:
+            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+            add_side((fb, props))
+    values.update(encoded)
     if unfiltered:
         values.add("")
     try:
