@@ -74,6 +74,8 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.filtering",
         "sievemq.spark",
     },
+    # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
+    "client": {"aiormq", "pamqp", "sievemq.client"},
     # settings are built at the edge and passed down: they never import the gateway
     "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
     "units.py": set(),

@@ -32,6 +32,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_arguments(export)
 
+    from sievemq.client.arguments import add_publish_arguments, add_tail_arguments
+
+    publisher = commands.add_parser(
+        "publish", help="publish to a stream with confirms (a body, or stdin lines)"
+    )
+    add_publish_arguments(publisher)
+    tailer = commands.add_parser(
+        "tail", help="print a stream's messages as they arrive (filters, offsets)"
+    )
+    add_tail_arguments(tailer)
+
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
     verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
@@ -102,6 +113,14 @@ def _run(args: argparse.Namespace) -> int:
         from sievemq.spark.export import run_export
 
         return run_export(args, out=sys.stdout, err=sys.stderr)
+    if args.command == "publish":
+        from sievemq.client.publish import run_publish
+
+        return run_publish(args)
+    if args.command == "tail":
+        from sievemq.client.tail import run_tail
+
+        return run_tail(args)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

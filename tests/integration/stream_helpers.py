@@ -4,6 +4,7 @@ client for frames rstream cannot send, and a waiter."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -146,21 +147,30 @@ async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
     await wait_for(lambda: len(confirmed) >= len(messages))
 
 
-async def in_process_stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
-    """An rstream client of a stream-protocol listener started in this process beside
-    ``gw`` (its node, so tests can patch the loop's world); closed on exit."""
+@contextlib.asynccontextmanager
+async def in_process_stream_listener(gw: RunningGateway) -> AsyncIterator[int]:
+    """A stream-protocol listener started in this process beside ``gw`` (its node, so tests
+    can patch the loop's world); yields its port, closed on exit."""
     snode = StreamNode(gw.node, gw.host, 1024 * 1024, 60, 5.0)
     factory = stream_protocol_factory(lambda: StreamConnection(snode), 1024 * 1024, 1 << 20)
     server = await asyncio.get_running_loop().create_server(factory, gw.host, 0)
     port = server.sockets[0].getsockname()[1]
     snode.advertised_port = port
-    client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
-    await client.start()
-    await client.authenticate(vhost="/", username="guest", password="guest")
     try:
-        yield client
+        yield port
     finally:
-        await client.close()
         for conn in list(snode.connections):
             conn.abort()
         server.close()
+
+
+async def in_process_stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
+    """An rstream client of an ``in_process_stream_listener``; closed on exit."""
+    async with in_process_stream_listener(gw) as port:
+        client = Client(gw.host, port, frame_max=1024 * 1024, heartbeat=60)
+        await client.start()
+        await client.authenticate(vhost="/", username="guest", password="guest")
+        try:
+            yield client
+        finally:
+            await client.close()

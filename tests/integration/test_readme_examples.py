@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pika
 import pytest
 
 from sievemq.testing import ServerProcess
@@ -55,3 +57,32 @@ def test_amqplib_example_prints_what_the_readme_says(
     env = {**os.environ, "NODE_PATH": str(node_modules)}
     output = _run(["node", "-e"], code, fresh_server.amqp_port, env=env)
     assert output == expected
+
+
+def test_cli_example_publishes_and_tails(fresh_server: ServerProcess) -> None:
+    """The shell example of `sievemq publish` / `sievemq tail`, run by bash line by line."""
+    block = next(
+        b
+        for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.DOTALL)
+        if "sievemq tail" in b
+    )
+    conn = pika.BlockingConnection(pika.URLParameters(fresh_server.url))
+    conn.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    env = {
+        **os.environ,
+        "SIEVEMQ_URI": fresh_server.url,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    script = "set -e\n" + block.replace("localhost:5672", f"127.0.0.1:{fresh_server.amqp_port}")
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [
+        "published 1 message(s) to stream 'events', all confirmed",
+        "published 2 message(s) to stream 'events', all confirmed",
+    ]
+    record = json.loads(lines[2])
+    assert (record["offset"], record["filter_value"], record["body"]) == (0, "emea", "order 1")

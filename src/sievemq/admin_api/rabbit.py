@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_vhost, user
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
@@ -118,6 +119,14 @@ def _tags(tags: str | list[str]) -> list[str]:
 def _need_vhost(f: BrokerFacade, vhost: str) -> None:
     if not f.vhost_exists(vhost):
         raise not_found()
+
+
+def _readable_vhost(f: BrokerFacade, who: Principal, raw: str) -> str:
+    """The vhost of a path: 404 when it does not exist, then 401 when ``who`` may not read it."""
+    v = name(raw)
+    _need_vhost(f, v)
+    require_vhost(who, v)
+    return v
 
 
 # ------------------------------------------------------------------------------ node
@@ -285,10 +294,8 @@ async def list_queues(request: Request, who: User, slicer: Heavy) -> Any:
 
 @router.get("/queues/{vhost}")
 async def list_vhost_queues(request: Request, vhost: str, who: User, slicer: Heavy) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, await _queues(f, who, v, slicer), slicer)
 
 
@@ -403,10 +410,8 @@ async def list_exchanges(request: Request, who: User) -> Any:
 
 @router.get("/exchanges/{vhost}")
 async def list_vhost_exchanges(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, _exchanges(f, who, v))
 
 
@@ -507,10 +512,8 @@ async def list_bindings(request: Request, who: User) -> Any:
 
 @router.get("/bindings/{vhost}")
 async def list_vhost_bindings(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, [shapes.binding(b) for b in f.list_bindings(v)])
 
 
@@ -642,12 +645,7 @@ def _visible(who: Principal, views: list[Any]) -> list[Any]:
 
 
 def _in_vhost(f: BrokerFacade, who: Principal, vhost: str | None) -> str | None:
-    if vhost is None:
-        return None
-    v = name(vhost)
-    _need_vhost(f, v)
-    require_vhost(who, v)
-    return v
+    return None if vhost is None else _readable_vhost(f, who, vhost)
 
 
 @router.get("/stream/connections/{vhost}")
@@ -768,10 +766,8 @@ async def list_sac_groups(request: Request, who: User, vhost: str | None = None)
 
 @router.get("/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(
         request, [shapes.connection(c, f.node_name) for c in _visible_connections(f, who, v)]
     )
@@ -822,10 +818,8 @@ async def list_channels(request: Request, who: User) -> Any:
 
 @router.get("/vhosts/{vhost}/channels")
 async def list_vhost_channels(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(
         request,
         [
@@ -856,10 +850,8 @@ async def list_consumers(request: Request, who: User) -> Any:
 
 @router.get("/consumers/{vhost}")
 async def list_vhost_consumers(request: Request, vhost: str, who: User) -> Any:
-    v = name(vhost)
     f = _facade(request)
-    _need_vhost(f, v)
-    require_vhost(who, v)
+    v = _readable_vhost(f, who, vhost)
     return await paginate(request, [shapes.consumer(c, f.node_name) for c in f.list_consumers(v)])
 
 
@@ -890,10 +882,7 @@ async def get_vhost(request: Request, vhost: str, who: User) -> dict[str, Any]:
 async def put_vhost(request: Request, vhost: str, who: Admin) -> Response:
     await _optional_json(request, VhostBody)
     f = _facade(request)
-    with f.unsynced():
-        created = f.add_vhost(name(vhost))
-    await f.synced()
-    return _created(created)
+    return await saved(f, lambda: f.add_vhost(name(vhost)))
 
 
 @router.delete("/vhosts/{vhost}", status_code=204)
@@ -938,12 +927,13 @@ async def users_without_permissions(request: Request, who: Admin) -> list[dict[s
 @router.post("/users/bulk-delete", status_code=204)
 async def bulk_delete_users(request: Request, body: BulkDelete, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
+
+    def delete_all() -> None:
         for username in body.users:
             with contextlib.suppress(NotFound):
                 f.delete_user(username)
-    await f.synced()
-    return Response(status_code=204)
+
+    return await saved(f, delete_all)
 
 
 @router.get("/users/{username}")
@@ -954,25 +944,22 @@ async def get_user(request: Request, username: str, who: Admin) -> dict[str, Any
 @router.put("/users/{username}", status_code=201)
 async def put_user(request: Request, username: str, body: UserBody, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        created = f.put_user(
+    return await saved(
+        f,
+        lambda: f.put_user(
             name(username),
             password=body.password,
             tags=_tags(body.tags),
             password_hash=body.password_hash,
             hashing_algorithm=body.hashing_algorithm,
-        )
-    await f.synced()  # answered once it is on disk, without an fdatasync on the loop
-    return _created(created)
+        ),
+    )
 
 
 @router.delete("/users/{username}", status_code=204)
 async def delete_user(request: Request, username: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.delete_user(name(username))
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.delete_user(name(username)))
 
 
 @router.get("/users/{username}/permissions")
@@ -1031,10 +1018,7 @@ async def put_vhost_limit(request: Request, vhost: str, limit: str, who: Admin) 
     v = name(vhost)
     _need_vhost(f, v)
     value = await _limit_value(request, limit, VHOST_LIMITS)
-    with f.unsynced():
-        f.set_vhost_limit(v, limit, value)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.set_vhost_limit(v, limit, value))
 
 
 @router.delete("/vhost-limits/{vhost}/{limit}", status_code=204)
@@ -1042,10 +1026,7 @@ async def delete_vhost_limit(request: Request, vhost: str, limit: str, who: Admi
     f = _facade(request)
     v = name(vhost)
     _need_vhost(f, v)
-    with f.unsynced():
-        f.clear_vhost_limit(v, limit)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_vhost_limit(v, limit))
 
 
 @router.get("/user-limits")
@@ -1064,19 +1045,13 @@ async def put_user_limit(request: Request, username: str, limit: str, who: Admin
     u = name(username)
     f.get_user(u)  # 404 first
     value = await _limit_value(request, limit, USER_LIMITS)
-    with f.unsynced():
-        f.set_user_limit(u, limit, value)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.set_user_limit(u, limit, value))
 
 
 @router.delete("/user-limits/{username}/{limit}", status_code=204)
 async def delete_user_limit(request: Request, username: str, limit: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.clear_user_limit(name(username), limit)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_user_limit(name(username), limit))
 
 
 @router.get("/permissions")
@@ -1096,19 +1071,13 @@ async def put_permission(
     f = _facade(request)
     v, u = name(vhost), name(username)
     _need_vhost(f, v)
-    with f.unsynced():
-        created = f.set_permission(u, v, body.configure, body.write, body.read)
-    await f.synced()
-    return _created(created)
+    return await saved(f, lambda: f.set_permission(u, v, body.configure, body.write, body.read))
 
 
 @router.delete("/permissions/{vhost}/{username}", status_code=204)
 async def delete_permission(request: Request, vhost: str, username: str, who: Admin) -> Response:
     f = _facade(request)
-    with f.unsynced():
-        f.clear_permission(name(username), name(vhost))
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.clear_permission(name(username), name(vhost)))
 
 
 # ------------------------------------------------------------------------------ definitions
@@ -1161,10 +1130,7 @@ async def post_definitions(request: Request, who: Admin) -> Response:
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
     f = _facade(request)
-    with f.unsynced():
-        f.import_definitions(data)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.import_definitions(data))
 
 
 @router.post("/definitions/{vhost}", status_code=204)
@@ -1175,7 +1141,4 @@ async def post_vhost_definitions(request: Request, vhost: str, who: Admin) -> Re
     if not isinstance(data, dict):
         raise bad_request("definitions must be a JSON object")
     f = _facade(request)
-    with f.unsynced():
-        f.import_definitions(data, v)
-    await f.synced()
-    return Response(status_code=204)
+    return await saved(f, lambda: f.import_definitions(data, v))

@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import platform
 import time
 from collections.abc import Iterable, Iterator
@@ -59,6 +60,7 @@ from sievemq.gateway.model.users import (
     hash_password,
     valid_hash,
 )
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.net.tcp_info import socket_counts
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
 
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
+log = logging.getLogger(__name__)
 BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
 # per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
@@ -884,15 +887,7 @@ class BrokerFacade:
             raise BadRequest(f"unknown ackmode '{ackmode}'")
         if encoding not in ("auto", "base64"):
             raise BadRequest(f"unknown encoding '{encoding}'")
-        q = self.broker.vhost(vhost).classic.queues.get(name)
-        if q is None:
-            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
-        if q.owner is not None:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'"
-            )
-        if self.node is not None:
-            self.node.flush_classic(q)
+        q = self._settled_classic(self.broker.vhost(vhost), name)
         taken = []
         out: list[GotMessage] = []
         for _ in range(max(0, count)):
@@ -939,16 +934,22 @@ class BrokerFacade:
         v = self.broker.vhost(vhost)
         if name in v.queues:
             raise qargs.purge_not_supported(name, vhost)
+        return self._settled_classic(v, name).purge()
+
+    def _settled_classic(self, v: VirtualHost, name: str) -> ClassicQueue:
+        """A classic or quorum queue for an admin get or purge: 404 when missing, 405 when
+        another connection's exclusive queue; what publishes left buffered for it is
+        enqueued first."""
         q = v.classic.queues.get(name)
         if q is None:
-            raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
+            raise NotFound(f"no queue '{name}' in vhost '{v.name}'")
         if q.owner is not None:
             raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'"
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{v.name}'"
             )
         if self.node is not None:
             self.node.flush_classic(q)
-        return q.purge()
+        return q
 
     def delete_queue(self, vhost: str, name: str) -> None:
         """Delete a queue of any type; 404 when missing."""
@@ -2019,10 +2020,13 @@ class BrokerFacade:
         while True:
             started = time.perf_counter()
             last = started
-            for _ in self.sample_steps():
-                if time.perf_counter() - last >= slice_s:
-                    await asyncio.sleep(0)
-                    last = time.perf_counter()
+            try:
+                for _ in self.sample_steps():
+                    if time.perf_counter() - last >= slice_s:
+                        await asyncio.sleep(0)
+                        last = time.perf_counter()
+            except Exception:  # a bug here must not end the rates for good: log, go on
+                log.exception("a round of the admin rate sampler failed")
             await asyncio.sleep(max(0.0, interval_s - (time.perf_counter() - started)))
 
     def sample_steps(self) -> Iterator[None]:

@@ -25,7 +25,7 @@ from isal.isal_zlib import crc32
 from sievemq.storage.bloom import HASH_MMH3, BloomFilter
 from sievemq.storage.errors import StorageError
 from sievemq.storage.filters import FilterSpec
-from sievemq.storage.types import Message, Record
+from sievemq.storage.types import KIND_STREAM, Message, Record
 
 MAGIC = b"SQ"
 VERSION = 1  # no extra blob: bytes 40..43 are reserved (0)
@@ -145,12 +145,15 @@ def encode_chunk(
     add = payload.extend
     unfiltered = False  # a message without a filter value ("" in ``values``)
     for fv, ex, rk, props, body, kind in messages:
-        if not rk and not fv and not ex:  # stream-protocol records: nothing to encode
+        if not fv:
             unfiltered = True
-            ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
-            add((props, body))
-            continue
-        fb = _filter_bytes(fv, values)
+            if not rk and not ex:  # stream-protocol records: nothing to encode
+                ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
+                add((props, body))
+                continue
+            fb = b""
+        else:
+            fb = _filter_bytes(fv, values)
         exb = ex.encode()
         rkb = rk.encode()
         ext(
@@ -229,23 +232,41 @@ def _encode_osiris(
     add_entry = entries.extend
     pack = _pack_u32
     prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
+    add_props = side.append
+    encoded: dict[str, bytes] = {}  # filter value -> its bytes (a batch repeats a few values)
     unfiltered = False
     for fv, ex, rk, props, body, _kind in messages:
-        fb = _filter_bytes(fv, values) if fv else b""
-        unfiltered = unfiltered or not fv
-        if ex or rk:
-            exb = ex.encode()
-            rkb = rk.encode()
-            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), len(body)))
-            add_side((fb, exb, rkb, props))
-        else:  # as stream-protocol publishes are
-            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), len(body)))
-            add_side((fb, props))
         bl = len(body)
         prefix = prefixes.get(bl)
         if prefix is None:
             prefix = prefixes[bl] = pack(bl)
         add_entry((prefix, body))
+        if not ex and not rk:  # as stream-protocol publishes are: HOT PATH
+            if not fv:
+                unfiltered = True
+                ext((_KIND_BIT, 0, 0, 0, len(props), bl))
+                if props:
+                    add_props(props)
+                continue
+            if len(fv) == 1:  # a Publish v2 filter value
+                value = fv[0]
+                fb = encoded.get(value)
+                if fb is None:
+                    fb = encoded[value] = value.encode()
+                ext((1 | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+                add_side((fb, props))
+                continue
+        fb = _filter_bytes(fv, values) if fv else b""
+        unfiltered = unfiltered or not fv
+        if ex or rk:
+            exb = ex.encode()
+            rkb = rk.encode()
+            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), bl))
+            add_side((fb, exb, rkb, props))
+        else:
+            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), bl))
+            add_side((fb, props))
+    values.update(encoded)
     if unfiltered:
         values.add("")
     try:
@@ -419,13 +440,17 @@ def decode_records(
     timestamp_ms: int,
     start_offset: int,
     spec: FilterSpec | None,
+    osiris: bool = False,
 ) -> tuple[list[Record], int]:
-    """Decode the records at or above ``start_offset`` that match ``spec``.
+    """Decode the records at or above ``start_offset`` that match ``spec``; ``osiris``: the
+    data is in the osiris layout (``FLAG_OSIRIS``), else in the record-table layout.
 
     Returns (records, number of records rejected by the spec). Data whose record table does
     not fit it (a torn or foreign chunk that passed its CRC) raises ``StorageError``.
     """
     try:
+        if osiris:
+            return _decode_osiris(raw, count, first_offset, timestamp_ms, start_offset, spec)
         return _decode_records(raw, count, first_offset, timestamp_ms, start_offset, spec)
     except (struct.error, IndexError, UnicodeDecodeError) as error:
         raise StorageError(f"chunk at offset {first_offset}: bad record data: {error}") from error
@@ -561,3 +586,39 @@ def _decode_records(
         p = e
         offset += 1
     return out, rejected
+
+
+def _decode_osiris(
+    raw: bytes, count: int, first: int, ts: int, start: int, spec: FilterSpec | None
+) -> tuple[list[Record], int]:
+    """``_decode_records`` for the osiris layout: the fields after the record table, the
+    bodies in the entries at the start (no rebuilt record table: exact stream filters)."""
+    elen, _ = osiris_entries(raw)
+    p = elen + count * ENTRY_SIZE  # filter bytes, exchange, routing key, properties
+    e = 4  # the body of each record, after its entry's length
+    kept: list[Record] = []
+    rejected = 0
+    matches = None if spec is None else spec.matches
+    for i, (nf, fl, el, rl, pl, bl) in enumerate(ENTRY.iter_unpack(raw[elen:p])):
+        q = p + fl
+        r = q + el + rl
+        end = r + pl
+        if first + i >= start:
+            nf &= _COUNT_MASK
+            fv: tuple[str, ...] = ()
+            if nf == 1:
+                fv = (raw[p:q].decode(),)
+            elif nf:
+                fv = _split_filters(raw[p:q], nf)
+            if matches is None or matches(fv):
+                ex = raw[q : q + el].decode()
+                rk = raw[q + el : r].decode()
+                fields = (first + i, ts, fv, ex, rk, raw[r:end], raw[e : e + bl], KIND_STREAM)
+                kept.append(_new_record(Record, fields))
+            else:
+                rejected += 1
+        p = end
+        e += 4 + bl
+    if e - 4 != elen or p != len(raw) - _TRAILER.size:
+        raise StorageError(f"osiris-layout data does not add up ({e - 4}/{elen}, {p}/{len(raw)})")
+    return kept, rejected

@@ -8,7 +8,11 @@ Shared by the gateway (which creates the directories) and the stand-alone reader
 from __future__ import annotations
 
 import hashlib
+import os
+import queue
 import shutil
+import threading
+import uuid
 from pathlib import Path
 
 STREAMS_DIR = "streams"
@@ -82,9 +86,68 @@ def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
 
 
 def remove_tombstones(data_dir: Path) -> int:
-    """Remove the directories of deleted streams a crash left behind; returns how many."""
+    """Remove the directories of deleted streams and queues a crash left behind; returns
+    how many."""
     removed = 0
-    for tombstone in (Path(data_dir) / STREAMS_DIR).glob(f"*/{TOMBSTONE_PREFIX}*"):
-        shutil.rmtree(tombstone, ignore_errors=True)
-        removed += 1
+    for kind in (STREAMS_DIR, QUEUES_DIR):
+        for tombstone in (Path(data_dir) / kind).glob(f"*/{TOMBSTONE_PREFIX}*"):
+            shutil.rmtree(tombstone, ignore_errors=True)
+            removed += 1
     return removed
+
+
+class _Remover:
+    """One daemon thread that removes discarded directories (``discard``), started on
+    first use; ``wait`` blocks until it has removed everything given so far."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Path] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.removed = 0
+
+    def put(self, path: Path) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="sievemq-remover", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+                self.removed += 1
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        self._queue.join()
+
+
+_remover = _Remover()
+
+
+def discard(directory: Path) -> Path:
+    """Remove a closed directory without waiting for it: renamed at once to a tombstone
+    beside it (its name is free again; a crash leaves the tombstone to
+    ``remove_tombstones``), then removed by a background thread. Returns the tombstone
+    (``directory`` itself when it could not be renamed, or None-like missing paths)."""
+    directory = Path(directory)
+    tombstone = directory.with_name(TOMBSTONE_PREFIX + uuid.uuid4().hex)
+    try:
+        os.rename(directory, tombstone)
+    except FileNotFoundError:
+        return directory
+    except OSError:
+        tombstone = directory
+    _remover.put(tombstone)
+    return tombstone
+
+
+def wait_discarded() -> None:
+    """Block until every directory ``discard`` was given is removed (shutdown, tests)."""
+    _remover.wait()

@@ -115,6 +115,11 @@ class PublisherSequences:
         finally:
             reader.close()
 
+    def catch_up(self, stream: Stream) -> None:
+        """Read the records appended since this was built (it was built in a worker thread
+        while the loop went on appending): usually none or a few."""
+        self.scanned = self._scan(stream, max(self.scanned, stream.first_offset))
+
     def get(self, reference: str) -> int | None:
         return self._last.get(reference)
 

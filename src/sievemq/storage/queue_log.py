@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from sievemq.storage import handles
+from sievemq.storage import handles, layout
 
 _HEAD = struct.Struct(">II")
 _FIXED = struct.Struct(">QQ")
@@ -484,12 +484,13 @@ class QueueLog:
                 setattr(self, attr, -1)
 
     def delete(self) -> None:
-        """Close and remove every file of the log."""
+        """Close the log and remove its files without waiting for them: what is staged is
+        dropped, the directory is renamed to a tombstone (the name is free at once) and a
+        background thread removes it (``layout.discard``): a queue.delete, or the exclusive
+        queues of a closing connection, never unlink segments on the event loop."""
+        self._staged = []
         self.close()
-        for path in self.directory.iterdir():
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self.directory.rmdir()
+        layout.discard(self.directory)
 
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""

@@ -363,8 +363,8 @@ class StreamReader:
                 self.at_end = False
                 return out
 
-        def decode(data: bytes, count: int, first: int, ts: int, _osiris: bool) -> bool:
-            records, rejected = decode_records(data, count, first, ts, self.position, spec)
+        def decode(data: bytes, count: int, first: int, ts: int, osiris: bool) -> bool:
+            records, rejected = decode_records(data, count, first, ts, self.position, spec, osiris)
             if spec is not None and not records:
                 stats.chunks_false_positive += 1
             if predicate is not None:
@@ -382,7 +382,7 @@ class StreamReader:
                 return True
             return False
 
-        self._walk(spec, max_chunks, chunk_filter, lambda: len(out) < max_records, decode)
+        self._walk(spec, max_chunks, chunk_filter, lambda: len(out) < max_records, decode, True)
         stats.records_matched += len(out)
         self.at_end = not self._pending and self._chunk_offset >= self._limit
         return out

@@ -94,6 +94,7 @@ _b = struct.Struct(">b")
 _H = struct.Struct(">H")
 _h = struct.Struct(">h")
 _I = struct.Struct(">I")
+_II = struct.Struct(">II")
 _i = struct.Struct(">i")
 _Q = struct.Struct(">Q")
 _q = struct.Struct(">q")
@@ -106,6 +107,24 @@ _FIXED_RAW = {0x74: 4, 0x84: 8, 0x94: 16}  # decimal32/64/128
 def _need(data: bytes, pos: int, n: int) -> None:
     if pos + n > len(data):
         raise Amqp10Error(f"value runs past the end at byte {pos}")
+
+
+def _size_and_count(data: bytes, pos: int, wide: bool, what: str) -> tuple[int, int, int]:
+    """The size and count of a list, map or array (one byte each, or four with ``wide``):
+    (count, the position of its first item, its end)."""
+    if wide:
+        _need(data, pos, 8)
+        size, count = _II.unpack_from(data, pos)
+        pos += 8
+        end = pos + size - 4
+    else:
+        _need(data, pos, 2)
+        size, count = data[pos], data[pos + 1]
+        pos += 2
+        end = pos + size - 1
+    if end > len(data) or end < pos:
+        raise Amqp10Error(f"{what} runs past the end")
+    return count, pos, end
 
 
 def decode_value(data: bytes, pos: int) -> tuple[Any, int]:
@@ -195,18 +214,7 @@ def _decode_constructor(code: int, data: bytes, pos: int) -> tuple[Any, int]:
             raise Amqp10Error(f"string is not UTF-8: {error}") from error
         return (text if code in (0xA1, 0xB1) else Symbol(text)), pos
     if code in (0xC0, 0xC1, 0xD0, 0xD1):
-        if code < 0xD0:
-            _need(data, pos, 2)
-            size, count = data[pos], data[pos + 1]
-            pos += 2
-            end = pos + size - 1
-        else:
-            _need(data, pos, 8)
-            size, count = _I.unpack_from(data, pos)[0], _I.unpack_from(data, pos + 4)[0]
-            pos += 8
-            end = pos + size - 4
-        if end > len(data) or end < pos:
-            raise Amqp10Error("compound value runs past the end")
+        count, pos, end = _size_and_count(data, pos, code >= 0xD0, "compound value")
         items = []
         for _ in range(count):
             value, pos = decode_value(data, pos)
@@ -222,18 +230,7 @@ def _decode_constructor(code: int, data: bytes, pos: int) -> tuple[Any, int]:
         except TypeError as error:
             raise Amqp10Error(f"map key is not hashable: {error}") from error
     if code in (0xE0, 0xF0):
-        if code == 0xE0:
-            _need(data, pos, 2)
-            size, count = data[pos], data[pos + 1]
-            pos += 2
-            end = pos + size - 1
-        else:
-            _need(data, pos, 8)
-            size, count = _I.unpack_from(data, pos)[0], _I.unpack_from(data, pos + 4)[0]
-            pos += 8
-            end = pos + size - 4
-        if end > len(data) or end < pos:
-            raise Amqp10Error("array runs past the end")
+        count, pos, end = _size_and_count(data, pos, code == 0xF0, "array")
         start = pos
         _need(data, pos, 1)
         elem = data[pos]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sievemq.storage import layout
 from sievemq.storage.queue_log import QueueLog
 
 
@@ -72,7 +73,9 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     log.recover()
     fill(log, 3)
     log.delete()
-    assert not directory.exists()
+    assert not directory.exists()  # renamed away at once: the name is free
+    layout.wait_discarded()  # removed by the background thread
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_noted_delivered_mark_is_written_by_flush_only(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sievemq.gateway.stream_session import subscription
-from sievemq.storage import Message, Stream, StreamConfig, chunk
+from sievemq.storage import FilterSpec, Message, Stream, StreamConfig, chunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import osiris
 
@@ -87,15 +87,26 @@ def test_old_and_new_layouts_in_one_stream_read_the_same(
     """A stream written before the osiris layout, appended to after: every reader (records,
     undecoded chunks, Deliver chunks) sees the same records in both halves."""
     s = Stream.open(tmp_path / "s", StreamConfig())
-    batch = [Message(("v1",), "", "", b"tag", b"b" * n, KIND_STREAM) for n in (1, 200)]
+    batch = [
+        Message(("v1",), "", "", b"tag", b"b" * 1, KIND_STREAM),
+        Message(("v2", "v3"), "", "", b"", b"b" * 200, KIND_STREAM),
+        Message((), "", "", b"t", b"", KIND_STREAM),
+    ]
     monkeypatch.setattr(chunk, "OSIRIS_LAYOUT", False)
     s.append(batch, timestamp_ms=1)
     monkeypatch.setattr(chunk, "OSIRIS_LAYOUT", True)
     s.append(batch, timestamp_ms=1)
     records = s.reader().read(10)
     assert [(r.offset, r.filter_values, r.properties, r.body, r.kind) for r in records] == [
-        (i, ("v1",), b"tag", m.body, KIND_STREAM) for i, m in enumerate(batch + batch)
+        (i, m.filter_values, m.properties, m.body, KIND_STREAM) for i, m in enumerate(batch * 2)
     ]
+    # an exact filter (the stream protocol's filter.N, 0-9-1's x-stream-filter), from offset 1
+    reader = s.reader()
+    reader.seek_offset(1)
+    assert [r.offset for r in reader.read(10, FilterSpec(("v3",)))] == [1, 4]
+    reader = s.reader()
+    reader.seek_offset(4)
+    assert [r.offset for r in reader.read(10, FilterSpec(("v1",), match_unfiltered=True))] == [5]
     old, new = s.reader().read_chunks(10, osiris=True)
     assert (old.osiris, new.osiris) == (False, True)
     # without osiris=True (Spark) both come in the record-table layout, byte for byte alike

@@ -301,9 +301,15 @@ class Broker:
         return vhost
 
     def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
-        """A queue is being deleted: its counts stay in the node's totals."""
+        """A queue is being deleted: its counts stay in the node's totals (a stream whose
+        files cannot be read is deleted all the same, its counts lost)."""
         if isinstance(queue, StreamQueue):
-            self.counters.retire("stream", queue.message_stats())
+            try:
+                counts = queue.message_stats()
+            except Exception:
+                log.exception("cannot read the counts of %r before its delete", queue)
+                return
+            self.counters.retire("stream", counts)
         else:
             kind = "quorum" if queue.kind == "quorum" else "classic"
             self.counters.retire(kind, classic_message_stats(queue))

@@ -86,6 +86,29 @@ class ConsumerInfo(Protocol):
         ...
 
 
+class _Unopened:
+    """A stream restored at start and not opened yet: how to open it, its read-only survey
+    (made on first need and kept: nothing changes its files until it opens), and what its
+    policy does to it once it opens (with the filter size it will have meanwhile)."""
+
+    __slots__ = ("filter_size_bytes", "on_open", "opener", "summary", "survey")
+
+    def __init__(
+        self, opener: Callable[[], Stream], survey: Callable[[], StreamSurvey | None] | None
+    ) -> None:
+        self.opener = opener
+        self.survey = survey
+        self.summary: StreamSurvey | None = None
+        self.on_open: Callable[[Stream], None] | None = None
+        self.filter_size_bytes: int | None = None
+
+    def surveyed(self) -> StreamSurvey | None:
+        """The survey (made once), or None without one or when it gave up."""
+        if self.summary is None and self.survey is not None:
+            self.summary = self.survey()
+        return self.summary
+
+
 class StreamQueue:
     """A declared stream queue of a vhost.
 
@@ -106,16 +129,11 @@ class StreamQueue:
         self.vhost = vhost
         self.arguments = arguments  # as declared (policies act on ``stream.config``)
         self._stream: Stream | None = None
-        self._opener: Callable[[], Stream] | None = None
-        self._on_open: Callable[[Stream], None] | None = None
-        self._survey = survey
-        self._summary: StreamSurvey | None = None  # from ``survey``, until the stream opens
-        # the filter size a policy gives it when it opens (``filter_size_bytes`` meanwhile)
-        self.idle_filter_size_bytes: int | None = None
+        self._unopened: _Unopened | None = None  # exactly one of the two is set
         if isinstance(stream, Stream):
             self._stream = stream
         else:
-            self._opener = stream
+            self._unopened = _Unopened(stream, survey)
         self.policy: str | None = None  # the names of the policies that apply, if any
         self.operator_policy: str | None = None
         self.effective_policy: dict[str, Any] = {}
@@ -130,22 +148,24 @@ class StreamQueue:
         """The storage stream (recovered and opened now if this is its first use)."""
         stream = self._stream
         if stream is None:
-            assert self._opener is not None
-            stream = self._stream = self._opener()
-            self._opener = None
-            self._summary = self._survey = None
-            if self._on_open is not None:
-                self._on_open(stream)
-                self._on_open = None
+            unopened = self._unopened
+            assert unopened is not None
+            stream = self._stream = unopened.opener()
+            self._unopened = None
+            if unopened.on_open is not None:
+                unopened.on_open(stream)
         return stream
 
-    def when_open(self, change: Callable[[Stream], None]) -> None:
+    def when_open(self, change: Callable[[Stream], None], filter_size_bytes: int) -> None:
         """Run ``change`` on the storage stream now if it is open, else when it is first
-        opened (the latest change wins): a policy reaches an idle stream without opening it."""
-        if self._stream is not None:
-            change(self._stream)
+        opened (the latest change wins), reporting ``filter_size_bytes`` (the one ``change``
+        sets) meanwhile: a policy reaches an idle stream without opening it."""
+        unopened = self._unopened
+        if unopened is None:
+            change(self.stream)
         else:
-            self._on_open = change
+            unopened.on_open = change
+            unopened.filter_size_bytes = filter_size_bytes
 
     @property
     def opened_stream(self) -> Stream | None:
@@ -160,6 +180,21 @@ class StreamQueue:
         deduplicated AMQP publishes alike), rebuilt from the data on first use."""
         if self._sequences is None:
             self._sequences = PublisherSequences(self.stream, dedup.stored_tag)
+        return self._sequences
+
+    def sequences_builder(self) -> Callable[[], PublisherSequences]:
+        """The rebuild of ``publisher_sequences`` (snapshot + scan of the stream after it),
+        as a call to run in a worker thread; give its result to ``adopt_sequences`` on the
+        loop. Opens the stream now (on the caller's thread) if it is not open yet."""
+        stream = self.stream
+        return lambda: PublisherSequences(stream, dedup.stored_tag)
+
+    def adopt_sequences(self, sequences: PublisherSequences) -> PublisherSequences:
+        """Take sequences built by ``sequences_builder`` (reading what was appended since),
+        unless some were loaded meanwhile; returns the ones in use."""
+        if self._sequences is None:
+            sequences.catch_up(self.stream)
+            self._sequences = sequences
         return self._sequences
 
     @property
@@ -190,9 +225,8 @@ class StreamQueue:
 
     def _surveyed(self) -> StreamSurvey | None:
         """The survey of a stream not opened yet (made once), else None."""
-        if self._stream is None and self._survey is not None and self._summary is None:
-            self._summary = self._survey()
-        return self._summary if self._stream is None else None
+        unopened = self._unopened
+        return None if unopened is None else unopened.surveyed()
 
     @property
     def end_offset(self) -> int:
@@ -205,10 +239,11 @@ class StreamQueue:
     @property
     def filter_size_bytes(self) -> int:
         """The Bloom filter size of its chunks (an idle stream's as it will open)."""
-        if self._stream is not None:
-            return self._stream.config.filter_size_bytes
-        if self.idle_filter_size_bytes is not None:
-            return self.idle_filter_size_bytes
+        unopened = self._unopened
+        if unopened is None:
+            return self.stream.config.filter_size_bytes
+        if unopened.filter_size_bytes is not None:
+            return unopened.filter_size_bytes
         return self.arguments.filter_size_bytes
 
     @property

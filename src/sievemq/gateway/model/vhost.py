@@ -497,8 +497,8 @@ class VirtualHost:
                 # read at the next chunk and segment roll (retention runs at each roll)
                 stream.config = wanted
 
-        queue.idle_filter_size_bytes = limits.filter_size_bytes
-        queue.when_open(put_limits)  # an idle stream restored at start stays closed
+        # an idle stream restored at start stays closed
+        queue.when_open(put_limits, limits.filter_size_bytes)
 
     def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
         return (

@@ -46,6 +46,7 @@ class StreamProtocol(asyncio.Protocol):
         "_fd",
         "_held",
         "_high",
+        "_loading",
         "_max_frame",
         "_paused",
         "_starved",
@@ -61,6 +62,7 @@ class StreamProtocol(asyncio.Protocol):
         self._paused = False
         self._held = False  # a resource alarm: the handler's publishers wait in TCP
         self._starved = False  # the handler's publishers are out of publish credit
+        self._loading = False  # the handler waits for a load in a worker thread
         self._stopped = False
         self._high = write_buffer_high
         self.transport: asyncio.Transport | None = None
@@ -187,7 +189,7 @@ class StreamProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None and self._paused and not self._stopped:
             self._paused = False
-            if not self._held and not self._starved:
+            if not self._held and not self._starved and not self._loading:
                 self.transport.resume_reading()
         self._conn.on_resume_writing()
 
@@ -203,12 +205,19 @@ class StreamProtocol(asyncio.Protocol):
             self._starved = held
             self._apply_holds()
 
+    def hold_for_load(self, held: bool) -> None:
+        """Stop (or restart) reading while a command waits for a load in a worker thread
+        (the frames after it wait in TCP, in order)."""
+        if held != self._loading:
+            self._loading = held
+            self._apply_holds()
+
     def _apply_holds(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing() or self._stopped:
             return
         with contextlib.suppress(RuntimeError):
-            if self._held or self._starved or self._paused:
+            if self._held or self._starved or self._paused or self._loading:
                 transport.pause_reading()
             else:
                 transport.resume_reading()

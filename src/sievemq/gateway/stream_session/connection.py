@@ -93,6 +93,9 @@ class StreamConnection:
         self._watched: dict[int, StreamQueue] = {}
         self._received = False
         self._sent = False
+        # frames received while a command waits for a load (``_await_sequences``), else None
+        self._waiting: list[wire.Frame] | None = None
+        self._current = wire.Frame(0, 0, b"")  # the command being handled
         self._heartbeat_handle: asyncio.TimerHandle | None = None
         self._missed = 0
         self.read_control: Any = None  # the protocol: stop_reading(), hold_reading()
@@ -257,7 +260,10 @@ class StreamConnection:
 
     def on_frames(self, frames: list[wire.Frame]) -> None:
         self._received = True
-        for key, version, body in frames:
+        if self._waiting is not None:  # a command waits for a load: the rest after it
+            self._waiting.extend(frames)
+            return
+        for i, (key, version, body) in enumerate(frames):
             if not self.alive:
                 return
             try:
@@ -267,6 +273,43 @@ class StreamConnection:
             except Exception:  # a bug must cost one connection, never the server
                 log.exception("stream connection: command %d failed", key)
                 self.close(wire.INTERNAL_ERROR, "internal error")
+            if self._waiting is not None:
+                self._waiting.extend(frames[i + 1 :])
+                return
+
+    def _await_sequences(self, queue: StreamQueue) -> bool:
+        """False when the queue's publisher sequences are loaded. Else (a stream with no
+        snapshot after a crash is scanned whole) they load in a worker thread, and the
+        command being handled (DeclarePublisher, QueryPublisherSequence) is handled again
+        once they are, then the frames this connection sent after it, in order: its
+        reading stops meanwhile; other connections go on."""
+        if queue.loaded_sequences is not None:
+            return False
+        frame = self._current
+        self._waiting = []
+        control = self.read_control
+        if control is not None:
+            control.hold_for_load(True)
+
+        def loaded(future: asyncio.Future[None]) -> None:
+            waiting, self._waiting = self._waiting or [], None
+            if control is not None:
+                control.hold_for_load(False)
+            if not self.alive:
+                return
+            error = future.exception()
+            if error is not None and not queue.deleted:
+                log.error("publisher sequences of %s failed to load: %s", queue.name, error)
+                self.close(
+                    wire.INTERNAL_ERROR,
+                    f"cannot read the publisher sequences of stream {queue.name} "
+                    f"({type(error).__name__}: {error})",
+                )
+                return
+            self.on_frames([frame, *waiting])
+
+        self.snode.load_sequences(queue).add_done_callback(loaded)
+        return True
 
     def _dispatch(self, key: int, version: int, body: bytes) -> None:
         if key == wire.PUBLISH:
@@ -282,6 +325,7 @@ class StreamConnection:
         if handler is None:
             self.close(wire.UNKNOWN_FRAME, f"unknown frame: key {key} version {version}")
             return
+        self._current = wire.Frame(key, version, body)  # (a handler that waits replays it)
         if key in _DEFINITION_CHANGES:
             self._durably(handler, Cursor(body))
             return
@@ -731,6 +775,8 @@ class StreamConnection:
         if clash or len(reference.encode()) > MAX_REFERENCE_BYTES:
             self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.PRECONDITION_FAILED))
             return
+        if reference and self._await_sequences(queue):
+            return  # handled again once the sequences are loaded
         sequences = self.snode.sequences(queue) if reference else None
         appender = self.node.appender(queue)
         assert isinstance(appender, StreamAppender)  # vhost.queues holds stream queues only
@@ -768,6 +814,8 @@ class StreamConnection:
         queue = self._readable(name, lambda c: wire.query_publisher_sequence_response(corr, c, 0))
         if queue is None:
             return
+        if reference and self._await_sequences(queue):
+            return  # handled again once the sequences are loaded
         stored = self.snode.sequences(queue).get(reference) if reference else None
         self.write(wire.query_publisher_sequence_response(corr, wire.OK, stored or 0))
 

@@ -27,7 +27,6 @@ from sievemq.storage.chunk import (
     decode_records,
     length_prefixed_runs,
     osiris_runs,
-    osiris_to_table,
 )
 from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
@@ -296,12 +295,13 @@ class Subscription(CommitWaker):
                         if built is None:  # a 0-9-1 record to convert: per record
                             chunks.pop()
                             records, _ = decode_records(
-                                osiris_to_table(raw.data, raw.records) if raw.osiris else raw.data,
+                                raw.data,
                                 raw.records,
                                 raw.first_offset,
                                 raw.timestamp_ms,
                                 raw.start,
                                 None,
+                                raw.osiris,
                             )
                             built = []
                     k = 0
