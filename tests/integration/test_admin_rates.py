@@ -6,7 +6,7 @@ and on the connection, as RabbitMQ's management plugin does."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,27 @@ def _steady_publish(ch: Any, conn: Any, queues: list[str], body: bytes) -> int:
     return sent
 
 
+def _poll(http: Any, path: str, done: Callable[[Any], bool], timeout: float) -> Any:
+    """GET ``path`` until ``done`` holds or ``timeout`` passes; the last answer either way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page = http.get(path).json()
+        if done(page) or time.monotonic() > deadline:
+            return page
+        time.sleep(0.1)
+
+
+def _pages_once_stored(http: Any, names: list[str], sent: int) -> list[Any]:
+    """The queues' pages once each counts ``sent`` messages (a stream's last batch may still
+    be on its way to the disk when the declare-ok is sent)."""
+    deadline = time.monotonic() + 5
+    while True:
+        pages = [http.get(f"/api/queues/%2F/{q(name)}").json() for name in names]
+        if all(p["messages"] == sent for p in pages) or time.monotonic() > deadline:
+            return pages
+        time.sleep(0.05)
+
+
 def _of_the_pace(rate: float) -> bool:
     # the machine is shared and noisy: the right order, not the exact figure
     return PACE * 0.4 <= rate <= PACE * 2.5
@@ -57,9 +78,11 @@ def test_first_request_shows_real_rates(sampled: ServerProcess, tmp_path: Path) 
     ch.queue_declare(classic, durable=True)
     ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     sent = _steady_publish(ch, conn, [classic, stream], body)
+    # the declare-oks come after every publish before them was read by the server
+    ch.queue_declare(classic, durable=True, passive=True)
+    ch.queue_declare(stream, durable=True, passive=True)
     with client(sampled) as http:
-        cq = http.get(f"/api/queues/%2F/{q(classic)}").json()
-        sq = http.get(f"/api/queues/%2F/{q(stream)}").json()
+        cq, sq = _pages_once_stored(http, [classic, stream], sent)
         overview = http.get("/api/overview").json()
         vhost = http.get("/api/vhosts/%2F").json()
         connections = http.get("/api/connections").json()
@@ -93,9 +116,15 @@ def test_first_request_shows_real_rates(sampled: ServerProcess, tmp_path: Path) 
     while got < sent and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.1)
     assert got == sent
-    time.sleep(1.5)  # a sample of the drained queue
+    # the next samples of the drained queue (the sampler runs every second; within the 5 s
+    # window the drain shows as a negative length rate)
     with client(sampled) as http:
-        drained = http.get(f"/api/queues/%2F/{q(classic)}").json()
+        drained = _poll(
+            http,
+            f"/api/queues/%2F/{q(classic)}",
+            lambda page: page["messages"] == 0 and page["messages_details"]["rate"] < 0,
+            timeout=4.0,
+        )
     conn.close()
     assert drained["messages"] == 0
     assert drained["messages_details"]["rate"] < 0, drained
@@ -107,9 +136,23 @@ def test_idle_server_has_zero_rates(sampled: ServerProcess) -> None:
     """Rates come down when nothing moves (the sampler keeps sampling)."""
     with client(sampled) as http:
         http.put("/api/queues/%2F/idle-q", json={"durable": True})
-        time.sleep(6.5)
-        page = http.get("/api/queues/%2F/idle-q").json()
-        overview = http.get("/api/overview").json()
+        time.sleep(6.5)  # longer than the 5 s window since anything last moved
+        # a loaded machine may run the sampler late: wait for its samples, not a fixed time
+        page = _poll(
+            http,
+            "/api/queues/%2F/idle-q",
+            lambda p: p["messages_details"] == {"rate": 0.0},
+            timeout=20.0,
+        )
+        overview = _poll(
+            http,
+            "/api/overview",
+            lambda o: (
+                o["queue_totals"]["messages_details"] == {"rate": 0.0}
+                and o["message_stats"]["publish_details"] == {"rate": 0.0}
+            ),
+            timeout=20.0,
+        )
     assert page["messages_details"] == {"rate": 0.0}
     assert overview["message_stats"]["publish_details"] == {"rate": 0.0}
     assert overview["queue_totals"]["messages_details"] == {"rate": 0.0}
