@@ -148,6 +148,11 @@ def discard(directory: Path) -> Path:
     return tombstone
 
 
+def remove_later(tombstone: Path) -> None:
+    """Have the background thread remove an already renamed-away (tombstone) directory."""
+    _remover.put(Path(tombstone))
+
+
 def wait_discarded() -> None:
     """Block until every directory ``discard`` was given is removed (shutdown, tests)."""
     _remover.wait()

@@ -18,7 +18,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from sievemq.storage import bloom as _bloom
-from sievemq.storage import handles
+from sievemq.storage import handles, layout
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
     INDEX_ENTRY,
@@ -608,8 +608,9 @@ class Stream:
         """Remove the stream, without syncing what is going away (idempotent).
 
         Never waits for the disk or for an append running in another thread: the directory
-        is renamed to a tombstone at once (the name is free again), and the files are
-        closed and removed now, or by that thread when its append ends."""
+        is renamed to a tombstone at once (the name is free again, and a restart removes a
+        tombstone a crash left), the files are closed now, or by that thread when its
+        append ends, and a background thread removes them (``layout.remove_later``)."""
         with self._state:
             if self._remove_pending or (self._closed and not self.directory.exists()):
                 return
@@ -629,7 +630,10 @@ class Stream:
     def _remove_files(self) -> None:
         self._close_files()
         self.offsets.close(sync=False)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory.name.startswith(TOMBSTONE_PREFIX):
+            layout.remove_later(self.directory)
+        else:  # never renamed (it was gone already): nothing of it should be left
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> Stream:
         return self

@@ -1,18 +1,21 @@
 """Stream.delete while an append (with its fdatasync) runs in another thread.
 
-The directory is renamed at once, so the name is free; the writing thread keeps its files
-open until its append ends and then removes them. Nothing is synced for a deleted stream.
+The directory is renamed at once, so the name is free (the rename is what makes the delete
+durable); the writing thread keeps its files open until its append ends, and a background
+thread removes the tombstone. Nothing is synced for a deleted stream.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sievemq.storage import Durability, Message, Stream, StreamConfig
+from sievemq.storage import Durability, Message, Stream, StreamConfig, layout
 from sievemq.storage.layout import TOMBSTONE_PREFIX
 
 
@@ -56,23 +59,64 @@ def test_delete_during_an_append_in_another_thread(
     release.set()
     worker.join(10)
     assert results == [1]  # the append itself completed (the appender nacks it anyway)
-    assert [p.name for p in tmp_path.iterdir()] == ["s"]  # the worker removed the tombstone
+    layout.wait_discarded()  # closed by the worker, then removed in the background
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]
     stream.delete()  # idempotent
     again.close()
 
 
-def test_delete_without_a_writer_removes_at_once_without_syncing(
+def test_delete_without_a_writer_is_what_users_see_and_removes_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stream = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
-    stream.append([_msg(b"x")])
+    stream.append([_msg(b"x"), _msg(b"y")])
     stream.offsets.set("reader", 0)
     syncs: list[int] = []
+    removed_on: list[int] = []
+    go = threading.Event()
+    real_rmtree, real_fdatasync, real_fsync = shutil.rmtree, os.fdatasync, os.fsync
+
+    def held_rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        removed_on.append(threading.get_ident())
+        assert go.wait(10)
+        real_rmtree(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "fdatasync", syncs.append)
     monkeypatch.setattr(os, "fsync", syncs.append)
-    stream.delete()
-    assert syncs == []
-    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(shutil, "rmtree", held_rmtree)
+    stream.delete()  # returns while the removal is held
+    assert syncs == []  # nothing is synced for a stream that is going away
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    # the stream is gone: its name is free, and a new stream of that name starts empty
+    assert not (tmp_path / "s").exists()
+    again = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.NEVER))
+    assert again.end_offset == 0
+    assert again.offsets.get("reader") is None
+    again.close()
+    # a restart (a new open of the same directory) does not bring the old messages back
+    reopened = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.NEVER))
+    assert reopened.end_offset == 0
+    reopened.close()
+    # the tombstone is removed eventually, by the background thread
+    go.set()
+    layout.wait_discarded()
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]
+    assert removed_on and threading.get_ident() not in removed_on
+    stream.delete()  # idempotent
+
+
+def test_a_tombstone_a_crash_left_is_removed_at_the_next_start(tmp_path: Path) -> None:
+    # the rename is what makes the delete durable: a crash before the background removal
+    # leaves a tombstone, which is never read as a stream and goes at the next start
+    streams = tmp_path / layout.STREAMS_DIR / "%2F"
+    stream = Stream.open(streams / "s", StreamConfig(durability=Durability.ALWAYS))
+    stream.append([_msg(b"x")])
+    stream.close()
+    (streams / "s").rename(streams / (TOMBSTONE_PREFIX + "crashed"))
+    assert layout.stream_names(tmp_path, "/") == []
+    assert layout.remove_tombstones(tmp_path) == 1
+    assert list(streams.iterdir()) == []
 
 
 def test_close_syncs_only_a_stream_written_since_its_last_sync(
