@@ -1,13 +1,19 @@
-"""A slow (or failing) ``os.fdatasync`` of definitions.log, and a loop-lateness ticker, for
-the tests that check definitions changes never sync on the event loop."""
+"""A slow (or failing) ``os.fdatasync`` of definitions.log, a slow removal of deleted
+queues' files, and a loop-lateness ticker, for the tests that check definitions changes
+never sync, and deletes never remove files, on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sievemq.storage.layout import TOMBSTONE_PREFIX
 
 SLOW_SYNC_S = 1.0
 HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
@@ -97,3 +103,22 @@ class SlowStreamDirSync:
             if self.error is not None:
                 raise self.error
         self._real(fd)
+
+
+class SlowRemoval:
+    """``shutil.rmtree`` that sleeps ``SLOW_SYNC_S`` first for a deleted stream's or queue's
+    tombstone under one of ``kinds`` (``streams``, ``queues``), recording the thread."""
+
+    def __init__(self, kinds: tuple[str, ...] = ("streams", "queues")) -> None:
+        self.kinds = kinds
+        self.threads: list[int] = []
+        self.removed: list[Path] = []
+        self._real: Callable[..., Any] = shutil.rmtree
+
+    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> None:
+        p = Path(path)
+        if p.name.startswith(TOMBSTONE_PREFIX) and any(k in p.parts for k in self.kinds):
+            self.threads.append(threading.get_ident())
+            time.sleep(SLOW_SYNC_S)
+            self.removed.append(p)
+        self._real(path, *args, **kwargs)

@@ -141,6 +141,7 @@ async def test_definition_fsync_runs_off_the_loop(monkeypatch: pytest.MonkeyPatc
                 ("DELETE", "/api/policies/v1/p", None),
                 ("DELETE", "/api/operator-policies/v1/o", None),
                 ("DELETE", "/api/global-parameters/g", None),
+                ("DELETE", "/api/vhosts/v1", None),
             ):
                 synced_in.clear()
                 r = await http.request(method, path, json=body)

@@ -10,37 +10,18 @@ import asyncio
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aio_pika
 import pytest
 
 from sievemq.storage import layout
-from sievemq.storage.layout import QUEUES_DIR, TOMBSTONE_PREFIX
+from sievemq.storage.layout import QUEUES_DIR
 from sievemq.testing import running_gateway
 
-from .slow_sync import SLOW_SYNC_S, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowRemoval, _ticker
 
 pytestmark = pytest.mark.timeout(90)
-
-
-class SlowRemoval:
-    """``shutil.rmtree`` that sleeps ``SLOW_SYNC_S`` first for a queue's tombstone."""
-
-    def __init__(self) -> None:
-        self.threads: list[int] = []
-        self.removed: list[Path] = []
-        self._real: Callable[..., Any] = shutil.rmtree
-
-    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> None:
-        p = Path(path)
-        if p.name.startswith(TOMBSTONE_PREFIX) and QUEUES_DIR in p.parts:
-            self.threads.append(threading.get_ident())
-            time.sleep(SLOW_SYNC_S)
-            self.removed.append(p)
-        self._real(path, *args, **kwargs)
 
 
 @pytest.mark.parametrize("how", ["connection-close", "queue-delete"])
@@ -70,7 +51,7 @@ async def test_a_classic_queues_files_go_off_the_loop(
             pass  # never acked
 
         await mine.consume(hold)
-        slow = SlowRemoval()
+        slow = SlowRemoval(kinds=(QUEUES_DIR,))
         monkeypatch.setattr(shutil, "rmtree", slow)
         lateness: list[float] = []
         ticks = asyncio.ensure_future(_ticker(loop, lateness))

@@ -887,8 +887,8 @@ async def put_vhost(request: Request, vhost: str, who: Admin) -> Response:
 
 @router.delete("/vhosts/{vhost}", status_code=204)
 async def delete_vhost(request: Request, vhost: str, who: Admin) -> Response:
-    _facade(request).delete_vhost(name(vhost))
-    return Response(status_code=204)
+    f = _facade(request)
+    return await saved(f, lambda: f.delete_vhost(name(vhost)))
 
 
 @router.get("/vhosts/{vhost}/permissions")

@@ -1384,6 +1384,8 @@ class BrokerFacade:
         return not existed
 
     def delete_vhost(self, name: str) -> None:
+        """Close the vhost's connections and delete it (inside ``unsynced``: the definitions
+        fdatasync is left to ``synced``; the queues' files go in a background thread)."""
         if self.node is not None:
             forced = ConnectionForced(f"vhost '{name}' is deleted")
             for conn in [c for c in self._connections() if c.vhost_name == name]:

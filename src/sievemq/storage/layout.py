@@ -7,6 +7,7 @@ Shared by the gateway (which creates the directories) and the stand-alone reader
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -94,6 +95,21 @@ def remove_tombstones(data_dir: Path) -> int:
             shutil.rmtree(tombstone, ignore_errors=True)
             removed += 1
     return removed
+
+
+def remove_empty_vhost_dirs(data_dir: Path, vhosts: set[str]) -> None:
+    """Remove the empty directories of vhosts not in ``vhosts`` (a deleted vhost's: its
+    queues' tombstones are gone by then). Only at start, once the definitions are read."""
+    for kind in (STREAMS_DIR, QUEUES_DIR):
+        try:
+            vhost_dirs = list((Path(data_dir) / kind).iterdir())
+        except OSError:
+            continue
+        for vhost_dir in vhost_dirs:
+            name = name_of(vhost_dir.name)
+            if name is not None and name not in vhosts:
+                with contextlib.suppress(OSError):  # not empty (or not a directory): kept
+                    vhost_dir.rmdir()
 
 
 class _Remover:

@@ -119,6 +119,15 @@ def test_a_tombstone_a_crash_left_is_removed_at_the_next_start(tmp_path: Path) -
     assert list(streams.iterdir()) == []
 
 
+def test_empty_directories_of_deleted_vhosts_go_at_start(tmp_path: Path) -> None:
+    streams = tmp_path / layout.STREAMS_DIR
+    for vhost in ("%2F", "gone", "kept-empty", "busy"):
+        (streams / vhost).mkdir(parents=True)
+    (streams / "busy" / "s").mkdir()
+    layout.remove_empty_vhost_dirs(tmp_path, {"/", "kept-empty"})
+    assert sorted(p.name for p in streams.iterdir()) == ["%2F", "busy", "kept-empty"]
+
+
 def test_close_syncs_only_a_stream_written_since_its_last_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

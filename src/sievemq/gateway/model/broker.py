@@ -122,6 +122,7 @@ class Broker:
                 gc.enable()
         for vhost in self.vhosts.values():
             vhost.touched.clear()
+        layout.remove_empty_vhost_dirs(self.data_dir, set(self.vhosts))
         self._loading = False
         if stored is None or self._restore_dropped:
             self.save_definitions(everything=True)
@@ -253,6 +254,8 @@ class Broker:
 
     @staticmethod
     def _remove_stream(queue: StreamQueue) -> None:
+        """A deleted stream's files go: renamed to a tombstone now, removed in the
+        background (``Stream.delete``)."""
         queue.stream.delete()
 
     def _open_queue_log(self, vhost: str, name: str) -> QueueLog:
@@ -315,7 +318,9 @@ class Broker:
             self.counters.retire(kind, classic_message_stats(queue))
 
     def delete_vhost(self, name: str) -> None:
-        """Delete a vhost with all its queues (their files go too)."""
+        """Delete a vhost with all its queues: their directories are renamed to tombstones
+        and removed by a background thread (``Stream.delete``, ``layout.discard``); the vhost's
+        own (then empty) directories go at the next start (``remove_empty_vhost_dirs``)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
             raise NotFound(f"no vhost '{name}'")
