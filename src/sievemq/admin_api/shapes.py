@@ -59,6 +59,8 @@ def queue(v: StreamView, consumers: list[ConsumerView], node: str, detail: bool)
             "deliver_get_details": details(v.deliver_rate),
             "deliver": v.delivered,
             "deliver_details": details(v.deliver_rate),
+            "ack": v.acked,
+            "ack_details": details(v.ack_rate),
         },
         **_lengths(
             v.messages,

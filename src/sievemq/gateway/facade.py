@@ -150,6 +150,8 @@ class StreamView:
     filter_size_bytes: int
     filter_stats: FilterStatsView
     messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
+    acked: int = 0  # AMQP consumers' deliveries settled by basic.ack (RabbitMQ's ``ack``)
+    ack_rate: float = 0.0
     # per second over the last RATE_WINDOW_S: messages, messages_ready, messages_unacknowledged
     length_rates: dict[str, float] = field(default_factory=dict)
     durable: bool = True
@@ -773,6 +775,7 @@ class BrokerFacade:
             st["publish"] += sv.published
             st["deliver"] += sv.delivered
             st["deliver_get"] += sv.delivered
+            st["ack"] += sv.acked
         for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
             for k, n in counts.items():
                 out[kind][k] += n
@@ -1949,10 +1952,12 @@ class BrokerFacade:
     def _stream_rates(
         self, queue: StreamQueue, messages: int, unacked: int, now: float
     ) -> dict[str, float]:
-        """A stream's publish and deliver rates (``publish``, ``deliver_get``) and lengths'."""
+        """A stream's publish, deliver and ack rates (``publish``, ``deliver_get``, ``ack``)
+        and its lengths'."""
         counts = {
             "publish": queue.end_offset,
             "deliver_get": queue.filter_stats.messages_delivered,
+            "ack": queue.acked,
         }
         return self._with_lengths(_queue_key(queue), counts, messages, unacked, now)
 
@@ -1997,6 +2002,8 @@ class BrokerFacade:
             filter_size_bytes=queue.filter_size_bytes,
             filter_stats=FilterStatsView(**vars(queue.filter_stats)),
             messages_unacknowledged=unacked,
+            acked=queue.acked,
+            ack_rate=rates["ack"],
             length_rates={k: rates[k] for k in LENGTHS},
         )
 

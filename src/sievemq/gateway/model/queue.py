@@ -139,6 +139,7 @@ class StreamQueue:
         self.effective_policy: dict[str, Any] = {}
         self.consumers: set[ConsumerInfo] = set()
         self.filter_stats = FilterStats()
+        self.acked = 0  # deliveries AMQP consumers acknowledged with basic.ack (RabbitMQ's ack)
         self.deleted = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
@@ -267,9 +268,14 @@ class StreamQueue:
 
     def message_stats(self) -> dict[str, int]:
         """RabbitMQ's message_stats of a stream: appended (its end offset, so it survives a
-        restart) and delivered to consumers (streams have no basic.get)."""
+        restart), delivered to consumers (streams have no basic.get) and acknowledged."""
         delivered = self.filter_stats.messages_delivered
-        return {"publish": self.end_offset, "deliver": delivered, "deliver_get": delivered}
+        return {
+            "publish": self.end_offset,
+            "deliver": delivered,
+            "deliver_get": delivered,
+            "ack": self.acked,
+        }
 
     def notify_deleted(self) -> None:
         """Mark deleted and call every delete listener once; a failing listener is skipped

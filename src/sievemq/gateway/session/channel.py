@@ -443,6 +443,8 @@ class Channel:
                 )
             if self.classic is not None:
                 self.classic.settle(tag, False, finished, method_id)
+            if method_id == METHOD_ACK:
+                consumer.count_acks(1)
             consumer.give_credit(1)
             if consumer.tracker is not None:
                 consumer.tracker.settled(tag, finished)
@@ -463,7 +465,10 @@ class Channel:
             for key, consumer in done:
                 if consumer.tracker is not None:
                     consumer.tracker.settled(key, finished)
+        acked = method_id == METHOD_ACK
         for consumer, n in credit.items():
+            if acked:
+                consumer.count_acks(n)  # once per consumer and frame, not per message
             consumer.give_credit(n)
 
     def wake_consumers(self) -> None:

@@ -154,6 +154,9 @@ class StreamConsumer(CommitWaker):
         self.listen()
         self.wake()
 
+    def count_acks(self, n: int) -> None:
+        self.queue.acked += n
+
     def give_credit(self, n: int) -> None:
         was = self.credit
         self.credit = min(self.prefetch, was + n)
