@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
 from sievemq.spark.source import RangePartition, SieveDataSource
 from sievemq.storage import ReadStats
+from sievemq.storage.durable import fsync_dir
 
 GROUP_ROWS = 65536  # rows per Parquet row group (batches are joined up to this)
 
@@ -39,14 +40,6 @@ def plan(options: dict[str, str]) -> tuple[list[RangeTask], ReadSettings, pa.Sch
     reader = source.reader(source.schema())
     tasks = [p.task for p in reader.partitions() if isinstance(p, RangePartition)]
     return tasks, reader.settings, reader.arrow
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_range(
@@ -129,5 +122,5 @@ def write_parquet(
         name = f"part-00000-{run}.snappy.parquet"
         pq.write_table(schema.empty_table(), folder / name, compression="snappy")
         written = [(name, 0)]
-    _fsync(folder)
+    fsync_dir(folder)
     return written
