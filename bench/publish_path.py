@@ -218,6 +218,22 @@ def child(args: argparse.Namespace, kind: str, src: Path) -> dict[str, Any]:
     return result
 
 
+def summarize_cpu_runs(runs: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Per case: median and least CPU µs/msg of "sievemq" (and "baseline", with the ratios)."""
+    results: dict[str, Any] = {}
+    for kind, by in runs.items():
+        medians = {name: round(statistics.median(v), 2) for name, v in by.items()}
+        # the least of the runs: on a shared machine noise only ever adds CPU time
+        least = {name: round(min(v), 2) for name, v in by.items()}
+        entry: dict[str, Any] = {"cpu_us_per_msg": medians, "min_cpu_us_per_msg": least}
+        if "baseline" in medians:
+            entry["ratio_over_baseline"] = round(medians["sievemq"] / medians["baseline"], 3)
+            entry["min_ratio_over_baseline"] = round(least["sievemq"] / least["baseline"], 3)
+        entry["runs"] = {name: [round(x, 2) for x in v] for name, v in by.items()}
+        results[kind] = entry
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=100_000)
@@ -259,17 +275,7 @@ def main() -> None:
     finally:
         if base_src is not None:
             shutil.rmtree(base_src, ignore_errors=True)
-    results: dict[str, Any] = {}
-    for kind, by in runs.items():
-        medians = {name: round(statistics.median(v), 2) for name, v in by.items()}
-        # the least of the runs: on a shared machine noise only ever adds CPU time
-        least = {name: round(min(v), 2) for name, v in by.items()}
-        entry: dict[str, Any] = {"cpu_us_per_msg": medians, "min_cpu_us_per_msg": least}
-        if "baseline" in medians:
-            entry["ratio_over_baseline"] = round(medians["sievemq"] / medians["baseline"], 3)
-            entry["min_ratio_over_baseline"] = round(least["sievemq"] / least["baseline"], 3)
-        entry["runs"] = {name: [round(x, 2) for x in v] for name, v in by.items()}
-        results[kind] = entry
+    results = summarize_cpu_runs(runs)
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
         capture_output=True,

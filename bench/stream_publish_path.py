@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import struct
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.publish_path import summarize_cpu_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM = "bench-stream-publish-path"
@@ -266,16 +267,7 @@ def main() -> None:
         for tree in (base_src, new_src if args.new else None):
             if tree is not None:
                 shutil.rmtree(tree, ignore_errors=True)
-    results: dict[str, Any] = {}
-    for key, by in runs.items():
-        medians = {name: round(statistics.median(v), 2) for name, v in by.items()}
-        least = {name: round(min(v), 2) for name, v in by.items()}
-        entry: dict[str, Any] = {"cpu_us_per_msg": medians, "min_cpu_us_per_msg": least}
-        if "baseline" in medians:
-            entry["ratio_over_baseline"] = round(medians["sievemq"] / medians["baseline"], 3)
-            entry["min_ratio_over_baseline"] = round(least["sievemq"] / least["baseline"], 3)
-        entry["runs"] = {name: [round(x, 2) for x in v] for name, v in by.items()}
-        results[key] = entry
+    results = summarize_cpu_runs(runs)
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
         capture_output=True,
