@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from sievemq.admin_api import errors, metrics, policies, rabbit, streams
+from sievemq.admin_api import cluster_name, errors, metrics, policies, rabbit, streams
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.facade import BrokerFacade
 
@@ -57,6 +57,7 @@ def create_app(
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
         app.include_router(policies.router)
+        app.include_router(cluster_name.router)
         app.include_router(streams.router)
         app.include_router(metrics.router)
 

@@ -20,7 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import admin, facade_of, monitor, require, require_vhost, user
 from sievemq.admin_api.changes import saved
+from sievemq.admin_api.cluster_name import cluster_name
 from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_found
+from sievemq.admin_api.lenient import parse_int
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.slicing import Slicer, heavy
@@ -136,7 +138,9 @@ def _readable_vhost(f: BrokerFacade, who: Principal, raw: str) -> str:
 async def overview(request: Request, who: User, slicer: Heavy) -> dict[str, Any]:
     f = _facade(request)
     streams = await slicer.collect(f.iter_streams())
-    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    shown = shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    shown["cluster_name"] = cluster_name(f)  # set with PUT /api/cluster-name
+    return shown
 
 
 @router.get("/whoami")
@@ -364,12 +368,10 @@ async def get_messages(request: Request, vhost: str, queue: str, who: User) -> R
     missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
     if missing:
         raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
-    count, truncate = body["count"], body.get("truncate")
-    for value in (count, truncate):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            err = ApiError(400, "bad_request")
-            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
-            raise err
+    count = parse_int(body["count"])  # "1" too, as RabbitMQ (its rabbitmqadmin sends that)
+    truncate = body.get("truncate")
+    if truncate is not None:
+        truncate = parse_int(truncate)
     if body["encoding"] not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
     require(who, v, "read", "queue", q)
@@ -400,7 +402,9 @@ async def queue_bindings(
 
 
 def _exchanges(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[str, Any]]:
-    return [shapes.exchange(x) for x in f.list_exchanges(vhost) if who.may_see(x.vhost)]
+    seen = [x for x in f.list_exchanges(vhost) if who.may_see(x.vhost)]
+    seen.sort(key=lambda x: (x.vhost, x.name))  # RabbitMQ's order (rabbitmqadmin shows it)
+    return [shapes.exchange(x) for x in seen]
 
 
 @router.get("/exchanges")
