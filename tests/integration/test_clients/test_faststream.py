@@ -8,7 +8,6 @@ FastStream could not start at all before direct reply-to existed (its producer d
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,11 @@ from faststream.rabbit import RabbitBroker
 
 from sievemq.testing import ServerProcess
 
+from .workers import worker_process
+
 pytestmark = pytest.mark.timeout(120)
 
 WORKER = "tests.integration.test_clients.faststream_worker"
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -45,28 +45,8 @@ def stream(server: ServerProcess, qname: str) -> str:
 
 @pytest.fixture
 def worker(server: ServerProcess, stream: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", WORKER, server.url, stream],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # FastStream logs here too; ends if the process exits
-            if line.strip() == "worker ready":
-                break
-        else:
-            pytest.fail(f"the worker exited: {(tmp_path / 'worker.log').read_text()}")
+    with worker_process(WORKER, server.url, stream, stderr=tmp_path / "worker.err") as proc:
         yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        log.close()
 
 
 async def test_rpc_and_a_filtered_stream_from_the_first_offset(
