@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,11 @@ lint: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/mypy
+
+# the pictures of the tree in README.md and docs/architecture.md, drawn from the code
+# (tests/test_architecture.py fails when one is stale)
+docs: setup
+	$(VENV)/bin/python tests/test_architecture.py
 
 bench: setup
 	$(VENV)/bin/python -m bench
