@@ -61,7 +61,9 @@ ALLOWED: dict[str, set[str]] = {
         "starlette",
         "prometheus_client",
         "sievemq.admin_api",
+        # the facade and its views
         "sievemq.gateway.facade",
+        "sievemq.gateway.admin.views",
     },
     # the sink publishes through the gateway as an AMQP client (spark/publisher.py on
     # pamqp's frame codec), never by its code

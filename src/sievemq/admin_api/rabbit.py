@@ -24,15 +24,15 @@ from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.slicing import Slicer, heavy
-from sievemq.gateway.facade import (
+from sievemq.gateway.admin.views import (
     EXCHANGE_TYPES,
     USER_LIMITS,
     VHOST_LIMITS,
     AMQPError,
-    BrokerFacade,
     NotFound,
     Principal,
 )
+from sievemq.gateway.facade import BrokerFacade
 
 router = APIRouter(prefix="/api", tags=["RabbitMQ management API"])
 

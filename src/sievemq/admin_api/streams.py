@@ -20,7 +20,7 @@ from sievemq.admin_api.auth import facade_of, require, require_vhost, user
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.slicing import JSON_ITEMS, Slicer, heavy
-from sievemq.gateway.facade import (
+from sievemq.gateway.admin.views import (
     BROWSE_MAX_LIMIT,
     BrowseResult,
     ConsumerOffsetView,

@@ -1,10 +1,6 @@
 """Typed read views and commands over the broker, for the admin plane.
 
-The admin API imports only this module. Every view is a dataclass (FastAPI turns them into
-the OpenAPI schemas of SieveMQ's own endpoints; the RabbitMQ-shaped answers are built from
-them in ``admin_api``). Refusals raise the same ``amqp.errors`` classes as the AMQP side
-(404 NotFound, 406 PreconditionFailed, 403 AccessRefused, 540 NotImplemented_ ...), whose
-``explanation`` is the text RabbitMQ would send; the API maps them to HTTP statuses.
+The admin API imports this module and its views (``gateway.admin.views``).
 
 Everything here runs on the event loop and never blocks on the network. Reading messages
 (``browse``) reads the stream files with ``pread`` under a time budget and a byte cap.
@@ -15,33 +11,65 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import hashlib
 import json
 import logging
 import platform
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
-from pamqp.commands import Basic
-
-from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import (
-    AccessRefused,
     AMQPError,
     ConnectionForced,
-    NotAllowed,
     NotFound,
-    NotImplemented_,
     PreconditionFailed,
     ResourceLocked,
 )
 from sievemq.filtering.sql import CompileError, compile_filter
 from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
+from sievemq.gateway.admin.codec import decode_properties, encode_properties, jsonable
+from sievemq.gateway.admin.views import (
+    BROWSE_MAX_LIMIT,
+    GET_ACKMODES,
+    LIMITS_COMPONENT,
+    USER_LIMITS,
+    VHOST_LIMITS,
+    BadRequest,
+    BindingView,
+    BrowsedMessage,
+    BrowseResult,
+    ChannelView,
+    ConnectionView,
+    ConsumerFilterView,
+    ConsumerOffsetView,
+    ConsumerView,
+    Definitions,
+    ExchangeView,
+    FilterAdviceView,
+    FilterStatsView,
+    GotMessage,
+    HistogramView,
+    ListenerView,
+    OverviewView,
+    ParameterView,
+    PermissionView,
+    PolicyView,
+    Principal,
+    QueueView,
+    SacGroupView,
+    SacMemberView,
+    StreamClientView,
+    StreamConsumerView,
+    StreamPublisherView,
+    StreamView,
+    SubscriptionView,
+    Totals,
+    UserView,
+    VhostView,
+    WriteLatencyView,
+)
 from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
@@ -81,7 +109,6 @@ if TYPE_CHECKING:
 RABBITMQ_MAX_FILTER_BYTES = 255  # larger filters are a SieveMQ extension
 PRODUCT = "SieveMQ"
 log = logging.getLogger(__name__)
-BROWSE_MAX_LIMIT = 1000
 # filter advice reads up to 1,000 chunk headers: computed at most once per this many seconds
 # per stream and parameters (a dashboard refreshes every 5 s), the last answer meanwhile
 ADVICE_CACHE_S = 30.0
@@ -90,547 +117,7 @@ _advice_clock = time.monotonic  # (a test's clock)
 BROWSE_MAX_BYTES = 4 * 1024 * 1024
 BROWSE_TIME_BUDGET_S = 0.05
 
-__all__ = [
-    "BROWSE_MAX_LIMIT",
-    "EXCHANGE_TYPES",
-    "USER_LIMITS",
-    "VHOST_LIMITS",
-    "AMQPError",
-    "AccessRefused",
-    "BrokerFacade",
-    "HistogramView",
-    "NotAllowed",
-    "NotFound",
-    "NotImplemented_",
-    "PreconditionFailed",
-    "QueueView",
-]
-
-
-# --------------------------------------------------------------------------- views
-
-
-@dataclass
-class FilterStatsView:
-    """Filter and delivery counters (SPEC §9), of a stream or of one consumer."""
-
-    chunks_scanned: int = 0
-    chunks_skipped: int = 0
-    chunks_false_positive: int = 0
-    chunks_skipped_subscription: int = 0
-    records_matched: int = 0
-    records_skipped: int = 0
-    records_skipped_by_bloom: int = 0
-    bytes_read: int = 0
-    messages_delivered: int = 0
-    bytes_delivered: int = 0
-    sql_errors: int = 0
-
-
-@dataclass
-class StreamView:
-    """One stream queue: its arguments, storage facts, rates and filter statistics."""
-
-    vhost: str
-    name: str
-    arguments: dict[str, Any]
-    messages: int
-    bytes: int
-    segments: int
-    chunks: int
-    first_offset: int
-    last_offset: int | None
-    first_timestamp_ms: int | None
-    last_timestamp_ms: int | None
-    consumers: int
-    published: int  # messages appended since the stream was created (its end offset)
-    publish_rate: float
-    delivered: int
-    deliver_rate: float
-    filter_size_bytes: int
-    filter_stats: FilterStatsView
-    messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
-    acked: int = 0  # AMQP consumers' deliveries settled by basic.ack (RabbitMQ's ``ack``)
-    ack_rate: float = 0.0
-    # per second over the last RATE_WINDOW_S: messages, messages_ready, messages_unacknowledged
-    length_rates: dict[str, float] = field(default_factory=dict)
-    durable: bool = True
-    auto_delete: bool = False
-    exclusive: bool = False
-    type: str = "stream"
-    policy: str | None = None
-    operator_policy: str | None = None
-    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class QueueView:
-    """A classic or quorum queue (SieveMQ's queue log; no filtering statistics)."""
-
-    vhost: str
-    name: str
-    type: str  # classic | quorum
-    durable: bool
-    auto_delete: bool
-    exclusive: bool
-    arguments: dict[str, Any]
-    messages: int
-    messages_ready: int
-    messages_unacknowledged: int
-    bytes: int
-    consumers: int
-    published: int = 0
-    publish_rate: float = 0.0
-    delivered: int = 0  # consumer deliveries and basic.get, all taken
-    deliver_rate: float = 0.0
-    got: int = 0  # of them by basic.get with acks
-    got_no_ack: int = 0
-    delivered_no_ack: int = 0  # to consumers without acks
-    redelivered: int = 0
-    get_empty: int = 0
-    acked: int = 0  # client acks
-    policy: str | None = None
-    operator_policy: str | None = None
-    effective_policy_definition: dict[str, Any] = field(default_factory=dict)
-    # per second over the last RATE_WINDOW_S, keyed by RabbitMQ's message_stats names
-    rates: dict[str, float] = field(default_factory=dict)
-    # and of its lengths: messages, messages_ready, messages_unacknowledged
-    length_rates: dict[str, float] = field(default_factory=dict)
-
-    def message_counts(self) -> dict[str, int]:
-        """RabbitMQ's per-queue ``message_stats`` counters."""
-        return _classic_counts(self)
-
-
-@dataclass
-class GotMessage:
-    """One message of POST /api/queues/{vhost}/{name}/get, as RabbitMQ shows it."""
-
-    payload_bytes: int
-    redelivered: bool
-    exchange: str
-    routing_key: str
-    message_count: int  # ready messages left after this one was taken
-    properties: dict[str, Any]
-    payload: str
-    payload_encoding: Literal["string", "base64"]
-
-
-VHOST_LIMITS = ("max-connections", "max-queues")
-USER_LIMITS = ("max-connections", "max-channels")
-LIMITS_COMPONENT = "vhost-limits"  # vhost limits as RabbitMQ's runtime parameter
-GET_ACKMODES = (
-    "ack_requeue_true",
-    "ack_requeue_false",
-    "reject_requeue_true",
-    "reject_requeue_false",
-)
-
-
-@dataclass
-class ConsumerFilterView:
-    values: list[str]
-    match_unfiltered: bool
-    match_type: Literal["any", "all"]
-
-
-@dataclass
-class ConsumerView:
-    vhost: str
-    stream: str
-    consumer_tag: str
-    connection_name: str
-    channel_number: int
-    channel_name: str
-    user: str
-    peer_host: str
-    peer_port: int
-    prefetch_count: int
-    credit: int
-    active: bool
-    arguments: dict[str, Any]
-    consumer_name: str | None
-    position: int  # the next offset it will read
-    lag: int  # messages stored after its position
-    filter: ConsumerFilterView | None
-    sql: str | None
-    filter_stats: FilterStatsView
-    ack_required: bool = True
-    exclusive: bool = False
-    activity_status: str = ""  # "" = up when active, waiting when not
-    protocol: str = "AMQP 0-9-1"  # or "stream" for a stream-protocol subscription
-
-
-@dataclass
-class ConnectionView:
-    name: str
-    id: int
-    user: str
-    vhost: str
-    peer_host: str
-    peer_port: int
-    host: str
-    port: int
-    ssl: bool
-    client_properties: dict[str, Any]
-    user_provided_name: str | None
-    channels: int
-    channel_max: int
-    frame_max: int
-    timeout: int
-    connected_at: int  # ms since the epoch
-    state: str  # running | blocked | closing
-    blocked_reason: str
-    protocol: str = "AMQP 0-9-1"
-    auth_mechanism: str = "PLAIN"
-    type: str = "network"
-    # the socket's counts (None where the kernel has no TCP_INFO) and the octets' rates
-    recv_oct: int | None = None
-    send_oct: int | None = None
-    recv_cnt: int | None = None
-    send_cnt: int | None = None
-    recv_oct_rate: float = 0.0
-    send_oct_rate: float = 0.0
-
-
-@dataclass
-class StreamClientView:
-    """Who a stream-protocol consumer or publisher belongs to (RabbitMQ's
-    ``connection_details``) and where it reads or writes."""
-
-    vhost: str
-    stream: str
-    connection_name: str
-    user: str
-    peer_host: str
-    peer_port: int
-
-
-@dataclass
-class StreamConsumerView(StreamClientView):
-    """One Subscribe of a stream-protocol connection (RabbitMQ's stream consumer metrics)."""
-
-    subscription_id: int
-    credits: int
-    consumed: int  # messages delivered
-    offset: int  # the next offset it would receive
-    offset_lag: int  # messages stored after it
-    properties: dict[str, str]
-    active: bool
-    activity_status: str  # up | single_active | waiting (RabbitMQ's)
-    group: str | None  # its single-active-consumer group's name
-
-
-@dataclass
-class StreamPublisherView(StreamClientView):
-    publisher_id: int
-    reference: str
-    published: int
-    confirmed: int
-    errored: int
-
-
-@dataclass
-class SacMemberView:
-    subscription_id: int
-    connection_name: str
-    user: str
-    state: str  # active | activating | waiting | deactivating
-    active: bool
-
-
-@dataclass
-class SacGroupView:
-    """A single-active-consumer group: one name on one stream (or super-stream partition)."""
-
-    vhost: str
-    stream: str
-    name: str
-    partition_index: int  # -1 unless the members subscribed as a super-stream partition
-    consumers: list[SacMemberView]
-
-
-@dataclass
-class ChannelView:
-    name: str
-    connection_name: str
-    number: int
-    user: str
-    vhost: str
-    peer_host: str
-    peer_port: int
-    prefetch_count: int
-    global_prefetch_count: int
-    consumer_count: int
-    confirm: bool
-    messages_unacknowledged: int
-    messages_unconfirmed: int
-    state: str
-
-
-@dataclass
-class ExchangeView:
-    vhost: str
-    name: str
-    type: str
-    durable: bool
-    auto_delete: bool
-    internal: bool
-    arguments: dict[str, Any]
-    policy: str | None = None
-
-
-@dataclass
-class BindingView:
-    vhost: str
-    source: str
-    destination: str
-    destination_type: str
-    routing_key: str
-    arguments: dict[str, Any]
-    properties_key: str
-
-
-@dataclass
-class VhostView:
-    name: str
-    description: str
-    tags: list[str]
-    default_queue_type: str
-    messages: int
-    streams: int
-    exchanges: int
-    connections: int
-    messages_ready: int = 0
-    messages_unacknowledged: int = 0
-    length_rates: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class UserView:
-    name: str
-    password_hash: str
-    hashing_algorithm: str
-    tags: list[str]
-    limits: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class PermissionView:
-    user: str
-    vhost: str
-    configure: str
-    write: str
-    read: str
-
-
-@dataclass
-class ListenerView:
-    protocol: str
-    ip_address: str
-    port: int
-
-
-@dataclass
-class Totals:
-    connections: int
-    channels: int
-    consumers: int
-    exchanges: int
-    queues: int
-    vhosts: int
-    users: int
-    messages: int
-    bytes: int
-    published: int
-    publish_rate: float
-    delivered: int
-    deliver_rate: float
-    # RabbitMQ's overview message_stats (every queue type, plus the node's confirms and
-    # unroutable publishes) and their rates per second
-    message_stats: dict[str, int] = field(default_factory=dict)
-    messages_unacknowledged: int = 0  # classic and quorum deliveries not settled yet
-    message_rates: dict[str, float] = field(default_factory=dict)
-    # the same counters per queue type (classic, quorum, stream) for Prometheus
-    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
-    # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
-    # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
-    by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
-    # rates of the queue totals: messages, messages_ready, messages_unacknowledged
-    length_rates: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class OverviewView:
-    product_name: str
-    product_version: str
-    node: str
-    uptime_ms: int
-    listeners: list[ListenerView]
-    totals: Totals
-    alarms: list[str]
-    filter_stats: FilterStatsView
-
-
-@dataclass
-class Principal:
-    """An authenticated user as the admin plane sees it."""
-
-    name: str
-    tags: list[str]
-    permissions: dict[str, PermissionView]
-
-    @property
-    def is_administrator(self) -> bool:
-        return "administrator" in self.tags
-
-    @property
-    def may_monitor(self) -> bool:
-        return "administrator" in self.tags or "monitoring" in self.tags
-
-    @property
-    def may_manage(self) -> bool:
-        """May use the management UI/API at all (RabbitMQ: any of these tags)."""
-        return bool(set(self.tags) & {"administrator", "monitoring", "management", "policymaker"})
-
-    def may_see(self, vhost: str) -> bool:
-        return self.may_monitor or vhost in self.permissions
-
-    def allows(self, vhost: str, kind: str, name: str) -> bool:
-        perm = self.permissions.get(vhost)
-        if perm is None:
-            return False
-        return Permission(perm.configure, perm.write, perm.read).allows(kind, name)
-
-
-@dataclass
-class BrowsedMessage:
-    offset: int
-    timestamp_ms: int
-    exchange: str
-    routing_key: str
-    filter_values: list[str]
-    properties: dict[str, Any]
-    payload: str
-    payload_encoding: Literal["string", "base64"]
-    payload_bytes: int
-
-
-@dataclass
-class BrowseResult:
-    """Messages read without consuming. ``next_offset`` is where to continue; ``complete``
-    is False when the scan stopped at the limit, the byte cap or the time budget."""
-
-    messages: list[BrowsedMessage]
-    next_offset: int
-    end_offset: int
-    complete: bool
-    stopped_by: Literal["end", "limit", "bytes", "time"]
-
-
-@dataclass
-class ConsumerOffsetView:
-    stream: str
-    vhost: str
-    consumer: str
-    offset: int
-    lag: int
-
-
-@dataclass
-class FilterAdviceView:
-    vhost: str
-    name: str
-    target_false_positive_rate: float
-    recommended_filter_size_bytes: int
-    expected_false_positive_rate: float
-    reachable: bool
-    distinct_values_per_chunk_p95: float
-    chunks_sampled: int
-    current_filter_size_bytes: int
-    current_false_positive_rate: float
-    rabbitmq_compatible: bool
-
-
-@dataclass
-class SubscriptionView:
-    slot: int
-    consumer: str
-    expression: str
-    active: bool
-
-
-@dataclass
-class Definitions:
-    """RabbitMQ's definitions document (the subset SieveMQ holds)."""
-
-    rabbit_version: str
-    rabbitmq_version: str
-    product_name: str
-    product_version: str
-    users: list[dict[str, Any]]
-    vhosts: list[dict[str, Any]]
-    permissions: list[dict[str, Any]]
-    topic_permissions: list[dict[str, Any]]
-    parameters: list[dict[str, Any]]
-    global_parameters: list[dict[str, Any]]
-    policies: list[dict[str, Any]]
-    queues: list[dict[str, Any]]
-    exchanges: list[dict[str, Any]]
-    bindings: list[dict[str, Any]]
-
-
-@dataclass
-class PolicyView:
-    """A policy or operator policy, as ``/api/policies`` shows it (``apply-to`` spelled
-    ``apply_to`` here)."""
-
-    vhost: str
-    name: str
-    pattern: str
-    apply_to: str
-    definition: dict[str, Any]
-    priority: int | float
-
-    def to_json(self) -> dict[str, Any]:
-        """As RabbitMQ shows it (``/api/policies``, definitions files)."""
-        return {
-            "vhost": self.vhost,
-            "name": self.name,
-            "pattern": self.pattern,
-            "apply-to": self.apply_to,
-            "definition": self.definition,
-            "priority": self.priority,
-        }
-
-
-@dataclass
-class ParameterView:
-    """A runtime parameter (component, vhost, name, value) or a global one (no component)."""
-
-    component: str
-    vhost: str
-    name: str
-    value: Any
-
-
-@dataclass
-class HistogramView:
-    """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
-
-    buckets: list[tuple[float, int]]
-    sum: float
-    count: int
-
-
-@dataclass
-class WriteLatencyView:
-    append: HistogramView
-    fsync: HistogramView
-
-
-class BadRequest(PreconditionFailed):
-    """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""
+__all__ = ["BrokerFacade"]
 
 
 # --------------------------------------------------------------------------- the facade
@@ -1573,7 +1060,7 @@ class BrokerFacade:
         stored = self.broker.definitions()
         exchanges = [
             {k: x[k] for k in ("name", "vhost", "type", "durable", "auto_delete", "internal")}
-            | {"arguments": _jsonable(x["arguments"])}
+            | {"arguments": jsonable(x["arguments"])}
             for x in stored["exchanges"]
             if vhost is None or x["vhost"] == vhost
         ]
@@ -1583,7 +1070,7 @@ class BrokerFacade:
                 "vhost": q["vhost"],
                 "durable": True,
                 "auto_delete": bool(q.get("auto_delete", False)),
-                "arguments": _jsonable(q["arguments"]),
+                "arguments": jsonable(q["arguments"]),
             }
             | ({"type": str(q["type"])} if "type" in q else {})
             for q in stored["queues"]
@@ -1596,7 +1083,7 @@ class BrokerFacade:
                 "destination": b["destination"],
                 "destination_type": b["destination_type"],
                 "routing_key": b["routing_key"],
-                "arguments": _jsonable(b["arguments"]),
+                "arguments": jsonable(b["arguments"]),
             }
             for b in stored["bindings"]
             if vhost is None or b["vhost"] == vhost
@@ -1919,7 +1406,7 @@ class BrokerFacade:
             durable=bool(q.durable),
             auto_delete=bool(q.auto_delete),
             exclusive=bool(q.exclusive),
-            arguments=_jsonable(dict(q.arguments.table)),
+            arguments=jsonable(dict(q.arguments.table)),
             policy=q.policy,
             operator_policy=q.operator_policy,
             effective_policy_definition=dict(q.effective_policy),
@@ -1982,7 +1469,7 @@ class BrokerFacade:
         return StreamView(
             vhost=queue.vhost,
             name=queue.name,
-            arguments=_jsonable(dict(queue.arguments.table)),
+            arguments=jsonable(dict(queue.arguments.table)),
             policy=queue.policy,
             operator_policy=queue.operator_policy,
             effective_policy_definition=dict(queue.effective_policy),
@@ -2143,28 +1630,6 @@ def _user_view(u: User) -> UserView:
     return UserView(u.name, u.password_hash, u.hashing_algorithm, list(u.tags))
 
 
-def _jsonable(value: Any) -> Any:
-    """Field-table values as JSON (bytes as text when UTF-8, timestamps as epoch seconds)."""
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, bytes | bytearray):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)
-        return int(value.timestamp())
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
 def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     """RabbitMQ's binding key: the routing key (``~`` when empty), plus a hash of the
     arguments when there are any."""
@@ -2172,13 +1637,13 @@ def _properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     if not arguments:
         return key
     digest = hashlib.sha256(
-        json.dumps(_jsonable(arguments), sort_keys=True).encode("utf-8")
+        json.dumps(jsonable(arguments), sort_keys=True).encode("utf-8")
     ).digest()
     return key + "~" + base64.urlsafe_b64encode(digest[:16]).decode("ascii").rstrip("=")
 
 
 def _binding_view(vhost: str, b: Binding) -> BindingView:
-    args = _jsonable(dict(b.arguments))
+    args = jsonable(dict(b.arguments))
     return BindingView(
         vhost,
         b.source,
@@ -2198,7 +1663,7 @@ def _exchange_view(x: Exchange) -> ExchangeView:
         x.durable,
         x.auto_delete,
         x.internal,
-        _jsonable(x.arguments),
+        jsonable(x.arguments),
         x.policy,
     )
 
@@ -2249,7 +1714,7 @@ def _connection_view(conn: Connection) -> ConnectionView:
         host=host,
         port=port,
         ssl=ssl,
-        client_properties=_jsonable(conn.client_properties),
+        client_properties=jsonable(conn.client_properties),
         user_provided_name=provided if isinstance(provided, str) else None,
         channels=len(conn.channels),
         channel_max=conn.channel_max,
@@ -2507,57 +1972,6 @@ class _OneShotSink:
 
     async def wait(self) -> bool:
         return await self._future
-
-
-_PROPERTY_NAMES = {
-    "content_type": str,
-    "content_encoding": str,
-    "headers": dict,
-    "delivery_mode": int,
-    "priority": int,
-    "correlation_id": str,
-    "reply_to": str,
-    "expiration": str,
-    "message_id": str,
-    "timestamp": int,
-    "type": str,
-    "user_id": str,
-    "app_id": str,
-}
-
-
-def encode_properties(properties: dict[str, Any]) -> bytes:
-    """JSON message properties (RabbitMQ's management names) as raw AMQP property bytes."""
-    kwargs: dict[str, Any] = {}
-    for key, value in properties.items():
-        kind = _PROPERTY_NAMES.get(key)
-        if kind is None:
-            raise BadRequest(f"unknown message property '{key}'")
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise BadRequest(f"message property '{key}' must be an integer")
-        if kind is not int and not isinstance(value, kind):
-            raise BadRequest(f"message property '{key}' must be a {kind.__name__}")
-        if key == "timestamp":
-            value = datetime.datetime.fromtimestamp(value, datetime.UTC)
-        kwargs[key] = value
-    try:
-        return bytes(Basic.Properties(**kwargs).marshal())
-    except (TypeError, ValueError) as error:
-        raise BadRequest(f"bad message properties: {error}") from None
-
-
-def decode_properties(props: bytes) -> dict[str, Any]:
-    """Raw property bytes as the JSON object RabbitMQ's management API shows."""
-    try:
-        decoded = amqp_properties.decode_properties(props)
-    except AMQPError:
-        return {}
-    out: dict[str, Any] = {}
-    for key in _PROPERTY_NAMES:
-        value = getattr(decoded, key, None)
-        if value is not None and value != {}:
-            out[key] = _jsonable(value)
-    return out
 
 
 def _read_bounded(
