@@ -14,8 +14,8 @@ import binascii
 from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import Principal
-from sievemq.gateway.facade import BrokerFacade
 
 
 def facade_of(request: Request) -> BrokerFacade:

@@ -24,8 +24,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sievemq.admin_api.auth import facade_of
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
 from sievemq.admin_api.slicing import Slicer, heavy
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import ConsumerView, HistogramView, QueueView, StreamView, Totals
-from sievemq.gateway.facade import BrokerFacade
 
 router = APIRouter(tags=["Prometheus"])
 Heavy = Annotated[Slicer, Depends(heavy)]

@@ -21,8 +21,8 @@ from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit import _json_body as json_body
 from sievemq.admin_api.slicing import Slicer, heavy
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import BadRequest, ParameterView, Principal
-from sievemq.gateway.facade import BrokerFacade
 
 router = APIRouter(prefix="/api", tags=["RabbitMQ management API: policies and parameters"])
 

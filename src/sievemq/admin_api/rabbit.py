@@ -24,6 +24,7 @@ from sievemq.admin_api.errors import ApiError, bad_request, not_authorised, not_
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.slicing import Slicer, heavy
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import (
     EXCHANGE_TYPES,
     USER_LIMITS,
@@ -32,7 +33,6 @@ from sievemq.gateway.admin.views import (
     NotFound,
     Principal,
 )
-from sievemq.gateway.facade import BrokerFacade
 
 router = APIRouter(prefix="/api", tags=["RabbitMQ management API"])
 

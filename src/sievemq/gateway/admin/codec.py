@@ -10,10 +10,8 @@ from typing import Any
 from pamqp.commands import Basic
 
 from sievemq.amqp import properties as amqp_properties
-from sievemq.amqp.errors import (
-    AMQPError,
-)
-from sievemq.gateway.admin.views import BadRequest
+from sievemq.amqp.errors import AMQPError
+from sievemq.gateway.admin.errors import BadRequest
 
 
 def jsonable(value: Any) -> Any:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from sievemq.amqp.errors import (
-    PreconditionFailed,
-)
+from sievemq.amqp.errors import PreconditionFailed
 
 
 class BadRequest(PreconditionFailed):

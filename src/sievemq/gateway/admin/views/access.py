@@ -6,16 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sievemq.gateway.model.users import (
-    Permission,
-)
+from sievemq.gateway.model.users import Permission
 
 VHOST_LIMITS = ("max-connections", "max-queues")
-
-
 USER_LIMITS = ("max-connections", "max-channels")
-
-
 LIMITS_COMPONENT = "vhost-limits"  # vhost limits as RabbitMQ's runtime parameter
 
 
