@@ -35,7 +35,7 @@ class ConsumersAdmin(AdminBase):
     def list_consumers(
         self, vhost: str | None = None, stream: str | None = None
     ) -> list[ConsumerView]:
-        """Live consumers with their filter, lag and filter statistics (SPEC §9)."""
+        """Live consumers with their filter, lag and filter statistics."""
         if stream is not None:
             in_vhost = self.broker.vhost(vhost or "/")
             if stream in in_vhost.classic.queues:

@@ -18,7 +18,7 @@ class OffsetsAdmin(AdminBase):
 
     def consumer_offsets(self, vhost: str, stream: str) -> list[ConsumerOffsetView]:
         queue = self._queue(vhost, stream)
-        end = queue.end_offset  # an idle stream stays closed (issue 13)
+        end = queue.end_offset  # surveyed, not opened, for an idle stream (storage.survey)
         return [
             ConsumerOffsetView(stream, vhost, name, offset, max(0, end - offset - 1))
             for name, offset in sorted(queue.consumer_offsets().items())

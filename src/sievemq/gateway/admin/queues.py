@@ -232,7 +232,7 @@ class QueuesAdmin(AdminBase):
         self, queue: StreamQueue, now: float, subscribed: dict[int, int]
     ) -> StreamView:
         """``subscribed``: stream-protocol subscriptions by ``id()`` of their queue."""
-        stats = queue.stats()  # an idle stream stays closed (issue 13)
+        stats = queue.stats()  # surveyed, not opened, for an idle stream (storage.survey)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
         unacked = sum(max(0, c.prefetch - c.credit) for c in queue.consumers)

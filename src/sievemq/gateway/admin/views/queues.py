@@ -11,7 +11,7 @@ from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
 
 @dataclass
 class FilterStatsView:
-    """Filter and delivery counters (SPEC §9), of a stream or of one consumer."""
+    """Filter and delivery counters, of a stream or of one consumer (docs/admin-api.md)."""
 
     chunks_scanned: int = 0
     chunks_skipped: int = 0
