@@ -1,10 +1,11 @@
-"""The SQL filter dialect of ``x-stream-filter-sql`` (SPEC §7): compile once, evaluate per message.
+"""The SQL filter dialect of ``x-stream-filter-sql``: compile once, evaluate per message.
 
 Stdlib only. ``compile_filter(text)`` parses and checks an expression (raising CompileError,
 which the gateway maps to 406) and generates one Python function for it; ``SqlFilter.evaluate``
-is the hot path run for every candidate message of a filtered consumer.
+is the hot path run for every candidate message of a filtered consumer. The grammar is in
+docs/compatibility.md, "The SQL dialect".
 
-Choices the SPEC leaves open, made here (tests in tests/unit/test_filtering/test_sql_*.py):
+Choices that grammar leaves open, made here (tests in tests/unit/test_filtering/test_sql_*.py):
 
 - NOT binds below comparison, as in SQL (RocketMQ parses ``NOT a = 4`` as ``(NOT a) = 4``).
 - Comparisons do not chain (``a = b = c`` is a syntax error; use parentheses).
@@ -23,7 +24,8 @@ Choices the SPEC leaves open, made here (tests in tests/unit/test_filtering/test
 - Strings take ' or " (RabbitMQ 4.2); a double-quoted string tested against a constant is a
   header name written as standard SQL writes identifiers, refused with the bracket form
   (docs/compatibility.md, "Names in an expression").
-- Nesting (parentheses, NOT, unary signs) is limited to 64 levels besides the SPEC's limits.
+- Nesting (parentheses, NOT, unary signs) is limited to 64 levels, besides 4096 characters and
+  200 tokens.
 """
 
 from sievemq.filtering.sql.compiler import SqlFilter, compile_filter

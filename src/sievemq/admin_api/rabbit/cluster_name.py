@@ -8,16 +8,18 @@ is set; any management user may read it, an administrator sets it (``PUT {"name"
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from sievemq.admin_api.auth import admin, facade_of, user
+from sievemq.admin_api.bodies import json_body
 from sievemq.admin_api.changes import saved
+from sievemq.admin_api.deps import Admin, Facade, User
 from sievemq.admin_api.errors import bad_request
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.admin_api.rabbit.common import TAG
+from sievemq.gateway.admin.facade import BrokerFacade
 
-router = APIRouter(prefix="/api", tags=["RabbitMQ management API: cluster name"])
+router = APIRouter(tags=[TAG])
 
 PARAMETER = "cluster_name"  # RabbitMQ's global parameter
 
@@ -31,19 +33,13 @@ def cluster_name(f: BrokerFacade) -> str:
 
 
 @router.get("/cluster-name")
-async def get_cluster_name(
-    request: Request, who: Annotated[Principal, Depends(user)]
-) -> dict[str, Any]:
-    return {"name": cluster_name(facade_of(request))}
+async def get_cluster_name(f: Facade, who: User) -> dict[str, Any]:
+    return {"name": cluster_name(f)}
 
 
 @router.put("/cluster-name", status_code=204)
-async def put_cluster_name(request: Request, who: Annotated[Principal, Depends(admin)]) -> Response:
-    f = facade_of(request)
-    try:  # (the app's middleware bounds the body's size)
-        body = await request.json()
-    except ValueError:
-        raise bad_request("not_json") from None
+async def put_cluster_name(request: Request, f: Facade, who: Admin) -> Response:
+    body = await json_body(request)
     if not isinstance(body, dict) or "name" not in body:
         raise bad_request("[{key_missing,name}]")
     value = body["name"]
