@@ -345,7 +345,7 @@ def _reply_to_position(properties: bytes) -> int:
             if kind == _SHORTSTR:
                 pos += 1 + properties[pos]
             elif kind == _HEADERS:
-                pos = _skip_table(properties, pos, len(properties))
+                pos = _walk_table(properties, pos, len(properties), None)[0]
             else:
                 pos += kind
         if pos + 1 + properties[pos] > len(properties):
