@@ -1,4 +1,4 @@
-"""Direct reply-to (``amq.rabbitmq.reply-to``) with pika, aio-pika and aiormq.
+"""Direct reply-to (``amq.rabbitmq.reply-to``) with pika, aio-pika, aiormq and amqplib.
 
 What RabbitMQ 3.10.8 answers was taken side by side with the same pika calls (see
 docs/compatibility.md): the declare-ok counts, the 406 texts, the 404 of a retired name. One
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aio_pika
@@ -22,6 +23,8 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from sievemq.testing import ServerProcess
+
+from ..node_scenarios import run_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -269,3 +272,9 @@ async def test_aiormq_rpc_and_errors(server: ServerProcess) -> None:
         assert reply.body == b"pong" and reply.delivery.routing_key == name
     finally:
         await connection.close()
+
+
+def test_amqplib_rpc(server: ServerProcess, qname: str, node_modules: Path) -> None:
+    out = run_node("direct_reply.js", {"url": server.url, "queue": qname, "n": 5})
+    assert out["replies"] == {f"c{i}": str(i * 2) for i in range(5)}
+    assert out["replyTo"].startswith(RT + ".")
