@@ -63,6 +63,7 @@ from sievemq.gateway.model.users import (
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.net.tcp_info import socket_counts
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key, RateSampler
+from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
 from sievemq.gateway.stream_session import sac
@@ -627,6 +628,17 @@ class HistogramView:
 class WriteLatencyView:
     append: HistogramView
     fsync: HistogramView
+
+
+@dataclass
+class DescriptorsView:
+    """The process's descriptors (RabbitMQ's ``fd_used``/``fd_total``) and the client
+    connections' share of them (``sockets_used``/``sockets_total``)."""
+
+    fd_used: int
+    fd_total: int
+    sockets_used: int
+    sockets_total: int
 
 
 class BadRequest(PreconditionFailed):
@@ -1870,6 +1882,16 @@ class BrokerFacade:
         return WriteLatencyView(
             HistogramView(lat.append.cumulative(), lat.append.sum, lat.append.count),
             HistogramView(lat.fsync.cumulative(), lat.fsync.sum, lat.fsync.count),
+        )
+
+    def descriptors(self) -> DescriptorsView:
+        """Open descriptors against the limit, and client sockets against their share."""
+        node = self.node
+        return DescriptorsView(
+            descriptors.open_descriptors(),
+            descriptors.soft_limit(),
+            node.connection_count if node is not None else 0,
+            node.limits.max_connections if node is not None else 0,
         )
 
     def publishers(self) -> int:

@@ -36,6 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sievemq.storage import handles
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import queue_directory, safe_name, stream_directory
 
@@ -356,6 +357,10 @@ class DefinitionStore:
         duplicate of the descriptor). None when nothing is owed."""
         if self._fd < 0 or not self.owes_sync:
             return None
+        fd = -1
+        if self._unsynced and not self._compact_owed:  # (a compaction syncs the whole log)
+            # first: out of descriptors, nothing owed is taken (the next round retries)
+            fd = handles.retrying(lambda: os.dup(self._fd))
         jobs, self._jobs = self._jobs, []
         snapshot: list[tuple[str, list[tuple[str | None, tuple[str | None, Any]]]]] | None = None
         if self._compact_owed:
@@ -363,9 +368,6 @@ class DefinitionStore:
             # the items as of now, copied (cheap, in C); the lines are built in the thread
             snapshot = [(s, list(stored.items())) for s, stored in self._items.items()]
             self._tail = []
-        fd = -1
-        if self._unsynced and snapshot is None:  # (a compaction syncs the whole new log)
-            fd = os.dup(self._fd)
         self._unsynced = False
 
         def sync() -> None:

@@ -115,6 +115,11 @@ class Node:
     def release(self) -> None:
         self._count -= 1
 
+    @property
+    def connection_count(self) -> int:
+        """Client sockets admitted and not yet closed (AMQP 0-9-1 and stream protocol)."""
+        return self._count
+
     def connection_refusal(self, vhost: VirtualHost, username: str) -> str | None:
         """RabbitMQ's vhost and user ``max-connections`` over the open connections of both
         protocols (AMQP 0-9-1 and stream): the refusal text (RabbitMQ's), or None."""

@@ -44,7 +44,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
-from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
+from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -231,7 +231,7 @@ class Channel:
         def synced(error: BaseException | None) -> None:
             backlog, self.backlog = self.backlog or [], None
             if error is not None:
-                self.connection.close(errors.InternalError(failure_text(error)))
+                self.connection.close(sync_failure(error))
                 self.connection.flush()
                 return
             self.connection.resume_channel(self, held, backlog)

@@ -38,6 +38,7 @@ from sievemq.amqp.states import (
 )
 from sievemq.gateway.model.users import User
 from sievemq.gateway.model.vhost import VirtualHost
+from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import blocked_reason
 from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session.channel import Channel
@@ -250,8 +251,7 @@ class Connection:
                 except errors.AMQPError as error:
                     self._fail(error, chid)
                 except Exception as error:  # the connection boundary
-                    log.exception("connection %s: internal error", self.id)
-                    self._fail(errors.InternalError(f"{type(error).__name__}: {error}"), chid)
+                    self._fail(boundary_error(error, self.id), chid)
         finally:
             self._in_frames = False
             if fast:
@@ -560,3 +560,14 @@ _CONNECTION_METHODS: dict[states.Method, Any] = {
     states.CONNECTION_CLOSE_OK: Connection._close_ok,
     states.CONNECTION_UPDATE_SECRET: Connection._update_secret,
 }
+
+
+def boundary_error(error: Exception, conn_id: int) -> errors.AMQPError:
+    """What an unexpected exception costs at the connection boundary: a 506 on its channel
+    when the process ran out of descriptors (a warning in the log; the node recovers as
+    they free up), otherwise a 541 with the traceback in the log."""
+    if descriptors.is_exhausted(error):
+        log.warning("connection %s: %s", conn_id, descriptors.exhausted_text(error))
+        return descriptors.exhausted_error(error)
+    log.exception("connection %s: internal error", conn_id)
+    return errors.InternalError(f"{type(error).__name__}: {error}")
