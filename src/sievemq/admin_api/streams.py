@@ -146,7 +146,13 @@ async def browse(
     vhost: str,
     stream: str,
     who: User,
-    offset: Annotated[int | None, Query(ge=0)] = None,
+    offset: Annotated[
+        str | None,
+        Query(
+            description="what x-stream-offset takes: first, last, next, an offset, an ISO 8601 "
+            "timestamp, or an interval before now such as 30m"
+        ),
+    ] = None,
     timestamp: Annotated[int | None, Query(description="ms since the epoch")] = None,
     limit: Annotated[int, Query(ge=1, le=BROWSE_MAX_LIMIT)] = 20,
     filter: Annotated[list[str] | None, Query()] = None,
