@@ -1,6 +1,7 @@
 """A slow (or failing) ``os.fdatasync`` of definitions.log, a slow removal of deleted
-queues' files, and a loop-lateness ticker, for the tests that check definitions changes
-never sync, and deletes never remove files, on the event loop."""
+queues' files, a slow publisher-sequence scan, and a loop-lateness ticker, for the tests
+that check definitions changes never sync, deletes never remove files, and rebuilds never
+scan, on the event loop."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.storage.layout import TOMBSTONE_PREFIX
+from sievemq.storage.publishers import PublisherSequences
 
 SLOW_SYNC_S = 1.0
 HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
@@ -122,3 +124,20 @@ class SlowRemoval:
             time.sleep(SLOW_SYNC_S)
             self.removed.append(p)
         self._real(path, *args, **kwargs)
+
+
+class SlowScan:
+    """``PublisherSequences._scan`` that sleeps ``SLOW_SYNC_S`` first (a long stream)."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self._real: Callable[..., int] = PublisherSequences._scan
+
+    def method(self) -> Callable[[PublisherSequences, Any, int], int]:
+        return lambda sequences, stream, start: self(sequences, stream, start)
+
+    def __call__(self, sequences: PublisherSequences, stream: Any, start: int) -> int:
+        if start < stream.end_offset:
+            self.threads.append(threading.get_ident())
+            time.sleep(SLOW_SYNC_S)
+        return self._real(sequences, stream, start)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pamqp.commands as spec
@@ -192,6 +193,27 @@ class Connection:
         self.on_frames([(ftype, chid, payload) for ftype, payload in backlog])  # flushes
         if self.backlog_bytes <= _BACKLOG_PAUSE_BYTES:
             self._pause_for_backlog(False)
+
+    def resume_held(
+        self,
+        channel: HeldChannel,
+        work: Callable[[], None] | BaseException,
+        backlog: list[tuple[int, bytes]],
+    ) -> None:
+        """A channel held for work in a worker thread may go on: run ``work`` (what waited)
+        as ``on_frames`` would, mapping its errors the same way (an exception instead
+        fails the channel with it), then handle the frames it received meanwhile."""
+        chid = channel.id
+        if self.channels.get(chid) is channel and self.state.phase is _OPEN:
+            try:
+                if isinstance(work, BaseException):
+                    raise work
+                work()
+            except errors.AMQPError as error:
+                self._fail(error, chid)
+            except Exception as error:  # the connection boundary, as in on_frames
+                self._fail(boundary_error(error, self.id), chid)
+        self.resume_channel(channel, [], backlog)
 
     def _pause_for_backlog(self, paused: bool) -> None:
         if paused is not self._backlog_paused and self.read_control is not None:
