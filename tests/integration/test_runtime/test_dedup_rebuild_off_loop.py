@@ -17,7 +17,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
 
-from ..slow_sync import SLOW_SYNC_S, SlowScan, _ticker
+from ..slow_sync import SLOW_SYNC_S, SlowScan, _ticker, publish_timed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,11 +84,7 @@ async def test_the_rebuild_for_an_amqp_deduplicated_publish_runs_off_the_loop(
             )
             plain = asyncio.ensure_future(pch.default_exchange.publish(aio_pika.Message(b"p"), "s"))
             await asyncio.sleep(0.2)
-            served = []
-            for i in range(5):  # another connection is served while the scan runs
-                t = time.monotonic()
-                await och.default_exchange.publish(aio_pika.Message(b"b%d" % i), "busy")
-                served.append(time.monotonic() - t)
+            served = await publish_timed(och, "busy")
             assert not duplicate.done(), "confirmed before the scan"
             await asyncio.gather(duplicate, fresh, plain)
             ticks.cancel()
