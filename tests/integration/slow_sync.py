@@ -18,6 +18,7 @@ import aio_pika
 
 from sievemq.storage.layout import TOMBSTONE_PREFIX
 from sievemq.storage.publishers import PublisherSequences
+from sievemq.testing import running_gateway
 
 SLOW_SYNC_S = 1.0
 HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
@@ -76,6 +77,21 @@ class SlowDefinitionsSync:
             self.ended.append(time.monotonic())
             return
         self._real(fd)
+
+
+async def fill_streams(
+    data: Path, stream: str, messages: list[aio_pika.Message], *others: str
+) -> None:
+    """Before the test's own start: an in-process gateway on ``data`` declares ``stream``
+    (and the empty ``others``), publishes ``messages`` to it with confirms, and stops."""
+    async with running_gateway(data) as gw:
+        conn = await aio_pika.connect(gw.url)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            for name in (stream, *others):
+                await ch.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            for message in messages:
+                await ch.default_exchange.publish(message, stream)
 
 
 async def publish_timed(

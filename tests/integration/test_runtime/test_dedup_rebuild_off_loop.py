@@ -17,7 +17,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
 
-from ..slow_sync import SLOW_SYNC_S, SlowScan, _ticker, publish_timed
+from ..slow_sync import SLOW_SYNC_S, SlowScan, _ticker, fill_streams, publish_timed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,14 +52,7 @@ async def test_the_rebuild_for_an_amqp_deduplicated_publish_runs_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    async with running_gateway(data) as gw:
-        conn = await aio_pika.connect(gw.url)
-        async with conn:
-            ch = await conn.channel(publisher_confirms=True)
-            await ch.declare_queue("s", durable=True, arguments=STREAM)
-            await ch.declare_queue("busy", durable=True, arguments=STREAM)
-            for i in range(1, N + 1):
-                await ch.default_exchange.publish(deduplicated(b"%d" % i, i), "s")
+    await fill_streams(data, "s", [deduplicated(b"%d" % i, i) for i in range(1, N + 1)], "busy")
     # as a crash leaves it: no snapshot, the stream must be scanned to know ref's last id
     (stream_directory(data, "/", "s") / SNAPSHOT_FILE).unlink(missing_ok=True)
 

@@ -252,10 +252,13 @@ class Broker:
         if self.stream_writer is not None and isinstance(queue, StreamQueue):
             self.stream_writer(queue, message)
 
-    @staticmethod
-    def _remove_stream(queue: StreamQueue) -> None:
+    def _remove_stream(self, queue: StreamQueue) -> None:
         """A deleted stream's files go: renamed to a tombstone now, removed in the
-        background (``Stream.delete``)."""
+        background (``Stream.delete``). One not opened since the start is not opened for
+        it (its recovery reads the files, on the event loop): its directory goes as it is."""
+        if queue.discard_unopened():
+            layout.discard(definitions.stream_directory(self.data_dir, queue.vhost, queue.name))
+            return
         queue.stream.delete()
 
     def _open_queue_log(self, vhost: str, name: str) -> QueueLog:

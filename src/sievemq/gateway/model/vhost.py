@@ -221,6 +221,7 @@ class VirtualHost:
                 else self._new_stream(vhost, name, stream_args)
             ),
             None if survey is None else lambda: survey(vhost, name),
+            restored=lazy,
         )
         if not lazy or self.policies or self.operator_policies:
             self.apply_policy(queue)  # (with no policy at all it would change nothing)
