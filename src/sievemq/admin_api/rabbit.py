@@ -332,8 +332,13 @@ async def put_queue(
     _need_vhost(f, v)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    created = f.declare_stream(v, q, body.arguments, body.durable, body.auto_delete, body.exclusive)
-    return _created(created)
+    # (its files are created, and the change fdatasynced, in a worker thread: ``saved``)
+    return await saved(
+        f,
+        lambda: f.declare_stream(
+            v, q, body.arguments, body.durable, body.auto_delete, body.exclusive
+        ),
+    )
 
 
 @router.delete("/queues/{vhost}/{queue}", status_code=204)
@@ -342,8 +347,7 @@ async def delete_queue(request: Request, vhost: str, queue: str, who: User) -> R
     f = _facade(request)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    f.delete_queue(v, q)
-    return Response(status_code=204)
+    return await saved(f, lambda: f.delete_queue(v, q))
 
 
 @router.delete("/queues/{vhost}/{queue}/contents")

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sievemq.admin_api.auth import facade_of, require, require_vhost, user
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.slicing import JSON_ITEMS, Slicer, heavy
@@ -119,8 +120,9 @@ async def put_stream(
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
     arguments = {"x-queue-type": "stream", **body.arguments}
-    created = facade_of(request).declare_stream(v, s, arguments)
-    return Response(status_code=201 if created else 204)
+    f = facade_of(request)
+    # (its files are created, and the change fdatasynced, in a worker thread: ``saved``)
+    return await saved(f, lambda: f.declare_stream(v, s, arguments))
 
 
 @router.delete("/streams/{vhost}/{stream}", status_code=204)
@@ -128,8 +130,12 @@ async def delete_stream(request: Request, vhost: str, stream: str, who: User) ->
     v, s = _stream(request, who, vhost, stream)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
-    facade_of(request).delete_stream(v, s)
-    return Response(status_code=204)
+    f = facade_of(request)
+
+    def delete() -> None:
+        f.delete_stream(v, s)  # 404 when it is not a stream
+
+    return await saved(f, delete)
 
 
 @router.get("/streams/{vhost}/{stream}/consumers", response_model=list[ConsumerView])
