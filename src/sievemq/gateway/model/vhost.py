@@ -260,8 +260,8 @@ class VirtualHost:
         self.touched.append(("queue", name))
         self.drop_queue_bindings(name)
         queue.notify_deleted()
+        self._on_change()  # forgotten first (committed): then its files go
         self._remove_stream(queue)
-        self._on_change()
         return count
 
     def drop_queue_bindings(self, name: str) -> None:
