@@ -43,6 +43,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_tail_arguments(tailer)
 
+    cluster = commands.add_parser("cluster", help="run a cluster of nodes through etcd")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_commands.add_parser(
+        "up", help="start an etcd and N nodes on this machine; Ctrl-C stops them all"
+    )
+    from sievemq.cluster.local import add_up_arguments  # stdlib only until it runs
+
+    add_up_arguments(up)
+
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
     verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
@@ -68,7 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     files exit 2 and a port in use exits 1 at once."""
     from pydantic import ValidationError
 
-    from sievemq.gateway.net.listener import bind_listeners
+    from sievemq.gateway.net.listener import bind_listeners, listen_tcp
     from sievemq.gateway.net.tls import TLSConfigError, server_ssl_context
     from sievemq.settings import settings_error, settings_from_args
 
@@ -94,6 +103,12 @@ def _serve(args: argparse.Namespace) -> int:
             settings.admin_port,
             (settings.amqps_port, settings.stream_tls_port) if tls else None,
         )
+        if settings.cluster_etcd is not None:
+            try:
+                bound.cluster = listen_tcp(settings.amqp_host, settings.cluster_port)
+            except OSError:
+                bound.close()
+                raise
     except OSError as error:  # a port in use, an address not on this host
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
@@ -121,6 +136,10 @@ def _run(args: argparse.Namespace) -> int:
         from sievemq.client.tail import run_tail
 
         return run_tail(args)
+    if args.command == "cluster":
+        from sievemq.cluster.local import run_up
+
+        return run_up(args)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

@@ -12,6 +12,7 @@ import binascii
 import contextlib
 import json
 import os
+import resource
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -136,7 +137,10 @@ def _readable_vhost(f: BrokerFacade, who: Principal, raw: str) -> str:
 async def overview(request: Request, who: User, slicer: Heavy) -> dict[str, Any]:
     f = _facade(request)
     streams = await slicer.collect(f.iter_streams())
-    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    out = shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    if f.cluster is not None:
+        out["cluster_name"] = f.cluster.cluster_name
+    return out
 
 
 @router.get("/whoami")
@@ -154,11 +158,22 @@ async def extensions(who: User) -> list[dict[str, Any]]:
     return []
 
 
-def _node(f: BrokerFacade) -> dict[str, Any]:
+def _fds() -> tuple[int, int]:
+    """(descriptors open, the soft limit): RabbitMQ's fd_used and fd_total."""
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 0
+    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def node_info(f: BrokerFacade) -> dict[str, Any]:
+    """This node as ``/api/nodes`` shows it; a cluster node publishes the same into etcd."""
     o = f.overview()
     snap = f.alarms.snapshot() if f.alarms is not None else None
     mem = snap["memory"] if snap else {}
     disk = snap["disk"] if snap else {}
+    fd_used, fd_total = _fds()
     return {
         "name": o.node,
         "type": "disc",
@@ -166,6 +181,8 @@ def _node(f: BrokerFacade) -> dict[str, Any]:
         "uptime": o.uptime_ms,
         "os_pid": str(os.getpid()),
         "processors": os.cpu_count() or 1,
+        "fd_used": fd_used,
+        "fd_total": fd_total,
         "mem_used": mem.get("used_bytes", 0),
         "mem_limit": mem.get("limit_bytes", 0),
         "mem_alarm": bool(mem.get("alarm", False)),
@@ -175,20 +192,42 @@ def _node(f: BrokerFacade) -> dict[str, Any]:
         "being_drained": False,
         "partitions": [],
         "applications": [],
+        "listeners": [
+            {"protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
+            for li in o.listeners
+        ],
     }
+
+
+def _nodes(f: BrokerFacade) -> list[dict[str, Any]]:
+    """This node, and with a cluster every member: a live one as it last published itself
+    into etcd, a stopped one by name with ``running: false`` (as RabbitMQ lists it)."""
+    local = node_info(f)
+    if f.cluster is None:
+        return [local]
+    out = []
+    for member in f.cluster.node_views():
+        if member.local:
+            out.append(local)
+        elif member.running:
+            out.append({**member.record, "name": member.name, "running": True})
+        else:
+            out.append({"name": member.name, "type": "disc", "running": False})
+    return out
 
 
 @router.get("/nodes")
 async def nodes(request: Request, who: Monitor) -> list[dict[str, Any]]:
-    return [_node(_facade(request))]
+    return _nodes(_facade(request))
 
 
 @router.get("/nodes/{node}")
 async def get_node(request: Request, node: str, who: Monitor) -> dict[str, Any]:
-    f = _facade(request)
-    if name(node) != f.node_name:
-        raise not_found()
-    return _node(f)
+    wanted = name(node)
+    for found in _nodes(_facade(request)):
+        if found["name"] == wanted:
+            return found
+    raise not_found()
 
 
 @router.get("/aliveness-test/{vhost}")

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pamqp.commands import Basic
 
@@ -431,6 +431,26 @@ class ListenerView:
     port: int
 
 
+@dataclass(frozen=True)
+class ClusterNodeView:
+    """A cluster member as etcd shows it: ``record`` is what a live node last published
+    (uptime, fd and memory use, listeners), empty for a stopped one."""
+
+    name: str
+    running: bool
+    local: bool
+    record: dict[str, Any]
+
+
+class ClusterPort(Protocol):
+    """What the admin plane may ask of the cluster (``sievemq.cluster`` implements it)."""
+
+    @property
+    def cluster_name(self) -> str: ...
+
+    def node_views(self) -> list[ClusterNodeView]: ...
+
+
 @dataclass
 class Totals:
     connections: int
@@ -654,6 +674,7 @@ class BrokerFacade:
         self.listeners: list[ListenerView] = []
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
+        self.cluster: ClusterPort | None = None  # set by `serve --cluster-etcd`
         self._rates = RateSampler()
         self.sampler: asyncio.Task[None] | None = None
         # the sampler's last round: the queues' rates summed, node-wide and per vhost (the
