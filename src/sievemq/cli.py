@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 from collections.abc import Sequence
 
@@ -48,9 +49,7 @@ def _build_parser() -> argparse.ArgumentParser:
     up = cluster_commands.add_parser(
         "up", help="start an etcd and N nodes on this machine; Ctrl-C stops them all"
     )
-    from sievemq.cluster.local import add_up_arguments  # stdlib only until it runs
-
-    add_up_arguments(up)
+    _add_cluster_up_arguments(up)
 
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
@@ -60,6 +59,34 @@ def _build_parser() -> argparse.ArgumentParser:
     dump.add_argument("path", help="a stream directory")
     dump.add_argument("--records", action="store_true", help="list every record too")
     return parser
+
+
+def _add_cluster_up_arguments(parser: argparse.ArgumentParser) -> None:
+    """`sievemq cluster up`'s flags, here so that parsing imports nothing of the cluster."""
+    parser.add_argument(
+        "--nodes", type=int, default=os.cpu_count() or 1, help="how many nodes (default: cores)"
+    )
+    parser.add_argument(
+        "--data-dir", type=pathlib.Path, required=True, help="one folder for it all"
+    )
+    parser.add_argument(
+        "--etcd", default=None, help="use this etcd (URL[,URL...]) instead of starting one"
+    )
+    parser.add_argument("--etcd-port", type=int, default=2379, help="etcd's client port")
+    ports = (
+        ("amqp", 5672),
+        ("stream", 5552),
+        ("admin", 15672),
+        ("cluster", 25672),
+    )
+    for name, base in ports:
+        parser.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=base,
+            help=f"node i takes this port + i (default {base}; 0: free ports)",
+        )
+    parser.add_argument("--cluster-lease-ttl", type=int, default=5, help="seconds (default 5)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

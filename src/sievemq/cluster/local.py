@@ -133,31 +133,6 @@ class EtcdProcess:
 # ---------------------------------------------------------------- sievemq cluster up
 
 
-def add_up_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--nodes", type=int, default=os.cpu_count() or 1, help="how many nodes (default: cores)"
-    )
-    parser.add_argument("--data-dir", type=Path, required=True, help="one folder for it all")
-    parser.add_argument(
-        "--etcd", default=None, help="use this etcd (URL[,URL...]) instead of starting one"
-    )
-    parser.add_argument("--etcd-port", type=int, default=2379, help="etcd's client port")
-    ports = (
-        ("amqp", 5672),
-        ("stream", 5552),
-        ("admin", 15672),
-        ("cluster", 25672),
-    )
-    for name, base in ports:
-        parser.add_argument(
-            f"--{name}-port",
-            type=int,
-            default=base,
-            help=f"node i takes this port + i (default {base}; 0: free ports)",
-        )
-    parser.add_argument("--cluster-lease-ttl", type=int, default=5, help="seconds (default 5)")
-
-
 def _port(base: int, index: int) -> str:
     return str(base + index if base else 0)
 
