@@ -27,7 +27,8 @@ from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
 from sievemq.amqp.tables import TableLimits
-from sievemq.gateway.facade import BrokerFacade, ListenerView
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.classic_queue import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on
@@ -279,7 +280,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
 async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade) -> Any:
     """Join the cluster (the Membership), or the exit status when this node may not: 2 when
     its name is a live node's, 1 when etcd cannot be reached."""
-    from sievemq.admin_api.rabbit import node_info
+    from sievemq.admin_api.rabbit.nodes import node_info
     from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
     from sievemq.cluster.joining import join
     from sievemq.cluster.membership import NameTaken

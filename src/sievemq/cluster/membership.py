@@ -40,7 +40,7 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
-from sievemq.gateway.facade import ClusterNodeView
+from sievemq.gateway.admin.views import ClusterNodeView
 
 log = logging.getLogger("sievemq.cluster")
 

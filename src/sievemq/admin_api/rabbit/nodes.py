@@ -1,0 +1,90 @@
+"""``/api/nodes``: this node (memory and disk from the alarms, descriptors) and, in a
+cluster, every member as it publishes itself into etcd."""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import Any
+
+from fastapi import APIRouter
+
+from sievemq.admin_api.deps import Facade, Monitor
+from sievemq.admin_api.errors import not_found
+from sievemq.admin_api.paths import name
+from sievemq.admin_api.rabbit.common import TAG
+from sievemq.gateway.admin.facade import BrokerFacade
+
+router = APIRouter(tags=[TAG])
+
+
+def _fds() -> tuple[int, int]:
+    """(descriptors open, the soft limit): RabbitMQ's fd_used and fd_total."""
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 0
+    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def node_info(f: BrokerFacade) -> dict[str, Any]:
+    """This node as ``/api/nodes`` shows it; a cluster node publishes the same into etcd."""
+    o = f.overview()
+    snap = f.alarms.snapshot() if f.alarms is not None else None
+    mem = snap["memory"] if snap else {}
+    disk = snap["disk"] if snap else {}
+    fd_used, fd_total = _fds()
+    return {
+        "name": o.node,
+        "type": "disc",
+        "running": True,
+        "uptime": o.uptime_ms,
+        "os_pid": str(os.getpid()),
+        "processors": os.cpu_count() or 1,
+        "fd_used": fd_used,
+        "fd_total": fd_total,
+        "mem_used": mem.get("used_bytes", 0),
+        "mem_limit": mem.get("limit_bytes", 0),
+        "mem_alarm": bool(mem.get("alarm", False)),
+        "disk_free": disk.get("free_bytes", 0),
+        "disk_free_limit": disk.get("limit_bytes", 0),
+        "disk_free_alarm": bool(disk.get("alarm", False)),
+        "being_drained": False,
+        "partitions": [],
+        "applications": [],
+        "listeners": [
+            {"protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
+            for li in o.listeners
+        ],
+    }
+
+
+def _nodes(f: BrokerFacade) -> list[dict[str, Any]]:
+    """This node, and with a cluster every member: a live one as it last published itself
+    into etcd, a stopped one by name with ``running: false`` (as RabbitMQ lists it)."""
+    local = node_info(f)
+    if f.cluster is None:
+        return [local]
+    out = []
+    for member in f.cluster.node_views():
+        if member.local:
+            out.append(local)
+        elif member.running:
+            out.append({**member.record, "name": member.name, "running": True})
+        else:
+            out.append({"name": member.name, "type": "disc", "running": False})
+    return out
+
+
+@router.get("/nodes")
+async def nodes(f: Facade, who: Monitor) -> list[dict[str, Any]]:
+    return _nodes(f)
+
+
+@router.get("/nodes/{node}")
+async def get_node(f: Facade, node: str, who: Monitor) -> dict[str, Any]:
+    wanted = name(node)
+    for found in _nodes(f):
+        if found["name"] == wanted:
+            return found
+    raise not_found()
