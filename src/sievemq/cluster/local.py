@@ -84,6 +84,11 @@ class EtcdProcess:
             peer,
             "--initial-cluster",
             f"sievemq-etcd={peer}",
+            # nodes rewrite their records every few seconds: keep an hour of history only
+            "--auto-compaction-mode",
+            "periodic",
+            "--auto-compaction-retention",
+            "1h",
             *(["--unsafe-no-fsync"] if self.unsafe_no_fsync else []),
         ]
         self.log_path = self.data_dir / "etcd.log"

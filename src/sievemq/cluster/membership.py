@@ -49,6 +49,9 @@ NODES = ROOT + "nodes/"
 MEMBERS = ROOT + "members/"
 CLUSTER_NAME = ROOT + "cluster_name"
 NODE_ID_FILE = "cluster-node-id"
+# how often a node rewrites its record's figures: every write is an etcd revision kept until
+# etcd compacts its history (docs/cluster.md), so not on every keep-alive
+PUBLISH_INTERVAL_S = 10.0
 
 
 class NameTaken(Exception):
@@ -90,7 +93,7 @@ class Membership:
         self.me = me
         self.ttl_s = ttl_s
         self._stats = stats
-        self._publish_interval = publish_interval_s or max(ttl_s / 3, 0.5)
+        self._publish_interval = publish_interval_s or PUBLISH_INTERVAL_S
         self.started = time.time()
         self.cluster_name = me.name
         self.lease: Lease | None = None
@@ -133,6 +136,10 @@ class Membership:
         ]
 
     async def _register(self) -> None:
+        old = self.lease
+        if old is not None:  # a join retried, or the lease lost: never two keepers
+            self.lease = None
+            await old.stop(revoke=not old.lost)
         lease_id = await self.client.grant(self.ttl_s)
         try:
             await self._claim(lease_id)
@@ -203,7 +210,8 @@ class Membership:
     # ---------------------------------------------------------------- keeping the record fresh
 
     async def _publish(self) -> None:
-        """Rewrite our record (stats) while our lease holds it."""
+        """Rewrite our record's figures while our lease holds it (a keep-alive writes
+        nothing: it renews the lease, not the key)."""
         key = NODES + self.me.name
         while True:
             await asyncio.sleep(self._publish_interval)
@@ -251,7 +259,7 @@ class Membership:
                 name=name,
                 running=name in self.records or name == self.me.name,
                 local=name == self.me.name,
-                record=dict(self.records.get(name, {}).get("stats", {})),
+                record=_figures(self.records.get(name, {})),
             )
             for name in sorted(names)
         ]
@@ -271,6 +279,15 @@ class Membership:
             with contextlib.suppress(EtcdError):
                 await self.lease.stop(revoke=True)
         await self.client.close()
+
+
+def _figures(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's figures, its uptime brought up to now (published every few seconds)."""
+    figures = dict(record.get("stats", {}))
+    started = record.get("started")
+    if isinstance(started, (int, float)) and "uptime" in figures:
+        figures["uptime"] = max(int((time.time() - started) * 1000), 0)
+    return figures
 
 
 def _json(kv: KeyValue) -> dict[str, Any]:
