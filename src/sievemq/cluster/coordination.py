@@ -50,15 +50,16 @@ def _unb64(text: str | None) -> bytes:
     return base64.b64decode(text) if text else b""
 
 
-def prefix_end(prefix: str) -> str:
-    """The ``range_end`` that makes a range cover every key starting with ``prefix``."""
+def prefix_end(prefix: str) -> bytes:
+    """The ``range_end`` that makes a range cover every key starting with ``prefix`` (its
+    UTF-8 bytes with the last one below 0xFF incremented; etcd compares keys as bytes)."""
     raw = bytearray(prefix.encode())
     while raw:
         if raw[-1] < 0xFF:
             raw[-1] += 1
-            return raw.decode("latin-1")
+            return bytes(raw)
         raw.pop()
-    return "\0"
+    return b"\0"  # every key
 
 
 @dataclass(frozen=True)
