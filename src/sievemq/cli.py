@@ -72,7 +72,12 @@ def _add_cluster_up_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--etcd", default=None, help="use this etcd (URL[,URL...]) instead of starting one"
     )
-    parser.add_argument("--etcd-port", type=int, default=2379, help="etcd's client port")
+    parser.add_argument(
+        "--etcd-port",
+        type=int,
+        default=2379,
+        help="etcd's client port (default 2379; 0: a free one)",
+    )
     ports = (
         ("amqp", 5672),
         ("stream", 5552),

@@ -237,7 +237,7 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("cluster_etcd", str, "join a cluster through etcd: its client URL[,URL...]"),
     ("cluster_port", int, "inter-node port, 0 picks a free one (default 25672)"),
     ("advertise_host", str, "host the other nodes reach this one at (default --amqp-host)"),
-    ("cluster_lease_ttl", int, "seconds a node outlives losing etcd (default 5)"),
+    ("cluster_lease_ttl", int, "seconds before a silent node is listed stopped (default 5)"),
 ]
 
 

@@ -308,7 +308,9 @@ class EtcdClient:
                     seen = max(seen, batch.revision)
                     next_revision = seen + 1
                     yield batch
-            except (EtcdUnavailable, httpx.TransportError, EtcdError) as error:
+            # a bad answer (not JSON, a broken stream) counts as a dropped connection: the
+            # watch is the cluster's view, it must not end while the node runs
+            except (EtcdUnavailable, EtcdError, httpx.HTTPError, ValueError) as error:
                 log.debug("watch of %s dropped (%s); resuming from %d", prefix, error, seen + 1)
                 await asyncio.sleep(0.2)
             else:
