@@ -2,12 +2,14 @@
 
 Every node lists every node; a node SIGKILLed is shown stopped once its lease expires and
 running again when restarted on its data; a second node with a live name refuses to start;
-etcd restarted without its data: every node registers again. The lease TTL is 2 s so the
+etcd restarted without its data: every node registers again; a node started before etcd
+waits for it. The lease TTL is 2 s so the
 whole module takes a few tens of seconds.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sievemq.cluster.local import free_port
 from sievemq.testing import ServerProcess, ServerStartError
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
@@ -163,3 +166,22 @@ def test_nodes_register_again_when_etcd_comes_back_without_its_data(
     for name, node in nodes.items():
         until(lambda: running(node) == everyone, f"{name} sees all three again")  # noqa: B023
         until(lambda: back(name) > before[name], f"{name} logs it registered again")  # noqa: B023
+
+
+def test_a_node_started_before_etcd_waits_for_it(tmp_path: Path) -> None:
+    etcd = EtcdProcess(tmp_path / "etcd", unsafe_no_fsync=True)
+    etcd.client_port = free_port()  # known before it runs: the node is told it first
+    early = ServerProcess(tmp_path / "early", cluster_args(etcd, "early"))
+    started = threading.Thread(target=early.start)
+    started.start()
+    try:
+        until(lambda: "waiting for etcd" in early.stderr(), "the node logs that it waits")
+        etcd.start()
+        started.join(WAIT_S)
+        assert early.running and " node=early " in early.stdout_lines[0]
+        assert running(early) == {"early": True}
+    finally:
+        started.join(WAIT_S)
+        if early.running:
+            assert early.stop() == 0, early.stderr()
+        etcd.stop()
