@@ -3,8 +3,7 @@
 Every node lists every node; a node SIGKILLed is shown stopped once its lease expires and
 running again when restarted on its data; a second node with a live name refuses to start;
 etcd restarted without its data: every node registers again; a node started before etcd
-waits for it. The lease TTL is 2 s so the
-whole module takes a few tens of seconds.
+waits for it. The lease TTL is 2 s so the whole module takes a few tens of seconds.
 """
 
 from __future__ import annotations
