@@ -236,6 +236,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
         loop.add_signal_handler(sig, stop.set)
     cluster: tuple[str, str] | None = None
     membership: Any = None
+    placement: Any = None
     if settings.cluster_etcd is not None and settings.node_name is not None:
         cluster_servers, cluster_port = await serve_on(_NoLinkYet, bound.cluster)
         servers.extend(cluster_servers)
@@ -243,13 +244,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             settings.node_name,
             f"{settings.advertise_host or settings.amqp_host}:{cluster_port}",
         )
-        membership = await _join_cluster(settings, cluster[1], facade)
-        if isinstance(membership, int):
+        joined = await _join_cluster(settings, cluster[1], facade, node)
+        if isinstance(joined, int):
             await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
             admin.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
-            return membership
+            return joined
+        membership, placement = joined
         facade.cluster = membership
     ready = True
     facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
@@ -268,6 +270,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     await stop.wait()
     ready = False
     if membership is not None:
+        await placement.stop()
         await membership.leave()  # the others see this node go now, not a TTL later
     await facade.stop_sampling()
     await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
@@ -277,9 +280,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     return 0
 
 
-async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade) -> Any:
-    """Join the cluster (the Membership), or the exit status when this node may not: 2 when
-    its name is a live node's, 1 when etcd cannot be reached."""
+async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade, node: Node) -> Any:
+    """Join the cluster (its Membership and Placement), or the exit status when this node
+    may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
     from sievemq.admin_api.rabbit.nodes import node_info
     from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
     from sievemq.cluster.joining import join
@@ -294,6 +297,8 @@ async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade) 
             address,
             settings.cluster_lease_ttl,
             lambda: node_info(facade),
+            node.broker,
+            node.definitions_sync,
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

@@ -15,6 +15,9 @@ from typing import Any
 
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.membership import Identity, Membership, node_id_for
+from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -28,20 +31,31 @@ async def join(
     cluster_address: str,
     ttl_s: int,
     stats: Callable[[], dict[str, Any]],
+    broker: Broker,
+    definitions_sync: DefinitionsSync,
     wait_s: float = JOIN_WAIT_S,
-) -> Membership:
-    """Register this node and start watching the others; raises ``NameTaken`` (another
+) -> tuple[Membership, Placement]:
+    """Register this node, place its queues and start watching the others (the returned
+    ``Placement`` is the broker's directory from then on); raises ``NameTaken`` (another
     live node has the name) or ``EtcdUnavailable`` (no endpoint answered for ``wait_s``:
     an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address)
     membership = Membership(client, me, ttl_s, stats)
+    placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
+    membership.subscribe(QUEUES, placement.apply)
+    membership.queue_records = lambda: list(placement.records.values())
+    membership.on_registered_again.append(placement.place_again)
     deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
                 await membership.join()
-                return membership
+                await placement.place_local_queues()
+                # from now on a queue stored here is recorded in etcd before its declare-ok
+                broker.store.observer = placement.observe
+                broker.directory = placement
+                return membership, placement
             except EtcdUnavailable as error:
                 if time.monotonic() > deadline:
                     raise

@@ -31,6 +31,7 @@ from sievemq.cluster.coordination import (
     EtcdClient,
     EtcdError,
     EtcdUnavailable,
+    Event,
     KeyValue,
     Lease,
     WatchBatch,
@@ -40,7 +41,7 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
-from sievemq.gateway.admin.views import ClusterNodeView
+from sievemq.gateway.admin.views import ClusterNodeView, RemoteQueueView
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -103,6 +104,17 @@ class Membership:
         self._rejoining: asyncio.Task[None] | None = None
         self._stopping = False
         self.registered = asyncio.Event()
+        # others fed the watched events under their prefix (placement: sievemq/queues/)
+        self._listeners: list[tuple[str, Callable[[list[Event], bool], None]]] = []
+        # the queues other nodes lead (the placement sets it) and what runs once this node
+        # registered again after losing its lease (the placement records its queues anew)
+        self.queue_records: Callable[[], list[dict[str, Any]]] = list
+        self.on_registered_again: list[Callable[[], None]] = []
+
+    def subscribe(self, prefix: str, listener: Callable[[list[Event], bool], None]) -> None:
+        """Feed ``listener`` the events under ``prefix`` (reset: the whole prefix anew);
+        before ``join``, so it sees the state read at the join too."""
+        self._listeners.append((prefix, listener))
 
     # ---------------------------------------------------------------- the record
 
@@ -128,8 +140,7 @@ class Membership:
         existing = await self.client.create(CLUSTER_NAME, self.me.name)
         self.cluster_name = self.me.name if existing is None else existing.value.decode()
         kvs, revision = await self.client.get_prefix(ROOT)
-        for kv in kvs:
-            self._apply_put(kv)
+        self.apply(WatchBatch([Event("put", kv) for kv in kvs], revision, reset=True))
         self._tasks = [
             asyncio.ensure_future(self._watch(revision + 1)),
             asyncio.ensure_future(self._publish()),
@@ -205,6 +216,8 @@ class Membership:
             with contextlib.suppress(EtcdUnavailable, EtcdError):
                 await self.client.create(CLUSTER_NAME, self.cluster_name)
             log.warning("node %s registered again in the cluster", self.me.name)
+            for callback in self.on_registered_again:
+                callback()
             return
 
     # ---------------------------------------------------------------- keeping the record fresh
@@ -234,6 +247,10 @@ class Membership:
         if batch.reset:
             self.records.clear()
             self.members.clear()
+        for prefix, listener in self._listeners:
+            mine = [e for e in batch.events if e.kv.key.startswith(prefix)]
+            if mine or batch.reset:
+                listener(mine, batch.reset)
         for event in batch.events:
             if event.kind == "put":
                 self._apply_put(event.kv)
@@ -250,6 +267,13 @@ class Membership:
         elif kv.key == CLUSTER_NAME:
             self.cluster_name = kv.value.decode()
 
+    def amqp_address(self, name: str) -> str | None:
+        """A live node's AMQP listener as it published it (HOST:PORT), or None."""
+        for listener in self.records.get(name, {}).get("stats", {}).get("listeners", []):
+            if listener.get("protocol") == "amqp":
+                return f"{listener.get('ip_address')}:{listener.get('port')}"
+        return None
+
     def node_views(self) -> list[ClusterNodeView]:
         """Every member, the live ones with their last published record, sorted by name;
         this node is always listed as running."""
@@ -263,6 +287,23 @@ class Membership:
             )
             for name in sorted(names)
         ]
+
+    def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
+        """The queues other nodes lead, as their records say, sorted."""
+        out = [
+            RemoteQueueView(
+                vhost=str(r.get("vhost")),
+                name=str(r.get("name")),
+                type=str(r.get("type", "stream")),
+                leader=str(r.get("leader")),
+                epoch=int(r.get("epoch", 0)),
+                arguments=dict(r.get("arguments") or {}),
+                leader_running=r.get("leader") in self.records,
+            )
+            for r in self.queue_records()
+            if r.get("leader") != self.me.name and (vhost is None or r.get("vhost") == vhost)
+        ]
+        return sorted(out, key=lambda q: (q.vhost, q.name))
 
     # ---------------------------------------------------------------- leaving
 

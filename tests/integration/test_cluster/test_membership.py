@@ -9,79 +9,26 @@ waits for it. The lease TTL is 2 s so the whole module takes a few tens of secon
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from sievemq.cluster.local import free_port
 from sievemq.testing import ServerProcess, ServerStartError
-from sievemq.testing.etcd import EtcdProcess, running_etcd
+from sievemq.testing.etcd import EtcdProcess
 
-TTL_S = 2
-WAIT_S = 30.0  # generous: a loaded machine; every wait returns as soon as it holds
+from .cluster_helpers import WAIT_S, cluster_args, get, running, started_nodes, until
+
 NAMES = ("n1", "n2", "n3")
-
-
-def cluster_args(etcd: EtcdProcess, name: str) -> tuple[str, ...]:
-    return (
-        "--node-name",
-        name,
-        "--cluster-etcd",
-        etcd.url,
-        "--cluster-port",
-        "0",
-        "--cluster-lease-ttl",
-        str(TTL_S),
-    )
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
-
-
-def get(node: ServerProcess, path: str) -> Any:
-    response = httpx.get(node.admin_url + path, auth=("guest", "guest"), timeout=10)
-    response.raise_for_status()
-    return response.json()
-
-
-def running(node: ServerProcess) -> dict[str, bool]:
-    """Node name -> running, as ``node``'s /api/nodes says."""
-    return {n["name"]: n["running"] for n in get(node, "/api/nodes")}
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
-    with running_etcd(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
 def nodes(
     etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, ServerProcess]]:
-    base = tmp_path_factory.mktemp("nodes")
-    procs = {n: ServerProcess(base / n, cluster_args(etcd, n)) for n in NAMES}
-    try:
-        for proc in procs.values():  # one at a time: each start is a few seconds of CPU
-            proc.start()
+    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), NAMES) as procs:
         yield procs
-    finally:
-        for proc in procs.values():
-            if proc.running:
-                assert proc.stop() == 0, proc.stderr()
 
 
 def test_the_ready_line_names_the_node_and_its_cluster_port(

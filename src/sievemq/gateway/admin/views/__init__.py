@@ -45,6 +45,7 @@ from sievemq.gateway.admin.views.node import (
     HistogramView,
     ListenerView,
     OverviewView,
+    RemoteQueueView,
     Totals,
     WriteLatencyView,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "PreconditionFailed",
     "Principal",
     "QueueView",
+    "RemoteQueueView",
     "SacGroupView",
     "SacMemberView",
     "StreamClientView",

@@ -26,6 +26,20 @@ class ClusterNodeView:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class RemoteQueueView:
+    """A queue another cluster node leads, as its etcd record says (its figures are the
+    leader's, not shown here yet)."""
+
+    vhost: str
+    name: str
+    type: str
+    leader: str
+    epoch: int
+    arguments: dict[str, Any]
+    leader_running: bool
+
+
 class ClusterPort(Protocol):
     """What the admin plane may ask of the cluster (``sievemq.cluster`` implements it)."""
 
@@ -33,6 +47,10 @@ class ClusterPort(Protocol):
     def cluster_name(self) -> str: ...
 
     def node_views(self) -> list[ClusterNodeView]: ...
+
+    def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
+        """The queues other nodes lead (of ``vhost``, or every vhost)."""
+        ...
 
 
 @dataclass
