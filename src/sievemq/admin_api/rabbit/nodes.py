@@ -1,10 +1,9 @@
-"""``/api/nodes``: this node (memory and disk from the alarms, descriptors) and, in a
-cluster, every member as it publishes itself into etcd."""
+"""``/api/nodes``: this node (memory and disk from the alarms, file descriptors against the
+process's limit) and, in a cluster, every member as it publishes itself into etcd."""
 
 from __future__ import annotations
 
 import os
-import resource
 from typing import Any
 
 from fastapi import APIRouter
@@ -18,22 +17,12 @@ from sievemq.gateway.admin.facade import BrokerFacade
 router = APIRouter(tags=[TAG])
 
 
-def _fds() -> tuple[int, int]:
-    """(descriptors open, the soft limit): RabbitMQ's fd_used and fd_total."""
-    try:
-        used = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        used = 0
-    return used, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 def node_info(f: BrokerFacade) -> dict[str, Any]:
     """This node as ``/api/nodes`` shows it; a cluster node publishes the same into etcd."""
     o = f.overview()
     snap = f.alarms.snapshot() if f.alarms is not None else None
     mem = snap["memory"] if snap else {}
     disk = snap["disk"] if snap else {}
-    fd_used, fd_total = _fds()
     return {
         "name": o.node,
         "type": "disc",
@@ -41,14 +30,13 @@ def node_info(f: BrokerFacade) -> dict[str, Any]:
         "uptime": o.uptime_ms,
         "os_pid": str(os.getpid()),
         "processors": os.cpu_count() or 1,
-        "fd_used": fd_used,
-        "fd_total": fd_total,
         "mem_used": mem.get("used_bytes", 0),
         "mem_limit": mem.get("limit_bytes", 0),
         "mem_alarm": bool(mem.get("alarm", False)),
         "disk_free": disk.get("free_bytes", 0),
         "disk_free_limit": disk.get("limit_bytes", 0),
         "disk_free_alarm": bool(disk.get("alarm", False)),
+        **_descriptors(f),
         "being_drained": False,
         "partitions": [],
         "applications": [],
@@ -56,6 +44,17 @@ def node_info(f: BrokerFacade) -> dict[str, Any]:
             {"protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
             for li in o.listeners
         ],
+    }
+
+
+def _descriptors(f: BrokerFacade) -> dict[str, int]:
+    """RabbitMQ's four descriptor fields (``fd_total`` is the process's limit)."""
+    d = f.descriptors()
+    return {
+        "fd_used": d.fd_used,
+        "fd_total": d.fd_total,
+        "sockets_used": d.sockets_used,
+        "sockets_total": d.sockets_total,
     }
 
 

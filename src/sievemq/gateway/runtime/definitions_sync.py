@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from sievemq.amqp import errors
 from sievemq.gateway.model.definitions import DefinitionStore
+from sievemq.gateway.runtime import descriptors
 from sievemq.storage.stream import StreamFilesError
 
 
@@ -139,6 +141,16 @@ def when_synced(future: asyncio.Future[None], then: Callable[[BaseException | No
 
 class ReplicationFailed(Exception):
     """A change's commit beyond this node failed (a cluster's etcd); the text says why."""
+
+
+def sync_failure(error: BaseException) -> errors.AMQPError:
+    """The connection.close of a change that could not be made durable: 506 when the
+    process was out of descriptors (it recovers as they free up), else 541."""
+    if descriptors.is_exhausted(error):
+        return errors.ResourceError(
+            f"cannot make a definitions change durable: {descriptors.exhausted_text(error)}"
+        )
+    return errors.InternalError(failure_text(error))
 
 
 def failure_text(error: BaseException) -> str:

@@ -42,6 +42,7 @@ from sievemq.gateway.admin.views.clients import (
 from sievemq.gateway.admin.views.node import (
     ClusterNodeView,
     ClusterPort,
+    DescriptorsView,
     HistogramView,
     ListenerView,
     OverviewView,
@@ -87,6 +88,7 @@ __all__ = [
     "ConsumerOffsetView",
     "ConsumerView",
     "Definitions",
+    "DescriptorsView",
     "ExchangeView",
     "FilterAdviceView",
     "FilterStatsView",
