@@ -214,8 +214,7 @@ class Channel:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
             done = True
         except errors.AMQPError as error:
-            if isinstance(error, errors.NotFound):
-                elsewhere = self._led_elsewhere(method, error)
+            elsewhere = self._led_elsewhere(method, error)  # None unless a cluster's queue
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
             if elsewhere is not None:
