@@ -1,7 +1,7 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 # uv is bootstrapped with pip into .tools/ (pinned), then installs the locked
 # dependencies (uv.lock) into .venv/ with the project editable. `make test` also installs the
-# Node clients amqplib and rabbitmq-stream-js-client (tests/integration/node, from its
+# Node clients amqplib and rabbitmq-stream-js-client (tests/integration/data/node, from its
 # package-lock.json) with npm ci.
 
 PYTHON ?= python3
@@ -11,7 +11,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 export UV_PROJECT_ENVIRONMENT := $(VENV)
-NODE_DIR := tests/integration/node
+NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
 .PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean

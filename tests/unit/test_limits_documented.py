@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sievemq.settings import _FLAGS, Settings
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "compatibility.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
 NOT_LIMITS = {
     "amqp_host", "amqp_port", "admin_host", "admin_port", "amqps_port", "stream_port",
     "stream_tls_port", "data_dir", "durability", "fsync", "sync_interval_ms", "tls_cert",

@@ -13,7 +13,7 @@ import pika
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 HERE = Path(__file__).resolve().parent
 RABBIT_GET = json.loads((HERE / "rabbitmq_3_10_8_classic_get.json").read_text())

@@ -15,7 +15,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 GLOBAL_GET_AUTO = (
     'rabbitmq_global_messages_delivered_get_auto_ack_total{protocol="amqp091",'

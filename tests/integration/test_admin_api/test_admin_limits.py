@@ -10,7 +10,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 
 def amqp(server: ServerProcess, vhost: str = "/", user: str = "guest", pw: str = "guest"):  # type: ignore[no-untyped-def]

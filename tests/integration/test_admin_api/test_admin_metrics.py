@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 
 def scrape(server: ServerProcess, path: str) -> dict[str, list[tuple[dict[str, str], float]]]:

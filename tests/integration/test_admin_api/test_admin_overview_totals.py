@@ -15,7 +15,7 @@ import pika
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 DELIVERED_CLASSIC = (
     'rabbitmq_global_messages_delivered_total{protocol="amqp091",queue_type="rabbit_classic_queue"}'

@@ -16,7 +16,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client
+from ..admin_client import client
 
 
 def as_user(server: ServerProcess, user: str, pw: str) -> pika.BlockingConnection:

@@ -13,7 +13,7 @@ import pika
 
 from sievemq.testing import ServerProcess, start_server_process
 
-from .stream_helpers import producer
+from ..stream_helpers import producer
 
 
 def _metric(text: str, sample: str) -> float:

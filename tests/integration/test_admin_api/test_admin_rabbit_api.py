@@ -1,6 +1,6 @@
 """RabbitMQ's management API on SieveMQ's admin port: real server, real HTTP (httpx), real
 AMQP clients (pika). Field names, nesting, codes and texts follow what RabbitMQ 3.10.8
-answered (tests/integration/rabbitmq_3_10_8_*.json, captured from a live node)."""
+answered (tests/integration/test_admin_api/rabbitmq_3_10_8_*.json, captured from a live node)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 HERE = Path(__file__).resolve().parent
 RABBIT_QUEUE = json.loads((HERE / "rabbitmq_3_10_8_stream_queue.json").read_text())

@@ -15,7 +15,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 PACE = 40  # messages a second to each queue
 SECONDS = 6.0  # longer than the 5 s rate window

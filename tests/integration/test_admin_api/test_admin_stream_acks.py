@@ -14,7 +14,7 @@ import pika
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 ACKED_STREAM = (
     'rabbitmq_global_messages_acknowledged_total{protocol="amqp091",'

@@ -9,7 +9,7 @@ import pika
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
+from ..admin_client import client, q
 
 
 def make_stream(server: ServerProcess, name: str, **args: object) -> None:

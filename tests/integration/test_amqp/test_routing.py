@@ -9,7 +9,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .pika_consume import consume_expected
+from ..pika_consume import consume_expected
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard: a starved machine took > 30 s
 

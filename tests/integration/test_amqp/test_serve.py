@@ -14,7 +14,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .pika_consume import consume_expected
+from ..pika_consume import consume_expected
 
 
 def _params(srv: ServerProcess, **kw: object) -> pika.ConnectionParameters:

@@ -16,7 +16,7 @@ from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FUZZ = [sys.executable, "-m", "bench.fuzz_wire"]
 
 

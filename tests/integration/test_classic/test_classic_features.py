@@ -13,7 +13,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client
+from ..admin_client import client
 
 
 def connect(server: ServerProcess) -> pika.BlockingConnection:

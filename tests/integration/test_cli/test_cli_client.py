@@ -15,7 +15,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client
+from ..admin_client import client
 
 TIMEOUT = 60
 

@@ -12,6 +12,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
+from ..node_scenarios import run_node
 from .client_drivers import AioPikaDriver, AiormqDriver, KombuDriver, PikaDriver
 from .client_scenario import (
     N_A,
@@ -24,7 +25,6 @@ from .client_scenario import (
     message_spec,
     run_scenario,
 )
-from .node_scenarios import run_node
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,7 +16,7 @@ from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _example(language: str, marker: str) -> tuple[str, str]:

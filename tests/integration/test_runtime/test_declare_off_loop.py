@@ -7,7 +7,7 @@ and the channel's -ok reply (and every later frame of that channel) waits for it
 keeps serving other connections meanwhile. Several channels' changes share one fdatasync
 (group commit). A failed fdatasync closes the connection with 541 and a text naming the log,
 and the change is not reported as done. (Durability across a SIGKILL right after the
-declare-ok: ``tests/integration/test_definitions_sigkill.py``.)
+declare-ok: ``tests/integration/test_runtime/test_definitions_sigkill.py``.)
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
 
+from ..stream_helpers import in_process_stream_client, in_process_stream_listener
 from .slow_sync import SLOW_SYNC_S, _ticker
-from .stream_helpers import in_process_stream_client, in_process_stream_listener
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import pytest
 
 from sievemq.testing import running_gateway
 
+from ..stream_helpers import in_process_stream_client
 from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker, until
-from .stream_helpers import in_process_stream_client
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -21,8 +21,8 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import index_name, segment_name
 from sievemq.testing import running_gateway
 
+from ..stream_helpers import in_process_stream_client
 from .slow_sync import SLOW_SYNC_S, SlowStreamDirSync, _ticker
-from .stream_helpers import in_process_stream_client
 
 pytestmark = pytest.mark.timeout(90)
 

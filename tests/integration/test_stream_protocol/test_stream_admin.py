@@ -16,7 +16,7 @@ from rstream import RawMessage
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, consumer, open_client, producer, wait_for
+from ..stream_helpers import RawStreamClient, consumer, open_client, producer, wait_for
 
 
 def _admin(server: ServerProcess) -> httpx.Client:

@@ -20,8 +20,8 @@ from rstream.client import Client
 
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
-from .stream_helpers import consumer, from_first, producer, sac, wait_for
+from ..admin_client import client, q
+from ..stream_helpers import consumer, from_first, producer, sac, wait_for
 
 
 def _connection(http: httpx.Client, connection_name: str) -> str:

@@ -15,8 +15,8 @@ import pytest
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .admin_client import q
-from .stream_helpers import RawStreamClient
+from ..admin_client import q
+from ..stream_helpers import RawStreamClient
 
 pytestmark = pytest.mark.timeout(60)
 

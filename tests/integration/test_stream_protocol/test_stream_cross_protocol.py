@@ -18,7 +18,7 @@ from rstream._pyamqp.message import Header, Properties
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import consumer, producer, wait_for
+from ..stream_helpers import consumer, producer, wait_for
 
 
 def _declare(server: ServerProcess, name: str) -> None:

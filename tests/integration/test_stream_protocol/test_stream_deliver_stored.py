@@ -20,7 +20,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, producer, send_confirmed, string
+from ..stream_helpers import RawStreamClient, producer, send_confirmed, string
 
 BATCHES = 80
 PER_BATCH = 100

@@ -11,7 +11,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, string
+from ..stream_helpers import RawStreamClient, string
 
 OK, STREAM_DOES_NOT_EXIST = 1, 2
 

@@ -21,8 +21,8 @@ from rstream import (
 from sievemq.gateway.session.filter_stats import READ_FIELDS
 from sievemq.testing import ServerProcess
 
-from .admin_client import client, q
-from .stream_helpers import consumer, producer, wait_for
+from ..admin_client import client, q
+from ..stream_helpers import consumer, producer, wait_for
 
 BATCHES = 10  # one chunk each: the producer waits for each batch's confirms
 PER_BATCH = 20

@@ -3,7 +3,7 @@ confirms is held (the server stops reading its socket), other connections keep w
 once the client reads, every message is stored and confirmed.
 
 The server stops reading at 50,000 unconfirmed messages (RabbitMQ's publish credits, unit
-tests in tests/unit/test_stream_session/test_publish_credits.py) or when the confirms it
+tests in tests/unit/test_gateway/test_stream_session/test_publish_credits.py) or when the confirms it
 cannot send fill the connection's write buffer, whichever comes first; here the client's
 small receive buffer makes the second one bite."""
 
@@ -15,7 +15,7 @@ import time
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, string
+from ..stream_helpers import RawStreamClient, string
 
 # the unread confirms (8 bytes per message) must overflow the kernel's socket buffers before
 # the server holds the publisher: with net.ipv4.tcp_wmem's 4 MiB maximum it held at ~412,000

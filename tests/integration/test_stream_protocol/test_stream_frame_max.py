@@ -12,7 +12,7 @@ import pika
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, producer, send_confirmed, string
+from ..stream_helpers import RawStreamClient, producer, send_confirmed, string
 
 FRAME_MAX = 16 * 1024
 BODY = 1000

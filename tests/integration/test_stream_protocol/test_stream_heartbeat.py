@@ -13,7 +13,7 @@ import pytest
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient
+from ..stream_helpers import RawStreamClient
 
 pytestmark = pytest.mark.timeout(120)
 

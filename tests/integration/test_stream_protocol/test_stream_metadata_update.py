@@ -16,7 +16,7 @@ from rstream.constants import OffsetType
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import open_client, wait_for
+from ..stream_helpers import open_client, wait_for
 
 STREAM_NOT_AVAILABLE = 6
 

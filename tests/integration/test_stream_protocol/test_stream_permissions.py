@@ -27,7 +27,7 @@ from rstream.exceptions import AccessRefused, OffsetNotFound, ServerError
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import consumer, open_client, producer, wait_for
+from ..stream_helpers import consumer, open_client, producer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,7 @@ from rstream.exceptions import OffsetNotFound, PreconditionFailed, StreamDoesNot
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import (
+from ..stream_helpers import (
     RawStreamClient,
     consumer,
     open_client,

@@ -1,5 +1,5 @@
 """Single active consumer hand-over with the Node stream client (rabbitmq-stream-js-client,
-from tests/integration/node's lock file): two consumers in one group, the active one stops,
+from tests/integration/data/node's lock file): two consumers in one group, the active one stops,
 the waiting one takes over and gets the rest with no gap."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .node_scenarios import run_node
+from ..node_scenarios import run_node
 
 pytestmark = pytest.mark.timeout(90)
 

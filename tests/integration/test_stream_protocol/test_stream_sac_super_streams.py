@@ -29,7 +29,7 @@ from rstream.exceptions import StreamAlreadyExists, StreamDoesNotExist
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import (
+from ..stream_helpers import (
     RawStreamClient,
     consumer,
     from_first,

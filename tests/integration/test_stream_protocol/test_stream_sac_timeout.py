@@ -21,7 +21,7 @@ from rstream import (
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import (
+from ..stream_helpers import (
     RawStreamClient,
     consumer,
     from_first,

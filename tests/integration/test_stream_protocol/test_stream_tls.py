@@ -9,9 +9,9 @@ from rstream import ConsumerOffsetSpecification, OffsetType, Producer
 from rstream.client import Client
 
 from sievemq.testing import ServerProcess
+from tests.integration.test_amqp.test_tls import CertFiles, make_cert, tls_args
 
-from .stream_helpers import consumer, wait_for
-from .test_tls import CertFiles, make_cert, tls_args
+from ..stream_helpers import consumer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

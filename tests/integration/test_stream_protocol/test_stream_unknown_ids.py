@@ -10,7 +10,7 @@ import struct
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient
+from ..stream_helpers import RawStreamClient
 
 
 def _next_not_heartbeat(raw: RawStreamClient) -> tuple[int, bytes]:

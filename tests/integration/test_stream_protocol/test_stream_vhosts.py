@@ -15,7 +15,7 @@ from rstream.consumer import Consumer
 
 from sievemq.testing import ServerProcess
 
-from .stream_helpers import RawStreamClient, wait_for
+from ..stream_helpers import RawStreamClient, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 
-from .pika_consume import consume_expected
+from ..pika_consume import consume_expected
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,7 +18,7 @@ from pamqp.commands import Basic
 
 from sievemq.testing import RunningGateway, running_gateway
 
-from .aiormq_helpers import FV, consume, raw_publish
+from ..aiormq_helpers import FV, consume, raw_publish
 
 pytestmark = pytest.mark.timeout(60)
 

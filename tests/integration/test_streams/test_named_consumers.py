@@ -8,7 +8,7 @@ import pika
 
 from sievemq.testing import ServerProcess
 
-from .sql_helpers import params, publish
+from ..sql_helpers import params, publish
 
 
 def _consume(

@@ -12,7 +12,7 @@ import pytest
 
 from sievemq.testing import ServerProcess, running_gateway
 
-from .sql_helpers import params, publish
+from ..sql_helpers import params, publish
 
 ORDERS = [
     (f"o{i}".encode(), {"region": ("emea", "apac", "amer")[i % 3], "amount": i * 10})

@@ -1,4 +1,4 @@
-// The client scenario of tests/integration/client_scenario.py, done with amqplib.
+// The client scenario of tests/integration/test_clients/client_scenario.py, done with amqplib.
 // Input: one JSON argument {url, exchange, queue, messages, nA, nTotal, prefetch, quietMs}.
 // Output: one JSON line {splitTs, results: {case: [delivery, ...]}} that the Python test checks.
 'use strict';

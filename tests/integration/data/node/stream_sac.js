@@ -1,5 +1,5 @@
 // Single active consumer hand-over with rabbitmq-stream-js-client, run by
-// tests/integration/test_stream_sac_node.py.
+// tests/integration/test_stream_protocol/test_stream_sac_node.py.
 // Input: one JSON argument {port, stream, mode, first, stopAfter, second}:
 //   mode "unsubscribe": both consumers share one client (one pooled connection); the active
 //                      one leaves with client.closeConsumer() (Unsubscribe);

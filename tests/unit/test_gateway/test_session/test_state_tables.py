@@ -333,7 +333,7 @@ def test_client_close_during_the_handshake_is_answered() -> None:
 
 # --- docs ---------------------------------------------------------------------------------------
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
+DOC = Path(__file__).resolve().parents[4] / "docs" / "architecture.md"
 BEGIN, END = "<!-- states:begin -->\n", "<!-- states:end -->"
 
 
