@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from sievemq.gateway.runtime.alarms import (
     total_memory,
 )
 from sievemq.settings import Settings
+from sievemq.testing.clock import ManualClock
 from sievemq.units import MemoryWatermark, parse_memory_watermark, parse_size
 
 
@@ -164,17 +164,24 @@ def test_snapshot_shows_figures_and_limits() -> None:
     assert snap["disk"] == {"alarm": False, "free_bytes": 9000, "limit_bytes": 5000}
 
 
-async def test_the_timer_polls_until_stopped() -> None:
+def test_the_timer_polls_every_interval_until_stopped() -> None:
     probe = FakeProbe()
     alarms, heard = _alarms(probe)
-    alarms.start(asyncio.get_running_loop(), 0.01)
-    await asyncio.sleep(0.03)
+    clock = ManualClock()
+    alarms.start(clock, 1.0)  # checks at once, then every second
+    assert clock.pending() == [1.0]
+    clock.advance(3.0)
     probe.free = 0
-    await asyncio.sleep(0.05)
+    clock.advance(0.5)
+    assert heard == []  # not polled between two ticks
+    clock.advance(0.5)
     assert heard == [(DISK,)]
+    clock.advance(5.0)
+    assert heard == [(DISK,)]  # still on: heard once
     alarms.stop()
+    assert clock.pending() == []
     probe.free = 10**6
-    await asyncio.sleep(0.05)
+    clock.advance(5.0)
     assert heard == [(DISK,)]  # stopped: no more polls
     assert alarms.reasons == (DISK,)
 

@@ -7,7 +7,6 @@ take no credit; an alarm and a credit hold are independent reasons not to read."
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import Any
 
@@ -19,6 +18,7 @@ from sievemq.gateway.stream_session import connection as conn_mod
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.publisher import StreamPublisher
 from sievemq.streamproto import wire
+from sievemq.testing.clock import ManualClock
 from tests.unit.test_gateway.fake_transport import FakeTransport
 
 
@@ -36,15 +36,15 @@ class Transport(FakeTransport):
 
 
 class Node:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self, loop: ManualClock) -> None:
+        self.loop = loop  # the connection's timers: they run when the test moves the clock
 
 
 class SNode:
     frame_max = 1 << 20
     heartbeat = 0
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: ManualClock) -> None:
         self.node = Node(loop)
 
 
@@ -72,15 +72,14 @@ class Sequences:
 
 @pytest.fixture
 def wired() -> Any:
-    loop = asyncio.new_event_loop()
-    conn = StreamConnection(SNode(loop), False)  # type: ignore[arg-type]
+    clock = ManualClock()
+    conn = StreamConnection(SNode(clock), False)  # type: ignore[arg-type]
     protocol = StreamProtocol(conn, 1 << 20, 1 << 20)
     transport = Transport()
     protocol.transport = transport  # type: ignore[assignment]
     conn.transport = transport  # type: ignore[assignment]
     conn.alive = True
-    yield conn, protocol, transport, loop
-    loop.close()
+    yield conn, protocol, transport, clock
 
 
 def _entries(first: int, n: int) -> list[wire.PublishedEntry]:
@@ -104,16 +103,18 @@ def test_reading_stops_at_zero_and_resumes_above_12500(wired: Any) -> None:
 def test_credits_of_a_confirm_still_in_the_write_buffer_wait_for_it_to_drain(
     wired: Any,
 ) -> None:
-    conn, _, transport, loop = wired
+    conn, _, transport, clock = wired
     conn.take_publish_credits(conn_mod.PUBLISH_CREDITS)
     transport.buffered = 100  # the client does not read: the confirm frame is still here
     conn.return_publish_credits(20_000)
     assert conn.publish_credits == 0 and not transport.reading
-    loop.run_until_complete(asyncio.sleep(conn_mod.DRAIN_POLL_S * 3))
-    assert not transport.reading  # still buffered
+    for _ in range(3):  # each poll finds the frame still buffered
+        assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
+    assert conn.publish_credits == 0 and not transport.reading  # still buffered
     transport.buffered = 0
-    loop.run_until_complete(asyncio.sleep(conn_mod.DRAIN_POLL_S * 3))
+    assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
     assert conn.publish_credits == 20_000 and transport.reading
+    assert clock.pending() == []  # drained: no more polls
 
 
 def test_an_alarm_and_a_credit_hold_are_separate_reasons(wired: Any) -> None:
