@@ -1,4 +1,8 @@
-"""Helpers for the admin API tests: an httpx client on a running server's admin port."""
+"""The admin API of a gateway under test through httpx (a test dependency).
+
+``client(server)`` is an ``httpx.Client`` on the admin port, logged in (guest by default);
+``q(name)`` quotes a vhost or queue name as one path segment, as RabbitMQ's clients do.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,16 @@ from urllib.parse import quote
 
 import httpx
 
-from sievemq.testing import ServerProcess
+from sievemq.testing.gateway import RunningGateway
+from sievemq.testing.process import ServerProcess
+
+__all__ = ["client", "q"]
 
 
-def client(server: ServerProcess, user: str = "guest", password: str = "guest") -> httpx.Client:
+def client(
+    server: ServerProcess | RunningGateway, user: str = "guest", password: str = "guest"
+) -> httpx.Client:
+    """A blocking client of ``server``'s admin API as ``user`` (close it, or ``with`` it)."""
     return httpx.Client(base_url=server.admin_url, auth=(user, password), timeout=10.0)
 
 

@@ -1,8 +1,8 @@
-"""Helpers for the filtering tests: an aiormq consumer and a raw publisher.
+"""An aiormq consumer that collects a stream's deliveries, and a raw publisher for header
+bytes no client library emits.
 
-The tests run them against ``sievemq.testing.running_gateway`` (the gateway on the test's
-event loop), so a test can talk to it with a real client AND look at the broker through the
-admin facade (statistics, advice) without an HTTP layer. No tests here.
+Meant for ``running_gateway`` (the gateway on the test's event loop): a test talks to it
+with a real client AND looks at the broker (statistics, advice) without an HTTP layer.
 """
 
 from __future__ import annotations
@@ -34,9 +34,12 @@ class Collector:
 
     async def __call__(self, message: aiormq.abc.DeliveredMessage) -> None:
         headers = message.header.properties.headers or {}
-        self.got.append((int(headers["x-stream-offset"]), headers.get(FV), message.body))
+        offset = headers["x-stream-offset"]
+        assert isinstance(offset, int), f"x-stream-offset is {offset!r}"
+        self.got.append((offset, headers.get(FV), message.body))
         if self.ack:
-            await self.channel.basic_ack(message.delivery.delivery_tag)
+            assert message.delivery_tag is not None
+            await self.channel.basic_ack(message.delivery_tag)
         if self.want and len(self.got) >= self.want:
             self.event.set()
 

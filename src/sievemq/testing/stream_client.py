@@ -1,5 +1,6 @@
-"""Helpers for the stream-protocol tests: rstream clients on a ServerProcess, a raw socket
-client for frames rstream cannot send, and a waiter."""
+"""The RabbitMQ Stream protocol under test: rstream clients (a test dependency) on a
+``ServerProcess``, a raw socket client for frames rstream cannot send, and a stream listener
+started in-process beside a ``running_gateway``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from rstream import Consumer, EventContext, OffsetSpecification, OffsetType, Producer
@@ -16,8 +17,22 @@ from rstream.client import Client
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
-from sievemq.testing import ServerProcess
 from sievemq.testing.gateway import RunningGateway
+from sievemq.testing.process import ServerProcess
+from sievemq.testing.wait import eventually
+
+__all__ = [
+    "RawStreamClient",
+    "consumer",
+    "from_first",
+    "in_process_stream_client",
+    "in_process_stream_listener",
+    "open_client",
+    "producer",
+    "sac",
+    "send_confirmed",
+    "string",
+]
 
 
 def producer(server: ServerProcess, **kwargs: Any) -> Producer:
@@ -46,15 +61,8 @@ async def from_first(active: bool, ctx: EventContext) -> OffsetSpecification:
     return OffsetSpecification(OffsetType.FIRST, 0)
 
 
-async def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
-def _string(value: str) -> bytes:
+def string(value: str) -> bytes:
+    """A protocol string: its UTF-8 bytes after their 16-bit length."""
     raw = value.encode()
     return struct.pack(">H", len(raw)) + raw
 
@@ -108,7 +116,7 @@ class RawStreamClient:
         self.request(18, b"")
         self.read_frame()
         data = f"\0{user}\0{password}".encode()
-        self.request(19, _string("PLAIN") + struct.pack(">i", len(data)) + data)
+        self.request(19, string("PLAIN") + struct.pack(">i", len(data)) + data)
         _, _, body = self.read_frame()
         code = struct.unpack_from(">H", body, 4)[0]
         if code != 1:
@@ -124,15 +132,12 @@ class RawStreamClient:
                 server_heartbeat if heartbeat is None else heartbeat,
             ),
         )
-        self.request(21, _string(vhost))
+        self.request(21, string(vhost))
         _, _, body = self.read_frame()
         return int(struct.unpack_from(">H", body, 4)[0])
 
     def close(self) -> None:
         self.sock.close()
-
-
-string = _string
 
 
 async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
@@ -144,7 +149,7 @@ async def send_confirmed(p: Producer, stream: str, messages: list[Any]) -> None:
         confirmed.append(status.message_id)
 
     await p.send_batch(stream, messages, on_publish_confirm=on_confirm)
-    await wait_for(lambda: len(confirmed) >= len(messages))
+    await eventually(lambda: len(confirmed) >= len(messages))
 
 
 @contextlib.asynccontextmanager
@@ -160,10 +165,12 @@ async def in_process_stream_listener(gw: RunningGateway) -> AsyncIterator[int]:
         yield port
     finally:
         for conn in list(snode.connections):
-            conn.abort()
+            if isinstance(conn, StreamConnection):
+                conn.abort()
         server.close()
 
 
+@contextlib.asynccontextmanager
 async def in_process_stream_client(gw: RunningGateway) -> AsyncIterator[Client]:
     """An rstream client of an ``in_process_stream_listener``; closed on exit."""
     async with in_process_stream_listener(gw) as port:

@@ -9,11 +9,9 @@ import json
 import time
 from pathlib import Path
 
-import pika
-
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 HERE = Path(__file__).resolve().parent
 RABBIT_GET = json.loads((HERE / "rabbitmq_3_10_8_classic_get.json").read_text())
@@ -106,7 +104,7 @@ def test_get_needs_read_permission(server: ServerProcess, qname: str) -> None:
 
 
 def test_consumer_details_and_deliver_stats(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(qname, durable=True)
     ch.basic_qos(prefetch_count=7)
@@ -166,7 +164,7 @@ def test_definitions_with_classic_and_quorum_queues_round_trip(
     assert {"work", "votes"} <= names
     assert any(b["destination"] == "work" for b in exported["bindings"])
     # the queue works over AMQP, max-length included
-    conn = pika.BlockingConnection(pika.URLParameters(fresh_server.url))
+    conn = connect(fresh_server)
     ch = conn.channel()
     for i in range(12):
         ch.basic_publish("amq.direct", "w", str(i).encode())

@@ -14,8 +14,8 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 GLOBAL_GET_AUTO = (
     'rabbitmq_global_messages_delivered_get_auto_ack_total{protocol="amqp091",'
@@ -36,7 +36,7 @@ def _overview_stats(http: httpx.Client) -> dict[str, Any]:
 
 
 def test_purge_drops_ready_messages_and_keeps_unacked(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(qname, durable=True)
     for i in range(5):
@@ -59,7 +59,7 @@ def test_purge_drops_ready_messages_and_keeps_unacked(server: ServerProcess, qna
 
 def test_purge_refusals(server: ServerProcess, qname: str) -> None:
     stream = qname + "-s"
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     ch.queue_declare(qname + "-x", exclusive=True)
@@ -91,7 +91,7 @@ def test_every_message_stat_counts_and_has_a_rate(server: ServerProcess, qname: 
         http.get(f"/api/queues/%2F/{q(qname)}")  # the rates' first sample: all zero
         before = _overview_stats(http)
         scrape_before = http.get("/metrics").text
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     for i in range(8):
@@ -165,7 +165,7 @@ def test_every_message_stat_counts_and_has_a_rate(server: ServerProcess, qname: 
 
 
 def test_a_classic_queues_bindings(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(qname, durable=True)
     ch.queue_bind(qname, "amq.direct", routing_key="rk")
@@ -187,7 +187,7 @@ def test_a_classic_queues_consumer_counts_in_the_overview(
     with client(server) as http:
         assert http.put(f"/api/queues/%2F/{q(qname)}", json={"durable": True}).status_code == 201
         before = http.get("/api/overview").json()["object_totals"]["consumers"]
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         try:
             conn.channel().basic_consume(qname, lambda c, m, p, body: None, auto_ack=True)
             during = http.get("/api/overview").json()["object_totals"]["consumers"]

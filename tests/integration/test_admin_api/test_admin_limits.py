@@ -9,8 +9,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
 
 
 def amqp(server: ServerProcess, vhost: str = "/", user: str = "guest", pw: str = "guest"):  # type: ignore[no-untyped-def]

@@ -7,8 +7,7 @@ import pika
 from prometheus_client.parser import text_string_to_metric_families
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
 
 
 def scrape(server: ServerProcess, path: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -14,8 +14,8 @@ import httpx
 import pika
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 DELIVERED_CLASSIC = (
     'rabbitmq_global_messages_delivered_total{protocol="amqp091",queue_type="rabbit_classic_queue"}'
@@ -43,7 +43,7 @@ def _metric(http: httpx.Client, sample: str) -> float:
 
 def test_deleting_queues_keeps_the_overview_totals(server: ServerProcess, qname: str) -> None:
     classic, stream, other = qname + "-c", qname + "-s", qname + "-h"
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(classic, durable=True)
     ch.queue_declare(other, durable=False)

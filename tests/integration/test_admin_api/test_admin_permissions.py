@@ -15,8 +15,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
+from sievemq.testing.admin_client import client
 
 
 def as_user(server: ServerProcess, user: str, pw: str) -> pika.BlockingConnection:

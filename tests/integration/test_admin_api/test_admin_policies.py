@@ -15,8 +15,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
 
 with warnings.catch_warnings():  # pyrabbit2 1.0.7's docstrings hold invalid escapes
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -9,11 +9,10 @@ import asyncio
 from pathlib import Path
 
 import httpx
-import pika
 
 from sievemq.testing import ServerProcess, start_server_process
-
-from ..stream_helpers import producer
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import producer
 
 
 def _metric(text: str, sample: str) -> float:
@@ -31,7 +30,7 @@ async def _stream_publish(server: ServerProcess, stream: str, n: int) -> None:
 
 def test_a_message_routed_to_two_queues_counts_once(tmp_path: Path) -> None:
     with start_server_process(tmp_path / "data") as server:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.confirm_delivery()
         ch.exchange_declare("fan", "fanout")

@@ -15,8 +15,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
 
 HERE = Path(__file__).resolve().parent
 RABBIT_QUEUE = json.loads((HERE / "rabbitmq_3_10_8_stream_queue.json").read_text())

@@ -10,12 +10,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 PACE = 40  # messages a second to each queue
 SECONDS = 6.0  # longer than the 5 s rate window
@@ -73,7 +72,7 @@ def _of_the_pace(rate: float) -> bool:
 def test_first_request_shows_real_rates(sampled: ServerProcess, tmp_path: Path) -> None:
     classic, stream = "rates-classic", "rates-stream"
     body = b"x" * 200
-    conn = pika.BlockingConnection(pika.URLParameters(sampled.url))
+    conn = connect(sampled)
     ch = conn.channel()
     ch.queue_declare(classic, durable=True)
     ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})

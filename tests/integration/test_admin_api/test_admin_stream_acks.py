@@ -10,11 +10,10 @@ import time
 from typing import Any
 
 import httpx
-import pika
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 ACKED_STREAM = (
     'rabbitmq_global_messages_acknowledged_total{protocol="amqp091",'
@@ -46,7 +45,7 @@ def _wait_for_acks(http: httpx.Client, name: str, want: int) -> dict[str, Any]:
 
 
 def test_stream_consumer_acks_are_counted(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(qname, durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()

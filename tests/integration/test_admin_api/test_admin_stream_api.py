@@ -8,8 +8,7 @@ import time
 import pika
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
 
 
 def make_stream(server: ServerProcess, name: str, **args: object) -> None:

@@ -17,15 +17,12 @@ import pytest
 from pamqp import commands
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 from sievemq.testing.raw import PROTOCOL_HEADER, Closed, RawClient
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
 STREAM = {"x-queue-type": "stream"}
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
 
 
 def channel_error(server: ServerProcess, action: Callable[[Any], Any]) -> tuple[int, str]:

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import pika
 import pytest
 from pamqp import commands, frame
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 from sievemq.testing.raw import PROTOCOL_HEADER, RawClient
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,7 +40,7 @@ class Canary:
     """A pika connection that publishes with confirms and reads back what it published."""
 
     def __init__(self, server: ServerProcess) -> None:
-        self.conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        self.conn = connect(server)
         self.ch = self.conn.channel()
         self.ch.confirm_delivery()
         self.queue = f"canary-{uuid.uuid4().hex[:8]}"

@@ -8,8 +8,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..pika_consume import consume_expected
+from sievemq.testing.pika_client import connect, consume_expected
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard: a starved machine took > 30 s
 
@@ -24,7 +23,7 @@ def bodies_in(ch: Any, queue: str, want: int) -> list[bytes]:
 
 
 def test_topic_fanout_headers_and_exchange_bindings(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     q = {name: f"{qname}-{name}" for name in ("topic", "fanout", "all", "any", "e2e")}

@@ -13,8 +13,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..pika_consume import consume_expected
+from sievemq.testing.pika_client import consume_expected
 
 
 def _params(srv: ServerProcess, **kw: object) -> pika.ConnectionParameters:

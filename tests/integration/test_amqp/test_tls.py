@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aio_pika
@@ -25,62 +22,11 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.tls import CertFiles, make_cert, tls_args
 
 pytestmark = pytest.mark.timeout(60)
 
 N = 50
-
-
-@dataclass(frozen=True)
-class CertFiles:
-    cert: Path
-    key: Path
-
-    def client_context(self) -> ssl.SSLContext:
-        """What a careful client does: verify the chain and the host name against our cert."""
-        context = ssl.create_default_context(cafile=str(self.cert))
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        return context
-
-
-def _openssl() -> str:
-    path = shutil.which("openssl")
-    if path is None:
-        pytest.fail("the TLS tests need the `openssl` command line tool on PATH to make a cert")
-    return path
-
-
-def make_cert(directory: Path) -> CertFiles:
-    """A self-signed RSA certificate for 127.0.0.1/localhost and its unencrypted key."""
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            _openssl(),
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    return CertFiles(cert, key)
-
-
-def tls_args(files: CertFiles) -> tuple[str, ...]:
-    return ("--tls-cert", str(files.cert), "--tls-key", str(files.key), "--amqps-port", "0")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import aiormq
 import pika
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 N = 500
 BODY = b"m" * 1024
@@ -19,7 +20,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 def test_passive_declare_and_delete_count_unconfirmed_publishes(
     server: ServerProcess, qname: str
 ) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch, other = conn.channel(), conn.channel()
     for round_ in range(3):
         name = f"{qname}-{round_}"

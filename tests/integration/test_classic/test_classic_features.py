@@ -12,12 +12,8 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
+from sievemq.testing.admin_client import client
+from sievemq.testing.pika_client import connect
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -35,7 +36,7 @@ def status_kib(pid: int, field: str) -> int:
 
 def test_deep_durable_queue_keeps_memory_bounded_and_drains_in_order(tmp_path: Path) -> None:
     with ServerProcess(tmp_path / "data") as server:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.queue_declare("deep", durable=True)
         idle_kib = status_kib(server.pid, "VmRSS")
@@ -77,7 +78,7 @@ def test_small_window_keeps_priorities_requeues_and_dead_letters(tmp_path: Path)
     restart."""
     args = ("--queue-memory-messages", "4", "--queue-memory-bytes", "64KiB")
     with ServerProcess(tmp_path / "data", extra_args=args) as server:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.queue_declare("dead", durable=True)
         ch.queue_declare(
@@ -98,7 +99,7 @@ def test_small_window_keeps_priorities_requeues_and_dead_letters(tmp_path: Path)
         conn.close()
         server.stop()
         server.start()
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         got = []
         while True:

@@ -20,10 +20,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sievemq.testing import ServerProcess
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
+from sievemq.testing.pika_client import connect
 
 
 def publish_n(ch: BlockingChannel, queue: str, n: int, persistent: bool = False) -> None:

@@ -10,12 +10,11 @@ import subprocess
 import sys
 import time
 
-import pika
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
+from sievemq.testing.admin_client import client
+from sievemq.testing.pika_client import connect
 
 TIMEOUT = 60
 
@@ -32,7 +31,7 @@ def sievemq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 
 @pytest.fixture
 def stream(server: ServerProcess, qname: str) -> str:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     conn.channel().queue_declare(qname, durable=True, arguments={"x-queue-type": "stream"})
     conn.close()
     return qname

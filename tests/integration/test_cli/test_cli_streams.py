@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,7 +24,7 @@ def _streams(data_dir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_lists_each_stream_with_its_message_count(fresh_server: ServerProcess) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(fresh_server.url))
+    conn = connect(fresh_server)
     ch = conn.channel()
     ch.confirm_delivery()
     for name in ("orders", "empty"):

@@ -13,6 +13,7 @@ import pytest
 
 from bench import kit
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -56,7 +57,7 @@ def test_loadgen_publishes_consumes_filters_and_times(server: ServerProcess) -> 
     assert both["consumed"] == 300
     assert 0 < float(both["lat_p50_us"]) <= float(both["lat_p99_us"])  # type: ignore[arg-type]
     with (
-        pika.BlockingConnection(pika.URLParameters(server.url)) as conn,
+        connect(server) as conn,
         pytest.raises(pika.exceptions.ChannelClosedByBroker),
     ):
         conn.channel().queue_declare("kit", passive=True)  # deleted without -keep

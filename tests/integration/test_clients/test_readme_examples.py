@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,7 +66,7 @@ def test_cli_example_publishes_and_tails(fresh_server: ServerProcess) -> None:
         for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.DOTALL)
         if "sievemq tail" in b
     )
-    conn = pika.BlockingConnection(pika.URLParameters(fresh_server.url))
+    conn = connect(fresh_server)
     conn.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     conn.close()
     env = {

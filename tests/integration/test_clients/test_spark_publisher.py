@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pika
 import pytest
 
 from sievemq.spark.publisher import ConfirmPublisher
@@ -15,6 +14,7 @@ from sievemq.spark.sink import SinkOptions, publish_rows
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.reader import disk_end
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _consume(server: ServerProcess, stream: str, n: int) -> list[tuple[Any, bytes]]:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=500)
@@ -88,7 +88,7 @@ def test_a_window_smaller_than_the_rows_waits_for_confirms(server: ServerProcess
 
 
 def test_unroutable_message_is_an_error(server: ServerProcess) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     conn.channel().exchange_declare("nowhere", "direct")
     conn.close()
     options = SinkOptions(server.url, "unused", exchange="nowhere")
@@ -111,7 +111,7 @@ def test_bad_login_names_the_refusal(server: ServerProcess) -> None:
 
 def test_a_new_stream_is_declared_as_a_stream(server: ServerProcess) -> None:
     assert publish_rows(SinkOptions(server.url, "fresh"), [(b"x", "fresh", (), ())], "r", 0) == 1
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ok = conn.channel().queue_declare("fresh", passive=True)
         assert ok.method.message_count == 1

@@ -19,14 +19,6 @@ SLOW_SYNC_S = 1.0
 HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
 
 
-async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait (on the loop) for ``check()``; fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def _definitions_fd(fd: int) -> bool:
     try:
         return os.readlink(f"/proc/self/fd/{fd}").endswith("/definitions.log")

@@ -23,6 +23,8 @@ from pamqp import body, commands, frame, header
 
 from sievemq.amqp.states import ChannelPhase
 from sievemq.testing import RawClient, RunningGateway, ServerProcess, running_gateway
+from sievemq.testing.pika_client import connect
+from sievemq.testing.wait import eventually
 
 PB = "1PB"  # more free disk than any test machine has: the disk alarm is on
 T = TypeVar("T")
@@ -34,13 +36,6 @@ def count(gw: RunningGateway, stream: str) -> int:
 
 def connection_of(gw: RunningGateway, predicate: Callable[[Any], bool]) -> Any:
     return next(c for c in gw.node.connections if predicate(c))
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 class Publisher:
@@ -244,7 +239,7 @@ def test_serve_flags_turn_the_alarms_on_from_the_start(tmp_path: Path) -> None:
             pub.pump(0.1)
         assert pub.events == ["blocked: low on memory & disk"]
 
-        consumer = pika.BlockingConnection(pika.URLParameters(srv.url))
+        consumer = connect(srv)
         channel = consumer.channel()
         channel.basic_qos(prefetch_count=10)
         method, _props, body = next(

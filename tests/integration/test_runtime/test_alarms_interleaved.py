@@ -8,14 +8,14 @@ at most ``max_pending_content_bytes`` more bytes are read before it is held anyw
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pamqp import body, commands, frame, header
 
 from sievemq.testing import RawClient, running_gateway
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,13 +46,6 @@ def interleaved() -> Iterator[bytes]:
         yield part(2)  # channel 2 complete, channel 1 half way (unless last)
         if not last:
             yield start(2)
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_an_interleaving_publisher_is_held_after_a_bounded_read(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pamqp import body as pbody
 from pamqp import commands, frame, header
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 from sievemq.testing.raw import RawClient
 
 MIB = 1 << 20
@@ -72,7 +73,7 @@ def test_a_client_that_publishes_reads_and_acks_never_deadlocks(tmp_path: Path) 
     # the smallest write buffer: reading pauses at almost every delivery batch
     srv = ServerProcess(tmp_path / "data", ("--write-buffer-high", "4096")).start()
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(srv.url))
+        conn = connect(srv)
         ch = conn.channel()
         ch.queue_declare("bp", durable=True, arguments={"x-queue-type": "stream"})
         ch.basic_qos(prefetch_count=500)

@@ -25,8 +25,9 @@ from pamqp import commands
 
 from sievemq.testing import running_gateway
 from sievemq.testing.raw import AsyncRawClient, publish_frames
+from sievemq.testing.wait import eventually
 
-from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker, until
+from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, _ticker
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -57,7 +58,9 @@ async def test_declares_wait_for_their_sync_without_blocking_the_loop(
             ]
             queues = gw.broker.vhost("/").queues
             # the declares are applied, their sync is under way
-            await until(lambda: bool(slow.threads) and all(f"new{i}" in queues for i in range(4)))
+            await eventually(
+                lambda: bool(slow.threads) and all(f"new{i}" in queues for i in range(4))
+            )
             # meanwhile the other connection publishes with confirms, at once
             confirmed = []
             for i in range(5):

@@ -10,14 +10,11 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(60)
 
 STREAM = {"x-queue-type": "stream"}
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
 
 
 def wait_for(conn: pika.BlockingConnection, cond: Any, timeout: float = 15.0) -> None:

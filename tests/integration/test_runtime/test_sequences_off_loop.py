@@ -20,8 +20,8 @@ from rstream import Producer, RawMessage
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
+from sievemq.testing.stream_client import in_process_stream_client, in_process_stream_listener
 
-from ..stream_helpers import in_process_stream_client, in_process_stream_listener
 from .slow_sync import SLOW_SYNC_S, _ticker
 
 pytestmark = pytest.mark.timeout(120)
@@ -86,7 +86,7 @@ async def test_the_sequence_rebuild_runs_off_the_loop(
         other = await aio_pika.connect(gw.url)
         async with other:
             pub = await other.channel(publisher_confirms=True)
-            async for client in in_process_stream_client(gw):
+            async with in_process_stream_client(gw) as client:
                 lateness: list[float] = []
                 ticks = asyncio.ensure_future(_ticker(loop, lateness))
                 started = time.monotonic()

@@ -20,8 +20,8 @@ import pytest
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import index_name, segment_name
 from sievemq.testing import running_gateway
+from sievemq.testing.stream_client import in_process_stream_client
 
-from ..stream_helpers import in_process_stream_client
 from .slow_sync import SLOW_SYNC_S, SlowStreamDirSync, _ticker
 
 pytestmark = pytest.mark.timeout(90)
@@ -87,24 +87,23 @@ async def test_stream_protocol_create_creates_the_files_off_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    async with running_gateway(data) as gw:
-        async for client in in_process_stream_client(gw):
-            loop = asyncio.get_running_loop()
-            slow = SlowStreamDirSync()
-            monkeypatch.setattr(os, "fsync", slow)
-            lateness: list[float] = []
-            ticks = asyncio.ensure_future(_ticker(loop, lateness))
-            started = time.monotonic()
-            create = asyncio.ensure_future(client.create_stream("s1"))
-            await asyncio.sleep(0.3)
-            assert "s1" in gw.broker.vhost("/").queues
-            assert not create.done(), "create answered before the stream's files were durable"
-            await create
-            ticks.cancel()
-            assert time.monotonic() - started >= SLOW_SYNC_S
-            assert max(lateness) < SLOW_SYNC_S / 2, f"loop blocked {max(lateness):.2f}s"
-            assert slow.threads and threading.get_ident() not in slow.threads
-            assert _has_files(data, "s1")
+    async with running_gateway(data) as gw, in_process_stream_client(gw) as client:
+        loop = asyncio.get_running_loop()
+        slow = SlowStreamDirSync()
+        monkeypatch.setattr(os, "fsync", slow)
+        lateness: list[float] = []
+        ticks = asyncio.ensure_future(_ticker(loop, lateness))
+        started = time.monotonic()
+        create = asyncio.ensure_future(client.create_stream("s1"))
+        await asyncio.sleep(0.3)
+        assert "s1" in gw.broker.vhost("/").queues
+        assert not create.done(), "create answered before the stream's files were durable"
+        await create
+        ticks.cancel()
+        assert time.monotonic() - started >= SLOW_SYNC_S
+        assert max(lateness) < SLOW_SYNC_S / 2, f"loop blocked {max(lateness):.2f}s"
+        assert slow.threads and threading.get_ident() not in slow.threads
+        assert _has_files(data, "s1")
 
 
 async def test_failed_file_creation_closes_with_541_naming_the_files(

@@ -24,8 +24,9 @@ import pytest
 from sievemq.storage import layout
 from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR
 from sievemq.testing import ServerProcess, running_gateway
+from sievemq.testing.wait import eventually
 
-from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, SlowRemoval, _ticker, until
+from .slow_sync import SLOW_SYNC_S, SlowDefinitionsSync, SlowRemoval, _ticker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -80,7 +81,7 @@ async def test_vhost_delete_waits_for_its_sync_without_blocking_the_loop(
                 ticks = asyncio.ensure_future(_ticker(loop, lateness))
                 slow_sync.hold()  # held until released: no race with a timer
                 delete = asyncio.ensure_future(http.delete("/api/vhosts/v1"))
-                await until(lambda: bool(slow_sync.threads) and "v1" not in gw.broker.vhosts)
+                await eventually(lambda: bool(slow_sync.threads) and "v1" not in gw.broker.vhosts)
                 # meanwhile the other connection publishes with confirms, at once
                 confirmed = []
                 for i in range(5):

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pika
 from rstream import RawMessage
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, consumer, open_client, producer, wait_for
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import RawStreamClient, consumer, open_client, producer
+from sievemq.testing.wait import eventually
 
 
 def _admin(server: ServerProcess) -> httpx.Client:
@@ -29,7 +29,7 @@ def _named(connections: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
 
 async def test_stream_connections_are_listed_and_can_be_closed(server: ServerProcess) -> None:
     admin = _admin(server)
-    amqp = pika.BlockingConnection(pika.URLParameters(server.url))
+    amqp = connect(server)
     try:
         await _list_and_close(server, admin)
     finally:
@@ -64,8 +64,8 @@ async def _list_and_close(server: ServerProcess, admin: httpx.Client) -> None:
         assert admin.get(f"/api/connections/{view['name']}/channels").json() == []
 
         assert admin.delete(f"/api/connections/{view['name']}").status_code == 204
-        await wait_for(lambda: bool(closed))
-        await wait_for(lambda: not _named(admin.get("/api/connections").json(), "billing-reader"))
+        await eventually(lambda: bool(closed))
+        await eventually(lambda: not _named(admin.get("/api/connections").json(), "billing-reader"))
 
 
 def test_stream_connections_count_in_max_connections(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_stream_connections_count_in_max_connections(tmp_path: Path) -> None:
     stream connection fill it and the next stream connection is closed before any frame."""
     srv = ServerProcess(tmp_path / "data", extra_args=("--max-connections", "2")).start()
     try:
-        amqp = pika.BlockingConnection(pika.URLParameters(srv.url))
+        amqp = connect(srv)
         first = RawStreamClient(srv)
         assert first.open() == 1
         refused = socket.create_connection((srv.host, srv.stream_port), timeout=5)
@@ -125,7 +125,7 @@ async def test_a_resource_alarm_holds_stream_publishers(tmp_path: Path) -> None:
                 assert await client.stream_exists("alarmed")
             finally:
                 await client.close()
-            amqp = pika.BlockingConnection(pika.URLParameters(srv.url))
+            amqp = connect(srv)
             declared = amqp.channel().queue_declare("alarmed", passive=True)
             amqp.close()
             assert declared.method.message_count == 0  # nothing was stored

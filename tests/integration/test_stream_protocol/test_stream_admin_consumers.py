@@ -19,9 +19,9 @@ from rstream import (
 from rstream.client import Client
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
-from ..stream_helpers import consumer, from_first, producer, sac, wait_for
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.stream_client import consumer, from_first, producer, sac
+from sievemq.testing.wait import eventually
 
 
 def _connection(http: httpx.Client, connection_name: str) -> str:
@@ -53,7 +53,7 @@ async def test_stream_consumers_and_publishers_are_listed(
             publisher_name="ref-1",
             on_publish_confirm=lambda status: confirmed.append(status.message_id),
         )
-        await wait_for(lambda: len(confirmed) == 10)
+        await eventually(lambda: len(confirmed) == 10)
         async with consumer(server, connection_name="admin-reader") as c:
             await c.subscribe(
                 qname,
@@ -61,7 +61,7 @@ async def test_stream_consumers_and_publishers_are_listed(
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 properties={"identifier": "reader-1"},
             )
-            await wait_for(lambda: len(got) == 10)
+            await eventually(lambda: len(got) == 10)
             reader = _connection(http, "admin-reader")
             everywhere = _of(http.get("/api/stream/consumers").json(), qname)
             in_vhost = _of(http.get("/api/stream/consumers/%2F").json(), qname)
@@ -106,7 +106,7 @@ async def test_single_active_consumer_groups_show_who_is_active(
             [AMQPMessage(body=b"x") for _ in range(5)],
             on_publish_confirm=lambda status: confirmed.append(status.message_id),
         )
-        await wait_for(lambda: len(confirmed) == 5)
+        await eventually(lambda: len(confirmed) == 5)
 
     async def on_first(msg: Any, ctx: MessageContext) -> None:
         first.append(ctx.offset)
@@ -125,14 +125,14 @@ async def test_single_active_consumer_groups_show_who_is_active(
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 consumer_update_listener=from_first,
             )
-        await wait_for(lambda: len(first) == 5)
+        await eventually(lambda: len(first) == 5)
         one, two = _connection(http, "sac-one"), _connection(http, "sac-two")
         consumers = _of(http.get("/api/stream/consumers/%2F").json(), qname)
         groups = [g for g in http.get("/api/stream/consumer-groups").json() if g["stream"] == qname]
         in_vhost = http.get("/api/stream/consumer-groups/%2F").json()
 
         await c1.close()  # the waiting one takes over
-        await wait_for(lambda: len(second) == 5)
+        await eventually(lambda: len(second) == 5)
         after = [g for g in http.get("/api/stream/consumer-groups").json() if g["stream"] == qname]
         consumers_after = _of(http.get("/api/stream/consumers/%2F").json(), qname)
 
@@ -228,7 +228,7 @@ async def test_stream_subscriptions_count_as_the_queues_consumers(
         everywhere = _of(http.get("/api/consumers").json(), qname)
         in_vhost = _of(http.get("/api/consumers/%2F").json(), qname)
         assert http.delete(f"/api/queues/%2F/{q(qname)}").status_code == 204
-        await wait_for(lambda: not _of(http.get("/api/consumers").json(), qname))
+        await eventually(lambda: not _of(http.get("/api/consumers").json(), qname))
         after_delete = _consumer_total(http)
 
     assert queue["consumers"] == 1 and listed[0]["consumers"] == 1
@@ -265,7 +265,7 @@ async def test_a_stream_connections_own_pages(
             publisher_name="own-ref",
             on_publish_confirm=lambda status: confirmed.append(status.message_id),
         )
-        await wait_for(lambda: len(confirmed) == 3)
+        await eventually(lambda: len(confirmed) == 3)
         async with consumer(server, connection_name="own-reader") as c:
             await c.subscribe(qname, lambda m, ctx: None, properties={"identifier": "own"})
             writer, reader = _connection(http, "own-writer"), _connection(http, "own-reader")
@@ -288,7 +288,7 @@ async def test_a_stream_connections_own_pages(
     try:
         target = _connection(http, "lone")
         closed = http.delete(f"{base}/{q(target)}")
-        await wait_for(lambda: http.get(f"{base}/{q(target)}").status_code == 404)
+        await eventually(lambda: http.get(f"{base}/{q(target)}").status_code == 404)
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(lone.close(), 2)

@@ -14,9 +14,8 @@ import pytest
 
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-
-from ..admin_client import q
-from ..stream_helpers import RawStreamClient
+from sievemq.testing.admin_client import q
+from sievemq.testing.stream_client import RawStreamClient
 
 pytestmark = pytest.mark.timeout(60)
 

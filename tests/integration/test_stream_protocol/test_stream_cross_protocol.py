@@ -17,12 +17,13 @@ from rstream import (
 from rstream._pyamqp.message import Header, Properties
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import consumer, producer, wait_for
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import consumer, producer
+from sievemq.testing.wait import eventually
 
 
 def _declare(server: ServerProcess, name: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
     finally:
@@ -32,7 +33,7 @@ def _declare(server: ServerProcess, name: str) -> None:
 def _publish_091(
     server: ServerProcess, name: str, messages: list[tuple[pika.BasicProperties, bytes]]
 ) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         ch.confirm_delivery()
@@ -45,7 +46,7 @@ def _publish_091(
 def _consume_091(
     server: ServerProcess, name: str, count: int, arguments: dict[str, object] | None = None
 ) -> list[tuple[pika.spec.Basic.Deliver, pika.BasicProperties, bytes]]:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     out = []
     try:
         ch = conn.channel()
@@ -79,7 +80,7 @@ async def _consume_stream(
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
             **kwargs,  # type: ignore[arg-type]
         )
-        await wait_for(lambda: len(got) >= count)
+        await eventually(lambda: len(got) >= count)
     return got
 
 

@@ -15,12 +15,11 @@ import struct
 import time
 import zlib
 
-import pika
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, producer, send_confirmed, string
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import RawStreamClient, producer, send_confirmed, string
 
 BATCHES = 80
 PER_BATCH = 100
@@ -33,7 +32,7 @@ def _payload(i: int) -> bytes:
 def _publish(server: ServerProcess, stream: str) -> list[int]:
     """Stream-protocol batches with a 0-9-1 publish after every tenth; returns the offsets
     of the 0-9-1 messages."""
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()

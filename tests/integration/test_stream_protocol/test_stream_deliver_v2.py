@@ -10,8 +10,7 @@ import time
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, string
+from sievemq.testing.stream_client import RawStreamClient, string
 
 OK, STREAM_DOES_NOT_EXIST = 1, 2
 

@@ -20,9 +20,10 @@ from rstream import (
 
 from sievemq.gateway.session.filter_stats import READ_FIELDS
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
-from ..stream_helpers import consumer, producer, wait_for
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import consumer, producer
+from sievemq.testing.wait import eventually
 
 BATCHES = 10  # one chunk each: the producer waits for each batch's confirms
 PER_BATCH = 20
@@ -43,11 +44,11 @@ async def _publish(server: ServerProcess, stream: str) -> None:
                 for i in range(PER_BATCH)
             ]
             await p.send_batch(stream, batch, on_publish_confirm=lambda s: confirmed.append(1))  # type: ignore[arg-type]
-            await wait_for(lambda: len(confirmed) == (b + 1) * PER_BATCH)  # noqa: B023
+            await eventually(lambda: len(confirmed) == (b + 1) * PER_BATCH)  # noqa: B023
 
 
 def _amqp_consumer(server: ServerProcess, stream: str, expect: int) -> pika.BlockingConnection:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1000)
     got: list[bytes] = []
@@ -86,7 +87,7 @@ async def test_filtered_stream_subscription_counts_like_an_amqp_filtered_consume
                     values_to_filter=["red"], predicate=lambda m: True
                 ),
             )
-            await wait_for(lambda: len(got) >= red)
+            await eventually(lambda: len(got) >= red)
             await asyncio.sleep(0.2)
             with client(server) as http:
                 views = http.get(f"/api/streams/%2F/{q(qname)}/consumers").json()

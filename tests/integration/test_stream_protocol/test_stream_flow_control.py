@@ -14,8 +14,7 @@ import threading
 import time
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, string
+from sievemq.testing.stream_client import RawStreamClient, string
 
 # the unread confirms (8 bytes per message) must overflow the kernel's socket buffers before
 # the server holds the publisher: with net.ipv4.tcp_wmem's 4 MiB maximum it held at ~412,000

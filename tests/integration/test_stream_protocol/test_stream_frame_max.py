@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import struct
 
-import pika
-
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, producer, send_confirmed, string
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import RawStreamClient, producer, send_confirmed, string
 
 FRAME_MAX = 16 * 1024
 BODY = 1000
@@ -79,7 +77,7 @@ async def test_stream_records_fit_frame_max(server: ServerProcess, qname: str) -
 
 
 def test_amqp091_records_fit_frame_max(server: ServerProcess, qname: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         ch.queue_declare(qname, durable=True, arguments={"x-queue-type": "stream"})

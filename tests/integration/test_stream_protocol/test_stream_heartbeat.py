@@ -12,8 +12,7 @@ import pytest
 
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient
+from sievemq.testing.stream_client import RawStreamClient
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,21 +8,21 @@ import asyncio
 from collections.abc import Callable
 
 import httpx
-import pika
 import pytest
 from rstream import schema
 from rstream.client import Client
 from rstream.constants import OffsetType
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import open_client, wait_for
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import open_client
+from sievemq.testing.wait import eventually
 
 STREAM_NOT_AVAILABLE = 6
 
 
 def _delete_over_amqp(server: ServerProcess, stream: str) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         conn.channel().queue_delete(stream)
     finally:
@@ -69,7 +69,7 @@ async def test_deleting_a_stream_elsewhere_tells_its_publishers_and_consumers(
 
         await asyncio.to_thread(delete, server, qname)
 
-        await wait_for(lambda: bool(seen["sub"]) and bool(seen["pub"]))
+        await eventually(lambda: bool(seen["sub"]) and bool(seen["pub"]))
         assert seen["sub"] == [(STREAM_NOT_AVAILABLE, qname)]
         assert seen["pub"] == [(STREAM_NOT_AVAILABLE, qname)]
         await asyncio.sleep(0.2)

@@ -26,8 +26,8 @@ from rstream.client import Client
 from rstream.exceptions import AccessRefused, OffsetNotFound, ServerError
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import consumer, open_client, producer, wait_for
+from sievemq.testing.stream_client import consumer, open_client, producer
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -87,7 +87,7 @@ async def test_publish_needs_write(server: ServerProcess, alice: str) -> None:
     async with consumer(server) as c:
         await c.subscribe("shared-r", on_message, offset_specification=_first())
         await c.subscribe("shared", on_message, offset_specification=_first())
-        await wait_for(lambda: any(b"allowed" in m for m in got))
+        await eventually(lambda: any(b"allowed" in m for m in got))
         await asyncio.sleep(0.5)  # both streams read to their end meanwhile
     assert got and not any(b"refused" in m for m in got)
     assert any(b"allowed" in m for m in got)
@@ -132,7 +132,7 @@ async def test_publish_refused_once_write_is_revoked(server: ServerProcess, alic
             await p.send(
                 "alice-revoked", AMQPMessage(body=b"after"), on_publish_confirm=statuses.append
             )
-            await wait_for(lambda: bool(statuses))
+            await eventually(lambda: bool(statuses))
             assert not statuses[0].is_confirmed
             assert statuses[0].response_code == 16  # access refused
             with httpx.Client(base_url=server.admin_url, auth=("guest", "guest")) as http:

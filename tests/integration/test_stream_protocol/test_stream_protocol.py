@@ -7,7 +7,6 @@ import asyncio
 import struct
 import time
 
-import pika
 import pytest
 from rstream import (
     AMQPMessage,
@@ -21,16 +20,16 @@ from rstream import (
 from rstream.exceptions import OffsetNotFound, PreconditionFailed, StreamDoesNotExist
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import (
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import (
     RawStreamClient,
     consumer,
     open_client,
     producer,
     send_confirmed,
     string,
-    wait_for,
 )
+from sievemq.testing.wait import eventually
 
 
 async def _consume_all(
@@ -54,7 +53,7 @@ async def _consume_all(
             offset_specification=spec or ConsumerOffsetSpecification(OffsetType.FIRST, None),
             **kwargs,  # type: ignore[arg-type]
         )
-        await wait_for(lambda: len(got) >= expected)
+        await eventually(lambda: len(got) >= expected)
         await asyncio.sleep(0.2)  # nothing beyond what is expected may arrive
     return got
 
@@ -167,7 +166,7 @@ async def test_stream_created_over_stream_protocol_is_an_amqp_stream_queue(
 ) -> None:
     async with producer(server) as p:
         await p.create_stream(qname)
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         ok = ch.queue_declare(qname, passive=True)
@@ -191,7 +190,7 @@ async def test_publish_confirm_and_consume_in_order(server: ServerProcess, qname
             [b"raw-%d" % i for i in range(10)],
             on_publish_confirm=lambda c: confirmed.append(c.message_id),  # type: ignore[arg-type,return-value]
         )
-        await wait_for(lambda: len(confirmed) == 10)
+        await eventually(lambda: len(confirmed) == 10)
     got = await _consume_all(server, qname, 315)
     assert [o for o, _ in got] == list(range(315))
     assert [bytes(m) for _, m in got[:2]] == [  # type: ignore[call-overload]
@@ -234,7 +233,7 @@ async def test_every_offset_specification(server: ServerProcess, qname: str) -> 
         assert got == []  # next: only what is published after subscribing
         async with producer(server) as p:
             await p.send_wait(qname, b"after")
-        await wait_for(lambda: got == [b"after"])
+        await eventually(lambda: got == [b"after"])
 
 
 async def test_filtered_subscribe_gets_only_matching_values(
@@ -367,7 +366,7 @@ async def test_store_and_query_offset_shared_with_amqp_named_consumers(
         await asyncio.sleep(0.1)
         assert await c.query_offset(qname, "tracker") == 4
     # an AMQP 0-9-1 consumer with the same name resumes after the stored offset
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=100)
@@ -407,7 +406,7 @@ async def test_deleting_a_stream_tells_its_consumers(server: ServerProcess, qnam
         )
         async with producer(server) as p:
             await p.delete_stream(qname)
-        await wait_for(lambda: updates == [qname])
+        await eventually(lambda: updates == [qname])
     finally:
         await client.close()
 

@@ -23,6 +23,7 @@ from rbfly.streams import (
 )
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -125,7 +126,7 @@ async def test_amqp10_from_rbfly_reaches_amqp091_and_back(
             )
 
         def amqp091() -> tuple[bytes, dict[str, Any]]:
-            conn = pika.BlockingConnection(pika.URLParameters(server.url))
+            conn = connect(server)
             try:
                 ch = conn.channel()
                 ch.basic_qos(prefetch_count=10)

@@ -10,7 +10,6 @@ from collections import defaultdict
 from typing import Any
 
 import httpx
-import pika
 import pytest
 from rstream import (
     AMQPMessage,
@@ -28,8 +27,8 @@ from rstream import (
 from rstream.exceptions import StreamAlreadyExists, StreamDoesNotExist
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import (
+from sievemq.testing.pika_client import connect
+from sievemq.testing.stream_client import (
     RawStreamClient,
     consumer,
     from_first,
@@ -38,8 +37,8 @@ from ..stream_helpers import (
     sac,
     send_confirmed,
     string,
-    wait_for,
 )
+from sievemq.testing.wait import eventually
 
 # --------------------------------------------------------------------------- single active consumer
 
@@ -80,7 +79,7 @@ async def test_only_one_consumer_of_a_group_gets_messages_and_the_next_takes_ove
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 consumer_update_listener=listener_1,
             )
-            await wait_for(lambda: len(first) >= 10)
+            await eventually(lambda: len(first) >= 10)
             await c2.subscribe(
                 qname,
                 lambda msg, ctx: second.append(ctx.offset),
@@ -88,15 +87,15 @@ async def test_only_one_consumer_of_a_group_gets_messages_and_the_next_takes_ove
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
                 consumer_update_listener=listener_2,
             )
-            await wait_for(lambda: ("c2", False) in updates)  # told it waits
+            await eventually(lambda: ("c2", False) in updates)  # told it waits
             await send_confirmed(p, qname, [AMQPMessage(body=b"late")])
-            await wait_for(lambda: len(first) >= 11)
+            await eventually(lambda: len(first) >= 11)
             await asyncio.sleep(0.3)
             assert second == []  # inactive: nothing, even for new messages
 
             await c1.unsubscribe(sid1)
-            await wait_for(lambda: ("c2", True) in updates)
-            await wait_for(lambda: len(second) >= 6)
+            await eventually(lambda: ("c2", True) in updates)
+            await eventually(lambda: len(second) >= 6)
             await asyncio.sleep(0.2)
     assert first == list(range(11))
     assert updates[0] == ("c1", True)
@@ -123,7 +122,7 @@ async def test_answer_offset_replaces_the_subscribe_offset(
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
             consumer_update_listener=listener,
         )
-        await wait_for(lambda: len(got) >= 5)
+        await eventually(lambda: len(got) >= 5)
         await asyncio.sleep(0.2)
     assert got == [5, 6, 7, 8, 9]
 
@@ -195,7 +194,7 @@ async def test_closing_the_active_connection_promotes_the_next(
         await asyncio.sleep(0.3)
         assert second == []
         await c1.close()
-        await wait_for(lambda: len(second) >= 3)
+        await eventually(lambda: len(second) >= 3)
     assert second == [0, 1, 2]
 
 
@@ -265,7 +264,7 @@ async def test_super_stream_is_an_exchange_with_bindings_over_amqp(server: Serve
         )
         assert found == [("a", "inv-0", 0), ("b", "inv-1", 1), ("c", "inv-2", 2)]
 
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.exchange_declare("inv", passive=True)
         ch.confirm_delivery()
@@ -279,7 +278,7 @@ async def test_super_stream_is_an_exchange_with_bindings_over_amqp(server: Serve
                 decoder=amqp_decoder,
                 offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
             )
-            await wait_for(lambda: len(got) >= 1)
+            await eventually(lambda: len(got) >= 1)
         assert got == [b"via amqp"]
         await client.delete_super_stream("inv")
         assert admin.get("/api/exchanges/%2F/inv").status_code == 404
@@ -327,7 +326,7 @@ async def test_super_stream_producer_and_sac_consumers_split_the_partitions(
         ) as sp:
             for n in range(300):
                 await sp.send(AMQPMessage(body=b"x", properties=Properties(message_id=str(n))))
-        await wait_for(lambda: sum(len(r) for r in received) >= 300, timeout=20)
+        await eventually(lambda: sum(len(r) for r in received) >= 300, timeout=20)
         streams = [set(r) for r in received]
         assert all(len(s) == 1 for s in streams)  # each consumer: one partition
         assert set().union(*streams) == {f"{ss}-{i}" for i in range(3)}

@@ -20,8 +20,7 @@ from rstream import (
 
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import (
+from sievemq.testing.stream_client import (
     RawStreamClient,
     consumer,
     from_first,
@@ -30,8 +29,8 @@ from ..stream_helpers import (
     sac,
     send_confirmed,
     string,
-    wait_for,
 )
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -120,7 +119,7 @@ async def test_a_consumer_that_never_answers_its_activation_is_passed_over(
         at: list[float] = []
         async with consumer(quick) as c:
             await _join(c, qname, sac("mute"), got, at)
-            await wait_for(lambda: len(got) >= 5, timeout=10)
+            await eventually(lambda: len(got) >= 5, timeout=10)
             await asyncio.sleep(0.2)
         assert got == [0, 1, 2, 3, 4]
         # nothing reached the newcomer while it was still the silent one's turn
@@ -169,7 +168,7 @@ async def test_a_consumer_that_never_answers_its_step_down_is_treated_as_inactiv
             body = await _next_frame(raw, wire.CONSUMER_UPDATE)
             _corr, sid, active = struct.unpack_from(">IBB", body)
             assert (sid, active) == (1, 0)  # step down: never answered
-            await wait_for(lambda: len(got) >= 5, timeout=10)
+            await eventually(lambda: len(got) >= 5, timeout=10)
         assert got == [0, 1, 2, 3, 4]
         assert at[0] - asked_at >= TIMEOUT_S, at[0] - asked_at  # the newcomer waited it out
     finally:

@@ -9,9 +9,9 @@ from rstream import ConsumerOffsetSpecification, OffsetType, Producer
 from rstream.client import Client
 
 from sievemq.testing import ServerProcess
-from tests.integration.test_amqp.test_tls import CertFiles, make_cert, tls_args
-
-from ..stream_helpers import consumer, wait_for
+from sievemq.testing.stream_client import consumer
+from sievemq.testing.tls import CertFiles, make_cert, tls_args
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,4 +56,4 @@ async def test_publish_and_consume_over_tls(tls_server: tuple[ServerProcess, Cer
             lambda m, ctx: got.append(m),  # type: ignore[arg-type,return-value]
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
         )
-        await wait_for(lambda: got == [b"secret"])
+        await eventually(lambda: got == [b"secret"])

@@ -9,8 +9,7 @@ import struct
 
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient
+from sievemq.testing.stream_client import RawStreamClient
 
 
 def _next_not_heartbeat(raw: RawStreamClient) -> tuple[int, bytes]:

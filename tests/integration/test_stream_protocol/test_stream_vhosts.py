@@ -14,8 +14,8 @@ from rstream import ConsumerOffsetSpecification, MessageContext, OffsetType, Pro
 from rstream.consumer import Consumer
 
 from sievemq.testing import ServerProcess
-
-from ..stream_helpers import RawStreamClient, wait_for
+from sievemq.testing.stream_client import RawStreamClient
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,7 +86,7 @@ async def test_a_stream_lives_in_its_vhost_for_both_protocols(
             on_message,
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
         )
-        await wait_for(lambda: len(got) >= 1)
+        await eventually(lambda: len(got) >= 1)
     assert got == [b"in-vhost"]
 
 

@@ -13,12 +13,9 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 Delivery = tuple[Any, pika.BasicProperties, bytes]
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
 
 
 def read_stream(

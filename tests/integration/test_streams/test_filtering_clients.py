@@ -16,8 +16,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..pika_consume import consume_expected
+from sievemq.testing.pika_client import consume_expected
 
 pytestmark = pytest.mark.timeout(60)
 

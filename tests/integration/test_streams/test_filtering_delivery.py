@@ -21,8 +21,7 @@ from pamqp.header import ContentHeader
 
 from sievemq.storage import Message
 from sievemq.testing import RunningGateway, running_gateway
-
-from ..aiormq_helpers import FV, Collector, consume
+from sievemq.testing.aiormq_client import FV, Collector, consume
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,8 +17,7 @@ import pytest
 from pamqp.commands import Basic
 
 from sievemq.testing import RunningGateway, running_gateway
-
-from ..aiormq_helpers import FV, consume, raw_publish
+from sievemq.testing.aiormq_client import FV, consume, raw_publish
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,8 +7,7 @@ import time
 import pika
 
 from sievemq.testing import ServerProcess
-
-from ..sql_helpers import params, publish
+from sievemq.testing.pika_client import params, publish_to_stream
 
 
 def _deliveries(
@@ -28,7 +27,7 @@ def _deliveries(
 
 
 def test_resume_after_reconnect_with_a_gap_in_acks(server: ServerProcess) -> None:
-    publish(server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
+    publish_to_stream(server, "named-gap", [(f"m{i}".encode(), {"i": i}) for i in range(9)])
     args: dict[str, object] = {"x-stream-consumer-name": "billing", "x-stream-offset": 5}
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
@@ -49,7 +48,7 @@ def test_resume_after_reconnect_with_a_gap_in_acks(server: ServerProcess) -> Non
         ch.basic_ack(tag)
     time.sleep(0.2)
     conn.close()
-    publish(server, "named-gap", [(b"m9", {"i": 9})])
+    publish_to_stream(server, "named-gap", [(b"m9", {"i": 9})])
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
@@ -58,7 +57,7 @@ def test_resume_after_reconnect_with_a_gap_in_acks(server: ServerProcess) -> Non
 
 
 def test_first_consume_starts_at_next_and_nack_reject_settle(server: ServerProcess) -> None:
-    publish(server, "named-next", [(b"old", {})])
+    publish_to_stream(server, "named-next", [(b"old", {})])
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
@@ -70,7 +69,7 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(server: ServerProce
         got.append((method.delivery_tag, props.headers["x-stream-offset"]))
 
     ch.basic_consume("named-next", on_message, arguments={"x-stream-consumer-name": "c"})
-    publish(server, "named-next", [(b"new1", {}), (b"new2", {}), (b"new3", {})])
+    publish_to_stream(server, "named-next", [(b"new1", {}), (b"new2", {}), (b"new3", {})])
     deadline = time.monotonic() + 15  # ends as soon as the wait is over
     while len(got) < 3 and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.1)
@@ -80,7 +79,7 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(server: ServerProce
     ch.basic_ack(got[2][0])
     conn.process_data_events(time_limit=0.2)
     conn.close()
-    publish(server, "named-next", [(b"new4", {})])
+    publish_to_stream(server, "named-next", [(b"new4", {})])
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
@@ -89,7 +88,7 @@ def test_first_consume_starts_at_next_and_nack_reject_settle(server: ServerProce
 
 
 def test_requeue_keeps_the_commit_before_the_message(server: ServerProcess) -> None:
-    publish(server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
+    publish_to_stream(server, "named-requeue", [(f"m{i}".encode(), {}) for i in range(3)])
     first = {"x-stream-consumer-name": "retry", "x-stream-offset": "first"}
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()

@@ -7,8 +7,7 @@ import time
 import pika
 
 from sievemq.testing import ServerProcess
-
-from ..sql_helpers import params, publish
+from sievemq.testing.pika_client import params, publish_to_stream
 
 
 def _consume(
@@ -36,7 +35,7 @@ def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
     server: ServerProcess,
 ) -> None:
     q = "named-takeover"
-    publish(server, q, [(b"%d" % i, {}) for i in range(100)])
+    publish_to_stream(server, q, [(b"%d" % i, {}) for i in range(100)])
     named: dict[str, object] = {"x-stream-consumer-name": "n"}
     c1 = pika.BlockingConnection(params(server))
     ch_a, got_a, cancelled_a = _consume(c1, q, {**named, "x-stream-offset": "first"}, 100)
@@ -60,7 +59,7 @@ def test_newest_named_consumer_wins_and_the_old_never_moves_the_commit_back(
     c1.process_data_events(time_limit=0.3)
     c1.close()
 
-    publish(server, q, [(b"new", {})])
+    publish_to_stream(server, q, [(b"new", {})])
     c3 = pika.BlockingConnection(params(server))
     _, got_c, _ = _consume(c3, q, named, 1)
     assert [o for _, o in got_c] == [100]  # nothing before 100 comes again

@@ -17,6 +17,7 @@ import pytest
 from sievemq.amqp import errors
 from sievemq.gateway.session import channel as channel_module
 from sievemq.testing import running_gateway
+from sievemq.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(120)  # a hang guard, with room for a starved machine
 
@@ -26,12 +27,6 @@ ARGS: dict[str, Any] = {"x-stream-consumer-name": "billing", "x-stream-offset": 
 async def publish(ch: aio_pika.abc.AbstractChannel, bodies: list[bytes]) -> None:
     for body in bodies:
         await ch.default_exchange.publish(aio_pika.Message(body), "s")
-
-
-async def until(check: Any, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 async def test_failed_takeover_leaves_the_old_consumer_delivering(
@@ -58,7 +53,7 @@ async def test_failed_takeover_leaves_the_old_consumer_delivering(
 
             old_queue = await old_ch.get_queue("s", ensure=False)
             await old_queue.consume(on_message, arguments=ARGS)
-            await until(lambda: got == [b"m0", b"m1"])
+            await eventually(lambda: got == [b"m0", b"m1"])
 
             def broken(reader: Any, spec: Any) -> None:
                 raise errors.PreconditionFailed("positioning failed (test)", 60, 20)
@@ -72,7 +67,7 @@ async def test_failed_takeover_leaves_the_old_consumer_delivering(
 
             # the old consumer still owns the name and still gets new messages
             await publish(pub, [b"m2"])
-            await until(lambda: got == [b"m0", b"m1", b"m2"])
+            await eventually(lambda: got == [b"m0", b"m1", b"m2"])
             assert cancelled == []
             assert not old_ch.is_closed
 
@@ -96,7 +91,7 @@ async def test_takeover_resumes_from_the_old_consumers_commit(tmp_path: Path) ->
 
             old_queue = await old_ch.get_queue("s", ensure=False)
             await old_queue.consume(keep, arguments=ARGS)
-            await until(lambda: len(old_got) == 4)
+            await eventually(lambda: len(old_got) == 4)
             await old_got[0].ack()
             await old_got[1].ack()  # m0, m1 done; m2, m3 delivered but not acked
 
@@ -110,6 +105,6 @@ async def test_takeover_resumes_from_the_old_consumers_commit(tmp_path: Path) ->
 
             new_queue = await new_ch.get_queue("s", ensure=False)
             await new_queue.consume(take, arguments={"x-stream-consumer-name": "billing"})
-            await until(lambda: len(new_got) == 2)
+            await eventually(lambda: len(new_got) == 2)
             await asyncio.sleep(0.2)
             assert new_got == [b"m2", b"m3"]  # right after the old consumer's commit

@@ -11,8 +11,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess, running_gateway
-
-from ..sql_helpers import params, publish
+from sievemq.testing.pika_client import params, publish_to_stream
 
 ORDERS = [
     (f"o{i}".encode(), {"region": ("emea", "apac", "amer")[i % 3], "amount": i * 10})
@@ -38,7 +37,7 @@ def _consume(srv: ServerProcess, queue: str, arguments: dict[str, object], n: in
 
 
 def test_pika_sql_filter_delivers_exactly_the_matches(server: ServerProcess) -> None:
-    publish(server, "sql-pika", ORDERS)
+    publish_to_stream(server, "sql-pika", ORDERS)
     got = _consume(
         server,
         "sql-pika",
@@ -50,7 +49,7 @@ def test_pika_sql_filter_delivers_exactly_the_matches(server: ServerProcess) -> 
 
 
 def test_bad_expression_is_406_with_the_position(server: ServerProcess) -> None:
-    publish(server, "sql-bad", ORDERS[:1])
+    publish_to_stream(server, "sql-bad", ORDERS[:1])
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=10)
