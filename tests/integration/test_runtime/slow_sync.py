@@ -1,6 +1,6 @@
-"""A slow (or failing) ``os.fdatasync`` of definitions.log, a slow removal of deleted
-queues' files, and a loop-lateness ticker, for the tests that check definitions changes
-never sync, and deletes never remove files, on the event loop."""
+"""A slow (or failing) ``os.fdatasync`` of definitions.log or ``os.fsync`` of chosen paths,
+a slow removal of deleted queues' files, and a loop-lateness ticker, for the tests that check
+definitions changes never sync, and deletes never remove files, on the event loop."""
 
 from __future__ import annotations
 
@@ -73,12 +73,23 @@ async def _ticker(loop: asyncio.AbstractEventLoop, lateness: list[float]) -> Non
         lateness.append(loop.time() - due)
 
 
-class SlowStreamDirSync:
-    """``os.fsync`` that sleeps ``delay`` (or raises ``error``) for the directory of a
-    stream (or the directory holding stream directories): a new stream's files are made
-    durable by these fsyncs."""
+def stream_dir(target: str) -> bool:
+    """A stream's directory, or the directory holding stream directories: a new stream's
+    files are made durable by their fsyncs."""
+    return "/streams/" in target and os.path.isdir(target)
 
-    def __init__(self, delay: float = SLOW_SYNC_S, error: OSError | None = None) -> None:
+
+class SlowFsync:
+    """``os.fsync`` that sleeps ``delay`` (or raises ``error``) for the files or directories
+    ``matches`` picks by path, recording the thread each ran in."""
+
+    def __init__(
+        self,
+        matches: Callable[[str], bool],
+        delay: float = SLOW_SYNC_S,
+        error: OSError | None = None,
+    ) -> None:
+        self.matches = matches
         self.delay = delay
         self.error = error
         self.threads: list[int] = []
@@ -89,7 +100,7 @@ class SlowStreamDirSync:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             target = ""
-        if "/streams/" in target and os.path.isdir(target):
+        if self.matches(target):
             self.threads.append(threading.get_ident())
             time.sleep(self.delay)
             if self.error is not None:

@@ -9,7 +9,6 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiormq
@@ -18,27 +17,14 @@ import pytest
 from sievemq.gateway.model import definitions
 from sievemq.testing import running_gateway
 
-from .slow_sync import SLOW_SYNC_S, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowFsync, _ticker
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class SlowCompaction:
-    """``os.fsync`` that sleeps ``SLOW_SYNC_S`` for the compaction's temp file."""
-
-    def __init__(self) -> None:
-        self.threads: list[int] = []
-        self._real: Callable[[int], None] = os.fsync
-
-    def __call__(self, fd: int) -> None:
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            target = ""
-        if target.endswith(definitions.LOG_NAME + ".tmp"):
-            self.threads.append(threading.get_ident())
-            time.sleep(SLOW_SYNC_S)
-        self._real(fd)
+def compaction_file(target: str) -> bool:
+    """The compaction's temp file, whose fsync is the slow one here."""
+    return target.endswith(definitions.LOG_NAME + ".tmp")
 
 
 async def test_compaction_runs_off_the_loop(
@@ -48,7 +34,7 @@ async def test_compaction_runs_off_the_loop(
     async with running_gateway(tmp_path / "data") as gw:
         loop = asyncio.get_running_loop()
         store = gw.broker.store
-        slow = SlowCompaction()
+        slow = SlowFsync(compaction_file)
         monkeypatch.setattr(os, "fsync", slow)
         churner = await aiormq.connect(gw.url)
         other = await aiormq.connect(gw.url)

@@ -22,7 +22,7 @@ from sievemq.storage.segment import index_name, segment_name
 from sievemq.testing import running_gateway
 from sievemq.testing.stream_client import in_process_stream_client
 
-from .slow_sync import SLOW_SYNC_S, SlowStreamDirSync, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowFsync, _ticker, stream_dir
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -45,7 +45,7 @@ async def test_amqp_declare_creates_the_files_off_the_loop(
         async with other, declarer:
             pub = await other.channel(publisher_confirms=True)
             await pub.declare_queue("busy", durable=True, arguments=STREAM)
-            slow = SlowStreamDirSync()
+            slow = SlowFsync(stream_dir)
             monkeypatch.setattr(os, "fsync", slow)
             lateness: list[float] = []
             ticks = asyncio.ensure_future(_ticker(loop, lateness))
@@ -89,7 +89,7 @@ async def test_stream_protocol_create_creates_the_files_off_the_loop(
     data = tmp_path / "data"
     async with running_gateway(data) as gw, in_process_stream_client(gw) as client:
         loop = asyncio.get_running_loop()
-        slow = SlowStreamDirSync()
+        slow = SlowFsync(stream_dir)
         monkeypatch.setattr(os, "fsync", slow)
         lateness: list[float] = []
         ticks = asyncio.ensure_future(_ticker(loop, lateness))
@@ -113,7 +113,8 @@ async def test_failed_file_creation_closes_with_541_naming_the_files(
     async with running_gateway(data) as gw:
         connection = await aiormq.connect(gw.url)
         channel = await connection.channel()
-        monkeypatch.setattr(os, "fsync", SlowStreamDirSync(0.05, OSError(errno.EIO, "I/O error")))
+        failing = SlowFsync(stream_dir, 0.05, OSError(errno.EIO, "I/O error"))
+        monkeypatch.setattr(os, "fsync", failing)
         with pytest.raises(aiormq.exceptions.ConnectionInternalError) as caught:
             await channel.queue_declare("broken", durable=True, arguments=STREAM)
         text = str(caught.value)
