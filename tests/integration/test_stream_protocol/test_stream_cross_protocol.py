@@ -245,7 +245,7 @@ async def test_one_filter_value_across_protocols(server: ServerProcess, qname: s
 
 
 async def test_admin_api_shows_stream_records_as_amqp091(server: ServerProcess, qname: str) -> None:
-    from .admin_client import client, q
+    from sievemq.testing.admin_client import client, q
 
     async with producer(server) as p:
         await p.create_stream(qname)
