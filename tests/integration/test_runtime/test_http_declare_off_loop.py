@@ -22,7 +22,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.testing import running_gateway
 from sievemq.testing.wait import eventually
 
-from ..slow_sync import SLOW_SYNC_S, _ticker, publish_timed
+from .slow_sync import SLOW_SYNC_S, _ticker, publish_timed
 
 pytestmark = pytest.mark.timeout(90)
 
