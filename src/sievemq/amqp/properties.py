@@ -20,6 +20,7 @@ from typing import Final
 from pamqp import commands
 
 from sievemq.amqp import errors, tables
+from sievemq.amqp.tables import SIZED, TYPE_LONGSTR, VALUE_SIZES
 
 FLAG_CONTENT_TYPE: Final = 0x8000
 FLAG_CONTENT_ENCODING: Final = 0x4000
@@ -56,38 +57,6 @@ def _headers_position(props: bytes) -> tuple[int, int]:
     return flags, pos
 
 
-# size of fixed-width field values by type octet; variable ones are handled in _skip_value
-_FIXED_SIZES: Final = {
-    0x74: 1,  # t boolean
-    0x62: 1,  # b short-short int
-    0x42: 1,  # B short-short uint
-    0x73: 2,  # s short int
-    0x75: 2,  # u short uint
-    0x49: 4,  # I long int
-    0x69: 4,  # i long uint
-    0x6C: 8,  # l long-long int
-    0x4C: 8,  # L long-long uint
-    0x66: 4,  # f float
-    0x64: 8,  # d double
-    0x44: 5,  # D decimal
-    0x54: 8,  # T timestamp
-    0x56: 0,  # V void
-    0x00: 0,  # seen in the wild, pamqp reads it as void
-}
-_TABLE = 0x46  # F
-_ARRAY = 0x41  # A
-_LONGSTR = 0x53  # S
-_BYTES = 0x78  # x
-
-# the same as a tuple indexed by type octet, for the table loops: the size of a fixed-width
-# value, _SIZED for a 4-byte length + bytes (S, x), _OTHER for a table, an array or unknown
-_SIZED: Final = -1
-_OTHER: Final = -2
-_VALUE_SIZE: Final = tuple(
-    _FIXED_SIZES.get(kind, _SIZED if kind in (_LONGSTR, _BYTES) else _OTHER) for kind in range(256)
-)
-
-
 def _skip_value(data: bytes, pos: int, end: int) -> int:
     """Offset after the field value (type octet included) at ``pos``; checks it fits.
 
@@ -114,7 +83,7 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
     if table_end > end:
         raise errors.FrameError("field table longer than its container")
     pos += 4
-    sizes = _VALUE_SIZE
+    sizes = VALUE_SIZES
     unpack = _I.unpack_from
     klen, wanted = (-1, b"") if key is None else (len(key), key)
     found = -1
@@ -128,7 +97,7 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
         size = sizes[data[pos]]
         if size >= 0:
             pos += 1 + size
-        elif size == _SIZED and pos + 5 <= table_end:
+        elif size == SIZED and pos + 5 <= table_end:
             pos += 5 + unpack(data, pos + 1)[0]
         else:
             pos = _skip_value(data, pos, table_end)
@@ -201,7 +170,7 @@ def check_properties(
                 if table_end > end:
                     raise errors.FrameError("field table longer than its container")
                 pos += 4
-                sizes = _VALUE_SIZE
+                sizes = VALUE_SIZES
                 klen, wanted = (-1, b"") if key is None else (len(key), key)
                 entries = limits.max_entries
                 while pos < table_end:
@@ -217,7 +186,7 @@ def check_properties(
                     size = sizes[props[pos]]
                     if size >= 0:
                         pos += 1 + size
-                    elif size == _SIZED and pos + 5 <= table_end:
+                    elif size == SIZED and pos + 5 <= table_end:
                         pos += 5 + _I.unpack_from(props, pos + 1)[0]
                     else:
                         pos = tables.skip_value(props, pos, table_end, limits, "headers", 1)
@@ -360,7 +329,7 @@ def header_at(properties: bytes, at: int) -> object:
 
 def _value(properties: bytes, start: int, end: int) -> object:
     """Decode the field value (type octet included) in ``properties[start:end]``."""
-    if properties[start] == _LONGSTR:
+    if properties[start] == TYPE_LONGSTR:
         raw = properties[start + 5 : end]
         try:
             return raw.decode("utf-8")
