@@ -22,7 +22,7 @@ import logging
 import platform
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,7 +49,7 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
 from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
-from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
+from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.model.routing import Binding
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
@@ -69,7 +69,7 @@ from sievemq.gateway.stream_session import sac
 from sievemq.gateway.stream_session.connection import StreamConnection
 from sievemq.gateway.stream_session.node import StreamNode
 from sievemq.gateway.stream_session.subscription import Subscription
-from sievemq.storage import FilterSpec, Message, Record
+from sievemq.storage import FilterSpec, FilterStats, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091
 from sievemq.units import parse_memory_watermark, parse_size
@@ -98,6 +98,7 @@ __all__ = [
     "AMQPError",
     "AccessRefused",
     "BrokerFacade",
+    "FilterStats",
     "HistogramView",
     "NotAllowed",
     "NotFound",
@@ -108,23 +109,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- views
-
-
-@dataclass
-class FilterStatsView:
-    """Filter and delivery counters (SPEC §9), of a stream or of one consumer."""
-
-    chunks_scanned: int = 0
-    chunks_skipped: int = 0
-    chunks_false_positive: int = 0
-    chunks_skipped_subscription: int = 0
-    records_matched: int = 0
-    records_skipped: int = 0
-    records_skipped_by_bloom: int = 0
-    bytes_read: int = 0
-    messages_delivered: int = 0
-    bytes_delivered: int = 0
-    sql_errors: int = 0
 
 
 @dataclass
@@ -148,7 +132,7 @@ class StreamView:
     delivered: int
     deliver_rate: float
     filter_size_bytes: int
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
     messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
     acked: int = 0  # AMQP consumers' deliveries settled by basic.ack (RabbitMQ's ``ack``)
     ack_rate: float = 0.0
@@ -254,7 +238,7 @@ class ConsumerView:
     lag: int  # messages stored after its position
     filter: ConsumerFilterView | None
     sql: str | None
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
     ack_required: bool = True
     exclusive: bool = False
     activity_status: str = ""  # "" = up when active, waiting when not
@@ -469,7 +453,7 @@ class OverviewView:
     listeners: list[ListenerView]
     totals: Totals
     alarms: list[str]
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
 
 
 @dataclass
@@ -745,10 +729,8 @@ class BrokerFacade:
         totals.publish_rate = totals.message_rates["publish"]
         totals.deliver_rate = totals.message_rates["deliver_get"]
         summed = FilterStats()
-        sums = vars(summed)
         for q in queues:
-            for name, value in vars(q.filter_stats).items():
-                sums[name] += value
+            summed.add(q.filter_stats)
         return OverviewView(
             product_name=PRODUCT,
             product_version=self.version,
@@ -757,7 +739,7 @@ class BrokerFacade:
             listeners=list(self.listeners),
             totals=totals,
             alarms=self.active_alarms(),
-            filter_stats=FilterStatsView(**summed.as_dict()),
+            filter_stats=summed,
         )
 
     def _counts_by_type(self, streams: list[StreamView]) -> dict[str, dict[str, int]]:
@@ -2000,7 +1982,7 @@ class BrokerFacade:
             delivered=delivered,
             deliver_rate=rates["deliver_get"],
             filter_size_bytes=queue.filter_size_bytes,
-            filter_stats=FilterStatsView(**vars(queue.filter_stats)),
+            filter_stats=replace(queue.filter_stats),  # a copy: the view is a snapshot
             messages_unacknowledged=unacked,
             acked=queue.acked,
             ack_rate=rates["ack"],
@@ -2347,7 +2329,7 @@ def _stream_subscription_view(conn: StreamConnection, sub: Subscription) -> Cons
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=None,
-        filter_stats=FilterStatsView(**sub.filter_stats()),
+        filter_stats=sub.filter_stats(),
         ack_required=False,
         activity_status=view.activity_status,
         protocol="stream",
@@ -2450,7 +2432,7 @@ def _consumer_view(
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=consumer.sql_text,
-        filter_stats=FilterStatsView(**consumer.filter_stats()),
+        filter_stats=consumer.filter_stats(),
     )
 
 
@@ -2485,7 +2467,7 @@ def _classic_consumer_view(
         lag=0,
         filter=None,
         sql=None,
-        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        filter_stats=FilterStats(),
         ack_required=not consumer.no_ack,
         exclusive=bool(consumer.exclusive),
     )
