@@ -25,6 +25,11 @@ from sievemq.amqp.tables import SIZED, TYPE_LONGSTR, VALUE_SIZES
 FLAG_CONTENT_TYPE: Final = 0x8000
 FLAG_CONTENT_ENCODING: Final = 0x4000
 FLAG_HEADERS: Final = 0x2000
+FLAG_DELIVERY_MODE: Final = 0x1000
+FLAG_PRIORITY: Final = 0x0800
+FLAG_CORRELATION_ID: Final = 0x0400
+FLAG_REPLY_TO: Final = 0x0200
+FLAG_EXPIRATION: Final = 0x0100
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
@@ -35,6 +40,8 @@ _q = struct.Struct(">q")
 
 def _property_start(props: bytes) -> tuple[int, int]:
     """(first flag word, offset of the property list) after all flag words."""
+    if len(props) > 1 and not props[1] & 1:
+        return props[0] << 8 | props[1], 2  # one flag word: the usual case
     try:
         flags = _H.unpack_from(props)[0]
         pos = 2
@@ -55,6 +62,34 @@ def _headers_position(props: bytes) -> tuple[int, int]:
     if flags & FLAG_CONTENT_ENCODING:
         pos += 1 + props[pos]
     return flags, pos
+
+
+def delivery_fields(props: bytes) -> tuple[int, int, bytes | None]:
+    """(delivery-mode, priority, expiration) of a Basic property list: 0, 0 and None for the
+    ones it does not have; what a classic queue keeps of a message's properties. The walk
+    goes on from ``_headers_position`` (table lengths are read, not their entries:
+    ``check_properties`` has checked them on publish)."""
+    mode = priority = 0
+    expiration = None
+    try:
+        flags, pos = _headers_position(props)
+        if flags & FLAG_HEADERS:
+            pos += 4 + _I.unpack_from(props, pos)[0]
+        if flags & FLAG_DELIVERY_MODE:
+            mode = props[pos]
+            pos += 1
+        if flags & FLAG_PRIORITY:
+            priority = props[pos]
+            pos += 1
+        if flags & FLAG_EXPIRATION:
+            if flags & FLAG_CORRELATION_ID:
+                pos += 1 + props[pos]
+            if flags & FLAG_REPLY_TO:
+                pos += 1 + props[pos]
+            expiration = props[pos + 1 : pos + 1 + props[pos]]
+    except (IndexError, struct.error):
+        raise errors.FrameError("content header properties are truncated") from None
+    return mode, priority, expiration
 
 
 def _skip_value(data: bytes, pos: int, end: int) -> int:
@@ -111,14 +146,14 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
 _SHORTSTR: Final = -1
 _HEADERS: Final = -2
 _PROPERTY_TYPES: Final = (
-    (0x8000, _SHORTSTR),  # content_type
-    (0x4000, _SHORTSTR),  # content_encoding
+    (FLAG_CONTENT_TYPE, _SHORTSTR),  # content_type
+    (FLAG_CONTENT_ENCODING, _SHORTSTR),  # content_encoding
     (FLAG_HEADERS, _HEADERS),  # headers
-    (0x1000, 1),  # delivery_mode: octet
-    (0x0800, 1),  # priority: octet
-    (0x0400, _SHORTSTR),  # correlation_id
-    (0x0200, _SHORTSTR),  # reply_to
-    (0x0100, _SHORTSTR),  # expiration
+    (FLAG_DELIVERY_MODE, 1),  # delivery_mode: octet
+    (FLAG_PRIORITY, 1),  # priority: octet
+    (FLAG_CORRELATION_ID, _SHORTSTR),  # correlation_id
+    (FLAG_REPLY_TO, _SHORTSTR),  # reply_to
+    (FLAG_EXPIRATION, _SHORTSTR),  # expiration
     (0x0080, _SHORTSTR),  # message_id
     (0x0040, 8),  # timestamp: long-long
     (0x0020, _SHORTSTR),  # type
@@ -384,11 +419,17 @@ def _decode_properties(properties: bytes) -> commands.Basic.Properties:
 __all__ = [
     "FLAG_CONTENT_ENCODING",
     "FLAG_CONTENT_TYPE",
+    "FLAG_CORRELATION_ID",
+    "FLAG_DELIVERY_MODE",
+    "FLAG_EXPIRATION",
     "FLAG_HEADERS",
+    "FLAG_PRIORITY",
+    "FLAG_REPLY_TO",
     "STREAM_OFFSET_ENTRY",
     "STREAM_OFFSET_HEADER",
     "check_properties",
     "decode_properties",
+    "delivery_fields",
     "header_at",
     "read_header",
     "splice_long_header",
