@@ -317,23 +317,17 @@ class _Parser:
         return Like(value, pattern_tok.value, escape, negated, value.pos)
 
     def parse_additive(self) -> Node:
-        left = self.parse_multiplicative()
-        while self.is_op("+", "-"):
-            op = self.advance()
-            right = self.parse_multiplicative()
-            left = Arith(
-                op.text,
-                self.scalar(left, "used in arithmetic"),
-                self.scalar(right, "used in arithmetic"),
-                left.pos,
-            )
-        return left
+        return self._arith(("+", "-"), self.parse_multiplicative)
 
     def parse_multiplicative(self) -> Node:
-        left = self.parse_unary()
-        while self.is_op("*", "/", "%"):
+        return self._arith(("*", "/", "%"), self.parse_unary)
+
+    def _arith(self, ops: tuple[str, ...], operand: Callable[[], Node]) -> Node:
+        """``operand (op operand)*``, left-associative: one level of arithmetic."""
+        left = operand()
+        while self.is_op(*ops):
             op = self.advance()
-            right = self.parse_unary()
+            right = operand()
             left = Arith(
                 op.text,
                 self.scalar(left, "used in arithmetic"),
