@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import publish_path
+from bench._util import export_src, git_commit
 from bench.publish_path import summarize_cpu_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,10 +199,7 @@ def child(args: argparse.Namespace, kind: str, size: int, src: Path) -> dict[str
 def _archive(commit: str) -> Path:
     """``git archive COMMIT src`` unpacked in a temporary folder."""
     tree = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-src-"))
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    export_src(commit, tree)
     return tree
 
 
@@ -245,16 +243,11 @@ def main() -> None:
             if tree is not None:
                 shutil.rmtree(tree, ignore_errors=True)
     results = summarize_cpu_runs(runs)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     print(
         json.dumps(
             {
                 "date": time.strftime("%Y-%m-%d"),
-                "commit": commit,
+                "commit": git_commit(),
                 "baseline": args.baseline,
                 "new": args.new,
                 "n": args.n,
