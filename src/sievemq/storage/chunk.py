@@ -129,7 +129,6 @@ def _records(
     values: set[str] = set()
     ext = lengths.extend
     add = parts.extend
-    add_field = parts.append
     table = entries is None
     add_entry = parts.extend if entries is None else entries.extend
     prefixes = _PREFIXES
@@ -146,7 +145,7 @@ def _records(
                     add((props, body))
                 else:
                     if props:
-                        add_field(props)
+                        parts.append(props)
                     add_entry((prefixes[len(body)], body))
                 continue
             if len(fv) == 1:
@@ -187,7 +186,8 @@ def _records(
         else:
             add((fb, exb, rkb, props))
             add_entry((prefixes[len(body)], body))
-    values.update(encoded)
+    if encoded:
+        values.update(encoded)
     if unfiltered:
         values.add("")
     try:
