@@ -10,7 +10,8 @@ The channel's phase is an ``amqp.states.ChannelState``: every method the hot pat
 take, and every frame out of its phase, goes through that table (open/close handshake, which
 methods a phase accepts, the reply code). The hot path performs the table's three content
 transitions inline (publish, header, last body frame) so that no frame costs a call;
-``tests/unit/test_gateway/test_state_tables.py`` checks both paths give the same replies.
+``tests/unit/test_gateway/test_session/test_state_tables.py`` checks both paths give the same
+replies.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from typing import Any
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec, properties, states
-from sievemq.amqp.hotcodec import (
-    BASIC_CONTENT_CLASS,
+from sievemq.amqp.hotcodec import BASIC_CONTENT_CLASS, CONTENT_HEADER_FIELDS
+from sievemq.amqp.methods import (
     BASIC_PUBLISH,
     CLASS_BASIC,
-    CONTENT_HEADER_FIELDS,
     METHOD_ACK,
     METHOD_NACK,
     METHOD_PUBLISH,
@@ -80,7 +80,7 @@ _AWAIT_HEADER = ChannelPhase.AWAIT_HEADER
 _AWAIT_BODY = ChannelPhase.AWAIT_BODY
 _CLOSING = ChannelPhase.CLOSING
 _CLOSED = ChannelPhase.CLOSED
-_PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
+_PUBLISH_CLASS = states.CONTENT_METHODS[BASIC_PUBLISH]
 # the publish arguments before the first publish: every publish stores a new tuple, so
 # ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
 _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
@@ -919,7 +919,8 @@ def _headers(props: bytes) -> dict[str, Any]:
 
 
 # the handler of every method the channel table dispatches, except the hot publish and
-# settles in ``on_frame`` (tests/unit/test_gateway/test_state_tables.py checks none is missing)
+# settles in ``on_frame`` (tests/unit/test_gateway/test_session/test_state_tables.py checks
+# none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,

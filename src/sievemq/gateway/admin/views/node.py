@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sievemq.gateway.admin.views.queues import FilterStatsView
+from sievemq.storage import FilterStats
 
 
 @dataclass
@@ -91,7 +91,7 @@ class OverviewView:
     listeners: list[ListenerView]
     totals: Totals
     alarms: list[str]
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
 
 
 @dataclass
