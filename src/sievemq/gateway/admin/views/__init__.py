@@ -40,10 +40,13 @@ from sievemq.gateway.admin.views.clients import (
     StreamPublisherView,
 )
 from sievemq.gateway.admin.views.node import (
+    ClusterNodeView,
+    ClusterPort,
     DescriptorsView,
     HistogramView,
     ListenerView,
     OverviewView,
+    RemoteQueueView,
     Totals,
     WriteLatencyView,
 )
@@ -56,13 +59,13 @@ from sievemq.gateway.admin.views.queues import (
     ConsumerOffsetView,
     ExchangeView,
     FilterAdviceView,
-    FilterStatsView,
     GotMessage,
     QueueView,
     StreamView,
     SubscriptionView,
 )
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES
+from sievemq.storage import FilterStats
 
 __all__ = [
     "BROWSE_MAX_LIMIT",
@@ -78,6 +81,8 @@ __all__ = [
     "BrowseResult",
     "BrowsedMessage",
     "ChannelView",
+    "ClusterNodeView",
+    "ClusterPort",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -86,7 +91,7 @@ __all__ = [
     "DescriptorsView",
     "ExchangeView",
     "FilterAdviceView",
-    "FilterStatsView",
+    "FilterStats",
     "GotMessage",
     "HistogramView",
     "ListenerView",
@@ -100,6 +105,7 @@ __all__ = [
     "PreconditionFailed",
     "Principal",
     "QueueView",
+    "RemoteQueueView",
     "SacGroupView",
     "SacMemberView",
     "StreamClientView",
