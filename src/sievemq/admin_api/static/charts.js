@@ -7,6 +7,7 @@ import uPlot from "./vendor/uplot/uPlot.esm.js";
 import { h } from "./lib.js";
 
 const KEEP_S = 10 * 60;  // history kept per chart
+const MIN_SPAN_S = 60;  // the time axis spans at least the last minute
 const COLORS = ["#0b6bcb", "#067647", "#c4320a", "#7a5af8", "#b54708", "#0e9384"];
 const store = new Map();  // key -> {x: [], ys: [[]...]}
 
@@ -35,12 +36,17 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
     plotBox);
   const opts = {
     width: 560, height: 180, legend: { live: false },
-    scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max * 1.1)] } },
+    scales: { x: { time: true, auto: false }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max * 1.1)] } },
     axes: [{}, { values: axisValues(unit), size: 60 }],
     series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2,
       points: { size: 4 } }))],
   };
   const plot = new uPlot(opts, [s.x, ...s.ys], plotBox);
+  const frame = () => {  // the time axis: the points kept, and at least the last minute
+    const end = s.x.length ? s.x.at(-1) : Date.now() / 1000;
+    plot.setScale("x", { min: Math.min(s.x[0] ?? end, end - MIN_SPAN_S), max: end });
+  };
+  frame();
   new ResizeObserver(() => {
     const w = plotBox.clientWidth;
     if (w > 0 && Math.abs(w - plot.width) > 2) plot.setSize({ width: w, height: 180 });
@@ -54,10 +60,14 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
     el,
     push(values) {
       const now = Date.now() / 1000;
+      if (s.x.length && now - s.x.at(-1) < 0.5) {  // a page drawn again at once: one point
+        s.x.pop(); s.ys.forEach((y) => y.pop());
+      }
       s.x.push(now);
       values.forEach((v, i) => s.ys[i].push(v ?? 0));
       while (s.x.length && s.x[0] < now - KEEP_S) { s.x.shift(); s.ys.forEach((y) => y.shift()); }
       plot.setData([s.x, ...s.ys]);
+      frame();
       mark();
     },
   };
