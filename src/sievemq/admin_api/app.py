@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from sievemq.admin_api import errors, metrics, rabbit, streams
 from sievemq.admin_api.bodies import MAX_BODY_BYTES
 from sievemq.admin_api.paths import RawPathMiddleware
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 
 STATIC = Path(__file__).resolve().parent / "static"
 

@@ -14,7 +14,8 @@ import binascii
 from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 
 def facade_of(request: Request) -> BrokerFacade:

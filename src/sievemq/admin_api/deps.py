@@ -13,7 +13,8 @@ from fastapi import Depends
 
 from sievemq.admin_api.auth import admin, facade_of, monitor, policymaker, user
 from sievemq.admin_api.slicing import Slicer, heavy
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 Facade = Annotated[BrokerFacade, Depends(facade_of)]
 User = Annotated[Principal, Depends(user)]

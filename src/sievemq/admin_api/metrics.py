@@ -23,14 +23,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from sievemq.admin_api.deps import Facade, Heavy
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
 from sievemq.admin_api.slicing import Slicer
-from sievemq.gateway.facade import (
-    BrokerFacade,
-    ConsumerView,
-    HistogramView,
-    QueueView,
-    StreamView,
-    Totals,
-)
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ConsumerView, HistogramView, QueueView, StreamView, Totals
 
 router = APIRouter(tags=["Prometheus"])
 

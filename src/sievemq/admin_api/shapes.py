@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from sievemq.gateway.facade import (
+from sievemq.gateway.admin.views import (
     BindingView,
     ChannelView,
     ConnectionView,

@@ -21,9 +21,9 @@ from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.slicing import JSON_ITEMS, Slicer
-from sievemq.gateway.facade import (
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import (
     BROWSE_MAX_LIMIT,
-    BrokerFacade,
     BrowseResult,
     ConsumerOffsetView,
     ConsumerView,

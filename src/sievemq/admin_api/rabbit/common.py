@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from sievemq.admin_api.auth import require_vhost
 from sievemq.admin_api.errors import ApiError, not_authorised, not_found
 from sievemq.admin_api.paths import name
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 TAG = "RabbitMQ management API"
 POLICIES_TAG = "RabbitMQ management API: policies and parameters"

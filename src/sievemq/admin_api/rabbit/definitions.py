@@ -13,7 +13,7 @@ from sievemq.admin_api.deps import Admin, Facade
 from sievemq.admin_api.errors import bad_request
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, need_vhost
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 
 router = APIRouter(tags=[TAG])
 

@@ -17,7 +17,8 @@ from sievemq.admin_api.errors import bad_request
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.rabbit.common import TAG, Body, created, need_vhost, readable_vhost
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 router = APIRouter(tags=[TAG])
 

@@ -14,7 +14,7 @@ from sievemq.admin_api.deps import Admin, Facade, Monitor
 from sievemq.admin_api.errors import bad_request
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, need_vhost
-from sievemq.gateway.facade import USER_LIMITS, VHOST_LIMITS
+from sievemq.gateway.admin.views import USER_LIMITS, VHOST_LIMITS
 
 router = APIRouter(tags=[TAG])
 

@@ -11,7 +11,7 @@ from sievemq.admin_api.deps import Facade, Monitor
 from sievemq.admin_api.errors import not_found
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 
 router = APIRouter(tags=[TAG])
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from sievemq.admin_api import shapes
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.rabbit.common import TAG
-from sievemq.gateway.facade import EXCHANGE_TYPES
+from sievemq.gateway.admin.views import EXCHANGE_TYPES
 
 router = APIRouter(tags=[TAG])
 

@@ -26,7 +26,7 @@ from sievemq.admin_api.rabbit.common import (
     may_change,
     policy_vhost,
 )
-from sievemq.gateway.facade import ParameterView
+from sievemq.gateway.admin.views import ParameterView
 
 router = APIRouter(tags=[POLICIES_TAG])
 

@@ -27,7 +27,7 @@ from sievemq.admin_api.rabbit.common import (
     may_change,
     policy_vhost,
 )
-from sievemq.gateway.facade import BadRequest, Principal
+from sievemq.gateway.admin.views import BadRequest, Principal
 
 router = APIRouter(tags=[POLICIES_TAG])
 

@@ -18,7 +18,8 @@ from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, Body, created, need_vhost, readable_vhost
 from sievemq.admin_api.slicing import Slicer
-from sievemq.gateway.facade import AMQPError, BrokerFacade, NotFound, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import AMQPError, NotFound, Principal
 
 router = APIRouter(tags=[TAG])
 

@@ -14,7 +14,8 @@ from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, readable_vhost
 from sievemq.admin_api.rabbit.connections import own_connection, visible_connections
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 router = APIRouter(tags=[TAG])
 

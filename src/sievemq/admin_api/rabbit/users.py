@@ -14,7 +14,7 @@ from sievemq.admin_api.deps import Admin, Facade
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, Body
-from sievemq.gateway.facade import NotFound
+from sievemq.gateway.admin.views import NotFound
 
 router = APIRouter(tags=[TAG])
 
