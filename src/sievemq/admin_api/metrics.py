@@ -54,6 +54,11 @@ FILTER_COUNTERS = (
         "Messages skipped inside chunks the Bloom filter ruled out",
     ),
     ("sievemq_stream_read_bytes", "bytes_read", "Bytes read from segments by consumers"),
+    (
+        "sievemq_stream_unfiltered_bytes",
+        "bytes_unfiltered",
+        "Bytes consumers without a filter would have read from segments for the same chunks",
+    ),
     ("sievemq_stream_messages_delivered", "messages_delivered", "Messages delivered"),
     ("sievemq_stream_delivered_bytes", "bytes_delivered", "Body bytes delivered"),
     ("sievemq_stream_sql_errors", "sql_errors", "SQL filter evaluation errors"),

@@ -69,6 +69,9 @@ class ReadStats:
     records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
     records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
     bytes_read: int = 0
+    # what a reader without a filter would have read for the same chunks (header, Bloom
+    # filter and data of each chunk at or after the position): bytes_read's baseline
+    bytes_unfiltered: int = 0
 
 
 def disk_end(directory: Path) -> int:
@@ -444,6 +447,8 @@ class StreamReader:
             body_pos = pos + HEADER_SIZE + meta
             next_pos = body_pos + dlen
             stop = False
+            if chunk_end > self.position:
+                stats.bytes_unfiltered += HEADER_SIZE + meta + dlen
             if chunk_end <= self.position:
                 pass  # entirely before the position (seek_offset into a later chunk)
             elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):

@@ -53,6 +53,7 @@ def test_deltas_of_two_consumers_add_up_on_the_stream() -> None:
         "records_skipped_by_bloom": 0,
         "bytes_read": 0,
         "chunks_skipped_subscription": 0,
+        "bytes_unfiltered": 0,
         "messages_delivered": 0,
         "bytes_delivered": 0,
         "sql_errors": 0,

@@ -35,6 +35,7 @@ class FilterStats:
     records_skipped: int = 0
     records_skipped_by_bloom: int = 0
     bytes_read: int = 0
+    bytes_unfiltered: int = 0  # what readers without a filter would have read (ReadStats)
     messages_delivered: int = 0
     bytes_delivered: int = 0
     sql_errors: int = 0

@@ -4,7 +4,7 @@ HOT PATH (once per delivery turn, never per message). A consumer owns exactly on
 ``StreamReader``, whose ``ReadStats`` are cumulative, so the consumer's own read counters are
 the reader's; only what the reader cannot know (messages and bytes delivered) is counted here.
 After each turn ``account`` adds the reader's change since the previous turn to the stream's
-totals: eight subtractions per turn, whatever the number of chunks skipped or records delivered.
+totals: nine subtractions per turn, whatever the number of chunks skipped or records delivered.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ READ_FIELDS = (
     "records_skipped_by_bloom",
     "bytes_read",
     "chunks_skipped_subscription",
+    "bytes_unfiltered",
 )
 
 
-def _snapshot(stats: ReadStats) -> tuple[int, int, int, int, int, int, int, int]:
+def _snapshot(stats: ReadStats) -> tuple[int, int, int, int, int, int, int, int, int]:
     return (
         stats.chunks_scanned,
         stats.chunks_skipped,
@@ -38,6 +39,7 @@ def _snapshot(stats: ReadStats) -> tuple[int, int, int, int, int, int, int, int]
         stats.records_skipped_by_bloom,
         stats.bytes_read,
         stats.chunks_skipped_extra,
+        stats.bytes_unfiltered,
     )
 
 
@@ -84,6 +86,7 @@ class ConsumerFilterStats:
             target.records_skipped_by_bloom += now[5] - last[5]
             target.bytes_read += now[6] - last[6]
             target.chunks_skipped_subscription += now[7] - last[7]
+            target.bytes_unfiltered += now[8] - last[8]
         sql = self._sql
         if sql is not None and sql.errors != self._sql_errors:
             target.sql_errors += sql.errors - self._sql_errors
