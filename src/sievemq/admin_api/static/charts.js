@@ -60,7 +60,7 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
     el,
     push(values) {
       const now = Date.now() / 1000;
-      if (s.x.length && now - s.x.at(-1) < 0.5) {  // a page drawn again at once: one point
+      if (s.x.length && now - s.x.at(-1) < 0.15) {  // a page drawn again at once: one point
         s.x.pop(); s.ys.forEach((y) => y.pop());
       }
       s.x.push(now);

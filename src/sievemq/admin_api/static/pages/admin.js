@@ -28,7 +28,7 @@ async function users() {
       field("name", "name", { required: true }),
       field("password", "password", { type: "password" }),
       field("tags", "tags", { placeholder: "administrator, management, monitoring" }),
-      field("vhost", "vhost", {}, ["(none)", ...vnames]),
+      field("vhost", "vhost", {}, [...vnames, "(none)"]),
     ], "Add user", async (d) => {
       const body = { tags: d.tags };
       if (d.password) body.password = d.password; else body.password_hash = "";
@@ -75,13 +75,8 @@ async function vhosts() {
       }, { "data-vhost": v.name })],
     ], list)),
     h("h2", {}, "Add a new virtual host"),
-    form("add-vhost", [
-      field("name", "name", { required: true }), field("description", "description", { size: 24 }),
-      field("default queue type", "default_queue_type", {}, ["classic", "quorum", "stream"]),
-    ], "Add virtual host", async (d) => {
-      await api(`/api/vhosts/${enc(d.name)}`, {
-        method: "PUT", body: { description: d.description, default_queue_type: d.default_queue_type },
-      });
+    form("add-vhost", [field("name", "name", { required: true })], "Add virtual host", async (d) => {
+      await api(`/api/vhosts/${enc(d.name)}`, { method: "PUT", body: {} });
       reload();
     }),
   ];

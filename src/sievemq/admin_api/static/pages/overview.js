@@ -48,8 +48,8 @@ export async function overview() {
       h("div", { class: "charts" }, rates.el, depth.el),
       h("h2", {}, "Filtering"), fbox, filters.el,
       h("h2", {}, "Listeners"),
-      table([["protocol", (l) => l.protocol], ["address", (l) => l.ip_address], ["port", (l) => l.port, true]],
-        o.listeners),
+      h("div", { id: "listeners" }, table([["protocol", (l) => l.protocol], ["address", (l) => l.ip_address],
+        ["port", (l) => l.port, true]], o.listeners)),
       h("p", { class: "muted" }, `${o.product_name} ${o.product_version} on ${o.node}`),
     ],
     async refresh() {
