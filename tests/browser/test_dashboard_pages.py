@@ -74,6 +74,25 @@ def _connection(server: ServerProcess, name: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(params)
 
 
+def _submit(page: Page, form: str, **values: str) -> None:
+    """Fill a dashboard form (inputs and selects by name) and submit it."""
+    for name, value in values.items():
+        field = page.locator(f"#{form} [name='{name}']")
+        if field.evaluate("e => e.tagName") == "SELECT":
+            field.select_option(value)
+        else:
+            field.fill(value)
+    page.click(f"#{form} button")
+
+
+def _wait_last(page: Page, chart: str, condition: str) -> None:
+    """Wait until the chart's last point (``l``, by series label) meets ``condition``."""
+    page.wait_for_function(
+        f"() => {{ const e = document.querySelector(\"[data-chart='{chart}']\");"
+        f" const l = e && JSON.parse(e.dataset.last); return l && ({condition}) }}"
+    )
+
+
 def _last(page: Page, chart: str) -> dict[str, float]:
     value = page.locator(f"[data-chart='{chart}']").get_attribute("data-last")
     return json.loads(value or "{}")
@@ -91,9 +110,7 @@ def test_favicon_and_titles_name_the_page_and_the_node(
     assert page.url.endswith("#/channels")
 
 
-def test_queue_list_pages_sorts_and_filters_through_the_api(
-    page: Page, http: httpx.Client
-) -> None:
+def test_queue_list_pages_sorts_and_filters_through_the_api(page: Page, http: httpx.Client) -> None:
     for i in range(60):
         kind = ("classic", "quorum", "stream")[i % 3]
         args = {"x-queue-type": kind}
@@ -120,17 +137,11 @@ def test_queue_list_pages_sorts_and_filters_through_the_api(
     expect(page.locator("#queues .pager")).to_contain_text("5 shown of")
 
 
-def test_declaring_a_queue_in_the_form_shows_up_in_the_api(
-    page: Page, http: httpx.Client
-) -> None:
+def test_declaring_a_queue_in_the_form_shows_up_in_the_api(page: Page, http: httpx.Client) -> None:
     page.click("#nav >> text=Queues and Streams")
-    page.select_option("#add-queue select[name=type]", "quorum")
-    page.fill("#add-queue input[name=name]", "from-the-form")
-    page.fill("#add-queue input[name=arguments]", '{"x-max-length": 5')
-    page.click("#add-queue button")
+    _submit(page, "add-queue", type="quorum", name="from-the-form", arguments='{"x-max-length": 5')
     expect(page.locator(".form .error")).to_contain_text("Arguments is not JSON")
-    page.fill("#add-queue input[name=arguments]", '{"x-max-length": 5}')
-    page.click("#add-queue button")
+    _submit(page, "add-queue", arguments='{"x-max-length": 5}')
     expect(page.locator(".form .ok")).to_contain_text("queue from-the-form declared")
     q = http.get("/api/queues/%2F/from-the-form").json()
     assert q["type"] == "quorum" and q["arguments"]["x-max-length"] == 5
@@ -149,15 +160,10 @@ def test_classic_queue_page_publish_get_purge_delete_and_charts(
         page.locator("#publish-to-queue + .status").evaluate("e => e.replaceChildren()")
     # the depth chart gets the 3 messages on its next refresh, the rate chart the publishes
     expect(page.locator(".tile[data-key=ready] .v")).to_have_text("3")
-    page.wait_for_function(
-        "() => JSON.parse(document.querySelector(\"[data-chart='queue:/:work:depth']\")"
-        ".dataset.last).ready === 3"
-    )
-    page.wait_for_function(
-        "() => JSON.parse(document.querySelector(\"[data-chart='queue:/:work:rates']\")"
-        ".dataset.last).published > 0"
-    )
-    assert int(page.locator("[data-chart='queue:/:work:depth']").get_attribute("data-points") or 0) >= 2
+    _wait_last(page, "queue:/:work:depth", "l.ready === 3")
+    _wait_last(page, "queue:/:work:rates", "l.published > 0")
+    depth = page.locator("[data-chart='queue:/:work:depth']")
+    assert int(depth.get_attribute("data-points") or 0) >= 2
     page.fill("#get-messages input[name=count]", "2")
     page.click("#get-messages button")
     got = page.locator("#got tbody tr")
@@ -186,18 +192,13 @@ def test_exchanges_declare_bind_and_publish(page: Page, http: httpx.Client) -> N
     assert http.get("/api/exchanges/%2F/events").json()["type"] == "topic"
     page.click("#exchanges a:text-is('events')")
     expect(page.locator("h1")).to_contain_text("Exchange events")
-    page.fill("#add-binding input[name=destination]", "audit")
-    page.fill("#add-binding input[name=routing_key]", "order.*")
-    page.click("#add-binding button")
+    _submit(page, "add-binding", destination="audit", routing_key="order.*")
     expect(page.locator("#bindings-source")).to_contain_text("order.*")
     bindings = http.get("/api/exchanges/%2F/events/bindings/source").json()
     assert [(b["destination"], b["routing_key"]) for b in bindings] == [("audit", "order.*")]
-    page.fill("#publish input[name=routing_key]", "order.created")
-    page.fill("#publish input[name=payload]", "hello")
-    page.click("#publish button")
+    _submit(page, "publish", routing_key="order.created", payload="hello")
     expect(page.locator("#publish + .status")).to_have_text("Message published.")
-    page.fill("#publish input[name=routing_key]", "nothing.here")
-    page.click("#publish button")
+    _submit(page, "publish", routing_key="nothing.here")
     expect(page.locator("#publish + .status")).to_have_text("Message published, but not routed.")
     assert http.get("/api/queues/%2F/audit").json()["messages"] == 1
     page.click("#bindings-source button:text('Unbind')")
@@ -216,7 +217,7 @@ def test_connections_and_channels_list_what_clients_opened(
         page.click("#nav >> text=Connections")
         expect(page.locator("#connections tr", has_text="pages-client")).to_have_count(1)
         names = [c["name"] for c in http.get("/api/connections").json()]
-        [name] = [n for n in names if "pages-client" in str(http.get(f"/api/connections/{n}").json())]
+        [name] = [n for n in names if "pages-client" in http.get(f"/api/connections/{n}").text]
         page.click("#nav >> text=Channels")
         row = page.locator("#channels tbody tr", has_text=f"{name} (1)")
         expect(row).to_have_count(1)
@@ -238,14 +239,10 @@ def test_admin_forms_change_the_api_and_show_its_validation_messages(
     assert http.get("/api/vhosts/staging").status_code == 200
 
     page.click("nav.tabs >> text=Policies")
-    page.select_option("#add-policy select[name=vhost]", "staging")
-    page.fill("#add-policy input[name=name]", "cap")
-    page.fill("#add-policy input[name=pattern]", "(")
-    page.fill("#add-policy input[name=definition]", '{"max-length": 10}')
-    page.click("#add-policy button")
+    cap = '{"max-length": 10}'
+    _submit(page, "add-policy", vhost="staging", name="cap", pattern="(", definition=cap)
     expect(page.locator(".form .error")).to_contain_text("pattern should be regular expression")
-    page.fill("#add-policy input[name=pattern]", "^orders")
-    page.click("#add-policy button")
+    _submit(page, "add-policy", pattern="^orders")
     expect(page.locator("#policies")).to_contain_text("^orders")
     policy = http.get("/api/policies/staging/cap").json()
     assert policy["definition"] == {"max-length": 10} and policy["pattern"] == "^orders"
@@ -256,20 +253,14 @@ def test_admin_forms_change_the_api_and_show_its_validation_messages(
     assert http.get("/api/policies/staging/cap").status_code == 404
 
     page.click("nav.tabs >> text=Limits")
-    page.select_option("#set-vhost-limit select[name=owner]", "staging")
-    page.fill("#set-vhost-limit input[name=value]", "lots")
-    page.click("#set-vhost-limit button")
+    _submit(page, "set-vhost-limit", owner="staging", value="lots")
     expect(page.locator(".form .error")).to_contain_text("max-connections should be a number")
-    page.select_option("#set-vhost-limit select[name=limit]", "max-queues")
-    page.fill("#set-vhost-limit input[name=value]", "12")
-    page.click("#set-vhost-limit button")
+    _submit(page, "set-vhost-limit", limit="max-queues", value="12")
     expect(page.locator("#vhost-limits")).to_contain_text("max-queues")
     assert http.get("/api/vhost-limits/staging").json()[0]["value"] == {"max-queues": 12}
 
     page.click("nav.tabs >> text=Users")
-    page.select_option("#set-permission select[name=vhost]", "staging")
-    page.fill("#set-permission input[name=write]", "^amq\\.gen")
-    page.click("#set-permission button")
+    _submit(page, "set-permission", vhost="staging", write="^amq\\.gen")
     expect(page.locator("#permissions")).to_contain_text("^amq\\.gen")
     perm = http.get("/api/permissions/staging/guest").json()
     assert perm["write"] == "^amq\\.gen" and perm["read"] == ".*"
@@ -285,14 +276,8 @@ def test_overview_charts_get_points_after_publishing(page: Page, server: ServerP
             ch.basic_publish("", "charted", b"x" * 100)
         chart = page.locator("[data-chart='overview:rates']")
         expect(chart).to_be_visible()
-        page.wait_for_function(
-            "() => { const l = JSON.parse(document.querySelector(\"[data-chart='overview:rates']\")"
-            ".dataset.last); return l.published > 0 && l.confirmed > 0 }"
-        )
-        page.wait_for_function(
-            "() => JSON.parse(document.querySelector(\"[data-chart='overview:depth']\")"
-            ".dataset.last).total >= 50"
-        )
+        _wait_last(page, "overview:rates", "l.published > 0 && l.confirmed > 0")
+        _wait_last(page, "overview:depth", "l.total >= 50")
         assert int(chart.get_attribute("data-points") or 0) >= 2
         assert chart.locator("canvas").count() == 1  # drawn by uPlot
     finally:
@@ -318,11 +303,8 @@ def test_stream_page_charts_what_filtering_saves(
             conn.process_data_events(time_limit=0.1)
         page.goto(page.url.split("#")[0] + "#/streams/%2F/regions")
         expect(page.locator("#consumers")).to_contain_text("apac")
-        page.wait_for_function(
-            "() => { const l = JSON.parse(document.querySelector("
-            "\"[data-chart='stream:/:regions:filter:bytes']\").dataset.last);"
-            " return l.delivered > 0 && l['unfiltered reader'] > 2 * l.read }"
-        )
+        bytes_chart = "stream:/:regions:filter:bytes"
+        _wait_last(page, bytes_chart, "l.delivered > 0 && l['unfiltered reader'] > 2 * l.read")
         chunks = _last(page, "stream:/:regions:filter:chunks")
         assert chunks["skipped by Bloom"] >= 15 and chunks["scanned"] >= 30
         msgs = _last(page, "stream:/:regions:filter:msgs")
