@@ -10,6 +10,7 @@ import base64
 import datetime
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.amqp import properties as amqp_properties
@@ -23,7 +24,7 @@ from sievemq.gateway.model.classic_queue import (
     QueueMessage,
 )
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
-from sievemq.storage import Message
+from sievemq.storage import Message, layout
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -86,6 +87,9 @@ class ClassicQueues:
         self.apply_policy: Callable[[ClassicQueue], None] = lambda q: None
         # set by the broker: dead-letters routed to a stream go through its appender
         self.write_stream: StreamWriter | None = None
+        # set by the broker: what becomes of a deleted queue's tombstone (removed once the
+        # delete is durable); by default a background thread removes it at once
+        self.release_files: Callable[[Path], None] = layout.remove_later
 
     def attach(self, vhost: Host) -> None:
         self._vhost = vhost
@@ -262,10 +266,8 @@ class ClassicQueues:
             self._vhost.drop_queue_bindings(queue.name)
         queue.notify_deleted()
         if queue.durable and not queue.exclusive:
-            self._on_change(
-                queue.name
-            )  # forgotten first: a crash before the files go leaves no queue
-        queue.destroy()
+            self._on_change(queue.name)  # forgotten first (committed): then its files go
+        queue.destroy(self.release_files)
 
     def _auto_delete(self, queue: ClassicQueue) -> None:
         self.remove(queue)

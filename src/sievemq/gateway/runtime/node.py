@@ -22,7 +22,8 @@ from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 from sievemq.gateway.runtime.gc_tuning import GcFreezer
 from sievemq.gateway.runtime.latency import WriteLatencies
-from sievemq.storage import Message
+from sievemq.storage import Message, StorageError
+from sievemq.storage.publishers import PublisherSequences
 
 
 class AlarmTarget(Protocol):
@@ -96,6 +97,8 @@ class Node:
         # in-process test gateways share their interpreter with the tests, so they leave
         # the collector alone unless asked
         self.gc = GcFreezer(broker, enabled=gc_freeze)
+        # publisher-sequence rebuilds in worker threads, one per stream (``load_sequences``)
+        self._loading: dict[int, tuple[StreamQueue, asyncio.Future[None]]] = {}
 
     def _write_stream(self, queue: StreamQueue, message: Message) -> None:
         """One dead-lettered message into a stream: the same writer (and record) as a
@@ -114,6 +117,11 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    @property
+    def connection_count(self) -> int:
+        """Client sockets admitted and not yet closed (AMQP 0-9-1 and stream protocol)."""
+        return self._count
 
     def connection_refusal(self, vhost: VirtualHost, username: str) -> str | None:
         """RabbitMQ's vhost and user ``max-connections`` over the open connections of both
@@ -175,6 +183,43 @@ class Node:
             self._appenders[id(queue)] = appender
             self.watch(queue)
         return appender
+
+    def load_sequences(self, queue: StreamQueue) -> asyncio.Future[None]:
+        """Rebuild the queue's publisher sequences in a worker thread (a stream with no
+        snapshot after a crash is scanned whole): done once ``queue.loaded_sequences`` is
+        set. One load per queue, shared by every connection that waits for it."""
+        loading = self._loading.get(id(queue))
+        if loading is not None and loading[0] is queue:
+            return loading[1]
+        loop = self.loop
+        done: asyncio.Future[None] = loop.create_future()
+        self._loading[id(queue)] = (queue, done)
+        try:
+            build = queue.sequences_builder()
+        except (OSError, StorageError) as error:
+            self._loading.pop(id(queue), None)
+            done.set_exception(error)
+            return done
+        work = loop.run_in_executor(None, build)
+
+        def built(w: asyncio.Future[PublisherSequences]) -> None:
+            self._loading.pop(id(queue), None)
+            error = asyncio.CancelledError() if w.cancelled() else w.exception()
+            if error is None and not queue.deleted:
+                try:
+                    queue.adopt_sequences(w.result())
+                except (OSError, StorageError) as caught:
+                    error = caught
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+                done.exception()  # retrieved: a waiter that went away logs nothing
+
+        work.add_done_callback(built)
+        return done
 
     def flush_classic(self, queue: ClassicQueue) -> None:
         """Enqueue what this tick's publishes left buffered for ``queue`` now, so a basic.get

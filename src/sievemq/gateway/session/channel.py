@@ -44,7 +44,7 @@ from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
-from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
+from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.session import access, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
@@ -101,6 +101,7 @@ class Channel:
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
         self.tx: transactions.Transaction | None = None  # after tx.select
+        self._committing = False  # within tx.commit (its publishes are stored at once)
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -231,7 +232,7 @@ class Channel:
         def synced(error: BaseException | None) -> None:
             backlog, self.backlog = self.backlog or [], None
             if error is not None:
-                self.connection.close(errors.InternalError(failure_text(error)))
+                self.connection.close(sync_failure(error))
                 self.connection.flush()
                 return
             self.connection.resume_channel(self, held, backlog)
@@ -353,6 +354,8 @@ class Channel:
                 self._schedule_confirms()
             return
         if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+            if self._wait_for_sequences(queues, body, values):
+                return  # handled again once the stream's sequences are rebuilt
             queues = self._not_duplicate(queues, props)
             if not queues:  # a duplicate in every stream: confirmed, stored nowhere
                 if confirm is not None:
@@ -382,6 +385,31 @@ class Channel:
             appenders.clear()
         appender = appenders[queue] = self._node.appender(queue)
         return appender
+
+    def _wait_for_sequences(self, queues: list[Any], body: bytes, values: Any) -> bool:
+        """The first deduplicated publish to a stream since the start needs its publisher
+        sequences, rebuilt by a scan of the stream: in a worker thread (``Node.
+        load_sequences``). Meanwhile this channel holds: the publish and every later frame
+        of the channel wait, in order (``backlog``), then the publish is handled again."""
+        loading = next(
+            (q for q in queues if isinstance(q, StreamQueue) and q.loaded_sequences is None),
+            None,
+        )
+        if loading is None or self._committing:
+            return False  # (a tx.commit's publishes are stored in order, at once: on the loop)
+        pub, props = self._pub, self._props
+        self.backlog = []
+
+        def again() -> None:
+            self._pub, self._props = pub, props
+            self._complete(body, values)
+
+        def loaded(error: BaseException | None) -> None:
+            backlog, self.backlog = self.backlog or [], None
+            self.connection.resume_held(self, again if error is None else error, backlog)
+
+        when_synced(self._node.load_sequences(loading), loaded)
+        return True
 
     def _not_duplicate(self, queues: list[Any], props: bytes) -> list[Any]:
         """The routed queues minus the streams that already hold this publisher id."""
@@ -798,6 +826,7 @@ class Channel:
         publishes, settles = tx.publishes, tx.settles
         tx.clear()
         self.tx = None
+        self._committing = True
         try:
             for pub, props, body in publishes:
                 self._pub, self._props = pub, props
@@ -806,6 +835,7 @@ class Channel:
                 self._settle_deliveries(tag, multiple, finished, method_id)
         finally:
             self.tx = tx
+            self._committing = False
         self.connection.send_method(self.id, spec.Tx.CommitOk())
 
     def _tx_rollback(self, m: Any) -> None:
