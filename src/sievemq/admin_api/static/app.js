@@ -67,12 +67,17 @@ async function login(user, password) {
   session.auth = btoa(unescape(encodeURIComponent(`${user}:${password}`)));
   const me = await api("/api/whoami");
   sessionStorage.setItem("sievemq-auth", session.auth);
-  try { session.node = (await api("/api/overview")).node; } catch (_) { session.node = ""; }
+  // the node's name, for the titles: asked once per tab (the overview is no small answer)
+  session.node = sessionStorage.getItem("sievemq-node") || "";
+  if (!session.node) {
+    try { session.node = (await api("/api/overview")).node; } catch (_) { session.node = ""; }
+    sessionStorage.setItem("sievemq-node", session.node);
+  }
   document.getElementById("nav").hidden = false;
   document.getElementById("who").replaceChildren(
     h("span", { class: "node" }, session.node),
     ` ${me.name} (${me.tags.join(", ") || "no tags"})`,
-    h("button", { onclick: () => { sessionStorage.removeItem("sievemq-auth"); location.reload(); } }, "Log out"));
+    h("button", { onclick: () => { sessionStorage.clear(); location.reload(); } }, "Log out"));
   await route();
 }
 

@@ -8,7 +8,7 @@ import { h } from "./lib.js";
 
 const KEEP_S = 10 * 60;  // history kept per chart
 const MIN_SPAN_S = 60;  // the time axis spans at least the last minute
-const COLORS = ["#0b6bcb", "#067647", "#c4320a", "#7a5af8", "#b54708", "#0e9384"];
+const COLORS = ["#0b6bcb", "#12b76a", "#f79009", "#7a5af8", "#d92d20", "#0e9384"];
 const store = new Map();  // key -> {x: [], ys: [[]...]}
 
 function history(key, n) {
@@ -37,9 +37,10 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
   const opts = {
     width: 560, height: 180, legend: { live: false },
     scales: { x: { time: true, auto: false }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max * 1.1)] } },
-    axes: [{}, { values: axisValues(unit), size: 60 }],
+    axes: [{}, { values: axisValues(unit), size: unit === "bytes" ? 78 : 56 }],
+    // every other line dashed: one that runs on top of another (acked = delivered) still shows
     series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2,
-      points: { size: 4 } }))],
+      dash: i % 2 ? [8, 4] : undefined, points: { size: 4 } }))],
   };
   const plot = new uPlot(opts, [s.x, ...s.ys], plotBox);
   const frame = () => {  // the time axis: the points kept, and at least the last minute
