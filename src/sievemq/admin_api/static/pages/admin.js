@@ -30,8 +30,8 @@ async function users() {
       field("tags", "tags", { placeholder: "administrator, management, monitoring" }),
       field("vhost", "vhost", {}, [...vnames, "(none)"]),
     ], "Add user", async (d) => {
-      const body = { tags: d.tags };
-      if (d.password) body.password = d.password; else body.password_hash = "";
+      const body = { tags: d.tags };  // no password typed: a user's password is left as it is
+      if (d.password) body.password = d.password;
       await api(`/api/users/${enc(d.name)}`, { method: "PUT", body });
       if (d.vhost !== "(none)") {
         await api(`/api/permissions/${enc(d.vhost)}/${enc(d.name)}`, {
