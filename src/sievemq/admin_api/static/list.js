@@ -25,7 +25,18 @@ function go(changes) {
  * what was typed). columns: [{title, sort (an API field or null), cell(row), num, fields}] */
 export function pagedList(opts) {
   const el = h("div", { class: "list", id: opts.id });
-  return { el, async reload() { el.replaceChildren(...(await render(opts))); } };
+  return {
+    el,
+    async reload() {
+      try {
+        el.replaceChildren(...(await render(opts)));
+      } catch (err) {  // e.g. an invalid regex: say so, and offer the list without the filter
+        el.replaceChildren(h("p", { class: "error", role: "alert" }, err.message),
+          h("a", { href: "#", onclick: (e) => { e.preventDefault(); go({ name: null, use_regex: null, page: null }); } },
+            "Show the whole list"));
+      }
+    },
+  };
 }
 
 async function render({ path, columns, defaultSort = "name", empty = "none" }) {
