@@ -6,6 +6,7 @@ window is usable. The pages refresh every 300 ms here (the ``sievemq-refresh-ms`
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -287,6 +288,24 @@ def test_overview_charts_get_points_after_publishing(page: Page, server: ServerP
         assert chart.locator("canvas").count() == 1  # drawn by uPlot
     finally:
         conn.close()
+
+
+def test_overview_charts_open_with_the_node_sampled_past(
+    browser: Browser, server: ServerProcess, http: httpx.Client
+) -> None:
+    """A new tab that never refreshes still draws the sampler's last rounds (history)."""
+    deadline = time.monotonic() + 60  # the sampler's 5 s rounds, on a loaded machine
+    while len(http.get("/api/overview/history").json()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script("sessionStorage.setItem('sievemq-refresh-ms', '600000')")
+    pg = context.new_page()
+    log_in(pg, server.admin_url)
+    chart = pg.locator("[data-chart='overview:rates']")
+    expect(chart).to_be_visible()
+    # the seeded rounds plus the page's own point; without the history there would be one
+    assert int(chart.get_attribute("data-points") or 0) >= 3
+    context.close()
 
 
 def test_stream_page_charts_what_filtering_saves(

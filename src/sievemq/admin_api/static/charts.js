@@ -59,6 +59,14 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
   mark();
   return {
     el,
+    /** The node's own history ([seconds, values] oldest first), when this chart has none. */
+    seed(points) {
+      if (s.x.length) return;
+      for (const [t, values] of points) { s.x.push(t); values.forEach((v, i) => s.ys[i].push(v ?? 0)); }
+      plot.setData([s.x, ...s.ys]);
+      frame();
+      mark();
+    },
     push(values) {
       const now = Date.now() / 1000;
       if (s.x.length && now - s.x.at(-1) < 0.15) {  // a page drawn again at once: one point

@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import platform
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.admin.views import FilterAdviceView, ListenerView
+from sievemq.gateway.admin.views import FilterAdviceView, HistoryPointView, ListenerView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
 from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
@@ -51,6 +52,10 @@ def queue_key(queue: StreamQueue | ClassicQueue) -> Key:
     return ("q", queue.vhost, queue.name, str(id(queue)))
 
 
+HISTORY_POINTS = 120  # rounds of the rate sampler kept for the overview's history
+HISTORY_RATES = ("publish", "confirm", "deliver_get", "ack", "redeliver")
+
+
 class AdminBase:
     """The broker, the node and their listeners, and the admin plane's own state (rate
     samples, cached filter advice); the sections (``QueuesAdmin``, ...) build on it."""
@@ -76,6 +81,8 @@ class AdminBase:
         # rate of a sum is the sum of the rates; an idle stream, not open, adds 0)
         self._summed_rates: dict[str, float] = {}
         self._vhost_rates: dict[str, dict[str, float]] = {}
+        # one point per round, node-wide, for the dashboard's charts (10 minutes at 5 s)
+        self.history: deque[HistoryPointView] = deque(maxlen=HISTORY_POINTS)
         # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
         self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 

@@ -29,7 +29,7 @@ function filterTiles(f) {
 }
 
 export async function overview() {
-  const o = await api("/api/overview");
+  const [o, past] = await Promise.all([api("/api/overview"), api("/api/overview/history")]);
   const rates = lineChart("overview:rates", "Message rates", RATE_LABELS);
   const depth = lineChart("overview:depth", "Queued messages", ["ready", "unacked", "total"], { unit: "" });
   const filters = filterCharts("overview:filter", o.sievemq.filter_stats);
@@ -40,6 +40,10 @@ export async function overview() {
     rates.push(rateValues(data.message_stats));
     depth.push([q.messages_ready, q.messages_unacknowledged, q.messages]);
   };
+  // the sampler's rounds of the last minutes, so the charts open with their past
+  const t = (p) => p.timestamp / 1000;
+  rates.seed(past.map((p) => [t(p), [p.publish_rate, p.confirm_rate, p.deliver_get_rate, p.ack_rate, p.redeliver_rate]]));
+  depth.seed(past.map((p) => [t(p), [p.messages_ready, p.messages_unacknowledged, p.messages]]));
   add(o);
   return {
     title: "Overview",

@@ -42,6 +42,7 @@ from sievemq.gateway.admin.views.clients import (
 from sievemq.gateway.admin.views.node import (
     DescriptorsView,
     HistogramView,
+    HistoryPointView,
     ListenerView,
     OverviewView,
     Totals,
@@ -89,6 +90,7 @@ __all__ = [
     "FilterStats",
     "GotMessage",
     "HistogramView",
+    "HistoryPointView",
     "ListenerView",
     "NotAllowed",
     "NotFound",
