@@ -38,9 +38,10 @@ export function lineChart(key, title, labels, { unit = "/s" } = {}) {
     width: 560, height: 180, legend: { live: false },
     scales: { x: { time: true, auto: false }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max * 1.1)] } },
     axes: [{}, { values: axisValues(unit), size: unit === "bytes" ? 78 : 56 }],
-    // every other line dashed: one that runs on top of another (acked = delivered) still shows
+    // every other line dashed, and the last: one that runs on top of another (acked =
+    // delivered, total = ready) still shows
     series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2,
-      dash: i % 2 ? [8, 4] : undefined, points: { size: 4 } }))],
+      dash: i % 2 || (i && i === labels.length - 1) ? [8, 4] : undefined, points: { size: 4 } }))],
   };
   const plot = new uPlot(opts, [s.x, ...s.ys], plotBox);
   const frame = () => {  // the time axis: the points kept, and at least the last minute
