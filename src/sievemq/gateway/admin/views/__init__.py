@@ -40,11 +40,14 @@ from sievemq.gateway.admin.views.clients import (
     StreamPublisherView,
 )
 from sievemq.gateway.admin.views.node import (
+    ClusterNodeView,
+    ClusterPort,
     DescriptorsView,
     HistogramView,
     HistoryPointView,
     ListenerView,
     OverviewView,
+    RemoteQueueView,
     Totals,
     WriteLatencyView,
 )
@@ -79,6 +82,8 @@ __all__ = [
     "BrowseResult",
     "BrowsedMessage",
     "ChannelView",
+    "ClusterNodeView",
+    "ClusterPort",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -102,6 +107,7 @@ __all__ = [
     "PreconditionFailed",
     "Principal",
     "QueueView",
+    "RemoteQueueView",
     "SacGroupView",
     "SacMemberView",
     "StreamClientView",
