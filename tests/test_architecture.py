@@ -82,6 +82,8 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.spark",
+        # the network mode's Stream-protocol client (spark/stream_client.py): frames only
+        "sievemq.streamproto.wire",
     },
     # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
     "client": {"aiormq", "pamqp", "sievemq.client"},
@@ -163,9 +165,10 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
     assert not bad, "dependency rule broken:\n" + "\n".join(bad)
 
 
-# where sockets may be opened: the server's listeners, the raw test client, and the Spark
-# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq)
-SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py")
+# where sockets may be opened: the server's listeners, the raw test client, the Spark sink's
+# publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq) and the
+# Spark source's network mode (a Stream-protocol client, in a Spark task)
+SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py", "spark/stream_client.py")
 
 
 def test_only_gateway_net_opens_sockets() -> None:
