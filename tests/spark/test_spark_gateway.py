@@ -8,6 +8,8 @@ from typing import Any
 import pika
 import pytest
 
+from sievemq.testing.pika_client import connect
+
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)
 
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.timeout(1200)
 def test_published_messages_read_by_spark_beside_the_server(
     spark: Any, metrics: Any, server: Any
 ) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
