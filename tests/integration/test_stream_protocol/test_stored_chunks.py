@@ -16,8 +16,7 @@ from sievemq.spark.network import NetTask, read_net_range
 from sievemq.spark.schema import arrow_schema, source_schema
 from sievemq.spark.stream_client import StreamURI, connect
 from sievemq.testing import ServerProcess
-
-from ..test_tls import make_cert
+from sievemq.testing.tls import make_cert, tls_args
 
 REGIONS = ("eu", "us", "ap")
 
@@ -26,9 +25,7 @@ REGIONS = ("eu", "us", "ap")
 def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerProcess]:
     cert = make_cert(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert.cert))  # the client trusts the test's cert
-    proc = ServerProcess(
-        tmp_path / "data", extra_args=("--tls-cert", str(cert.cert), "--tls-key", str(cert.key))
-    ).start()
+    proc = ServerProcess(tmp_path / "data", tls_args(cert)).start()
     yield proc
     assert proc.running, proc.stderr()
     proc.stop()
