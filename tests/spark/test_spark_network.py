@@ -20,6 +20,8 @@ from rstream import AMQPMessage, Producer
 
 from sievemq.testing import ServerProcess
 
+from .spark_data import parquet_available_now
+
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)
 
@@ -125,24 +127,14 @@ def test_stream_protocol_publishes_read_over_the_network(
     assert len(r7) == 20 and all(bytes(r.body).endswith(b"7") for r in r7)  # AMQP 1.0 payloads
 
 
-def _stream_once(spark: Any, uri: str, out: Path, checkpoint: Path) -> int:
-    query = (
+def _stream_once(spark: Any, uri: str, out: Path, checkpoint: Path) -> list[int]:
+    frame = (
         spark.readStream.format("sievemq")
-        .option("uri", uri)
-        .option("stream", "orders")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "120")
+        .options(uri=uri, stream="orders", startingOffsets="earliest", maxOffsetsPerTrigger="120")
         .load()
         .select("offset", "filter_value", "body")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
-    return sum(p["numInputRows"] for p in query.recentProgress)
+    return parquet_available_now(frame, out, checkpoint)
 
 
 def test_streaming_query_picks_up_new_messages(
@@ -151,8 +143,8 @@ def test_streaming_query_picks_up_new_messages(
     _publish_amqp(server, "orders", 0, 200)
     uri = _uri(server)
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
-    assert _stream_once(spark, uri, out, checkpoint) == 200
+    assert _stream_once(spark, uri, out, checkpoint) == [120, 80]  # maxOffsetsPerTrigger
     _publish_amqp(server, "orders", 200, 50)
-    assert _stream_once(spark, uri, out, checkpoint) == 50  # only what is new
+    assert _stream_once(spark, uri, out, checkpoint) == [50]  # only what is new
     offsets = pq.read_table(out).column("offset").to_pylist()
     assert sorted(offsets) == list(range(250))
