@@ -4,18 +4,23 @@ file mode's columnar decoder; filter values skip chunks on the server."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pika
 import pytest
+from rstream.exceptions import OffsetNotFound
 
 from sievemq.spark.arrow_read import ReadSettings
-from sievemq.spark.network import NetTask, read_net_range
+from sievemq.spark.network import NetTask, net_streams, read_net_range
+from sievemq.spark.options import parse_options
+from sievemq.spark.planning import choose_start
 from sievemq.spark.schema import arrow_schema, source_schema
 from sievemq.spark.stream_client import StreamURI, connect
 from sievemq.testing import ServerProcess
+from sievemq.testing.stream_client import consumer
 from sievemq.testing.tls import make_cert, tls_args
 
 REGIONS = ("eu", "us", "ap")
@@ -76,3 +81,30 @@ def test_stored_chunks_over_tcp_and_tls(tls_server: ServerProcess) -> None:
     assert _bodies(plain, 0, 300, "us") == [f"m{i}".encode() for i in range(100, 200)]
     assert _skipped(server) - before == 200
     assert _bodies(tls, 0, 150, "eu", "ap") == [f"m{i}".encode() for i in range(100)]
+
+
+def test_a_named_consumers_offset_is_where_a_network_read_starts(tls_server: ServerProcess) -> None:
+    server = tls_server
+    _publish(server, 50)
+
+    async def store() -> None:
+        async with consumer(server) as c:
+            await c.store_offset("orders", "app", 41)  # no reply: query until it is there
+            for _ in range(100):
+                try:
+                    if await c.query_offset("orders", "app") == 41:
+                        return
+                except OffsetNotFound:  # until the store is applied
+                    pass
+                await asyncio.sleep(0.1)
+
+    asyncio.run(store())
+    uri = f"rabbitmq-stream://guest:guest@127.0.0.1:{server.stream_port}/%2F"
+    options = parse_options({"uri": uri, "stream": "orders", "consumerName": "app"})
+    (net,) = net_streams(options)
+    assert net.stored == 41 and net.state.end == 50
+    assert choose_start(options, net.ref, net.state, net.stored, streaming=False) == 42
+    missing = parse_options({"uri": uri, "stream": "orders", "consumerName": "other"})
+    (other,) = net_streams(missing)
+    assert other.stored is None
+    assert choose_start(missing, other.ref, other.state, None, streaming=False) == 0
