@@ -81,6 +81,19 @@ def net_streams(options: ReadOptions) -> list[NetStream]:
     return out
 
 
+def offsets_at(options: ReadOptions, stream: str, ts_lo: int, ts_hi: int) -> tuple[int, int]:
+    """Chunk-timestamp bounds (microseconds) as an offset range ``[lo, hi)`` that holds every
+    row inside them (ResolveOffsetSpec on the node holding the stream), so tasks never fetch
+    the chunks before or after; the rows are still checked against the timestamps."""
+    lo, hi = 0, NO_LIMIT
+    with connect(_uri(options), stream) as client:
+        if ts_lo > -NO_LIMIT:
+            lo = client.offset_at(stream, -(-ts_lo // 1000))
+        if ts_hi < NO_LIMIT:
+            hi = client.offset_at(stream, -(-ts_hi // 1000))
+    return lo, hi
+
+
 def net_tasks(
     options: ReadOptions, spans: list[tuple[StreamRef, int, int]], ts_lo: int, ts_hi: int
 ) -> list[NetTask]:

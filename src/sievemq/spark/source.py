@@ -26,9 +26,10 @@ from pyspark.sql.types import StructType
 
 from sievemq.filtering.subscriptions import registered_slot
 from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range, stat_counts
-from sievemq.spark.network import NetTask, net_streams, net_tasks, read_net_range
+from sievemq.spark.network import NetTask, net_streams, net_tasks, offsets_at, read_net_range
 from sievemq.spark.options import OptionError, ReadOptions, parse_options
 from sievemq.spark.planning import (
+    NO_LIMIT,
     Bounds,
     OffsetRange,
     StreamRef,
@@ -198,6 +199,8 @@ class SieveBatchReader(_ReadsRanges, DataSourceReader):
             for net in net_streams(options):
                 lo = choose_start(options, net.ref, net.state, net.stored, streaming=False)
                 b = bounds.narrow(Bounds(lo, end_offset(options, net.ref, net.state)))
+                if b.ts_lo > -NO_LIMIT or b.ts_hi < NO_LIMIT:
+                    b = b.narrow(Bounds(*offsets_at(options, net.ref.name, b.ts_lo, b.ts_hi)))
                 spans.append((net.ref, b.lo, b.hi))
             return self._net_tasks(spans, bounds)
         planned = []

@@ -240,6 +240,20 @@ class StreamClient:
             raise StreamProtocolError(f"QueryOffset of {reference!r} on {stream!r}: code {code}")
         return cur.u64()
 
+    def offset_at(self, stream: str, timestamp_ms: int) -> int:
+        """The first offset of the first chunk stamped at or after ``timestamp_ms`` (the
+        committed end when there is none): ResolveOffsetSpec with a timestamp."""
+        body = (
+            wire.enc_string(stream)
+            + struct.pack(">Hq", wire.OFFSET_TIMESTAMP, timestamp_ms)
+            + wire.enc_properties({})
+        )
+        cur = self._ok(
+            self._request(wire.RESOLVE_OFFSET_SPEC, body), f"ResolveOffsetSpec on {stream!r}"
+        )
+        cur.u16()  # the offset type: always 4 (an offset)
+        return cur.u64()
+
     def subscribe(self, stream: str, offset: int, properties: dict[str, str]) -> None:
         """Subscription 0 from ``offset`` (stored chunks, ``CREDIT`` chunks of credit)."""
         props = {"sievemq-stored-chunks": "true", **properties}

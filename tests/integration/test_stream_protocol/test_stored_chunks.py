@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pika
+import pyarrow as pa
 import pytest
 from rstream.exceptions import OffsetNotFound
 
@@ -18,6 +19,7 @@ from sievemq.spark.network import NetTask, net_streams, read_net_range
 from sievemq.spark.options import parse_options
 from sievemq.spark.planning import choose_start
 from sievemq.spark.schema import arrow_schema, source_schema
+from sievemq.spark.source import RangePartition, SieveDataSource
 from sievemq.spark.stream_client import StreamURI, connect
 from sievemq.testing import ServerProcess
 from sievemq.testing.stream_client import consumer
@@ -108,3 +110,29 @@ def test_a_named_consumers_offset_is_where_a_network_read_starts(tls_server: Ser
     (other,) = net_streams(missing)
     assert other.stored is None
     assert choose_start(missing, other.ref, other.state, None, streaming=False) == 0
+
+
+def test_timestamp_bounds_become_an_offset_range_on_the_server(tls_server: ServerProcess) -> None:
+    server = tls_server
+    _publish(server, 120)  # one chunk per message, timestamps never decreasing
+    uri = f"rabbitmq-stream://guest:guest@127.0.0.1:{server.stream_port}/%2F"
+    schema = arrow_schema(source_schema(False))
+    settings = ReadSettings(columns=tuple(schema.names))
+    ms: list[int] = []  # each row's chunk timestamp in ms
+    for batch in read_net_range(NetTask(uri, "/", "orders", 0, 120), settings, schema):
+        micros = batch.column(schema.get_field_index("timestamp")).cast(pa.int64())
+        ms += [t // 1000 for t in micros.to_pylist()]
+    start_ms, end_ms = ms[40], ms[90]
+    source = SieveDataSource(
+        {
+            "uri": uri,
+            "stream": "orders",
+            "startingTimestamp": str(start_ms),
+            "endingTimestamp": str(end_ms),
+        }
+    )
+    reader = source.reader(source.schema())
+    tasks = [p.task for p in reader.partitions() if isinstance(p, RangePartition)]
+    # from the first chunk stamped at or after the start to the first one at or after the end
+    lo, hi = ms.index(start_ms), ms.index(end_ms)
+    assert lo <= 40 and [(t.start, t.until) for t in tasks] == ([(lo, hi)] if lo < hi else [])
