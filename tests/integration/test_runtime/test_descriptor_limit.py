@@ -23,6 +23,7 @@ from ..admin_client import client
 
 STREAMS = 3000
 SAMPLE_EVERY = 250
+CLASSIC = 600
 
 
 @pytest.fixture
@@ -137,6 +138,22 @@ def test_connections_past_their_share_are_closed_at_accept(limited: ServerProces
     again.channel().queue_declare("after-refusal", durable=True, arguments=stream_args())
     for conn in [again, *conns]:
         conn.close()
+
+
+@pytest.mark.parametrize("limited", [256], indirect=True)
+def test_many_durable_classic_queues_within_the_descriptor_limit(limited: ServerProcess) -> None:
+    """Their files go through the storage cache too (80 of them used to exhaust 256)."""
+    conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(CLASSIC):
+        ch.queue_declare(f"deep-{i}", durable=True)
+        ch.basic_publish("", f"deep-{i}", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+    assert node_figures(limited)["fd_used"] < 256
+    for i in range(0, CLASSIC, 50):
+        method, _props, body = ch.basic_get(f"deep-{i}", auto_ack=True)
+        assert method is not None and body == b"m%d" % i
+    conn.close()
 
 
 def hog_descriptors(server: ServerProcess, count: int) -> list[socket.socket]:
