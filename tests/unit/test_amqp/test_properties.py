@@ -62,6 +62,14 @@ def test_delivery_fast_splice_equals_general_splice(
     assert raw_properties.splice_long_header(raw, "x-stream-offset", offset) in b"".join(pieces)
 
 
+@given(properties())
+def test_delivery_fields_are_what_pamqp_decodes(props: commands.Basic.Properties):
+    mode, priority, expiration = raw_properties.delivery_fields(props.marshal())
+    assert mode == (props.delivery_mode or 0)
+    assert priority == (props.priority or 0)
+    assert expiration == (None if props.expiration is None else props.expiration.encode())
+
+
 @given(properties(headers=field_table.filter(bool)))
 def test_read_header_returns_each_value(props: commands.Basic.Properties):
     raw = props.marshal()
@@ -154,3 +162,24 @@ def test_table_longer_than_properties_is_rejected():
     raw = b"\x20\x00" + encode.field_table({"a": 1})[:-1]
     with pytest.raises(errors.FrameError):
         hotcodec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw)
+
+
+@given(properties(), st.text(max_size=60).map(str.encode))
+def test_reply_to_read_and_replaced_like_pamqp(props: commands.Basic.Properties, value: bytes):
+    raw = props.marshal()
+    expected = props.reply_to.encode() if props.reply_to is not None else None
+    assert raw_properties.reply_to(raw) == expected
+    if props.reply_to is None:
+        with pytest.raises(ValueError):
+            raw_properties.replace_reply_to(raw, value)
+        return
+    replaced = raw_properties.replace_reply_to(raw, value)
+    assert raw_properties.reply_to(replaced) == value
+    back = raw_properties.decode_properties(replaced)
+    assert {k: v for k, v in back if k != "reply_to"} == {k: v for k, v in props if k != "reply_to"}
+
+
+def test_reply_to_of_truncated_properties_is_a_frame_error():
+    raw = commands.Basic.Properties(reply_to="amq.rabbitmq.reply-to").marshal()
+    with pytest.raises(errors.FrameError):
+        raw_properties.reply_to(raw[:-3])

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
-from sievemq.admin_api.bodies import json_body
+from sievemq.admin_api.bodies import json_body, parse_int
 from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import ApiError, bad_request
@@ -125,12 +125,10 @@ async def get_messages(request: Request, f: Facade, vhost: str, queue: str, who:
     missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
     if missing:
         raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
-    count, truncate = body["count"], body.get("truncate")
-    for value in (count, truncate):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            err = ApiError(400, "bad_request")
-            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
-            raise err
+    count = parse_int(body["count"])  # "1" too, as RabbitMQ (its rabbitmqadmin sends that)
+    truncate = body.get("truncate")
+    if truncate is not None:
+        truncate = parse_int(truncate)
     if body["encoding"] not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
     require(who, v, "read", "queue", q)

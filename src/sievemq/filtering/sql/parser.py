@@ -8,6 +8,8 @@ expression is an error instead of being ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sievemq.filtering.sql import like
 from sievemq.filtering.sql.errors import CompileError
 from sievemq.filtering.sql.lexer import Kind, Token, tokenize
@@ -133,21 +135,19 @@ class _Parser:
         return node
 
     def parse_or(self) -> Node:
-        left = self.parse_and()
-        while self.is_kw("OR"):
-            op = self.advance()
-            left = self.condition(left, " before 'OR'")
-            right = self.condition(self.parse_and(), " after 'OR'")
-            left = Logic("OR", left, right, op.pos)
-        return left
+        return self._logic("OR", self.parse_and)
 
     def parse_and(self) -> Node:
-        left = self.parse_not()
-        while self.is_kw("AND"):
+        return self._logic("AND", self.parse_not)
+
+    def _logic(self, keyword: str, operand: Callable[[], Node]) -> Node:
+        """``operand (keyword operand)*``, left-associative: one level of OR or AND."""
+        left = operand()
+        while self.is_kw(keyword):
             op = self.advance()
-            left = self.condition(left, " before 'AND'")
-            right = self.condition(self.parse_not(), " after 'AND'")
-            left = Logic("AND", left, right, op.pos)
+            left = self.condition(left, f" before '{keyword}'")
+            right = self.condition(operand(), f" after '{keyword}'")
+            left = Logic(keyword, left, right, op.pos)
         return left
 
     def parse_not(self) -> Node:
@@ -160,8 +160,11 @@ class _Parser:
         return self.parse_comparison()
 
     def parse_comparison(self) -> Node:
+        first = self.tok
         left = self.parse_additive()
         node = self.parse_predicate(left)
+        if node is not left and _quoted_string(first, left) and _constant(node):
+            raise _header_in_double_quotes(first)
         if node is not left and (
             self.is_op(*_COMPARE_OPS) or self.is_kw("IS", *_PREDICATE_KEYWORDS)
         ):
@@ -317,23 +320,17 @@ class _Parser:
         return Like(value, pattern_tok.value, escape, negated, value.pos)
 
     def parse_additive(self) -> Node:
-        left = self.parse_multiplicative()
-        while self.is_op("+", "-"):
-            op = self.advance()
-            right = self.parse_multiplicative()
-            left = Arith(
-                op.text,
-                self.scalar(left, "used in arithmetic"),
-                self.scalar(right, "used in arithmetic"),
-                left.pos,
-            )
-        return left
+        return self._arith(("+", "-"), self.parse_multiplicative)
 
     def parse_multiplicative(self) -> Node:
-        left = self.parse_unary()
-        while self.is_op("*", "/", "%"):
+        return self._arith(("*", "/", "%"), self.parse_unary)
+
+    def _arith(self, ops: tuple[str, ...], operand: Callable[[], Node]) -> Node:
+        """``operand (op operand)*``, left-associative: one level of arithmetic."""
+        left = operand()
+        while self.is_op(*ops):
             op = self.advance()
-            right = self.parse_unary()
+            right = operand()
             left = Arith(
                 op.text,
                 self.scalar(left, "used in arithmetic"),
@@ -388,6 +385,33 @@ class _Parser:
         if tok.kind is Kind.END or (tok.kind is Kind.OP and tok.text != "("):
             raise self.fail("a value")
         raise self.fail("a value")
+
+
+def _quoted_string(first: Token, left: Node) -> bool:
+    """The left operand is one double-quoted string (SQL's identifier quotes elsewhere)."""
+    return first.kind is Kind.STRING and first.text[:1] == '"' and isinstance(left, Literal)
+
+
+def _constant(node: Node) -> bool:
+    """A condition on a literal alone (its left operand), never on the message."""
+    return not isinstance(node, Compare) or isinstance(node.right, Literal)
+
+
+def _header_in_double_quotes(tok: Token) -> CompileError:
+    """A double-quoted string tested against a constant: a header name written as standard
+    SQL writes identifiers. Here (as in RabbitMQ's dialect) double quotes make a string,
+    so the condition would silently never (or always) hold; say how to name a header."""
+    name = str(tok.value)
+    hint = f"[{name.replace(']', ']]')}]"
+    return CompileError(
+        tok.pos,
+        f"{_short_text(tok.text)} is a string, not a header name (double quotes make a string "
+        f"in this dialect): write the header as {hint}",
+    )
+
+
+def _short_text(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _reversed(low: Literal, high: Literal) -> bool:

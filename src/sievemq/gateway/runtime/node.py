@@ -20,6 +20,7 @@ from sievemq.gateway.runtime import queue_expiry
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
+from sievemq.gateway.runtime.direct_replies import DirectReplies
 from sievemq.gateway.runtime.gc_tuning import GcFreezer
 from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.storage import Message, StorageError
@@ -85,6 +86,7 @@ class Node:
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
+        self.direct_replies = DirectReplies()  # amq.rabbitmq.reply-to names -> their channels
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []

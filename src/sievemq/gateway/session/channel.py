@@ -26,11 +26,10 @@ from typing import Any
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec, properties, states
-from sievemq.amqp.hotcodec import (
-    BASIC_CONTENT_CLASS,
+from sievemq.amqp.hotcodec import BASIC_CONTENT_CLASS, CONTENT_HEADER_FIELDS
+from sievemq.amqp.methods import (
     BASIC_PUBLISH,
     CLASS_BASIC,
-    CONTENT_HEADER_FIELDS,
     METHOD_ACK,
     METHOD_NACK,
     METHOD_PUBLISH,
@@ -45,7 +44,10 @@ from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
 from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
-from sievemq.gateway.session import access, named_consumers, transactions
+from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
+from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
+from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
+from sievemq.gateway.session import access, direct_reply, named_consumers, transactions
 from sievemq.gateway.session import classic_consumer as classic
 from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
@@ -77,10 +79,11 @@ _AWAIT_HEADER = ChannelPhase.AWAIT_HEADER
 _AWAIT_BODY = ChannelPhase.AWAIT_BODY
 _CLOSING = ChannelPhase.CLOSING
 _CLOSED = ChannelPhase.CLOSED
-_PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
+_PUBLISH_CLASS = states.CONTENT_METHODS[BASIC_PUBLISH]
 # the publish arguments before the first publish: every publish stores a new tuple, so
 # ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
 _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
+_REPLY_TO_PSEUDO = REPLY_PSEUDO_BYTES
 
 
 class Channel:
@@ -95,6 +98,7 @@ class Channel:
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
+        self.reply_consumer: direct_reply.ReplyConsumer | None = None  # amq.rabbitmq.reply-to
         # while this channel deletes a queue: the basic.cancel of its own consumers on it,
         # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
         self._held_cancels: list[Any] | None = None
@@ -256,6 +260,8 @@ class Channel:
         state = self.state
         if class_id != _PUBLISH_CLASS or size > self._max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
+        if _REPLY_TO_PSEUDO in props:  # maybe reply-to: amq.rabbitmq.reply-to (never memoised)
+            props = direct_reply.rewrite(self, props)
         self._props = props
         if size == 0:
             state.phase = _OPEN  # the table's header transitions, inline
@@ -331,6 +337,15 @@ class Channel:
             raise
         confirm = self.confirm
         if not queues:
+            if (
+                not exchange
+                and routing_key.startswith(REPLY_NAME_PREFIX)
+                and direct_reply.deliver(self.connection, routing_key, props, body)
+            ):  # a direct reply went straight to its requester: routed, never returned
+                if confirm is not None:
+                    confirm.take(0)
+                    self._schedule_confirms()
+                return
             counters = self.connection.node.broker.counters
             if mandatory:
                 counters.returned_unroutable += 1
@@ -569,6 +584,8 @@ class Channel:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
+        if self.reply_consumer is not None:
+            direct_reply.cancel(self, self.reply_consumer.tag)
         if self.classic is not None:
             self.classic.release()  # unacked classic deliveries go back to their queues
         self.unacked.clear()
@@ -651,6 +668,8 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
     def _queue_declare(self, m: Any) -> None:
+        if direct_reply.is_pseudo(m.queue):
+            return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
         classic.flush_before_declare(self, m.queue)
@@ -715,6 +734,8 @@ class Channel:
         self.connection.send_method(self.id, spec.Basic.QosOk())
 
     def _basic_consume(self, m: Any) -> None:
+        if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
+            return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
         self._allow("read", "queue", m.queue)
         found = self.vhost.find_queue(m.queue)
@@ -788,7 +809,9 @@ class Channel:
 
     def _basic_cancel(self, m: Any) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)
-        if consumer is not None:
+        if consumer is None:
+            direct_reply.cancel(self, m.consumer_tag)
+        else:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         if not m.nowait:

@@ -31,7 +31,7 @@ from sievemq.gateway.runtime.waker import CommitWaker
 from sievemq.gateway.session.filter_stats import ConsumerFilterStats
 from sievemq.gateway.session.named_consumers import OffsetTracker
 from sievemq.gateway.session.ports import DeliveryTarget
-from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.storage import FilterSpec, FilterStats, Record, StorageError, Stream, StreamReader
 from sievemq.streamproto.convert import to_amqp091
 
 log = logging.getLogger(__name__)
@@ -130,8 +130,8 @@ class StreamConsumer(CommitWaker):
     def connection_id(self) -> int:
         return self.target.connection_id
 
-    def filter_stats(self) -> dict[str, int]:
-        return self.stats.as_dict()
+    def filter_stats(self) -> FilterStats:
+        return self.stats.snapshot()
 
     @property
     def consumer_name(self) -> str | None:

@@ -21,6 +21,7 @@ from typing import Final
 from sievemq.amqp import errors, hotcodec, properties
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 
 FILTER_HEADER: Final = "x-stream-filter-value"
 _FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()
@@ -94,7 +95,12 @@ def new_property_filter_values(
     props: bytes, limits: TableLimits = DEFAULT_LIMITS
 ) -> tuple[str, ...] | None:
     """``property_filter_values`` for bytes the memo does not hold (``known_properties``
-    said None): checked, read and remembered without looking the memo up again."""
+    said None): checked, read and remembered without looking the memo up again.
+
+    A property list that names the direct reply-to pseudo-queue anywhere is never
+    remembered: its publish takes the slow path, which rewrites the reply-to property."""
+    if _REPLY_TO_PSEUDO in props:
+        return None
     try:
         at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
         if at < 0:
