@@ -7,6 +7,7 @@ stream file sleeps 1 s; another connection is served meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,14 @@ from sievemq.storage import stream as stream_module
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import running_gateway
 
-from ..slow_sync import SLOW_SYNC_S, _ticker, publish_timed, until
+from ..slow_sync import (
+    HOLD_S,
+    SLOW_SYNC_S,
+    SlowDefinitionsSync,
+    _ticker,
+    publish_timed,
+    until,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -86,3 +94,39 @@ async def test_an_http_declare_creates_the_files_off_the_loop(
             assert "new" not in gw.broker.vhost("/").queues
             missing = await http.delete("/api/streams/%2F/new")
             assert missing.status_code == 404
+
+
+async def test_http_exchange_and_binding_changes_sync_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each is answered only once its definitions line is fdatasynced (held here), and the
+    loop serves another connection meanwhile."""
+    async with running_gateway(tmp_path / "data") as gw:
+        other = await aio_pika.connect(gw.url)
+        async with (
+            other,
+            httpx.AsyncClient(base_url=gw.admin_url, auth=("guest", "guest"), timeout=30) as http,
+        ):
+            och = await other.channel(publisher_confirms=True)
+            await och.declare_queue("busy", durable=True, arguments={"x-queue-type": "stream"})
+            binding = "/api/bindings/%2F/e/x1/q/busy"
+            changes = [
+                ("put", "/api/exchanges/%2F/x1", {"type": "fanout", "durable": True}, 201),
+                ("post", binding, {"routing_key": "k"}, 201),
+                ("delete", binding + "/k", None, 204),
+                ("delete", "/api/exchanges/%2F/x1", None, 204),
+            ]
+            for method, path, body, status in changes:
+                slow = SlowDefinitionsSync()
+                slow.hold()
+                monkeypatch.setattr(os, "fdatasync", slow)
+                kwargs = {} if body is None else {"json": body}
+                change = asyncio.ensure_future(http.request(method, path, **kwargs))
+                await until(lambda held=slow: bool(held.threads))  # its sync is under way
+                served = await publish_timed(och, "busy", 2)
+                assert not change.done(), f"{method} {path} answered before its sync"
+                assert threading.get_ident() not in slow.threads
+                slow.release()
+                assert (await change).status_code == status, (method, path)
+                assert max(served) < HOLD_S, served
+                monkeypatch.undo()
