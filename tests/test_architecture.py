@@ -83,14 +83,34 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.filtering",
         "sievemq.spark",
     },
+    # the cluster (docs/cluster.md): etcd through httpx in cluster/coordination.py only; it may
+    # use storage, the stream protocol and the gateway's types; nothing else imports it but
+    # the wiring (serve.py, cli.py) and testing
+    "cluster": {
+        "httpx",
+        "sievemq.cluster",
+        "sievemq.storage",
+        "sievemq.streamproto",
+        "sievemq.gateway",
+    },
     # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
     "client": {"aiormq", "pamqp", "sievemq.client"},
     # settings are built at the edge and passed down: they never import the gateway
     "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
     "units.py": set(),
     # testing is wiring for tests (like serve.py): the whole gateway, its admin app, the
-    # frame codec of the raw client; it must not pull in test frameworks or client libraries
-    "testing": {"sievemq", "pamqp", "uvicorn"},
+    # frame codec of the raw client; never a test framework. The client libraries only in the
+    # one module each that drives them (TESTING_CLIENTS, checked below)
+    "testing": {"sievemq", "pamqp", "uvicorn", "pika", "rstream", "aiormq", "httpx"},
+}
+
+# the modules of sievemq.testing that drive a client library, each its own only: importing
+# sievemq.testing (or its other modules) needs none of them
+TESTING_CLIENTS: dict[str, str] = {
+    "testing/pika_client.py": "pika",
+    "testing/stream_client.py": "rstream",
+    "testing/aiormq_client.py": "aiormq",
+    "testing/admin_client.py": "httpx",
 }
 
 # stdlib modules a component must not use even though they are in the standard library
@@ -164,8 +184,9 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
 
 
 # where sockets may be opened: the server's listeners, the raw test client, and the Spark
-# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq)
-SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py")
+# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq),
+# and `sievemq cluster up`'s launcher (a free port for the etcd it starts)
+SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py", "cluster/local.py")
 
 
 def test_only_gateway_net_opens_sockets() -> None:
@@ -176,6 +197,20 @@ def test_only_gateway_net_opens_sockets() -> None:
         and not path.relative_to(SRC).as_posix().startswith(SOCKET_CODE)
     ]
     assert not offenders, f"socket code outside gateway/net: {offenders}"
+
+
+# a single node imports nothing of the cluster: only the wiring, behind --cluster-etcd
+CLUSTER_USERS = ("cluster/", "serve.py", "cli.py", "testing/")
+
+
+def test_only_the_wiring_imports_the_cluster() -> None:
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if any(name.startswith("sievemq.cluster") for name in _imports(path))
+        and not path.relative_to(SRC).as_posix().startswith(CLUSTER_USERS)
+    ]
+    assert not offenders, f"the cluster imported outside the wiring: {offenders}"
 
 
 def _import_graph(root: Path) -> dict[str, set[str]]:
@@ -255,6 +290,20 @@ def test_the_circle_finder_sees_type_checking_and_local_imports(tmp_path: Path) 
     assert graph["sievemq.sub.b"] == {"sievemq.sub.c"}
     assert graph["sievemq.sub.c"] == {"sievemq.a"}
     assert _cycles(graph) == [["sievemq.a", "sievemq.sub.b", "sievemq.sub.c"]]
+
+
+def test_each_client_library_is_imported_by_its_testing_module_only() -> None:
+    libraries = set(TESTING_CLIENTS.values())
+    offenders = [
+        f"{rel} imports {name}"
+        for path in (SRC / "testing").rglob("*.py")
+        for rel in [path.relative_to(SRC).as_posix()]
+        for name in _imports(path)
+        if name.split(".")[0] in libraries and name.split(".")[0] != TESTING_CLIENTS.get(rel)
+    ]
+    assert not offenders, "a client library outside its sievemq.testing module:\n" + "\n".join(
+        offenders
+    )
 
 
 def test_nothing_in_the_product_imports_the_test_helpers() -> None:

@@ -18,8 +18,8 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
+from sievemq.testing.admin_client import client
+from sievemq.testing.pika_client import connect
 
 STREAMS = 3000
 SAMPLE_EVERY = 250
@@ -57,7 +57,7 @@ def arrivals(server: ServerProcess, stop: threading.Event, done: list[int]) -> N
     confirmed message and leaves."""
     n = 0
     while not stop.is_set():
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.confirm_delivery()
         ch.queue_declare(f"arrival-{n}", durable=True, arguments=stream_args())
@@ -104,7 +104,7 @@ def test_thousands_of_streams_within_the_descriptor_limit(
     worker = threading.Thread(target=arrive, daemon=True)
     worker.start()
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+        conn = connect(limited)
         ch = conn.channel()
         ch.confirm_delivery()  # a nack or a closed channel raises: every publish confirmed
         for i in range(STREAMS):
@@ -129,12 +129,12 @@ def test_thousands_of_streams_within_the_descriptor_limit(
 @pytest.mark.parametrize("limited", [256], indirect=True)
 def test_connections_past_their_share_are_closed_at_accept(limited: ServerProcess) -> None:
     share = node_figures(limited)["sockets_total"]
-    conns = [pika.BlockingConnection(pika.URLParameters(limited.url)) for _ in range(share)]
+    conns = [connect(limited) for _ in range(share)]
     assert node_figures(limited)["sockets_used"] == share
     with pytest.raises(pika.exceptions.AMQPConnectionError):
-        pika.BlockingConnection(pika.URLParameters(limited.url))
+        connect(limited)
     conns.pop().close()
-    again = pika.BlockingConnection(pika.URLParameters(limited.url))  # room again
+    again = connect(limited)  # room again
     again.channel().queue_declare("after-refusal", durable=True, arguments=stream_args())
     for conn in [again, *conns]:
         conn.close()
@@ -143,7 +143,7 @@ def test_connections_past_their_share_are_closed_at_accept(limited: ServerProces
 @pytest.mark.parametrize("limited", [256], indirect=True)
 def test_many_durable_classic_queues_within_the_descriptor_limit(limited: ServerProcess) -> None:
     """Their files go through the storage cache too (80 of them used to exhaust 256)."""
-    conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+    conn = connect(limited)
     ch = conn.channel()
     ch.confirm_delivery()
     for i in range(CLASSIC):
@@ -172,7 +172,7 @@ def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerPr
     """Another party takes every descriptor the process may open: a channel operation that
     needs one gets a 506 naming the limit (never a 541) and only its channel closes; a new
     client is closed at once; once descriptors free up the node serves again by itself."""
-    conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+    conn = connect(limited)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare("before", durable=True)
@@ -180,7 +180,7 @@ def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerPr
     hogs = hog_descriptors(limited, 300)  # more than the 256 the server may open
     try:
         with pytest.raises(pika.exceptions.AMQPConnectionError):
-            pika.BlockingConnection(pika.URLParameters(limited.url))  # closed at accept
+            connect(limited)  # closed at accept
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
             ch.queue_declare("during", durable=True)  # its log files need descriptors
         assert refused.value.reply_code == 506
@@ -191,7 +191,7 @@ def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerPr
             sock.close()
     cleanup = conn.channel()  # the connection lived on: only that channel closed
     assert cleanup.queue_declare("before", durable=True, passive=True).method.message_count == 1
-    late = pika.BlockingConnection(pika.URLParameters(limited.url))  # served again
+    late = connect(limited)  # served again
     lch = late.channel()
     lch.confirm_delivery()
     lch.queue_declare("after-recovery", durable=True, arguments=stream_args())

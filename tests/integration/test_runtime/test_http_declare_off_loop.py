@@ -23,15 +23,9 @@ from sievemq.storage import Durability
 from sievemq.storage import stream as stream_module
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import running_gateway
+from sievemq.testing.wait import eventually
 
-from ..slow_sync import (
-    HOLD_S,
-    SLOW_SYNC_S,
-    SlowDefinitionsSync,
-    _ticker,
-    publish_timed,
-    until,
-)
+from .slow_sync import HOLD_S, SLOW_SYNC_S, SlowDefinitionsSync, _ticker, publish_timed
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -90,7 +84,7 @@ async def test_an_http_declare_creates_the_files_off_the_loop(
             ticks = asyncio.ensure_future(_ticker(loop, lateness))
             started = time.monotonic()
             declare = asyncio.ensure_future(http.put(path, json=body))
-            await until(lambda: bool(slow.threads))  # the files are being created
+            await eventually(lambda: bool(slow.threads))  # the files are being created
             served = await publish_timed(och, "busy")
             assert not declare.done(), "answered before its files were made"
             answer = await declare
@@ -130,7 +124,7 @@ async def test_http_exchange_and_binding_changes_sync_off_the_loop(
             monkeypatch.setattr(os, "fdatasync", slow)
             kwargs = {} if body is None else {"json": body}
             change = asyncio.ensure_future(http.request(method, path, **kwargs))
-            await until(lambda held=slow: bool(held.threads))  # its sync is under way
+            await eventually(lambda held=slow: bool(held.threads))  # its sync is under way
             served = await publish_timed(och, "busy", 2)
             assert not change.done(), f"{method} {path} answered before its sync"
             assert threading.get_ident() not in slow.threads
