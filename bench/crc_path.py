@@ -30,7 +30,7 @@ import sievemq.storage.chunk as chunk_mod
 import sievemq.storage.reader as reader_mod
 import sievemq.streamproto.osiris as osiris_mod
 from bench._util import machine
-from sievemq.gateway.stream_session.subscription import _built, wire_chunks
+from sievemq.gateway.streamproto_session.subscription import _built, wire_chunks
 from sievemq.storage import Message, Stream, StreamConfig
 from sievemq.storage.stream import Durability
 from sievemq.storage.types import KIND_STREAM

@@ -29,15 +29,15 @@ from sievemq.amqp import errors
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.classic_queue import MemoryWindow
+from sievemq.gateway.model.classic.queue import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.settings import Settings
 from sievemq.storage import Durability, handles
 from sievemq.units import parse_memory_watermark

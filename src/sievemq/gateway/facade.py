@@ -42,15 +42,15 @@ from sievemq.amqp.errors import (
 from sievemq.filtering.sql import CompileError, compile_filter
 from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic import arguments as cargs
+from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic.queue import message_stats as _classic_counts
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
-from sievemq.gateway.model.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.stream import arguments as qargs
+from sievemq.gateway.model.stream.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
     SHA256,
@@ -65,10 +65,10 @@ from sievemq.gateway.net.tcp_info import socket_counts
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms, blocked_reason, total_memory
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session import sac
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
-from sievemq.gateway.stream_session.subscription import Subscription
+from sievemq.gateway.streamproto_session import sac
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
+from sievemq.gateway.streamproto_session.subscription import Subscription
 from sievemq.storage import FilterSpec, Message, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091

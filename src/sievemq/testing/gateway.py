@@ -27,7 +27,7 @@ import uvicorn
 from sievemq.admin_api import create_app
 from sievemq.gateway.facade import BrokerFacade, ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe

@@ -19,7 +19,7 @@ from sievemq.amqp.errors import (
 from sievemq.gateway.facade import BindingView, BrokerFacade, PermissionView
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import Durability, Message
 
 # these tests are about stream queues: make them the default queue type

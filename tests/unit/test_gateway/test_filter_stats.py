@@ -10,8 +10,8 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway import facade as facade_module
 from sievemq.gateway.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.queue import FilterStats
-from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.gateway.model.stream.queue import FilterStats
+from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
 from sievemq.storage import Durability, FilterSpec, Message, ReadStats, Stream, StreamConfig
 from sievemq.storage.advice import false_positive_rate, recent_blooms
 

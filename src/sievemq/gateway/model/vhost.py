@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_vhost, policies
-from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic import vhost as classic_vhost
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -23,9 +23,10 @@ from sievemq.gateway.model.exchanges import (
     check_not_default,
     check_type,
 )
-from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
+from sievemq.gateway.model.stream import arguments as qargs
+from sievemq.gateway.model.stream.queue import StreamQueue
 
 if TYPE_CHECKING:
     from sievemq.storage import Stream, StreamSurvey

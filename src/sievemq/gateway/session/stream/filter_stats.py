@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sievemq.filtering.sql import SqlFilter
-    from sievemq.gateway.model.queue import FilterStats
+    from sievemq.gateway.model.stream.queue import FilterStats
     from sievemq.storage import ReadStats
 
 READ_FIELDS = (

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.model.classic_arguments import QueueArguments
+from sievemq.gateway.model.classic.arguments import QueueArguments
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog

@@ -15,9 +15,9 @@ import pytest
 
 from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.net.stream_protocol import StreamProtocol
-from sievemq.gateway.stream_session import connection as conn_mod
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.publisher import StreamPublisher
+from sievemq.gateway.streamproto_session import connection as conn_mod
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.streamproto import wire
 from tests.unit.test_gateway.fake_transport import FakeTransport
 
