@@ -214,7 +214,7 @@ class StreamPublisher:
             self.errored += len(errors)
             self.conn.write(wire.publish_error(self.publisher_id, errors))
 
-    # gateway.runtime.stream.appender.ConfirmSink
+    # gateway.runtime.ports.ConfirmSink
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
         if not self.conn.alive:
             return

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.runtime.stream.appender import ConfirmSink
+from sievemq.gateway.runtime.ports import ConfirmSink
 from sievemq.storage import Durability, Message
 
 log = logging.getLogger(__name__)
