@@ -44,12 +44,23 @@ from sievemq.filtering.subscriptions import registry
 from sievemq.filtering.view import sql_predicate
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic import arguments as cargs
+from sievemq.gateway.model.classic.arguments import (
+    CLASSIC_TYPE_NAME,
+    QUORUM_TYPE_NAME,
+    validate_declare,
+)
 from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic.queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES, Exchange
 from sievemq.gateway.model.routing import Binding
-from sievemq.gateway.model.stream import arguments as qargs
+from sievemq.gateway.model.stream.arguments import (
+    DEFAULT_QUEUE_TYPE,
+    MAX_CONSUMER_NAME_BYTES,
+    STREAM_TYPE_ALIASES,
+    parse_filter_values,
+    purge_not_supported,
+    validate_stream_declare,
+)
 from sievemq.gateway.model.stream.queue import ConsumerInfo, FilterStats, StreamQueue
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
@@ -199,7 +210,7 @@ class QueueView:
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
-        return _classic_counts(self)
+        return classic_message_stats(self)
 
 
 @dataclass
@@ -768,7 +779,7 @@ class BrokerFacade:
         for v in self.broker.vhosts.values():
             for q in v.classic.queues.values():
                 sums = out["quorum" if q.kind == "quorum" else "classic"]
-                for k, n in _classic_counts(q).items():
+                for k, n in classic_message_stats(q).items():
                     sums[k] += n
         st = out["stream"]
         for sv in streams:
@@ -936,7 +947,7 @@ class BrokerFacade:
         connection's exclusive queue 405."""
         v = self.broker.vhost(vhost)
         if name in v.queues:
-            raise qargs.purge_not_supported(name, vhost)
+            raise purge_not_supported(name, vhost)
         return self._settled_classic(v, name).purge()
 
     def _settled_classic(self, v: VirtualHost, name: str) -> ClassicQueue:
@@ -1282,7 +1293,7 @@ class BrokerFacade:
         v = self.broker.vhost(vhost)
         props = encode_properties(properties or {})
         headers = dict((properties or {}).get("headers") or {})
-        values = qargs.parse_filter_values(headers.get("x-stream-filter-value"))
+        values = parse_filter_values(headers.get("x-stream-filter-value"))
         queues = v.route(exchange, routing_key, lambda: headers)
         counters = self.broker.counters
         counters.received += 1
@@ -1366,7 +1377,7 @@ class BrokerFacade:
                     name=v.name,
                     description="Default virtual host" if v.name == "/" else "",
                     tags=[],
-                    default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                    default_queue_type=DEFAULT_QUEUE_TYPE,
                     messages=messages,
                     streams=len(v.queues),
                     exchanges=len(v.exchanges),
@@ -1791,7 +1802,7 @@ class BrokerFacade:
         consume (a live consumer of that name overwrites it with its own commits)."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
-        if not consumer or len(consumer.encode("utf-8")) > qargs.MAX_CONSUMER_NAME_BYTES:
+        if not consumer or len(consumer.encode("utf-8")) > MAX_CONSUMER_NAME_BYTES:
             raise PreconditionFailed("consumer name must be 1 to 255 bytes")
         self._queue(vhost, stream).stream.offsets.set(consumer, offset)
 
@@ -1946,7 +1957,7 @@ class BrokerFacade:
         """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
         outstanding = q.outstanding
         return self._with_lengths(
-            _queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+            _queue_key(q), classic_message_stats(q), q.message_count + outstanding, outstanding, now
         )
 
     def _stream_rates(
@@ -2652,11 +2663,11 @@ def _definition_queue_kind(q: dict[str, Any]) -> str:
     ``x-queue-type``, else its ``type``, else classic (RabbitMQ's files before 3.13)."""
     raw = (q.get("arguments") or {}).get("x-queue-type", q.get("type")) or "classic"
     text = str(raw)
-    if text in qargs.STREAM_TYPE_ALIASES:
+    if text in STREAM_TYPE_ALIASES:
         return "stream"
-    if text in ("classic", cargs.CLASSIC_TYPE_NAME):
+    if text in ("classic", CLASSIC_TYPE_NAME):
         return "classic"
-    if text in ("quorum", cargs.QUORUM_TYPE_NAME):
+    if text in ("quorum", QUORUM_TYPE_NAME):
         return "quorum"
     return text
 
@@ -2757,7 +2768,7 @@ class _DefinitionsPlan:
             kind = _definition_queue_kind(q)
             try:
                 if kind == "stream":
-                    qargs.validate_stream_declare(
+                    validate_stream_declare(
                         str(q["name"]),
                         str(q["vhost"]),
                         bool(q.get("durable", True)),
@@ -2766,7 +2777,7 @@ class _DefinitionsPlan:
                         dict(q.get("arguments") or {}),
                     )
                 else:
-                    cargs.validate_declare(
+                    validate_declare(
                         "quorum" if kind == "quorum" else "classic",
                         str(q["name"]),
                         str(q["vhost"]),
