@@ -1,8 +1,9 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 # uv is bootstrapped with pip into .tools/ (pinned), then installs the locked
-# dependencies (uv.lock) into .venv/ with the project editable. `make test` also installs the
-# Node clients amqplib and rabbitmq-stream-js-client (tests/integration/node, from its
-# package-lock.json) with npm ci.
+# dependencies (uv.lock) into .venv/ with the project editable: `make run` the broker's runtime
+# only (no dev group, no extras), `make setup` (and so test, lint, bench) everything. `make test`
+# also installs the Node clients amqplib and rabbitmq-stream-js-client (tests/integration/node,
+# from its package-lock.json) with npm ci.
 
 PYTHON ?= python3
 UV_VERSION := 0.13.8
@@ -10,11 +11,12 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
+RUN_STAMP := $(VENV)/.sievemq-runtime
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium promtool run test lint bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -26,7 +28,14 @@ $(STAMP): $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen --all-extras --quiet
 	touch $(STAMP)
 
-run: setup
+# the runtime alone (a tenth of everything: no pyspark, pyarrow, test clients or linters).
+# --inexact keeps what `make setup` installed, so `make run` after `make test` removes nothing
+# and `make test` after `make run` only adds; each has its own stamp.
+$(RUN_STAMP): $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --no-dev --inexact --quiet
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(VENV)/bin/sievemq serve
 
 # npm writes node_modules/.package-lock.json on every install: the stamp of `npm ci`
@@ -68,11 +77,16 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/mypy
 
+# the pictures of the tree in README.md and docs/architecture.md, drawn from the code
+# (tests/test_architecture.py fails when one is stale)
+docs: setup
+	$(VENV)/bin/python tests/test_architecture.py
+
 bench: setup
 	$(VENV)/bin/python -m bench
 
 # through a real server with the Go load generator of bench/loadgen (built on first use;
-# SIEVEMQ_BENCH_PEERS=1 or --peers: the older kit in ../shared/peers)
+# SIEVEMQ_BENCH_PEERS=1 or --peers: an older copy of the kit outside the repository)
 bench-filter: setup
 	$(VENV)/bin/python -m bench filter_bandwidth filter_scan filter_throughput
 

@@ -26,7 +26,7 @@ server is stopped with SIGTERM (seconds to exit), twice: after the first start a
 second start on the same directory.
 
 ``--list-n N [--baseline SRC]`` measures the admin listing of a node restarted with N idle
-streams (issue 13): one ``GET /api/queues`` right after the start (idle streams surveyed on
+streams: one ``GET /api/queues`` right after the start (idle streams surveyed on
 disk, read-only, not opened) and a second one (cached surveys), with the server's descriptors
 and CPU seconds after; with ``--baseline SRC`` (e.g. ``git archive COMMIT src | tar -x -C
 /tmp/before``, then ``--baseline /tmp/before/src``) the same on that tree's server in the same

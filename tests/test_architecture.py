@@ -1,20 +1,27 @@
 """The dependency rules of docs/architecture.md, checked by parsing every import.
 
-Also checks the package picture in docs/architecture.md against the real imports; to redraw
-it after an intended change: ``.venv/bin/python tests/test_architecture.py``.
+Also draws the pictures of the tree that the docs show and fails when a drawn one is stale:
+the package arrows in docs/architecture.md (from the imports) and the layout in the README and
+docs/architecture.md (from each package's docstring summary line). To redraw them after an
+intended change: ``make docs`` (it runs this file as a script).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sievemq"
-DOC = SRC.parents[1] / "docs" / "architecture.md"
-PICTURE_BEGIN = "<!-- packages:begin (tests/test_architecture.py draws this) -->"
+ROOT = SRC.parents[1]
+DOC = ROOT / "docs" / "architecture.md"
+README = ROOT / "README.md"
+PICTURE_BEGIN = "<!-- packages:begin (make docs draws this from the imports) -->"
 PICTURE_END = "<!-- packages:end -->"
+LAYOUT_BEGIN = "<!-- layout:begin (make docs draws this from the docstrings) -->"
+LAYOUT_END = "<!-- layout:end -->"
 
 # component (a folder or a module of src/sievemq) -> what it may import besides the stdlib:
 # top-level distributions, or sievemq modules and packages (a prefix covers what is inside).
@@ -415,16 +422,112 @@ def draw_packages() -> str:
     return "\n".join(["```text", *lines, "```"])
 
 
-def _drawn_in_doc(text: str) -> str:
-    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
-    return text[start : text.index(PICTURE_END)].strip()
+def _summary(path: Path) -> str:
+    """The summary line of a module's docstring (its first line)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(), filename=str(path)))
+    assert doc, f"{path.relative_to(ROOT)} needs a docstring: the layout shows its first line"
+    return doc.splitlines()[0].strip()
+
+
+def _entries(folder: Path) -> list[tuple[str, str, Path]]:
+    """(name, summary line, path) of the packages and modules of one folder of src/."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and (path / "__init__.py").exists():
+            found.append((path.name + "/", _summary(path / "__init__.py"), path))
+        elif path.suffix == ".py" and path.name != "__init__.py":
+            found.append((path.name, _summary(path), path))
+    return found
+
+
+def draw_layout() -> str:
+    """The boxes of the package picture as a tree, each with its docstring's summary line:
+    the packages and modules of src/sievemq, and those of gateway/ one level deeper."""
+    rows: list[tuple[str, str]] = []
+    for name, summary, path in _entries(SRC):
+        rows.append(("  " + name, summary))
+        if name == "gateway/":
+            rows.extend(("    " + inner, text) for inner, text, _ in _entries(path))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name.ljust(width)}  {summary}" for name, summary in rows]
+    return "\n".join(["```text", "src/sievemq/", *lines, "```"])
+
+
+def _between(text: str, begin: str, end: str) -> str:
+    start = text.index(begin) + len(begin)
+    return text[start : text.index(end)].strip()
+
+
+def _redraw(path: Path, begin: str, end: str, picture: str) -> None:
+    text = path.read_text()
+    start = text.index(begin) + len(begin)
+    path.write_text(text[:start] + "\n" + picture + "\n" + text[text.index(end) :])
 
 
 def test_the_package_picture_in_the_docs_is_the_real_import_graph() -> None:
-    drawn = _drawn_in_doc(DOC.read_text())
+    drawn = _between(DOC.read_text(), PICTURE_BEGIN, PICTURE_END)
     assert drawn == draw_packages(), (
         "docs/architecture.md's package picture differs from the imports; if the change is "
-        "intended, redraw it: .venv/bin/python tests/test_architecture.py"
+        "intended, redraw it: make docs"
+    )
+
+
+@pytest.mark.parametrize("doc", [README, DOC], ids=["README.md", "docs/architecture.md"])
+def test_the_layout_in_the_docs_is_the_real_tree(doc: Path) -> None:
+    drawn = _between(doc.read_text(), LAYOUT_BEGIN, LAYOUT_END)
+    assert drawn == draw_layout(), (
+        f"{doc.relative_to(ROOT)}'s layout differs from src/ (a package added, moved or its "
+        "docstring changed); redraw it: make docs"
+    )
+
+
+def test_the_layout_names_every_package() -> None:
+    layout = draw_layout()
+    for name in ("streamproto/", "gateway/", "stream_session/", "admin_api/", "testing/"):
+        assert f" {name} " in layout, name
+
+
+def _defined_names() -> set[str]:
+    """Every class, function and module-level name defined in src/ (for the flow picture)."""
+    names: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                names.add(node.name)
+    return names
+
+
+def _flow_picture() -> str:
+    """The hand-drawn data-flow picture: the first code block of docs/architecture.md."""
+    text = DOC.read_text()
+    start = text.index("```\n") + 4
+    return text[start : text.index("```", start)]
+
+
+def test_the_flow_picture_names_only_what_exists() -> None:
+    """The flow picture at the top of docs/architecture.md is drawn by hand, so it is checked
+    instead: every dotted component (``gateway.session``) is a module or package of src/, and
+    every CamelCase name (``StreamConsumer``) is a class or function defined there."""
+    picture = _flow_picture()
+    dotted = {
+        name.removeprefix("sievemq.")
+        for name in re.findall(r"\b[a-z_]+(?:\.[a-z_]+)+\b", picture)
+        if name != "serve.py"
+    }
+    missing = [
+        name
+        for name in sorted(dotted)
+        if not (SRC / name.replace(".", "/")).is_dir()
+        and not (SRC / (name.replace(".", "/") + ".py")).exists()
+    ]
+    defined = _defined_names()
+    camel = set(re.findall(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+\b", picture)) - {"PySpark"}
+    camel |= set(re.findall(r"\b(?:Connection|Channel|Node)\b", picture))
+    missing += [name for name in sorted(camel) if name not in defined]
+    assert not missing, (
+        "docs/architecture.md's flow picture names what src/ no longer has: "
+        + ", ".join(missing)
+        + " (update the picture by hand)"
     )
 
 
@@ -436,9 +539,15 @@ def test_the_picture_shows_every_arrow() -> None:
     assert "gateway.session" not in model and "gateway.runtime" not in model
 
 
-if __name__ == "__main__":
-    text = DOC.read_text()
-    start = text.index(PICTURE_BEGIN) + len(PICTURE_BEGIN)
-    end = text.index(PICTURE_END)
-    DOC.write_text(text[:start] + "\n" + draw_packages() + "\n" + text[end:])
+def redraw_all() -> None:
+    """``make docs``: the package arrows and the layouts, in place between their markers."""
+    _redraw(DOC, PICTURE_BEGIN, PICTURE_END, draw_packages())
+    layout = draw_layout()
+    for doc in (README, DOC):
+        _redraw(doc, LAYOUT_BEGIN, LAYOUT_END, layout)
     print(draw_packages())
+    print(layout)
+
+
+if __name__ == "__main__":
+    redraw_all()

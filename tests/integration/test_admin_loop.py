@@ -1,4 +1,4 @@
-"""The admin plane never holds the AMQP event loop for long (issue 9, "never block").
+"""The admin plane never holds the AMQP event loop for long (docs/admin-api.md).
 
 - Big listings and scrapes are built in slices: while one is answered over real HTTP, a
   timer on the gateway's loop keeps firing (measured in-process with ``running_gateway``).

@@ -1,4 +1,4 @@
-"""SieveMQ's stream API over HTTP (SPEC §9), against a real server, with pika consumers."""
+"""SieveMQ's stream API over HTTP (docs/admin-api.md), on a real server, with pika consumers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The benchmark kit of bench/: the Go load generator against a real server, and Debian's
-RabbitMQ started and stopped by bench/rabbitmq.sh (item 6 of issue 13: the README's figures
-can be rerun from a clone)."""
+RabbitMQ started and stopped by bench/rabbitmq.sh: the README's figures can be rerun from a
+clone."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The same stream scenario with every supported client library (SPEC §4–§6).
+"""The same stream scenario with every supported client library.
 
 Declare a durable stream, publish with confirms, consume with prefetch and every kind of
 x-stream-offset; see client_scenario.py for the steps and what is checked.

@@ -1,4 +1,4 @@
-"""Connection life: SIGTERM closes clients with 320, silent peers are dropped (SPEC §1, §2)."""
+"""Connection life: SIGTERM closes clients with 320, silent peers are dropped."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """AMQP declares, deletes and binds never wait on the event loop for the definitions log's
-fdatasync (issue 13, item 1 of the last notes).
+fdatasync (docs/architecture.md).
 
 The disk is made slow at the one seam the OS gives: ``os.fdatasync`` of ``definitions.log``
 sleeps 1 s. The change is applied in memory at once, the fdatasync runs in a worker thread,

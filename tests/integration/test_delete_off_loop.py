@@ -1,5 +1,4 @@
-"""queue.delete under ``--fsync always`` never waits on the event loop for an fdatasync
-(issue 13 item 5).
+"""queue.delete under ``--fsync always`` never waits on the event loop for an fdatasync.
 
 The disk is made slow at the one seam the OS gives: ``os.fdatasync`` of a stream's file
 is held until the test releases it (after at least a second). A publish

@@ -1,4 +1,4 @@
-"""What a consumer receives, at the byte level (SPEC §5 round-trip, §6 credit and offsets)."""
+"""What a consumer receives, at the byte level: the round-trip, credit and offsets."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Every error a client can provoke (SPEC §2–§6), with the exact reply code and text.
+"""Every error a client can provoke, with the exact reply code and text.
 
-Reply texts follow RabbitMQ (research/rabbitmq-streams.md §1–§3): ``NAME - explanation``.
+Reply texts follow RabbitMQ (docs/compatibility.md): ``NAME - explanation``.
 Channel errors (403–406) close only the channel: each helper checks the connection still
 works afterwards. Connection errors (5xx) close the connection.
 """
@@ -190,7 +190,7 @@ def test_declare_argument_of_other_queue_type(
         lambda ch: ch.queue_declare(qname, durable=True, arguments={**STREAM, key: value}),
     )
     prefix = f"PRECONDITION_FAILED - invalid arg '{key}' for {rs(qname)} of queue type "
-    # SPEC §4 writes the type as "stream", RabbitMQ as "rabbit_stream_queue"
+    # either spelling of the type: "stream", or RabbitMQ's "rabbit_stream_queue"
     assert code == 406
     assert text in (prefix + "stream", prefix + "rabbit_stream_queue"), text
 

@@ -1,9 +1,9 @@
-"""Broker-side filtering end to end (SPEC §5 x-stream-filter-value, §6 Filters).
+"""Broker-side filtering end to end (x-stream-filter-value, x-stream-filter; docs/compatibility.md).
 
 Messages are published in batches (one write, so they can share a chunk) with single values,
 arrays of values, no value and the empty string. A filtered consumer must get EXACTLY the
 matching messages, in order, with their headers intact; the expected set is computed from the
-published values with the rule of SPEC §6.
+published values with the rule of docs/compatibility.md, "Filtering".
 """
 
 from __future__ import annotations

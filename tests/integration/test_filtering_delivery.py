@@ -1,8 +1,9 @@
 """Filtered delivery through the real connection handler, with statistics read from the facade.
 
 A real client (aiormq) talks to the in-process listener; the expected deliveries are computed
-from what was published with SPEC §6's rule, and the skipping is proved with the readers'
-byte counters: a consumer that skips the big chunks reads fewer bytes than one of their bodies.
+from what was published with the filter rule (docs/compatibility.md "Filtering"), and the
+skipping is proved with the readers' byte counters: a consumer that skips the big chunks
+reads fewer bytes than one of their bodies.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A stream delivery's content header never exceeds the consumer's frame_max (issue 13 item 5).
+"""A stream delivery's content header never exceeds the consumer's frame_max.
 
 The server splices ``x-stream-offset`` (up to 29 bytes) into every stream delivery's headers.
 A content header is one frame (it cannot be split), so a header the publisher filled to its

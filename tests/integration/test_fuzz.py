@@ -1,4 +1,4 @@
-"""Garbage over real sockets never kills the server or disturbs other connections (SPEC §2).
+"""Garbage over real sockets never kills the server or disturbs other connections.
 
 Each hypothesis example opens a connection, completes the handshake, opens a channel and
 then sends random bytes, random frames or well-formed method frames with random arguments.

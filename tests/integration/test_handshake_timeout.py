@@ -1,4 +1,4 @@
-"""The handshake timeout runs from the moment a socket connects (SPEC §2 limits).
+"""The handshake timeout runs from the moment a socket connects.
 
 A peer that connects and sends nothing, or only part of the protocol header, used to hold a
 ``max_connections`` slot forever: the timer started only once the header had arrived.

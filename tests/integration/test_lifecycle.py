@@ -1,4 +1,4 @@
-"""queue.delete cancels consumers (SPEC §4); durable definitions survive restarts (SPEC §3)."""
+"""queue.delete cancels consumers; durable definitions survive restarts."""
 
 from __future__ import annotations
 

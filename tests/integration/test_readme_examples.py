@@ -1,4 +1,5 @@
-"""The README's quick examples run unchanged (but for the port) against a fresh server."""
+"""The README's example, and those of docs/examples.md, run unchanged (but for the port)
+against a fresh server."""
 
 from __future__ import annotations
 
@@ -16,17 +17,23 @@ from sievemq.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+EXAMPLES = ROOT / "docs" / "examples.md"
 
 
-def _example(language: str, marker: str) -> tuple[str, str]:
-    """The README code block in `language` containing `marker`, and its `# ...` result."""
-    for block in re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.DOTALL):
+def _blocks(language: str, doc: Path) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", doc.read_text(), re.DOTALL)
+
+
+def _example(language: str, marker: str, doc: Path) -> tuple[str, str]:
+    """The code block of `doc` in `language` containing `marker`, and its `# ...` result."""
+    for block in _blocks(language, doc):
         if marker in block:
             expected = re.search(r"(?:#|//) (\[.*\])\s*$", block, re.MULTILINE)
             assert expected is not None, "the example must show its output in a comment"
             return block, expected.group(1)
-    raise AssertionError(f"no {language} example with {marker!r} in README.md")
+    raise AssertionError(f"no {language} example with {marker!r} in {doc.name}")
 
 
 def _run(command: list[str], code: str, port: int, **kwargs: object) -> str:
@@ -42,18 +49,20 @@ def _run(command: list[str], code: str, port: int, **kwargs: object) -> str:
     return str(result.stdout).strip()
 
 
-@pytest.mark.parametrize("client", ["import pika", "import aio_pika"])
-def test_python_example_prints_what_the_readme_says(
-    fresh_server: ServerProcess, client: str
+@pytest.mark.parametrize(
+    ("client", "doc"), [("import pika", README), ("import aio_pika", EXAMPLES)]
+)
+def test_python_example_prints_what_the_docs_say(
+    fresh_server: ServerProcess, client: str, doc: Path
 ) -> None:
-    code, expected = _example("python", client)
+    code, expected = _example("python", client, doc)
     assert _run([sys.executable, "-c"], code, fresh_server.amqp_port) == expected
 
 
-def test_amqplib_example_prints_what_the_readme_says(
+def test_amqplib_example_prints_what_the_docs_say(
     fresh_server: ServerProcess, node_modules: Path
 ) -> None:
-    code, expected = _example("javascript", 'require("amqplib")')
+    code, expected = _example("javascript", 'require("amqplib")', EXAMPLES)
     env = {**os.environ, "NODE_PATH": str(node_modules)}
     output = _run(["node", "-e"], code, fresh_server.amqp_port, env=env)
     assert output == expected
@@ -61,11 +70,7 @@ def test_amqplib_example_prints_what_the_readme_says(
 
 def test_cli_example_publishes_and_tails(fresh_server: ServerProcess) -> None:
     """The shell example of `sievemq publish` / `sievemq tail`, run by bash line by line."""
-    block = next(
-        b
-        for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.DOTALL)
-        if "sievemq tail" in b
-    )
+    block = next(b for b in _blocks("sh", EXAMPLES) if "sievemq tail" in b)
     conn = pika.BlockingConnection(pika.URLParameters(fresh_server.url))
     conn.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     conn.close()

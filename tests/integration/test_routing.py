@@ -1,4 +1,4 @@
-"""Routing into streams through every exchange type (SPEC §3): what lands in each stream."""
+"""Routing into streams through every exchange type: what lands in each stream."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """SIGTERM while a publisher's messages are being read: every stored message is confirmed.
 
-SPEC §1: on shutdown the server stops reading, flushes and fsyncs every stream, sends the
+On shutdown the server stops reading, flushes and fsyncs every stream, sends the
 confirms, and only then closes the connections with 320. A message that is stored but was
 never acked would be published twice by a client that retries what was not confirmed.
 """

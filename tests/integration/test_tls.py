@@ -1,4 +1,4 @@
-"""The AMQPS (TLS) listener (SPEC §1): a real server started with --tls-cert/--tls-key.
+"""The AMQPS (TLS) listener: a real server started with --tls-cert/--tls-key.
 
 The certificate is self-signed, generated per module with the `openssl` CLI, and names
 127.0.0.1 so clients verify it fully (hostname included) against a context that trusts it.

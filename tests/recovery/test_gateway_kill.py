@@ -1,4 +1,4 @@
-"""kill -9 the gateway while a publisher with confirms is running (SPEC §5, §8).
+"""kill -9 the gateway while a publisher with confirms is running.
 
 Rounds on the SAME data directory: each round starts the server, publishes with a window of
 unconfirmed messages, SIGKILLs the server once enough confirms arrived, restarts it and reads

@@ -1,4 +1,4 @@
-"""Listings and scrapes of a node with many idle streams open none of them (issue 13).
+"""Listings and scrapes of a node with many idle streams open none of them.
 
 A stream restored at start is opened (recovered) only on first use; ``/api/queues``,
 ``/api/streams``, ``/metrics/per-object`` and the overview read an unopened stream's

@@ -1,4 +1,4 @@
-"""A node with many streams starts without touching them (issue 13: 50,000 streams).
+"""A node with many streams starts without touching them (50,000 streams per node).
 
 Start replays ``definitions.log`` once (work linear in its lines, counted, not timed) and
 opens no stream file: a stream's directory is recovered and opened on its first use. The

@@ -1,4 +1,4 @@
-"""Recovery on open: one test per crash window (research §5.10, osiris_log_SUITE)."""
+"""Recovery on open: one test per crash window (docs/storage-format.md, "Recovery on open")."""
 
 from __future__ import annotations
 

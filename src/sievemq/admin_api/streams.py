@@ -1,4 +1,4 @@
-"""SieveMQ's stream API (SPEC §9): what RabbitMQ's management API has no place for.
+"""SieveMQ's stream API (docs/admin-api.md): what RabbitMQ's management API has no place for.
 
 Per-stream facts, reading messages without consuming (by offset or timestamp, with the
 consumers' value filter or an SQL filter, bounded by a limit, a byte cap and a time budget),

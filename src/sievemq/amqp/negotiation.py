@@ -1,8 +1,8 @@
 """Server side of connection negotiation: Start, Start-Ok credentials, Tune, Tune-Ok.
 
 Cold path (once per connection), built on pamqp commands. What is advertised and the tuning
-limits follow SPEC §2; the rules for the client's Tune-Ok follow RabbitMQ (a value above ours
-is 530 NOT_ALLOWED, 0 means "no limit", i.e. ours).
+limits are in docs/compatibility.md, "Connections and channels"; the rules for the client's
+Tune-Ok follow RabbitMQ (a value above ours is 530 NOT_ALLOWED, 0 means "no limit", i.e. ours).
 """
 
 from __future__ import annotations

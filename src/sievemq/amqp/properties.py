@@ -95,11 +95,6 @@ def _skip_value(data: bytes, pos: int, end: int) -> int:
     return tables.skip_value(data, pos, end)
 
 
-def _skip_table(data: bytes, pos: int, end: int) -> int:
-    """Offset after the field table (length prefix included) at ``pos``; checks it all."""
-    return _walk_table(data, pos, end, None)[0]
-
-
 def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int, int]:
     """Check the field table at ``pos`` (length prefix included) and look for ``key`` in it.
 

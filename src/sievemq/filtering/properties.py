@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from sievemq.amqp.properties import decode_properties
 
-# the AMQP basic properties (SPEC §7 names) and the pamqp attribute that holds each
+# the AMQP basic properties (the names SQL's ``properties.<name>`` takes) and pamqp's attribute
 BASIC_PROPERTY_NAMES: tuple[str, ...] = (
     "content_type",
     "content_encoding",
@@ -63,7 +63,7 @@ def _jsonable(value: object) -> object:
 
 
 def plain_properties(raw: bytes) -> tuple[dict[str, object], list[tuple[str, str | None]]]:
-    """(basic properties by SPEC name, headers as (name, text) pairs) of raw property bytes.
+    """(basic properties by SQL name, headers as (name, text) pairs) of raw property bytes.
 
     Absent properties are None; ``timestamp`` is an aware UTC datetime. Raises
     ``sievemq.amqp.errors.FrameError`` on bytes that are not a property list.

@@ -123,7 +123,7 @@ __all__ = [
 
 @dataclass
 class FilterStatsView:
-    """Filter and delivery counters (SPEC §9), of a stream or of one consumer."""
+    """Filter and delivery counters, of a stream or of one consumer (docs/admin-api.md)."""
 
     chunks_scanned: int = 0
     chunks_skipped: int = 0
@@ -981,7 +981,7 @@ class BrokerFacade:
     def list_consumers(
         self, vhost: str | None = None, stream: str | None = None
     ) -> list[ConsumerView]:
-        """Live consumers with their filter, lag and filter statistics (SPEC §9)."""
+        """Live consumers with their filter, lag and filter statistics."""
         if stream is not None:
             in_vhost = self.broker.vhost(vhost or "/")
             if stream in in_vhost.classic.queues:
@@ -1785,7 +1785,7 @@ class BrokerFacade:
 
     def consumer_offsets(self, vhost: str, stream: str) -> list[ConsumerOffsetView]:
         queue = self._queue(vhost, stream)
-        end = queue.end_offset  # an idle stream stays closed (issue 13)
+        end = queue.end_offset  # surveyed, not opened, for an idle stream (storage.survey)
         return [
             ConsumerOffsetView(stream, vhost, name, offset, max(0, end - offset - 1))
             for name, offset in sorted(queue.consumer_offsets().items())
@@ -1985,7 +1985,7 @@ class BrokerFacade:
         self, queue: StreamQueue, now: float, subscribed: dict[int, int]
     ) -> StreamView:
         """``subscribed``: stream-protocol subscriptions by ``id()`` of their queue."""
-        stats = queue.stats()  # an idle stream stays closed (issue 13)
+        stats = queue.stats()  # surveyed, not opened, for an idle stream (storage.survey)
         published = stats.first_offset + stats.messages
         delivered = queue.filter_stats.messages_delivered
         unacked = sum(max(0, c.prefetch - c.credit) for c in queue.consumers)

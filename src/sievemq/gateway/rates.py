@@ -1,5 +1,6 @@
-"""Rates of the admin plane's counters and lengths, as RabbitMQ's management plugin shows
-them (``*_details.rate``): per object, (time, values) samples are kept for the last
+"""Rates of the admin plane's counters and lengths, as RabbitMQ's management plugin shows them.
+
+Each is a ``*_details.rate``: per object, (time, values) samples are kept for the last
 ``RATE_WINDOW_S``; a rate is the change over them per second.
 
 Samples come from the facade's background sampler every ``SAMPLE_INTERVAL_S`` (RabbitMQ's

@@ -9,8 +9,8 @@ such stream, output exists, Spark error), 2 bad command line.
 ``--to`` is exclusive, like ``endingOffsets``: ``--from 100 --to 200`` exports offsets 100..199.
 
 Delta: Spark writes Parquet to a staging directory beside the output, then the `deltalake`
-package (delta-rs) commits it to the Delta table in one transaction (delta-spark cannot work
-offline, research/spark.md §2.5).
+package (delta-rs) commits it to the Delta table in one transaction (delta-spark fetches its
+JARs from Maven when a session starts, so it cannot work offline).
 
 ``--incremental CHECKPOINT``: the next offset of every stream, as JSON. A run exports
 ``[checkpoint, committed end at planning)`` (the first run starts at ``--from``), appends it to

@@ -1,10 +1,11 @@
 """The `sievemq` PySpark data source: batch and streaming readers and writers (wiring).
 
-Where each method runs matters (research/spark.md §1.2): ``schema``/``reader`` run in Python
-processes on the driver, ``pushFilters`` and ``partitions`` in the planner process (what they
-store on ``self`` reaches ``read``), ``read`` in executor workers. The streaming reader's
-driver methods run in one long-lived process and ``read`` in a reader created separately, so
-everything ``read`` needs travels in the partition or comes from the options.
+Where each method runs matters (PySpark's Python data source API): ``schema``/``reader``
+run in Python processes on the driver, ``pushFilters`` and ``partitions`` in the planner
+process (what they store on ``self`` reaches ``read``), ``read`` in executor workers. The
+streaming reader's driver methods run in one long-lived process and ``read`` in a reader
+created separately, so everything ``read`` needs travels in the partition or comes from the
+options.
 """
 
 from __future__ import annotations

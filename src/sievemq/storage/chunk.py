@@ -30,7 +30,6 @@ from sievemq.storage.types import KIND_STREAM, Message, Record
 MAGIC = b"SQ"
 VERSION = 1  # no extra blob: bytes 40..43 are reserved (0)
 VERSION_EXTRA = 2  # bytes 40..43 hold the extra blob's length; it follows the Bloom bytes
-VERSIONS = (VERSION, VERSION_EXTRA)
 MAX_EXTRA = 0xFFFF
 TYPE_USER = 0
 FLAG_ZSTD = 0x01

@@ -152,13 +152,6 @@ def _iter_segment(data: bytes) -> Iterator[Located]:
         pos += size
 
 
-def read_segment(path: Path) -> tuple[list[LoggedMessage], int]:
-    """The whole records of a segment file and the byte length they span."""
-    found = list(_iter_segment(path.read_bytes()))
-    end = found[-1].position + found[-1].size if found else 0
-    return [f.message for f in found], end
-
-
 @dataclass
 class _Segment:
     first: int

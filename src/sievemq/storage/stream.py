@@ -235,7 +235,7 @@ def _describe_segment(directory: Path, first: int) -> _Segment:
 
 
 def recover(directory: Path) -> list[_Segment]:
-    """Bring a stream directory to a consistent state (research §5.10, with rebuilds).
+    """Bring a stream directory to a consistent state (docs/storage-format.md, "Recovery on open").
 
     Orphan index files go; a segment without an index gets one rebuilt by scanning it; the
     last segment's torn tail (partial chunk, bad CRC, index entries past the end) is cut
@@ -285,7 +285,7 @@ def survey(directory: Path) -> StreamSurvey | None:
     (``find_tail`` on the last segment, the index of the others), with no file written,
     created or left open. None when recovery would have to rebuild something first (a
     missing or damaged index, a file without its header): then only opening the stream
-    can say (issue 13: a listing of idle streams must not open them)."""
+    can say. Listings of idle streams use it, so that they open none."""
     directory = Path(directory)
     segments = list_segments(directory)
     infos: list[_Segment] = []

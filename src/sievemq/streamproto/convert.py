@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 <-> AMQP 1.0 message conversion by RabbitMQ's rules (research §5.2).
+"""AMQP 0-9-1 <-> AMQP 1.0 message conversion by RabbitMQ's rules.
 
 ``to_amqp10`` turns a stored 0-9-1 record (exchange, routing key, raw property bytes, body)
 into the AMQP 1.0 message a stream-protocol consumer receives; ``to_amqp091`` turns a

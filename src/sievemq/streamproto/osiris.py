@@ -1,4 +1,4 @@
-"""The chunk a Deliver carries, in osiris's layout (research stream-protocol.md §3).
+"""The chunk a Deliver carries, in osiris's layout (docs/storage-format.md, "Osiris layout").
 
 ``u32 size | u16 8 | u16 version | u8 subscription id | [v2: u64 committed chunk id] |
 48-byte chunk header | data``, where data is one simple entry (``u32 length | payload``)
@@ -22,7 +22,6 @@ HEADER_SIZE = 48
 # frame size field (4) is not counted in the frame's size
 FRAME_OVERHEAD_V1 = 4 + 2 + 2 + 1
 FRAME_OVERHEAD_V2 = FRAME_OVERHEAD_V1 + 8
-ENTRY_OVERHEAD = 4
 
 _FRAME_V1 = struct.Struct(">IHHB")
 _FRAME_V2 = struct.Struct(">IHHBQ")

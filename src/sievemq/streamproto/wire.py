@@ -172,15 +172,6 @@ class Cursor:
         except UnicodeDecodeError as error:
             raise FrameError(f"string is not UTF-8: {error}") from error
 
-    def nullable_string(self) -> str | None:
-        n = self.i16()
-        if n < 0:
-            return None
-        try:
-            return self.raw(n).decode()
-        except UnicodeDecodeError as error:
-            raise FrameError(f"string is not UTF-8: {error}") from error
-
     def bytes_(self) -> bytes:
         n = self.i32()
         return b"" if n < 0 else self.raw(n)

@@ -1,5 +1,7 @@
-"""Test helpers shipped with SieveMQ (aiosmtpd's pattern): use them to test SieveMQ itself or
-an application against a real gateway.
+"""Test helpers shipped with SieveMQ: a real gateway for SieveMQ's tests and an application's.
+
+As aiosmtpd ships its own: use them to test SieveMQ itself or an application against a real
+gateway.
 
 - ``running_gateway()``: the gateway in-process on free ports (AMQP + admin), stopped and
   checked for a clean stop when the ``async with`` block ends.

@@ -1,4 +1,4 @@
-"""Every limit setting is documented with its default (issue 13: "docs/ lists every limit").
+"""Every limit setting is documented with its default in docs/compatibility.md.
 
 Each field of ``Settings`` is either a limit (it must have a row in the "Limits on input and
 resources" table of docs/compatibility.md naming its flag, or its environment variable when it

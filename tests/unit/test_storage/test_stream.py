@@ -240,7 +240,7 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
 
 
 def test_the_largest_filter_values_the_spec_allows_round_trip(tmp_path: Path) -> None:
-    """SPEC §5: up to 64 values of up to 4096 bytes each, on one message."""
+    """Up to 64 values of up to 4096 bytes each, on one message (the publish limits)."""
     values = (*tuple(f"{i:02d}" + chr(ord("a") + i % 26) * 4094 for i in range(63)), "é" * 2048)
     with Stream.open(tmp_path / "s", StreamConfig()) as stream:
         stream.append([Message(values, "", "rk", b"\x00\x00", b"body")])

@@ -14,7 +14,7 @@ from rstream.encoding import decode_frame
 
 from sievemq.streamproto import amqp10, osiris, wire
 
-# research stream-protocol.md §3 "Worked example": Deliver v1, subId 0, two {data} entries
+# a Deliver v1 frame, written out by hand: subscription 0, a chunk of two {data} entries
 WORKED = bytes.fromhex(
     "0000004b 0008 0001 00"
     "50 00 0002 00000002 0000018bcfe56800"

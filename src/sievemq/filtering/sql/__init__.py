@@ -1,10 +1,11 @@
-"""The SQL filter dialect of ``x-stream-filter-sql`` (SPEC §7): compile once, evaluate per message.
+"""The SQL filter dialect of ``x-stream-filter-sql``: compile once, evaluate per message.
 
 Stdlib only. ``compile_filter(text)`` parses and checks an expression (raising CompileError,
 which the gateway maps to 406) and generates one Python function for it; ``SqlFilter.evaluate``
-is the hot path run for every candidate message of a filtered consumer.
+is the hot path run for every candidate message of a filtered consumer. The grammar is in
+docs/compatibility.md, "The SQL dialect".
 
-Choices the SPEC leaves open, made here (tests in tests/unit/test_filtering/test_sql_*.py):
+Choices that grammar leaves open, made here (tests in tests/unit/test_filtering/test_sql_*.py):
 
 - NOT binds below comparison, as in SQL (RocketMQ parses ``NOT a = 4`` as ``(NOT a) = 4``).
 - Comparisons do not chain (``a = b = c`` is a syntax error; use parentheses).
@@ -20,7 +21,8 @@ Choices the SPEC leaves open, made here (tests in tests/unit/test_filtering/test
 - ``TAGS``, ``routing_key`` and ``exchange`` are spelled exactly so; any other spelling, or a
   ``[quoted]`` name, is a header. ``a.<name>`` / ``application_properties.<name>`` also name a
   header (RabbitMQ 4.2 spelling). TAGS may stand only where a predicate tests it.
-- Nesting (parentheses, NOT, unary signs) is limited to 64 levels besides the SPEC's limits.
+- Nesting (parentheses, NOT, unary signs) is limited to 64 levels, besides 4096 characters and
+  200 tokens.
 """
 
 from sievemq.filtering.sql.compiler import SqlFilter, compile_filter

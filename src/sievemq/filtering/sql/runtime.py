@@ -1,7 +1,7 @@
 """Slow-path helpers the generated evaluators call when a value is not of the expected type.
 
 Hot path: the generated code handles the common, well-typed cases inline and falls back to
-these. Three-valued logic: ``None`` is SQL NULL/UNKNOWN. Coercions follow SPEC §7: a string
+these. Three-valued logic: ``None`` is SQL NULL/UNKNOWN. Coercions (docs/compatibility.md): a string
 that parses as a number is that number wherever a number is expected, the strings
 'true'/'false' (any case) compare with booleans, other mismatched comparisons are FALSE.
 """
@@ -75,7 +75,7 @@ def _is_numeric_type(value: object) -> bool:
 
 
 def eq(left: object, right: object) -> bool:
-    """``=`` on two non-NULL values, with the SPEC's coercions."""
+    """``=`` on two non-NULL values, with the dialect's coercions."""
     tl, tr = type(left), type(right)
     if tl is bool or tr is bool:
         bl, br = _as_bool(left), _as_bool(right)

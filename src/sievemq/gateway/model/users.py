@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-TAGS = ("administrator", "monitoring", "management", "policymaker")
 SHA256 = "rabbit_password_hashing_sha256"
 SHA512 = "rabbit_password_hashing_sha512"
 _DIGESTS = {SHA256: hashlib.sha256, SHA512: hashlib.sha512}

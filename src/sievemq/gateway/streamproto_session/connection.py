@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_IDS = 256  # publisher and subscription ids are u8
 # RabbitMQ's publisher flow control (rabbit_stream_reader ``initial_credits``,
 # ``credits_required_for_unblocking``): each published message takes a credit, each confirm
 # (or error) gives it back once it has left for the socket; at 0 the socket is no longer

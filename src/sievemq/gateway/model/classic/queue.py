@@ -302,7 +302,6 @@ class ClassicQueue:
         self.outstanding = 0
         self._next_id = log_store.last_id if log_store is not None else 0
         self._delete_listeners: list[DeleteListener] = []
-        self._pending_acks: list[int] = []
         # RabbitMQ's per-queue message_stats (the admin API shows them)
         self.published = 0  # messages enqueued
         self.delivered = 0  # messages taken (consumer deliveries and basic.get)

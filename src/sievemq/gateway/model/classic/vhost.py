@@ -50,7 +50,6 @@ class Host(Protocol):
 
 
 LogOpener = Callable[[str, str], "QueueLog"]
-LogRemover = Callable[[str, str], None]
 # writes one dead-lettered message into a stream (the node's stream appender); the first
 # argument is the ``StreamQueue`` a dead-letter exchange routed it to
 StreamWriter = Callable[[Any, Message], None]

@@ -1,9 +1,10 @@
 """Validation of queue and consumer arguments, with RabbitMQ's checks, order and reply texts.
 
-Pure functions over pamqp-decoded field tables. RabbitMQ is the reference (see
-research/rabbitmq-streams.md §1–§3); where SieveMQ goes further (filter sizes up to 4096,
-compression, several filter values, named consumers, SQL filters) the texts follow the same
-``invalid arg '<key>' for queue 'q' in vhost '/': <reason>`` shape.
+Pure functions over pamqp-decoded field tables. RabbitMQ is the reference (the checks and
+texts matched are in docs/compatibility.md, "Stream queues" and "Consuming"); where SieveMQ
+goes further (filter sizes up to 4096, compression, several filter values, named consumers,
+SQL filters) the texts follow the same ``invalid arg '<key>' for queue 'q' in vhost '/':
+<reason>`` shape.
 
 ``parse_filter_values`` runs on the publish hot path: the common case (one ``str``) is a
 few comparisons.
@@ -29,7 +30,7 @@ from sievemq.gateway.model.replies import (
 from sievemq.storage import FilterSpec
 
 STREAM_TYPE_NAME = "rabbit_stream_queue"  # how RabbitMQ names the type in "of queue type ..."
-DEFAULT_QUEUE_TYPE = "stream"  # SPEC §4: the vhost default queue type
+DEFAULT_QUEUE_TYPE = "stream"  # the x-queue-type a stream's table records when none was given
 DEFAULT_MAX_SEGMENT_SIZE_BYTES = 500_000_000
 MAX_STREAM_MAX_SEGMENT_SIZE = 3_000_000_000
 DEFAULT_FILTER_SIZE_BYTES = 16
@@ -41,7 +42,7 @@ MAX_FILTER_VALUE_BYTES = 4096
 MAX_FILTER_VALUES = 64
 MAX_CONSUMER_NAME_BYTES = 255
 
-# Queue types RabbitMQ knows but this gateway does not serve (SPEC §4).
+# Queue types RabbitMQ knows that this (stream) validator refuses: classic_arguments.py takes them.
 KNOWN_OTHER_TYPES = ("classic", "quorum", "rabbit_classic_queue", "rabbit_quorum_queue")
 STREAM_TYPE_ALIASES = ("stream", STREAM_TYPE_NAME)
 
@@ -376,7 +377,7 @@ def assert_exclusive_access(
 def parse_offset_spec(
     value: Any, *, queue: str = "", vhost: str = "/", now_ms: int | None = None
 ) -> OffsetSpec:
-    """``x-stream-offset`` as RabbitMQ reads it (research §2.2).
+    """``x-stream-offset`` as RabbitMQ reads it (docs/compatibility.md, "Consuming").
 
     ``first``/``last``/``next``; any integer is an offset (negative means first); an AMQP
     timestamp is seconds; another string is an interval before now (``30m``, ``7D``).
@@ -403,7 +404,7 @@ def parse_offset_spec(
 def parse_consumer_arguments(
     arguments: dict[str, Any] | None, queue: str, vhost: str, *, now_ms: int | None = None
 ) -> ConsumerOptions:
-    """Validate basic.consume arguments for a stream (research §2.1 #1, §2.3; SPEC §6).
+    """Validate basic.consume arguments for a stream, in RabbitMQ's order (docs/compatibility.md).
 
     x-stream-offset first, then the rejected x-priority, then SieveMQ's filter arguments.
     """

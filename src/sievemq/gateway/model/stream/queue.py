@@ -25,7 +25,7 @@ DeleteListener = Callable[["StreamQueue"], None]
 
 @dataclass
 class FilterStats:
-    """Filter and delivery counters of a stream, summed over its consumers (SPEC §9)."""
+    """Filter and delivery counters of a stream, summed over its consumers (docs/admin-api.md)."""
 
     chunks_scanned: int = 0
     chunks_skipped: int = 0

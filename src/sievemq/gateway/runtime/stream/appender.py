@@ -319,8 +319,9 @@ class StreamAppender:
 
         Never waits: an append running in a worker thread (append + fdatasync under
         ``--fsync always``) is nacked now even if it will succeed, since its chunk goes with
-        the stream (SPEC: nack when the stream is deleted mid-flight), and its end is then
-        ignored. ``Stream.delete`` leaves the files to that thread until its append ends."""
+        the stream (nothing stays stored, so nack: docs/compatibility.md "Publishing"), and its
+        end is then ignored. ``Stream.delete`` leaves the files to that thread until its
+        append ends."""
         self._closed = True
         if self._sync_handle is not None:
             self._sync_handle.cancel()

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 
 def position_reader(reader: StreamReader, spec: OffsetSpec) -> None:
-    """Attach a reader where ``x-stream-offset`` says (research §2.2; clamping is storage's)."""
+    """Attach a reader where ``x-stream-offset`` says (docs/compatibility.md "Consuming"; clamping
+    is storage's)."""
     kind = spec.kind
     if kind == "first":
         reader.seek_first()
