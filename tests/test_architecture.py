@@ -483,7 +483,7 @@ def test_the_layout_in_the_docs_is_the_real_tree(doc: Path) -> None:
 
 def test_the_layout_names_every_package() -> None:
     layout = draw_layout()
-    for name in ("streamproto/", "gateway/", "stream_session/", "admin_api/", "testing/"):
+    for name in ("streamproto/", "gateway/", "streamproto_session/", "admin_api/", "testing/"):
         assert f" {name} " in layout, name
 
 
