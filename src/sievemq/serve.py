@@ -27,7 +27,8 @@ from sievemq import __version__
 from sievemq.admin_api import create_app
 from sievemq.amqp import errors
 from sievemq.amqp.tables import TableLimits
-from sievemq.gateway.facade import BrokerFacade, ListenerView
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.classic.queue import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on

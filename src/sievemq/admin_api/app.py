@@ -14,9 +14,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from sievemq.admin_api import errors, metrics, policies, rabbit, streams
+from sievemq.admin_api import errors, metrics, rabbit, streams
+from sievemq.admin_api.bodies import MAX_BODY_BYTES
 from sievemq.admin_api.paths import RawPathMiddleware
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -56,14 +57,13 @@ def create_app(
 
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
-        app.include_router(policies.router)
         app.include_router(streams.router)
         app.include_router(metrics.router)
 
     @app.middleware("http")
     async def body_limit(request: Request, call_next: Callable[..., object]) -> Response:
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > rabbit.MAX_BODY_BYTES:
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
             return Response(
                 b'{"error":"bad_request","reason":"request body too large"}',
                 status_code=413,

@@ -14,10 +14,12 @@ import binascii
 from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
-from sievemq.gateway.facade import BrokerFacade, Principal
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import Principal
 
 
 def facade_of(request: Request) -> BrokerFacade:
+    """The broker facade ``create_app`` was given (the ``Facade`` dependency)."""
     facade: BrokerFacade = request.app.state.facade
     return facade
 
@@ -67,6 +69,14 @@ async def admin(request: Request) -> Principal:
     principal = authenticate(request)
     if not principal.is_administrator:
         raise not_authorised("Not administrator user")
+    return principal
+
+
+async def policymaker(request: Request) -> Principal:
+    """Dependency: a user that may manage policies (policymaker or administrator)."""
+    principal = authenticate(request)
+    if not (principal.is_administrator or "policymaker" in principal.tags):
+        raise not_authorised("Not policymaker user")
     return principal
 
 

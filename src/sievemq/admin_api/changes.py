@@ -14,7 +14,7 @@ from collections.abc import Callable
 from fastapi import Response
 
 from sievemq.admin_api.slicing import Slicer
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 
 
 async def apply_policies(f: BrokerFacade, vhost: str, slicer: Slicer) -> None:

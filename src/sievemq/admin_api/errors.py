@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sievemq.gateway.facade import AMQPError, NotFound
+from sievemq.gateway.admin.views import AMQPError, NotFound
 
 REALM = 'Basic realm="RabbitMQ Management"'
 NOT_FOUND = {"error": "Object Not Found", "reason": "Not Found"}

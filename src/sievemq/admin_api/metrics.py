@@ -9,9 +9,8 @@ reads); like RabbitMQ's prometheus endpoint it needs no credentials.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -21,20 +20,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from sievemq.admin_api.auth import facade_of
+from sievemq.admin_api.deps import Facade, Heavy
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
-from sievemq.admin_api.slicing import Slicer, heavy
-from sievemq.gateway.facade import (
-    BrokerFacade,
-    ConsumerView,
-    HistogramView,
-    QueueView,
-    StreamView,
-    Totals,
-)
+from sievemq.admin_api.slicing import Slicer
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ConsumerView, HistogramView, QueueView, StreamView, Totals
 
 router = APIRouter(tags=["Prometheus"])
-Heavy = Annotated[Slicer, Depends(heavy)]
 
 # sievemq filter counters: (metric name, FilterStatsView field, help)
 FILTER_COUNTERS = (
@@ -386,8 +378,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-async def _scrape(request: Request, per_object: bool, slicer: Slicer) -> Response:
-    collector = _Collector(facade_of(request), per_object, slicer)
+async def _scrape(f: BrokerFacade, per_object: bool, slicer: Slicer) -> Response:
+    collector = _Collector(f, per_object, slicer)
     await collector.gather()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
@@ -398,12 +390,12 @@ async def _scrape(request: Request, per_object: bool, slicer: Slicer) -> Respons
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics(request: Request, slicer: Heavy) -> Response:
+async def metrics(f: Facade, slicer: Heavy) -> Response:
     """Totals, without per-object labels (RabbitMQ's aggregated endpoint)."""
-    return await _scrape(request, False, slicer)
+    return await _scrape(f, False, slicer)
 
 
 @router.get("/metrics/per-object", response_class=Response)
-async def metrics_per_object(request: Request, slicer: Heavy) -> Response:
+async def metrics_per_object(f: Facade, slicer: Heavy) -> Response:
     """Every stream's metrics labelled ``{vhost, queue}``."""
-    return await _scrape(request, True, slicer)
+    return await _scrape(f, True, slicer)

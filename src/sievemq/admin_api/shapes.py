@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from sievemq.gateway.facade import (
+from sievemq.gateway.admin.views import (
     BindingView,
     ChannelView,
     ConnectionView,
@@ -19,6 +19,7 @@ from sievemq.gateway.facade import (
     StreamConsumerView,
     StreamPublisherView,
     StreamView,
+    UserView,
     VhostView,
 )
 
@@ -314,6 +315,16 @@ def exchange(x: ExchangeView) -> dict[str, Any]:
     if x.policy is not None:  # as RabbitMQ: only when one applies
         out["policy"] = x.policy
     return out
+
+
+def user(u: UserView) -> dict[str, Any]:
+    return {
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": u.hashing_algorithm,
+        "tags": u.tags,
+        "limits": u.limits,
+    }
 
 
 def binding(b: BindingView) -> dict[str, Any]:

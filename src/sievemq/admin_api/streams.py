@@ -13,14 +13,16 @@ import binascii
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from sievemq.admin_api.auth import facade_of, require, require_vhost, user
+from sievemq.admin_api.auth import require, require_vhost
+from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
-from sievemq.admin_api.slicing import JSON_ITEMS, Slicer, heavy
-from sievemq.gateway.facade import (
+from sievemq.admin_api.slicing import JSON_ITEMS, Slicer
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import (
     BROWSE_MAX_LIMIT,
     BrowseResult,
     ConsumerOffsetView,
@@ -33,8 +35,6 @@ from sievemq.gateway.facade import (
 
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
 _STREAMS = TypeAdapter(list[StreamView])
-User = Annotated[Principal, Depends(user)]
-Heavy = Annotated[Slicer, Depends(heavy)]
 
 
 class StreamBody(BaseModel):
@@ -68,9 +68,8 @@ class LavinBrowse(BaseModel):
     encoding: Literal["auto", "base64"] = "auto"
 
 
-def _stream(request: Request, who: Principal, vhost: str, stream: str) -> tuple[str, str]:
+def _stream(f: BrokerFacade, who: Principal, vhost: str, stream: str) -> tuple[str, str]:
     v, s = name(vhost), name(stream)
-    f = facade_of(request)
     if not f.vhost_exists(v):
         raise not_found()
     require_vhost(who, v)
@@ -78,8 +77,8 @@ def _stream(request: Request, who: Principal, vhost: str, stream: str) -> tuple[
 
 
 @router.get("/streams", response_model=list[StreamView])
-async def list_streams(request: Request, who: User, slicer: Heavy) -> Response:
-    return await _stream_list(facade_of(request).iter_streams(), who, slicer)
+async def list_streams(f: Facade, who: User, slicer: Heavy) -> Response:
+    return await _stream_list(f.iter_streams(), who, slicer)
 
 
 async def _stream_list(views: Iterator[StreamView], who: Principal, slicer: Slicer) -> Response:
@@ -94,9 +93,8 @@ async def _stream_list(views: Iterator[StreamView], who: Principal, slicer: Slic
 
 
 @router.get("/streams/{vhost}", response_model=list[StreamView])
-async def list_vhost_streams(request: Request, vhost: str, who: User, slicer: Heavy) -> Response:
+async def list_vhost_streams(f: Facade, vhost: str, who: User, slicer: Heavy) -> Response:
     v = name(vhost)
-    f = facade_of(request)
     if not f.vhost_exists(v):
         raise not_found()
     require_vhost(who, v)
@@ -104,45 +102,41 @@ async def list_vhost_streams(request: Request, vhost: str, who: User, slicer: He
 
 
 @router.get("/streams/{vhost}/{stream}", response_model=StreamView)
-async def get_stream(request: Request, vhost: str, stream: str, who: User) -> StreamView:
-    v, s = _stream(request, who, vhost, stream)
-    return facade_of(request).get_stream(v, s)
+async def get_stream(f: Facade, vhost: str, stream: str, who: User) -> StreamView:
+    v, s = _stream(f, who, vhost, stream)
+    return f.get_stream(v, s)
 
 
 @router.put("/streams/{vhost}/{stream}", status_code=201)
-async def put_stream(
-    request: Request, vhost: str, stream: str, body: StreamBody, who: User
-) -> Response:
+async def put_stream(f: Facade, vhost: str, stream: str, body: StreamBody, who: User) -> Response:
     """Create a stream with these arguments (``x-queue-type`` may be left out); 204 when
     an equivalent one exists, 400 with queue.declare's text otherwise."""
-    v, s = _stream(request, who, vhost, stream)
+    v, s = _stream(f, who, vhost, stream)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
     arguments = {"x-queue-type": "stream", **body.arguments}
-    created = facade_of(request).declare_stream(v, s, arguments)
+    created = f.declare_stream(v, s, arguments)
     return Response(status_code=201 if created else 204)
 
 
 @router.delete("/streams/{vhost}/{stream}", status_code=204)
-async def delete_stream(request: Request, vhost: str, stream: str, who: User) -> Response:
-    v, s = _stream(request, who, vhost, stream)
+async def delete_stream(f: Facade, vhost: str, stream: str, who: User) -> Response:
+    v, s = _stream(f, who, vhost, stream)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
-    facade_of(request).delete_stream(v, s)
+    f.delete_stream(v, s)
     return Response(status_code=204)
 
 
 @router.get("/streams/{vhost}/{stream}/consumers", response_model=list[ConsumerView])
-async def stream_consumers(
-    request: Request, vhost: str, stream: str, who: User
-) -> list[ConsumerView]:
-    v, s = _stream(request, who, vhost, stream)
-    return facade_of(request).list_consumers(v, s)
+async def stream_consumers(f: Facade, vhost: str, stream: str, who: User) -> list[ConsumerView]:
+    v, s = _stream(f, who, vhost, stream)
+    return f.list_consumers(v, s)
 
 
 @router.get("/streams/{vhost}/{stream}/messages", response_model=BrowseResult)
 async def browse(
-    request: Request,
+    f: Facade,
     vhost: str,
     stream: str,
     who: User,
@@ -160,10 +154,10 @@ async def browse(
 ) -> BrowseResult:
     """Read messages without consuming. ``next_offset`` says where to continue when the
     scan stopped at the limit, the byte cap or the time budget (``stopped_by``)."""
-    v, s = _stream(request, who, vhost, stream)
+    v, s = _stream(f, who, vhost, stream)
     require(who, v, "read", "queue", s)
     values = [x for item in filter or [] for x in item.split(",") if x]
-    return facade_of(request).browse(
+    return f.browse(
         v,
         s,
         offset=offset,
@@ -180,13 +174,12 @@ async def browse(
 
 @router.post("/streams/{vhost}/{stream}/messages", response_model=PublishAnswer)
 async def publish_one(
-    request: Request, vhost: str, stream: str, body: MessageBody, who: User
+    f: Facade, vhost: str, stream: str, body: MessageBody, who: User
 ) -> PublishAnswer:
     """Publish one message to the stream (through the default exchange); answers once it
     is stored. ``filter_value`` becomes the ``x-stream-filter-value`` header."""
-    v, s = _stream(request, who, vhost, stream)
+    v, s = _stream(f, who, vhost, stream)
     require(who, v, "write", "exchange", "amq.default")
-    f = facade_of(request)
     f.get_stream(v, s)
     if body.payload_encoding == "base64":
         try:
@@ -207,21 +200,21 @@ async def publish_one(
 
 
 @router.get("/streams/{vhost}/{stream}/offsets", response_model=list[ConsumerOffsetView])
-async def offsets(request: Request, vhost: str, stream: str, who: User) -> list[ConsumerOffsetView]:
+async def offsets(f: Facade, vhost: str, stream: str, who: User) -> list[ConsumerOffsetView]:
     """Every named consumer's committed offset and its lag (messages stored after it)."""
-    v, s = _stream(request, who, vhost, stream)
-    return facade_of(request).consumer_offsets(v, s)
+    v, s = _stream(f, who, vhost, stream)
+    return f.consumer_offsets(v, s)
 
 
 @router.get(
     "/streams/{vhost}/{stream}/consumers/{consumer}/offset", response_model=ConsumerOffsetView
 )
 async def get_offset(
-    request: Request, vhost: str, stream: str, consumer: str, who: User
+    f: Facade, vhost: str, stream: str, consumer: str, who: User
 ) -> ConsumerOffsetView:
-    v, s = _stream(request, who, vhost, stream)
+    v, s = _stream(f, who, vhost, stream)
     c = name(consumer)
-    for view in facade_of(request).consumer_offsets(v, s):
+    for view in f.consumer_offsets(v, s):
         if view.consumer == c:
             return view
     raise not_found()
@@ -229,36 +222,32 @@ async def get_offset(
 
 @router.put("/streams/{vhost}/{stream}/consumers/{consumer}/offset", status_code=204)
 async def put_offset(
-    request: Request, vhost: str, stream: str, consumer: str, body: OffsetBody, who: User
+    f: Facade, vhost: str, stream: str, consumer: str, body: OffsetBody, who: User
 ) -> Response:
     """Store a committed offset: the named consumer resumes after it."""
-    v, s = _stream(request, who, vhost, stream)
+    v, s = _stream(f, who, vhost, stream)
     require(who, v, "read", "queue", s)
-    facade_of(request).set_consumer_offset(v, s, name(consumer), body.offset)
+    f.set_consumer_offset(v, s, name(consumer), body.offset)
     return Response(status_code=204)
 
 
 @router.delete("/streams/{vhost}/{stream}/consumers/{consumer}/offset", status_code=204)
-async def delete_offset(
-    request: Request, vhost: str, stream: str, consumer: str, who: User
-) -> Response:
-    v, s = _stream(request, who, vhost, stream)
+async def delete_offset(f: Facade, vhost: str, stream: str, consumer: str, who: User) -> Response:
+    v, s = _stream(f, who, vhost, stream)
     require(who, v, "read", "queue", s)
-    facade_of(request).delete_consumer_offset(v, s, name(consumer))
+    f.delete_consumer_offset(v, s, name(consumer))
     return Response(status_code=204)
 
 
 @router.get("/streams/{vhost}/{stream}/subscriptions", response_model=list[SubscriptionView])
-async def subscriptions(
-    request: Request, vhost: str, stream: str, who: User
-) -> list[SubscriptionView]:
-    v, s = _stream(request, who, vhost, stream)
-    return facade_of(request).list_subscriptions(v, s)
+async def subscriptions(f: Facade, vhost: str, stream: str, who: User) -> list[SubscriptionView]:
+    v, s = _stream(f, who, vhost, stream)
+    return f.list_subscriptions(v, s)
 
 
 @router.get("/streams/{vhost}/{stream}/filter-advice", response_model=FilterAdviceView)
 async def filter_advice(
-    request: Request,
+    f: Facade,
     vhost: str,
     stream: str,
     who: User,
@@ -267,18 +256,17 @@ async def filter_advice(
 ) -> FilterAdviceView:
     """The ``x-stream-filter-size-bytes`` that keeps Bloom false positives at
     ``target_fpr``, from the distinct filter values seen per chunk in the newest chunks."""
-    v, s = _stream(request, who, vhost, stream)
-    return facade_of(request).filter_advice(v, s, target_fpr, chunks)
+    v, s = _stream(f, who, vhost, stream)
+    return f.filter_advice(v, s, target_fpr, chunks)
 
 
 @router.post("/queues/{vhost}/{queue}/stream", tags=["LavinMQ compatible"])
 async def lavinmq_browse(
-    request: Request, vhost: str, queue: str, body: LavinBrowse, who: User
+    f: Facade, vhost: str, queue: str, body: LavinBrowse, who: User
 ) -> list[dict[str, Any]]:
     """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}``."""
-    v, s = _stream(request, who, vhost, queue)
+    v, s = _stream(f, who, vhost, queue)
     require(who, v, "read", "queue", s)
-    f = facade_of(request)
     view = f.get_stream(v, s)
     offset: int | None
     newest = False

@@ -25,7 +25,8 @@ from typing import Any
 import uvicorn
 
 from sievemq.admin_api import create_app
-from sievemq.gateway.facade import BrokerFacade, ListenerView
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener

@@ -16,7 +16,8 @@ from sievemq.amqp.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from sievemq.gateway.facade import BindingView, BrokerFacade, PermissionView
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import BindingView, PermissionView
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.stream.queue import StreamQueue

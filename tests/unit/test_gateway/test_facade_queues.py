@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp.errors import NotFound, PreconditionFailed
-from sievemq.gateway import facade as facade_module
-from sievemq.gateway.facade import BrokerFacade
+from sievemq.gateway.admin import browse
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker, BrokerSettings
 from sievemq.gateway.model.stream.queue import FilterStats
 from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
@@ -137,10 +137,10 @@ def test_filter_advice_is_computed_once_per_cache_interval(
     stream = facade.broker.vhost("/").get_queue("polled").stream
     stream.append([_msg("a")])
     clock = [1000.0]
-    monkeypatch.setattr(facade_module, "_advice_clock", lambda: clock[0])
+    monkeypatch.setattr(browse, "_advice_clock", lambda: clock[0])
     first = facade.filter_advice("/", "polled")
     stream.append([_msg(f"b{i}") for i in range(40)])
-    clock[0] += facade_module.ADVICE_CACHE_S - 1  # a dashboard polling: the last answer
+    clock[0] += browse.ADVICE_CACHE_S - 1  # a dashboard polling: the last answer
     assert facade.filter_advice("/", "polled") is first
     assert facade.filter_advice("/", "polled", target_fpr=0.05).chunks_sampled == 2
     clock[0] += 2  # past the interval: the newest chunk counts

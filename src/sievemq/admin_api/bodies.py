@@ -1,0 +1,40 @@
+"""Request bodies read by hand, with RabbitMQ's refusal texts, and the size cap on them.
+
+Most routes take a pydantic model; these are for the ones whose body RabbitMQ checks key by
+key (``{"value": N}``, ``POST .../get``, definitions) or that may come without a body.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel
+
+from sievemq.admin_api.errors import ApiError
+
+MAX_BODY_BYTES = 20 * 1024 * 1024  # RabbitMQ's management.http.max_body_size default
+M = TypeVar("M", bound=BaseModel)
+
+
+async def json_body(request: Request) -> Any:
+    """The body as JSON: 413 over ``MAX_BODY_BYTES``, 400 ``not_json`` when it is not JSON."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, "bad_request", "request body too large")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "bad_request", "not_json") from None
+
+
+async def optional_json(request: Request, model: type[M]) -> M | None:
+    """The body as ``model``, or None when there is none (RabbitMQ takes an empty PUT)."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return model.model_validate_json(raw)
+    except ValueError:
+        raise ApiError(400, "bad_request", "not_json") from None

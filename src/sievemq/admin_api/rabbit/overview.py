@@ -1,0 +1,36 @@
+"""``/api/overview`` and the small questions a management UI asks first: who am I, how do I
+log in, which extensions are there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from sievemq.admin_api import shapes
+from sievemq.admin_api.deps import Facade, Heavy, User
+from sievemq.admin_api.rabbit.common import TAG
+from sievemq.gateway.admin.views import EXCHANGE_TYPES
+
+router = APIRouter(tags=[TAG])
+
+
+@router.get("/overview")
+async def overview(f: Facade, who: User, slicer: Heavy) -> dict[str, Any]:
+    streams = await slicer.collect(f.iter_streams())
+    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+
+
+@router.get("/whoami")
+async def whoami(who: User) -> dict[str, Any]:
+    return {"name": who.name, "tags": who.tags}
+
+
+@router.get("/auth")
+async def auth_settings() -> dict[str, Any]:
+    return {"oauth_enabled": False}
+
+
+@router.get("/extensions")
+async def extensions(who: User) -> list[dict[str, Any]]:
+    return []

@@ -1,0 +1,151 @@
+"""``/api/queues``: streams and classic/quorum queues in RabbitMQ's shape; declare, delete,
+purge, ``get`` (classic queues only, as RabbitMQ refuses it on streams) and their bindings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import Field
+
+from sievemq.admin_api import shapes
+from sievemq.admin_api.auth import require, require_vhost
+from sievemq.admin_api.bodies import json_body
+from sievemq.admin_api.deps import Facade, Heavy, User
+from sievemq.admin_api.errors import ApiError, bad_request
+from sievemq.admin_api.pagination import paginate
+from sievemq.admin_api.paths import name
+from sievemq.admin_api.rabbit.common import TAG, Body, created, need_vhost, readable_vhost
+from sievemq.admin_api.slicing import Slicer
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import AMQPError, NotFound, Principal
+
+router = APIRouter(tags=[TAG])
+
+
+class QueueBody(Body):
+    durable: bool = True
+    auto_delete: bool = False
+    exclusive: bool = False
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Slicer) -> list[Any]:
+    consumers = f.list_consumers(vhost)
+    by_queue: dict[tuple[str, str], list[Any]] = {}
+    for c in consumers:
+        by_queue.setdefault((c.vhost, c.stream), []).append(c)
+    out: list[Any] = []
+    for v in f.iter_streams(vhost):
+        if who.may_see(v.vhost):
+            out.append(shapes.queue(v, by_queue.get((v.vhost, v.name), []), f.node_name, False))
+        await slicer.step()
+    for q in f.iter_queues(vhost):
+        if who.may_see(q.vhost):
+            out.append(shapes.classic_queue(q, f.node_name))
+        await slicer.step()
+    out.sort(key=lambda q: (q["vhost"], q["name"]))
+    return out
+
+
+@router.get("/queues")
+async def list_queues(request: Request, f: Facade, who: User, slicer: Heavy) -> Any:
+    return await paginate(request, await _queues(f, who, None, slicer), slicer)
+
+
+@router.get("/queues/{vhost}")
+async def list_vhost_queues(
+    request: Request, f: Facade, vhost: str, who: User, slicer: Heavy
+) -> Any:
+    v = readable_vhost(f, who, vhost)
+    return await paginate(request, await _queues(f, who, v, slicer), slicer)
+
+
+@router.get("/queues/{vhost}/{queue}")
+async def get_queue(f: Facade, vhost: str, queue: str, who: User) -> dict[str, Any]:
+    v, q = name(vhost), name(queue)
+    require_vhost(who, v)
+    if not f.stream_exists(v, q):
+        view_q = f.get_queue(v, q)
+        return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
+    view = f.get_stream(v, q)
+    return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
+
+
+@router.put("/queues/{vhost}/{queue}", status_code=201)
+async def put_queue(f: Facade, vhost: str, queue: str, body: QueueBody, who: User) -> Response:
+    v, q = name(vhost), name(queue)
+    need_vhost(f, v)
+    require_vhost(who, v, write=True)
+    require(who, v, "configure", "queue", q)
+    was_created = f.declare_stream(
+        v, q, body.arguments, body.durable, body.auto_delete, body.exclusive
+    )
+    return created(was_created)
+
+
+@router.delete("/queues/{vhost}/{queue}", status_code=204)
+async def delete_queue(f: Facade, vhost: str, queue: str, who: User) -> Response:
+    v, q = name(vhost), name(queue)
+    require_vhost(who, v, write=True)
+    require(who, v, "configure", "queue", q)
+    f.delete_queue(v, q)
+    return Response(status_code=204)
+
+
+@router.delete("/queues/{vhost}/{queue}/contents")
+async def purge_queue(f: Facade, vhost: str, queue: str, who: User) -> Response:
+    v, q = name(vhost), name(queue)
+    require_vhost(who, v, write=True)
+    require(who, v, "read", "queue", q)  # queue.purge needs read, as on AMQP
+    try:
+        f.purge_queue(v, q)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:  # a stream (540) or an exclusive queue (405)
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    return Response(status_code=204)
+
+
+@router.post("/queues/{vhost}/{queue}/get")
+async def get_messages(request: Request, f: Facade, vhost: str, queue: str, who: User) -> Response:
+    v, q = name(vhost), name(queue)
+    require_vhost(who, v, write=True)
+    if f.stream_exists(v, q):
+        raise bad_request(
+            f"540 basic.get not supported by stream queues queue '{q}' in vhost '{v}'"
+        )
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("not_json")
+    missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    count, truncate = body["count"], body.get("truncate")
+    for value in (count, truncate):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            err = ApiError(400, "bad_request")
+            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
+            raise err
+    if body["encoding"] not in ("auto", "base64"):
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    require(who, v, "read", "queue", q)
+    try:
+        got = f.get_messages(v, q, count, str(body["ackmode"]), body["encoding"], truncate)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+    except AMQPError as error:
+        raise bad_request(f"{error.reply_code} {error.explanation}") from None
+    # RabbitMQ shows an empty property table as [] (an empty Erlang proplist)
+    items = [dict(vars(m), properties=m.properties or []) for m in got]
+    return Response(json.dumps(items), media_type="application/json")
+
+
+@router.get("/queues/{vhost}/{queue}/bindings")
+async def queue_bindings(f: Facade, vhost: str, queue: str, who: User) -> list[dict[str, Any]]:
+    v, q = name(vhost), name(queue)
+    require_vhost(who, v)
+    if not f.stream_exists(v, q):
+        f.get_queue(v, q)  # a classic or quorum queue, else 404
+    return [shapes.binding(b) for b in f.list_bindings(v, destination=q, destination_type="queue")]

@@ -1,0 +1,9 @@
+"""The admin plane's own refusal, beside the AMQP errors it raises as the AMQP side does."""
+
+from __future__ import annotations
+
+from sievemq.amqp.errors import PreconditionFailed
+
+
+class BadRequest(PreconditionFailed):
+    """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""

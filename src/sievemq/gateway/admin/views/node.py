@@ -1,0 +1,70 @@
+"""Views of the node as a whole: listeners, totals, the overview and write latencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sievemq.gateway.admin.views.queues import FilterStatsView
+
+
+@dataclass
+class ListenerView:
+    protocol: str
+    ip_address: str
+    port: int
+
+
+@dataclass
+class Totals:
+    connections: int
+    channels: int
+    consumers: int
+    exchanges: int
+    queues: int
+    vhosts: int
+    users: int
+    messages: int
+    bytes: int
+    published: int
+    publish_rate: float
+    delivered: int
+    deliver_rate: float
+    # RabbitMQ's overview message_stats (every queue type, plus the node's confirms and
+    # unroutable publishes) and their rates per second
+    message_stats: dict[str, int] = field(default_factory=dict)
+    messages_unacknowledged: int = 0  # classic and quorum deliveries not settled yet
+    message_rates: dict[str, float] = field(default_factory=dict)
+    # the same counters per queue type (classic, quorum, stream) for Prometheus
+    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    # messages received / routed / confirmed, once each, per protocol ("amqp091": AMQP
+    # 0-9-1 and HTTP publishes; "stream": the stream protocol's) for Prometheus
+    by_protocol: dict[str, dict[str, int]] = field(default_factory=dict)
+    # rates of the queue totals: messages, messages_ready, messages_unacknowledged
+    length_rates: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class OverviewView:
+    product_name: str
+    product_version: str
+    node: str
+    uptime_ms: int
+    listeners: list[ListenerView]
+    totals: Totals
+    alarms: list[str]
+    filter_stats: FilterStatsView
+
+
+@dataclass
+class HistogramView:
+    """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+
+
+@dataclass
+class WriteLatencyView:
+    append: HistogramView
+    fsync: HistogramView
