@@ -15,7 +15,7 @@ from sievemq.gateway.admin.views import (
     UserView,
     VhostView,
 )
-from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model.stream import arguments as qargs
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
     SHA256,

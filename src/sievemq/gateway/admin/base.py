@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.gateway.admin.views import FilterAdviceView, ListenerView
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic.queue import message_stats as _classic_counts
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.rates import Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 
 if TYPE_CHECKING:
     from sievemq.gateway.runtime.node import Node

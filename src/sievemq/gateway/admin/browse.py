@@ -19,7 +19,7 @@ from sievemq.gateway.admin.views import (
     BrowseResult,
     FilterAdviceView,
 )
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import FilterSpec, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091

@@ -12,10 +12,10 @@ from sievemq.gateway.admin.policies import PoliciesAdmin
 from sievemq.gateway.admin.queues import QueuesAdmin
 from sievemq.gateway.admin.topology import TopologyAdmin
 from sievemq.gateway.admin.views import LIMITS_COMPONENT, VHOST_LIMITS, BadRequest, Definitions
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic import arguments as cargs
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES
+from sievemq.gateway.model.stream import arguments as qargs
 from sievemq.gateway.model.users import SHA256, check_regex, valid_hash
 
 

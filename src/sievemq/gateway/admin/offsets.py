@@ -6,7 +6,7 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.filtering.subscriptions import registry
 from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.views import ConsumerOffsetView, SubscriptionView
-from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model.stream import arguments as qargs
 
 
 class OffsetsAdmin(AdminBase):

@@ -18,9 +18,9 @@ from sievemq.gateway.admin.views import (
     QueueView,
     StreamView,
 )
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream import arguments as qargs
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 
 

@@ -12,9 +12,9 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.codec import encode_properties, jsonable
 from sievemq.gateway.admin.views import BindingView, ExchangeView
-from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.stream import arguments as qargs
 from sievemq.storage import Message
 
 
