@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sievemq.gateway.admin.views import FilterAdviceView, ListenerView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic.queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.rates import Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms
@@ -138,7 +138,7 @@ class AdminBase:
         """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
         outstanding = q.outstanding
         return self._with_lengths(
-            queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+            queue_key(q), classic_message_stats(q), q.message_count + outstanding, outstanding, now
         )
 
     def _stream_rates(
