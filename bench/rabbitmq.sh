@@ -2,6 +2,7 @@
 # RabbitMQ from Debian's rabbitmq-server package, for the benchmarks' side-by-side runs.
 #
 #   bench/rabbitmq.sh [--port P] [--stream-port P] [--dir DIR]
+#   bench/rabbitmq.sh --install-only     (just the package: its rabbitmqadmin for the tests)
 #
 # Installs rabbitmq-server with apt-get when it is missing (it must be 3.9 or later: stream
 # queues over AMQP 0-9-1; Debian 12 has 3.10.8), then runs ONE private node in the
@@ -21,12 +22,14 @@ set -euo pipefail
 PORT=0
 STREAM_PORT=0
 BASE=""
+INSTALL_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) PORT=$2; shift 2 ;;
     --stream-port) STREAM_PORT=$2; shift 2 ;;
     --dir) BASE=$2; shift 2 ;;
-    *) echo "usage: $0 [--port P] [--stream-port P] [--dir DIR]" >&2; exit 2 ;;
+    --install-only) INSTALL_ONLY=1; shift ;;
+    *) echo "usage: $0 [--port P] [--stream-port P] [--dir DIR] | --install-only" >&2; exit 2 ;;
   esac
 done
 
@@ -51,6 +54,7 @@ if ! dpkg --compare-versions "${VERSION:-0}" ge 3.9; then
   say "rabbitmq-server $VERSION has no stream queues (3.9 or later needed)"
   exit 1
 fi
+if [ "$INSTALL_ONLY" = 1 ]; then exit 0; fi
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

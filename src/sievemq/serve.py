@@ -34,6 +34,7 @@ from sievemq.gateway.model.classic.queue import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
+from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
@@ -44,6 +45,7 @@ from sievemq.storage import Durability, handles
 from sievemq.units import parse_memory_watermark
 
 log = logging.getLogger("sievemq")
+limits_log = logging.getLogger("sievemq.limits")  # start-up figures, shown at INFO
 
 
 class AdminServer(uvicorn.Server):
@@ -54,12 +56,13 @@ class AdminServer(uvicorn.Server):
         yield
 
 
-def limits_from(settings: Settings) -> Limits:
+def limits_from(settings: Settings, max_connections: int | None = None) -> Limits:
+    """The connection limits; ``max_connections`` is the descriptor budget's share."""
     return Limits(
         channel_max=settings.channel_max,
         frame_max=settings.frame_max,
         heartbeat=settings.heartbeat,
-        max_connections=settings.max_connections,
+        max_connections=settings.max_connections if max_connections is None else max_connections,
         max_message_size=settings.max_message_size,
         max_unparsed_bytes=max(settings.max_unparsed_bytes, settings.frame_max * 2),
         max_pending_content_bytes=settings.max_pending_content_bytes,
@@ -75,6 +78,25 @@ def limits_from(settings: Settings) -> Limits:
         max_sql_length=settings.max_sql_length,
         max_sql_depth=settings.max_sql_depth,
     )
+
+
+def descriptor_budget(settings: Settings) -> descriptors.DescriptorBudget:
+    """Raise the soft descriptor limit to the hard one and split it (logged; a flag set
+    above its share is lowered, with a warning): ``gateway/runtime/descriptors.py``."""
+    before, total = descriptors.raise_soft_limit()
+    budget = descriptors.plan(total, settings.max_connections, settings.max_open_files)
+    raised = f" (raised from {before}, the hard limit)" if total > before else ""
+    limits_log.info("file descriptor limit %d%s: %s", total, raised, budget.describe())
+    lowered = []
+    if "max_connections" in settings.model_fields_set and settings.max_connections > budget.sockets:
+        lowered.append(f"--max-connections {settings.max_connections} lowered to {budget.sockets}")
+    if settings.max_open_files is not None and settings.max_open_files > budget.open_files:
+        lowered.append(f"--max-open-files {settings.max_open_files} lowered to {budget.open_files}")
+    if lowered:
+        limits_log.warning(
+            "%s: the process may open %d file descriptors", "; ".join(lowered), total
+        )
+    return budget
 
 
 def alarms_from(settings: Settings) -> ResourceAlarms:
@@ -122,7 +144,8 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     returns the exit status."""
     loop = asyncio.get_running_loop()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    handles.shared.set_capacity(settings.max_open_files)  # before any stream opens
+    budget = descriptor_budget(settings)
+    handles.shared.set_capacity(budget.open_files)  # before any stream opens
     broker = Broker(
         settings.data_dir,
         BrokerSettings(
@@ -147,7 +170,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
                 f"sievemq serve: --definitions {settings.definitions}: {problem}", file=sys.stderr
             )
             return 1
-    node = Node(broker, limits_from(settings), loop, gc_freeze=settings.gc_freeze)
+    node = Node(broker, limits_from(settings, budget.sockets), loop, gc_freeze=settings.gc_freeze)
     alarms = alarms_from(settings)
     alarms.add_listener(node.on_alarms)
     node.exhaustion_listeners.append(alarms.storage_write_failed)
@@ -315,6 +338,7 @@ def serve(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundLi
     in use fail at once, before the admin app's imports and the data directory's recovery.
     """
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    limits_log.setLevel(logging.INFO)
     loop_factory: Any = None
     try:
         import uvloop

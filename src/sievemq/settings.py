@@ -54,8 +54,9 @@ class Settings(BaseSettings):
     # how many deliveries one consumer writes per loop tick before yielding
     delivery_batch: int = Field(default=256, ge=1)
     # storage descriptors kept open (segment, index and offset files, least recently used
-    # closed first and reopened when needed): bounds descriptors whatever the stream count
-    max_open_files: int = Field(default=2048, ge=4)
+    # closed first and reopened when needed): bounds descriptors whatever the stream count;
+    # None: what the process's descriptor limit leaves (gateway/runtime/descriptors.py)
+    max_open_files: int | None = Field(default=None, ge=4)
     # ready messages of one classic/quorum queue held in memory with their bodies (count and
     # body bytes, whichever is reached first); past them the persistent messages of a durable
     # queue keep only a small index entry in memory and are read back from the queue's log
@@ -176,7 +177,13 @@ _FLAGS: list[tuple[str, type, str]] = [
         "how often the admin API's rates sample every counter (default 5000)",
     ),
     ("write_buffer_high", int, "output bytes per connection before reading pauses (default 1 MiB)"),
-    ("max_open_files", int, "storage file descriptors kept open, LRU (default 2048)"),
+    (
+        "max_open_files",
+        int,
+        "storage file descriptors kept open, LRU (default: the descriptor limit, raised to "
+        "the hard limit at start, less 64 internal and the connections' share, which is "
+        "half the rest up to --max-connections; a larger value is lowered to it)",
+    ),
     (
         "queue_memory_messages",
         int,

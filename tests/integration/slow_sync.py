@@ -1,6 +1,7 @@
 """A slow (or failing) ``os.fdatasync`` of definitions.log, a slow removal of deleted
-queues' files, and a loop-lateness ticker, for the tests that check definitions changes
-never sync, and deletes never remove files, on the event loop."""
+queues' files, a slow publisher-sequence scan, and a loop-lateness ticker, for the tests
+that check definitions changes never sync, deletes never remove files, and rebuilds never
+scan, on the event loop."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aio_pika
+
 from sievemq.storage.layout import TOMBSTONE_PREFIX
+from sievemq.storage.publishers import PublisherSequences
+from sievemq.testing import running_gateway
 
 SLOW_SYNC_S = 1.0
 HOLD_S = 10.0  # a held sync goes on by itself after this, so a broken test cannot hang
@@ -74,6 +79,35 @@ class SlowDefinitionsSync:
         self._real(fd)
 
 
+async def fill_streams(
+    data: Path, stream: str, messages: list[aio_pika.Message], *others: str
+) -> None:
+    """Before the test's own start: an in-process gateway on ``data`` declares ``stream``
+    (and the empty ``others``), publishes ``messages`` to it with confirms, and stops."""
+    async with running_gateway(data) as gw:
+        conn = await aio_pika.connect(gw.url)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            for name in (stream, *others):
+                await ch.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            for message in messages:
+                await ch.default_exchange.publish(message, stream)
+
+
+async def publish_timed(
+    channel: aio_pika.abc.AbstractChannel, queue: str, count: int = 5
+) -> list[float]:
+    """Publish ``count`` messages to ``queue`` one at a time through the default exchange
+    of an aio-pika ``channel`` (with confirms: each waits for its ack); the seconds each
+    took. Another connection served while something slow runs answers each at once."""
+    served = []
+    for i in range(count):
+        started = time.monotonic()
+        await channel.default_exchange.publish(aio_pika.Message(b"m%d" % i), queue)
+        served.append(time.monotonic() - started)
+    return served
+
+
 async def _ticker(loop: asyncio.AbstractEventLoop, lateness: list[float]) -> None:
     while True:
         due = loop.time() + 0.01
@@ -122,3 +156,20 @@ class SlowRemoval:
             time.sleep(SLOW_SYNC_S)
             self.removed.append(p)
         self._real(path, *args, **kwargs)
+
+
+class SlowScan:
+    """``PublisherSequences._scan`` that sleeps ``SLOW_SYNC_S`` first (a long stream)."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+        self._real: Callable[..., int] = PublisherSequences._scan
+
+    def method(self) -> Callable[[PublisherSequences, Any, int], int]:
+        return lambda sequences, stream, start: self(sequences, stream, start)
+
+    def __call__(self, sequences: PublisherSequences, stream: Any, start: int) -> int:
+        if start < stream.end_offset:
+            self.threads.append(threading.get_ident())
+            time.sleep(SLOW_SYNC_S)
+        return self._real(sequences, stream, start)

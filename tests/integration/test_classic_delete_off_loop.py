@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import aio_pika
@@ -19,7 +18,7 @@ from sievemq.storage import layout
 from sievemq.storage.layout import QUEUES_DIR
 from sievemq.testing import running_gateway
 
-from .slow_sync import SLOW_SYNC_S, SlowRemoval, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowRemoval, _ticker, publish_timed
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -64,11 +63,7 @@ async def test_a_classic_queues_files_go_off_the_loop(
                 break
             await asyncio.sleep(0.01)
         assert not directory.exists()
-        served = []
-        for i in range(5):
-            t = time.monotonic()
-            await pub.default_exchange.publish(aio_pika.Message(b"m%d" % i), "busy")
-            served.append(time.monotonic() - t)
+        served = await publish_timed(pub, "busy")
         await asyncio.to_thread(layout.wait_discarded)
         ticks.cancel()
         assert slow.removed, "the tombstone was not removed"

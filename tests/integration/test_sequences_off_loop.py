@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +21,12 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
 
-from .slow_sync import SLOW_SYNC_S, _ticker
+from .slow_sync import SLOW_SYNC_S, SlowScan, _ticker, publish_timed
 from .stream_helpers import in_process_stream_client, in_process_stream_listener
 
 pytestmark = pytest.mark.timeout(120)
 
 N = 500
-
-
-class SlowScan:
-    """``PublisherSequences._scan`` that sleeps ``SLOW_SYNC_S`` first (a long stream)."""
-
-    def __init__(self) -> None:
-        self.threads: list[int] = []
-        self._real: Callable[..., int] = PublisherSequences._scan
-
-    def method(self) -> Callable[[PublisherSequences, Any, int], int]:
-        return lambda sequences, stream, start: self(sequences, stream, start)
-
-    def __call__(self, sequences: PublisherSequences, stream: Any, start: int) -> int:
-        if start < stream.end_offset:
-            self.threads.append(threading.get_ident())
-            time.sleep(SLOW_SYNC_S)
-        return self._real(sequences, stream, start)
 
 
 @contextlib.asynccontextmanager
@@ -92,11 +75,7 @@ async def test_the_sequence_rebuild_runs_off_the_loop(
                 started = time.monotonic()
                 query = asyncio.ensure_future(client.query_publisher_sequence("s", "ref"))
                 await asyncio.sleep(0.2)
-                served = []
-                for i in range(5):
-                    t = time.monotonic()
-                    await pub.default_exchange.publish(aio_pika.Message(b"m%d" % i), "busy")
-                    served.append(time.monotonic() - t)
+                served = await publish_timed(pub, "busy")
                 assert not query.done(), "answered before the scan"
                 assert await query == N
                 ticks.cancel()

@@ -2,11 +2,17 @@
 
 Most routes take a pydantic model; these are for the ones whose body RabbitMQ checks key by
 key (``{"value": N}``, ``POST .../get``, definitions) or that may come without a body.
+
+RabbitMQ is lenient with some numbers: it reads them with ``rabbit_mgmt_util:parse_int``
+(``parse_int`` here), and its own ``rabbitmqadmin`` always sends strings (``"count": "1"``).
+Where RabbitMQ is strict (limits, message properties) the routes stay so.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -38,3 +44,20 @@ async def optional_json(request: Request, model: type[M]) -> M | None:
         return model.model_validate_json(raw)
     except ValueError:
         raise ApiError(400, "bad_request", "not_json") from None
+
+
+_DIGITS = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+def parse_int(value: Any) -> int:
+    """``value`` as RabbitMQ's ``parse_int`` reads it: an integer, a float (truncated) or a
+    string of digits with an optional sign; else 400 ``["not_integer", VALUE]`` as sent."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return math.trunc(value)
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    error = ApiError(400, "bad_request")
+    error.body = {"error": "bad_request", "reason": ["not_integer", value]}
+    raise error

@@ -136,6 +136,11 @@ class _Collector:
             "is 1 if free disk space threshold is reached",
             1 if "disk" in alarms else 0,
         )
+        fds = f.descriptors()
+        yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", fds.fd_used)
+        yield GaugeMetricFamily(
+            "rabbitmq_process_max_fds", "Open file descriptors limit", fds.fd_total
+        )
         yield from self.queue_families
         lat = f.write_latencies()
         yield _histogram(

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sievemq.admin_api.auth import require, require_vhost
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
@@ -115,8 +116,8 @@ async def put_stream(f: Facade, vhost: str, stream: str, body: StreamBody, who: 
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
     arguments = {"x-queue-type": "stream", **body.arguments}
-    created = f.declare_stream(v, s, arguments)
-    return Response(status_code=201 if created else 204)
+    # (its files are created, and the change fdatasynced, in a worker thread: ``saved``)
+    return await saved(f, lambda: f.declare_stream(v, s, arguments))
 
 
 @router.delete("/streams/{vhost}/{stream}", status_code=204)
@@ -124,8 +125,11 @@ async def delete_stream(f: Facade, vhost: str, stream: str, who: User) -> Respon
     v, s = _stream(f, who, vhost, stream)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", s)
-    f.delete_stream(v, s)
-    return Response(status_code=204)
+
+    def delete() -> None:
+        f.delete_stream(v, s)  # 404 when it is not a stream
+
+    return await saved(f, delete)
 
 
 @router.get("/streams/{vhost}/{stream}/consumers", response_model=list[ConsumerView])
@@ -140,7 +144,13 @@ async def browse(
     vhost: str,
     stream: str,
     who: User,
-    offset: Annotated[int | None, Query(ge=0)] = None,
+    offset: Annotated[
+        str | None,
+        Query(
+            description="what x-stream-offset takes: first, last, next, an offset, an ISO 8601 "
+            "timestamp, or an interval before now such as 30m"
+        ),
+    ] = None,
     timestamp: Annotated[int | None, Query(description="ms since the epoch")] = None,
     limit: Annotated[int, Query(ge=1, le=BROWSE_MAX_LIMIT)] = 20,
     filter: Annotated[list[str] | None, Query()] = None,

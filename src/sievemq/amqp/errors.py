@@ -99,6 +99,13 @@ class ResourceError(ConnectionError_):
     reply_code, name = 506, "RESOURCE_ERROR"
 
 
+class ChannelResourceError(ChannelError):
+    """506 on channel.close: one operation could not get a resource the node ran out of
+    for a moment (file descriptors); the connection's other channels go on."""
+
+    reply_code, name = 506, "RESOURCE_ERROR"
+
+
 class NotAllowed(ConnectionError_):
     reply_code, name = 530, "NOT_ALLOWED"
 

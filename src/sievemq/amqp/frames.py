@@ -35,13 +35,41 @@ Frame = tuple[int, int, bytes]
 def check_protocol_header(data: bytes) -> bool | None:
     """Judge the first bytes of a connection (spec 4.2.2).
 
-    ``None``: fewer than 8 bytes and still a prefix of ours, read more. ``True``: AMQP 0-9-1,
-    consume 8 bytes and start negotiating. ``False``: anything else; write ``PROTOCOL_HEADER``
-    back and close the socket.
+    ``None``: read more (fewer than 8 bytes that begin as an AMQP header does: all 8 are
+    waited for, so a refusal can name the version asked for). ``True``: AMQP 0-9-1, consume
+    8 bytes and start negotiating. ``False``: anything else; write ``PROTOCOL_HEADER`` back
+    and close the socket (what a RabbitMQ without the AMQP 1.0 plugin does).
     """
     if len(data) < PROTOCOL_HEADER_SIZE:
-        return None if PROTOCOL_HEADER.startswith(bytes(data)) else False
+        return None if _AMQP.startswith(bytes(data[:4])) else False
     return bytes(data[:PROTOCOL_HEADER_SIZE]) == PROTOCOL_HEADER
+
+
+_AMQP: Final = b"AMQP"
+# AMQP headers other than ours, by the 4 bytes after "AMQP" (AMQP 1.0 section 2.2; the
+# pre-1.0 ones as RabbitMQ's reader knows them)
+_OTHER_AMQP: Final = {
+    b"\x00\x01\x00\x00": "AMQP 1.0",
+    b"\x03\x01\x00\x00": "AMQP 1.0 (SASL layer)",
+    b"\x02\x01\x00\x00": "AMQP 1.0 (TLS layer)",
+    b"\x01\x01\x00\x0a": "AMQP 0-10",
+    b"\x01\x01\x00\x09": "AMQP 0-9",
+    b"\x01\x01\x08\x00": "AMQP 0-8",
+    b"\x01\x01\x09\x01": "AMQP 0-9-1 (the old header form)",
+}
+
+
+def describe_protocol_header(data: bytes) -> str:
+    """What a refused header asked for, in words, for the log ("AMQP 1.0", "HTTP", ...)."""
+    head = bytes(data[:PROTOCOL_HEADER_SIZE])
+    if head.startswith(_AMQP):
+        known = _OTHER_AMQP.get(head[4:])
+        return known or f"an unknown AMQP version (header {head!r})"
+    if head[:1] == b"\x16":
+        return "TLS (a TLS client on the plain-text port)"
+    if head.split(b" ", 1)[0] in (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS"):
+        return "HTTP"
+    return f"no AMQP protocol (first bytes {head!r})"
 
 
 class FrameReader:

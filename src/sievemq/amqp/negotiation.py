@@ -21,15 +21,18 @@ FRAME_MAX: Final = 131072
 HEARTBEAT: Final = 60
 MECHANISMS: Final = ("PLAIN", "AMQPLAIN")
 
+# RabbitMQ 3.13's server capabilities, in its order, each true because SieveMQ honours it
+# (tests/unit/test_amqp/test_negotiation.py names the test that shows each one works)
 CAPABILITIES: Final[dict[str, bool]] = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
     "connection.blocked": True,
+    "consumer_priorities": True,  # x-priority on classic and quorum queue consumers
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,  # amq.rabbitmq.reply-to (gateway/session/direct_reply.py)
 }
 
 

@@ -328,6 +328,52 @@ def stream_offset_parts(properties: bytes) -> tuple[bytes, bytes] | None:
     return head, properties[pos:]
 
 
+FLAG_REPLY_TO: Final = 0x0200
+
+
+def _reply_to_position(properties: bytes) -> int:
+    """Offset of the reply-to shortstr (its length octet), or -1 when it is not set."""
+    try:
+        flags, pos = _property_start(properties)
+        if not flags & FLAG_REPLY_TO:
+            return -1
+        for bit, kind in _PROPERTY_TYPES:
+            if bit == FLAG_REPLY_TO:
+                break
+            if not flags & bit:
+                continue
+            if kind == _SHORTSTR:
+                pos += 1 + properties[pos]
+            elif kind == _HEADERS:
+                pos = _walk_table(properties, pos, len(properties), None)[0]
+            else:
+                pos += kind
+        if pos + 1 + properties[pos] > len(properties):
+            raise IndexError
+    except (IndexError, struct.error):
+        raise errors.FrameError("content header properties are truncated") from None
+    return pos
+
+
+def reply_to(properties: bytes) -> bytes | None:
+    """The reply-to property's raw bytes, or None when it is not set (cold path: only a
+    publish whose bytes contain the direct reply-to name gets here)."""
+    pos = _reply_to_position(properties)
+    if pos < 0:
+        return None
+    return properties[pos + 1 : pos + 1 + properties[pos]]
+
+
+def replace_reply_to(properties: bytes, value: bytes) -> bytes:
+    """``properties`` with the (set) reply-to property replaced by ``value`` (<= 255 bytes);
+    every other byte is kept as sent."""
+    pos = _reply_to_position(properties)
+    if pos < 0 or len(value) > 255:
+        raise ValueError("no reply-to property to replace, or a value past 255 bytes")
+    after = pos + 1 + properties[pos]
+    return b"".join((properties[:pos], bytes((len(value),)), value, properties[after:]))
+
+
 def read_header(properties: bytes, name: str) -> object | None:
     """Value of header ``name``, or None. Decodes nothing unless the name occurs in the bytes."""
     key = name.encode("utf-8")
@@ -411,12 +457,15 @@ __all__ = [
     "FLAG_CONTENT_ENCODING",
     "FLAG_CONTENT_TYPE",
     "FLAG_HEADERS",
+    "FLAG_REPLY_TO",
     "STREAM_OFFSET_ENTRY",
     "STREAM_OFFSET_HEADER",
     "check_properties",
     "decode_properties",
     "header_at",
     "read_header",
+    "replace_reply_to",
+    "reply_to",
     "splice_long_header",
     "splice_stream_offset",
     "stream_offset_parts",

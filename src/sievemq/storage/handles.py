@@ -18,11 +18,13 @@ import errno
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 DEFAULT_CAPACITY: Final = 2048
 _EXHAUSTED: Final = (errno.EMFILE, errno.ENFILE)
+T = TypeVar("T")
 
 
 class FileCache:
@@ -44,6 +46,11 @@ class FileCache:
         with self.lock:
             self.capacity = max(1, capacity)
             self._evict(self.capacity)
+
+    def relieve(self) -> None:
+        """Close every descriptor not in use (the process ran out of them elsewhere)."""
+        with self.lock:
+            self._evict(0)
 
     def open_count(self) -> int:
         return len(self.open_files)
@@ -129,4 +136,17 @@ class CachedFile:
 # the process's cache: every Stream and StreamReader uses it unless given another
 shared: Final = FileCache()
 
-__all__ = ["DEFAULT_CAPACITY", "CachedFile", "FileCache", "shared"]
+
+def retrying(call: Callable[[], T]) -> T:
+    """``call()``; when the process is out of descriptors, the shared cache gives back
+    every idle one and ``call`` runs once more (a descriptor opened outside the cache)."""
+    try:
+        return call()
+    except OSError as exc:
+        if exc.errno not in _EXHAUSTED:
+            raise
+    shared.relieve()
+    return call()
+
+
+__all__ = ["DEFAULT_CAPACITY", "CachedFile", "FileCache", "retrying", "shared"]

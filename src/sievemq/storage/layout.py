@@ -20,10 +20,12 @@ STREAMS_DIR = "streams"
 QUEUES_DIR = "queues"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _MAX_NAME = 200
-# a deleted stream's directory is renamed to this prefix + a random id beside it, then
-# removed (``Stream.delete``): the name is free at once. ``safe_name`` never starts a name
-# with "~", and ``name_of`` reads none; ``remove_tombstones`` clears a crash's leftovers.
+# a deleted stream's directory is renamed to this prefix + a random id + "-" + its own name
+# beside it, then removed (``Stream.delete``): the name is free at once. ``safe_name`` never
+# starts a name with "~", and ``name_of`` reads none; ``settle_tombstones`` deals with what
+# a crash left: a delete that was not durable yet is undone, any other tombstone removed.
 TOMBSTONE_PREFIX = "~deleted-"
+_ID_HEX = 32
 
 
 def safe_name(name: str) -> str:
@@ -86,15 +88,43 @@ def queue_directory(data_dir: Path, vhost: str, name: str) -> Path:
     return Path(data_dir) / QUEUES_DIR / safe_name(vhost) / safe_name(name)
 
 
-def remove_tombstones(data_dir: Path) -> int:
-    """Remove the directories of deleted streams and queues a crash left behind; returns
-    how many."""
-    removed = 0
+def tombstone_of(directory: Path) -> Path:
+    """The tombstone name ``directory`` is renamed to when deleted: beside it, with a
+    random id and its own name (what ``settle_tombstones`` may rename it back to)."""
+    directory = Path(directory)
+    return directory.with_name(f"{TOMBSTONE_PREFIX}{uuid.uuid4().hex}-{directory.name}")
+
+
+def origin_of(tombstone_name: str) -> str | None:
+    """The directory name a tombstone was (None for one without it: an older format)."""
+    rest = tombstone_name[len(TOMBSTONE_PREFIX) :]
+    if not tombstone_name.startswith(TOMBSTONE_PREFIX) or rest[_ID_HEX : _ID_HEX + 1] != "-":
+        return None
+    return rest[_ID_HEX + 1 :] or None
+
+
+def settle_tombstones(data_dir: Path, live: set[tuple[str, str, str]]) -> tuple[int, int]:
+    """At start, before any queue opens: the tombstones a crash left behind. One whose
+    queue the definitions still hold (``live``: (``streams`` or ``queues``, safe vhost,
+    safe name)) and that has no directory of its own was deleted by a change that never
+    reached the disk: it is renamed back, with its data. Every other one is removed.
+    Returns (renamed back, removed)."""
+    restored = removed = 0
     for kind in (STREAMS_DIR, QUEUES_DIR):
-        for tombstone in (Path(data_dir) / kind).glob(f"*/{TOMBSTONE_PREFIX}*"):
-            shutil.rmtree(tombstone, ignore_errors=True)
-            removed += 1
-    return removed
+        for tombstone in sorted((Path(data_dir) / kind).glob(f"*/{TOMBSTONE_PREFIX}*")):
+            origin = origin_of(tombstone.name)
+            home = tombstone.with_name(origin) if origin is not None else None
+            if (
+                home is not None
+                and (kind, tombstone.parent.name, home.name) in live
+                and not home.exists()
+            ):
+                os.rename(tombstone, home)
+                restored += 1
+            else:
+                shutil.rmtree(tombstone, ignore_errors=True)
+                removed += 1
+    return restored, removed
 
 
 def remove_empty_vhost_dirs(data_dir: Path, vhosts: set[str]) -> None:
@@ -147,19 +177,28 @@ class _Remover:
 _remover = _Remover()
 
 
-def discard(directory: Path) -> Path:
-    """Remove a closed directory without waiting for it: renamed at once to a tombstone
-    beside it (its name is free again; a crash leaves the tombstone to
-    ``remove_tombstones``), then removed by a background thread. Returns the tombstone
-    (``directory`` itself when it could not be renamed, or None-like missing paths)."""
+def bury(directory: Path) -> Path | None:
+    """Rename a closed directory to its tombstone (``tombstone_of``) at once, so its name
+    is free again; returns the tombstone (``directory`` itself when it could not be
+    renamed), or None when there was no directory. ``remove_later`` removes it."""
     directory = Path(directory)
-    tombstone = directory.with_name(TOMBSTONE_PREFIX + uuid.uuid4().hex)
+    tombstone = tombstone_of(directory)
     try:
         os.rename(directory, tombstone)
     except FileNotFoundError:
-        return directory
+        return None
     except OSError:
-        tombstone = directory
+        return directory
+    return tombstone
+
+
+def discard(directory: Path) -> Path:
+    """Remove a closed directory without waiting for it: renamed at once to a tombstone
+    beside it (``bury``), then removed by a background thread. Returns the tombstone
+    (``directory`` itself when it could not be renamed or was missing)."""
+    tombstone = bury(directory)
+    if tombstone is None:
+        return Path(directory)
     _remover.put(tombstone)
     return tombstone
 

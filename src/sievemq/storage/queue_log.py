@@ -36,7 +36,7 @@ import os
 import struct
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -476,14 +476,17 @@ class QueueLog:
                     os.close(fd)
                 setattr(self, attr, -1)
 
-    def delete(self) -> None:
+    def delete(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Close the log and remove its files without waiting for them: what is staged is
-        dropped, the directory is renamed to a tombstone (the name is free at once) and a
-        background thread removes it (``layout.discard``): a queue.delete, or the exclusive
-        queues of a closing connection, never unlink segments on the event loop."""
+        dropped, the directory is renamed to a tombstone (the name is free at once) and
+        given to ``release`` (by default a background thread removes it; the gateway first
+        waits for the delete to be durable): a queue.delete, or the exclusive queues of a
+        closing connection, never unlink segments on the event loop."""
         self._staged = []
         self.close()
-        layout.discard(self.directory)
+        tombstone = layout.bury(self.directory)
+        if tombstone is not None:
+            release(tombstone)
 
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""

@@ -10,7 +10,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -371,6 +370,7 @@ class Stream:
         self._state = threading.Lock()
         self._writing = 0
         self._remove_pending = False
+        self._release: Callable[[Path], None] = layout.remove_later  # (``delete``)
         self._always = config.durability is Durability.ALWAYS
         # written since the last sync() (not under always, where each append syncs): close()
         # syncs only then, so a shutdown does not reopen and fsync every idle stream's files
@@ -604,18 +604,20 @@ class Stream:
             self._close_files()
             self.offsets.close()
 
-    def delete(self) -> None:
+    def delete(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Remove the stream, without syncing what is going away (idempotent).
 
         Never waits for the disk or for an append running in another thread: the directory
-        is renamed to a tombstone at once (the name is free again, and a restart removes a
-        tombstone a crash left), the files are closed now, or by that thread when its
-        append ends, and a background thread removes them (``layout.remove_later``)."""
+        is renamed to a tombstone at once (the name is free again; ``layout.tombstone_of``),
+        the files are closed now, or by that thread when its append ends, and then the
+        tombstone goes to ``release`` (by default a background thread removes it; the
+        gateway first waits for the delete to be durable in its definitions)."""
         with self._state:
             if self._remove_pending or (self._closed and not self.directory.exists()):
                 return
             self._closed = True
-            tombstone = self.directory.with_name(TOMBSTONE_PREFIX + uuid.uuid4().hex)
+            self._release = release
+            tombstone = layout.tombstone_of(self.directory)
             try:
                 os.rename(self.directory, tombstone)
             except FileNotFoundError:
@@ -631,7 +633,7 @@ class Stream:
         self._close_files()
         self.offsets.close(sync=False)
         if self.directory.name.startswith(TOMBSTONE_PREFIX):
-            layout.remove_later(self.directory)
+            self._release(self.directory)
         else:  # never renamed (it was gone already): nothing of it should be left
             shutil.rmtree(self.directory, ignore_errors=True)
 

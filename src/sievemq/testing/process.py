@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +39,15 @@ def ready_fields(text: str) -> dict[str, str]:
     return {key: value for key, value in pairs}
 
 
+def _limit_descriptors(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` setting the child's descriptor limit, soft and hard (``ulimit -n``)."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply
+
+
 class ServerStartError(RuntimeError):
     """The server did not print its ready line in time (message carries its stderr)."""
 
@@ -47,6 +58,8 @@ class ServerProcess:
 
     data_dir: Path
     extra_args: tuple[str, ...] = ()
+    # RLIMIT_NOFILE of the server, soft and hard (so it cannot raise it): None leaves ours
+    fd_limit: int | None = None
     host: str = ""
     amqp_port: int = 0
     amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
@@ -102,7 +115,13 @@ class ServerProcess:
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, bufsize=1
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            bufsize=1,
+            preexec_fn=None if self.fd_limit is None else _limit_descriptors(self.fd_limit),
         )
         stderr.close()
         ready: list[re.Match[str]] = []

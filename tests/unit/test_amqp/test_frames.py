@@ -130,6 +130,8 @@ def test_accepts_bytearray_and_memoryview():
         (b"", None),
         (b"AMQ", None),
         (b"AMQP\x00\x00\x09", None),
+        (b"AMQP\x00\x01", None),  # waited for whole, so the refusal can name it
+        (b"AMQP\x00\x01\x00\x00", False),
         (b"AMQP\x00\x00\x09\x01", True),
         (b"AMQP\x00\x00\x09\x01\x01\x00", True),
         (b"AMQP\x01\x01\x00\x09", False),
@@ -140,3 +142,19 @@ def test_accepts_bytearray_and_memoryview():
 )
 def test_protocol_header(data: bytes, verdict: bool | None):
     assert frames.check_protocol_header(data) is verdict
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"AMQP\x00\x01\x00\x00", "AMQP 1.0"),
+        (b"AMQP\x03\x01\x00\x00", "AMQP 1.0 (SASL layer)"),
+        (b"AMQP\x01\x01\x00\x09", "AMQP 0-9"),
+        (b"AMQP\x00\x00\x08\x00", "an unknown AMQP version"),
+        (b"GET / HTTP/1.1\r\n", "HTTP"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01", "TLS"),
+        (b"hello", "no AMQP protocol"),
+    ],
+)
+def test_a_refused_header_is_named(data: bytes, words: str):
+    assert frames.describe_protocol_header(data).startswith(words)

@@ -154,3 +154,24 @@ def test_table_longer_than_properties_is_rejected():
     raw = b"\x20\x00" + encode.field_table({"a": 1})[:-1]
     with pytest.raises(errors.FrameError):
         hotcodec.decode_content_header(b"\x00\x3c\x00\x00" + bytes(8) + raw)
+
+
+@given(properties(), st.text(max_size=60).map(str.encode))
+def test_reply_to_read_and_replaced_like_pamqp(props: commands.Basic.Properties, value: bytes):
+    raw = props.marshal()
+    expected = props.reply_to.encode() if props.reply_to is not None else None
+    assert raw_properties.reply_to(raw) == expected
+    if props.reply_to is None:
+        with pytest.raises(ValueError):
+            raw_properties.replace_reply_to(raw, value)
+        return
+    replaced = raw_properties.replace_reply_to(raw, value)
+    assert raw_properties.reply_to(replaced) == value
+    back = raw_properties.decode_properties(replaced)
+    assert {k: v for k, v in back if k != "reply_to"} == {k: v for k, v in props if k != "reply_to"}
+
+
+def test_reply_to_of_truncated_properties_is_a_frame_error():
+    raw = commands.Basic.Properties(reply_to="amq.rabbitmq.reply-to").marshal()
+    with pytest.raises(errors.FrameError):
+        raw_properties.reply_to(raw[:-3])

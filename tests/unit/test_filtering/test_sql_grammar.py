@@ -194,6 +194,13 @@ def test_every_basic_property_is_reachable() -> None:
         ("p. = 1", 3, "expected a name after 'p.'"),
         ("a = ", 5, "expected a value after '='"),
         ("a AND", 6, "expected a value after 'AND'"),
+        # a header name written in SQL's identifier quotes: a string here, tested against a
+        # constant, so the error says how to name a header
+        ("\"x-stream-filter-value\" = 'apac'", 1, "write the header as [x-stream-filter-value]"),
+        ("a = 1 AND \"region\" IN ('x')", 11, "is a string, not a header name"),
+        ('"h" IS NOT NULL', 1, "write the header as [h]"),
+        ("\"h\" LIKE 'a%'", 1, "write the header as [h]"),
+        ('"a]b" <> 2', 1, "write the header as [a]]b]"),
     ],
 )
 def test_compile_errors_name_position_and_expectation(
@@ -266,3 +273,12 @@ def test_long_chains_compile_and_evaluate() -> None:
     arith = "a" + " + 1" * 90 + " = 91"
     assert ev(arith, {"a": 1})
     assert truth(arith, {}) is None
+
+
+def test_double_quoted_strings_stay_strings_beside_a_name() -> None:
+    """RabbitMQ's dialect quotes strings with ' or "; only a test of a double-quoted string
+    against a constant (a header name meant as an SQL identifier) is refused."""
+    assert ev('region = "emea"', {"region": "emea"})
+    assert ev('"emea" = region', {"region": "emea"})
+    assert ev("[x-stream-filter-value] = 'apac'", {"x-stream-filter-value": "apac"})
+    assert ev("'apac' = 'apac'", {})  # single quotes: a constant, as written

@@ -29,6 +29,8 @@ def limits_section() -> str:
 
 def renderings(value: object) -> set[str]:
     """How a default may be written: 4096, 131072, 1 MiB, 256 MiB, 50MB, 10 s, 0.4."""
+    if value is None:
+        return {"auto"}  # computed at start (e.g. max_open_files from the descriptor limit)
     out = {str(value)}
     if isinstance(value, float) and value.is_integer():
         out |= {f"{int(value)} s", str(int(value))}

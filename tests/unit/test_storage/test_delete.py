@@ -107,16 +107,37 @@ def test_delete_without_a_writer_is_what_users_see_and_removes_in_the_background
 
 
 def test_a_tombstone_a_crash_left_is_removed_at_the_next_start(tmp_path: Path) -> None:
-    # the rename is what makes the delete durable: a crash before the background removal
-    # leaves a tombstone, which is never read as a stream and goes at the next start
+    # a crash before the background removal leaves a tombstone, which is never read as a
+    # stream and goes at the next start when its queue is no longer defined (or is older)
     streams = tmp_path / layout.STREAMS_DIR / "%2F"
     stream = Stream.open(streams / "s", StreamConfig(durability=Durability.ALWAYS))
     stream.append([_msg(b"x")])
     stream.close()
     (streams / "s").rename(streams / (TOMBSTONE_PREFIX + "crashed"))
+    (streams / "t").mkdir()
+    layout.bury(streams / "t")
     assert layout.stream_names(tmp_path, "/") == []
-    assert layout.remove_tombstones(tmp_path) == 1
+    assert layout.settle_tombstones(tmp_path, set()) == (0, 2)
     assert list(streams.iterdir()) == []
+
+
+def test_a_tombstone_whose_queue_is_still_defined_is_put_back(tmp_path: Path) -> None:
+    # its delete never reached the definitions on disk: the queue is back with its data;
+    # one whose name is taken again (a new declare that did reach the disk) goes
+    streams = tmp_path / layout.STREAMS_DIR / "%2F"
+    stream = Stream.open(streams / "s", StreamConfig(durability=Durability.ALWAYS))
+    stream.append([_msg(b"kept")])
+    stream.close()
+    tombstone = layout.bury(streams / "s")
+    assert tombstone is not None and layout.origin_of(tombstone.name) == "s"
+    (streams / "t").mkdir()
+    layout.bury(streams / "t")
+    (streams / "t").mkdir()  # declared again since
+    live = {(layout.STREAMS_DIR, "%2F", "s"), (layout.STREAMS_DIR, "%2F", "t")}
+    assert layout.settle_tombstones(tmp_path, live) == (1, 1)
+    assert sorted(p.name for p in streams.iterdir()) == ["s", "t"]
+    with Stream.open(streams / "s", StreamConfig()) as again:
+        assert again.end_offset == 1
 
 
 def test_empty_directories_of_deleted_vhosts_go_at_start(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from fastapi import APIRouter
 from sievemq.admin_api.rabbit import (
     bindings,
     channels,
+    cluster_name,
     connections,
     consumers,
     definitions,
@@ -36,6 +37,7 @@ from sievemq.admin_api.rabbit import (
 
 RESOURCES = (
     overview,
+    cluster_name,
     nodes,
     health,
     queues,

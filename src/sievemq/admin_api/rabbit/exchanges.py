@@ -39,7 +39,9 @@ class PublishBody(Body):
 
 
 def _exchanges(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[str, Any]]:
-    return [shapes.exchange(x) for x in f.list_exchanges(vhost) if who.may_see(x.vhost)]
+    seen = [x for x in f.list_exchanges(vhost) if who.may_see(x.vhost)]
+    seen.sort(key=lambda x: (x.vhost, x.name))  # RabbitMQ's order (rabbitmqadmin shows it)
+    return [shapes.exchange(x) for x in seen]
 
 
 @router.get("/exchanges")

@@ -1,4 +1,5 @@
-"""``/api/nodes``: the one node, with its memory and disk figures from the alarms."""
+"""``/api/nodes``: the one node, with its memory and disk figures from the alarms and its
+file descriptors against the process's limit."""
 
 from __future__ import annotations
 
@@ -34,9 +35,21 @@ def _node(f: BrokerFacade) -> dict[str, Any]:
         "disk_free": disk.get("free_bytes", 0),
         "disk_free_limit": disk.get("limit_bytes", 0),
         "disk_free_alarm": bool(disk.get("alarm", False)),
+        **_descriptors(f),
         "being_drained": False,
         "partitions": [],
         "applications": [],
+    }
+
+
+def _descriptors(f: BrokerFacade) -> dict[str, int]:
+    """RabbitMQ's four descriptor fields (``fd_total`` is the process's limit)."""
+    d = f.descriptors()
+    return {
+        "fd_used": d.fd_used,
+        "fd_total": d.fd_total,
+        "sockets_used": d.sockets_used,
+        "sockets_total": d.sockets_total,
     }
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.deps import Facade, Heavy, User
+from sievemq.admin_api.rabbit.cluster_name import cluster_name
 from sievemq.admin_api.rabbit.common import TAG
 from sievemq.gateway.admin.views import EXCHANGE_TYPES
 
@@ -18,7 +19,9 @@ router = APIRouter(tags=[TAG])
 @router.get("/overview")
 async def overview(f: Facade, who: User, slicer: Heavy) -> dict[str, Any]:
     streams = await slicer.collect(f.iter_streams())
-    return shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    shown = shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
+    shown["cluster_name"] = cluster_name(f)  # set with PUT /api/cluster-name
+    return shown
 
 
 @router.get("/whoami")

@@ -11,12 +11,13 @@ from pydantic import Field
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
-from sievemq.admin_api.bodies import json_body
+from sievemq.admin_api.bodies import json_body, parse_int
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import ApiError, bad_request
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import name
-from sievemq.admin_api.rabbit.common import TAG, Body, created, need_vhost, readable_vhost
+from sievemq.admin_api.rabbit.common import TAG, Body, need_vhost, readable_vhost
 from sievemq.admin_api.slicing import Slicer
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import AMQPError, NotFound, Principal
@@ -79,10 +80,13 @@ async def put_queue(f: Facade, vhost: str, queue: str, body: QueueBody, who: Use
     need_vhost(f, v)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    was_created = f.declare_stream(
-        v, q, body.arguments, body.durable, body.auto_delete, body.exclusive
+    # (its files are created, and the change fdatasynced, in a worker thread: ``saved``)
+    return await saved(
+        f,
+        lambda: f.declare_stream(
+            v, q, body.arguments, body.durable, body.auto_delete, body.exclusive
+        ),
     )
-    return created(was_created)
 
 
 @router.delete("/queues/{vhost}/{queue}", status_code=204)
@@ -90,8 +94,7 @@ async def delete_queue(f: Facade, vhost: str, queue: str, who: User) -> Response
     v, q = name(vhost), name(queue)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    f.delete_queue(v, q)
-    return Response(status_code=204)
+    return await saved(f, lambda: f.delete_queue(v, q))
 
 
 @router.delete("/queues/{vhost}/{queue}/contents")
@@ -122,12 +125,10 @@ async def get_messages(request: Request, f: Facade, vhost: str, queue: str, who:
     missing = [k for k in ("ackmode", "count", "encoding") if k not in body]
     if missing:
         raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
-    count, truncate = body["count"], body.get("truncate")
-    for value in (count, truncate):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            err = ApiError(400, "bad_request")
-            err.body = {"error": "bad_request", "reason": ["not_integer", str(value)]}
-            raise err
+    count = parse_int(body["count"])  # "1" too, as RabbitMQ (its rabbitmqadmin sends that)
+    truncate = body.get("truncate")
+    if truncate is not None:
+        truncate = parse_int(truncate)
     if body["encoding"] not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
     require(who, v, "read", "queue", q)

@@ -21,6 +21,9 @@ Choices that grammar leaves open, made here (tests in tests/unit/test_filtering/
 - ``TAGS``, ``routing_key`` and ``exchange`` are spelled exactly so; any other spelling, or a
   ``[quoted]`` name, is a header. ``a.<name>`` / ``application_properties.<name>`` also name a
   header (RabbitMQ 4.2 spelling). TAGS may stand only where a predicate tests it.
+- Strings take ' or " (RabbitMQ 4.2); a double-quoted string tested against a constant is a
+  header name written as standard SQL writes identifiers, refused with the bracket form
+  (docs/compatibility.md, "Names in an expression").
 - Nesting (parentheses, NOT, unary signs) is limited to 64 levels, besides 4096 characters and
   200 tokens.
 """

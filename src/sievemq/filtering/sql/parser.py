@@ -160,8 +160,11 @@ class _Parser:
         return self.parse_comparison()
 
     def parse_comparison(self) -> Node:
+        first = self.tok
         left = self.parse_additive()
         node = self.parse_predicate(left)
+        if node is not left and _quoted_string(first, left) and _constant(node):
+            raise _header_in_double_quotes(first)
         if node is not left and (
             self.is_op(*_COMPARE_OPS) or self.is_kw("IS", *_PREDICATE_KEYWORDS)
         ):
@@ -388,6 +391,33 @@ class _Parser:
         if tok.kind is Kind.END or (tok.kind is Kind.OP and tok.text != "("):
             raise self.fail("a value")
         raise self.fail("a value")
+
+
+def _quoted_string(first: Token, left: Node) -> bool:
+    """The left operand is one double-quoted string (SQL's identifier quotes elsewhere)."""
+    return first.kind is Kind.STRING and first.text[:1] == '"' and isinstance(left, Literal)
+
+
+def _constant(node: Node) -> bool:
+    """A condition on a literal alone (its left operand), never on the message."""
+    return not isinstance(node, Compare) or isinstance(node.right, Literal)
+
+
+def _header_in_double_quotes(tok: Token) -> CompileError:
+    """A double-quoted string tested against a constant: a header name written as standard
+    SQL writes identifiers. Here (as in RabbitMQ's dialect) double quotes make a string,
+    so the condition would silently never (or always) hold; say how to name a header."""
+    name = str(tok.value)
+    hint = f"[{name.replace(']', ']]')}]"
+    return CompileError(
+        tok.pos,
+        f"{_short_text(tok.text)} is a string, not a header name (double quotes make a string "
+        f"in this dialect): write the header as {hint}",
+    )
+
+
+def _short_text(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _reversed(low: Literal, high: Literal) -> bool:

@@ -19,7 +19,9 @@ from sievemq.gateway.admin.views import (
     BrowseResult,
     FilterAdviceView,
 )
-from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.model.arguments import OffsetSpec, offset_from_text
+from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.session.consumer import position_reader
 from sievemq.storage import FilterSpec, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091
@@ -44,7 +46,7 @@ class BrowseAdmin(AdminBase):
         self,
         vhost: str,
         name: str,
-        offset: int | None = None,
+        offset: int | str | None = None,
         timestamp_ms: int | None = None,
         limit: int = 20,
         filter_values: list[str] | None = None,
@@ -54,12 +56,24 @@ class BrowseAdmin(AdminBase):
         max_bytes: int = BROWSE_MAX_BYTES,
         encoding: Literal["auto", "base64"] = "auto",
     ) -> BrowseResult:
-        """Read up to ``limit`` messages without consuming, from ``offset`` (or the first at
-        or after ``timestamp_ms``; without either: the first, or with ``newest_first`` the
-        newest ``limit``). Bounded by ``max_bytes`` of payload and a time budget."""
+        """Read up to ``limit`` messages without consuming, from ``offset`` (a number, or
+        text read as ``x-stream-offset`` is: first, last, next, a number, an ISO 8601
+        timestamp, an interval such as 30m), or the first at or after ``timestamp_ms``;
+        without either: the first, or with ``newest_first`` the newest ``limit``. Bounded
+        by ``max_bytes`` of payload and a time budget."""
         queue = self._queue(vhost, name)
         if not 1 <= limit <= BROWSE_MAX_LIMIT:
             raise BadRequest(f"limit must be between 1 and {BROWSE_MAX_LIMIT}, got {limit}")
+        position: OffsetSpec | None = None
+        if isinstance(offset, str):
+            try:
+                position = offset_from_text(offset, queue=name, vhost=vhost)
+            except PreconditionFailed:
+                raise BadRequest(
+                    f"invalid offset '{offset}': use first, last, next, an offset, an ISO 8601 "
+                    "timestamp or an interval such as 30m (what x-stream-offset takes)"
+                ) from None
+            offset = None
         if offset is not None and offset < 0:
             raise BadRequest(f"offset must be >= 0, got {offset}")
         predicate = None
@@ -75,7 +89,9 @@ class BrowseAdmin(AdminBase):
         end = stream.end_offset
         reader = stream.reader()
         try:
-            if offset is not None:
+            if position is not None:
+                position_reader(reader, position)
+            elif offset is not None:
                 reader.seek_offset(offset)
             elif timestamp_ms is not None:
                 reader.seek_timestamp(timestamp_ms)

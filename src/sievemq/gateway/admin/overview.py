@@ -15,6 +15,7 @@ from sievemq.gateway.admin.base import (
 )
 from sievemq.gateway.admin.queues import QueuesAdmin
 from sievemq.gateway.admin.views import (
+    DescriptorsView,
     FilterStatsView,
     HistogramView,
     OverviewView,
@@ -22,8 +23,9 @@ from sievemq.gateway.admin.views import (
     Totals,
     WriteLatencyView,
 )
-from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
-from sievemq.gateway.model.stream.queue import FilterStats
+from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.queue import FilterStats
+from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import total_memory
 from sievemq.units import parse_memory_watermark, parse_size
 
@@ -125,7 +127,7 @@ class OverviewAdmin(QueuesAdmin):
         for v in self.broker.vhosts.values():
             for q in v.classic.queues.values():
                 sums = out["quorum" if q.kind == "quorum" else "classic"]
-                for k, n in classic_message_stats(q).items():
+                for k, n in _classic_counts(q).items():
                     sums[k] += n
         st = out["stream"]
         for sv in streams:
@@ -147,6 +149,16 @@ class OverviewAdmin(QueuesAdmin):
         return WriteLatencyView(
             HistogramView(lat.append.cumulative(), lat.append.sum, lat.append.count),
             HistogramView(lat.fsync.cumulative(), lat.fsync.sum, lat.fsync.count),
+        )
+
+    def descriptors(self) -> DescriptorsView:
+        """Open descriptors against the limit, and client sockets against their share."""
+        node = self.node
+        return DescriptorsView(
+            descriptors.open_descriptors(),
+            descriptors.soft_limit(),
+            node.connection_count if node is not None else 0,
+            node.limits.max_connections if node is not None else 0,
         )
 
     def set_alarm_limits(

@@ -39,6 +39,7 @@ from sievemq.storage import (
     layout,
     survey,
 )
+from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR, safe_name
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,6 @@ class Broker:
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if removed := layout.remove_tombstones(self.data_dir):
-            log.info("removed %d deleted stream(s) a crash left behind", removed)
         # the replay and the restore make no cyclic garbage, only live objects (hundreds of
         # thousands with 50,000 streams): the collector's passes over them are pure cost
         collecting = gc.isenabled()
@@ -110,6 +109,7 @@ class Broker:
         try:
             self.store = definitions.DefinitionStore(self.data_dir)
             stored = self.store.load()
+            self._settle_tombstones(stored)  # before any queue's files are opened
             # the definitions to write back after the start: the defaults of a new node,
             # or what the restore dropped (a dangling binding); an exact restore writes nothing
             self._restore_dropped = False
@@ -126,6 +126,26 @@ class Broker:
         self._loading = False
         if stored is None or self._restore_dropped:
             self.save_definitions(everything=True)
+
+    def _settle_tombstones(self, stored: dict[str, Any] | None) -> None:
+        """The deleted queues' directories a crash left: a delete the definitions do not
+        hold yet (never durable, never answered) is undone, with its data; the others go."""
+        live: set[tuple[str, str, str]] = set()
+        vhosts = {item["name"] for item in (stored or {}).get("vhosts", [])}
+        for item in (stored or {}).get("queues", []):
+            if item["vhost"] in vhosts:
+                kind = QUEUES_DIR if item.get("type") in ("classic", "quorum") else STREAMS_DIR
+                live.add((kind, safe_name(item["vhost"]), safe_name(item["name"])))
+        restored, removed = layout.settle_tombstones(self.data_dir, live)
+        if removed:
+            log.info("removed %d deleted queue(s) a crash left behind", removed)
+        if restored:
+            log.warning("%d queue(s) deleted just before a crash are back", restored)
+
+    def _release_files(self, tombstone: Path) -> None:
+        """A deleted queue's tombstone goes once the delete is durable (``after_synced``;
+        the delete was committed just before: a crash until then puts it back)."""
+        self.store.after_synced(lambda: layout.remove_later(tombstone))
 
     # ------------------------------------------------------------------ setup
 
@@ -252,11 +272,23 @@ class Broker:
         if self.stream_writer is not None and isinstance(queue, StreamQueue):
             self.stream_writer(queue, message)
 
-    @staticmethod
-    def _remove_stream(queue: StreamQueue) -> None:
-        """A deleted stream's files go: renamed to a tombstone now, removed in the
-        background (``Stream.delete``)."""
-        queue.stream.delete()
+    def _remove_stream(self, queue: StreamQueue) -> None:
+        """A deleted stream's files go (its delete committed just before): renamed to a
+        tombstone now, removed in the background once the delete is durable
+        (``Stream.delete``, ``after_synced``). One not opened since the start is not
+        opened for it (its recovery reads the files, on the event loop)."""
+        ticket = self.store.writes  # (the release may run in the thread of an append)
+
+        def release(tombstone: Path) -> None:
+            self.store.after_synced(lambda: layout.remove_later(tombstone), ticket)
+
+        if queue.discard_unopened():
+            directory = definitions.stream_directory(self.data_dir, queue.vhost, queue.name)
+            tombstone = layout.bury(directory)
+            if tombstone is not None:
+                release(tombstone)
+            return
+        queue.stream.delete(release)
 
     def _open_queue_log(self, vhost: str, name: str) -> QueueLog:
         """The message log of a durable classic/quorum queue (recovered by the queue)."""
@@ -289,6 +321,7 @@ class Broker:
             )
             classic.write_stream = self._write_stream
             classic.on_deleted = self._retire
+            classic.release_files = self._release_files
             vhost = VirtualHost(
                 name,
                 self._open_stream,

@@ -36,6 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from sievemq.storage import handles
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import queue_directory, safe_name, stream_directory
 
@@ -151,6 +152,10 @@ class DefinitionStore:
         self.defer_sync = False  # commits write but leave the fdatasync to take_sync()
         self._unsynced = False
         self.writes = 0  # commits that wrote something (a caller tells whether it changed)
+        # how many of them are known to be on disk, and what waits for more (``after_synced``)
+        self.synced_writes = 0
+        self._after: list[tuple[int, Callable[[], None]]] = []
+        self._after_lock = threading.Lock()
         # work owed with the next deferred sync and run by the same worker thread before the
         # fdatasync: file creations (a new stream's, ``defer_job``) and a compaction
         self._jobs: list[Callable[[], None]] = []
@@ -316,6 +321,8 @@ class DefinitionStore:
             os.fdatasync(self._fd)
             self._unsynced = False
         self.writes += 1
+        if not self._unsynced:
+            self._synced(self.writes)
         self._found = True
         if (
             self._lines > _COMPACT_MIN
@@ -334,6 +341,28 @@ class DefinitionStore:
         if self.defer_sync:
             self._jobs.append(job)
         else:
+            job()
+
+    def after_synced(self, job: Callable[[], None], ticket: int | None = None) -> None:
+        """Run ``job`` once the commits made so far (the first ``ticket`` of them) are on
+        disk: at once when they are, else in the thread whose fdatasync gets them there
+        (thread-safe). A deleted queue's files go this way: until its delete is durable,
+        a crash finds its tombstone and the definitions still holding it, and puts it
+        back (``layout.settle_tombstones``)."""
+        ticket = self.writes if ticket is None else ticket
+        with self._after_lock:
+            if self.synced_writes < ticket:
+                self._after.append((ticket, job))
+                return
+        job()
+
+    def _synced(self, upto: int) -> None:
+        """The first ``upto`` commits are on disk: run the jobs that waited for them."""
+        with self._after_lock:
+            self.synced_writes = max(self.synced_writes, upto)
+            due = [job for ticket, job in self._after if ticket <= self.synced_writes]
+            self._after = [(t, job) for t, job in self._after if t > self.synced_writes]
+        for job in due:
             job()
 
     @property
@@ -356,6 +385,11 @@ class DefinitionStore:
         duplicate of the descriptor). None when nothing is owed."""
         if self._fd < 0 or not self.owes_sync:
             return None
+        upto = self.writes  # what this sync makes durable (``after_synced``)
+        fd = -1
+        if self._unsynced and not self._compact_owed:  # (a compaction syncs the whole log)
+            # first: out of descriptors, nothing owed is taken (the next round retries)
+            fd = handles.retrying(lambda: os.dup(self._fd))
         jobs, self._jobs = self._jobs, []
         snapshot: list[tuple[str, list[tuple[str | None, tuple[str | None, Any]]]]] | None = None
         if self._compact_owed:
@@ -363,9 +397,6 @@ class DefinitionStore:
             # the items as of now, copied (cheap, in C); the lines are built in the thread
             snapshot = [(s, list(stored.items())) for s, stored in self._items.items()]
             self._tail = []
-        fd = -1
-        if self._unsynced and snapshot is None:  # (a compaction syncs the whole new log)
-            fd = os.dup(self._fd)
         self._unsynced = False
 
         def sync() -> None:
@@ -376,6 +407,7 @@ class DefinitionStore:
                     self._compact_from(snapshot)
                 if fd >= 0:
                     os.fdatasync(fd)
+                self._synced(upto)
             finally:
                 if fd >= 0:
                     os.close(fd)
@@ -458,6 +490,7 @@ class DefinitionStore:
                     os.fdatasync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
+        self._synced(self.writes)
 
     def __enter__(self) -> DefinitionStore:
         return self

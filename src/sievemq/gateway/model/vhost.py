@@ -228,6 +228,7 @@ class VirtualHost:
                 else self._new_stream(vhost, name, stream_args)
             ),
             None if survey is None else lambda: survey(vhost, name),
+            restored=lazy,
         )
         if not lazy or self.policies or self.operator_policies:
             self.apply_policy(queue)  # (with no policy at all it would change nothing)
@@ -266,8 +267,8 @@ class VirtualHost:
         self.touched.append(("queue", name))
         self.drop_queue_bindings(name)
         queue.notify_deleted()
+        self._on_change()  # forgotten first (committed): then its files go
         self._remove_stream(queue)
-        self._on_change()
         return count
 
     def drop_queue_bindings(self, name: str) -> None:

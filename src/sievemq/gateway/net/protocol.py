@@ -31,15 +31,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from typing import Final, cast
 from typing import Protocol as TypingProtocol
 
 from sievemq.amqp import errors, frames
 
+log = logging.getLogger(__name__)
+
 # the most frames of one read handed to the handler before the event loop runs again (its
 # appends write a chunk, confirms go out): 200 publishes of one body frame, whatever their size
 READ_SLICE: Final = 600
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
 
 class FrameHandler(TypingProtocol):
@@ -157,6 +165,12 @@ class AMQPProtocol(asyncio.Protocol):
             transport = self.transport
             assert transport is not None
             if not verdict:
+                log.warning(
+                    "connection from %s refused: it asked for %s; SieveMQ speaks AMQP 0-9-1 "
+                    "here (and the RabbitMQ Stream protocol on its stream port)",
+                    _peer(transport),
+                    frames.describe_protocol_header(data),
+                )
                 transport.write(frames.PROTOCOL_HEADER)
                 transport.close()
                 self._dead = True

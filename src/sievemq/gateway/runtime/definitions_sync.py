@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from sievemq.amqp import errors
 from sievemq.gateway.model.definitions import DefinitionStore
+from sievemq.gateway.runtime import descriptors
 from sievemq.storage.stream import StreamFilesError
 
 
@@ -99,6 +101,16 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 def when_synced(future: asyncio.Future[None], then: Callable[[BaseException | None], None]) -> None:
     """Call ``then(None)`` once ``future`` succeeded, ``then(error)`` if it failed."""
     future.add_done_callback(lambda f: then(f.exception()))
+
+
+def sync_failure(error: BaseException) -> errors.AMQPError:
+    """The connection.close of a change that could not be made durable: 506 when the
+    process was out of descriptors (it recovers as they free up), else 541."""
+    if descriptors.is_exhausted(error):
+        return errors.ResourceError(
+            f"cannot make a definitions change durable: {descriptors.exhausted_text(error)}"
+        )
+    return errors.InternalError(failure_text(error))
 
 
 def failure_text(error: BaseException) -> str:

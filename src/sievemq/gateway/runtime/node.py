@@ -13,16 +13,18 @@ from sievemq.amqp.errors import AMQPError
 from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.gateway.runtime.classic import queue_expiry
-from sievemq.gateway.runtime.classic.appender import ClassicAppender
+from sievemq.gateway.runtime import queue_expiry
+from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.classic_appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
+from sievemq.gateway.runtime.direct_replies import DirectReplies
 from sievemq.gateway.runtime.gc_tuning import GcFreezer
 from sievemq.gateway.runtime.latency import WriteLatencies
-from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.storage import Message
+from sievemq.storage import Message, StorageError
+from sievemq.storage.publishers import PublisherSequences
 
 
 class AlarmTarget(Protocol):
@@ -84,6 +86,7 @@ class Node:
         # one worker per core is plenty: each stream has at most one fsync in flight
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sievemq-fsync")
         self.accepting = True
+        self.direct_replies = DirectReplies()  # amq.rabbitmq.reply-to names -> their channels
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []
@@ -96,6 +99,8 @@ class Node:
         # in-process test gateways share their interpreter with the tests, so they leave
         # the collector alone unless asked
         self.gc = GcFreezer(broker, enabled=gc_freeze)
+        # publisher-sequence rebuilds in worker threads, one per stream (``load_sequences``)
+        self._loading: dict[int, tuple[StreamQueue, asyncio.Future[None]]] = {}
 
     def _write_stream(self, queue: StreamQueue, message: Message) -> None:
         """One dead-lettered message into a stream: the same writer (and record) as a
@@ -114,6 +119,11 @@ class Node:
 
     def release(self) -> None:
         self._count -= 1
+
+    @property
+    def connection_count(self) -> int:
+        """Client sockets admitted and not yet closed (AMQP 0-9-1 and stream protocol)."""
+        return self._count
 
     def connection_refusal(self, vhost: VirtualHost, username: str) -> str | None:
         """RabbitMQ's vhost and user ``max-connections`` over the open connections of both
@@ -175,6 +185,43 @@ class Node:
             self._appenders[id(queue)] = appender
             self.watch(queue)
         return appender
+
+    def load_sequences(self, queue: StreamQueue) -> asyncio.Future[None]:
+        """Rebuild the queue's publisher sequences in a worker thread (a stream with no
+        snapshot after a crash is scanned whole): done once ``queue.loaded_sequences`` is
+        set. One load per queue, shared by every connection that waits for it."""
+        loading = self._loading.get(id(queue))
+        if loading is not None and loading[0] is queue:
+            return loading[1]
+        loop = self.loop
+        done: asyncio.Future[None] = loop.create_future()
+        self._loading[id(queue)] = (queue, done)
+        try:
+            build = queue.sequences_builder()
+        except (OSError, StorageError) as error:
+            self._loading.pop(id(queue), None)
+            done.set_exception(error)
+            return done
+        work = loop.run_in_executor(None, build)
+
+        def built(w: asyncio.Future[PublisherSequences]) -> None:
+            self._loading.pop(id(queue), None)
+            error = asyncio.CancelledError() if w.cancelled() else w.exception()
+            if error is None and not queue.deleted:
+                try:
+                    queue.adopt_sequences(w.result())
+                except (OSError, StorageError) as caught:
+                    error = caught
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+                done.exception()  # retrieved: a waiter that went away logs nothing
+
+        work.add_done_callback(built)
+        return done
 
     def flush_classic(self, queue: ClassicQueue) -> None:
         """Enqueue what this tick's publishes left buffered for ``queue`` now, so a basic.get

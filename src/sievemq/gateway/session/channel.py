@@ -37,28 +37,24 @@ from sievemq.amqp.hotcodec import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.stream import dedup
-from sievemq.gateway.model.stream.arguments import (
-    auto_ack_not_supported,
-    get_not_supported,
-    global_qos_not_supported,
-    parse_consumer_arguments,
-    prefetch_not_set,
-    purge_not_supported,
-)
-from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model import dedup
+from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
-from sievemq.gateway.runtime.classic.appender import ClassicAppender
-from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
-from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.gateway.session import access, publish_cache, transactions
-from sievemq.gateway.session.classic import consumer as classic_consumer
+from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
+from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
+from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
+from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
+from sievemq.gateway.session import access, direct_reply, named_consumers, transactions
+from sievemq.gateway.session import classic_consumer as classic
+from sievemq.gateway.session import publish_cache as fastpath
 from sievemq.gateway.session.confirms import ConfirmTracker
+from sievemq.gateway.session.consume_setup import consumer_extras
+from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
-from sievemq.gateway.session.stream import named_consumers
-from sievemq.gateway.session.stream.consume_setup import consumer_extras
-from sievemq.gateway.session.stream.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
 from sievemq.storage.types import KIND_AMQP091
 
@@ -71,8 +67,8 @@ _body_size = struct.Struct(">Q").unpack_from
 _new_message = tuple.__new__  # Message(...) without the NamedTuple constructor's call
 _consumer_of = itemgetter(1)
 
-FILTER_HEADER = publish_cache.FILTER_HEADER
-_known_publish = publish_cache.known_publish  # memo hits only: None when not known
+FILTER_HEADER = fastpath.FILTER_HEADER
+_known_publish = fastpath.known_publish  # memo hits only: None when not known
 _FRAME_HEADER = frames.FRAME_HEADER
 _FRAME_BODY = frames.FRAME_BODY
 _MIN_CONTENT_HEADER = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
@@ -88,6 +84,7 @@ _PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
 # the publish arguments before the first publish: every publish stores a new tuple, so
 # ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
 _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
+_REPLY_TO_PSEUDO = REPLY_PSEUDO_BYTES
 
 
 class Channel:
@@ -102,12 +99,14 @@ class Channel:
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
+        self.reply_consumer: direct_reply.ReplyConsumer | None = None  # amq.rabbitmq.reply-to
         # while this channel deletes a queue: the basic.cancel of its own consumers on it,
         # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
         self._held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
-        self.classic: classic_consumer.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
         self.tx: transactions.Transaction | None = None  # after tx.select
+        self._committing = False  # within tx.commit (its publishes are stored at once)
         self.next_delivery_tag = 1
         self.prefetch = 0  # per-consumer (basic.qos global=false)
         self.global_prefetch = 0
@@ -127,7 +126,7 @@ class Channel:
         self._max_pending_content = limits.max_pending_content_bytes
         self._table_limits = limits.tables
         # the property memo of these limits (memo hits only: None when not known)
-        self._known_properties = publish_cache.properties_memo(limits.tables).get
+        self._known_properties = fastpath.properties_memo(limits.tables).get
         self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
@@ -238,7 +237,7 @@ class Channel:
         def synced(error: BaseException | None) -> None:
             backlog, self.backlog = self.backlog or [], None
             if error is not None:
-                self.connection.close(errors.InternalError(failure_text(error)))
+                self.connection.close(sync_failure(error))
                 self.connection.flush()
                 return
             self.connection.resume_channel(self, held, backlog)
@@ -262,6 +261,8 @@ class Channel:
         state = self.state
         if class_id != _PUBLISH_CLASS or size > self._max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
+        if _REPLY_TO_PSEUDO in props:  # maybe reply-to: amq.rabbitmq.reply-to (never memoised)
+            props = direct_reply.rewrite(self, props)
         self._props = props
         if size == 0:
             state.phase = _OPEN  # the table's header transitions, inline
@@ -299,13 +300,13 @@ class Channel:
             return False
         # the memo lookups inline (a repeated publish or property list costs a dict get,
         # not a call); a miss decodes and checks, and None sends us the slow way
-        pub = _known_publish(method) or publish_cache.publish_args(method)
+        pub = _known_publish(method) or fastpath.publish_args(method)
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
         values = self._known_properties(props)
         if values is None:
-            values = publish_cache.new_property_filter_values(props, self._table_limits)
+            values = fastpath.new_property_filter_values(props, self._table_limits)
             if values is None:
                 return False
         self._pub = pub
@@ -324,7 +325,7 @@ class Channel:
         props = self._props
         if values is None:
             try:
-                values = publish_cache.filter_values(props)
+                values = fastpath.filter_values(props)
             except errors.PreconditionFailed as error:
                 error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
                 raise
@@ -337,6 +338,15 @@ class Channel:
             raise
         confirm = self.confirm
         if not queues:
+            if (
+                not exchange
+                and routing_key.startswith(REPLY_NAME_PREFIX)
+                and direct_reply.deliver(self.connection, routing_key, props, body)
+            ):  # a direct reply went straight to its requester: routed, never returned
+                if confirm is not None:
+                    confirm.take(0)
+                    self._schedule_confirms()
+                return
             counters = self.connection.node.broker.counters
             if mandatory:
                 counters.returned_unroutable += 1
@@ -359,7 +369,9 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/stream/dedup.py)
+        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+            if self._wait_for_sequences(queues, body, values):
+                return  # handled again once the stream's sequences are rebuilt
             queues = self._not_duplicate(queues, props)
             if not queues:  # a duplicate in every stream: confirmed, stored nowhere
                 if confirm is not None:
@@ -389,6 +401,31 @@ class Channel:
             appenders.clear()
         appender = appenders[queue] = self._node.appender(queue)
         return appender
+
+    def _wait_for_sequences(self, queues: list[Any], body: bytes, values: Any) -> bool:
+        """The first deduplicated publish to a stream since the start needs its publisher
+        sequences, rebuilt by a scan of the stream: in a worker thread (``Node.
+        load_sequences``). Meanwhile this channel holds: the publish and every later frame
+        of the channel wait, in order (``backlog``), then the publish is handled again."""
+        loading = next(
+            (q for q in queues if isinstance(q, StreamQueue) and q.loaded_sequences is None),
+            None,
+        )
+        if loading is None or self._committing:
+            return False  # (a tx.commit's publishes are stored in order, at once: on the loop)
+        pub, props = self._pub, self._props
+        self.backlog = []
+
+        def again() -> None:
+            self._pub, self._props = pub, props
+            self._complete(body, values)
+
+        def loaded(error: BaseException | None) -> None:
+            backlog, self.backlog = self.backlog or [], None
+            self.connection.resume_held(self, again if error is None else error, backlog)
+
+        when_synced(self._node.load_sequences(loading), loaded)
+        return True
 
     def _not_duplicate(self, queues: list[Any], props: bytes) -> list[Any]:
         """The routed queues minus the streams that already hold this publisher id."""
@@ -548,6 +585,8 @@ class Channel:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         self.consumers.clear()
+        if self.reply_consumer is not None:
+            direct_reply.cancel(self, self.reply_consumer.tag)
         if self.classic is not None:
             self.classic.release()  # unacked classic deliveries go back to their queues
         self.unacked.clear()
@@ -630,9 +669,11 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
     def _queue_declare(self, m: Any) -> None:
+        if direct_reply.is_pseudo(m.queue):
+            return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
-        classic_consumer.flush_before_declare(self, m.queue)
+        classic.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -650,7 +691,7 @@ class Channel:
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
-        classic_consumer.check_delete(self, m.queue)
+        classic.check_delete(self, m.queue)
         self._held_cancels = []
         try:
             count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
@@ -677,14 +718,14 @@ class Channel:
     def _queue_purge(self, m: Any) -> None:
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
-            return classic_consumer.purge(self, queue, m)
-        raise purge_not_supported(queue.name, self.connection.vhost_name)
+            return classic.purge(self, queue, m)
+        raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
-            return classic_consumer.get(self, queue, m)
-        raise get_not_supported(queue.name, self.connection.vhost_name)
+            return classic.get(self, queue, m)
+        raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
         if m.global_:
@@ -694,19 +735,23 @@ class Channel:
         self.connection.send_method(self.id, spec.Basic.QosOk())
 
     def _basic_consume(self, m: Any) -> None:
+        if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
+            return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
         self._allow("read", "queue", m.queue)
         found = self.vhost.find_queue(m.queue)
         if isinstance(found, ClassicQueue):
-            return classic_consumer.consume(self, found, m)
+            return classic.consume(self, found, m)
         queue = found
-        options = parse_consumer_arguments(dict(m.arguments or {}), queue.name, vhost_name)
+        options = stream_args.parse_consumer_arguments(
+            dict(m.arguments or {}), queue.name, vhost_name
+        )
         if self.prefetch <= 0:
-            raise prefetch_not_set(queue.name, vhost_name)
+            raise stream_args.prefetch_not_set(queue.name, vhost_name)
         if m.no_ack:
-            raise auto_ack_not_supported(queue.name, vhost_name)
+            raise stream_args.auto_ack_not_supported(queue.name, vhost_name)
         if self.global_prefetch > 0:
-            raise global_qos_not_supported(queue.name, vhost_name)
+            raise stream_args.global_qos_not_supported(queue.name, vhost_name)
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
@@ -765,7 +810,9 @@ class Channel:
 
     def _basic_cancel(self, m: Any) -> None:
         consumer = self.consumers.pop(m.consumer_tag, None)
-        if consumer is not None:
+        if consumer is None:
+            direct_reply.cancel(self, m.consumer_tag)
+        else:
             consumer.stop()
             consumer.queue.consumers.discard(consumer)
         if not m.nowait:
@@ -803,6 +850,7 @@ class Channel:
         publishes, settles = tx.publishes, tx.settles
         tx.clear()
         self.tx = None
+        self._committing = True
         try:
             for pub, props, body in publishes:
                 self._pub, self._props = pub, props
@@ -811,6 +859,7 @@ class Channel:
                 self._settle_deliveries(tag, multiple, finished, method_id)
         finally:
             self.tx = tx
+            self._committing = False
         self.connection.send_method(self.id, spec.Tx.CommitOk())
 
     def _tx_rollback(self, m: Any) -> None:

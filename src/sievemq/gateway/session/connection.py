@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pamqp.commands as spec
@@ -38,6 +39,7 @@ from sievemq.amqp.states import (
 )
 from sievemq.gateway.model.users import User
 from sievemq.gateway.model.vhost import VirtualHost
+from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import blocked_reason
 from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session.channel import Channel
@@ -192,6 +194,27 @@ class Connection:
         if self.backlog_bytes <= _BACKLOG_PAUSE_BYTES:
             self._pause_for_backlog(False)
 
+    def resume_held(
+        self,
+        channel: HeldChannel,
+        work: Callable[[], None] | BaseException,
+        backlog: list[tuple[int, bytes]],
+    ) -> None:
+        """A channel held for work in a worker thread may go on: run ``work`` (what waited)
+        as ``on_frames`` would, mapping its errors the same way (an exception instead
+        fails the channel with it), then handle the frames it received meanwhile."""
+        chid = channel.id
+        if self.channels.get(chid) is channel and self.state.phase is _OPEN:
+            try:
+                if isinstance(work, BaseException):
+                    raise work
+                work()
+            except errors.AMQPError as error:
+                self._fail(error, chid)
+            except Exception as error:  # the connection boundary, as in on_frames
+                self._fail(boundary_error(error, self.id), chid)
+        self.resume_channel(channel, [], backlog)
+
     def _pause_for_backlog(self, paused: bool) -> None:
         if paused is not self._backlog_paused and self.read_control is not None:
             self._backlog_paused = paused
@@ -250,8 +273,7 @@ class Connection:
                 except errors.AMQPError as error:
                     self._fail(error, chid)
                 except Exception as error:  # the connection boundary
-                    log.exception("connection %s: internal error", self.id)
-                    self._fail(errors.InternalError(f"{type(error).__name__}: {error}"), chid)
+                    self._fail(boundary_error(error, self.id), chid)
         finally:
             self._in_frames = False
             if fast:
@@ -560,3 +582,14 @@ _CONNECTION_METHODS: dict[states.Method, Any] = {
     states.CONNECTION_CLOSE_OK: Connection._close_ok,
     states.CONNECTION_UPDATE_SECRET: Connection._update_secret,
 }
+
+
+def boundary_error(error: Exception, conn_id: int) -> errors.AMQPError:
+    """What an unexpected exception costs at the connection boundary: a 506 on its channel
+    when the process ran out of descriptors (a warning in the log; the node recovers as
+    they free up), otherwise a 541 with the traceback in the log."""
+    if descriptors.is_exhausted(error):
+        log.warning("connection %s: %s", conn_id, descriptors.exhausted_text(error))
+        return descriptors.exhausted_error(error)
+    log.exception("connection %s: internal error", conn_id)
+    return errors.InternalError(f"{type(error).__name__}: {error}")

@@ -22,6 +22,7 @@ The node holds its connections as ``runtime.node.ClientConnection`` (alarms and 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from sievemq.gateway.model.classic.queue import ClassicQueue
@@ -133,4 +134,10 @@ class ChannelHost(Protocol):
     def end_capture(self, mark: int, hold: bool) -> list[bytes]: ...
     def resume_channel(
         self, channel: HeldChannel, held: list[bytes], backlog: list[tuple[int, bytes]]
+    ) -> None: ...
+    def resume_held(
+        self,
+        channel: HeldChannel,
+        work: Callable[[], None] | BaseException,
+        backlog: list[tuple[int, bytes]],
     ) -> None: ...

@@ -20,7 +20,8 @@ from typing import Final
 
 from sievemq.amqp import errors, hotcodec, properties
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
-from sievemq.gateway.model.stream.arguments import parse_filter_values
+from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 
 FILTER_HEADER: Final = "x-stream-filter-value"
 _FILTER_HEADER_BYTES: Final = FILTER_HEADER.encode()
@@ -94,7 +95,12 @@ def new_property_filter_values(
     props: bytes, limits: TableLimits = DEFAULT_LIMITS
 ) -> tuple[str, ...] | None:
     """``property_filter_values`` for bytes the memo does not hold (``known_properties``
-    said None): checked, read and remembered without looking the memo up again."""
+    said None): checked, read and remembered without looking the memo up again.
+
+    A property list that names the direct reply-to pseudo-queue anywhere is never
+    remembered: its publish takes the slow path, which rewrites the reply-to property."""
+    if _REPLY_TO_PSEUDO in props:
+        return None
     try:
         at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
         if at < 0:
@@ -104,13 +110,13 @@ def new_property_filter_values(
             raw = props[at + 5 : at + 5 + size]
             cached = _longstr_values.get(raw)
             if cached is None:
-                cached = parse_filter_values(properties.header_at(props, at))
+                cached = stream_args.parse_filter_values(properties.header_at(props, at))
                 if len(_longstr_values) >= _CACHE_MAX:
                     _longstr_values.clear()
                 _longstr_values[raw] = cached
             values = cached
         else:
-            values = parse_filter_values(properties.header_at(props, at))
+            values = stream_args.parse_filter_values(properties.header_at(props, at))
     except errors.AMQPError:
         return None
     memo = properties_memo(limits)
@@ -123,5 +129,5 @@ def new_property_filter_values(
 def filter_values(props: bytes) -> tuple[str, ...]:
     """Filter values of a message from its raw properties (406 when malformed)."""
     if _FILTER_HEADER_BYTES in props:
-        return parse_filter_values(properties.read_header(props, FILTER_HEADER))
+        return stream_args.parse_filter_values(properties.read_header(props, FILTER_HEADER))
     return ()

@@ -51,7 +51,6 @@ class StreamNode:
         # single-active-consumer groups
         self.sac = SacCoordinator(consumer_update_timeout_s, node.loop.call_later)
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}
-        self._loading: dict[int, tuple[StreamQueue, asyncio.Future[None]]] = {}
 
     def sequences(self, queue: StreamQueue) -> PublisherSequences:
         """The publisher sequences of the queue's stream (loaded on first use)."""
@@ -63,41 +62,9 @@ class StreamNode:
         return entry[1]
 
     def load_sequences(self, queue: StreamQueue) -> asyncio.Future[None]:
-        """Rebuild the queue's publisher sequences in a worker thread (a stream with no
-        snapshot after a crash is scanned whole): done once ``queue.loaded_sequences`` is
-        set. One load per queue, shared by every connection that waits for it."""
-        loading = self._loading.get(id(queue))
-        if loading is not None and loading[0] is queue:
-            return loading[1]
-        loop = self.node.loop
-        done: asyncio.Future[None] = loop.create_future()
-        self._loading[id(queue)] = (queue, done)
-        try:
-            build = queue.sequences_builder()
-        except (OSError, StorageError) as error:
-            self._loading.pop(id(queue), None)
-            done.set_exception(error)
-            return done
-        work = loop.run_in_executor(None, build)
-
-        def built(w: asyncio.Future[PublisherSequences]) -> None:
-            self._loading.pop(id(queue), None)
-            error = asyncio.CancelledError() if w.cancelled() else w.exception()
-            if error is None and not queue.deleted:
-                try:
-                    queue.adopt_sequences(w.result())
-                except (OSError, StorageError) as caught:
-                    error = caught
-            if done.done():
-                return
-            if error is None:
-                done.set_result(None)
-            else:
-                done.set_exception(error)
-                done.exception()  # retrieved: a waiter that went away logs nothing
-
-        work.add_done_callback(built)
-        return done
+        """The node's off-loop rebuild of the queue's publisher sequences
+        (``Node.load_sequences``), shared with deduplicated AMQP publishes."""
+        return self.node.load_sequences(queue)
 
     def _forget(self, queue: StreamQueue) -> None:
         self._sequences.pop(id(queue), None)

@@ -40,6 +40,7 @@ from sievemq.gateway.admin.views.clients import (
     StreamPublisherView,
 )
 from sievemq.gateway.admin.views.node import (
+    DescriptorsView,
     HistogramView,
     ListenerView,
     OverviewView,
@@ -82,6 +83,7 @@ __all__ = [
     "ConsumerOffsetView",
     "ConsumerView",
     "Definitions",
+    "DescriptorsView",
     "ExchangeView",
     "FilterAdviceView",
     "FilterStatsView",

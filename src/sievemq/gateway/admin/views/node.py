@@ -68,3 +68,14 @@ class HistogramView:
 class WriteLatencyView:
     append: HistogramView
     fsync: HistogramView
+
+
+@dataclass
+class DescriptorsView:
+    """The process's descriptors (RabbitMQ's ``fd_used``/``fd_total``) and the client
+    connections' share of them (``sockets_used``/``sockets_total``)."""
+
+    fd_used: int
+    fd_total: int
+    sockets_used: int
+    sockets_total: int

@@ -30,9 +30,11 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.model.classic.arguments import QueueArguments
+from sievemq.gateway.model.classic_arguments import QueueArguments
+from sievemq.storage import layout
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -794,10 +796,11 @@ class ClassicQueue:
         if self.log is not None:
             self.log.close()
 
-    def destroy(self) -> None:
-        """Delete the queue's files (queue.delete)."""
+    def destroy(self, release: Callable[[Path], None] = layout.remove_later) -> None:
+        """Delete the queue's files (queue.delete): its log's tombstone goes to
+        ``release``."""
         if self.log is not None:
-            self.log.delete()
+            self.log.delete(release)
 
 
 class ConsumerList:

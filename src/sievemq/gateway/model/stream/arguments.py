@@ -12,6 +12,7 @@ few comparisons.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 import time
@@ -399,6 +400,26 @@ def parse_offset_spec(
             return OffsetSpec("timestamp", now - interval)
     reason = f"{{invalid_stream_offset_arg,{{{amqp_type(value)},{erlang_value(value)}}}}}"
     raise _invalid_arg("x-stream-offset", queue, vhost, reason)
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def offset_from_text(
+    text: str, *, queue: str = "", vhost: str = "/", now_ms: int | None = None
+) -> OffsetSpec:
+    """``x-stream-offset`` written as text (an HTTP query parameter), read by
+    ``parse_offset_spec``: an integer is an offset, an ISO 8601 date-time is the AMQP
+    timestamp the argument may carry, anything else the string it may carry (``first``,
+    ``last``, ``next``, an interval before now such as ``30m``)."""
+    value: Any = text.strip()
+    if _INTEGER.fullmatch(value):
+        value = int(value)
+    elif value[:1].isdigit():
+        # else an interval such as 30m, or not an offset at all (the 406 names it)
+        with contextlib.suppress(ValueError):
+            value = datetime.datetime.fromisoformat(value)
+    return parse_offset_spec(value, queue=queue, vhost=vhost, now_ms=now_ms)
 
 
 def parse_consumer_arguments(

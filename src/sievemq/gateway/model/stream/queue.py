@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from sievemq.gateway.model.stream import dedup
-from sievemq.gateway.model.stream.arguments import StreamArguments
-from sievemq.storage import FilterSpec, Stream, StreamStats, StreamSurvey
+from sievemq.gateway.model import dedup
+from sievemq.gateway.model.arguments import StreamArguments
+from sievemq.storage import FilterSpec, StorageError, Stream, StreamStats, StreamSurvey
 from sievemq.storage.publishers import PublisherSequences
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,13 @@ class _Unopened:
         return self.summary
 
 
+def _deleted_opener(name: str) -> Callable[[], Stream]:
+    def refuse() -> Stream:
+        raise StorageError(f"stream {name!r} was deleted")
+
+    return refuse
+
+
 class StreamQueue:
     """A declared stream queue of a vhost.
 
@@ -124,8 +131,12 @@ class StreamQueue:
         arguments: StreamArguments,
         stream: Stream | Callable[[], Stream],
         survey: Callable[[], StreamSurvey | None] | None = None,
+        restored: bool = False,
     ) -> None:
         self.name = name
+        # restored at start (its files are on disk and nothing else touches them until
+        # it opens), not declared now (a worker thread may be creating its files)
+        self.restored = restored
         self.vhost = vhost
         self.arguments = arguments  # as declared (policies act on ``stream.config``)
         self._stream: Stream | None = None
@@ -167,6 +178,16 @@ class StreamQueue:
         else:
             unopened.on_open = change
             unopened.filter_size_bytes = filter_size_bytes
+
+    def discard_unopened(self) -> bool:
+        """Being deleted: a stream restored at start and never opened stays unopened for
+        good (True), so its files can go without the recovery an open would run on the
+        event loop; False when it must be opened (or is) to be deleted."""
+        unopened = self._unopened
+        if unopened is None or not self.restored:
+            return False
+        unopened.opener = _deleted_opener(self.name)
+        return True
 
     @property
     def opened_stream(self) -> Stream | None:

@@ -1,0 +1,175 @@
+"""Living within the process's descriptor limit (issue 21): the real server under
+``ulimit -n 256`` and ``1024``, soft and hard, so it cannot raise them.
+
+Thousands of streams in use cost no more descriptors than the budget gives the storage
+cache; clients past the connections' share are closed at accept; running out anyway costs
+one operation a 506 naming the limit, and the node recovers once descriptors free up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from sievemq.testing import ServerProcess
+
+from ..admin_client import client
+
+STREAMS = 3000
+SAMPLE_EVERY = 250
+
+
+@pytest.fixture
+def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+    with ServerProcess(tmp_path / "data", fd_limit=request.param) as proc:
+        yield proc
+        assert proc.running, proc.stderr()
+        assert "INTERNAL_ERROR" not in proc.stderr()
+        assert "Traceback" not in proc.stderr(), proc.stderr()
+
+
+def node_figures(server: ServerProcess) -> dict[str, int]:
+    with client(server) as http:
+        node = http.get("/api/nodes").json()[0]
+    return {k: node[k] for k in ("fd_used", "fd_total", "sockets_used", "sockets_total")}
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    with client(server) as http:
+        text = http.get("/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def stream_args() -> dict[str, object]:
+    return {"x-queue-type": "stream"}
+
+
+def arrivals(server: ServerProcess, stop: threading.Event, done: list[int]) -> None:
+    """New connections arriving all along: each declares its stream, publishes one
+    confirmed message and leaves."""
+    n = 0
+    while not stop.is_set():
+        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(f"arrival-{n}", durable=True, arguments=stream_args())
+        ch.basic_publish("", f"arrival-{n}", f"arrival {n}".encode())
+        conn.close()
+        n += 1
+        done.append(n)
+
+
+def first_message(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> bytes:
+    ch.basic_qos(prefetch_count=1)
+    for _method, _props, body in ch.consume(
+        queue, arguments={"x-stream-offset": "first"}, inactivity_timeout=30
+    ):
+        assert body is not None, f"nothing read back from {queue}"
+        ch.cancel()
+        return body
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    ("limited", "sockets_total"), [(256, 96), (1024, 480)], indirect=["limited"]
+)
+def test_thousands_of_streams_within_the_descriptor_limit(
+    limited: ServerProcess, sockets_total: int
+) -> None:
+    fd_total = 256 if sockets_total == 96 else 1024
+    figures = node_figures(limited)
+    assert figures["fd_total"] == fd_total
+    assert figures["sockets_total"] == sockets_total
+    assert 0 < figures["fd_used"] < fd_total
+    assert metric(limited, "rabbitmq_process_max_fds") == fd_total
+
+    stop = threading.Event()
+    arrived: list[int] = []
+    failures: list[BaseException] = []
+
+    def arrive() -> None:
+        try:
+            arrivals(limited, stop, arrived)
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    worker = threading.Thread(target=arrive, daemon=True)
+    worker.start()
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+        ch = conn.channel()
+        ch.confirm_delivery()  # a nack or a closed channel raises: every publish confirmed
+        for i in range(STREAMS):
+            ch.queue_declare(f"many-{i}", durable=True, arguments=stream_args())
+            ch.basic_publish("", f"many-{i}", f"message {i}".encode())
+        peak = node_figures(limited)
+        assert peak["fd_used"] < fd_total
+        assert metric(limited, "rabbitmq_process_open_fds") < fd_total
+    finally:
+        stop.set()
+        worker.join(120)
+    assert failures == []
+    assert arrived, "no connection arrived meanwhile"
+    reader = conn.channel()
+    for i in range(0, STREAMS, SAMPLE_EVERY):
+        assert first_message(reader, f"many-{i}") == f"message {i}".encode()
+    for n in range(0, len(arrived), max(1, len(arrived) // 5)):
+        assert first_message(reader, f"arrival-{n}") == f"arrival {n}".encode()
+    conn.close()
+
+
+@pytest.mark.parametrize("limited", [256], indirect=True)
+def test_connections_past_their_share_are_closed_at_accept(limited: ServerProcess) -> None:
+    share = node_figures(limited)["sockets_total"]
+    conns = [pika.BlockingConnection(pika.URLParameters(limited.url)) for _ in range(share)]
+    assert node_figures(limited)["sockets_used"] == share
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        pika.BlockingConnection(pika.URLParameters(limited.url))
+    conns.pop().close()
+    again = pika.BlockingConnection(pika.URLParameters(limited.url))  # room again
+    again.channel().queue_declare("after-refusal", durable=True, arguments=stream_args())
+    for conn in [again, *conns]:
+        conn.close()
+
+
+@pytest.mark.parametrize("limited", [256], indirect=True)
+def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerProcess) -> None:
+    """Durable classic queues hold descriptors outside the storage cache: declaring them
+    until the process runs out gets a 506 naming the limit (never a 541) and closes only that
+    channel; deleting some queues gives the node its room back."""
+    conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    declared: list[str] = []
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        for i in range(400):  # 3 descriptors each: far past 256
+            ch.queue_declare(f"deep-{i}", durable=True)
+            ch.basic_publish("", f"deep-{i}", b"kept", pika.BasicProperties(delivery_mode=2))
+            declared.append(f"deep-{i}")
+    assert refused.value.reply_code == 506
+    assert "out of file descriptors" in refused.value.reply_text
+    assert "this process may open 256" in refused.value.reply_text
+    assert declared, "the very first declare failed"
+
+    cleanup = conn.channel()  # the connection lives on: only that channel closed
+    for name in declared[: len(declared) // 2]:
+        cleanup.queue_delete(name)
+    # recovered: a new connection, a stream and a confirmed publish work again
+    late = pika.BlockingConnection(pika.URLParameters(limited.url))
+    lch = late.channel()
+    lch.confirm_delivery()
+    lch.queue_declare("after-recovery", durable=True, arguments=stream_args())
+    lch.basic_publish("", "after-recovery", b"fine")
+    assert first_message(lch, "after-recovery") == b"fine"
+    kept = declared[-1]
+    method = cleanup.queue_declare(kept, durable=True, passive=True).method
+    assert method.message_count == 1  # what was confirmed before is still there
+    late.close()
+    conn.close()
+    assert "out of file descriptors" in limited.stderr()  # logged as a warning
