@@ -20,7 +20,7 @@ from typing import Final
 
 from sievemq.amqp import errors, hotcodec, properties
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
-from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.stream import arguments as stream_args
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 
 FILTER_HEADER: Final = "x-stream-filter-value"

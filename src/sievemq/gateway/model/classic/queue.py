@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.model.classic_arguments import QueueArguments
+from sievemq.gateway.model.classic.arguments import QueueArguments
 from sievemq.storage import layout
 
 if TYPE_CHECKING:

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import AccessRefused, AMQPError, PreconditionFailed, ResourceLocked
-from sievemq.gateway.model import arguments as stream_args
-from sievemq.gateway.model import classic_arguments as cargs
-from sievemq.gateway.model.classic_queue import (
+from sievemq.gateway.model.classic import arguments as cargs
+from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
     MemoryWindow,
     QueueMessage,
 )
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
+from sievemq.gateway.model.stream import arguments as stream_args
 from sievemq.storage import Message, layout
 
 if TYPE_CHECKING:

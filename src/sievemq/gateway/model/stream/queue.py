@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from sievemq.gateway.model import dedup
-from sievemq.gateway.model.arguments import StreamArguments
+from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.arguments import StreamArguments
 from sievemq.storage import FilterSpec, StorageError, Stream, StreamStats, StreamSurvey
 from sievemq.storage.publishers import PublisherSequences
 
