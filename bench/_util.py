@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import io
 import os
 import platform
 import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """``git describe`` of this checkout (``-dirty`` with uncommitted changes): what ran."""
+    got = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7"],
+        capture_output=True,
+        text=True,
+    )
+    return got.stdout.strip()
+
+
+def export_src(rev: str, into: Path) -> Path:
+    """``git archive REV src`` unpacked into ``into``: a baseline tree to run beside this one.
+    Returns ``into / "src"`` (what goes on PYTHONPATH)."""
+    data = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
 
 
 def median_of(runs: int, fn: Callable[[], float]) -> float:

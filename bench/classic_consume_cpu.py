@@ -17,13 +17,10 @@ medians, every round and the head/base ratio (below 1: the head spends less).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from contextlib import ExitStack
@@ -31,22 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import kit
-from bench._util import machine, start_server, stop_server
+from bench._util import export_src, git_commit, machine, start_server, stop_server
 from bench.classic_work_queue import consume_many, declare, delete, publish
-from bench.vs_rabbitmq import _commit
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def export_src(commit: str, dest: Path) -> Path:
-    data = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest / "src"
 
 
 def main() -> None:
@@ -94,7 +79,7 @@ def main() -> None:
             {
                 "bench": "classic_consume_cpu",
                 "base": args.base,
-                "head": _commit(),
+                "head": git_commit(),
                 "n": args.n,
                 "size": args.size,
                 "consumers": args.consumers,

@@ -47,8 +47,8 @@ from typing import Any
 import pika
 
 from bench import kit
-from bench._util import machine, proc_cpu_s
-from bench.vs_rabbitmq import _commit, loadgen, rabbitmq_server, sievemq_server
+from bench._util import git_commit, machine, proc_cpu_s
+from bench.vs_rabbitmq import loadgen, rabbitmq_server, sievemq_server
 
 RPC_QUEUE = "bench-rpc-requests"
 
@@ -357,7 +357,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "classic_work_queue",
-                "commit": _commit(),
+                "commit": git_commit(),
                 "n": args.n,
                 "sizes": sizes,
                 "consumers": consumer_counts,

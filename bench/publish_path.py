@@ -42,6 +42,8 @@ from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
+from bench._util import export_src, git_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-publish-path"
 FILTER_VALUES = 50  # as loadgen -filter-values 50
@@ -257,12 +259,7 @@ def main() -> None:
     base_src: Path | None = None
     if args.baseline:
         base_src = Path(tempfile.mkdtemp(prefix="sievemq-publish-path-base-"))
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", args.baseline, "src"],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(base_src)], input=archive.stdout, check=True)
+        export_src(args.baseline, base_src)
     runs: dict[str, dict[str, list[float]]] = {}
     try:
         for _ in range(args.repeats):
@@ -276,16 +273,11 @@ def main() -> None:
         if base_src is not None:
             shutil.rmtree(base_src, ignore_errors=True)
     results = summarize_cpu_runs(runs)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     print(
         json.dumps(
             {
                 "date": time.strftime("%Y-%m-%d"),
-                "commit": commit,
+                "commit": git_commit(),
                 "baseline": args.baseline,
                 "n": args.n,
                 "size": args.size,

@@ -163,7 +163,7 @@ def main() -> None:
             "matched": matched,
             "registered": {
                 **_median(reg_runs),
-                "chunks_skipped_bits": reg_stats["chunks_skipped_extra"],
+                "chunks_skipped_bits": reg_stats["chunks_skipped_subscription"],
             },
             "unregistered": _median(unreg_runs),
             "append_bits_us_per_message": round(extra_s / args.n * 1e6, 3),

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import publish_path
+from bench._util import export_src, git_commit
 from bench.publish_path import summarize_cpu_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +46,11 @@ READ = 256 * 1024  # bytes per data_received (asyncio's socket read size)
 WARMUP = 5_000
 
 
-class CountingTransport:
-    """The asyncio transport the protocol writes to: counts what it is sent."""
+class CountingTransport(publish_path.CountingTransport):
+    """publish_path's counting transport that also keeps the first frames it is sent."""
 
     def __init__(self) -> None:
-        self.written = 0
+        super().__init__()
         self.frames: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -56,32 +58,8 @@ class CountingTransport:
         if len(self.frames) < 64:
             self.frames.append(data)
 
-    def writelines(self, data: Any) -> None:
-        self.written += sum(map(len, data))
-
     def get_write_buffer_size(self) -> int:
         return 0
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
 
 
 def _s(text: str) -> bytes:
@@ -221,10 +199,7 @@ def child(args: argparse.Namespace, kind: str, size: int, src: Path) -> dict[str
 def _archive(commit: str) -> Path:
     """``git archive COMMIT src`` unpacked in a temporary folder."""
     tree = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-src-"))
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    export_src(commit, tree)
     return tree
 
 
@@ -268,16 +243,11 @@ def main() -> None:
             if tree is not None:
                 shutil.rmtree(tree, ignore_errors=True)
     results = summarize_cpu_runs(runs)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     print(
         json.dumps(
             {
                 "date": time.strftime("%Y-%m-%d"),
-                "commit": commit,
+                "commit": git_commit(),
                 "baseline": args.baseline,
                 "new": args.new,
                 "n": args.n,

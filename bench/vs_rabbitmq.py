@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import kit
-from bench._util import machine, proc_cpu_s, start_server, stop_server
+from bench._util import export_src, git_commit, machine, proc_cpu_s, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 # the RabbitMQ of the comparison (bench/rabbitmq.sh, or ../shared/peers with --peers)
@@ -211,7 +211,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     kinds = set(args.only.split(","))
-    commit = _commit()  # what the servers run: taken before anything starts
+    commit = git_commit()  # what the servers run: taken before anything starts
     kit.use_peers(args.peers)
     kit.loadgen()  # built now if missing, not inside a timed run
 
@@ -289,15 +289,6 @@ def main() -> None:
     )
 
 
-def _commit() -> str:
-    got = subprocess.run(
-        ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"],
-        capture_output=True,
-        text=True,
-    )
-    return got.stdout.strip()
-
-
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
@@ -311,11 +302,7 @@ def _baseline_server(commit: str | None, fsync: str) -> Iterator[tuple[int, int]
         return
     tree = Path(tempfile.mkdtemp(prefix="sievemq-baseline-"))
     try:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-        with sievemq_server(fsync, tree / "src") as server:
+        with sievemq_server(fsync, export_src(commit, tree)) as server:
             yield server
     finally:
         shutil.rmtree(tree, ignore_errors=True)

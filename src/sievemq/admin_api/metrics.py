@@ -9,6 +9,7 @@ reads); like RabbitMQ's prometheus endpoint it needs no credentials.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import fields
 
 from fastapi import APIRouter, Response
 from prometheus_client import CollectorRegistry, generate_latest
@@ -24,39 +25,47 @@ from sievemq.admin_api.deps import Facade, Heavy
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
 from sievemq.admin_api.slicing import Slicer
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import ConsumerView, HistogramView, QueueView, StreamView, Totals
+from sievemq.gateway.admin.views import (
+    ConsumerView,
+    FilterStats,
+    HistogramView,
+    QueueView,
+    StreamView,
+    Totals,
+)
 
 router = APIRouter(tags=["Prometheus"])
 
-# sievemq filter counters: (metric name, FilterStatsView field, help)
-FILTER_COUNTERS = (
-    ("sievemq_stream_chunks_scanned", "chunks_scanned", "Chunk headers looked at by readers"),
-    (
+# the Prometheus name and help of each filter counter (``FilterStats``'s fields)
+_FILTER_METRICS: dict[str, tuple[str, str]] = {
+    "chunks_scanned": ("sievemq_stream_chunks_scanned", "Chunk headers looked at by readers"),
+    "chunks_skipped": (
         "sievemq_stream_chunks_skipped_bloom",
-        "chunks_skipped",
         "Chunks skipped by their Bloom filter without reading the body",
     ),
-    (
+    "chunks_skipped_subscription": (
         "sievemq_stream_chunks_skipped_subscription",
-        "chunks_skipped_subscription",
         "Chunks skipped by a registered SQL subscription's bits",
     ),
-    (
+    "chunks_false_positive": (
         "sievemq_stream_chunks_false_positive",
-        "chunks_false_positive",
         "Chunks read because the Bloom filter said maybe, that held no match",
     ),
-    ("sievemq_stream_messages_matched", "records_matched", "Messages that matched a filter"),
-    ("sievemq_stream_messages_skipped", "records_skipped", "Messages a filter skipped"),
-    (
+    "records_matched": ("sievemq_stream_messages_matched", "Messages that matched a filter"),
+    "records_skipped": ("sievemq_stream_messages_skipped", "Messages a filter skipped"),
+    "records_skipped_by_bloom": (
         "sievemq_stream_messages_skipped_bloom",
-        "records_skipped_by_bloom",
         "Messages skipped inside chunks the Bloom filter ruled out",
     ),
-    ("sievemq_stream_read_bytes", "bytes_read", "Bytes read from segments by consumers"),
-    ("sievemq_stream_messages_delivered", "messages_delivered", "Messages delivered"),
-    ("sievemq_stream_delivered_bytes", "bytes_delivered", "Body bytes delivered"),
-    ("sievemq_stream_sql_errors", "sql_errors", "SQL filter evaluation errors"),
+    "bytes_read": ("sievemq_stream_read_bytes", "Bytes read from segments by consumers"),
+    "messages_delivered": ("sievemq_stream_messages_delivered", "Messages delivered"),
+    "bytes_delivered": ("sievemq_stream_delivered_bytes", "Body bytes delivered"),
+    "sql_errors": ("sievemq_stream_sql_errors", "SQL filter evaluation errors"),
+}
+# (metric name, FilterStats field, help), in the type's field order: a counter added to
+# FilterStats without a metric here fails at import (KeyError)
+FILTER_COUNTERS = tuple(
+    (_FILTER_METRICS[f.name][0], f.name, _FILTER_METRICS[f.name][1]) for f in fields(FilterStats)
 )
 
 

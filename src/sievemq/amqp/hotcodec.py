@@ -15,23 +15,18 @@ import struct
 from typing import Final, NamedTuple
 
 from sievemq.amqp import errors
+from sievemq.amqp.methods import (
+    BASIC_ACK,
+    BASIC_DELIVER,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    BASIC_RETURN,
+    CLASS_BASIC,
+)
 from sievemq.amqp.properties import check_properties, splice_stream_offset, stream_offset_parts
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 
-CLASS_BASIC: Final = 60
-# method ids inside class 60
-METHOD_PUBLISH: Final = 40
-METHOD_RETURN: Final = 50
-METHOD_DELIVER: Final = 60
-METHOD_ACK: Final = 80
-METHOD_REJECT: Final = 90
-METHOD_NACK: Final = 120
-BASIC_PUBLISH: Final = (CLASS_BASIC, METHOD_PUBLISH)
-BASIC_RETURN: Final = (CLASS_BASIC, METHOD_RETURN)
-BASIC_DELIVER: Final = (CLASS_BASIC, METHOD_DELIVER)
-BASIC_ACK: Final = (CLASS_BASIC, METHOD_ACK)
-BASIC_REJECT: Final = (CLASS_BASIC, METHOD_REJECT)
-BASIC_NACK: Final = (CLASS_BASIC, METHOD_NACK)
 # the first four bytes of a Basic.Publish method payload (class id, method id)
 BASIC_PUBLISH_PREFIX: Final = struct.pack(">HH", *BASIC_PUBLISH)
 # the first two bytes of a class-60 content header payload (its class id, big-endian)
@@ -418,22 +413,9 @@ def encode_return(
 
 
 __all__ = [
-    "BASIC_ACK",
     "BASIC_CONTENT_CLASS",
-    "BASIC_DELIVER",
-    "BASIC_NACK",
-    "BASIC_PUBLISH",
     "BASIC_PUBLISH_PREFIX",
-    "BASIC_REJECT",
-    "BASIC_RETURN",
-    "CLASS_BASIC",
     "CONTENT_HEADER_FIELDS",
-    "METHOD_ACK",
-    "METHOD_DELIVER",
-    "METHOD_NACK",
-    "METHOD_PUBLISH",
-    "METHOD_REJECT",
-    "METHOD_RETURN",
     "BasicAck",
     "BasicNack",
     "BasicPublish",

@@ -20,10 +20,16 @@ from typing import Final
 from pamqp import commands
 
 from sievemq.amqp import errors, tables
+from sievemq.amqp.tables import SIZED, TYPE_LONGSTR, VALUE_SIZES
 
 FLAG_CONTENT_TYPE: Final = 0x8000
 FLAG_CONTENT_ENCODING: Final = 0x4000
 FLAG_HEADERS: Final = 0x2000
+FLAG_DELIVERY_MODE: Final = 0x1000
+FLAG_PRIORITY: Final = 0x0800
+FLAG_CORRELATION_ID: Final = 0x0400
+FLAG_REPLY_TO: Final = 0x0200
+FLAG_EXPIRATION: Final = 0x0100
 
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
@@ -34,6 +40,8 @@ _q = struct.Struct(">q")
 
 def _property_start(props: bytes) -> tuple[int, int]:
     """(first flag word, offset of the property list) after all flag words."""
+    if len(props) > 1 and not props[1] & 1:
+        return props[0] << 8 | props[1], 2  # one flag word: the usual case
     try:
         flags = _H.unpack_from(props)[0]
         pos = 2
@@ -56,36 +64,32 @@ def _headers_position(props: bytes) -> tuple[int, int]:
     return flags, pos
 
 
-# size of fixed-width field values by type octet; variable ones are handled in _skip_value
-_FIXED_SIZES: Final = {
-    0x74: 1,  # t boolean
-    0x62: 1,  # b short-short int
-    0x42: 1,  # B short-short uint
-    0x73: 2,  # s short int
-    0x75: 2,  # u short uint
-    0x49: 4,  # I long int
-    0x69: 4,  # i long uint
-    0x6C: 8,  # l long-long int
-    0x4C: 8,  # L long-long uint
-    0x66: 4,  # f float
-    0x64: 8,  # d double
-    0x44: 5,  # D decimal
-    0x54: 8,  # T timestamp
-    0x56: 0,  # V void
-    0x00: 0,  # seen in the wild, pamqp reads it as void
-}
-_TABLE = 0x46  # F
-_ARRAY = 0x41  # A
-_LONGSTR = 0x53  # S
-_BYTES = 0x78  # x
-
-# the same as a tuple indexed by type octet, for the table loops: the size of a fixed-width
-# value, _SIZED for a 4-byte length + bytes (S, x), _OTHER for a table, an array or unknown
-_SIZED: Final = -1
-_OTHER: Final = -2
-_VALUE_SIZE: Final = tuple(
-    _FIXED_SIZES.get(kind, _SIZED if kind in (_LONGSTR, _BYTES) else _OTHER) for kind in range(256)
-)
+def delivery_fields(props: bytes) -> tuple[int, int, bytes | None]:
+    """(delivery-mode, priority, expiration) of a Basic property list: 0, 0 and None for the
+    ones it does not have; what a classic queue keeps of a message's properties. The walk
+    goes on from ``_headers_position`` (table lengths are read, not their entries:
+    ``check_properties`` has checked them on publish)."""
+    mode = priority = 0
+    expiration = None
+    try:
+        flags, pos = _headers_position(props)
+        if flags & FLAG_HEADERS:
+            pos += 4 + _I.unpack_from(props, pos)[0]
+        if flags & FLAG_DELIVERY_MODE:
+            mode = props[pos]
+            pos += 1
+        if flags & FLAG_PRIORITY:
+            priority = props[pos]
+            pos += 1
+        if flags & FLAG_EXPIRATION:
+            if flags & FLAG_CORRELATION_ID:
+                pos += 1 + props[pos]
+            if flags & FLAG_REPLY_TO:
+                pos += 1 + props[pos]
+            expiration = props[pos + 1 : pos + 1 + props[pos]]
+    except (IndexError, struct.error):
+        raise errors.FrameError("content header properties are truncated") from None
+    return mode, priority, expiration
 
 
 def _skip_value(data: bytes, pos: int, end: int) -> int:
@@ -109,7 +113,7 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
     if table_end > end:
         raise errors.FrameError("field table longer than its container")
     pos += 4
-    sizes = _VALUE_SIZE
+    sizes = VALUE_SIZES
     unpack = _I.unpack_from
     klen, wanted = (-1, b"") if key is None else (len(key), key)
     found = -1
@@ -123,7 +127,7 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
         size = sizes[data[pos]]
         if size >= 0:
             pos += 1 + size
-        elif size == _SIZED and pos + 5 <= table_end:
+        elif size == SIZED and pos + 5 <= table_end:
             pos += 5 + unpack(data, pos + 1)[0]
         else:
             pos = _skip_value(data, pos, table_end)
@@ -137,14 +141,14 @@ def _walk_table(data: bytes, pos: int, end: int, key: bytes | None) -> tuple[int
 _SHORTSTR: Final = -1
 _HEADERS: Final = -2
 _PROPERTY_TYPES: Final = (
-    (0x8000, _SHORTSTR),  # content_type
-    (0x4000, _SHORTSTR),  # content_encoding
+    (FLAG_CONTENT_TYPE, _SHORTSTR),  # content_type
+    (FLAG_CONTENT_ENCODING, _SHORTSTR),  # content_encoding
     (FLAG_HEADERS, _HEADERS),  # headers
-    (0x1000, 1),  # delivery_mode: octet
-    (0x0800, 1),  # priority: octet
-    (0x0400, _SHORTSTR),  # correlation_id
-    (0x0200, _SHORTSTR),  # reply_to
-    (0x0100, _SHORTSTR),  # expiration
+    (FLAG_DELIVERY_MODE, 1),  # delivery_mode: octet
+    (FLAG_PRIORITY, 1),  # priority: octet
+    (FLAG_CORRELATION_ID, _SHORTSTR),  # correlation_id
+    (FLAG_REPLY_TO, _SHORTSTR),  # reply_to
+    (FLAG_EXPIRATION, _SHORTSTR),  # expiration
     (0x0080, _SHORTSTR),  # message_id
     (0x0040, 8),  # timestamp: long-long
     (0x0020, _SHORTSTR),  # type
@@ -196,7 +200,7 @@ def check_properties(
                 if table_end > end:
                     raise errors.FrameError("field table longer than its container")
                 pos += 4
-                sizes = _VALUE_SIZE
+                sizes = VALUE_SIZES
                 klen, wanted = (-1, b"") if key is None else (len(key), key)
                 entries = limits.max_entries
                 while pos < table_end:
@@ -212,7 +216,7 @@ def check_properties(
                     size = sizes[props[pos]]
                     if size >= 0:
                         pos += 1 + size
-                    elif size == _SIZED and pos + 5 <= table_end:
+                    elif size == SIZED and pos + 5 <= table_end:
                         pos += 5 + _I.unpack_from(props, pos + 1)[0]
                     else:
                         pos = tables.skip_value(props, pos, table_end, limits, "headers", 1)
@@ -328,9 +332,6 @@ def stream_offset_parts(properties: bytes) -> tuple[bytes, bytes] | None:
     return head, properties[pos:]
 
 
-FLAG_REPLY_TO: Final = 0x0200
-
-
 def _reply_to_position(properties: bytes) -> int:
     """Offset of the reply-to shortstr (its length octet), or -1 when it is not set."""
     try:
@@ -401,7 +402,7 @@ def header_at(properties: bytes, at: int) -> object:
 
 def _value(properties: bytes, start: int, end: int) -> object:
     """Decode the field value (type octet included) in ``properties[start:end]``."""
-    if properties[start] == _LONGSTR:
+    if properties[start] == TYPE_LONGSTR:
         raw = properties[start + 5 : end]
         try:
             return raw.decode("utf-8")
@@ -456,12 +457,17 @@ def _decode_properties(properties: bytes) -> commands.Basic.Properties:
 __all__ = [
     "FLAG_CONTENT_ENCODING",
     "FLAG_CONTENT_TYPE",
+    "FLAG_CORRELATION_ID",
+    "FLAG_DELIVERY_MODE",
+    "FLAG_EXPIRATION",
     "FLAG_HEADERS",
+    "FLAG_PRIORITY",
     "FLAG_REPLY_TO",
     "STREAM_OFFSET_ENTRY",
     "STREAM_OFFSET_HEADER",
     "check_properties",
     "decode_properties",
+    "delivery_fields",
     "header_at",
     "read_header",
     "replace_reply_to",

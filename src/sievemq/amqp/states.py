@@ -28,6 +28,24 @@ from pamqp import base, commands
 
 from sievemq.amqp import errors
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
+from sievemq.amqp.methods import (
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    CHANNEL_CLOSE,
+    CHANNEL_CLOSE_OK,
+    CHANNEL_FLOW,
+    CHANNEL_FLOW_OK,
+    CHANNEL_OPEN,
+    CLASS_BASIC,
+    CONNECTION_CLOSE,
+    CONNECTION_CLOSE_OK,
+    CONNECTION_OPEN,
+    CONNECTION_START_OK,
+    CONNECTION_TUNE_OK,
+    CONNECTION_UPDATE_SECRET,
+)
 
 Method = tuple[int, int]
 
@@ -44,21 +62,7 @@ class Next(enum.Enum):
 
 # --- methods, by name --------------------------------------------------------------------------
 
-CONNECTION_START_OK: Final = (10, 11)
-CONNECTION_SECURE_OK: Final = (10, 21)
-CONNECTION_TUNE_OK: Final = (10, 31)
-CONNECTION_OPEN: Final = (10, 40)
-CONNECTION_CLOSE: Final = (10, 50)
-CONNECTION_CLOSE_OK: Final = (10, 51)
-CONNECTION_UPDATE_SECRET: Final = (10, 70)
-
-CHANNEL_OPEN: Final = (20, 10)
-CHANNEL_FLOW: Final = (20, 20)
-CHANNEL_FLOW_OK: Final = (20, 21)
-CHANNEL_CLOSE: Final = (20, 40)
-CHANNEL_CLOSE_OK: Final = (20, 41)
-
-BASIC_PUBLISH: Final = (60, 40)
+# the methods named here are defined once in ``methods``
 
 # every (class, method) the protocol defines (pamqp's generated index)
 KNOWN_METHODS: Final[frozenset[Method]] = frozenset(
@@ -86,11 +90,11 @@ CLIENT_CHANNEL_METHODS: Final[frozenset[Method]] = frozenset(
         (60, 31),  # basic.cancel-ok (answer to a server-sent cancel)
         BASIC_PUBLISH,
         (60, 70),  # basic.get
-        (60, 80),  # basic.ack
-        (60, 90),  # basic.reject
+        BASIC_ACK,
+        BASIC_REJECT,
         (60, 100),  # basic.recover-async
         (60, 110),  # basic.recover
-        (60, 120),  # basic.nack
+        BASIC_NACK,
         (85, 10),  # confirm.select
         (90, 10),  # tx.select
         (90, 20),  # tx.commit
@@ -99,7 +103,7 @@ CLIENT_CHANNEL_METHODS: Final[frozenset[Method]] = frozenset(
 )
 
 # methods followed by a content header and body frames, with the content class they expect
-CONTENT_METHODS: Final[dict[Method, int]] = {BASIC_PUBLISH: 60}
+CONTENT_METHODS: Final[dict[Method, int]] = {BASIC_PUBLISH: CLASS_BASIC}
 
 
 # --- connection --------------------------------------------------------------------------------

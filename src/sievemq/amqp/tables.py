@@ -39,10 +39,10 @@ DEFAULT_LIMITS: Final = TableLimits()
 UNLIMITED: Final = TableLimits(2**62, 2**62, 2**62)
 
 _I = struct.Struct(">I")
-_TABLE: Final = 0x46  # F
-_ARRAY: Final = 0x41  # A
-_LONGSTR: Final = 0x53  # S
-_BYTES: Final = 0x78  # x
+TYPE_TABLE: Final = 0x46  # F
+TYPE_ARRAY: Final = 0x41  # A
+TYPE_LONGSTR: Final = 0x53  # S
+TYPE_BYTES: Final = 0x78  # x
 
 # size of fixed-width field values by type octet (pamqp's TABLE_MAPPING)
 FIXED_SIZES: Final = {
@@ -62,6 +62,14 @@ FIXED_SIZES: Final = {
     0x56: 0,  # V void
     0x00: 0,  # seen in the wild, pamqp reads it as void
 }
+# the same as a tuple indexed by type octet, for the table loops: the size of a fixed-width
+# value, SIZED for a 4-byte length + bytes (S, x), OTHER for a table, an array or unknown
+SIZED: Final = -1
+OTHER: Final = -2
+VALUE_SIZES: Final = tuple(
+    FIXED_SIZES.get(kind, SIZED if kind in (TYPE_LONGSTR, TYPE_BYTES) else OTHER)
+    for kind in range(256)
+)
 
 
 def _depth_error(what: str, limits: TableLimits) -> errors.AMQPError:
@@ -121,12 +129,12 @@ def skip_value(
     if pos >= end:
         raise errors.FrameError(f"{what}: field value truncated")
     kind = data[pos]
-    if kind in (_TABLE, _ARRAY):
+    if kind in (TYPE_TABLE, TYPE_ARRAY):
         if depth + 1 > limits.max_depth:
             raise _depth_error(what, limits)
-        kind_name = "table" if kind == _TABLE else "array"
+        kind_name = "table" if kind == TYPE_TABLE else "array"
         stop = _open(data, pos + 1, end, what, kind_name)
-        return _scan(data, pos + 5, stop, kind == _TABLE, limits, what, depth)
+        return _scan(data, pos + 5, stop, kind == TYPE_TABLE, limits, what, depth)
     return _scalar(kind, data, pos + 1, end, what)[1]
 
 
@@ -171,16 +179,16 @@ def _scan(
         size = fixed.get(kind)
         if size is not None:
             pos += 1 + size
-        elif kind in (_LONGSTR, _BYTES):
+        elif kind in (TYPE_LONGSTR, TYPE_BYTES):
             if pos + 5 > stop:
                 raise errors.FrameError(f"{what}: field value truncated")
             pos += 5 + unpack(data, pos + 1)[0]
-        elif kind in (_TABLE, _ARRAY):
+        elif kind in (TYPE_TABLE, TYPE_ARRAY):
             if len(stack) + 2 + base > max_depth:
                 raise _depth_error(what, limits)
-            inner = _open(data, pos + 1, stop, what, "table" if kind == _TABLE else "array")
+            inner = _open(data, pos + 1, stop, what, "table" if kind == TYPE_TABLE else "array")
             stack.append((stop, in_table, count))
-            stop, in_table, count = inner, kind == _TABLE, 0
+            stop, in_table, count = inner, kind == TYPE_TABLE, 0
             pos += 5
         else:
             raise errors.FrameError(f"{what}: unknown field value type {bytes((kind,))!r}")
@@ -221,14 +229,14 @@ def _scalar(kind: int, data: bytes, pos: int, stop: int, what: str) -> tuple[Any
             raise errors.FrameError(f"{what}: field value truncated")
         value = codec.unpack_from(data, pos)[0]
         return (bool(value) if kind == 0x74 else value), after
-    if kind in (_LONGSTR, _BYTES):
+    if kind in (TYPE_LONGSTR, TYPE_BYTES):
         if pos + 4 > stop:
             raise errors.FrameError(f"{what}: field value truncated")
         after = pos + 4 + _I.unpack_from(data, pos)[0]
         if after > stop:
             raise errors.FrameError(f"{what}: field value longer than its container")
         raw = bytes(data[pos + 4 : after])
-        if kind == _BYTES:
+        if kind == TYPE_BYTES:
             return raw, after
         try:
             return raw.decode("utf-8"), after
@@ -269,10 +277,10 @@ def decode_value(
     if pos >= end:
         raise errors.FrameError(f"{what}: field value truncated")
     kind = data[pos]
-    if kind not in (_TABLE, _ARRAY):
+    if kind not in (TYPE_TABLE, TYPE_ARRAY):
         return _scalar(kind, data, pos + 1, end, what)
-    stop = _open(data, pos + 1, end, what, "table" if kind == _TABLE else "array")
-    container: dict[str, Any] | list[Any] = {} if kind == _TABLE else []
+    stop = _open(data, pos + 1, end, what, "table" if kind == TYPE_TABLE else "array")
+    container: dict[str, Any] | list[Any] = {} if kind == TYPE_TABLE else []
     _fill(data, pos + 5, stop, container, limits, what)
     return container, stop
 
@@ -312,11 +320,13 @@ def _fill(
         elif count > limits.max_array_length:
             raise count_error(what, False, limits)
         kind = data[pos]
-        if kind in (_TABLE, _ARRAY):
+        if kind in (TYPE_TABLE, TYPE_ARRAY):
             if len(stack) + 2 > limits.max_depth:
                 raise _depth_error(what, limits)
-            inner_stop = _open(data, pos + 1, stop, what, "table" if kind == _TABLE else "array")
-            inner: dict[str, Any] | list[Any] = {} if kind == _TABLE else []
+            inner_stop = _open(
+                data, pos + 1, stop, what, "table" if kind == TYPE_TABLE else "array"
+            )
+            inner: dict[str, Any] | list[Any] = {} if kind == TYPE_TABLE else []
             if isinstance(container, dict):
                 container[key] = inner
             else:
@@ -335,7 +345,14 @@ def _fill(
 __all__ = [
     "DEFAULT_LIMITS",
     "FIXED_SIZES",
+    "OTHER",
+    "SIZED",
+    "TYPE_ARRAY",
+    "TYPE_BYTES",
+    "TYPE_LONGSTR",
+    "TYPE_TABLE",
     "UNLIMITED",
+    "VALUE_SIZES",
     "TableLimits",
     "decode_table",
     "decode_value",

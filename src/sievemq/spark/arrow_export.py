@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
+from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range, stat_counts
 from sievemq.spark.source import RangePartition, SieveDataSource
 from sievemq.storage import ReadStats
 from sievemq.storage.durable import fsync_dir
@@ -96,7 +96,7 @@ def _task(
 
     def report(stats: ReadStats) -> None:
         if accumulator is not None:
-            accumulator.add(tuple(int(getattr(stats, name)) for name in STAT_FIELDS))
+            accumulator.add(stat_counts(stats))
 
     for index, task in items:
         name = f"part-{index:05d}-{run}.snappy.parquet"

@@ -24,22 +24,16 @@ from sievemq.filtering.sql import compile_filter
 from sievemq.filtering.subscriptions import SubscriptionRegistry
 from sievemq.filtering.view import sql_predicate
 from sievemq.spark.columnar import ChunkDecoder
-from sievemq.storage import FilterSpec, ReadStats, StorageError, StreamReader
+from sievemq.storage import READ_FIELDS, FilterSpec, ReadStats, StorageError, StreamReader
 from sievemq.storage.segment import list_segments
 
 BATCH_ROWS = 8192
 
-# ReadStats fields shipped back to the driver (metrics accumulator), in this order
-STAT_FIELDS: tuple[str, ...] = (
-    "chunks_scanned",
-    "chunks_skipped",
-    "chunks_false_positive",
-    "chunks_skipped_extra",
-    "records_matched",
-    "records_skipped",
-    "records_skipped_by_bloom",
-    "bytes_read",
-)
+
+def stat_counts(stats: ReadStats) -> tuple[int, ...]:
+    """A reader's counters as shipped back to the driver (metrics accumulator), in
+    ``READ_FIELDS`` order."""
+    return tuple(int(getattr(stats, name)) for name in READ_FIELDS)
 
 
 @dataclass(frozen=True)

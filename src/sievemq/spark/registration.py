@@ -8,13 +8,13 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import SparkSession
 
-from sievemq.spark.arrow_read import STAT_FIELDS
 from sievemq.spark.source import SieveDataSource
+from sievemq.storage import READ_FIELDS
 
 
 class _SumParam(AccumulatorParam[tuple[int, ...]]):
     def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
-        return (0,) * len(STAT_FIELDS)
+        return (0,) * len(READ_FIELDS)
 
     def addInPlace(self, value1: tuple[int, ...], value2: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(a + b for a, b in zip(value1, value2, strict=True))
@@ -27,7 +27,12 @@ class ReadMetrics:
     accumulator: Any
 
     def value(self) -> dict[str, int]:
-        return dict(zip(STAT_FIELDS, self.accumulator.value, strict=True))
+        """The counters by ``ReadStats`` field name, and ``chunks_skipped_extra``: the name
+        ``chunks_skipped_subscription`` had before it matched the admin API's (kept for
+        code that reads it)."""
+        counts = dict(zip(READ_FIELDS, self.accumulator.value, strict=True))
+        counts["chunks_skipped_extra"] = counts["chunks_skipped_subscription"]
+        return counts
 
 
 def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | None:
@@ -36,7 +41,7 @@ def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | Non
     if not metrics:
         spark.dataSource.register(SieveDataSource)
         return None
-    acc = spark.sparkContext.accumulator((0,) * len(STAT_FIELDS), _SumParam())
+    acc = spark.sparkContext.accumulator((0,) * len(READ_FIELDS), _SumParam())
     # a subclass made here is pickled by value, carrying the accumulator to the executors
     source = type("SieveDataSource", (SieveDataSource,), {"metrics": acc})
     spark.dataSource.register(source)

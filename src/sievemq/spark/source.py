@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sievemq.filtering.subscriptions import registered_slot
-from sievemq.spark.arrow_read import STAT_FIELDS, RangeTask, ReadSettings, read_range
+from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range, stat_counts
 from sievemq.spark.options import OptionError, ReadOptions, parse_options
 from sievemq.spark.planning import (
     Bounds,
@@ -72,10 +72,6 @@ class RangePartition(InputPartition):
     def __init__(self, task: RangeTask) -> None:
         super().__init__(None)
         self.task = task
-
-
-def _stats_tuple(stats: ReadStats) -> tuple[int, ...]:
-    return tuple(int(getattr(stats, name)) for name in STAT_FIELDS)
 
 
 class SieveDataSource(DataSource):
@@ -159,7 +155,7 @@ class _ReadsRanges:
 
         def report(stats: ReadStats) -> None:
             if metrics is not None:
-                metrics.add(_stats_tuple(stats))
+                metrics.add(stat_counts(stats))
 
         yield from read_range(partition.task, self.settings, self.arrow, report)
 

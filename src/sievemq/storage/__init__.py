@@ -6,9 +6,10 @@ and zstandard. docs/storage-format.md describes the bytes on disk.
 
 from sievemq.storage.bloom import BloomFilter
 from sievemq.storage.errors import StorageError
+from sievemq.storage.filter_stats import FILTER_FIELDS, READ_FIELDS, FilterStats, ReadStats
 from sievemq.storage.filters import FilterSpec
 from sievemq.storage.offsets import OffsetStore
-from sievemq.storage.reader import ReadStats, StreamReader
+from sievemq.storage.reader import StreamReader
 from sievemq.storage.stream import (
     Durability,
     PendingStream,
@@ -21,9 +22,12 @@ from sievemq.storage.stream import (
 from sievemq.storage.types import Message, Record
 
 __all__ = [
+    "FILTER_FIELDS",
+    "READ_FIELDS",
     "BloomFilter",
     "Durability",
     "FilterSpec",
+    "FilterStats",
     "Message",
     "OffsetStore",
     "PendingStream",

@@ -106,16 +106,126 @@ def _filter_blob(values: tuple[str, ...]) -> bytes:
     return b"".join(parts)
 
 
-def _filter_bytes(fv: tuple[str, ...], values: set[str]) -> bytes:
-    """A record's filter bytes; its values (or "" for none) go into ``values`` (the Bloom)."""
-    if not fv:
+class _Prefixes(dict[int, bytes]):
+    """Body length -> its u32 osiris entry prefix, packed once (bodies repeat sizes)."""
+
+    def __missing__(self, length: int) -> bytes:
+        prefix = self[length] = _pack_u32(length)
+        return prefix
+
+
+_PREFIXES = _Prefixes()
+
+
+def _records(
+    messages: Sequence[Message], parts: list[bytes], entries: list[bytes] | None
+) -> tuple[bytes, set[str]]:
+    """THE per-record step of both data layouts. Returns the record table (an ``ENTRY`` per
+    record) and the batch's filter values (the Bloom's; "" when a record has none). Appends
+    each record's fields (filter bytes, exchange, routing key, properties; empty ones left
+    out) to ``parts``, and its body after them (``entries`` None: the record-table layout)
+    or as an osiris entry (u32 length, body) to ``entries``."""
+    lengths: list[int] = []
+    values: set[str] = set()
+    ext = lengths.extend
+    add = parts.extend
+    table = entries is None
+    add_entry = parts.extend if entries is None else entries.extend
+    prefixes = _PREFIXES
+    if not table and len(prefixes) > 4096:
+        prefixes.clear()
+    encoded: dict[str, bytes] = {}  # filter value -> its bytes (a batch repeats a few values)
+    unfiltered = False  # a record without a filter value
+    for fv, ex, rk, props, body, kind in messages:
+        if not ex and not rk:  # as stream-protocol publishes are: HOT PATH
+            if not fv:
+                unfiltered = True
+                ext((kind and _KIND_BIT, 0, 0, 0, len(props), len(body)))
+                if table:
+                    add((props, body))
+                else:
+                    if props:
+                        parts.append(props)
+                    add_entry((prefixes[len(body)], body))
+                continue
+            if len(fv) == 1:
+                value = fv[0]
+                fb = encoded.get(value)
+                if fb is None:
+                    fb = encoded[value] = value.encode()
+                ext((_KIND_BIT | 1 if kind else 1, len(fb), 0, 0, len(props), len(body)))
+                if table:
+                    add((fb, props, body))
+                else:
+                    add((fb, props))
+                    add_entry((prefixes[len(body)], body))
+                continue
+        if not fv:
+            unfiltered = True
+            fb = b""
+        elif len(fv) == 1:
+            values.add(fv[0])
+            fb = fv[0].encode()
+        else:
+            values.update(fv)
+            fb = _filter_blob(fv)
+        exb = ex.encode()
+        rkb = rk.encode()
+        ext(
+            (
+                (len(fv) | _KIND_BIT) if kind else len(fv),
+                len(fb),
+                len(exb),
+                len(rkb),
+                len(props),
+                len(body),
+            )
+        )
+        if table:
+            add((fb, exb, rkb, props, body))
+        else:
+            add((fb, exb, rkb, props))
+            add_entry((prefixes[len(body)], body))
+    if encoded:
+        values.update(encoded)
+    if unfiltered:
         values.add("")
-        return b""
-    if len(fv) == 1:
-        values.add(fv[0])
-        return fv[0].encode()
-    values.update(fv)
-    return _filter_blob(fv)
+    try:
+        return struct.pack(">" + "BIBBII" * len(messages), *lengths), values
+    except struct.error as exc:
+        raise StorageError(f"message field too long for the chunk format: {exc}") from exc
+
+
+def _header(
+    flags: int,
+    first_offset: int,
+    count: int,
+    timestamp_ms: int,
+    data_length: int,
+    raw_length: int,
+    data_crc: int,
+    bloom_bytes: bytes,
+    extra: bytes,
+) -> bytes:
+    """THE header packer of both layouts: header, its CRC, the Bloom bytes and the extra blob
+    (a version 2 chunk when there is one)."""
+    head = _pack_header_body(
+        MAGIC,
+        VERSION_EXTRA if extra else VERSION,
+        TYPE_USER,
+        flags,
+        HASH_MMH3,
+        len(bloom_bytes),
+        first_offset,
+        count,
+        timestamp_ms,
+        data_length,
+        raw_length,
+        data_crc,
+        len(extra),
+    )
+    meta = bloom_bytes + extra
+    return head + _pack_u32(_crc32(meta, _crc32(head))) + meta
 
 
 def encode_chunk(
@@ -135,45 +245,23 @@ def encode_chunk(
         raise ValueError("a chunk needs at least one message")
     if len(extra) > MAX_EXTRA:
         raise StorageError(f"chunk extra blob of {len(extra)} bytes (at most {MAX_EXTRA})")
+    parts: list[bytes] = []
     if compressor is None and OSIRIS_LAYOUT and all(map(_kind_of, messages)):
-        return _encode_osiris(messages, first_offset, timestamp_ms, bloom_size, extra)
-    lengths: list[int] = []
-    payload: list[bytes] = []
-    values: set[str] = set()
-    ext = lengths.extend
-    add = payload.extend
-    unfiltered = False  # a message without a filter value ("" in ``values``)
-    for fv, ex, rk, props, body, kind in messages:
-        if not fv:
-            unfiltered = True
-            if not rk and not ex:  # stream-protocol records: nothing to encode
-                ext((_KIND_BIT if kind else 0, 0, 0, 0, len(props), len(body)))
-                add((props, body))
-                continue
-            fb = b""
-        else:
-            fb = _filter_bytes(fv, values)
-        exb = ex.encode()
-        rkb = rk.encode()
-        ext(
-            (
-                (len(fv) | _KIND_BIT) if kind else len(fv),
-                len(fb),
-                len(exb),
-                len(rkb),
-                len(props),
-                len(body),
-            )
+        entries: list[bytes] = []
+        table, values = _records(messages, parts, entries)
+        return _osiris_data(
+            parts,
+            entries,
+            table,
+            n,
+            first_offset,
+            timestamp_ms,
+            _bloom_bytes(values, bloom_size),
+            extra,
         )
-        add((fb, exb, rkb, props, body))
-    try:
-        table = struct.pack(">" + "BIBBII" * n, *lengths)
-    except struct.error as exc:
-        raise StorageError(f"message field too long for the chunk format: {exc}") from exc
-    if unfiltered:
-        values.add("")
+    table, values = _records(messages, parts, None)
     bloom_bytes = _bloom_bytes(values, bloom_size)
-    body = b"".join(payload)
+    body = b"".join(parts)
     raw_length = len(table) + len(body)
     flags = 0
     if compressor is not None:
@@ -187,32 +275,20 @@ def encode_chunk(
     crc = _crc32(buffers[0])
     if len(buffers) > 1:
         crc = _crc32(buffers[1], crc)
-    if extra:
-        bloom_bytes += extra
-    head = _pack_header_body(
-        MAGIC,
-        VERSION_EXTRA if extra else VERSION,
-        TYPE_USER,
-        flags,
-        HASH_MMH3,
-        len(bloom_bytes) - len(extra),
-        first_offset,
-        n,
-        timestamp_ms,
-        data_length,
-        raw_length,
-        crc,
-        len(extra),
+    head = _header(
+        flags, first_offset, n, timestamp_ms, data_length, raw_length, crc, bloom_bytes, extra
     )
-    head_crc = _crc32(bloom_bytes, _crc32(head))
-    return [head + _pack_u32(head_crc) + bloom_bytes, *buffers]
+    return [head, *buffers]
 
 
-def _encode_osiris(
-    messages: Sequence[Message],
+def _osiris_data(
+    parts: list[bytes],
+    entries: list[bytes],
+    table: bytes,
+    n: int,
     first_offset: int,
     timestamp_ms: int,
-    bloom_size: int,
+    bloom_bytes: bytes,
     extra: bytes,
 ) -> list[bytes]:
     """``encode_chunk`` for a batch of stream-protocol records without compression: the data
@@ -221,80 +297,23 @@ def _encode_osiris(
     (``u32 length | body``) per record: the data section of the chunk a Deliver carries, with
     its CRC, so the stream-protocol consume path sends stored bytes (docs/storage-format.md).
     """
-    n = len(messages)
-    lengths: list[int] = []
-    side: list[bytes] = []
-    entries: list[bytes] = []
-    values: set[str] = set()
-    ext = lengths.extend
-    add_side = side.extend
-    add_entry = entries.extend
-    pack = _pack_u32
-    prefixes: dict[int, bytes] = {}  # body length -> its u32 (batches often repeat sizes)
-    add_props = side.append
-    encoded: dict[str, bytes] = {}  # filter value -> its bytes (a batch repeats a few values)
-    unfiltered = False
-    for fv, ex, rk, props, body, _kind in messages:
-        bl = len(body)
-        prefix = prefixes.get(bl)
-        if prefix is None:
-            prefix = prefixes[bl] = pack(bl)
-        add_entry((prefix, body))
-        if not ex and not rk:  # as stream-protocol publishes are: HOT PATH
-            if not fv:
-                unfiltered = True
-                ext((_KIND_BIT, 0, 0, 0, len(props), bl))
-                if props:
-                    add_props(props)
-                continue
-            if len(fv) == 1:  # a Publish v2 filter value
-                value = fv[0]
-                fb = encoded.get(value)
-                if fb is None:
-                    fb = encoded[value] = value.encode()
-                ext((1 | _KIND_BIT, len(fb), 0, 0, len(props), bl))
-                add_side((fb, props))
-                continue
-        fb = _filter_bytes(fv, values) if fv else b""
-        unfiltered = unfiltered or not fv
-        if ex or rk:
-            exb = ex.encode()
-            rkb = rk.encode()
-            ext((len(fv) | _KIND_BIT, len(fb), len(exb), len(rkb), len(props), bl))
-            add_side((fb, exb, rkb, props))
-        else:
-            ext((len(fv) | _KIND_BIT, len(fb), 0, 0, len(props), bl))
-            add_side((fb, props))
-    values.update(encoded)
-    if unfiltered:
-        values.add("")
-    try:
-        table = struct.pack(">" + "BIBBII" * n, *lengths)
-    except struct.error as exc:
-        raise StorageError(f"message field too long for the chunk format: {exc}") from exc
     entry_list = b"".join(entries)
     entries_crc = _crc32(entry_list)
-    rest = b"".join(side) + _TRAILER.pack(len(entry_list), entries_crc)
+    rest = b"".join(parts) + _TRAILER.pack(len(entry_list), entries_crc)
     crc = _crc32(rest, _crc32(table, entries_crc))  # one pass over the entries
     data_length = len(entry_list) + len(table) + len(rest)
-    bloom_bytes = _bloom_bytes(values, bloom_size) + extra
-    head = _pack_header_body(
-        MAGIC,
-        VERSION_EXTRA if extra else VERSION,
-        TYPE_USER,
+    head = _header(
         FLAG_OSIRIS,
-        HASH_MMH3,
-        len(bloom_bytes) - len(extra),
         first_offset,
         n,
         timestamp_ms,
         data_length,
         data_length,
         crc,
-        len(extra),
+        bloom_bytes,
+        extra,
     )
-    head_crc = _crc32(bloom_bytes, _crc32(head))
-    return [head + _pack_u32(head_crc) + bloom_bytes, entry_list, table, rest]
+    return [head, entry_list, table, rest]
 
 
 def _bloom_bytes(values: set[str], bloom_size: int) -> bytes:

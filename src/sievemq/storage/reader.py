@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +28,7 @@ from sievemq.storage.chunk import (
     unpack_header,
 )
 from sievemq.storage.errors import StorageError
+from sievemq.storage.filter_stats import ReadStats
 from sievemq.storage.filters import FilterSpec
 from sievemq.storage.handles import CachedFile
 from sievemq.storage.segment import (
@@ -55,20 +55,6 @@ class RawChunk(NamedTuple):
     data: bytes  # uncompressed record table + payloads (docs/storage-format.md)
     # data is in the osiris layout (``read_chunks(osiris=True)``, chunk.FLAG_OSIRIS)
     osiris: bool = False
-
-
-@dataclass
-class ReadStats:
-    """What a reader did: tests use it to prove chunks were skipped without a body read."""
-
-    chunks_scanned: int = 0  # chunk headers looked at
-    chunks_skipped: int = 0  # ruled out by the Bloom filter, body not read
-    chunks_false_positive: int = 0  # body read, but no record matched the FilterSpec
-    chunks_skipped_extra: int = 0  # ruled out by chunk_filter on the extra blob, body not read
-    records_matched: int = 0
-    records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
-    records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
-    bytes_read: int = 0
 
 
 def disk_end(directory: Path) -> int:
@@ -454,7 +440,7 @@ class StreamReader:
                 and chunk_filter is not None
                 and not chunk_filter(buf[HEADER_SIZE + bsize : HEADER_SIZE + meta])
             ):
-                stats.chunks_skipped_extra += 1
+                stats.chunks_skipped_subscription += 1
             else:
                 data = fd_pread(fd, dlen, body_pos)
                 stats.bytes_read += len(data)

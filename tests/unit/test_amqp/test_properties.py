@@ -62,6 +62,14 @@ def test_delivery_fast_splice_equals_general_splice(
     assert raw_properties.splice_long_header(raw, "x-stream-offset", offset) in b"".join(pieces)
 
 
+@given(properties())
+def test_delivery_fields_are_what_pamqp_decodes(props: commands.Basic.Properties):
+    mode, priority, expiration = raw_properties.delivery_fields(props.marshal())
+    assert mode == (props.delivery_mode or 0)
+    assert priority == (props.priority or 0)
+    assert expiration == (None if props.expiration is None else props.expiration.encode())
+
+
 @given(properties(headers=field_table.filter(bool)))
 def test_read_header_returns_each_value(props: commands.Basic.Properties):
     raw = props.marshal()

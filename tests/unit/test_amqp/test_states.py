@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from sievemq.amqp import errors, states
+from sievemq.amqp import errors, methods, states
 from sievemq.amqp.frames import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD
 from sievemq.amqp.states import ChannelPhase, ChannelState, ConnectionPhase, ConnectionState, Next
 
@@ -15,7 +15,7 @@ QOS = (60, 10)
 
 def open_channel(max_body_size: int | None = None) -> ChannelState:
     ch = ChannelState(1, max_body_size)
-    assert ch.receive_method(states.CHANNEL_OPEN) is Next.DISPATCH
+    assert ch.receive_method(methods.CHANNEL_OPEN) is Next.DISPATCH
     return ch
 
 
@@ -105,7 +105,7 @@ def test_frames_on_a_closed_channel_are_504():
 
 def test_reopening_an_open_channel_is_504():
     with pytest.raises(errors.ChannelErrorHard, match="already open"):
-        open_channel().receive_method(states.CHANNEL_OPEN)
+        open_channel().receive_method(methods.CHANNEL_OPEN)
 
 
 def test_unknown_method_is_540():
@@ -137,7 +137,7 @@ def test_server_side_and_connection_methods_on_an_open_channel_are_503(method):
 
 
 def test_every_client_method_is_dispatched_on_an_open_channel():
-    for method in states.CLIENT_CHANNEL_METHODS - {states.CHANNEL_CLOSE}:
+    for method in states.CLIENT_CHANNEL_METHODS - {methods.CHANNEL_CLOSE}:
         ch = open_channel()
         expected = Next.EXPECT_CONTENT if method == PUBLISH else Next.DISPATCH
         assert ch.receive_method(method) is expected
@@ -145,9 +145,9 @@ def test_every_client_method_is_dispatched_on_an_open_channel():
 
 def test_close_from_the_client_closes_and_allows_reopening():
     ch = open_channel()
-    assert ch.receive_method(states.CHANNEL_CLOSE) is Next.DISPATCH
+    assert ch.receive_method(methods.CHANNEL_CLOSE) is Next.DISPATCH
     assert ch.phase is ChannelPhase.CLOSED
-    assert ch.receive_method(states.CHANNEL_OPEN) is Next.DISPATCH
+    assert ch.receive_method(methods.CHANNEL_OPEN) is Next.DISPATCH
 
 
 def test_after_our_close_everything_but_close_ok_is_discarded():
@@ -157,7 +157,7 @@ def test_after_our_close_everything_but_close_ok_is_discarded():
     assert ch.receive_header(60, 3) is Next.DISCARD
     assert ch.receive_body(3) is Next.DISCARD
     assert ch.receive_method(PUBLISH) is Next.DISCARD
-    assert ch.receive_method(states.CHANNEL_CLOSE_OK) is Next.DISPATCH
+    assert ch.receive_method(methods.CHANNEL_CLOSE_OK) is Next.DISPATCH
     assert ch.phase is ChannelPhase.CLOSED
 
 
@@ -166,7 +166,11 @@ def test_after_our_close_everything_but_close_ok_is_discarded():
 
 def opened() -> ConnectionState:
     conn = ConnectionState()
-    for method in (states.CONNECTION_START_OK, states.CONNECTION_TUNE_OK, states.CONNECTION_OPEN):
+    for method in (
+        methods.CONNECTION_START_OK,
+        methods.CONNECTION_TUNE_OK,
+        methods.CONNECTION_OPEN,
+    ):
         assert conn.receive_method(method) is Next.DISPATCH
     assert conn.phase is ConnectionPhase.OPEN
     return conn
@@ -178,17 +182,17 @@ def test_handshake_in_order():
 
 def test_open_before_tune_ok_is_504_as_in_rabbitmq():
     conn = ConnectionState()
-    conn.receive_method(states.CONNECTION_START_OK)
+    conn.receive_method(methods.CONNECTION_START_OK)
     with pytest.raises(errors.ChannelErrorHard) as info:
-        conn.receive_method(states.CONNECTION_OPEN)
+        conn.receive_method(methods.CONNECTION_OPEN)
     assert info.value.reply_code == 504 and info.value.closes_connection
     assert "unexpected method 10.40 in connection state await_tune_ok" in info.value.reply_text
-    assert (info.value.class_id, info.value.method_id) == states.CONNECTION_OPEN
+    assert (info.value.class_id, info.value.method_id) == methods.CONNECTION_OPEN
 
 
 def test_close_ok_without_our_close_is_504():
     with pytest.raises(errors.ChannelErrorHard, match="connection state open"):
-        opened().receive_method(states.CONNECTION_CLOSE_OK)
+        opened().receive_method(methods.CONNECTION_CLOSE_OK)
 
 
 def test_unknown_method_on_channel_zero_is_540():
@@ -230,17 +234,17 @@ def test_after_our_close_only_close_ok_counts():
     assert conn.receive_frame(FRAME_METHOD, 3) is Next.DISCARD
     assert conn.receive_frame(FRAME_METHOD, 0) is Next.DISPATCH
     assert conn.receive_method((60, 40)) is Next.DISCARD
-    assert conn.receive_method(states.CONNECTION_CLOSE_OK) is Next.DISPATCH
+    assert conn.receive_method(methods.CONNECTION_CLOSE_OK) is Next.DISPATCH
     assert conn.phase is ConnectionPhase.CLOSED
 
 
 def test_client_close_ends_the_connection_in_any_open_phase():
     for count in range(4):
         conn = ConnectionState()
-        steps = [states.CONNECTION_START_OK, states.CONNECTION_TUNE_OK, states.CONNECTION_OPEN]
+        steps = [methods.CONNECTION_START_OK, methods.CONNECTION_TUNE_OK, methods.CONNECTION_OPEN]
         for method in steps[:count]:
             conn.receive_method(method)
-        assert conn.receive_method(states.CONNECTION_CLOSE) is Next.DISPATCH
+        assert conn.receive_method(methods.CONNECTION_CLOSE) is Next.DISPATCH
         assert conn.phase is ConnectionPhase.CLOSED
 
 
@@ -250,7 +254,7 @@ def test_after_the_connection_ended_everything_is_discarded():
         assert conn.receive_frame(FRAME_METHOD, 3) is Next.DISCARD
         assert conn.receive_frame(FRAME_BODY, 0) is Next.DISCARD
         assert conn.receive_frame(FRAME_METHOD, 0) is Next.DISPATCH
-        assert conn.receive_method(states.CONNECTION_CLOSE) is Next.DISCARD
+        assert conn.receive_method(methods.CONNECTION_CLOSE) is Next.DISCARD
         assert conn.phase is ConnectionPhase.CLOSED
 
 

@@ -51,12 +51,12 @@ async def test_chunks_after_registration_are_skipped_by_bits(tmp_path: Path) -> 
     got, reader = _read(stream, EXPR, slot)
     assert [r.offset for r in got] == [1, 5]
     # 2 old chunks evaluated normally; 3 new chunks ruled out by their bits, body not read
-    assert reader.stats.chunks_skipped_extra == 3
+    assert reader.stats.chunks_skipped_subscription == 3
     assert reader.stats.chunks_scanned == 6
     # the same expression without registration: same result, every chunk evaluated
     got2, reader2 = _read(stream, EXPR, None)
     assert [r.offset for r in got2] == [1, 5]
-    assert reader2.stats.chunks_skipped_extra == 0
+    assert reader2.stats.chunks_skipped_subscription == 0
     stream.close()
 
 
@@ -80,10 +80,10 @@ async def test_registration_is_durable_and_a_changed_expression_is_a_new_slot(
     # chunk 0 was written when only slot 0 existed: slot 1 evaluates it normally
     got, reader = _read(stream, "region = 'emea'", 1)
     assert [r.offset for r in got] == [0, 1]
-    assert reader.stats.chunks_skipped_extra == 0
+    assert reader.stats.chunks_skipped_subscription == 0
     # an inactive slot's bit is always set (never skips) after it was deactivated
     got, reader = _read(stream, EXPR, 0)
-    assert got == [] and reader.stats.chunks_skipped_extra == 1
+    assert got == [] and reader.stats.chunks_skipped_subscription == 1
     stream.close()
 
 

@@ -10,9 +10,17 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway.admin import browse
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.stream.queue import FilterStats
-from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
-from sievemq.storage import Durability, FilterSpec, Message, ReadStats, Stream, StreamConfig
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.storage import (
+    FILTER_FIELDS,
+    Durability,
+    FilterSpec,
+    FilterStats,
+    Message,
+    ReadStats,
+    Stream,
+    StreamConfig,
+)
 from sievemq.storage.advice import false_positive_rate, recent_blooms
 
 
@@ -27,6 +35,7 @@ def test_deltas_of_two_consumers_add_up_on_the_stream() -> None:
     r1.chunks_scanned += 10
     r1.chunks_skipped += 7
     r1.bytes_read += 300
+    r1.chunks_skipped_subscription += 2
     c1.account(3, 90)
     r2.chunks_scanned += 4
     r2.chunks_false_positive += 1
@@ -40,23 +49,25 @@ def test_deltas_of_two_consumers_add_up_on_the_stream() -> None:
     assert stream.chunks_false_positive == 1
     assert stream.records_skipped == 12
     assert stream.bytes_read == 300
+    assert stream.chunks_skipped_subscription == 2
     assert stream.messages_delivered == 5
     assert stream.bytes_delivered == 100
-    assert c1.as_dict()["chunks_scanned"] == 11
-    assert c1.as_dict()["messages_delivered"] == 5
-    assert c2.as_dict() == {
-        "chunks_scanned": 4,
-        "chunks_skipped": 0,
-        "chunks_false_positive": 1,
-        "records_matched": 0,
-        "records_skipped": 12,
-        "records_skipped_by_bloom": 0,
-        "bytes_read": 0,
-        "chunks_skipped_subscription": 0,
-        "messages_delivered": 0,
-        "bytes_delivered": 0,
-        "sql_errors": 0,
-    }
+    assert c1.snapshot().chunks_scanned == 11
+    assert c1.snapshot().messages_delivered == 5
+    assert c2.snapshot() == FilterStats(
+        chunks_scanned=4, chunks_false_positive=1, records_skipped=12
+    )
+    total = FilterStats()
+    total.add(c1.snapshot())
+    total.add(c2.snapshot())
+    assert total == stream  # the consumers' own counters add up to the stream's
+
+
+def test_every_filter_counter_has_one_prometheus_metric() -> None:
+    from sievemq.admin_api.metrics import FILTER_COUNTERS
+
+    assert [field for _, field, _ in FILTER_COUNTERS] == list(FILTER_FIELDS)
+    assert len({name for name, _, _ in FILTER_COUNTERS}) == len(FILTER_FIELDS)
 
 
 def test_reader_counts_messages_in_skipped_chunks_from_its_position(tmp_path: Path) -> None:

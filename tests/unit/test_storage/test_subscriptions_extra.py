@@ -27,7 +27,7 @@ def test_chunk_filter_skips_bodies_and_keeps_chunks_without_blob(tmp_path: Path)
     r.seek_first()
     got = read_all(r, chunk_filter=lambda extra: extra == b"yes")
     assert [x.body for x in got] == [b"a0", b"a1", b"c0", b"c1", b"d0", b"d1"]
-    assert r.stats.chunks_skipped_extra == 1
+    assert r.stats.chunks_skipped_subscription == 1
     assert r.stats.chunks_scanned == 4
     assert r.position == 8
 
@@ -37,7 +37,7 @@ def test_without_chunk_filter_every_record_reads(tmp_path: Path) -> None:
     r = s.reader()
     r.seek_first()
     assert [x.offset for x in read_all(r)] == list(range(8))
-    assert r.stats.chunks_skipped_extra == 0
+    assert r.stats.chunks_skipped_subscription == 0
 
 
 def test_bloom_is_checked_before_the_chunk_filter(tmp_path: Path) -> None:

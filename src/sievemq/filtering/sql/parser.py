@@ -8,6 +8,8 @@ expression is an error instead of being ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sievemq.filtering.sql import like
 from sievemq.filtering.sql.errors import CompileError
 from sievemq.filtering.sql.lexer import Kind, Token, tokenize
@@ -133,21 +135,19 @@ class _Parser:
         return node
 
     def parse_or(self) -> Node:
-        left = self.parse_and()
-        while self.is_kw("OR"):
-            op = self.advance()
-            left = self.condition(left, " before 'OR'")
-            right = self.condition(self.parse_and(), " after 'OR'")
-            left = Logic("OR", left, right, op.pos)
-        return left
+        return self._logic("OR", self.parse_and)
 
     def parse_and(self) -> Node:
-        left = self.parse_not()
-        while self.is_kw("AND"):
+        return self._logic("AND", self.parse_not)
+
+    def _logic(self, keyword: str, operand: Callable[[], Node]) -> Node:
+        """``operand (keyword operand)*``, left-associative: one level of OR or AND."""
+        left = operand()
+        while self.is_kw(keyword):
             op = self.advance()
-            left = self.condition(left, " before 'AND'")
-            right = self.condition(self.parse_not(), " after 'AND'")
-            left = Logic("AND", left, right, op.pos)
+            left = self.condition(left, f" before '{keyword}'")
+            right = self.condition(operand(), f" after '{keyword}'")
+            left = Logic(keyword, left, right, op.pos)
         return left
 
     def parse_not(self) -> Node:
@@ -320,23 +320,17 @@ class _Parser:
         return Like(value, pattern_tok.value, escape, negated, value.pos)
 
     def parse_additive(self) -> Node:
-        left = self.parse_multiplicative()
-        while self.is_op("+", "-"):
-            op = self.advance()
-            right = self.parse_multiplicative()
-            left = Arith(
-                op.text,
-                self.scalar(left, "used in arithmetic"),
-                self.scalar(right, "used in arithmetic"),
-                left.pos,
-            )
-        return left
+        return self._arith(("+", "-"), self.parse_multiplicative)
 
     def parse_multiplicative(self) -> Node:
-        left = self.parse_unary()
-        while self.is_op("*", "/", "%"):
+        return self._arith(("*", "/", "%"), self.parse_unary)
+
+    def _arith(self, ops: tuple[str, ...], operand: Callable[[], Node]) -> Node:
+        """``operand (op operand)*``, left-associative: one level of arithmetic."""
+        left = operand()
+        while self.is_op(*ops):
             op = self.advance()
-            right = self.parse_unary()
+            right = operand()
             left = Arith(
                 op.text,
                 self.scalar(left, "used in arithmetic"),

@@ -14,19 +14,19 @@ from sievemq.gateway.admin.connections import (
 from sievemq.gateway.admin.views import (
     ConsumerFilterView,
     ConsumerView,
-    FilterStatsView,
     SacGroupView,
     SacMemberView,
     StreamClientView,
     StreamConsumerView,
     StreamPublisherView,
 )
-from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.stream.queue import ConsumerInfo, FilterStats, StreamQueue
+from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.streamproto_session import sac
-from sievemq.gateway.streamproto_session.connection import StreamConnection
-from sievemq.gateway.streamproto_session.subscription import Subscription
+from sievemq.gateway.stream_session import sac
+from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.stream_session.subscription import Subscription
+from sievemq.storage import FilterStats
 
 
 class ConsumersAdmin(AdminBase):
@@ -202,7 +202,7 @@ def _stream_subscription_view(conn: StreamConnection, sub: Subscription) -> Cons
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=None,
-        filter_stats=FilterStatsView(**sub.filter_stats()),
+        filter_stats=sub.filter_stats(),
         ack_required=False,
         activity_status=view.activity_status,
         protocol="stream",
@@ -250,7 +250,7 @@ def _consumer_view(
             list(spec.values), spec.match_unfiltered, "all" if spec.match_all else "any"
         ),
         sql=consumer.sql_text,
-        filter_stats=FilterStatsView(**consumer.filter_stats()),
+        filter_stats=consumer.filter_stats(),
     )
 
 
@@ -285,7 +285,7 @@ def _classic_consumer_view(
         lag=0,
         filter=None,
         sql=None,
-        filter_stats=FilterStatsView(**FilterStats().as_dict()),
+        filter_stats=FilterStats(),
         ack_required=not consumer.no_ack,
         exclusive=bool(consumer.exclusive),
     )

@@ -16,17 +16,16 @@ from sievemq.gateway.admin.base import (
 from sievemq.gateway.admin.queues import QueuesAdmin
 from sievemq.gateway.admin.views import (
     DescriptorsView,
-    FilterStatsView,
     HistogramView,
     OverviewView,
     StreamView,
     Totals,
     WriteLatencyView,
 )
-from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
-from sievemq.gateway.model.stream.queue import FilterStats
+from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import total_memory
+from sievemq.storage import FilterStats
 from sievemq.units import parse_memory_watermark, parse_size
 
 
@@ -104,10 +103,8 @@ class OverviewAdmin(QueuesAdmin):
         totals.publish_rate = totals.message_rates["publish"]
         totals.deliver_rate = totals.message_rates["deliver_get"]
         summed = FilterStats()
-        sums = vars(summed)
         for q in queues:
-            for name, value in vars(q.filter_stats).items():
-                sums[name] += value
+            summed.add(q.filter_stats)
         return OverviewView(
             product_name=PRODUCT,
             product_version=self.version,
@@ -116,7 +113,7 @@ class OverviewAdmin(QueuesAdmin):
             listeners=list(self.listeners),
             totals=totals,
             alarms=self.active_alarms(),
-            filter_stats=FilterStatsView(**summed.as_dict()),
+            filter_stats=summed,
         )
 
     def _counts_by_type(self, streams: list[StreamView]) -> dict[str, dict[str, int]]:
@@ -127,7 +124,7 @@ class OverviewAdmin(QueuesAdmin):
         for v in self.broker.vhosts.values():
             for q in v.classic.queues.values():
                 sums = out["quorum" if q.kind == "quorum" else "classic"]
-                for k, n in classic_message_stats(q).items():
+                for k, n in _classic_counts(q).items():
                     sums[k] += n
         st = out["stream"]
         for sv in streams:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from sievemq.amqp.errors import NotFound, ResourceLocked
@@ -13,7 +14,6 @@ from sievemq.gateway.admin.codec import decode_properties, jsonable
 from sievemq.gateway.admin.views import (
     GET_ACKMODES,
     BadRequest,
-    FilterStatsView,
     GotMessage,
     QueueView,
     StreamView,
@@ -258,7 +258,7 @@ class QueuesAdmin(AdminBase):
             delivered=delivered,
             deliver_rate=rates["deliver_get"],
             filter_size_bytes=queue.filter_size_bytes,
-            filter_stats=FilterStatsView(**vars(queue.filter_stats)),
+            filter_stats=replace(queue.filter_stats),  # a copy: the view is a snapshot
             messages_unacknowledged=unacked,
             acked=queue.acked,
             ack_rate=rates["ack"],

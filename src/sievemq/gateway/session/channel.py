@@ -26,11 +26,10 @@ from typing import Any
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec, properties, states
-from sievemq.amqp.hotcodec import (
-    BASIC_CONTENT_CLASS,
+from sievemq.amqp.hotcodec import BASIC_CONTENT_CLASS, CONTENT_HEADER_FIELDS
+from sievemq.amqp.methods import (
     BASIC_PUBLISH,
     CLASS_BASIC,
-    CONTENT_HEADER_FIELDS,
     METHOD_ACK,
     METHOD_NACK,
     METHOD_PUBLISH,
@@ -87,7 +86,7 @@ _AWAIT_HEADER = ChannelPhase.AWAIT_HEADER
 _AWAIT_BODY = ChannelPhase.AWAIT_BODY
 _CLOSING = ChannelPhase.CLOSING
 _CLOSED = ChannelPhase.CLOSED
-_PUBLISH_CLASS = states.CONTENT_METHODS[states.BASIC_PUBLISH]
+_PUBLISH_CLASS = states.CONTENT_METHODS[BASIC_PUBLISH]
 # the publish arguments before the first publish: every publish stores a new tuple, so
 # ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
 _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)

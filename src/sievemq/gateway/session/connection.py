@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import pamqp.commands as spec
 
-from sievemq.amqp import codec, errors, frames, hotcodec, negotiation, states
+from sievemq.amqp import codec, errors, frames, hotcodec, methods, negotiation, states
 from sievemq.amqp.states import (
     ChannelPhase,
     ChannelState,
@@ -575,12 +575,12 @@ class Connection:
 
 # the handler of every method the connection table accepts (a test checks none is missing)
 _CONNECTION_METHODS: dict[states.Method, Any] = {
-    states.CONNECTION_START_OK: Connection._start_ok,
-    states.CONNECTION_TUNE_OK: Connection._tune_ok,
-    states.CONNECTION_OPEN: Connection._open,
-    states.CONNECTION_CLOSE: Connection._close,
-    states.CONNECTION_CLOSE_OK: Connection._close_ok,
-    states.CONNECTION_UPDATE_SECRET: Connection._update_secret,
+    methods.CONNECTION_START_OK: Connection._start_ok,
+    methods.CONNECTION_TUNE_OK: Connection._tune_ok,
+    methods.CONNECTION_OPEN: Connection._open,
+    methods.CONNECTION_CLOSE: Connection._close,
+    methods.CONNECTION_CLOSE_OK: Connection._close_ok,
+    methods.CONNECTION_UPDATE_SECRET: Connection._update_secret,
 }
 
 

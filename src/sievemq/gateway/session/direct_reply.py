@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, properties
-from sievemq.amqp.hotcodec import BASIC_PUBLISH
+from sievemq.amqp.methods import BASIC_PUBLISH
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX, PSEUDO_BYTES, PSEUDO_QUEUE
 from sievemq.gateway.session.classic.frames import ClassicDeliveryEncoder

@@ -20,9 +20,9 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
-from sievemq.gateway.runtime.stream.waker import CommitWaker
-from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
-from sievemq.storage import FilterSpec, Record, StorageError, Stream, StreamReader
+from sievemq.gateway.runtime.waker import CommitWaker
+from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.storage import FilterSpec, FilterStats, Record, StorageError, Stream, StreamReader
 from sievemq.storage.chunk import (
     decode_records,
     length_prefixed_runs,
@@ -33,8 +33,8 @@ from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
 
 if TYPE_CHECKING:
-    from sievemq.gateway.model.stream.queue import StreamQueue
-    from sievemq.gateway.streamproto_session.ports import ConnectionPort, GroupMember
+    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.stream_session.ports import ConnectionPort, GroupMember
 
 log = logging.getLogger(__name__)
 
@@ -210,9 +210,9 @@ class Subscription(CommitWaker):
         # consumer's: the reader's work plus what was delivered, folded in once per turn
         self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
 
-    def filter_stats(self) -> dict[str, int]:
-        """Its filter and delivery counters since it subscribed (``FilterStats`` names)."""
-        return self.stats.as_dict()
+    def filter_stats(self) -> FilterStats:
+        """Its filter and delivery counters since it subscribed."""
+        return self.stats.snapshot()
 
     def start(self) -> None:
         self.listen()

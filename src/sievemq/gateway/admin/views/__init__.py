@@ -56,13 +56,13 @@ from sievemq.gateway.admin.views.queues import (
     ConsumerOffsetView,
     ExchangeView,
     FilterAdviceView,
-    FilterStatsView,
     GotMessage,
     QueueView,
     StreamView,
     SubscriptionView,
 )
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES
+from sievemq.storage import FilterStats
 
 __all__ = [
     "BROWSE_MAX_LIMIT",
@@ -86,7 +86,7 @@ __all__ = [
     "DescriptorsView",
     "ExchangeView",
     "FilterAdviceView",
-    "FilterStatsView",
+    "FilterStats",
     "GotMessage",
     "HistogramView",
     "ListenerView",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sievemq.gateway.admin.views.queues import FilterStatsView
+from sievemq.storage import FilterStats
 
 
 @dataclass
@@ -36,7 +36,7 @@ class ConsumerView:
     lag: int  # messages stored after its position
     filter: ConsumerFilterView | None
     sql: str | None
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
     ack_required: bool = True
     exclusive: bool = False
     activity_status: str = ""  # "" = up when active, waiting when not

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sievemq.gateway.admin.views.queues import FilterStatsView
+from sievemq.storage import FilterStats
 
 
 @dataclass
@@ -52,7 +52,7 @@ class OverviewView:
     listeners: list[ListenerView]
     totals: Totals
     alarms: list[str]
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
 
 
 @dataclass

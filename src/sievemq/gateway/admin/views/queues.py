@@ -6,24 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
-
-
-@dataclass
-class FilterStatsView:
-    """Filter and delivery counters, of a stream or of one consumer (docs/admin-api.md)."""
-
-    chunks_scanned: int = 0
-    chunks_skipped: int = 0
-    chunks_false_positive: int = 0
-    chunks_skipped_subscription: int = 0
-    records_matched: int = 0
-    records_skipped: int = 0
-    records_skipped_by_bloom: int = 0
-    bytes_read: int = 0
-    messages_delivered: int = 0
-    bytes_delivered: int = 0
-    sql_errors: int = 0
+from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.storage import FilterStats
 
 
 @dataclass
@@ -47,7 +31,7 @@ class StreamView:
     delivered: int
     deliver_rate: float
     filter_size_bytes: int
-    filter_stats: FilterStatsView
+    filter_stats: FilterStats
     messages_unacknowledged: int = 0  # delivered to AMQP consumers, credit not back yet
     acked: int = 0  # AMQP consumers' deliveries settled by basic.ack (RabbitMQ's ``ack``)
     ack_rate: float = 0.0
@@ -98,7 +82,7 @@ class QueueView:
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
-        return classic_message_stats(self)
+        return _classic_counts(self)
 
 
 @dataclass

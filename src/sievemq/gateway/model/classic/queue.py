@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import struct
 import time
 from array import array
 from collections import deque
@@ -33,16 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.model.classic.arguments import QueueArguments
+from sievemq.amqp.errors import FrameError
+from sievemq.amqp.properties import delivery_fields
+from sievemq.gateway.model.classic_arguments import QueueArguments
 from sievemq.storage import layout
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
-
-_H = struct.Struct(">H")
-_I = struct.Struct(">I")
 
 
 def now_ms() -> int:
@@ -83,37 +81,12 @@ def publish_facts(props: bytes) -> PublishFacts:
     got = _FACTS.get(props)
     if got is not None:
         return got
-    persistent, priority, expiration = False, 0, None
     try:
-        flags = _H.unpack_from(props)[0]
-        pos = 2
-        word = flags
-        while word & 1:
-            word = _H.unpack_from(props, pos)[0]
-            pos += 2
-        if flags & 0x8000:
-            pos += 1 + props[pos]
-        if flags & 0x4000:
-            pos += 1 + props[pos]
-        if flags & 0x2000:
-            pos += 4 + _I.unpack_from(props, pos)[0]
-        if flags & 0x1000:
-            persistent = props[pos] == 2
-            pos += 1
-        if flags & 0x0800:
-            priority = props[pos]
-            pos += 1
-        if flags & 0x0400:
-            pos += 1 + props[pos]
-        if flags & 0x0200:
-            pos += 1 + props[pos]
-        if flags & 0x0100:
-            n = props[pos]
-            text = props[pos + 1 : pos + 1 + n].decode("ascii", errors="replace")
-            expiration = int(text) if text.isdigit() else None
-    except (IndexError, struct.error, ValueError):
-        pass
-    facts = PublishFacts(persistent, priority, expiration)
+        mode, priority, text = delivery_fields(props)
+    except FrameError:  # checked on publish: only a damaged log could hold such bytes
+        mode, priority, text = 0, 0, None
+    expiration = int(text) if text is not None and text.isdigit() else None
+    facts = PublishFacts(mode == 2, priority, expiration)
     if len(_FACTS) > 1024:
         _FACTS.clear()
     _FACTS[props] = facts

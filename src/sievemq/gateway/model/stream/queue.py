@@ -10,37 +10,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from sievemq.gateway.model.stream import dedup
-from sievemq.gateway.model.stream.arguments import StreamArguments
-from sievemq.storage import FilterSpec, StorageError, Stream, StreamStats, StreamSurvey
+from sievemq.gateway.model import dedup
+from sievemq.gateway.model.arguments import StreamArguments
+from sievemq.storage import (
+    FilterSpec,
+    FilterStats,
+    StorageError,
+    Stream,
+    StreamStats,
+    StreamSurvey,
+)
 from sievemq.storage.publishers import PublisherSequences
 
 log = logging.getLogger(__name__)
 
 DeleteListener = Callable[["StreamQueue"], None]
-
-
-@dataclass
-class FilterStats:
-    """Filter and delivery counters of a stream, summed over its consumers (docs/admin-api.md)."""
-
-    chunks_scanned: int = 0
-    chunks_skipped: int = 0
-    chunks_false_positive: int = 0
-    chunks_skipped_subscription: int = 0  # ruled out by a registered subscription's bits
-    records_matched: int = 0
-    records_skipped: int = 0
-    records_skipped_by_bloom: int = 0
-    bytes_read: int = 0
-    messages_delivered: int = 0
-    bytes_delivered: int = 0
-    sql_errors: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class ConsumerInfo(Protocol):
@@ -62,8 +48,8 @@ class ConsumerInfo(Protocol):
         """Its ``x-stream-filter`` values, if any."""
         ...
 
-    def filter_stats(self) -> dict[str, int]:
-        """Its filter and delivery counters since it started (``FilterStats`` names)."""
+    def filter_stats(self) -> FilterStats:
+        """Its filter and delivery counters since it started."""
         ...
 
     @property

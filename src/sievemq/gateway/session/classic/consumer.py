@@ -24,7 +24,7 @@ from sievemq.gateway.model.classic.queue import ClassicQueue, QueueMessage
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session.classic.frames import ClassicDeliveryEncoder, encode_get_ok
 from sievemq.gateway.session.ports import ChannelHost
-from sievemq.storage import FilterSpec
+from sievemq.storage import FilterSpec, FilterStats
 
 
 class Channel(Protocol):
@@ -121,8 +121,8 @@ class ClassicConsumer:
     def spec(self) -> FilterSpec | None:
         return None
 
-    def filter_stats(self) -> dict[str, int]:
-        return {"messages_delivered": self.delivered}
+    def filter_stats(self) -> FilterStats:
+        return FilterStats(messages_delivered=self.delivered)
 
     def cancel_by_server(self) -> None:
         self.channel.cancel_consumer_by_server(self)

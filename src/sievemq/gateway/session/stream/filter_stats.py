@@ -4,41 +4,23 @@ HOT PATH (once per delivery turn, never per message). A consumer owns exactly on
 ``StreamReader``, whose ``ReadStats`` are cumulative, so the consumer's own read counters are
 the reader's; only what the reader cannot know (messages and bytes delivered) is counted here.
 After each turn ``account`` adds the reader's change since the previous turn to the stream's
-totals: eight subtractions per turn, whatever the number of chunks skipped or records delivered.
+totals: a few C-level passes over eight counters per turn, whatever the number of chunks
+skipped or records delivered. The counters are storage's
+(``sievemq.storage.filter_stats``): their names are read from the types, never listed here.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
+
+from sievemq.storage import READ_FIELDS, FilterStats
 
 if TYPE_CHECKING:
     from sievemq.filtering.sql import SqlFilter
-    from sievemq.gateway.model.stream.queue import FilterStats
     from sievemq.storage import ReadStats
 
-READ_FIELDS = (
-    "chunks_scanned",
-    "chunks_skipped",
-    "chunks_false_positive",
-    "records_matched",
-    "records_skipped",
-    "records_skipped_by_bloom",
-    "bytes_read",
-    "chunks_skipped_subscription",
-)
-
-
-def _snapshot(stats: ReadStats) -> tuple[int, int, int, int, int, int, int, int]:
-    return (
-        stats.chunks_scanned,
-        stats.chunks_skipped,
-        stats.chunks_false_positive,
-        stats.records_matched,
-        stats.records_skipped,
-        stats.records_skipped_by_bloom,
-        stats.bytes_read,
-        stats.chunks_skipped_extra,
-    )
+_snapshot = attrgetter(*READ_FIELDS)  # the reader's counters as a tuple, in READ_FIELDS order
 
 
 class ConsumerFilterStats:
@@ -76,14 +58,9 @@ class ConsumerFilterStats:
         target = self._stream
         if now != last:
             self._last = now
-            target.chunks_scanned += now[0] - last[0]
-            target.chunks_skipped += now[1] - last[1]
-            target.chunks_false_positive += now[2] - last[2]
-            target.records_matched += now[3] - last[3]
-            target.records_skipped += now[4] - last[4]
-            target.records_skipped_by_bloom += now[5] - last[5]
-            target.bytes_read += now[6] - last[6]
-            target.chunks_skipped_subscription += now[7] - last[7]
+            for name, count, was in zip(READ_FIELDS, now, last):  # noqa: B905 (same length)
+                if count != was:
+                    setattr(target, name, getattr(target, name) + count - was)
         sql = self._sql
         if sql is not None and sql.errors != self._sql_errors:
             target.sql_errors += sql.errors - self._sql_errors
@@ -92,11 +69,12 @@ class ConsumerFilterStats:
             target.messages_delivered += messages
             target.bytes_delivered += nbytes
 
-    def as_dict(self) -> dict[str, int]:
-        """This consumer's counters since it started (JSON-ready, same names as the stream's)."""
+    def snapshot(self) -> FilterStats:
+        """This consumer's counters since it started."""
         now, start = _snapshot(self._reader), self._start
-        out = {name: now[i] - start[i] for i, name in enumerate(READ_FIELDS)}
-        out["messages_delivered"] = self.messages_delivered
-        out["bytes_delivered"] = self.bytes_delivered
-        out["sql_errors"] = self._sql.errors if self._sql is not None else 0
-        return out
+        return FilterStats(
+            **{name: now[i] - start[i] for i, name in enumerate(READ_FIELDS)},
+            messages_delivered=self.messages_delivered,
+            bytes_delivered=self.bytes_delivered,
+            sql_errors=self._sql.errors if self._sql is not None else 0,
+        )

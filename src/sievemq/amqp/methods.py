@@ -1,0 +1,71 @@
+"""The (class id, method id) pairs the server handles by name: one definition for the state
+tables (``states``), the hot codec (``hotcodec``) and the session code.
+
+Every other method is known by pamqp's generated index only (``states.KNOWN_METHODS``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLASS_CONNECTION: Final = 10
+CLASS_CHANNEL: Final = 20
+CLASS_BASIC: Final = 60
+
+CONNECTION_START_OK: Final = (CLASS_CONNECTION, 11)
+CONNECTION_SECURE_OK: Final = (CLASS_CONNECTION, 21)
+CONNECTION_TUNE_OK: Final = (CLASS_CONNECTION, 31)
+CONNECTION_OPEN: Final = (CLASS_CONNECTION, 40)
+CONNECTION_CLOSE: Final = (CLASS_CONNECTION, 50)
+CONNECTION_CLOSE_OK: Final = (CLASS_CONNECTION, 51)
+CONNECTION_UPDATE_SECRET: Final = (CLASS_CONNECTION, 70)
+
+CHANNEL_OPEN: Final = (CLASS_CHANNEL, 10)
+CHANNEL_FLOW: Final = (CLASS_CHANNEL, 20)
+CHANNEL_FLOW_OK: Final = (CLASS_CHANNEL, 21)
+CHANNEL_CLOSE: Final = (CLASS_CHANNEL, 40)
+CHANNEL_CLOSE_OK: Final = (CLASS_CHANNEL, 41)
+
+# method ids inside class 60 (the hot path compares the id alone once the class matched)
+METHOD_PUBLISH: Final = 40
+METHOD_RETURN: Final = 50
+METHOD_DELIVER: Final = 60
+METHOD_ACK: Final = 80
+METHOD_REJECT: Final = 90
+METHOD_NACK: Final = 120
+BASIC_PUBLISH: Final = (CLASS_BASIC, METHOD_PUBLISH)
+BASIC_RETURN: Final = (CLASS_BASIC, METHOD_RETURN)
+BASIC_DELIVER: Final = (CLASS_BASIC, METHOD_DELIVER)
+BASIC_ACK: Final = (CLASS_BASIC, METHOD_ACK)
+BASIC_REJECT: Final = (CLASS_BASIC, METHOD_REJECT)
+BASIC_NACK: Final = (CLASS_BASIC, METHOD_NACK)
+
+__all__ = [
+    "BASIC_ACK",
+    "BASIC_DELIVER",
+    "BASIC_NACK",
+    "BASIC_PUBLISH",
+    "BASIC_REJECT",
+    "BASIC_RETURN",
+    "CHANNEL_CLOSE",
+    "CHANNEL_CLOSE_OK",
+    "CHANNEL_FLOW",
+    "CHANNEL_FLOW_OK",
+    "CHANNEL_OPEN",
+    "CLASS_BASIC",
+    "CLASS_CHANNEL",
+    "CLASS_CONNECTION",
+    "CONNECTION_CLOSE",
+    "CONNECTION_CLOSE_OK",
+    "CONNECTION_OPEN",
+    "CONNECTION_SECURE_OK",
+    "CONNECTION_START_OK",
+    "CONNECTION_TUNE_OK",
+    "CONNECTION_UPDATE_SECRET",
+    "METHOD_ACK",
+    "METHOD_DELIVER",
+    "METHOD_NACK",
+    "METHOD_PUBLISH",
+    "METHOD_REJECT",
+    "METHOD_RETURN",
+]
