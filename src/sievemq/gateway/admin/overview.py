@@ -22,7 +22,7 @@ from sievemq.gateway.admin.views import (
     Totals,
     WriteLatencyView,
 )
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as _classic_counts
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import total_memory
 from sievemq.storage import FilterStats
