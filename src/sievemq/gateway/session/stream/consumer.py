@@ -66,7 +66,8 @@ def filter_spec(options: ConsumerOptions) -> FilterSpec | None:
 
 class StreamConsumer(CommitWaker):
     """One basic.consume on a stream queue (a ``ports.ChannelConsumer``, so a
-    ``model.stream.queue.ConsumerInfo``), delivering through its channel (a ``ports.DeliveryTarget``)."""
+    ``model.stream.queue.ConsumerInfo``), delivering through its channel (a
+    ``ports.DeliveryTarget``)."""
 
     __slots__ = (
         "_batch",
@@ -120,7 +121,7 @@ class StreamConsumer(CommitWaker):
         self.tracker = tracker
         self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats, sql)
 
-    # ------------------------------------------------------------------ model.stream.queue.ConsumerInfo
+    # ------------------------------------------------------- model.stream.queue.ConsumerInfo
 
     @property
     def channel_id(self) -> int:
