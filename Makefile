@@ -2,8 +2,8 @@
 # uv is bootstrapped with pip into .tools/ (pinned), then installs the locked
 # dependencies (uv.lock) into .venv/ with the project editable: `make run` the broker's runtime
 # only (no dev group, no extras), `make setup` (and so test, lint, bench) everything. `make test`
-# also installs the Node clients amqplib and rabbitmq-stream-js-client (tests/integration/node,
-# from its package-lock.json) with npm ci.
+# also installs the Node clients amqplib and rabbitmq-stream-js-client
+# (tests/integration/data/node, from its package-lock.json) with npm ci.
 
 PYTHON ?= python3
 UV_VERSION := 0.13.8
@@ -13,7 +13,7 @@ VENV := .venv
 STAMP := $(VENV)/.sievemq-synced
 RUN_STAMP := $(VENV)/.sievemq-runtime
 export UV_PROJECT_ENVIRONMENT := $(VENV)
-NODE_DIR := tests/integration/node
+NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
 .PHONY: setup node-deps chromium promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean

@@ -29,11 +29,29 @@ def _close_leftover_raw_clients() -> Iterator[None]:
 
 
 FOLDER_MARKERS = ("unit", "integration", "recovery", "spark", "browser")
+# tests/integration/test_<area>/: each area is a marker too (``pytest -m "integration and not
+# clients"``); registered in pyproject.toml like the folder markers
+AREA_MARKERS = (
+    "amqp",
+    "streams",
+    "classic",
+    "stream_protocol",
+    "admin_api",
+    "cli",
+    "clients",
+    "runtime",
+    "cluster",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by its top folder (tests/unit/... -> ``unit``), for ``pytest -m``."""
+    """Mark each test by its top folder (tests/unit/... -> ``unit``) and, in
+    tests/integration, by its area (tests/integration/test_amqp/... -> ``amqp``)."""
     for item in items:
         parts = item.path.relative_to(TESTS).parts
         if len(parts) > 1 and parts[0] in FOLDER_MARKERS:
             item.add_marker(parts[0])
+        if len(parts) > 2 and parts[0] == "integration" and parts[1].startswith("test_"):
+            area = parts[1].removeprefix("test_")
+            if area in AREA_MARKERS:
+                item.add_marker(area)

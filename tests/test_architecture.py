@@ -89,8 +89,18 @@ ALLOWED: dict[str, set[str]] = {
     "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
     "units.py": set(),
     # testing is wiring for tests (like serve.py): the whole gateway, its admin app, the
-    # frame codec of the raw client; it must not pull in test frameworks or client libraries
-    "testing": {"sievemq", "pamqp", "uvicorn"},
+    # frame codec of the raw client; never a test framework. The client libraries only in the
+    # one module each that drives them (TESTING_CLIENTS, checked below)
+    "testing": {"sievemq", "pamqp", "uvicorn", "pika", "rstream", "aiormq", "httpx"},
+}
+
+# the modules of sievemq.testing that drive a client library, each its own only: importing
+# sievemq.testing (or its other modules) needs none of them
+TESTING_CLIENTS: dict[str, str] = {
+    "testing/pika_client.py": "pika",
+    "testing/stream_client.py": "rstream",
+    "testing/aiormq_client.py": "aiormq",
+    "testing/admin_client.py": "httpx",
 }
 
 # stdlib modules a component must not use even though they are in the standard library
@@ -343,6 +353,20 @@ def test_the_circle_finder_sees_type_checking_and_local_imports(tmp_path: Path) 
     assert graph["sievemq.sub.b"] == {"sievemq.sub.c"}
     assert graph["sievemq.sub.c"] == {"sievemq.a"}
     assert _cycles(graph) == [["sievemq.a", "sievemq.sub.b", "sievemq.sub.c"]]
+
+
+def test_each_client_library_is_imported_by_its_testing_module_only() -> None:
+    libraries = set(TESTING_CLIENTS.values())
+    offenders = [
+        f"{rel} imports {name}"
+        for path in (SRC / "testing").rglob("*.py")
+        for rel in [path.relative_to(SRC).as_posix()]
+        for name in _imports(path)
+        if name.split(".")[0] in libraries and name.split(".")[0] != TESTING_CLIENTS.get(rel)
+    ]
+    assert not offenders, "a client library outside its sievemq.testing module:\n" + "\n".join(
+        offenders
+    )
 
 
 def test_nothing_in_the_product_imports_the_test_helpers() -> None:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.admin_client import client
 
-from .admin_client import client
 from .node_scenarios import NODE_DIR
 
 

@@ -1,4 +1,4 @@
-"""Running the Node.js client scenarios of tests/integration/node (installed by the
+"""Running the Node.js client scenarios of tests/integration/data/node (installed by the
 ``node_modules`` fixture from the committed lock file)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-NODE_DIR = Path(__file__).resolve().parent / "node"
+NODE_DIR = Path(__file__).resolve().parent / "data" / "node"
 
 
 def run_node(script: str, cfg: dict[str, Any], timeout: float = 50) -> Any:

@@ -13,10 +13,11 @@ import pytest
 
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 
 def _channel(server: ServerProcess) -> tuple[Any, Any]:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare("out", durable=True, arguments={"x-queue-type": "stream"})
@@ -29,7 +30,7 @@ def _publish(ch: Any, body: str, reference: str, pid: Any) -> None:
 
 
 def _bodies(server: ServerProcess) -> list[bytes]:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.basic_qos(prefetch_count=100)
     got: list[bytes] = []

@@ -30,6 +30,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -107,7 +108,7 @@ def consumer(url: str, ledger: Ledger, stop: threading.Event, seed: int) -> None
 
 
 def drain(server: ServerProcess) -> list[tuple[int, bool]]:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(QUEUE, durable=True)
     out = []
@@ -132,7 +133,7 @@ def test_random_kills_keep_confirmed_drop_acked_and_flag_redeliveries(
     )
     server.start()
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         conn.channel().queue_declare(QUEUE, durable=True)
         conn.close()
         next_id = 0
@@ -179,7 +180,7 @@ def test_random_kills_keep_confirmed_drop_acked_and_flag_redeliveries(
 def test_deleted_queue_files_left_by_a_crash_are_not_resurrected(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data").start()
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.queue_declare("gone", durable=True)
         ch.confirm_delivery()
@@ -195,7 +196,7 @@ def test_deleted_queue_files_left_by_a_crash_are_not_resurrected(tmp_path: Path)
         shutil.copytree(saved, queue_dir, dirs_exist_ok=True)  # the unlinks had not happened
 
         server.start()
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             ch.queue_declare("gone", passive=True)

@@ -15,14 +15,11 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(120)
 
 QUEUE = "kill-classic"
-
-
-def connect(server: ServerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(server.url))
 
 
 def kill(server: ServerProcess, conn: pika.BlockingConnection) -> None:

@@ -35,7 +35,8 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.storage import layout
 from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR, TOMBSTONE_PREFIX
 from sievemq.testing import running_gateway
-from tests.integration.slow_sync import SlowDefinitionsSync, until
+from sievemq.testing.wait import eventually
+from tests.integration.test_runtime.slow_sync import SlowDefinitionsSync
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,7 +117,7 @@ async def delete_in_windows(
 
         monkeypatch.setattr(shutil, "rmtree", held_rmtree)
         deleting = asyncio.ensure_future(delete(gw.url, gw.admin_url))
-        await until(lambda: len(tombstones(data)) == len(gone))  # renamed, not durable
+        await eventually(lambda: len(tombstones(data)) == len(gone))  # renamed, not durable
         await asyncio.sleep(0.05)
         assert not deleting.done(), "answered before the delete was durable"
         lost = crash_copy(data, tmp_path / "line-lost", synced)

@@ -14,13 +14,13 @@ import re
 from pathlib import Path
 
 import httpx
-import pika
 import pytest
 
 from sievemq.gateway.model.broker import Broker
 from sievemq.storage import Message, Stream, StreamConfig, StreamStats, survey
 from sievemq.storage.segment import list_segments, segment_name
 from sievemq.testing import ServerProcess, running_gateway
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,7 +136,7 @@ def test_real_server_lists_correct_counts_after_sigkill_without_opening(tmp_path
     data = tmp_path / "data"
     _build(data)
     with ServerProcess(data) as server:
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.confirm_delivery()
         for n in range(5):

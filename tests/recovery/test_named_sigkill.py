@@ -7,14 +7,14 @@ from pathlib import Path
 import pika
 
 from sievemq.testing import ServerProcess
-from tests.integration.sql_helpers import params, publish
+from sievemq.testing.pika_client import params, publish_to_stream
 
 
 def test_commit_survives_sigkill_and_sql_subscription_resumes(tmp_path: Path) -> None:
     data = tmp_path / "data"
     srv = ServerProcess(data).start()
     try:
-        publish(srv, "orders", [(f"m{i}".encode(), {"n": i}) for i in range(20)])
+        publish_to_stream(srv, "orders", [(f"m{i}".encode(), {"n": i}) for i in range(20)])
         conn = pika.BlockingConnection(params(srv))
         ch = conn.channel()
         ch.basic_qos(prefetch_count=4)
@@ -41,7 +41,7 @@ def test_commit_survives_sigkill_and_sql_subscription_resumes(tmp_path: Path) ->
             srv.kill()
     srv.restart()
     try:
-        publish(srv, "orders", [(b"m20", {"n": 20})])
+        publish_to_stream(srv, "orders", [(b"m20", {"n": 20})])
         conn = pika.BlockingConnection(params(srv))
         ch = conn.channel()
         ch.basic_qos(prefetch_count=20)

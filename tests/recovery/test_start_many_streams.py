@@ -14,7 +14,6 @@ import os
 import random
 from pathlib import Path
 
-import pika
 import pytest
 
 from sievemq.gateway.model import broker as broker_module
@@ -22,6 +21,7 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.stream import arguments
 from sievemq.storage import Message, Stream
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -97,7 +97,7 @@ def test_server_with_many_streams_holds_no_descriptor_per_stream_after_sigkill(
     with ServerProcess(data) as server:
         baseline = len(os.listdir(f"/proc/{server.pid}/fd"))
         assert baseline < 64, baseline  # not one per stream
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.confirm_delivery()
         names = random.Random(3).sample([f"s{i}" for i in range(STREAMS)], 5)
@@ -107,7 +107,7 @@ def test_server_with_many_streams_holds_no_descriptor_per_stream_after_sigkill(
         conn.close()
         server.kill()
         server.start()
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.basic_qos(prefetch_count=10)
         for name in [*names, "s0"]:

@@ -13,12 +13,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pika
 import pytest
 
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.reader import disk_end
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(1200)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "spark"
@@ -46,7 +46,7 @@ def _ts(seconds: float) -> str:
 
 
 def _publish(server: ServerProcess, stream: str, bodies: list[Any]) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})

@@ -10,6 +10,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)
@@ -26,7 +27,7 @@ def server(tmp_path: Path) -> Any:
 def test_published_messages_read_by_spark_beside_the_server(
     spark: Any, metrics: Any, server: Any
 ) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})

@@ -17,6 +17,7 @@ import pytest
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.reader import disk_end
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 pytestmark = pytest.mark.timeout(1200)
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,9 +65,8 @@ def test_batch_write_publishes_every_column_through_the_gateway(
         [("a", "k1", "eu"), ("b", "k2", None)],
         "body STRING, routing_key STRING, filter_value STRING",
     )
-    import pika
 
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.exchange_declare("ex", "fanout")
     ch.queue_bind("out", "ex")

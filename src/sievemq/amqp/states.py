@@ -15,8 +15,9 @@ the tables mark that with the ``Next.DISCARD`` outcome.
 
 Cold path: the gateway (``gateway.session.connection``, ``gateway.session.channel``) asks
 these tables about every frame outside the publish / ack hot path; the hot path performs the
-table's content transitions inline, and ``tests/unit/test_gateway/test_state_tables.py`` checks
-both give the same replies. ``markdown()`` renders the tables for docs/architecture.md.
+table's content transitions inline, and
+``tests/unit/test_gateway/test_session/test_state_tables.py`` checks both give the same
+replies. ``markdown()`` renders the tables for docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ gateway.
   for tests that SIGKILL it, restart it, or use a blocking client library.
 - ``RawClient`` / ``AsyncRawClient``: an AMQP 0-9-1 client that sends and reads raw frames.
 
+Modules imported by name: ``wait`` (``eventually``), ``clock`` (``ManualClock``), ``tls``
+(a self-signed certificate), and one per client library, which needs that library installed:
+``pika_client``, ``stream_client`` (rstream), ``aiormq_client``, ``admin_client`` (httpx).
+
 This package is wiring (like ``serve.py``): it may import any part of the gateway, and no
 part of the gateway may import it.
 """

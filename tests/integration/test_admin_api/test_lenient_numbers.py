@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ..admin_client import q
+from sievemq.testing.admin_client import q
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,8 +21,7 @@ import httpx
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
+from sievemq.testing.admin_client import client
 
 pytestmark = pytest.mark.timeout(300)
 

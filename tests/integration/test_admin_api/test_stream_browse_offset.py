@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import datetime
 
-import pika
-
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client, q
+from sievemq.testing.admin_client import client, q
+from sievemq.testing.pika_client import connect
 
 
 def publish_each_in_its_own_chunk(server: ServerProcess, name: str, n: int) -> None:
     """One confirmed publish at a time: every message is a chunk of its own."""
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.confirm_delivery()
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})

@@ -23,6 +23,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 from ..node_scenarios import run_node
 
@@ -33,7 +34,7 @@ RT = "amq.rabbitmq.reply-to"
 
 @pytest.fixture
 def conn(server: ServerProcess) -> Iterator[BlockingConnection]:
-    c = pika.BlockingConnection(pika.URLParameters(server.url))
+    c = connect(server)
     yield c
     if c.is_open:
         c.close()
@@ -68,7 +69,7 @@ def test_pika_rpc_round_trip(server: ServerProcess, conn: BlockingConnection) ->
     requests = conn.channel().queue_declare("", exclusive=True).method.queue
     ch, got = _requester(conn)
     ch.basic_publish("", requests, b"2+2", pika.BasicProperties(reply_to=RT, correlation_id="c1"))
-    responder = pika.BlockingConnection(pika.URLParameters(server.url))
+    responder = connect(server)
     try:
         rch = responder.channel()
         props, request = _get(conn.channel(), requests)
@@ -175,7 +176,7 @@ def test_reply_in_a_transaction(conn: BlockingConnection) -> None:
 
 @pytest.mark.parametrize("gone", ["cancel", "channel closed", "connection closed"])
 def test_replies_to_a_gone_consumer_are_returned(server: ServerProcess, gone: str) -> None:
-    requester = pika.BlockingConnection(pika.URLParameters(server.url))
+    requester = connect(server)
     requests = requester.channel().queue_declare("", exclusive=False, auto_delete=False)
     queue = requests.method.queue
     ch, _got = _requester(requester)
@@ -186,7 +187,7 @@ def test_replies_to_a_gone_consumer_are_returned(server: ServerProcess, gone: st
             ch.basic_cancel(tag)
     elif gone == "channel closed":
         ch.close()
-    responder = pika.BlockingConnection(pika.URLParameters(server.url))
+    responder = connect(server)
     try:
         if gone == "connection closed":
             requester.close()

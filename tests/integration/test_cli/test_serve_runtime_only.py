@@ -20,6 +20,7 @@ import pika
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 
@@ -81,7 +82,7 @@ def runtime_only_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 def test_serve_starts_and_serves_without_dev_or_spark_packages(
     runtime_only_server: ServerProcess,
 ) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(runtime_only_server.url))
+    conn = connect(runtime_only_server)
     ch = conn.channel()
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()

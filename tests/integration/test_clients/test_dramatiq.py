@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 from dramatiq import Message
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 from .workers import worker_process
 
@@ -74,7 +74,7 @@ def test_tasks_retries_delays_and_dead_letters(
         assert sum(e["actor"] == "doomed" for e in events) == 1  # no retries
     finally:
         broker.close()
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     try:
         ch = conn.channel()
         deadline = time.monotonic() + 10

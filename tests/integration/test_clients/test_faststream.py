@@ -17,6 +17,7 @@ import pytest
 from faststream.rabbit import RabbitBroker
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect
 
 from .workers import worker_process
 
@@ -28,7 +29,7 @@ WORKER = "tests.integration.test_clients.faststream_worker"
 @pytest.fixture
 def stream(server: ServerProcess, qname: str) -> str:
     """A stream with three apac and two emea events, published before the worker starts."""
-    conn = pika.BlockingConnection(pika.URLParameters(server.url))
+    conn = connect(server)
     ch = conn.channel()
     ch.queue_declare(qname, durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()

@@ -17,7 +17,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.publishers import SNAPSHOT_FILE, PublisherSequences
 from sievemq.testing import running_gateway
 
-from ..slow_sync import SLOW_SYNC_S, SlowScan, _ticker, fill_streams, publish_timed
+from .slow_sync import SLOW_SYNC_S, SlowScan, _ticker, fill_streams, publish_timed
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,8 +17,9 @@ import pytest
 from sievemq.storage import Stream, layout
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import running_gateway
+from sievemq.testing.wait import eventually
 
-from ..slow_sync import SLOW_SYNC_S, _ticker, fill_streams, publish_timed, until
+from .slow_sync import SLOW_SYNC_S, _ticker, fill_streams, publish_timed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,7 +65,7 @@ async def test_deleting_a_stream_not_opened_since_the_start_does_not_open_it(
             served = await publish_timed(och, "busy")
             result = await deleting
             await asyncio.to_thread(layout.wait_discarded)
-            await until(lambda: len(lateness) >= 2)
+            await eventually(lambda: len(lateness) >= 2)
             ticks.cancel()
         assert slow.calls == [], "the deleted stream was opened"
         assert result.message_count == 20

@@ -17,8 +17,8 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..admin_client import client
+from sievemq.testing.admin_client import client
+from sievemq.testing.pika_client import connect
 
 STREAMS = 3000
 SAMPLE_EVERY = 250
@@ -55,7 +55,7 @@ def arrivals(server: ServerProcess, stop: threading.Event, done: list[int]) -> N
     confirmed message and leaves."""
     n = 0
     while not stop.is_set():
-        conn = pika.BlockingConnection(pika.URLParameters(server.url))
+        conn = connect(server)
         ch = conn.channel()
         ch.confirm_delivery()
         ch.queue_declare(f"arrival-{n}", durable=True, arguments=stream_args())
@@ -102,7 +102,7 @@ def test_thousands_of_streams_within_the_descriptor_limit(
     worker = threading.Thread(target=arrive, daemon=True)
     worker.start()
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+        conn = connect(limited)
         ch = conn.channel()
         ch.confirm_delivery()  # a nack or a closed channel raises: every publish confirmed
         for i in range(STREAMS):
@@ -127,12 +127,12 @@ def test_thousands_of_streams_within_the_descriptor_limit(
 @pytest.mark.parametrize("limited", [256], indirect=True)
 def test_connections_past_their_share_are_closed_at_accept(limited: ServerProcess) -> None:
     share = node_figures(limited)["sockets_total"]
-    conns = [pika.BlockingConnection(pika.URLParameters(limited.url)) for _ in range(share)]
+    conns = [connect(limited) for _ in range(share)]
     assert node_figures(limited)["sockets_used"] == share
     with pytest.raises(pika.exceptions.AMQPConnectionError):
-        pika.BlockingConnection(pika.URLParameters(limited.url))
+        connect(limited)
     conns.pop().close()
-    again = pika.BlockingConnection(pika.URLParameters(limited.url))  # room again
+    again = connect(limited)  # room again
     again.channel().queue_declare("after-refusal", durable=True, arguments=stream_args())
     for conn in [again, *conns]:
         conn.close()
@@ -143,7 +143,7 @@ def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerPr
     """Durable classic queues hold descriptors outside the storage cache: declaring them
     until the process runs out gets a 506 naming the limit (never a 541) and closes only that
     channel; deleting some queues gives the node its room back."""
-    conn = pika.BlockingConnection(pika.URLParameters(limited.url))
+    conn = connect(limited)
     ch = conn.channel()
     ch.confirm_delivery()
     declared: list[str] = []
@@ -161,7 +161,7 @@ def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerPr
     for name in declared[: len(declared) // 2]:
         cleanup.queue_delete(name)
     # recovered: a new connection, a stream and a confirmed publish work again
-    late = pika.BlockingConnection(pika.URLParameters(limited.url))
+    late = connect(limited)
     lch = late.channel()
     lch.confirm_delivery()
     lch.queue_declare("after-recovery", durable=True, arguments=stream_args())

@@ -20,8 +20,9 @@ from sievemq.storage import Durability
 from sievemq.storage import stream as stream_module
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import running_gateway
+from sievemq.testing.wait import eventually
 
-from ..slow_sync import SLOW_SYNC_S, _ticker, publish_timed, until
+from .slow_sync import SLOW_SYNC_S, _ticker, publish_timed
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,7 +68,7 @@ async def test_an_http_declare_creates_the_files_off_the_loop(
             ticks = asyncio.ensure_future(_ticker(loop, lateness))
             started = time.monotonic()
             declare = asyncio.ensure_future(http.put(path, json=body))
-            await until(lambda: bool(slow.threads))  # the files are being created
+            await eventually(lambda: bool(slow.threads))  # the files are being created
             served = await publish_timed(och, "busy")
             assert not declare.done(), "answered before its files were made"
             answer = await declare

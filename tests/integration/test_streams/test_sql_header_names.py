@@ -9,9 +9,7 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
-
-from ..pika_consume import consume_expected
-from ..sql_helpers import params, publish
+from sievemq.testing.pika_client import consume_expected, params, publish_to_stream
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,14 +29,14 @@ def _consume(server: ServerProcess, queue: str, sql: str) -> list[bytes]:
 
 
 def test_a_header_name_in_brackets_filters_exactly(server: ServerProcess, qname: str) -> None:
-    publish(server, qname, EVENTS)
+    publish_to_stream(server, qname, EVENTS)
     assert _consume(server, qname, "[x-stream-filter-value] = 'apac'") == [b"e0", b"e2", b"e4"]
 
 
 def test_a_header_name_in_double_quotes_is_406_naming_the_bracket_form(
     server: ServerProcess, qname: str
 ) -> None:
-    publish(server, qname, EVENTS[:1])
+    publish_to_stream(server, qname, EVENTS[:1])
     conn = pika.BlockingConnection(params(server))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=10)

@@ -9,7 +9,6 @@ publishing connections). Limits may change at runtime (``set_limits``), as
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import os
@@ -67,6 +66,17 @@ def blocked_reason(reasons: tuple[str, ...]) -> str:
 Listener = Callable[[tuple[str, ...]], None]
 
 
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timers(Protocol):
+    """What the poll needs of the event loop: its ``call_later`` (tests pass a clock they
+    move by hand, ``sievemq.testing.clock.ManualClock``)."""
+
+    def call_later(self, delay: float, callback: Callable[[], object], /) -> Timer: ...
+
+
 class ResourceAlarms:
     """The alarm state machine: ``check`` polls once; listeners hear each change."""
 
@@ -78,7 +88,7 @@ class ResourceAlarms:
         self.memory_used: int | None = None
         self.disk_free: int | None = None
         self._listeners: list[Listener] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._write_failed = False  # a write hit ENOSPC since the last check
 
     def add_listener(self, listener: Listener) -> None:
@@ -138,8 +148,8 @@ class ResourceAlarms:
             self.disk_free_limit = disk_free_limit
         return self.check()
 
-    def start(self, loop: asyncio.AbstractEventLoop, interval_s: float) -> None:
-        """Check now, then every ``interval_s`` on ``loop`` until ``stop``."""
+    def start(self, loop: Timers, interval_s: float) -> None:
+        """Check now, then every ``interval_s`` on ``loop``'s timers until ``stop``."""
         self.stop()
 
         def tick() -> None:

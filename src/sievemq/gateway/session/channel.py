@@ -10,7 +10,8 @@ The channel's phase is an ``amqp.states.ChannelState``: every method the hot pat
 take, and every frame out of its phase, goes through that table (open/close handshake, which
 methods a phase accepts, the reply code). The hot path performs the table's three content
 transitions inline (publish, header, last body frame) so that no frame costs a call;
-``tests/unit/test_gateway/test_state_tables.py`` checks both paths give the same replies.
+``tests/unit/test_gateway/test_session/test_state_tables.py`` checks both paths give the same
+replies.
 """
 
 from __future__ import annotations
@@ -889,7 +890,8 @@ def _headers(props: bytes) -> dict[str, Any]:
 
 
 # the handler of every method the channel table dispatches, except the hot publish and
-# settles in ``on_frame`` (tests/unit/test_gateway/test_state_tables.py checks none is missing)
+# settles in ``on_frame`` (tests/unit/test_gateway/test_session/test_state_tables.py checks
+# none is missing)
 _COLD: dict[type[Any], Any] = {
     spec.Channel.Close: Channel._channel_close,
     spec.Channel.CloseOk: Channel._channel_close_ok,

@@ -1,0 +1,28 @@
+"""The admin API of a gateway under test through httpx (a test dependency).
+
+``client(server)`` is an ``httpx.Client`` on the admin port, logged in (guest by default);
+``q(name)`` quotes a vhost or queue name as one path segment, as RabbitMQ's clients do.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import httpx
+
+from sievemq.testing.gateway import RunningGateway
+from sievemq.testing.process import ServerProcess
+
+__all__ = ["client", "q"]
+
+
+def client(
+    server: ServerProcess | RunningGateway, user: str = "guest", password: str = "guest"
+) -> httpx.Client:
+    """A blocking client of ``server``'s admin API as ``user`` (close it, or ``with`` it)."""
+    return httpx.Client(base_url=server.admin_url, auth=(user, password), timeout=10.0)
+
+
+def q(name: str) -> str:
+    """A path segment as RabbitMQ's clients send it (``/`` -> ``%2F``)."""
+    return quote(name, safe="")
