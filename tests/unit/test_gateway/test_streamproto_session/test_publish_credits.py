@@ -104,15 +104,15 @@ def test_credits_of_a_confirm_still_in_the_write_buffer_wait_for_it_to_drain(
     wired: Any,
 ) -> None:
     conn, _, transport, clock = wired
-    conn.take_publish_credits(conn_mod.PUBLISH_CREDITS)
+    conn.take_publish_credits(connection_module.PUBLISH_CREDITS)
     transport.buffered = 100  # the client does not read: the confirm frame is still here
     conn.return_publish_credits(20_000)
     assert conn.publish_credits == 0 and not transport.reading
     for _ in range(3):  # each poll finds the frame still buffered
-        assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
+        assert clock.advance(connection_module.DRAIN_POLL_S) == 1
     assert conn.publish_credits == 0 and not transport.reading  # still buffered
     transport.buffered = 0
-    assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
+    assert clock.advance(connection_module.DRAIN_POLL_S) == 1
     assert conn.publish_credits == 20_000 and transport.reading
     assert clock.pending() == []  # drained: no more polls
 
