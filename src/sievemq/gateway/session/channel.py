@@ -37,24 +37,25 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway.model import arguments as stream_args
-from sievemq.gateway.model import dedup
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream import arguments as stream_args
+from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
-from sievemq.gateway.runtime.appender import StreamAppender
-from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.classic.appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
 from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
-from sievemq.gateway.session import access, direct_reply, named_consumers, transactions
-from sievemq.gateway.session import classic_consumer as classic
+from sievemq.gateway.runtime.stream.appender import StreamAppender
+from sievemq.gateway.session import access, direct_reply, transactions
 from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.session.classic import consumer as classic
 from sievemq.gateway.session.confirms import ConfirmTracker
-from sievemq.gateway.session.consume_setup import consumer_extras
-from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
+from sievemq.gateway.session.stream import named_consumers
+from sievemq.gateway.session.stream.consume_setup import consumer_extras
+from sievemq.gateway.session.stream.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
 from sievemq.storage.types import KIND_AMQP091
 
@@ -385,7 +386,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/stream/dedup.py)
             if self._wait_for_sequences(queues, body, values):
                 return  # handled again once the stream's sequences are rebuilt
             queues = self._not_duplicate(queues, props)
