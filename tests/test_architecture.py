@@ -82,6 +82,8 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.spark",
+        # the network mode's Stream-protocol client (spark/stream_client.py): frames only
+        "sievemq.streamproto.wire",
     },
     # the cluster (docs/cluster.md): etcd through httpx in cluster/coordination.py only; it may
     # use storage, the stream protocol and the gateway's types; nothing else imports it but
@@ -183,10 +185,17 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
     assert not bad, "dependency rule broken:\n" + "\n".join(bad)
 
 
-# where sockets may be opened: the server's listeners, the raw test client, and the Spark
-# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq),
-# and `sievemq cluster up`'s launcher (a free port for the etcd it starts)
-SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py", "cluster/local.py")
+# where sockets may be opened: the server's listeners, the raw test client, the Spark sink's
+# publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq), the Spark
+# source's network mode (a Stream-protocol client, in a Spark task) and `sievemq cluster up`'s
+# launcher (a free port for the etcd it starts)
+SOCKET_CODE = (
+    "gateway/net/",
+    "testing/",
+    "spark/publisher.py",
+    "spark/stream_client.py",
+    "cluster/local.py",
+)
 
 
 # One naming rule for the queue families: what only stream queues use lives in

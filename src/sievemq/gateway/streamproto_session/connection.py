@@ -856,10 +856,11 @@ class StreamConnection:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.PRECONDITION_FAILED))
             return
         values = tuple(v for k, v in props.items() if k.startswith("filter."))
+        stored = props.get("sievemq-stored-chunks") == "true"
         spec = None
         if values:
             unfiltered = props.get("match-unfiltered") == "true"
-            whole = props.get("sievemq-whole-chunks") == "true"
+            whole = props.get("sievemq-whole-chunks") == "true" or stored
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
         reader = queue.stream.reader()
         try:
@@ -869,7 +870,7 @@ class StreamConnection:
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        sub = Subscription(self, sid, queue, reader, credit, spec, offset)
+        sub = Subscription(self, sid, queue, reader, credit, spec, offset, stored)
         sub.properties = props
         self.subscriptions[sid] = sub
         self._watch(queue)

@@ -10,7 +10,10 @@ sent (the reader skips chunks by their Bloom filter without reading them, as on 
 drops non-matching records of the chunks it reads), so one stored chunk may go out as several
 Deliver chunks. With the subscribe property ``sievemq-whole-chunks=true`` a chunk the Bloom
 filter lets through is sent whole, as RabbitMQ does (``WholeChunks``); clients post-filter
-either way.
+either way. With ``sievemq-stored-chunks=true`` (Spark's network reader) Deliver carries the
+stored chunks in SieveMQ's record-table layout instead of AMQP 1.0 entries (``stored_chunks``):
+filter values, exchange, routing key and 0-9-1 properties arrive as stored, for the columnar
+decode; Bloom-skipping as with whole chunks, the exact filtering is the client's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from sievemq.storage.chunk import (
     decode_records,
     length_prefixed_runs,
     osiris_runs,
+    table_runs,
 )
 from sievemq.storage.reader import RawChunk
 from sievemq.storage.types import KIND_STREAM
@@ -141,6 +145,17 @@ def wire_chunks(stream: Stream, raw: RawChunk, budget: int) -> Built | None:
     return out
 
 
+def stored_chunks(raw: RawChunk, budget: int) -> Built:
+    """Records ``raw.start ..`` of a stored chunk in the record-table layout, cut to the
+    frame budget, each behind an osiris chunk header (its chunk id the run's first offset)."""
+    first = raw.first_offset
+    ts = raw.timestamp_ms
+    out: Built = []
+    for i, n, data in table_runs(raw.data, raw.records, raw.start - first, budget):
+        out.append((first + i, osiris.chunk_header(first + i, n, ts, data), data))
+    return out
+
+
 NEXT = wire.OffsetSpec(wire.OFFSET_NEXT, 0)
 
 
@@ -164,6 +179,7 @@ class Subscription(CommitWaker):
         "_built",
         "_by_chunk",
         "_chunks",
+        "_marked",
         "_pending",
         "_reader",
         "conn",
@@ -176,6 +192,7 @@ class Subscription(CommitWaker):
         "sac",
         "spec",
         "stats",
+        "stored",
         "subscription_id",
     )
 
@@ -188,6 +205,7 @@ class Subscription(CommitWaker):
         credit: int,
         spec: FilterSpec | None,
         offset_spec: wire.OffsetSpec = NEXT,
+        stored: bool = False,
     ) -> None:
         self.conn = conn
         self.subscription_id = subscription_id
@@ -203,7 +221,9 @@ class Subscription(CommitWaker):
         self.properties: dict[str, str] = {}  # Subscribe's properties (for the admin API)
         self._pending: list[Record] = []
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
-        self._by_chunk = spec is None or isinstance(spec, WholeChunks)
+        self._by_chunk = stored or spec is None or isinstance(spec, WholeChunks)
+        self.stored = stored  # sievemq-stored-chunks: the record-table layout on the wire
+        self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
         # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
@@ -290,7 +310,9 @@ class Subscription(CommitWaker):
                 elif chunks:
                     raw = chunks[-1]
                     built = self._built
-                    if built is None:
+                    if built is None and self.stored:
+                        built = stored_chunks(raw, budget)
+                    elif built is None:
                         built = wire_chunks(stream, raw, budget)
                         if built is None:  # a 0-9-1 record to convert: per record
                             chunks.pop()
@@ -327,8 +349,18 @@ class Subscription(CommitWaker):
                 elif reads < 2:
                     reads += 1
                     if self._by_chunk:
-                        got = reader.read_chunks(READ_BATCH, self.spec, osiris=True)
+                        got = reader.read_chunks(READ_BATCH, self.spec, osiris=not self.stored)
                         if not got:
+                            if self.stored and reader.position > self._marked:
+                                # progress marker: a chunk of 0 records at the position says
+                                # nothing below it is left to send (the Bloom filter skipped
+                                # the rest), so a reader bounded by an offset knows it is done
+                                self._marked = reader.position
+                                head = osiris.chunk_header(reader.position, 0, 0, b"")
+                                frame = osiris.deliver_prefix(sid, len(head), version, committed)
+                                out += (frame, head)
+                                written += len(frame) + len(head)
+                                credit -= 1
                             break
                         stats = reader.stats  # read_chunks leaves the matched count to us
                         for c in got:
