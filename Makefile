@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -85,6 +85,10 @@ lint: setup
 # (tests/test_architecture.py fails when one is stale)
 docs: setup
 	$(VENV)/bin/python tests/test_architecture.py
+
+# docs/dashboard-*.png, taken by chromium from a scratch node with some traffic
+screenshots: setup chromium
+	$(VENV)/bin/python -m bench.dashboard_screenshots docs
 
 bench: setup
 	$(VENV)/bin/python -m bench

@@ -183,7 +183,12 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("channel_max", int, "max channels per connection offered in tune (default 2047)"),
     ("frame_max", int, "max frame size offered in tune (default 131072)"),
     ("heartbeat", int, "heartbeat interval offered in tune, seconds (default 60)"),
-    ("max_connections", int, "max concurrent AMQP and stream connections (default 4096)"),
+    (
+        "max_connections",
+        int,
+        "max concurrent AMQP and stream connections (default 4096, at most half the "
+        "descriptor limit less 64)",
+    ),
     ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
     ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
     (

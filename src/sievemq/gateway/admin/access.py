@@ -15,7 +15,7 @@ from sievemq.gateway.admin.views import (
     UserView,
     VhostView,
 )
-from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model.stream.arguments import DEFAULT_QUEUE_TYPE
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
     SHA256,
@@ -53,7 +53,7 @@ class AccessAdmin(AdminBase):
                     name=v.name,
                     description="Default virtual host" if v.name == "/" else "",
                     tags=[],
-                    default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                    default_queue_type=DEFAULT_QUEUE_TYPE,
                     messages=messages,
                     streams=len(v.queues),
                     exchanges=len(v.exchanges),
