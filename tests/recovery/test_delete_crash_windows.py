@@ -31,7 +31,9 @@ import aio_pika
 import httpx
 import pytest
 
+from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import layout
 from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR, TOMBSTONE_PREFIX
 from sievemq.testing import running_gateway
@@ -157,3 +159,106 @@ async def test_vhost_delete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             assert r.status_code == 204
 
     await delete_in_windows(tmp_path, monkeypatch, delete, {"v/vs"})
+
+
+def vhost_state(data: Path, vhost: str) -> dict[str, Any]:
+    """What a start on ``data`` holds of ``vhost``: whether it exists, its queues with their
+    message counts, its durable exchanges, guest's permission in it, and (after that start
+    wrote back what it dropped) the stored records and files that still name it."""
+    broker = Broker(data)
+    try:
+        v = broker.vhosts.get(vhost)
+        state: dict[str, Any] = {
+            "exists": v is not None,
+            "queues": {}
+            if v is None
+            else {n: q.message_count for n, q in [*v.queues.items(), *v.classic.queues.items()]},
+            "exchange": v is not None and "vx" in v.exchanges,
+            "permission": any(vhost in u.permissions for u in broker.users),
+        }
+    finally:
+        broker.close()
+    stored = definitions.load(data) or {}
+    state["records"] = sorted(
+        section
+        for section in ("queues", "exchanges", "bindings")
+        for item in stored.get(section, [])
+        if item["vhost"] == vhost
+    )
+    state["files"] = sorted(
+        p.name for kind in (STREAMS_DIR, QUEUES_DIR) for p in (data / kind / vhost).glob("*")
+    )
+    return state
+
+
+async def test_vhost_delete_cut_between_its_line_and_its_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vhost's own line goes first: a crash (SIGKILL: what was written stays; or a power
+    cut: the unsynced lines are lost) before, between or after its queues' deletions leaves
+    the vhost whole with its data, or gone with all its queues, files and permissions."""
+    data = tmp_path / "data"
+    async with running_gateway(data) as gw:
+        async with httpx.AsyncClient(auth=("guest", "guest"), timeout=30) as http:
+            r = await http.put(f"{gw.admin_url}/api/vhosts/v")
+            assert r.status_code == 201
+            perms = {"configure": ".*", "write": ".*", "read": ".*"}
+            r = await http.put(f"{gw.admin_url}/api/permissions/v/guest", json=perms)
+            assert r.status_code in (201, 204)
+            conn = await aio_pika.connect(gw.url.rsplit("/", 1)[0] + "/v")
+            async with conn:
+                ch = await conn.channel(publisher_confirms=True)
+                x = await ch.declare_exchange("vx", aio_pika.ExchangeType.DIRECT, durable=True)
+                for name, args in (("vs", STREAM), ("vc", {})):
+                    q = await ch.declare_queue(name, durable=True, arguments=args)
+                    await q.bind(x, name)
+                    for i in range(3):
+                        await x.publish(aio_pika.Message(b"%d" % i, delivery_mode=2), name)
+            whole = {"vs": 3, "vc": 3}
+            synced = (data / "definitions.log").stat().st_size
+            slow = SlowDefinitionsSync()
+            slow.hold()  # the answer waits: every copy below is of a delete not yet answered
+            monkeypatch.setattr(os, "fdatasync", slow)
+            cuts: list[tuple[Path, Path]] = []  # (killed: log whole, power cut: log synced)
+            real_delete_queue = VirtualHost.delete_queue
+
+            def cut_then_delete(self: VirtualHost, name: str, *args: Any, **kwargs: Any) -> Any:
+                if self.name == "v":
+                    n = len(cuts)
+                    killed = crash_copy(data, tmp_path / f"killed-{n}", None)
+                    cuts.append((killed, crash_copy(data, tmp_path / f"power-{n}", synced)))
+                return real_delete_queue(self, name, *args, **kwargs)
+
+            monkeypatch.setattr(VirtualHost, "delete_queue", cut_then_delete)
+            deleting = asyncio.ensure_future(http.delete(f"{gw.admin_url}/api/vhosts/v"))
+            await eventually(lambda: len(cuts) == 2)
+            await asyncio.sleep(0.05)
+            assert not deleting.done(), "answered before the delete was durable"
+            slow.release()
+            assert (await deleting).status_code == 204
+            monkeypatch.undo()
+        await asyncio.to_thread(layout.wait_discarded)
+    gone = {
+        "exists": False,
+        "queues": {},
+        "exchange": False,
+        "permission": False,
+        "records": [],
+        "files": [],
+    }
+    there = {
+        "exists": True,
+        "queues": whole,
+        "exchange": True,
+        "permission": True,
+        "records": ["bindings", "bindings", "exchanges", "queues", "queues"],
+        "files": ["vc", "vs"],
+    }
+    for killed, power_cut in cuts:
+        # killed after the vhost's line (and, for the second, one queue's): gone whole
+        assert vhost_state(killed, "v") == gone, killed.name
+        assert tombstones(killed) == [], killed.name
+        # the unsynced lines lost: the delete never happened, the data is all there
+        assert vhost_state(power_cut, "v") == there, power_cut.name
+        assert tombstones(power_cut) == [], power_cut.name
+    assert vhost_state(data, "v") == gone  # answered: gone for good

@@ -142,6 +142,27 @@ def remove_empty_vhost_dirs(data_dir: Path, vhosts: set[str]) -> None:
                     vhost_dir.rmdir()
 
 
+def remove_deleted_vhost_dirs(data_dir: Path, vhosts: set[str]) -> int:
+    """Remove, with everything in them, the directories of vhosts not in ``vhosts`` (the
+    stored definitions' vhosts). A vhost's delete writes the vhost's definitions line before
+    its queues' lines and before any of their files move: a crash in between leaves the
+    vhost gone and its queues' directories where they were, which go here. Only at start,
+    once the definitions are read, and only when there are stored definitions. Returns how
+    many vhost directories were removed."""
+    removed = 0
+    for kind in (STREAMS_DIR, QUEUES_DIR):
+        try:
+            vhost_dirs = list((Path(data_dir) / kind).iterdir())
+        except OSError:
+            continue
+        for vhost_dir in vhost_dirs:
+            name = name_of(vhost_dir.name)
+            if name is not None and name not in vhosts and vhost_dir.is_dir():
+                shutil.rmtree(vhost_dir, ignore_errors=True)
+                removed += 1
+    return removed
+
+
 class _Remover:
     """One daemon thread that removes discarded directories (``discard``), started on
     first use; ``wait`` blocks until it has removed everything given so far."""

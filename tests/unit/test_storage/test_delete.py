@@ -149,6 +149,18 @@ def test_empty_directories_of_deleted_vhosts_go_at_start(tmp_path: Path) -> None
     assert sorted(p.name for p in streams.iterdir()) == ["%2F", "busy", "kept-empty"]
 
 
+def test_a_deleted_vhosts_directories_go_whole_at_start(tmp_path: Path) -> None:
+    # a vhost's line is written before its queues' files move: a crash in between leaves
+    # its queues' directories in place, with no vhost to hold them
+    for kind in (layout.STREAMS_DIR, layout.QUEUES_DIR):
+        for vhost in ("%2F", "gone"):
+            (tmp_path / kind / vhost / "q").mkdir(parents=True)
+    assert layout.remove_deleted_vhost_dirs(tmp_path, {"/"}) == 2
+    for kind in (layout.STREAMS_DIR, layout.QUEUES_DIR):
+        assert [p.name for p in (tmp_path / kind).iterdir()] == ["%2F"]
+        assert (tmp_path / kind / "%2F" / "q").is_dir()
+
+
 def test_close_syncs_only_a_stream_written_since_its_last_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

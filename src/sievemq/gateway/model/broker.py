@@ -128,6 +128,8 @@ class Broker:
                 gc.enable()
         for vhost in self.vhosts.values():
             vhost.touched.clear()
+        if stored is not None and layout.remove_deleted_vhost_dirs(self.data_dir, set(self.vhosts)):
+            log.info("removed the files of a vhost deleted just before a crash")
         layout.remove_empty_vhost_dirs(self.data_dir, set(self.vhosts))
         self._loading = False
         if stored is None or self._restore_dropped:
@@ -173,6 +175,11 @@ class Broker:
             }
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
+        # a vhost's delete writes its own line first: a crash before the users' line
+        # leaves permissions in a vhost that is gone, forgotten here (and written back)
+        for stale in {v for u in self.users for v in u.permissions} - set(self.vhosts):
+            self.users.forget_vhost(stale)
+            self._restore_dropped = True
         for item in data.get("global_parameters", []):
             self.global_parameters[str(item["name"])] = item["value"]
         for item in data.get("policies", []):  # before the queues they apply to
@@ -187,7 +194,10 @@ class Broker:
                 vhost.operator_policies[policy.name] = policy
         for item in data.get("exchanges", []):
             vhost = self.vhosts.get(item["vhost"])
-            if vhost is None or item["name"] in vhost.exchanges:
+            if vhost is None:  # its vhost's delete was cut short by a crash
+                self._restore_dropped = True
+                continue
+            if item["name"] in vhost.exchanges:
                 continue
             vhost.declare_exchange(
                 item["name"],
@@ -218,6 +228,7 @@ class Broker:
         for item in data.get("bindings", []):
             vhost = self.vhosts.get(item["vhost"])
             if vhost is None:
+                self._restore_dropped = True
                 continue
             try:
                 if item["destination_type"] == "queue":
@@ -360,10 +371,17 @@ class Broker:
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost with all its queues: their directories are renamed to tombstones
         and removed by a background thread (``Stream.delete``, ``layout.discard``); the vhost's
-        own (then empty) directories go at the next start (``remove_empty_vhost_dirs``)."""
+        own (then empty) directories go at the next start (``remove_empty_vhost_dirs``).
+
+        The vhost's own definitions line is written first, in a commit of its own, before any
+        queue's line or file moves: a crash before it leaves the vhost whole with its data; a
+        crash after it leaves it gone whole (the start drops its queues' and exchanges' records
+        and permissions, and removes its directories: ``remove_deleted_vhost_dirs``)."""
         vhost = self.vhosts.get(name)
         if vhost is None:
             raise NotFound(f"no vhost '{name}'")
+        self.store.delete("vhosts", {"name": name})
+        self.store.commit()
         for queue_name in list(vhost.queues) + list(vhost.classic.queues):
             vhost.delete_queue(queue_name)
         for b in vhost.bindings():
