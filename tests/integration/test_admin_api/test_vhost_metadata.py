@@ -136,4 +136,8 @@ def test_queue_without_type_gets_the_vhost_default(fresh_server: ServerProcess) 
         conn.close()
     with client(fresh_server) as http:
         types = {v: http.get(f"/api/queues/{v}/q").json()["type"] for v in ("vq", "vs", "vc")}
+        # the HTTP declare as well
+        assert http.put("/api/queues/vq/h", json={"durable": True}).status_code == 201
+        http_type = http.get("/api/queues/vq/h").json()["type"]
     assert types == {"vq": "quorum", "vs": "stream", "vc": "classic"}
+    assert http_type == "quorum"
