@@ -11,10 +11,10 @@ required), ``filter_value`` (string) or ``filter_values`` (array<string>), ``rou
 Exactly once (docs/spark.md): every message carries the gateway's dedup headers
 (``x-sievemq-publisher`` = ``spark:<query id>:<partition>``, ``x-sievemq-publishing-id`` =
 ``batch id << 32 | row index``), and the gateway stores an id of a reference at most once per
-stream, durably (gateway/model/dedup.py). A replayed micro-batch republishes the same rows under
-the same ids: what was stored before the crash is confirmed and dropped, the rest is stored.
-Rows are put in a canonical order before they are numbered, so the ids do not depend on the
-order a shuffle delivered them in.
+stream, durably (gateway/model/stream/dedup.py). A replayed micro-batch republishes the same
+rows under the same ids: what was stored before the crash is confirmed and dropped, the rest is
+stored. Rows are put in a canonical order before they are numbered, so the ids do not depend on
+the order a shuffle delivered them in.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from rstream import (
     RawMessage,
 )
 
-from sievemq.gateway.session.filter_stats import READ_FIELDS
+from sievemq.gateway.session.stream.filter_stats import READ_FIELDS
 from sievemq.testing import ServerProcess
 from sievemq.testing.admin_client import client, q
 from sievemq.testing.pika_client import connect

@@ -17,14 +17,14 @@ from sievemq.gateway.admin.views import (
     ListenerView,
 )
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.rates import Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 
 if TYPE_CHECKING:
     from sievemq.gateway.runtime.node import Node
@@ -151,7 +151,7 @@ class AdminBase:
         """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
         outstanding = q.outstanding
         return self._with_lengths(
-            queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+            queue_key(q), classic_message_stats(q), q.message_count + outstanding, outstanding, now
         )
 
     def _stream_rates(

@@ -13,10 +13,14 @@ from sievemq.gateway.admin.queues import QueuesAdmin
 from sievemq.gateway.admin.topology import TopologyAdmin
 from sievemq.gateway.admin.vhost_metadata import vhost_metadata
 from sievemq.gateway.admin.views import LIMITS_COMPONENT, VHOST_LIMITS, BadRequest, Definitions
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic.arguments import (
+    CLASSIC_TYPE_NAME,
+    QUORUM_TYPE_NAME,
+    validate_declare,
+)
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES
+from sievemq.gateway.model.stream.arguments import STREAM_TYPE_ALIASES, validate_stream_declare
 from sievemq.gateway.model.users import SHA256, check_regex, valid_hash
 
 
@@ -109,11 +113,11 @@ def _definition_queue_kind(q: dict[str, Any]) -> str:
     ``x-queue-type``, else its ``type``, else classic (RabbitMQ's files before 3.13)."""
     raw = (q.get("arguments") or {}).get("x-queue-type", q.get("type")) or "classic"
     text = str(raw)
-    if text in qargs.STREAM_TYPE_ALIASES:
+    if text in STREAM_TYPE_ALIASES:
         return "stream"
-    if text in ("classic", cargs.CLASSIC_TYPE_NAME):
+    if text in ("classic", CLASSIC_TYPE_NAME):
         return "classic"
-    if text in ("quorum", cargs.QUORUM_TYPE_NAME):
+    if text in ("quorum", QUORUM_TYPE_NAME):
         return "quorum"
     return text
 
@@ -219,7 +223,7 @@ class _DefinitionsPlan:
             kind = _definition_queue_kind(q)
             try:
                 if kind == "stream":
-                    qargs.validate_stream_declare(
+                    validate_stream_declare(
                         str(q["name"]),
                         str(q["vhost"]),
                         bool(q.get("durable", True)),
@@ -228,7 +232,7 @@ class _DefinitionsPlan:
                         dict(q.get("arguments") or {}),
                     )
                 else:
-                    cargs.validate_declare(
+                    validate_declare(
                         "quorum" if kind == "quorum" else "classic",
                         str(q["name"]),
                         str(q["vhost"]),

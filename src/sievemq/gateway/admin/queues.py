@@ -18,9 +18,9 @@ from sievemq.gateway.admin.views import (
     QueueView,
     StreamView,
 )
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream.arguments import purge_not_supported
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 
 
@@ -173,7 +173,7 @@ class QueuesAdmin(AdminBase):
         connection's exclusive queue 405."""
         v = self.broker.vhost(vhost)
         if name in v.queues:
-            raise qargs.purge_not_supported(name, vhost)
+            raise purge_not_supported(name, vhost)
         return self._settled_classic(v, name).purge()
 
     def _settled_classic(self, v: VirtualHost, name: str) -> ClassicQueue:

@@ -16,18 +16,18 @@ from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
-from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.model.classic_queue import (
+from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
     MemoryWindow,
 )
-from sievemq.gateway.model.classic_queue import message_stats as classic_message_stats
-from sievemq.gateway.model.classic_vhost import ClassicQueues
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
+from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.directory import QueueDirectory
 from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.stream.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import (

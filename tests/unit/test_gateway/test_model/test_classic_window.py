@@ -9,8 +9,8 @@ from typing import Any
 
 from pamqp import commands
 
-from sievemq.gateway.model.classic_arguments import validate_declare
-from sievemq.gateway.model.classic_queue import ClassicQueue, MemoryWindow, QueueMessage
+from sievemq.gateway.model.classic.arguments import validate_declare
+from sievemq.gateway.model.classic.queue import ClassicQueue, MemoryWindow, QueueMessage
 from sievemq.storage.queue_log import QueueLog
 
 WINDOW = MemoryWindow(messages=4, bytes=1 << 20, refill=3)

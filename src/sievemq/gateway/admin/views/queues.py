@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.storage import FilterStats
 
 
@@ -82,7 +82,7 @@ class QueueView:
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
-        return _classic_counts(self)
+        return classic_message_stats(self)
 
 
 @dataclass

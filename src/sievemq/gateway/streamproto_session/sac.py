@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from sievemq.streamproto import wire
 
 if TYPE_CHECKING:
-    from sievemq.gateway.stream_session.ports import ConnectionPort, GroupedSubscription
+    from sievemq.gateway.streamproto_session.ports import ConnectionPort, GroupedSubscription
 
 log = logging.getLogger(__name__)
 

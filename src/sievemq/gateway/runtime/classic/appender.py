@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.runtime.appender import ConfirmSink
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.runtime.ports import ConfirmSink
 from sievemq.storage import Durability, Message
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from sievemq.amqp import errors
 from sievemq.filtering.sql import CompileError, SqlFilter, compile_filter
 from sievemq.filtering.subscriptions import RegistryError, registry
 from sievemq.filtering.view import sql_predicate
-from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
-from sievemq.gateway.session.named_consumers import OffsetTracker, resume_offset
+from sievemq.gateway.model.stream.arguments import ConsumerOptions, OffsetSpec
+from sievemq.gateway.session.stream.named_consumers import OffsetTracker, resume_offset
 from sievemq.storage import Record, Stream, StreamReader
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sievemq.gateway.stream_session import subscription
+from sievemq.gateway.streamproto_session import subscription
 from sievemq.storage import FilterSpec, Message, Stream, StreamConfig, chunk
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import osiris

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sievemq.gateway.model.broker import MessageCounters
-from sievemq.gateway.stream_session.publisher import StreamPublisher
+from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.storage.publishers import read_tag
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import wire

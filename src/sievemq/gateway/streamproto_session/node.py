@@ -6,14 +6,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from sievemq.gateway.stream_session.sac import DEFAULT_TIMEOUT_S, SacCoordinator
+from sievemq.gateway.streamproto_session.sac import DEFAULT_TIMEOUT_S, SacCoordinator
 from sievemq.storage import StorageError
 from sievemq.storage.publishers import PublisherSequences
 
 if TYPE_CHECKING:
-    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.runtime.node import Node
-    from sievemq.gateway.stream_session.ports import ConnectionPort
+    from sievemq.gateway.streamproto_session.ports import ConnectionPort
 
 log = logging.getLogger(__name__)
 

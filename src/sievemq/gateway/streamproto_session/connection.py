@@ -16,21 +16,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
-from sievemq.gateway.model import super_streams
+from sievemq.gateway.model.stream import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime import descriptors
-from sievemq.gateway.runtime.appender import StreamAppender
 from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
+from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.gateway.session import access
-from sievemq.gateway.stream_session.node import SERVER_PROPERTIES, StreamNode
-from sievemq.gateway.stream_session.publisher import StreamPublisher
-from sievemq.gateway.stream_session.subscription import Subscription, WholeChunks, seek
+from sievemq.gateway.streamproto_session.node import SERVER_PROPERTIES, StreamNode
+from sievemq.gateway.streamproto_session.publisher import StreamPublisher
+from sievemq.gateway.streamproto_session.subscription import Subscription, WholeChunks, seek
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
 
 if TYPE_CHECKING:
-    from sievemq.gateway.model.queue import StreamQueue
+    from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.model.vhost import VirtualHost
 
 log = logging.getLogger(__name__)

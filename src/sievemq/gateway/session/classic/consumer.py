@@ -19,10 +19,10 @@ from typing import Any, Protocol
 import pamqp.commands as spec
 
 from sievemq.amqp import errors, properties
-from sievemq.gateway.model.classic_arguments import consumer_priority
-from sievemq.gateway.model.classic_queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic.arguments import consumer_priority
+from sievemq.gateway.model.classic.queue import ClassicQueue, QueueMessage
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.gateway.session.classic_frames import ClassicDeliveryEncoder, encode_get_ok
+from sievemq.gateway.session.classic.frames import ClassicDeliveryEncoder, encode_get_ok
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
 
@@ -107,7 +107,7 @@ class ClassicConsumer:
         self.tracker = None
         self._encoder: ClassicDeliveryEncoder | None = None
 
-    # model.queue.ConsumerInfo (what the node and the admin views see)
+    # model.stream.queue.ConsumerInfo (what the node and the admin views see)
 
     @property
     def connection_id(self) -> int:

@@ -24,19 +24,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
-from typing import Protocol
 
 from sievemq.filtering.subscriptions import registry
 from sievemq.gateway.runtime.latency import WriteLatencies
+from sievemq.gateway.runtime.ports import ConfirmSink
 from sievemq.storage import Durability, Message, StorageError, Stream
 
 log = logging.getLogger(__name__)
-
-
-class ConfirmSink(Protocol):
-    """A publishing channel: told per append batch which of its messages were stored."""
-
-    def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
 
 
 Tokens = dict[ConfirmSink, list[int]]  # per publishing channel, its seqs in the batch

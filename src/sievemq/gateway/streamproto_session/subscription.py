@@ -23,8 +23,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
-from sievemq.gateway.runtime.waker import CommitWaker
-from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.gateway.runtime.stream.waker import CommitWaker
+from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
 from sievemq.storage import FilterSpec, FilterStats, Record, StorageError, Stream, StreamReader
 from sievemq.storage.chunk import (
     decode_records,
@@ -37,8 +37,8 @@ from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert, osiris, wire
 
 if TYPE_CHECKING:
-    from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.stream_session.ports import ConnectionPort, GroupMember
+    from sievemq.gateway.model.stream.queue import StreamQueue
+    from sievemq.gateway.streamproto_session.ports import ConnectionPort, GroupMember
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from collections.abc import Callable
 
 from sievemq.amqp import hotcodec
 from sievemq.filtering.sql import SqlFilter
-from sievemq.gateway.model.arguments import ConsumerOptions, OffsetSpec
-from sievemq.gateway.model.queue import StreamQueue
-from sievemq.gateway.runtime.waker import CommitWaker
-from sievemq.gateway.session.filter_stats import ConsumerFilterStats
-from sievemq.gateway.session.named_consumers import OffsetTracker
+from sievemq.gateway.model.stream.arguments import ConsumerOptions, OffsetSpec
+from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.runtime.stream.waker import CommitWaker
 from sievemq.gateway.session.ports import DeliveryTarget
+from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
+from sievemq.gateway.session.stream.named_consumers import OffsetTracker
 from sievemq.storage import FilterSpec, FilterStats, Record, StorageError, Stream, StreamReader
 from sievemq.streamproto.convert import to_amqp091
 
@@ -66,7 +66,8 @@ def filter_spec(options: ConsumerOptions) -> FilterSpec | None:
 
 class StreamConsumer(CommitWaker):
     """One basic.consume on a stream queue (a ``ports.ChannelConsumer``, so a
-    ``model.queue.ConsumerInfo``), delivering through its channel (a ``ports.DeliveryTarget``)."""
+    ``model.stream.queue.ConsumerInfo``), delivering through its channel (a
+    ``ports.DeliveryTarget``)."""
 
     __slots__ = (
         "_batch",
@@ -120,7 +121,7 @@ class StreamConsumer(CommitWaker):
         self.tracker = tracker
         self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats, sql)
 
-    # ------------------------------------------------------------------ model.queue.ConsumerInfo
+    # ------------------------------------------------------- model.stream.queue.ConsumerInfo
 
     @property
     def channel_id(self) -> int:

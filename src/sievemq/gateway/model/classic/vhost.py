@@ -1,7 +1,9 @@
 """The classic and quorum queues of one vhost: declare, owner checks, delete, dead-lettering.
 
-Kept apart from ``vhost.py`` (which holds streams, exchanges, bindings and routing) so that the
-stream paths stay as they are. Texts are RabbitMQ 3.10's (checked against the peer).
+``model.vhost.VirtualHost`` holds the exchanges, bindings, routing, policies and the stream
+queues, and hands classic and quorum queues to this (``VirtualHost.classic``): exclusive owners,
+auto-delete, server-named queues and dead-lettering have no stream counterpart. Texts are
+RabbitMQ 3.10's (checked against the peer).
 """
 
 from __future__ import annotations
@@ -15,15 +17,22 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.amqp import properties as amqp_properties
 from sievemq.amqp.errors import AccessRefused, AMQPError, PreconditionFailed, ResourceLocked
-from sievemq.gateway.model import arguments as stream_args
-from sievemq.gateway.model import classic_arguments as cargs
-from sievemq.gateway.model.classic_queue import (
+from sievemq.gateway.model.classic.arguments import (
+    CLASSIC_TYPE_NAME,
+    EQUIVALENCE_KEYS,
+    QUORUM_TYPE_NAME,
+    QueueArguments,
+    QueueKind,
+    validate_declare,
+)
+from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
     MemoryWindow,
     QueueMessage,
 )
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
+from sievemq.gateway.model.stream.arguments import parse_filter_values
 from sievemq.storage import Message, layout
 
 if TYPE_CHECKING:
@@ -45,8 +54,8 @@ LogOpener = Callable[[str, str], "QueueLog"]
 # writes one dead-lettered message into a stream (the node's stream appender); the first
 # argument is the ``StreamQueue`` a dead-letter exchange routed it to
 StreamWriter = Callable[[Any, Message], None]
-CLASSIC_ALIASES = ("classic", cargs.CLASSIC_TYPE_NAME)
-QUORUM_ALIASES = ("quorum", cargs.QUORUM_TYPE_NAME)
+CLASSIC_ALIASES = ("classic", CLASSIC_TYPE_NAME)
+QUORUM_ALIASES = ("quorum", QUORUM_TYPE_NAME)
 
 
 def server_name() -> str:
@@ -131,7 +140,7 @@ class ClassicQueues:
             self._equivalent(existing, durable, auto_delete, arguments)
             existing.last_used_ms = _now()
             return existing, existing.message_count, existing.consumer_count
-        qargs = cargs.validate_declare(
+        queue_arguments = validate_declare(
             "quorum" if kind == "quorum" else "classic",
             name,
             v,
@@ -143,7 +152,7 @@ class ClassicQueues:
         if not name:
             name = server_name()
         queue = self._create(
-            name, qargs, durable, auto_delete, owner if exclusive else None, fresh=True
+            name, queue_arguments, durable, auto_delete, owner if exclusive else None, fresh=True
         )
         if queue.durable and not queue.exclusive:
             self._on_change(queue.name)
@@ -172,7 +181,7 @@ class ClassicQueues:
             for table in (new, old):
                 if self.kind_of(table) == "classic":
                     table.pop("x-queue-type", None)
-        for key in cargs.EQUIVALENCE_KEYS:
+        for key in EQUIVALENCE_KEYS:
             a, b = old.get(key), new.get(key)
             if isinstance(b, bytes):
                 b = b.decode("utf-8", "replace")
@@ -186,7 +195,7 @@ class ClassicQueues:
     def _create(
         self,
         name: str,
-        qargs: cargs.QueueArguments,
+        queue_arguments: QueueArguments,
         durable: bool,
         auto_delete: bool,
         owner: object | None,
@@ -203,7 +212,7 @@ class ClassicQueues:
         queue = ClassicQueue(
             name,
             self.vhost_name,
-            qargs,
+            queue_arguments,
             durable=durable,
             auto_delete=auto_delete,
             owner=owner,
@@ -223,11 +232,11 @@ class ClassicQueues:
         self, name: str, kind: str, table: dict[str, Any], auto_delete: bool
     ) -> ClassicQueue:
         """Re-create a durable queue from definitions and recover its log."""
-        qkind: cargs.QueueKind = "quorum" if kind == "quorum" else "classic"
-        qargs = cargs.validate_declare(
+        qkind: QueueKind = "quorum" if kind == "quorum" else "classic"
+        queue_arguments = validate_declare(
             qkind, name, self.vhost_name, True, False, auto_delete, table
         )
-        return self._create(name, qargs, True, auto_delete, None)
+        return self._create(name, queue_arguments, True, auto_delete, None)
 
     # ------------------------------------------------------------------ access
 
@@ -335,9 +344,7 @@ def _filter_values(props: bytes) -> tuple[str, ...]:
     """A dead-letter's filter values, as a publish of its properties would have; a value a
     publish would have refused (406) leaves it unfiltered rather than losing the message."""
     try:
-        return stream_args.parse_filter_values(
-            amqp_properties.read_header(props, "x-stream-filter-value")
-        )
+        return parse_filter_values(amqp_properties.read_header(props, "x-stream-filter-value"))
     except AMQPError:
         return ()
 

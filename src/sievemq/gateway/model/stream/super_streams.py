@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AMQPError
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.vhost import VirtualHost

@@ -1,7 +1,7 @@
 """Validation of classic and quorum queue declares, with RabbitMQ 3.10's checks and texts.
 
-Pure functions over pamqp-decoded field tables (streams keep ``arguments.py``). The reply
-texts were taken from RabbitMQ 3.10.8 (``bench/rabbitmq.sh`` starts one).
+Pure functions over pamqp-decoded field tables (stream queues': ``model/stream/arguments.py``).
+The reply texts were taken from RabbitMQ 3.10.8 (``bench/rabbitmq.sh`` starts one).
 """
 
 from __future__ import annotations

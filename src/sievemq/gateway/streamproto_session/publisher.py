@@ -34,9 +34,9 @@ _pack_id = struct.Struct(">Q").pack
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.broker import MessageCounters
-    from sievemq.gateway.model.queue import StreamQueue
-    from sievemq.gateway.runtime.appender import StreamAppender
-    from sievemq.gateway.stream_session.ports import ConnectionPort
+    from sievemq.gateway.model.stream.queue import StreamQueue
+    from sievemq.gateway.runtime.stream.appender import StreamAppender
+    from sievemq.gateway.streamproto_session.ports import ConnectionPort
 
 
 class StreamPublisher:
@@ -214,7 +214,7 @@ class StreamPublisher:
             self.errored += len(errors)
             self.conn.write(wire.publish_error(self.publisher_id, errors))
 
-    # gateway.runtime.appender.ConfirmSink
+    # gateway.runtime.ports.ConfirmSink
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
         if not self.conn.alive:
             return

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sievemq.gateway.model import dedup
-from sievemq.gateway.model.arguments import StreamArguments
+from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.arguments import StreamArguments
 from sievemq.storage import (
     FilterSpec,
     FilterStats,

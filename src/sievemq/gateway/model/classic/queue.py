@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import FrameError
 from sievemq.amqp.properties import delivery_fields
-from sievemq.gateway.model.classic_arguments import QueueArguments
+from sievemq.gateway.model.classic.arguments import QueueArguments
 from sievemq.storage import layout
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ import pytest
 
 from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.net.stream_protocol import StreamProtocol
-from sievemq.gateway.stream_session import connection as conn_mod
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.publisher import StreamPublisher
+from sievemq.gateway.streamproto_session import connection as connection_module
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.streamproto import wire
 from sievemq.testing.clock import ManualClock
 from tests.unit.test_gateway.fake_transport import FakeTransport
@@ -104,29 +104,29 @@ def test_credits_of_a_confirm_still_in_the_write_buffer_wait_for_it_to_drain(
     wired: Any,
 ) -> None:
     conn, _, transport, clock = wired
-    conn.take_publish_credits(conn_mod.PUBLISH_CREDITS)
+    conn.take_publish_credits(connection_module.PUBLISH_CREDITS)
     transport.buffered = 100  # the client does not read: the confirm frame is still here
     conn.return_publish_credits(20_000)
     assert conn.publish_credits == 0 and not transport.reading
     for _ in range(3):  # each poll finds the frame still buffered
-        assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
+        assert clock.advance(connection_module.DRAIN_POLL_S) == 1
     assert conn.publish_credits == 0 and not transport.reading  # still buffered
     transport.buffered = 0
-    assert clock.advance(conn_mod.DRAIN_POLL_S) == 1
+    assert clock.advance(connection_module.DRAIN_POLL_S) == 1
     assert conn.publish_credits == 20_000 and transport.reading
     assert clock.pending() == []  # drained: no more polls
 
 
 def test_an_alarm_and_a_credit_hold_are_separate_reasons(wired: Any) -> None:
     conn, protocol, transport, _ = wired
-    conn.take_publish_credits(conn_mod.PUBLISH_CREDITS)
+    conn.take_publish_credits(connection_module.PUBLISH_CREDITS)
     protocol.hold_reading(True)  # an alarm too
-    conn.return_publish_credits(conn_mod.PUBLISH_CREDITS)
+    conn.return_publish_credits(connection_module.PUBLISH_CREDITS)
     assert not transport.reading  # the alarm still holds it
     protocol.hold_reading(False)
     assert transport.reading
     protocol.pause_writing()
-    conn.take_publish_credits(conn_mod.PUBLISH_CREDITS)
+    conn.take_publish_credits(connection_module.PUBLISH_CREDITS)
     protocol.resume_writing()  # the write buffer drained, but no credit
     assert not transport.reading
 
@@ -150,9 +150,9 @@ def test_publisher_takes_credits_for_written_ids_only_and_confirms_return_them(
     entries.append(wire.PublishedEntry(15, None, [b"a", b"b", b"c"], 0))  # a sub-batch: 1 id
     entries.append(wire.PublishedEntry(16, None, [], wire.PRECONDITION_FAILED))  # rejected
     pub.publish(entries)
-    assert conn.publish_credits == conn_mod.PUBLISH_CREDITS - 6  # ids 10..15
+    assert conn.publish_credits == connection_module.PUBLISH_CREDITS - 6  # ids 10..15
     pub.settle_confirms([seq for _, seq in appender.sinks], True)
-    assert conn.publish_credits == conn_mod.PUBLISH_CREDITS
+    assert conn.publish_credits == connection_module.PUBLISH_CREDITS
     answers = []
     for frame in transport.written:
         key, count = struct.unpack_from(">HxxxI", frame, 4)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from sievemq.gateway.stream_session.sac import SacCoordinator
+from sievemq.gateway.streamproto_session.sac import SacCoordinator
 from sievemq.streamproto import wire
 
 

@@ -1,7 +1,7 @@
 """One delivery turn at a time on the event loop, woken by a stream's commits.
 
-The base of the AMQP stream consumer (``session.consumer.StreamConsumer``) and the
-stream-protocol subscription (``stream_session.subscription.Subscription``): both read their
+The base of the AMQP stream consumer (``session.stream.consumer.StreamConsumer``) and the
+stream-protocol subscription (``streamproto_session.subscription.Subscription``): both read their
 own ``StreamReader`` in turns (``_run``) and must be woken when the stream commits new
 records. The storage calls commit listeners in the appending thread (a worker under
 ``fsync=always``), so a wake from another thread goes through ``call_soon_threadsafe``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sievemq.gateway.stream_session import subscription
+from sievemq.gateway.streamproto_session import subscription
 from sievemq.storage import Message, Stream, StreamConfig
 from sievemq.storage.types import KIND_STREAM
 from sievemq.streamproto import convert
