@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sievemq.spark import callback_server
 from sievemq.spark.options import OptionError
 from sievemq.spark.publisher import ConfirmPublisher, PublishError, encode_headers
 
@@ -305,7 +306,9 @@ def foreach_batch(uri: str, stream: str, query_key: str, **options: str) -> Any:
     For output modes the Python sink cannot take (``update``): ``query_key`` names the query
     for good (keep it across restarts, e.g. the job's name), and the batch id numbers the
     messages, so a replayed batch publishes nothing twice. ``options``: more sink options
-    (``exchange``)."""
+    (``exchange``). Makes py4j's callback server, which runs it, safe with many open
+    descriptors first (``callback_server``)."""
+    callback_server.install()
 
     def publish(df: Any, batch_id: int) -> None:
         (

@@ -19,6 +19,7 @@ from sievemq.gateway.model import definitions, policies
 from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
+    MemoryBudget,
     MemoryWindow,
 )
 from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
@@ -99,6 +100,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.global_parameters: dict[str, Any] = {}  # RabbitMQ's global runtime parameters
         self.counters = MessageCounters()
+        # the body bytes all durable classic/quorum queues hold in memory together
+        self.queue_memory = MemoryBudget(self.settings.queue_window.bytes)
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
@@ -329,6 +332,7 @@ class Broker:
                 self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
+            classic.budget = self.queue_memory
             classic.on_deleted = self._retire
             classic.release_files = self._release_files
             vhost = VirtualHost(

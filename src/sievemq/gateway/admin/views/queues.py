@@ -62,6 +62,12 @@ class QueueView:
     messages_unacknowledged: int
     bytes: int
     consumers: int
+    # ready messages (and body bytes) held in memory, and those read back from disk when
+    # the head reaches them (RabbitMQ's messages_ram / messages_paged_out)
+    messages_ram: int = 0
+    message_bytes_ram: int = 0
+    messages_paged_out: int = 0
+    message_bytes_paged_out: int = 0
     published: int = 0
     publish_rate: float = 0.0
     delivered: int = 0  # consumer deliveries and basic.get, all taken

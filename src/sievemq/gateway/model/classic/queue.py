@@ -9,10 +9,11 @@ a durable queue are written to the log before they are confirmed; everything els
 memory only. ``x-message-ttl`` / per-message ``expiration`` are applied at the head,
 ``x-max-length`` / ``-bytes`` on publish with ``x-overflow``.
 
-Memory: only a window of ready messages (``MemoryWindow``: a count and a byte size per queue)
-is held with bodies. Past it, persistent messages of a durable queue keep only a compact index
-in memory (``_PagedRun``: id, record position and size, expiry; about 20-30 bytes a message)
-and their bodies are read back from the log's segments when the head of the queue reaches them.
+Memory: only a window of ready messages is held with bodies (``MemoryWindow``: a count per
+queue; the bytes are a node total, ``MemoryBudget``, shared by the durable queues). Past it,
+persistent messages of a durable queue keep only a compact index in memory (``_PagedRun``: id,
+record position and size, expiry; about 20-30 bytes a message) and their bodies are read back
+from the log's segments when the head of the queue reaches them.
 Transient messages (and every message of a transient queue) always stay in memory; so do
 outstanding (delivered, unacked) and requeued messages.
 
@@ -49,16 +50,39 @@ def now_ms() -> int:
 
 @dataclass(frozen=True)
 class MemoryWindow:
-    """How many ready messages (and body bytes) a queue holds in memory before persistent
-    messages of a durable queue are kept on disk only (``--queue-memory-messages`` and
-    ``--queue-memory-bytes``)."""
+    """How many ready messages a queue holds in memory before persistent messages of a
+    durable queue are kept on disk only (``--queue-memory-messages``), and the body bytes
+    all durable queues of the node hold together (``--queue-memory-bytes``, the total of
+    the node's ``MemoryBudget``)."""
 
     messages: int = 2048
-    bytes: int = 8 * 1024 * 1024
+    bytes: int = 64 * 1024 * 1024
     refill: int = 256  # messages read back per refill at least (one pread for adjacent ones)
 
 
 DEFAULT_WINDOW = MemoryWindow()
+
+
+class MemoryBudget:
+    """The body bytes the durable classic/quorum queues of a node hold in memory together
+    (``--queue-memory-bytes``), shared fairly: a queue stops loading bodies once it holds
+    its share (the total over the queues sharing it) or once the node total is used, so
+    memory stays bounded whatever the number of deep queues; past that, bodies are read back
+    from the queues' logs. ``used`` is kept by the queues as their loaded bytes change."""
+
+    __slots__ = ("queues", "total", "used")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0  # body bytes the sharing queues hold in memory
+        self.queues = 0  # queues sharing it
+
+    @property
+    def share(self) -> int:
+        """What one queue may hold while the others hold theirs."""
+        return self.total // (self.queues or 1)
+
+
 _RUN_MAX = 16384  # entries per paged run: a finished run's arrays are freed whole
 
 
@@ -245,6 +269,7 @@ class ClassicQueue:
         owner: object | None = None,
         log_store: QueueLog | None = None,
         window: MemoryWindow = DEFAULT_WINDOW,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -271,6 +296,13 @@ class ClassicQueue:
         self._ready_bytes = 0
         self._expiring = False  # a ready message may carry an expiry (per-message TTL)
         self.window = window
+        # the node's budget when the queue can page (a log); else one of its own (its
+        # messages never go to disk only, whatever it holds)
+        if budget is None or log_store is None:
+            budget = MemoryBudget(window.bytes)
+        budget.queues += 1
+        self.budget = budget
+        self._sharing = True  # counted in budget.queues (until ``release_memory``)
         self.loaded = 0  # ready messages whose bodies are in memory
         self.loaded_bytes = 0
         self.paged = 0  # ready messages whose bodies are in the log only
@@ -453,8 +485,19 @@ class ClassicQueue:
     # ------------------------------------------------------------------ the memory window
 
     def _window_full(self) -> bool:
-        window = self.window
-        return self.loaded >= window.messages or self.loaded_bytes >= window.bytes
+        budget = self.budget
+        return (
+            self.loaded >= self.window.messages
+            or self.loaded_bytes >= budget.share
+            or budget.used >= budget.total
+        )
+
+    def release_memory(self) -> None:
+        """The queue is deleted: its bodies and its share go back to the node's budget."""
+        if self._sharing:
+            self._sharing = False
+            self.budget.used -= self.loaded_bytes
+            self.budget.queues -= 1
 
     def _push(
         self, msg: QueueMessage, position: int = -1, size: int = 0, redelivered_through: int = 0
@@ -479,6 +522,7 @@ class ClassicQueue:
             return
         self.loaded += 1
         self.loaded_bytes += body_len
+        self.budget.used += body_len
         if tail:  # behind paged messages: keep the order
             tail.append(msg)
             level.tail_count += 1
@@ -490,8 +534,11 @@ class ClassicQueue:
         least ``window.refill`` messages), adjacent records with one read."""
         level = self._levels[priority]
         window = self.window
+        node = self.budget
         budget = max(window.refill, window.messages - self.loaded)
-        budget_bytes = max(1, window.bytes - self.loaded_bytes)
+        # at least one message (the head must move), else the room left in this queue's
+        # share and in the node's total
+        budget_bytes = max(1, min(node.share - self.loaded_bytes, node.total - node.used))
         tail = level.tail
         while tail and budget > 0 and budget_bytes > 0:
             entry = tail[0]
@@ -544,6 +591,7 @@ class ClassicQueue:
                 loaded_bytes += len(body)
             self.loaded += len(got) - len(lost)
             self.loaded_bytes += loaded_bytes
+            node.used += loaded_bytes
             if entry.start >= end:
                 tail.popleft()
             budget -= stop - start
@@ -570,6 +618,7 @@ class ClassicQueue:
             self._ready_bytes -= size
             self.loaded -= 1
             self.loaded_bytes -= size
+            self.budget.used -= size
             if not self._ready:
                 self._expiring = False
             return msg
@@ -693,6 +742,7 @@ class ClassicQueue:
             self._ready_bytes += size
             self.loaded += 1
             self.loaded_bytes += size
+            self.budget.used += size
         if over:
             self._discard(over, "delivery_limit")
         if self._ready:
@@ -719,6 +769,7 @@ class ClassicQueue:
         self._expiring = False
         self._ready = 0
         self._ready_bytes = 0
+        self.budget.used -= self.loaded_bytes
         self.loaded = 0
         self.loaded_bytes = 0
         self.paged = 0

@@ -28,6 +28,7 @@ from sievemq.gateway.model.classic.arguments import (
 from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
+    MemoryBudget,
     MemoryWindow,
     QueueMessage,
 )
@@ -99,6 +100,9 @@ class ClassicQueues:
         # set by the broker: what becomes of a deleted queue's tombstone (removed once the
         # delete is durable); by default a background thread removes it at once
         self.release_files: Callable[[Path], None] = layout.remove_later
+        # set by the broker: the node's memory for queue bodies, shared by its durable
+        # queues (None: each queue has ``window.bytes`` of its own)
+        self.budget: MemoryBudget | None = None
 
     def attach(self, vhost: Host) -> None:
         self._vhost = vhost
@@ -218,6 +222,7 @@ class ClassicQueues:
             owner=owner,
             log_store=log_store,
             window=self.window,
+            budget=self.budget,
         )
         self.apply_policy(queue)
         if log_store is not None:
@@ -276,6 +281,7 @@ class ClassicQueues:
         queue.notify_deleted()
         if queue.durable and not queue.exclusive:
             self._on_change(queue.name)  # forgotten first (committed): then its files go
+        queue.release_memory()
         queue.destroy(self.release_files)
 
     def _auto_delete(self, queue: ClassicQueue) -> None:
