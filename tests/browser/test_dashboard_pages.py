@@ -239,10 +239,23 @@ def test_admin_forms_change_the_api_and_show_its_validation_messages(
     page.click("#nav >> text=Admin")
     expect(page.locator("nav.tabs a.active")).to_have_text("Users")
     page.click("nav.tabs >> text=Virtual Hosts")
-    page.fill("#add-vhost input[name=name]", "staging")
-    page.click("#add-vhost button")
-    expect(page.locator("#vhosts")).to_contain_text("staging")
-    assert http.get("/api/vhosts/staging").status_code == 200
+    _submit(
+        page,
+        "add-vhost",
+        name="staging",
+        description="pre-release",
+        tags="eu, test",
+        default_queue_type="quorum",
+    )
+    row = page.locator("#vhosts tbody tr", has_text="staging")
+    expect(row).to_contain_text("pre-release")
+    expect(row).to_contain_text("quorum")
+    staging = http.get("/api/vhosts/staging").json()
+    assert staging["metadata"] == {
+        "description": "pre-release",
+        "tags": ["eu", "test"],
+        "default_queue_type": "quorum",
+    }
 
     page.click("nav.tabs >> text=Policies")
     cap = '{"max-length": 10}'

@@ -371,7 +371,11 @@ def vhost(v: VhostView, node: str) -> dict[str, Any]:
         "default_queue_type": v.default_queue_type,
         "description": v.description,
         **_lengths(v.messages, v.messages_ready, v.messages_unacknowledged, v.length_rates),
-        "metadata": {"description": v.description, "tags": v.tags},
+        "metadata": {
+            "description": v.description,
+            "tags": v.tags,
+            "default_queue_type": v.default_queue_type,
+        },
         "name": v.name,
         "tags": v.tags,
         "tracing": False,

@@ -45,6 +45,7 @@ from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR, safe_name
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
+DEFAULT_VHOST_DESCRIPTION = "Default virtual host"  # what RabbitMQ calls its "/"
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,14 @@ class Broker:
 
     def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("vhosts", []):
-            self.add_vhost(item["name"]).limits = {
-                str(k): int(v) for k, v in dict(item.get("limits") or {}).items()
-            }
+            host = self.add_vhost(item["name"])
+            host.limits = {str(k): int(v) for k, v in dict(item.get("limits") or {}).items()}
+            if "description" in item:  # stores written before vhost metadata have none
+                host.description = str(item["description"])
+            host.tags = [str(t) for t in item.get("tags") or []]
+            host.classic.default_type = str(
+                item.get("default_queue_type") or self.settings.default_queue_type
+            )
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
         # a vhost's delete writes its own line first: a crash before the users' line
@@ -350,6 +356,8 @@ class Broker:
                 self._new_stream,
             )
             vhost.on_deleted = self._retire
+            if name == self.settings.default_vhost:
+                vhost.description = DEFAULT_VHOST_DESCRIPTION
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
@@ -367,6 +375,24 @@ class Broker:
         else:
             kind = "quorum" if queue.kind == "quorum" else "classic"
             self.counters.retire(kind, classic_message_stats(queue))
+
+    def set_vhost_metadata(
+        self,
+        name: str,
+        description: str | None = None,
+        tags: list[str] | None = None,
+        default_queue_type: str | None = None,
+    ) -> None:
+        """Change what is given of a vhost's description, tags and default queue type (the
+        type a queue.declare without x-queue-type makes there) and persist it."""
+        vhost = self.vhost(name)
+        if description is not None:
+            vhost.description = description
+        if tags is not None:
+            vhost.tags = list(tags)
+        if default_queue_type is not None:
+            vhost.classic.default_type = default_queue_type
+        self.save_definitions()
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost with all its queues: their directories are renamed to tombstones
@@ -490,7 +516,9 @@ class Broker:
         parameters, global parameters."""
         return {
             "vhosts": [
-                {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
+                {"name": n}
+                | v.metadata()
+                | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
                 for n, v in self.vhosts.items()
             ],
             "users": [u.to_json() for u in self.users],

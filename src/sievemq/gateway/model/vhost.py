@@ -63,6 +63,14 @@ class VirtualHost:
     ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
     """
 
+    def metadata(self) -> dict[str, Any]:
+        """Description, tags and default queue type as the definitions record them."""
+        return {
+            "description": self.description,
+            "tags": list(self.tags),
+            "default_queue_type": self.classic.default_type,
+        }
+
     def __init__(
         self,
         name: str,
@@ -84,6 +92,9 @@ class VirtualHost:
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
+        # RabbitMQ's vhost metadata (the default queue type is ``classic.default_type``)
+        self.description = ""
+        self.tags: list[str] = []
         # RabbitMQ's policies and operator policies, by name (``apply_policy`` puts them to work)
         self.policies: dict[str, policies.Policy] = {}
         self.operator_policies: dict[str, policies.Policy] = {}

@@ -67,7 +67,7 @@ async function vhosts() {
     h("h2", {}, "All virtual hosts"),
     h("div", { id: "vhosts" }, table([
       ["name", (v) => v.name], ["description", (v) => v.description || ""],
-      ["default queue type", (v) => v.default_queue_type || ""],
+      ["tags", (v) => (v.tags || []).join(", ")], ["default queue type", (v) => v.default_queue_type || ""],
       ["ready", (v) => fmt(v.messages_ready), true], ["unacked", (v) => fmt(v.messages_unacknowledged), true],
       ["total", (v) => fmt(v.messages), true],
       ["", (v) => danger("Delete", `Delete virtual host ${v.name} and everything in it?`, async () => {
@@ -75,8 +75,14 @@ async function vhosts() {
       }, { "data-vhost": v.name })],
     ], list)),
     h("h2", {}, "Add a new virtual host"),
-    form("add-vhost", [field("name", "name", { required: true })], "Add virtual host", async (d) => {
-      await api(`/api/vhosts/${enc(d.name)}`, { method: "PUT", body: {} });
+    form("add-vhost", [
+      field("name", "name", { required: true }), field("description", "description", { size: 20 }),
+      field("tags", "tags", { size: 12, placeholder: "a, b" }),
+      field("default queue type", "default_queue_type", {}, ["classic", "quorum", "stream"]),
+    ], "Add / update virtual host", async (d) => {
+      await api(`/api/vhosts/${enc(d.name)}`, {
+        method: "PUT", body: { description: d.description, tags: d.tags, default_queue_type: d.default_queue_type },
+      });
       reload();
     }),
   ];
