@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool run test lint docs bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -50,7 +50,7 @@ node-deps: $(NODE_STAMP)
 # The Spark tests run in a pytest process of their own: their driver (the Py4J gateway and the
 # callback server foreachBatch needs) then starts in a fresh interpreter, not one that has run
 # 1,300 in-process gateways and clients first (a foreachBatch job hung there in one CI run).
-test: setup node-deps chromium promtool
+test: setup node-deps chromium promtool etcd
 	$(VENV)/bin/python -m pytest --durations=10 --ignore=tests/spark
 	$(VENV)/bin/python -m pytest --durations=10 tests/spark
 
@@ -58,6 +58,12 @@ test: setup node-deps chromium promtool
 chromium:
 	@test -x /usr/bin/chromium || { export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq chromium; }
+
+# the cluster tests start Debian's etcd (3.4) themselves (sievemq.testing.etcd): only the
+# binary is needed, no service
+etcd:
+	@test -x /usr/bin/etcd || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq etcd-server; }
 
 # promtool checks deploy/prometheus.yml (tests/test_compose.py): taken out of Debian's
 # prometheus package without installing it (no daemon, no postinst)

@@ -83,6 +83,16 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.filtering",
         "sievemq.spark",
     },
+    # the cluster (docs/cluster.md): etcd through httpx in cluster/coordination.py only; it may
+    # use storage, the stream protocol and the gateway's types; nothing else imports it but
+    # the wiring (serve.py, cli.py) and testing
+    "cluster": {
+        "httpx",
+        "sievemq.cluster",
+        "sievemq.storage",
+        "sievemq.streamproto",
+        "sievemq.gateway",
+    },
     # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
     "client": {"aiormq", "pamqp", "sievemq.client"},
     # settings are built at the edge and passed down: they never import the gateway
@@ -174,8 +184,9 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
 
 
 # where sockets may be opened: the server's listeners, the raw test client, and the Spark
-# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq)
-SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py")
+# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq),
+# and `sievemq cluster up`'s launcher (a free port for the etcd it starts)
+SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py", "cluster/local.py")
 
 
 def test_only_gateway_net_opens_sockets() -> None:
@@ -186,6 +197,20 @@ def test_only_gateway_net_opens_sockets() -> None:
         and not path.relative_to(SRC).as_posix().startswith(SOCKET_CODE)
     ]
     assert not offenders, f"socket code outside gateway/net: {offenders}"
+
+
+# a single node imports nothing of the cluster: only the wiring, behind --cluster-etcd
+CLUSTER_USERS = ("cluster/", "serve.py", "cli.py", "testing/")
+
+
+def test_only_the_wiring_imports_the_cluster() -> None:
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if any(name.startswith("sievemq.cluster") for name in _imports(path))
+        and not path.relative_to(SRC).as_posix().startswith(CLUSTER_USERS)
+    ]
+    assert not offenders, f"the cluster imported outside the wiring: {offenders}"
 
 
 def _import_graph(root: Path) -> dict[str, set[str]]:

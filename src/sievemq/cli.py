@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 from collections.abc import Sequence
 
@@ -43,6 +44,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_tail_arguments(tailer)
 
+    cluster = commands.add_parser("cluster", help="run a cluster of nodes through etcd")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_commands.add_parser(
+        "up", help="start an etcd and N nodes on this machine; Ctrl-C stops them all"
+    )
+    _add_cluster_up_arguments(up)
+
     storage = commands.add_parser("storage", help="inspect stream files on disk")
     storage_commands = storage.add_subparsers(dest="storage_command", required=True)
     verify = storage_commands.add_parser("verify", help="check every chunk's CRC and the index")
@@ -51,6 +59,39 @@ def _build_parser() -> argparse.ArgumentParser:
     dump.add_argument("path", help="a stream directory")
     dump.add_argument("--records", action="store_true", help="list every record too")
     return parser
+
+
+def _add_cluster_up_arguments(parser: argparse.ArgumentParser) -> None:
+    """`sievemq cluster up`'s flags, here so that parsing imports nothing of the cluster."""
+    parser.add_argument(
+        "--nodes", type=int, default=os.cpu_count() or 1, help="how many nodes (default: cores)"
+    )
+    parser.add_argument(
+        "--data-dir", type=pathlib.Path, required=True, help="one folder for it all"
+    )
+    parser.add_argument(
+        "--etcd", default=None, help="use this etcd (URL[,URL...]) instead of starting one"
+    )
+    parser.add_argument(
+        "--etcd-port",
+        type=int,
+        default=2379,
+        help="etcd's client port (default 2379; 0: a free one)",
+    )
+    ports = (
+        ("amqp", 5672),
+        ("stream", 5552),
+        ("admin", 15672),
+        ("cluster", 25672),
+    )
+    for name, base in ports:
+        parser.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=base,
+            help=f"node i takes this port + i (default {base}; 0: free ports)",
+        )
+    parser.add_argument("--cluster-lease-ttl", type=int, default=5, help="seconds (default 5)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,7 +109,7 @@ def _serve(args: argparse.Namespace) -> int:
     files exit 2 and a port in use exits 1 at once."""
     from pydantic import ValidationError
 
-    from sievemq.gateway.net.listener import bind_listeners
+    from sievemq.gateway.net.listener import bind_listeners, listen_tcp
     from sievemq.gateway.net.tls import TLSConfigError, server_ssl_context
     from sievemq.settings import settings_error, settings_from_args
 
@@ -94,6 +135,12 @@ def _serve(args: argparse.Namespace) -> int:
             settings.admin_port,
             (settings.amqps_port, settings.stream_tls_port) if tls else None,
         )
+        if settings.cluster_etcd is not None:
+            try:
+                bound.cluster = listen_tcp(settings.amqp_host, settings.cluster_port)
+            except OSError:
+                bound.close()
+                raise
     except OSError as error:  # a port in use, an address not on this host
         print(f"sievemq serve: cannot listen: {error}", file=sys.stderr)
         return 1
@@ -121,6 +168,10 @@ def _run(args: argparse.Namespace) -> int:
         from sievemq.client.tail import run_tail
 
         return run_tail(args)
+    if args.command == "cluster":
+        from sievemq.cluster.local import run_up
+
+        return run_up(args)
     if args.command == "storage":
         from sievemq.storage.tools import dump, verify
 

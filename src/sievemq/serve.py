@@ -131,12 +131,24 @@ def ready_line(
     amqps: str | None = None,
     stream: str | None = None,
     stream_tls: str | None = None,
+    cluster: tuple[str, str] | None = None,
 ) -> str:
-    """The start-up line scripts wait for; fields are ``key=value`` in a fixed order."""
+    """The start-up line scripts wait for; fields are ``key=value`` in a fixed order
+    (``cluster``: the node's name and its inter-node address, in a cluster)."""
     fields = [f"amqp={amqp}"] + ([f"amqps={amqps}"] if amqps is not None else [])
     fields += [f"stream={stream}"] if stream is not None else []
     fields += [f"streams={stream_tls}"] if stream_tls is not None else []
-    return " ".join(["sievemq ready", *fields, f"admin={admin}"])
+    fields.append(f"admin={admin}")
+    fields += [f"node={cluster[0]}", f"cluster={cluster[1]}"] if cluster is not None else []
+    return " ".join(["sievemq ready", *fields])
+
+
+class _NoLinkYet(asyncio.Protocol):
+    """The inter-node port is reserved and announced, but the link is not built yet: a
+    connection is closed at once (docs/cluster.md)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundListeners) -> int:
@@ -161,6 +173,8 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
         ),
     )
     facade = BrokerFacade(broker, __version__, None)
+    if settings.node_name is not None:
+        facade.node_name = settings.node_name
     if settings.definitions is not None:
         problem = load_definitions(facade, settings.definitions)
         if problem is not None:
@@ -243,6 +257,25 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    cluster: tuple[str, str] | None = None
+    membership: Any = None
+    placement: Any = None
+    if settings.cluster_etcd is not None and settings.node_name is not None:
+        cluster_servers, cluster_port = await serve_on(_NoLinkYet, bound.cluster)
+        servers.extend(cluster_servers)
+        cluster = (
+            settings.node_name,
+            f"{settings.advertise_host or settings.amqp_host}:{cluster_port}",
+        )
+        joined = await _join_cluster(settings, cluster[1], facade, node)
+        if isinstance(joined, int):
+            await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
+            admin.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
+            return joined
+        membership, placement = joined
+        facade.cluster = membership
     ready = True
     facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
     node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server
@@ -253,17 +286,49 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             amqps,
             f"{settings.amqp_host}:{stream_port}",
             stream_tls,
+            cluster,
         ),
         flush=True,
     )
     await stop.wait()
     ready = False
+    if membership is not None:
+        await placement.stop()
+        await membership.leave()  # the others see this node go now, not a TTL later
     await facade.stop_sampling()
     await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
     admin.should_exit = True
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
     return 0
+
+
+async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade, node: Node) -> Any:
+    """Join the cluster (its Membership and Placement), or the exit status when this node
+    may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
+    from sievemq.admin_api.rabbit.nodes import node_info
+    from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
+    from sievemq.cluster.joining import join
+    from sievemq.cluster.membership import NameTaken
+
+    assert settings.node_name is not None
+    try:
+        return await join(
+            settings.etcd_endpoints,
+            settings.node_name,
+            settings.data_dir,
+            address,
+            settings.cluster_lease_ttl,
+            lambda: node_info(facade),
+            node.broker,
+            node.definitions_sync,
+        )
+    except NameTaken as error:
+        print(f"sievemq serve: {error}", file=sys.stderr)
+        return 2
+    except (EtcdUnavailable, EtcdError) as error:
+        print(f"sievemq serve: cannot join the cluster: {error}", file=sys.stderr)
+        return 1
 
 
 def load_definitions(facade: BrokerFacade, path: Path) -> str | None:

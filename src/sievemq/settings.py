@@ -134,12 +134,39 @@ class Settings(BaseSettings):
     )
     definitions: Path | None = None
 
+    # --- a cluster (docs/cluster.md): off unless --cluster-etcd names etcd's client URLs
+    node_name: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9@._-]+$")
+    cluster_etcd: str | None = None  # URL[,URL...]
+    cluster_port: int = Field(default=25672, ge=0, le=65535)  # the inter-node listener
+    advertise_host: str | None = None  # how the other nodes reach this one (default amqp_host)
+    cluster_lease_ttl: int = Field(default=5, ge=1, le=300)  # seconds
+
+    @field_validator("cluster_etcd")
+    @classmethod
+    def _check_etcd(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        urls = [u.strip() for u in value.split(",") if u.strip()]
+        bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+        if not urls or bad:
+            raise ValueError(
+                f"expected URL[,URL...] of etcd's client port, e.g. "
+                f"http://127.0.0.1:2379, not {value!r}"
+            )
+        return ",".join(urls)
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         # a certificate without its key (or the reverse) is a typo, not "TLS off"
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError(TLS_PAIR_ERROR)
+        if self.cluster_etcd is not None and self.node_name is None:
+            raise ValueError("--cluster-etcd needs --node-name (each node's own name)")
         return self
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        return self.cluster_etcd.split(",") if self.cluster_etcd else []
 
     @property
     def tls_enabled(self) -> bool:
@@ -212,6 +239,12 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("default_user", str, "first administrator of a new data directory (default guest)"),
     ("default_pass", str, "its password (default guest; env RABBITMQ_DEFAULT_PASS works too)"),
     ("definitions", Path, "RabbitMQ definitions JSON file merged at start-up"),
+    # --- cluster
+    ("node_name", str, "this node's name in the cluster (with --cluster-etcd)"),
+    ("cluster_etcd", str, "join a cluster through etcd: its client URL[,URL...]"),
+    ("cluster_port", int, "inter-node port, 0 picks a free one (default 25672)"),
+    ("advertise_host", str, "host the other nodes reach this one at (default --amqp-host)"),
+    ("cluster_lease_ttl", int, "seconds before a silent node is listed stopped (default 5)"),
 ]
 
 

@@ -18,6 +18,8 @@ NOT_LIMITS = {
     "stream_tls_port", "data_dir", "durability", "fsync", "sync_interval_ms", "tls_cert",
     "tls_key", "default_user", "default_pass", "definitions", "default_queue_type",
     "gc_freeze", "collect_statistics_interval_ms",
+    # a cluster node's identity and its etcd (docs/cluster.md), not limits
+    "node_name", "cluster_etcd", "cluster_port", "advertise_host", "cluster_lease_ttl",
 }  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from sievemq.gateway.admin.views import (
     ExchangeView,
     OverviewView,
     QueueView,
+    RemoteQueueView,
     SacGroupView,
     StreamClientView,
     StreamConsumerView,
@@ -111,6 +112,27 @@ def _stats(counts: dict[str, int], rates: dict[str, float]) -> dict[str, Any]:
         out[key] = counts[key]
         out[key + "_details"] = details(rates.get(key, 0.0))
     return out
+
+
+def remote_queue(q: RemoteQueueView) -> dict[str, Any]:
+    """A queue another cluster node leads: what its etcd record says, named by its leader
+    (``node``; its message figures are the leader's and not fetched yet)."""
+    online = [q.leader] if q.leader_running else []
+    return {
+        "name": q.name,
+        "vhost": q.vhost,
+        "type": q.type,
+        "durable": True,
+        "auto_delete": False,
+        "exclusive": False,
+        "arguments": q.arguments,
+        "node": q.leader,
+        "leader": q.leader,
+        "members": [q.leader],
+        "online": online,
+        "state": "running" if q.leader_running else "down",
+        "leader_epoch": q.epoch,
+    }
 
 
 def classic_queue(

@@ -2,8 +2,9 @@
 
 As RabbitMQ: the name is the global parameter ``cluster_name`` (so it is kept in the
 definitions, survives a restart and moves with an export/import), the node's name until one
-is set; any management user may read it, an administrator sets it (``PUT {"name": ...}``,
-204). The overview's ``cluster_name`` shows the same.
+is set (in a cluster, its first node's name; a name set with PUT is the receiving node's own
+until definitions go through etcd); any management user may read it, an administrator sets
+it (``PUT {"name": ...}``, 204). The overview's ``cluster_name`` shows the same.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ PARAMETER = "cluster_name"  # RabbitMQ's global parameter
 
 
 def cluster_name(f: BrokerFacade) -> str:
-    """The name set with PUT (or in imported definitions), else the node's name."""
+    """The name set with PUT (or in imported definitions), else in a cluster the name of
+    its first node (kept in etcd, the same on every node), else the node's name."""
     for parameter in f.list_global_parameters():
         if parameter.name == PARAMETER and isinstance(parameter.value, str):
             return parameter.value
+    if f.cluster is not None:
+        return f.cluster.cluster_name
     return f.node_name
 
 

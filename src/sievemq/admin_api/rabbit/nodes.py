@@ -1,5 +1,5 @@
-"""``/api/nodes``: the one node, with its memory and disk figures from the alarms and its
-file descriptors against the process's limit."""
+"""``/api/nodes``: this node (memory and disk from the alarms, file descriptors against the
+process's limit) and, in a cluster, every member as it publishes itself into etcd."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from sievemq.gateway.admin.facade import BrokerFacade
 router = APIRouter(tags=[TAG])
 
 
-def _node(f: BrokerFacade) -> dict[str, Any]:
+def node_info(f: BrokerFacade) -> dict[str, Any]:
+    """This node as ``/api/nodes`` shows it; a cluster node publishes the same into etcd."""
     o = f.overview()
     snap = f.alarms.snapshot() if f.alarms is not None else None
     mem = snap["memory"] if snap else {}
@@ -39,6 +40,10 @@ def _node(f: BrokerFacade) -> dict[str, Any]:
         "being_drained": False,
         "partitions": [],
         "applications": [],
+        "listeners": [
+            {"protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
+            for li in o.listeners
+        ],
     }
 
 
@@ -53,13 +58,32 @@ def _descriptors(f: BrokerFacade) -> dict[str, int]:
     }
 
 
+def _nodes(f: BrokerFacade) -> list[dict[str, Any]]:
+    """This node, and with a cluster every member: a live one as it last published itself
+    into etcd, a stopped one by name with ``running: false`` (as RabbitMQ lists it)."""
+    local = node_info(f)
+    if f.cluster is None:
+        return [local]
+    out = []
+    for member in f.cluster.node_views():
+        if member.local:
+            out.append(local)
+        elif member.running:
+            out.append({**member.record, "name": member.name, "running": True})
+        else:
+            out.append({"name": member.name, "type": "disc", "running": False})
+    return out
+
+
 @router.get("/nodes")
 async def nodes(f: Facade, who: Monitor) -> list[dict[str, Any]]:
-    return [_node(f)]
+    return _nodes(f)
 
 
 @router.get("/nodes/{node}")
 async def get_node(f: Facade, node: str, who: Monitor) -> dict[str, Any]:
-    if name(node) != f.node_name:
-        raise not_found()
-    return _node(f)
+    wanted = name(node)
+    for found in _nodes(f):
+        if found["name"] == wanted:
+            return found
+    raise not_found()

@@ -46,6 +46,10 @@ async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Sl
         if who.may_see(q.vhost):
             out.append(shapes.classic_queue(q, f.node_name))
         await slicer.step()
+    if f.cluster is not None:  # the queues other nodes lead
+        out += [
+            shapes.remote_queue(q) for q in f.cluster.remote_queues(vhost) if who.may_see(q.vhost)
+        ]
     out.sort(key=lambda q: (q["vhost"], q["name"]))
     return out
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.admin.views import FilterAdviceView, ListenerView
+from sievemq.gateway.admin.views import ClusterPort, FilterAdviceView, ListenerView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
 from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
@@ -70,6 +70,7 @@ class AdminBase:
         self.listeners: list[ListenerView] = []
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
+        self.cluster: ClusterPort | None = None  # set by `serve --cluster-etcd`
         self._rates = RateSampler()
         self.sampler: asyncio.Task[None] | None = None
         # the sampler's last round: the queues' rates summed, node-wide and per vhost (the

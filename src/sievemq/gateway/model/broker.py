@@ -24,6 +24,7 @@ from sievemq.gateway.model.classic_queue import (
 )
 from sievemq.gateway.model.classic_queue import message_stats as classic_message_stats
 from sievemq.gateway.model.classic_vhost import ClassicQueues
+from sievemq.gateway.model.directory import QueueDirectory
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding, dest_kind
@@ -100,6 +101,8 @@ class Broker:
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
+        # where a queue this node does not hold lives (a cluster sets it; None: single node)
+        self.directory: QueueDirectory | None = None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # the replay and the restore make no cyclic garbage, only live objects (hundreds of

@@ -164,6 +164,9 @@ class DefinitionStore:
         # worker appends them to the new log before it replaces the old one
         self._tail: list[bytes] | None = None
         self._lock = threading.Lock()  # the log's descriptor against a compaction's swap
+        # told of every change as it is made (op, section, key, item or None for a delete):
+        # a cluster node mirrors the queues it leads into etcd (sievemq.cluster.placement)
+        self.observer: Callable[[str, str, str | None, Any], None] | None = None
         self.compactions = 0
         self.directory.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(LOG_NAME + ".tmp")
@@ -252,7 +255,7 @@ class DefinitionStore:
         stored = self._items.get(section)
         if stored is not None and key in stored:
             del stored[key]
-            self._pending.append(_line("del", section, key, None))
+            self._record("del", section, key, None)
 
     def _set(self, section: str, key: str | None, item: Any) -> None:
         self.compared += 1
@@ -265,7 +268,12 @@ class DefinitionStore:
             stored[key] = (text, old[1])
             return
         stored[key] = (text, item)
-        self._pending.append(_line("put", section, key, item))
+        self._record("put", section, key, item)
+
+    def _record(self, op: str, section: str, key: str | None, item: Any) -> None:
+        self._pending.append(_line(op, section, key, item))
+        if self.observer is not None:
+            self.observer(op, section, key, item)
 
     def save(self, definitions: dict[str, Any], only_given: bool = False) -> None:
         """Make the stored definitions equal ``definitions``: writes only what differs.
@@ -288,13 +296,13 @@ class DefinitionStore:
             stored = self._items.get(section, {})
             for stale in [k for k in stored if k not in wanted]:
                 del stored[stale]
-                self._pending.append(_line("del", section, stale, None))
+                self._record("del", section, stale, None)
         if not only_given:
             for section, stored in self._items.items():
                 if section not in given:
                     for stale in list(stored):
                         del stored[stale]
-                        self._pending.append(_line("del", section, stale, None))
+                        self._record("del", section, stale, None)
         self.commit()
 
     def count(self) -> int:

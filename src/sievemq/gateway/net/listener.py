@@ -99,9 +99,17 @@ class BoundListeners:
     admin: list[socket.socket] = field(default_factory=list)
     amqps: list[socket.socket] = field(default_factory=list)  # only with TLS
     stream_tls: list[socket.socket] = field(default_factory=list)  # only with TLS
+    cluster: list[socket.socket] = field(default_factory=list)  # only in a cluster
 
     def close(self) -> None:
-        for socks in (self.amqp, self.stream, self.admin, self.amqps, self.stream_tls):
+        for socks in (
+            self.amqp,
+            self.stream,
+            self.admin,
+            self.amqps,
+            self.stream_tls,
+            self.cluster,
+        ):
             for sock in socks:
                 sock.close()
 

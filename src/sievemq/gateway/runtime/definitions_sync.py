@@ -29,6 +29,13 @@ class DefinitionsSync:
         self._inflight: asyncio.Future[None] | None = None
         self._next: asyncio.Future[None] | None = None
         self.rounds = 0  # fdatasyncs started (tests and metrics count them)
+        # more a change waits for besides the fdatasync (a cluster node's etcd commit of a
+        # queue it now leads): added during the change, joined into the future it waits on
+        self._also: list[asyncio.Future[None]] = []
+
+    def also_wait(self, future: asyncio.Future[None]) -> None:
+        """The change being made also waits for ``future`` (its reply is held until then)."""
+        self._also.append(future)
 
     @property
     def owed(self) -> bool:
@@ -39,19 +46,28 @@ class DefinitionsSync:
         """A change starts on the loop (a channel's method): its commits write but leave
         the fdatasync to this object. Give the result to ``end``."""
         self._store.defer_sync = True
+        self._also.clear()  # added outside any change (a timer's delete): nobody waits
         return self._store.writes
 
     def end(self, began: int) -> asyncio.Future[None] | None:
         """The change ended: the future of the fdatasync its writes wait for (already
         started), or None when it wrote nothing, or nothing that is not on disk yet."""
         self._store.defer_sync = False
-        if self._store.writes == began:
+        if self._store.writes == began and not self._also:
             return None
         return self.wait()
 
     def wait(self) -> asyncio.Future[None] | None:
         """A future done when every definitions line written so far is on disk (its
-        exception is the OSError of a failed fdatasync); None when that is already so."""
+        exception is the OSError of a failed fdatasync), and what ``also_wait`` added since
+        the last call; None when all that is already so."""
+        synced = self._wait_sync()
+        also, self._also = self._also, []
+        if not also:
+            return synced
+        return _all(self._loop, ([synced] if synced is not None else []) + also)
+
+    def _wait_sync(self) -> asyncio.Future[None] | None:
         if not self._store.owes_sync:
             return self._inflight  # the sync in flight covers everything written
         if self._inflight is None:
@@ -98,9 +114,33 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.exception()  # retrieved here: a waiter that went away logs nothing
 
 
+def _all(
+    loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future[None]]
+) -> asyncio.Future[None]:
+    """Done when every one of ``futures`` is, failed with the first failure."""
+    done = loop.create_future()
+    left = [len(futures)]
+
+    def one(future: asyncio.Future[None]) -> None:
+        left[0] -= 1
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is not None:
+            _settle(done, error)
+        elif left[0] == 0:
+            _settle(done, None)
+
+    for future in futures:
+        future.add_done_callback(one)
+    return done
+
+
 def when_synced(future: asyncio.Future[None], then: Callable[[BaseException | None], None]) -> None:
     """Call ``then(None)`` once ``future`` succeeded, ``then(error)`` if it failed."""
     future.add_done_callback(lambda f: then(f.exception()))
+
+
+class ReplicationFailed(Exception):
+    """A change's commit beyond this node failed (a cluster's etcd); the text says why."""
 
 
 def sync_failure(error: BaseException) -> errors.AMQPError:
@@ -115,6 +155,8 @@ def sync_failure(error: BaseException) -> errors.AMQPError:
 
 def failure_text(error: BaseException) -> str:
     """The 541 text of a change that could not be made durable (names what failed)."""
+    if isinstance(error, ReplicationFailed):
+        return f"cannot make a definitions change durable: {error}"
     what = (
         "creating a new stream's files"
         if isinstance(error, StreamFilesError)

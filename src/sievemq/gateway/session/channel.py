@@ -219,14 +219,30 @@ class Channel:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
             done = True
         except errors.AMQPError as error:
+            elsewhere = self._led_elsewhere(method, error)  # None unless a cluster's queue
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
+            if elsewhere is not None:
+                elsewhere.class_id, elsewhere.method_id = cid, mid
+                raise elsewhere from error
             raise
         finally:
             pending = definitions.end(began)
             held = conn.end_capture(mark, done and pending is not None)
             if done and pending is not None:
                 self._hold(pending, held)
+
+    def _led_elsewhere(self, method: Any, error: errors.AMQPError) -> errors.AMQPError | None:
+        """A queue this node does not hold but another cluster node leads: 404 naming that
+        node instead of "no queue" (using it through this node is not built yet)."""
+        directory = self.connection.node.broker.directory
+        name = getattr(method, "queue", None)
+        if directory is None or not isinstance(error, errors.NotFound) or not name:
+            return None
+        vhost = self.connection.vhost_name
+        if directory.leader_elsewhere(vhost, name) is None:
+            return None
+        return errors.NotFound(directory.not_here(vhost, name))
 
     def _hold(self, pending: Any, held: list[bytes]) -> None:
         """The method changed durable definitions: its reply (``held``) and every frame of
@@ -675,6 +691,8 @@ class Channel:
             return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
+        if self._declared_elsewhere(m):
+            return
         classic.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
@@ -689,6 +707,22 @@ class Channel:
             self.connection.write_frames(  # after any queued replies
                 [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
             )
+
+    def _declared_elsewhere(self, m: Any) -> bool:
+        """A cluster queue another node leads exists: declare-ok (counts of 0: they are
+        the leader's), as RabbitMQ answers on any node; nothing is made here."""
+        directory = self.connection.node.broker.directory
+        vhost = self.connection.vhost_name
+        if directory is None or not m.queue:
+            return False
+        local = self.vhost
+        if local is not None and (m.queue in local.queues or m.queue in local.classic.queues):
+            return False
+        if directory.leader_elsewhere(vhost, m.queue) is None:
+            return False
+        if not m.nowait:
+            self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
+        return True
 
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends

@@ -40,10 +40,13 @@ from sievemq.gateway.admin.views.clients import (
     StreamPublisherView,
 )
 from sievemq.gateway.admin.views.node import (
+    ClusterNodeView,
+    ClusterPort,
     DescriptorsView,
     HistogramView,
     ListenerView,
     OverviewView,
+    RemoteQueueView,
     Totals,
     WriteLatencyView,
 )
@@ -78,6 +81,8 @@ __all__ = [
     "BrowseResult",
     "BrowsedMessage",
     "ChannelView",
+    "ClusterNodeView",
+    "ClusterPort",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -100,6 +105,7 @@ __all__ = [
     "PreconditionFailed",
     "Principal",
     "QueueView",
+    "RemoteQueueView",
     "SacGroupView",
     "SacMemberView",
     "StreamClientView",

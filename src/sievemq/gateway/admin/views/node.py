@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from sievemq.storage import FilterStats
 
@@ -12,6 +13,44 @@ class ListenerView:
     protocol: str
     ip_address: str
     port: int
+
+
+@dataclass(frozen=True)
+class ClusterNodeView:
+    """A cluster member as etcd shows it: ``record`` is what a live node last published
+    (uptime, fd and memory use, listeners), empty for a stopped one."""
+
+    name: str
+    running: bool
+    local: bool
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RemoteQueueView:
+    """A queue another cluster node leads, as its etcd record says (its figures are the
+    leader's, not shown here yet)."""
+
+    vhost: str
+    name: str
+    type: str
+    leader: str
+    epoch: int
+    arguments: dict[str, Any]
+    leader_running: bool
+
+
+class ClusterPort(Protocol):
+    """What the admin plane may ask of the cluster (``sievemq.cluster`` implements it)."""
+
+    @property
+    def cluster_name(self) -> str: ...
+
+    def node_views(self) -> list[ClusterNodeView]: ...
+
+    def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
+        """The queues other nodes lead (of ``vhost``, or every vhost)."""
+        ...
 
 
 @dataclass

@@ -1,0 +1,233 @@
+"""Where each queue lives: its leader node, recorded in etcd with an epoch.
+
+A durable queue is led by the node that declared it (``client-local``, RabbitMQ's default).
+When a node's definitions store records a new queue, this node writes
+``sievemq/queues/<vhost>/<name>`` = ``{leader, epoch, type, arguments}`` with a
+create-if-absent transaction, and the declare-ok waits for etcd's commit (the store's
+``observer`` and ``DefinitionsSync.also_wait``). A queue deleted on its leader loses its
+record (compare-and-swap on the record's revision). Every node watches the records: a node
+that does not lead a queue answers a declare of it with declare-ok, and tells a client that
+consumes, gets or binds through it which node leads it, since forwarding is not built yet.
+
+The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
+epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, unquote
+
+from sievemq.cluster.coordination import (
+    EtcdClient,
+    EtcdError,
+    EtcdUnavailable,
+    Event,
+    delete_op,
+    key_missing,
+    mod_revision_is,
+    put_op,
+    range_op,
+)
+from sievemq.cluster.membership import ROOT
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.definitions import encode_value
+from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
+
+log = logging.getLogger("sievemq.cluster")
+
+QUEUES = ROOT + "queues/"
+
+
+class _NoAnswer(Exception):
+    """etcd did not answer (or refused): the write may be retried."""
+
+
+def queue_key(vhost: str, name: str) -> str:
+    return QUEUES + quote(vhost, safe="") + "/" + quote(name, safe="")
+
+
+def _queue_of(key: str) -> tuple[str, str] | None:
+    vhost, _, name = key[len(QUEUES) :].partition("/")
+    return (unquote(vhost), unquote(name)) if name else None
+
+
+class Placement:
+    """The queue records as this node sees them, and this node's writes of its own."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        me: str,
+        broker: Broker,
+        also_wait: Callable[[asyncio.Future[None]], None],
+        addresses: Callable[[str], str | None],
+    ) -> None:
+        self.client = client
+        self.me = me
+        self.broker = broker
+        self._also_wait = also_wait
+        self._addresses = addresses  # a node's AMQP address, from its published record
+        self.records: dict[tuple[str, str], dict[str, Any]] = {}
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    # ---------------------------------------------------------------- the directory
+
+    def leader_elsewhere(self, vhost: str, name: str) -> str | None:
+        record = self.records.get((vhost, name))
+        if record is None or record.get("leader") == self.me:
+            return None
+        return str(record.get("leader"))
+
+    def not_here(self, vhost: str, name: str) -> str:
+        leader = self.leader_elsewhere(vhost, name) or "?"
+        address = self._addresses(leader)
+        at = f" (amqp {address})" if address else ""
+        return (
+            f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; using "
+            f"it through node '{self.me}' is not built yet: connect to '{leader}'"
+        )
+
+    # ---------------------------------------------------------------- watching
+
+    def apply(self, events: list[Event], reset: bool) -> None:
+        """Fold the watched ``sievemq/queues/`` events into the view."""
+        if reset:
+            self.records.clear()
+        for event in events:
+            queue = _queue_of(event.kv.key)
+            if queue is None:
+                continue
+            if event.kind == "delete":
+                self.records.pop(queue, None)
+                continue
+            try:
+                record = json.loads(event.kv.value)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                self.records[queue] = {**record, "mod_revision": event.kv.mod_revision}
+
+    # ---------------------------------------------------------------- this node's queues
+
+    def observe(self, op: str, section: str, key: str | None, item: Any) -> None:
+        """The definitions store's observer: a queue stored or removed here."""
+        if section != "queues" or key is None:
+            return
+        if op == "put" and isinstance(item, dict):
+            vhost, name = str(item.get("vhost")), str(item.get("name"))
+            if self.records.get((vhost, name), {}).get("leader") == self.me:
+                return  # ours already (a change of its arguments)
+            self._track(self._claim(vhost, name, item), wait=True)
+        elif op == "del":
+            try:
+                vhost, name = json.loads(key)
+            except (ValueError, TypeError):
+                return
+            if self.records.get((vhost, name), {}).get("leader") == self.me:
+                self._track(self._release(vhost, name), wait=True)
+
+    def _track(self, work: Any, wait: bool) -> None:
+        task: asyncio.Future[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if wait:
+            self._also_wait(task)  # the change's reply waits for etcd's commit
+
+    async def _claim(self, vhost: str, name: str, item: dict[str, Any]) -> None:
+        """Record this node as the queue's leader, epoch 1, unless the queue has one; when
+        etcd does not answer, keep trying in the background (the change fails meanwhile)."""
+        try:
+            await self._record_leader(vhost, name, item)
+        except _NoAnswer as error:
+            self._track(self._claim_later(vhost, name, item), wait=False)
+            raise ReplicationFailed(f"etcd did not record queue '{name}': {error}") from error
+
+    async def _record_leader(self, vhost: str, name: str, item: dict[str, Any]) -> None:
+        key = queue_key(vhost, name)
+        record = {
+            "vhost": vhost,
+            "name": name,
+            "leader": self.me,
+            "epoch": 1,
+            "type": item.get("type", "stream"),
+            "arguments": encode_value(item.get("arguments", {})),
+        }
+        try:
+            result = await self.client.txn(
+                [key_missing(key)], [put_op(key, json.dumps(record))], [range_op(key)]
+            )
+        except (EtcdUnavailable, EtcdError) as error:
+            raise _NoAnswer(str(error)) from error
+        if result.succeeded:
+            self.records[(vhost, name)] = {**record, "mod_revision": result.revision}
+            return
+        found = result.ranges()
+        held = json.loads(found[0].value) if found else {}
+        if held.get("leader") != self.me:
+            raise ReplicationFailed(
+                f"queue '{name}' in vhost '{vhost}' was declared at the same time on "
+                f"cluster node '{held.get('leader')}', which leads it"
+            )
+
+    async def _claim_later(self, vhost: str, name: str, item: dict[str, Any]) -> None:
+        """A queue made here while etcd did not answer: record it once etcd does (while
+        this node still holds it)."""
+        while self._holds(vhost, name) and (vhost, name) not in self.records:
+            await asyncio.sleep(1.0)
+            try:
+                await self._record_leader(vhost, name, item)
+                return
+            except _NoAnswer as error:
+                log.debug("queue '%s' not recorded yet: %s", name, error)
+            except ReplicationFailed as error:  # another node recorded it meanwhile
+                log.error("%s", error)
+                return
+
+    def _holds(self, vhost: str, name: str) -> bool:
+        local = self.broker.vhosts.get(vhost)
+        return local is not None and (name in local.queues or name in local.classic.queues)
+
+    async def _release(self, vhost: str, name: str) -> None:
+        """Remove the record of a queue this node led and deleted."""
+        key = queue_key(vhost, name)
+        try:
+            found = await self.client.get(key)
+            if found is None or json.loads(found.value).get("leader") != self.me:
+                return
+            await self.client.txn([mod_revision_is(key, found.mod_revision)], [delete_op(key)])
+        except (EtcdUnavailable, EtcdError) as error:
+            raise ReplicationFailed(f"etcd did not remove queue '{name}': {error}") from error
+        self.records.pop((vhost, name), None)
+
+    async def place_local_queues(self) -> None:
+        """At join: record the durable queues this node already holds (a node that joins
+        with data, or was cut off from etcd while they were declared)."""
+        for vhost in list(self.broker.vhosts.values()):
+            local = [
+                (name, {"type": "stream", "arguments": q.arguments.table})
+                for name, q in vhost.queues.items()
+            ]
+            local += [
+                (name, {"type": c.kind, "arguments": c.arguments.table})
+                for name, c in vhost.classic.queues.items()
+                if c.durable and not c.exclusive
+            ]
+            for name, item in local:
+                if (vhost.name, name) not in self.records:
+                    try:
+                        await self._claim(vhost.name, name, item)
+                    except ReplicationFailed as error:
+                        log.error("%s", error)
+
+    def place_again(self) -> None:
+        """After this node registered again (etcd may have lost the records meanwhile)."""
+        self._track(self.place_local_queues(), wait=False)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

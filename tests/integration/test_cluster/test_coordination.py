@@ -1,0 +1,137 @@
+"""The etcd client against a real etcd: transactions, leases, watches, several endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sievemq.cluster.coordination import (
+    EtcdClient,
+    EtcdUnavailable,
+    Lease,
+    WatchBatch,
+)
+from sievemq.cluster.local import free_port
+from sievemq.testing.etcd import EtcdProcess, running_etcd
+
+WAIT_S = 30.0  # generous: a loaded machine; every wait returns as soon as its event comes
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    with running_etcd(tmp_path / "etcd") as server:
+        yield server
+
+
+async def test_create_if_absent_and_compare_and_swap(etcd: EtcdProcess) -> None:
+    client = EtcdClient([etcd.url])
+    try:
+        assert await client.create("k", "first") is None
+        held = await client.create("k", "second")
+        assert held is not None and held.value == b"first"
+        assert await client.compare_and_swap("k", held.mod_revision, "third")
+        # a writer that read the old revision loses
+        assert not await client.compare_and_swap("k", held.mod_revision, "fourth")
+        now = await client.get("k")
+        assert now is not None and now.value == b"third" and now.version == 2
+        assert await client.compare_and_swap("absent", 0, "created")
+    finally:
+        await client.close()
+
+
+async def test_a_dead_endpoint_is_skipped(etcd: EtcdProcess) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = EtcdClient([dead, etcd.url])
+    try:
+        await client.put("k", "v")
+        assert client.endpoint == etcd.url
+        found = await client.get("k")
+        assert found is not None and found.value == b"v"
+    finally:
+        await client.close()
+    nobody = EtcdClient([dead])
+    try:
+        with pytest.raises(EtcdUnavailable, match="no etcd endpoint answered"):
+            await nobody.get("k")
+    finally:
+        await nobody.close()
+
+
+async def test_keys_go_with_their_lease(etcd: EtcdProcess) -> None:
+    client = EtcdClient([etcd.url])
+    try:
+        lease = await client.grant(30)
+        await client.put("leased", "v", lease)
+        assert await client.keep_alive(lease) == 30
+        await client.revoke(lease)
+        assert await client.get("leased") is None
+        assert await client.keep_alive(lease) == 0  # etcd no longer has it
+    finally:
+        await client.close()
+
+
+async def test_a_lease_is_lost_when_etcd_is_gone_for_a_ttl(etcd: EtcdProcess) -> None:
+    client = EtcdClient([etcd.url], timeout_s=0.5)
+    lost: asyncio.Queue[str] = asyncio.Queue()
+    try:
+        lease = Lease(client, await client.grant(2), 2, lost.put_nowait)
+        lease.start()
+        etcd.kill()
+        why = await asyncio.wait_for(lost.get(), WAIT_S)
+        assert "etcd unreachable for 2 s" in why and lease.lost
+        await lease.stop()
+    finally:
+        await client.close()
+
+
+async def test_a_watch_resumes_from_its_revision_and_resets_when_history_is_gone(
+    etcd: EtcdProcess,
+) -> None:
+    client = EtcdClient([etcd.url], timeout_s=0.5)
+    batches: asyncio.Queue[WatchBatch] = asyncio.Queue()
+
+    async def watch(start: int) -> None:
+        async for batch in client.watch("p/", start):
+            batches.put_nowait(batch)
+
+    try:
+        _, revision = await client.get_prefix("p/")
+        await client.put("p/a", "1")
+        task = asyncio.ensure_future(watch(revision + 1))
+        first = await asyncio.wait_for(batches.get(), WAIT_S)
+        assert [(e.kind, e.kv.key, e.kv.value) for e in first.events] == [("put", "p/a", b"1")]
+        # etcd restarted on its data: the watch comes back from the next revision, with
+        # nothing missed (written while it was away) and nothing repeated
+        etcd.stop()
+        etcd.start()
+        writer = EtcdClient([etcd.url])
+        await writer.put("p/b", "2")
+        await writer.delete("p/a")
+        seen = []
+        while len(seen) < 2:
+            batch = await asyncio.wait_for(batches.get(), WAIT_S)
+            assert not batch.reset
+            seen += [(e.kind, e.kv.key) for e in batch.events]
+        assert seen == [("put", "p/b"), ("delete", "p/a")]
+        # etcd back without its data: the watch reads the prefix anew
+        etcd.stop()
+        etcd.start(wipe=True)
+        await writer.close()
+        writer = EtcdClient([etcd.url])
+        await writer.put("p/c", "3")
+        while True:
+            batch = await asyncio.wait_for(batches.get(), WAIT_S)
+            if batch.reset:
+                break
+        keys = {e.kv.key for e in batch.events}
+        if "p/c" not in keys:  # the reset was read before the put: the put follows
+            batch = await asyncio.wait_for(batches.get(), WAIT_S)
+            keys |= {e.kv.key for e in batch.events}
+        assert keys == {"p/c"}
+        await writer.close()
+        task.cancel()
+    finally:
+        await client.close()

@@ -1,0 +1,77 @@
+"""The cluster's settings and the member view folded from etcd's events (no etcd here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from sievemq.cluster.coordination import Event, KeyValue, WatchBatch, prefix_end
+from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership
+from sievemq.settings import add_serve_arguments, settings_error, settings_from_args
+
+
+def settings_error_of(*argv: str) -> str:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    with pytest.raises(ValidationError) as raised:
+        settings_from_args(parser.parse_args(list(argv)))
+    return settings_error(raised.value)
+
+
+def test_cluster_flags_are_checked() -> None:
+    assert "needs --node-name" in settings_error_of("--cluster-etcd", "http://127.0.0.1:2379")
+    assert "--cluster-etcd: expected URL[,URL...]" in settings_error_of(
+        "--node-name", "a", "--cluster-etcd", "127.0.0.1:2379"
+    )
+    assert "--node-name" in settings_error_of("--node-name", "a b")
+
+
+def test_several_endpoints_are_kept_in_order() -> None:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(
+        ["--node-name", "a", "--cluster-etcd", "http://e1:2379, http://e2:2379"]
+    )
+    assert settings_from_args(args).etcd_endpoints == ["http://e1:2379", "http://e2:2379"]
+
+
+def test_a_prefix_range_ends_after_every_key_of_the_prefix() -> None:
+    assert prefix_end("sievemq/nodes/") == b"sievemq/nodes0"
+    assert prefix_end("v/\xff") == b"v/\xc3\xc0"  # UTF-8 c3 bf: the last byte moves on
+
+
+def kv(key: str, value: dict[str, object], revision: int) -> KeyValue:
+    return KeyValue(key, json.dumps(value).encode(), revision, revision, 1, 0)
+
+
+def membership() -> Membership:
+    return Membership(None, Identity("me", "id-me", "127.0.0.1:1"), 5, dict)  # type: ignore[arg-type]
+
+
+def test_the_view_lists_members_live_or_stopped_and_itself() -> None:
+    view = membership()
+    started = {"stats": {"uptime": 1, "fd_used": 7}, "started": 0}
+    view.apply(
+        WatchBatch(
+            [
+                Event("put", kv(MEMBERS + "a", {"name": "a"}, 2)),
+                Event("put", kv(NODES + "a", started, 3)),
+                Event("put", kv(MEMBERS + "b", {"name": "b"}, 4)),
+            ],
+            4,
+        )
+    )
+    nodes = {n.name: n for n in view.node_views()}
+    assert sorted(nodes) == ["a", "b", "me"]
+    assert nodes["a"].running and nodes["a"].record["fd_used"] == 7
+    assert nodes["a"].record["uptime"] > 1000  # brought up to now from its start
+    assert not nodes["b"].running and nodes["b"].record == {}
+    assert nodes["me"].running and nodes["me"].local  # even before its own record is seen
+    view.apply(WatchBatch([Event("delete", kv(NODES + "a", {}, 5))], 5))
+    assert not {n.name: n for n in view.node_views()}["a"].running
+    # a reset (etcd lost its history) replaces the whole view
+    view.apply(WatchBatch([Event("put", kv(MEMBERS + "c", {"name": "c"}, 1))], 1, reset=True))
+    assert [n.name for n in view.node_views()] == ["c", "me"]
