@@ -26,18 +26,19 @@ from typing import Any
 
 from isal import isal_zlib
 
-import sievemq.storage.chunk as chunk_mod
-import sievemq.storage.reader as reader_mod
-import sievemq.streamproto.osiris as osiris_mod
 from bench._util import machine
-from sievemq.gateway.stream_session.subscription import _built, wire_chunks
+from sievemq.gateway.streamproto_session.subscription import _built, wire_chunks
 from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage import chunk as chunk_module
+from sievemq.storage import reader as reader_module
 from sievemq.storage.stream import Durability
 from sievemq.storage.types import KIND_STREAM
+from sievemq.streamproto import osiris as osiris_module
 
 
 def _use(crc: Callable[..., int]) -> None:
-    for module, name in ((chunk_mod, "_crc32"), (reader_mod, "fast_crc32"), (osiris_mod, "crc32")):
+    patched = ((chunk_module, "_crc32"), (reader_module, "fast_crc32"), (osiris_module, "crc32"))
+    for module, name in patched:
         vars(module)[name] = crc
 
 

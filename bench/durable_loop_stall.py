@@ -39,8 +39,8 @@ from rstream.client import Client
 from bench._util import machine
 from bench.admin_loop_stall import Ticker
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.testing import running_gateway
 
 STREAM = {"x-queue-type": "stream"}

@@ -112,8 +112,8 @@ async def publish_run(
     from sievemq.gateway.model.broker import Broker, BrokerSettings
     from sievemq.gateway.net.stream_protocol import StreamProtocol
     from sievemq.gateway.runtime.node import Limits, Node
-    from sievemq.gateway.stream_session.connection import StreamConnection
-    from sievemq.gateway.stream_session.node import StreamNode
+    from sievemq.gateway.streamproto_session.connection import StreamConnection
+    from sievemq.gateway.streamproto_session.node import StreamNode
     from sievemq.storage import Durability
 
     data = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-"))

@@ -82,6 +82,8 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.storage",
         "sievemq.filtering",
         "sievemq.spark",
+        # the network mode's Stream-protocol client (spark/stream_client.py): frames only
+        "sievemq.streamproto.wire",
     },
     # the cluster (docs/cluster.md): etcd through httpx in cluster/coordination.py only; it may
     # use storage, the stream protocol and the gateway's types; nothing else imports it but
@@ -183,10 +185,105 @@ def test_component_imports_only_what_the_design_allows(component: str) -> None:
     assert not bad, "dependency rule broken:\n" + "\n".join(bad)
 
 
-# where sockets may be opened: the server's listeners, the raw test client, and the Spark
-# sink's publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq),
-# and `sievemq cluster up`'s launcher (a free port for the etcd it starts)
-SOCKET_CODE = ("gateway/net/", "testing/", "spark/publisher.py", "cluster/local.py")
+# where sockets may be opened: the server's listeners, the raw test client, the Spark sink's
+# publisher (a client of the gateway over AMQP, in a Spark task; it replaced aiormq), the Spark
+# source's network mode (a Stream-protocol client, in a Spark task) and `sievemq cluster up`'s
+# launcher (a free port for the etcd it starts)
+SOCKET_CODE = (
+    "gateway/net/",
+    "testing/",
+    "spark/publisher.py",
+    "spark/stream_client.py",
+    "cluster/local.py",
+)
+
+
+# One naming rule for the queue families: what only stream queues use lives in
+# gateway/<layer>/stream/, what only classic and quorum queues use in gateway/<layer>/classic/,
+# what both share at gateway/<layer>/ itself.
+FAMILY_LAYERS = ("model", "session", "runtime")
+FAMILIES = ("stream", "classic")
+# the one thing a family takes from the other: a dead-letter a classic queue routes to a stream
+# is indexed by the same x-stream-filter-value rule as a publish
+CROSS_FAMILY = {"sievemq.gateway.model.stream.arguments.parse_filter_values"}
+
+
+def test_queue_family_modules_live_in_their_family_package() -> None:
+    flat = [
+        str(path.relative_to(SRC))
+        for layer in FAMILY_LAYERS
+        for path in (SRC / "gateway" / layer).glob("*.py")
+        if path.stem.startswith(tuple(f"{family}_" for family in (*FAMILIES, "quorum")))
+    ]
+    assert not flat, f"family modules outside gateway/<layer>/<family>/: {flat}"
+    for layer in FAMILY_LAYERS:
+        for family in FAMILIES:
+            assert (SRC / "gateway" / layer / family / "__init__.py").exists()
+
+
+def test_queue_families_do_not_import_each_other() -> None:
+    bad = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for layer in FAMILY_LAYERS
+        for family, other in (FAMILIES, FAMILIES[::-1])
+        for path in sorted((SRC / "gateway" / layer / family).rglob("*.py"))
+        for name in _imports(path)
+        if name.split(".")[:2] == ["sievemq", "gateway"]
+        and name.split(".")[3:4] == [other]
+        and name not in CROSS_FAMILY
+    ]
+    assert not bad, "a queue family imports the other one:\n" + "\n".join(bad)
+
+
+def _is_module(dotted: str) -> bool:
+    path = SRC.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _sievemq_aliases(path: Path) -> list[tuple[str, str]]:
+    """(module name, the name it is bound to) of every aliased import of a sievemq module."""
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            for alias in node.names:
+                full = f"{module}.{alias.name}" if module else alias.name
+                if alias.asname and full.startswith("sievemq.") and _is_module(full):
+                    found.append((full.rpartition(".")[2], alias.asname))
+    return found
+
+
+def _keeps_the_name(name: str, alias: str) -> bool:
+    """``x``, ``_x``, ``x`` without its leading underscore, ``<qualifier>_x`` (two same-named
+    modules of two families, ``classic_consumer``), or ``x_module`` (beside a fixture ``x``)."""
+    return alias in (name, f"_{name}", name.lstrip("_"), f"{name}_module") or alias.endswith(
+        f"_{name}"
+    )
+
+
+def test_import_aliases_keep_the_real_name() -> None:
+    root = SRC.parents[1]
+    files = [
+        path
+        for folder in (SRC, root / "tests", root / "bench")
+        for path in sorted(folder.rglob("*.py"))
+        if "node_modules" not in path.parts
+    ]
+    bad = [
+        f"{path.relative_to(root)}: {name} as {alias}"
+        for path in files
+        for name, alias in _sievemq_aliases(path)
+        if not _keeps_the_name(name, alias)
+    ]
+    assert not bad, "an import alias hides the module's name:\n" + "\n".join(bad)
+    assert ("consumer", "classic_consumer") in _sievemq_aliases(SRC / "gateway/session/channel.py")
+
+
+def test_the_alias_rule_refuses_a_nickname() -> None:
+    assert _keeps_the_name("consumer", "classic_consumer")
+    assert _keeps_the_name("properties", "amqp_properties")
+    assert not _keeps_the_name("arguments", "qargs")
+    assert not _keeps_the_name("publish_cache", "fastpath")
 
 
 def test_only_gateway_net_opens_sockets() -> None:
@@ -448,7 +545,7 @@ def test_the_layout_in_the_docs_is_the_real_tree(doc: Path) -> None:
 
 def test_the_layout_names_every_package() -> None:
     layout = draw_layout()
-    for name in ("streamproto/", "gateway/", "stream_session/", "admin_api/", "testing/"):
+    for name in ("streamproto/", "gateway/", "streamproto_session/", "admin_api/", "testing/"):
         assert f" {name} " in layout, name
 
 

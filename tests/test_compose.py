@@ -8,6 +8,7 @@ tests/spark/test_compose_services.py runs every service's command outside Docker
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -125,3 +126,34 @@ def test_prometheus_config_is_valid_and_scrapes_the_admin_port() -> None:
         ("/metrics", f"gateway:{admin}"),
         ("/metrics/per-object", f"gateway:{admin}"),
     }
+
+
+def test_grafana_is_provisioned_with_the_dashboards_and_the_prometheus_datasource() -> None:
+    services = _compose()["services"]
+    grafana = services["grafana"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    provisioning = ROOT / mounts["/etc/grafana/provisioning"]
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    prometheus_port = services["prometheus"]["ports"][0].split(":")[1]
+    assert source["type"] == "prometheus"
+    assert source["url"] == f"http://prometheus:{prometheus_port}"
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "sievemq.yml").read_text())[
+        "providers"
+    ]
+    folder = ROOT / mounts[provider["options"]["path"]]
+    dashboards = sorted(folder.glob("*.json"))
+    assert [d.name for d in dashboards] == [
+        "sievemq-overview.json",
+        "sievemq-stream-protocol.json",
+        "sievemq-streams-filtering.json",
+    ]
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        assert dashboard["uid"] == path.stem
+        uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+        assert uids == {source["uid"]}, path.name  # every query goes to the provisioned one
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(provider["options"]["path"] + "/")
+    assert (folder / home.rsplit("/", 1)[1]).exists()

@@ -30,7 +30,7 @@ from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.classic_queue import MemoryWindow
+from sievemq.gateway.model.classic.queue import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
@@ -38,8 +38,8 @@ from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.settings import Settings
 from sievemq.storage import Durability, handles
 from sievemq.units import parse_memory_watermark

@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     # body bytes, whichever is reached first); past them the persistent messages of a durable
     # queue keep only a small index entry in memory and are read back from the queue's log
     queue_memory_messages: int = Field(default=2048, ge=1)
-    queue_memory_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    queue_memory_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
 
     @field_validator("queue_memory_bytes", mode="before")
     @classmethod
@@ -183,7 +183,12 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("channel_max", int, "max channels per connection offered in tune (default 2047)"),
     ("frame_max", int, "max frame size offered in tune (default 131072)"),
     ("heartbeat", int, "heartbeat interval offered in tune, seconds (default 60)"),
-    ("max_connections", int, "max concurrent AMQP and stream connections (default 4096)"),
+    (
+        "max_connections",
+        int,
+        "max concurrent AMQP and stream connections (default 4096, at most half the "
+        "descriptor limit less 64)",
+    ),
     ("max_message_size", int, "max message body size in bytes (default 128 MiB)"),
     ("max_unparsed_bytes", int, "max unparsed input buffered per connection (default 4 MiB)"),
     (
@@ -220,7 +225,9 @@ _FLAGS: list[tuple[str, type, str]] = [
     (
         "queue_memory_bytes",
         str,
-        "body bytes per classic queue kept in memory, e.g. 8MiB (default 8 MiB)",
+        "body bytes all durable classic/quorum queues of the node keep in memory together, "
+        "shared fairly among them; past them bodies are read back from disk, e.g. 64MiB "
+        "(default 64 MiB)",
     ),
     ("max_table_depth", int, "max nesting of a field table from the wire (default 32)"),
     ("max_table_entries", int, "max entries of one field table from the wire (default 4096)"),

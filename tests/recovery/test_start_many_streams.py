@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sievemq.gateway.model import arguments
 from sievemq.gateway.model import broker as broker_module
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.stream import arguments
 from sievemq.storage import Message, Stream
 from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import connect

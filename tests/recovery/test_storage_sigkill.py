@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sievemq.gateway.stream_session.subscription import wire_chunks
+from sievemq.gateway.streamproto_session.subscription import wire_chunks
 from sievemq.storage import Stream, StreamConfig
 
 CHILD = textwrap.dedent(

@@ -10,9 +10,12 @@ import shutil
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sievemq.testing import ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +56,12 @@ def metrics(spark: Any) -> Any:
     from sievemq.spark import register
 
     return register(spark, metrics=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A real SieveMQ server on its own data directory, checked alive at the end."""
+    proc = ServerProcess(tmp_path / "data").start()
+    yield proc
+    assert proc.running, proc.stderr()
+    proc.stop()

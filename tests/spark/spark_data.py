@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pamqp import commands, header
 
@@ -45,3 +46,18 @@ def write_stream(
             blob = extra(messages) if callable(extra) else b""
             stream.append(messages, timestamp_ms=T0 + c * 1000, extra=blob)
     return directory
+
+
+def parquet_available_now(frame: Any, out: Path, checkpoint: Path) -> list[int]:
+    """Run a streaming DataFrame into Parquet at ``out`` with Trigger.AvailableNow; the rows
+    of each micro-batch that had any."""
+    query = (
+        frame.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]

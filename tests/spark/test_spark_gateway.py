@@ -3,25 +3,15 @@ from the same data directory while the server keeps running (committed data only
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 
-from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import connect
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Any:
-    proc = ServerProcess(tmp_path / "data").start()
-    yield proc
-    assert proc.running, proc.stderr()
-    proc.stop()
 
 
 def test_published_messages_read_by_spark_beside_the_server(

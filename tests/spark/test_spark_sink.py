@@ -23,14 +23,6 @@ pytestmark = pytest.mark.timeout(1200)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Any:
-    proc = ServerProcess(tmp_path / "data").start()
-    yield proc
-    assert proc.running, proc.stderr()
-    proc.stop()
-
-
 def _end(server: ServerProcess, stream: str) -> int:
     directory = stream_directory(server.data_dir, "/", stream)
     return disk_end(directory) if directory.exists() else 0

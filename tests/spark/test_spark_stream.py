@@ -12,14 +12,14 @@ import pytest
 
 from sievemq.spark.planning import stream_chunks
 
-from .spark_data import write_stream
+from .spark_data import parquet_available_now, write_stream
 
 # the JVM start (in the first test's setup) takes minutes on a loaded 2-core machine
 pytestmark = pytest.mark.timeout(1200)
 
 
 def _run(spark: Any, data_dir: Path, out: Path, checkpoint: Path) -> list[int]:
-    query = (
+    frame = (
         spark.readStream.format("sievemq")
         .option("stream", "ticks")
         .option("startingOffsets", "earliest")
@@ -27,15 +27,8 @@ def _run(spark: Any, data_dir: Path, out: Path, checkpoint: Path) -> list[int]:
         .option("filterValues", "v1,v2,v3,v4,v5,v6,v7,v8,v9,v0")  # every filtered message
         .load(str(data_dir))
         .select("offset", "filter_value", "body")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    return parquet_available_now(frame, out, checkpoint)
 
 
 def test_available_now_in_capped_batches_then_resume(
@@ -67,22 +60,15 @@ def test_max_bytes_per_trigger_reads_whole_chunks_up_to_the_budget(
     sizes = [c.size for c in stream_chunks(directory, 600)]
     assert len(sizes) == 30 and max(sizes) < 11 * min(sizes) / 10  # alike: 10 fit, 11 do not
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
-    query = (
+    frame = (
         spark.readStream.format("sievemq")
         .option("stream", "ticks")
         .option("startingOffsets", "earliest")
         .option("maxBytesPerTrigger", str(10 * max(sizes)))
         .load(str(data_dir))
         .select("offset")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
     )
-    query.awaitTermination(300)
-    assert query.exception() is None
-    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    batches = parquet_available_now(frame, out, checkpoint)
     assert batches == [200, 200, 200]  # 10 chunks of 20 per micro-batch
     ends = sorted(
         json.loads(p.read_text().splitlines()[-1])["/"]["ticks"]

@@ -55,6 +55,11 @@ def create_app(
             """The web dashboard (plain HTML/CSS/JS under ./static, no build step)."""
             return FileResponse(STATIC / "index.html")
 
+        @app.get("/favicon.ico", include_in_schema=False)
+        async def favicon() -> FileResponse:
+            """The dashboard's icon where every browser asks for it (an SVG: no 404)."""
+            return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
         app.include_router(streams.router)

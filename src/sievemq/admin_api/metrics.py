@@ -58,6 +58,10 @@ _FILTER_METRICS: dict[str, tuple[str, str]] = {
         "Messages skipped inside chunks the Bloom filter ruled out",
     ),
     "bytes_read": ("sievemq_stream_read_bytes", "Bytes read from segments by consumers"),
+    "bytes_unfiltered": (
+        "sievemq_stream_unfiltered_bytes",
+        "Bytes consumers without a filter would have read from segments for the same chunks",
+    ),
     "messages_delivered": ("sievemq_stream_messages_delivered", "Messages delivered"),
     "bytes_delivered": ("sievemq_stream_delivered_bytes", "Body bytes delivered"),
     "sql_errors": ("sievemq_stream_sql_errors", "SQL filter evaluation errors"),

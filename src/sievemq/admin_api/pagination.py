@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
@@ -56,15 +57,29 @@ def _columns(item: dict[str, Any], columns: list[str]) -> dict[str, Any]:
     return out
 
 
+Expand = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
 async def paginate(
-    request: Request, items: list[dict[str, Any]], slicer: Slicer | None = None
+    request: Request,
+    items: list[dict[str, Any]],
+    slicer: Slicer | None = None,
+    expand: Expand | None = None,
 ) -> Response:
     """The list (or the page of it) as a response, serialized directly (FastAPI's generic
-    encoder is slow for thousands of objects) and in slices (this runs on the event loop)."""
-    return await (slicer or Slicer()).json_response(_paginate(request, items))
+    encoder is slow for thousands of objects) and in slices (this runs on the event loop).
+    ``expand``: ``items`` are keys only (what filtering and sorting need), and this turns the
+    page's keys into its objects."""
+    return await (slicer or Slicer()).json_response(_paginate(request, items, expand))
 
 
-def _paginate(request: Request, items: list[dict[str, Any]]) -> Any:
+def is_paged(request: Request) -> bool:
+    """A page is asked for (``page`` or ``page_size``)."""
+    q = request.query_params
+    return "page" in q or "page_size" in q
+
+
+def _paginate(request: Request, items: list[dict[str, Any]], expand: Expand | None) -> Any:
     q = request.query_params
     page_raw, size_raw = q.get("page"), q.get("page_size")
     name = q.get("name")
@@ -85,6 +100,7 @@ def _paginate(request: Request, items: list[dict[str, Any]]) -> Any:
         filtered = list(reversed(filtered))
     columns = [c for c in (q.get("columns") or "").split(",") if c]
     if page_raw is None and size_raw is None:
+        filtered = expand(filtered) if expand is not None else filtered
         return [_columns(i, columns) for i in filtered] if columns else filtered
     try:
         page = int(page_raw) if page_raw is not None else 1
@@ -97,6 +113,8 @@ def _paginate(request: Request, items: list[dict[str, Any]]) -> Any:
     if page > page_count:
         raise _invalid(page_raw or "undefined", size_raw or "undefined")
     chunk = filtered[(page - 1) * size : page * size]
+    if expand is not None:
+        chunk = expand(chunk)
     return {
         "filtered_count": len(filtered),
         "item_count": len(chunk),

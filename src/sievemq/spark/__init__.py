@@ -1,4 +1,4 @@
-"""`sievemq.spark`: a PySpark data source over SieveMQ stream files (docs/spark.md).
+"""`sievemq.spark`: a PySpark source and sink for SieveMQ streams, files or network (docs/spark.md).
 
 ``register(spark)`` registers the source as ``sievemq`` and turns on
 ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark, and a Python source that

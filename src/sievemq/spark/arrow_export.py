@@ -38,7 +38,12 @@ def plan(options: dict[str, str]) -> tuple[list[RangeTask], ReadSettings, pa.Sch
     """The ranges, read settings and Arrow schema the `sievemq` source would use."""
     source = SieveDataSource(options)
     reader = source.reader(source.schema())
-    tasks = [p.task for p in reader.partitions() if isinstance(p, RangePartition)]
+    parts = reader.partitions()
+    tasks = [
+        p.task
+        for p in parts
+        if isinstance(p, RangePartition) and isinstance(p.task, RangeTask)  # file mode only
+    ]
     return tasks, reader.settings, reader.arrow
 
 

@@ -70,6 +70,18 @@ class DataLossError(StorageError):
     """Offsets a read needed were deleted by retention (failOnDataLoss=true)."""
 
 
+def decoder(settings: ReadSettings, schema: Any, vhost: str, stream: str) -> ChunkDecoder:
+    """The columnar decoder of one partition, with the read's exact filter and SQL (file and
+    network mode alike)."""
+    return ChunkDecoder(
+        schema,
+        vhost,
+        stream,
+        settings.spec(),
+        sql_predicate(compile_filter(settings.sql)) if settings.sql else None,
+    )
+
+
 def read_range(
     task: RangeTask,
     settings: ReadSettings,
@@ -92,13 +104,7 @@ def read_range(
         return
     until = task.until
     reader = StreamReader(directory, bound=lambda: until)
-    decode = ChunkDecoder(
-        schema,
-        task.vhost,
-        task.stream,
-        settings.spec(),
-        sql_predicate(compile_filter(settings.sql)) if settings.sql else None,
-    )
+    decode = decoder(settings, schema, task.vhost, task.stream)
     chunk_filter = SubscriptionRegistry.chunk_filter(task.slot) if task.slot is not None else None
     spec = settings.spec()
     try:

@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sievemq.filtering.sql import CompileError, compile_filter
+from sievemq.spark.stream_client import StreamURI
 
 # lower-cased key -> the spelling in the docs
 BATCH_OPTIONS = (
+    "uri",
     "path",
     "dataDir",
     "vhost",
@@ -95,6 +97,8 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    # network mode: rabbitmq-stream://user:pass@host:port/vhost (None: file mode)
+    uri: str | None = None
 
     @property
     def several(self) -> bool:
@@ -168,6 +172,24 @@ def parse_offsets(option: str, text: str, *, ending: bool) -> OffsetChoice:
     raise OptionError(option, f"expected {words}, an offset or JSON, got {text!r}")
 
 
+def _check_network(given: Mapping[str, str], uri: str) -> None:
+    """The network mode's own rules: a valid URI, and no option that needs the files."""
+    try:
+        StreamURI.parse(uri)
+    except ValueError as error:
+        raise OptionError("uri", str(error)) from None
+    for name, why in (
+        ("path", "give either uri (network) or a data directory (files), not both"),
+        ("dataDir", "give either uri (network) or a data directory (files), not both"),
+        ("vhost", "the vhost is the uri's path (%2F for /)"),
+        ("streamPattern", "not in network mode: name the streams"),
+        ("maxBytesPerTrigger", "not in network mode: use maxOffsetsPerTrigger"),
+        ("maxBytesPerPartition", "not in network mode: use maxOffsetsPerPartition"),
+    ):
+        if given.get(name):
+            raise OptionError(name, why)
+
+
 def parse_options(
     options: Mapping[str, str], *, streaming: bool = False, either: bool = False
 ) -> ReadOptions:
@@ -186,8 +208,14 @@ def parse_options(
         if streaming and not either and batch_only in given:
             raise OptionError(batch_only, "is for batch reads only")
     data_dir = given.get("path") or given.get("dataDir")
-    if not data_dir:
-        raise OptionError("path", "the data directory is required: .load(DATA_DIR)")
+    uri = given.get("uri")
+    if uri is not None:
+        _check_network(given, uri)
+        data_dir = ""
+    elif not data_dir:
+        raise OptionError(
+            "path", "the data directory is required: .load(DATA_DIR) (or option uri: network)"
+        )
     streams = tuple(s.strip() for s in given.get("stream", "").split(",") if s.strip())
     pattern = given.get("streamPattern")
     if pattern is not None:
@@ -243,9 +271,13 @@ def parse_options(
         if "endingOffsets" in given
         else OffsetChoice("latest")
     )
+    vhost = given.get("vhost", "/")
+    if uri is not None:
+        vhost = StreamURI.parse(uri).vhost
     return ReadOptions(
+        uri=uri,
         data_dir=Path(data_dir),
-        vhost=given.get("vhost", "/"),
+        vhost=vhost,
         streams=streams,
         stream_pattern=pattern,
         starting=starting,

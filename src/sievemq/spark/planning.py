@@ -168,10 +168,18 @@ def start_offset(
     options: ReadOptions, ref: StreamRef, state: StreamState, *, streaming: bool
 ) -> int:
     """Where a read of this stream starts (consumerName, then startingOffsets, then default)."""
+    stored = None
     if options.consumer_name is not None and options.starting is None:
         stored = read_offsets(Path(ref.directory) / OFFSETS_FILE).get(options.consumer_name)
-        if stored is not None:
-            return _pick("offset", stored + 1, state)
+    return choose_start(options, ref, state, stored, streaming=streaming)
+
+
+def choose_start(
+    options: ReadOptions, ref: StreamRef, state: StreamState, stored: int | None, *, streaming: bool
+) -> int:
+    """``start_offset`` given the consumer's stored offset (from the files or QueryOffset)."""
+    if options.consumer_name is not None and options.starting is None and stored is not None:
+        return _pick("offset", stored + 1, state)
     default = "latest" if streaming else "earliest"
     choice = options.starting or OffsetChoice(default)
     kind, value = choice.for_stream(ref.vhost, ref.name)

@@ -8,6 +8,7 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import SparkSession
 
+from sievemq.spark import callback_server
 from sievemq.spark.source import SieveDataSource
 from sievemq.storage import READ_FIELDS
 
@@ -36,7 +37,10 @@ class ReadMetrics:
 
 
 def register(spark: SparkSession, *, metrics: bool = False) -> ReadMetrics | None:
-    """Register ``format("sievemq")`` on this session (and enable filter pushdown)."""
+    """Register ``format("sievemq")`` on this session (and enable filter pushdown), and make
+    the driver's py4j callback server (``foreachBatch``) work whatever the number of open
+    descriptors (``callback_server``)."""
+    callback_server.install()
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     if not metrics:
         spark.dataSource.register(SieveDataSource)

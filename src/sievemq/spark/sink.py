@@ -11,10 +11,10 @@ required), ``filter_value`` (string) or ``filter_values`` (array<string>), ``rou
 Exactly once (docs/spark.md): every message carries the gateway's dedup headers
 (``x-sievemq-publisher`` = ``spark:<query id>:<partition>``, ``x-sievemq-publishing-id`` =
 ``batch id << 32 | row index``), and the gateway stores an id of a reference at most once per
-stream, durably (gateway/model/dedup.py). A replayed micro-batch republishes the same rows under
-the same ids: what was stored before the crash is confirmed and dropped, the rest is stored.
-Rows are put in a canonical order before they are numbered, so the ids do not depend on the
-order a shuffle delivered them in.
+stream, durably (gateway/model/stream/dedup.py). A replayed micro-batch republishes the same
+rows under the same ids: what was stored before the crash is confirmed and dropped, the rest is
+stored. Rows are put in a canonical order before they are numbered, so the ids do not depend on
+the order a shuffle delivered them in.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from sievemq.spark import callback_server
 from sievemq.spark.options import OptionError
 from sievemq.spark.publisher import ConfirmPublisher, PublishError, encode_headers
 
@@ -305,7 +306,9 @@ def foreach_batch(uri: str, stream: str, query_key: str, **options: str) -> Any:
     For output modes the Python sink cannot take (``update``): ``query_key`` names the query
     for good (keep it across restarts, e.g. the job's name), and the batch id numbers the
     messages, so a replayed batch publishes nothing twice. ``options``: more sink options
-    (``exchange``)."""
+    (``exchange``). Makes py4j's callback server, which runs it, safe with many open
+    descriptors first (``callback_server``)."""
+    callback_server.install()
 
     def publish(df: Any, batch_id: int) -> None:
         (

@@ -26,11 +26,15 @@ from pyspark.sql.types import StructType
 
 from sievemq.filtering.subscriptions import registered_slot
 from sievemq.spark.arrow_read import RangeTask, ReadSettings, read_range, stat_counts
+from sievemq.spark.network import NetTask, net_streams, net_tasks, offsets_at, read_net_range
 from sievemq.spark.options import OptionError, ReadOptions, parse_options
 from sievemq.spark.planning import (
+    NO_LIMIT,
     Bounds,
     OffsetRange,
     StreamRef,
+    StreamState,
+    choose_start,
     end_offset,
     plan_ranges,
     resolve_streams,
@@ -65,11 +69,12 @@ except ImportError:  # pragma: no cover - pyspark is pinned >= 4.3
 
 @dataclass
 class RangePartition(InputPartition):
-    """One Spark partition: a chunk-aligned offset range of one stream."""
+    """One Spark partition: a chunk-aligned offset range of one stream (a ``NetTask``: an
+    offset range read over the network)."""
 
-    task: RangeTask
+    task: RangeTask | NetTask
 
-    def __init__(self, task: RangeTask) -> None:
+    def __init__(self, task: RangeTask | NetTask) -> None:
         super().__init__(None)
         self.task = task
 
@@ -138,7 +143,7 @@ class _ReadsRanges:
         )
 
     def _slot(self, ref: StreamRef) -> int | None:
-        if self.options.sql is None or self.options.consumer_name is None:
+        if self.options.sql is None or self.options.consumer_name is None or self.options.uri:
             return None
         return registered_slot(Path(ref.directory), self.options.consumer_name, self.options.sql)
 
@@ -157,7 +162,17 @@ class _ReadsRanges:
             if metrics is not None:
                 metrics.add(stat_counts(stats))
 
-        yield from read_range(partition.task, self.settings, self.arrow, report)
+        task = partition.task
+        if isinstance(task, NetTask):
+            yield from read_net_range(task, self.settings, self.arrow, report)
+        else:
+            yield from read_range(task, self.settings, self.arrow, report)
+
+    def _net_tasks(
+        self, spans: list[tuple[StreamRef, int, int]], bounds: Bounds
+    ) -> list[InputPartition]:
+        tasks = net_tasks(self.options, spans, bounds.ts_lo, bounds.ts_hi)
+        return [RangePartition(t) for t in tasks]
 
 
 class SieveBatchReader(_ReadsRanges, DataSourceReader):
@@ -179,6 +194,15 @@ class SieveBatchReader(_ReadsRanges, DataSourceReader):
         if pushed.filter_values is not None and not pushed.filter_values:
             return []  # filter_value = 'a' AND filter_value = 'b'
         bounds = timestamp_bounds(options).narrow(pushed.bounds)
+        if options.uri:
+            spans = []
+            for net in net_streams(options):
+                lo = choose_start(options, net.ref, net.state, net.stored, streaming=False)
+                b = bounds.narrow(Bounds(lo, end_offset(options, net.ref, net.state)))
+                if b.ts_lo > -NO_LIMIT or b.ts_hi < NO_LIMIT:
+                    b = b.narrow(Bounds(*offsets_at(options, net.ref.name, b.ts_lo, b.ts_hi)))
+                spans.append((net.ref, b.lo, b.hi))
+            return self._net_tasks(spans, bounds)
         planned = []
         for ref in resolve_streams(options):
             state = stream_state(ref)
@@ -210,21 +234,30 @@ class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAva
         self._target: dict[str, dict[str, int]] | None = None
 
     def _refs(self) -> list[StreamRef]:
+        if self.options.uri:
+            return [StreamRef(self.options.vhost, name, "") for name in self.options.streams]
         return resolve_streams(self.options)
+
+    def _states(self) -> dict[StreamRef, tuple[StreamState, int | None]]:
+        """Each stream's state, and consumerName's stored offset in network mode."""
+        if self.options.uri:
+            return {n.ref: (n.state, n.stored) for n in net_streams(self.options)}
+        return {ref: (stream_state(ref), None) for ref in self._refs()}
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        for ref in self._refs():
-            state = stream_state(ref)
-            out.setdefault(ref.vhost, {})[ref.name] = start_offset(
-                self.options, ref, state, streaming=True
-            )
+        for ref, (state, stored) in self._states().items():
+            if self.options.uri:
+                first = choose_start(self.options, ref, state, stored, streaming=True)
+            else:
+                first = start_offset(self.options, ref, state, streaming=True)
+            out.setdefault(ref.vhost, {})[ref.name] = first
         return out
 
     def _ends(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        for ref in self._refs():
-            out.setdefault(ref.vhost, {})[ref.name] = stream_state(ref).end
+        for ref, (state, _) in self._states().items():
+            out.setdefault(ref.vhost, {})[ref.name] = state.end
         return out
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -246,7 +279,7 @@ class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAva
         begin: dict[str, dict[str, int]] = {}
         for ref in self._refs():
             new = ref.vhost not in start or ref.name not in start[ref.vhost]
-            first = stream_state(ref).first if new else start[ref.vhost][ref.name]
+            first = self._first(ref) if new else start[ref.vhost][ref.name]
             begin.setdefault(ref.vhost, {})[ref.name] = first
         if isinstance(limit, ReadMaxRows):
             out = _cap(begin, ends, limit.max_rows)
@@ -262,11 +295,24 @@ class SieveStreamReader(_ReadsRanges, DataSourceStreamReader, SupportsTriggerAva
             out = _cap_bytes(self._refs(), begin, out, max_bytes)
         return out
 
+    def _first(self, ref: StreamRef) -> int:
+        if self.options.uri:
+            return self._states()[ref][0].first
+        return stream_state(ref).first
+
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> list[InputPartition]:
         options = self.options
         out: list[InputPartition] = []
+        if options.uri:
+            spans = []
+            for ref in self._refs():
+                until = end.get(ref.vhost, {}).get(ref.name)
+                since = start.get(ref.vhost, {}).get(ref.name)
+                if until is not None:
+                    spans.append((ref, self._first(ref) if since is None else since, until))
+            return self._net_tasks(spans, Bounds())
         for ref in self._refs():
             until = end.get(ref.vhost, {}).get(ref.name)
             if until is None:

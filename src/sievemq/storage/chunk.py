@@ -519,6 +519,45 @@ def length_prefixed_runs(
     return runs
 
 
+def table_runs(raw: bytes, count: int, skip: int, budget: int) -> list[tuple[int, int, bytes]]:
+    """Records ``skip ..`` of a chunk's data (record-table layout) cut into runs of at most
+    ``budget`` bytes (a longer record goes alone), each itself in the record-table layout:
+    (index of its first record, records in the run, its bytes).
+
+    The stream protocol's stored-chunk Deliver (``sievemq-stored-chunks``): a columnar
+    reader (Spark over the network) decodes each run as it would a chunk read from disk.
+    A run that is the whole chunk is the stored bytes, not a copy.
+    """
+    table_len = count * ENTRY_SIZE
+    if skip == 0 and len(raw) <= budget:
+        return [(0, count, raw)]
+    sizes: list[int] = []
+    try:
+        for _, fl, el, rl, pl, bl in ENTRY.iter_unpack(raw[:table_len]):
+            sizes.append(fl + el + rl + pl + bl)
+    except struct.error as error:
+        raise StorageError(f"bad record data: {error}") from error
+    if table_len + sum(sizes) != len(raw):
+        raise StorageError(
+            f"record table describes {table_len + sum(sizes)} bytes, the data holds {len(raw)}"
+        )
+    runs: list[tuple[int, int, bytes]] = []
+    payload = table_len + sum(sizes[:skip])
+    i = skip
+    while i < count:
+        j = i
+        size = 0
+        while j < count and (j == i or size + ENTRY_SIZE + sizes[j] <= budget):
+            size += ENTRY_SIZE + sizes[j]
+            j += 1
+        body = sum(sizes[i:j])
+        table = raw[i * ENTRY_SIZE : j * ENTRY_SIZE]
+        runs.append((i, j - i, table + raw[payload : payload + body]))
+        payload += body
+        i = j
+    return runs
+
+
 def osiris_runs(
     data: bytes, count: int, skip: int, budget: int, max_records: int
 ) -> list[tuple[int, memoryview, int]]:

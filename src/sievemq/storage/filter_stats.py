@@ -25,6 +25,9 @@ class ReadStats:
     records_skipped: int = 0  # decoded but rejected by the FilterSpec or the predicate
     records_skipped_by_bloom: int = 0  # in chunks the Bloom filter ruled out (never decoded)
     bytes_read: int = 0
+    # what a reader without a filter would have read for the same chunks (header, Bloom
+    # filter and data of each chunk at or after the position): bytes_read's baseline
+    bytes_unfiltered: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters by field name (JSON-ready)."""

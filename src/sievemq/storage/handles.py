@@ -14,11 +14,12 @@ is closed and the open is tried once more before the error goes up.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -112,6 +113,15 @@ class CachedFile:
     def release(self) -> None:
         with self.cache.lock:
             self.pins -= 1
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[int]:
+        """``acquire`` .. ``release`` around a block that uses the descriptor."""
+        fd = self.acquire()
+        try:
+            yield fd
+        finally:
+            self.release()
 
     def dup(self) -> int:
         """A duplicate descriptor the caller owns (for an fsync in another thread)."""

@@ -23,9 +23,10 @@ properties | body``. A torn or corrupt tail record ends recovery of that segment
 confirmed: the confirm follows the write).
 
 Messages can be read back by id, position and size (``read``): a deep queue keeps only a window
-of bodies in memory and reads the rest from the segments when a consumer reaches them. Reads go
+of bodies in memory and reads the rest from the segments when a consumer reaches them. Every
+file (the segment written, the ack record, the delivered mark, the segments read back) goes
 through the process's LRU descriptor cache (``storage.handles``), so an idle queue holds no
-descriptor for reading.
+descriptor, and a node's descriptors are bounded whatever the number of durable queues.
 """
 
 from __future__ import annotations
@@ -170,12 +171,12 @@ class QueueLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._segments: dict[int, _Segment] = {}  # first id -> segment
         self._order: list[int] = []  # first ids, ascending
-        self._fd = -1
+        self._seg_file: handles.CachedFile | None = None  # the segment being written
         self._current: _Segment | None = None
         self._size = 0
-        self._ack_fd = -1
+        self._ack_file: handles.CachedFile | None = None
         self._ack_entries = 0
-        self._delivered_fd = -1
+        self._delivered_file: handles.CachedFile | None = None
         self.delivered = 0
         self._delivered_written = 0
         self.floor = 0
@@ -231,7 +232,7 @@ class QueueLog:
             self._order.append(first)
             yield from survivors
         self._rewrite_acks(acked)
-        self._delivered_fd = os.open(self.directory / DELIVERED_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._delivered_file = _cached(self.directory / DELIVERED_FILE, os.O_WRONLY)
 
     def _read_acks(self) -> set[int]:
         path = self.directory / ACK_FILE
@@ -251,8 +252,8 @@ class QueueLog:
 
     def _rewrite_acks(self, acked: set[int]) -> None:
         """Keep only the acks of segments that still exist (temp + rename)."""
-        if self._ack_fd >= 0:
-            os.close(self._ack_fd)
+        if self._ack_file is not None:
+            self._ack_file.close()  # (the next acquire opens the new file)
         live_ids = [i for i in sorted(acked) if self._segment_of(i) is not None]
         temp = self.directory / (ACK_FILE + ".tmp")
         with open(temp, "wb") as handle:
@@ -260,7 +261,7 @@ class QueueLog:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, self.directory / ACK_FILE)
-        self._ack_fd = os.open(self.directory / ACK_FILE, os.O_WRONLY | os.O_APPEND)
+        self._ack_file = _cached(self.directory / ACK_FILE, os.O_WRONLY | os.O_APPEND)
         self._ack_entries = len(live_ids)
 
     def _segment_of(self, msg_id: int) -> _Segment | None:
@@ -313,10 +314,12 @@ class QueueLog:
         self._staged = []
         self.dirty = True
         data = b"".join(parts)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        assert self._seg_file is not None
+        with self._seg_file.pinned() as fd:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
 
     def read(self, wanted: list[tuple[int, int, int]]) -> list[LoggedMessage | None]:
         """Messages read back by (id, position, size), in the order given; adjacent records
@@ -358,14 +361,15 @@ class QueueLog:
             reader.release()
 
     def _roll(self, first: int) -> None:
-        if self._fd >= 0:
-            os.fdatasync(self._fd)  # a sealed segment is durable before the next one starts
-            os.close(self._fd)
+        if self._seg_file is not None:
+            with self._seg_file.pinned() as fd:
+                os.fdatasync(fd)  # a sealed segment is durable before the next one starts
+            self._seg_file.close()
         previous = self._current
         if previous is not None and previous.live <= 0:
             self._drop(previous)
         path = self.directory / f"{first:020d}{SEGMENT_SUFFIX}"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._seg_file = _cached(path, os.O_WRONLY | os.O_APPEND)
         seg = _Segment(first, path)
         self._segments[first] = seg
         self._order.append(first)
@@ -376,7 +380,9 @@ class QueueLog:
         """Record acks (written at once); fully acked old segments are deleted."""
         if not ids:
             return
-        os.write(self._ack_fd, struct.pack(f">{len(ids)}Q", *ids))
+        assert self._ack_file is not None
+        with self._ack_file.pinned() as fd:
+            os.write(fd, struct.pack(f">{len(ids)}Q", *ids))
         self._ack_entries += len(ids)
         emptied = False
         # ids mostly come in runs of one segment: look the segment up once per run
@@ -424,7 +430,9 @@ class QueueLog:
         """Write the delivered mark if it moved since the last write."""
         if self.delivered > self._delivered_written:
             self._delivered_written = self.delivered
-            os.pwrite(self._delivered_fd, _U64.pack(self.delivered), 0)
+            assert self._delivered_file is not None
+            with self._delivered_file.pinned() as fd:
+                os.pwrite(fd, _U64.pack(self.delivered), 0)
 
     def purge(self) -> None:
         """Forget every message: all segments go, the ack record restarts empty. The floor
@@ -436,9 +444,9 @@ class QueueLog:
             os.pwrite(fd, _U64.pack(self.floor), 0)
         finally:
             os.close(fd)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._seg_file is not None:
+            self._seg_file.close()
+            self._seg_file = None
         for seg in list(self._segments.values()):
             if seg.reader is not None:
                 seg.reader.close()
@@ -451,12 +459,13 @@ class QueueLog:
     def sync(self) -> None:
         """fdatasync the segment being written and the ack record."""
         self.dirty = False
-        for fd in (self._fd, self._ack_fd):
-            if fd >= 0:
+        for handle in (self._seg_file, self._ack_file):
+            if handle is not None:
                 try:
-                    os.fdatasync(fd)
-                except OSError as error:  # closed by a segment roll meanwhile: it was synced
-                    if error.errno != errno.EBADF:
+                    with handle.pinned() as fd:
+                        os.fdatasync(fd)
+                except OSError as error:  # closed by a roll meanwhile (it was synced), or
+                    if error.errno not in (errno.EBADF, errno.ENOENT):  # a purge removed it
                         raise
 
     @property
@@ -469,12 +478,11 @@ class QueueLog:
         for seg in self._segments.values():
             if seg.reader is not None:
                 seg.reader.close()
-        for attr in ("_fd", "_ack_fd", "_delivered_fd"):
-            fd = getattr(self, attr)
-            if fd >= 0:
+        for handle in (self._seg_file, self._ack_file, self._delivered_file):
+            if handle is not None:
                 with contextlib.suppress(OSError):
-                    os.close(fd)
-                setattr(self, attr, -1)
+                    handle.close()
+        self._seg_file = self._ack_file = self._delivered_file = None
 
     def delete(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Close the log and remove its files without waiting for them: what is staged is
@@ -491,3 +499,10 @@ class QueueLog:
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""
         return (self._segments[f].path for f in self._order)
+
+
+def _cached(path: Path, flags: int) -> handles.CachedFile:
+    """The file at ``path``, created if missing, as a handle of the descriptor cache (which
+    reopens it without ``O_CREAT``: a file removed meanwhile is never made again)."""
+    os.close(handles.retrying(lambda: os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)))
+    return handles.shared.file(path, flags)

@@ -432,6 +432,8 @@ class StreamReader:
             body_pos = pos + HEADER_SIZE + meta
             next_pos = body_pos + dlen
             stop = False
+            if chunk_end > self.position:
+                stats.bytes_unfiltered += HEADER_SIZE + meta + dlen
             if chunk_end <= self.position:
                 pass  # entirely before the position (seek_offset into a later chunk)
             elif may_match is not None and not may_match(buf[HEADER_SIZE : HEADER_SIZE + bsize]):

@@ -28,7 +28,7 @@ from sievemq.admin_api import create_app
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.net.listener import bind_tcp, start_amqp_listener
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe

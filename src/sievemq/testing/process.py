@@ -48,6 +48,15 @@ def _limit_descriptors(limit: int) -> Callable[[], None]:
     return apply
 
 
+def status_kib(pid: int, field: str) -> int:
+    """A memory figure of a process in KiB from ``/proc/PID/status`` (``VmRSS``, ``VmHWM``
+    the peak resident size): the memory tests' measure of a server."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
 class ServerStartError(RuntimeError):
     """The server did not print its ready line in time (message carries its stderr)."""
 

@@ -15,8 +15,8 @@ from rstream import Consumer, EventContext, OffsetSpecification, OffsetType, Pro
 from rstream.client import Client
 
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.testing.gateway import RunningGateway
 from sievemq.testing.process import ServerProcess
 from sievemq.testing.wait import eventually

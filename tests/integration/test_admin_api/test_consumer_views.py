@@ -1,6 +1,6 @@
 """The admin facade's view of live consumers: who they are, where, and their credit.
 
-The queue holds consumers as ``model.queue.ConsumerInfo``; the facade reads them through it.
+The queue holds consumers as ``model.stream.queue.ConsumerInfo``; the facade reads them through it.
 A real aiormq client consumes on its SECOND channel so that the channel number in the view
 cannot be right by accident.
 """

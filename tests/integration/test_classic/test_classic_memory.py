@@ -15,6 +15,7 @@ import pytest
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import connect
+from sievemq.testing.process import status_kib
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -25,13 +26,6 @@ BODY = 1024
 # one publishing and one consuming connection (measured: +7.6 MB); the bodies are 205 MB,
 # and holding them all (as before the window) measured +257 MB
 GROWTH_BOUND = 40 * 1024 * 1024
-
-
-def status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"{field} not in /proc/{pid}/status")
 
 
 def test_deep_durable_queue_keeps_memory_bounded_and_drains_in_order(tmp_path: Path) -> None:

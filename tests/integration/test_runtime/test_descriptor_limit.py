@@ -8,6 +8,7 @@ one operation a 506 naming the limit, and the node recovers once descriptors fre
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from sievemq.testing.pika_client import connect
 
 STREAMS = 3000
 SAMPLE_EVERY = 250
+CLASSIC = 600
 
 
 @pytest.fixture
@@ -139,37 +141,62 @@ def test_connections_past_their_share_are_closed_at_accept(limited: ServerProces
 
 
 @pytest.mark.parametrize("limited", [256], indirect=True)
-def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerProcess) -> None:
-    """Durable classic queues hold descriptors outside the storage cache: declaring them
-    until the process runs out gets a 506 naming the limit (never a 541) and closes only that
-    channel; deleting some queues gives the node its room back."""
+def test_many_durable_classic_queues_within_the_descriptor_limit(limited: ServerProcess) -> None:
+    """Their files go through the storage cache too (80 of them used to exhaust 256)."""
     conn = connect(limited)
     ch = conn.channel()
     ch.confirm_delivery()
-    declared: list[str] = []
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        for i in range(400):  # 3 descriptors each: far past 256
-            ch.queue_declare(f"deep-{i}", durable=True)
-            ch.basic_publish("", f"deep-{i}", b"kept", pika.BasicProperties(delivery_mode=2))
-            declared.append(f"deep-{i}")
-    assert refused.value.reply_code == 506
-    assert "out of file descriptors" in refused.value.reply_text
-    assert "this process may open 256" in refused.value.reply_text
-    assert declared, "the very first declare failed"
+    for i in range(CLASSIC):
+        ch.queue_declare(f"deep-{i}", durable=True)
+        ch.basic_publish("", f"deep-{i}", b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+    assert node_figures(limited)["fd_used"] < 256
+    for i in range(0, CLASSIC, 50):
+        method, _props, body = ch.basic_get(f"deep-{i}", auto_ack=True)
+        assert method is not None and body == b"m%d" % i
+    conn.close()
 
-    cleanup = conn.channel()  # the connection lives on: only that channel closed
-    for name in declared[: len(declared) // 2]:
-        cleanup.queue_delete(name)
-    # recovered: a new connection, a stream and a confirmed publish work again
-    late = connect(limited)
+
+def hog_descriptors(server: ServerProcess, count: int) -> list[socket.socket]:
+    """Clients of the admin port that send half a request and wait: each holds one of the
+    server's descriptors (no connection limit counts them), until closed."""
+    hogs = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.admin_port), timeout=10)
+        sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: hog\r\n")  # never finished
+        hogs.append(sock)
+    return hogs
+
+
+@pytest.mark.parametrize("limited", [256], indirect=True)
+def test_running_out_costs_one_operation_and_the_node_recovers(limited: ServerProcess) -> None:
+    """Another party takes every descriptor the process may open: a channel operation that
+    needs one gets a 506 naming the limit (never a 541) and only its channel closes; a new
+    client is closed at once; once descriptors free up the node serves again by itself."""
+    conn = connect(limited)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("before", durable=True)
+    ch.basic_publish("", "before", b"kept", pika.BasicProperties(delivery_mode=2))
+    hogs = hog_descriptors(limited, 300)  # more than the 256 the server may open
+    try:
+        with pytest.raises(pika.exceptions.AMQPConnectionError):
+            connect(limited)  # closed at accept
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.queue_declare("during", durable=True)  # its log files need descriptors
+        assert refused.value.reply_code == 506
+        assert "out of file descriptors" in refused.value.reply_text
+        assert "this process may open 256" in refused.value.reply_text
+    finally:
+        for sock in hogs:
+            sock.close()
+    cleanup = conn.channel()  # the connection lived on: only that channel closed
+    assert cleanup.queue_declare("before", durable=True, passive=True).method.message_count == 1
+    late = connect(limited)  # served again
     lch = late.channel()
     lch.confirm_delivery()
     lch.queue_declare("after-recovery", durable=True, arguments=stream_args())
     lch.basic_publish("", "after-recovery", b"fine")
     assert first_message(lch, "after-recovery") == b"fine"
-    kept = declared[-1]
-    method = cleanup.queue_declare(kept, durable=True, passive=True).method
-    assert method.message_count == 1  # what was confirmed before is still there
     late.close()
     conn.close()
     assert "out of file descriptors" in limited.stderr()  # logged as a warning

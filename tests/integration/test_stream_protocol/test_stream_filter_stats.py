@@ -18,7 +18,7 @@ from rstream import (
     RawMessage,
 )
 
-from sievemq.gateway.session.filter_stats import READ_FIELDS
+from sievemq.gateway.session.stream.filter_stats import READ_FIELDS
 from sievemq.testing import ServerProcess
 from sievemq.testing.admin_client import client, q
 from sievemq.testing.pika_client import connect
@@ -103,6 +103,8 @@ async def test_filtered_stream_subscription_counts_like_an_amqp_filtered_consume
     assert s["records_skipped_by_bloom"] == (BATCHES - len(RED)) * PER_BATCH
     assert s["records_matched"] == s["messages_delivered"] == red
     assert 0 < s["bytes_read"] < BATCHES * PER_BATCH * 200
+    # an unfiltered reader reads all 10 chunks: the 8 skipped ones are what filtering saved
+    assert s["bytes_unfiltered"] > BATCHES * PER_BATCH * 200 > s["bytes_read"]
     assert s["bytes_delivered"] > red * 200
     assert {k: s[k] for k in COUNTED} == {k: a[k] for k in COUNTED}
     totals = stream["filter_stats"]

@@ -3,7 +3,7 @@ confirms is held (the server stops reading its socket), other connections keep w
 once the client reads, every message is stored and confirmed.
 
 The server stops reading at 50,000 unconfirmed messages (RabbitMQ's publish credits, unit
-tests in tests/unit/test_gateway/test_stream_session/test_publish_credits.py) or when the
+tests in tests/unit/test_gateway/test_streamproto_session/test_publish_credits.py) or when the
 confirms it cannot send fill the connection's write buffer, whichever comes first; here the client's
 small receive buffer makes the second one bite."""
 

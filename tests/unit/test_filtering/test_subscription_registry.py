@@ -9,8 +9,8 @@ import pytest
 
 from sievemq.amqp import errors
 from sievemq.filtering.subscriptions import FILE, RegistryError, SubscriptionRegistry, registry
-from sievemq.gateway.model.arguments import parse_consumer_arguments
-from sievemq.gateway.session.consume_setup import consumer_extras
+from sievemq.gateway.model.stream.arguments import parse_consumer_arguments
+from sievemq.gateway.session.stream.consume_setup import consumer_extras
 from sievemq.storage import Stream, StreamConfig
 
 EXPR = "region = 'apac'"

@@ -10,7 +10,7 @@ import pamqp.commands as spec
 from sievemq.filtering.sql import compile_filter
 from sievemq.filtering.subscriptions import SubscriptionRegistry, registry
 from sievemq.filtering.view import sql_predicate
-from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.storage import Message, Record, Stream, StreamConfig, StreamReader
 
 EXPR = "region = 'apac'"

@@ -119,6 +119,12 @@ def test_bloom_skips_chunks_without_reading_their_body(tmp_path: Path) -> None:
     bodies = r.stats.chunks_false_positive * 10 * len(body)
     assert r.stats.bytes_read < bodies + 21 * 200 + 100
     assert r.stats.records_matched == 1
+    # an unfiltered reader reads every chunk whole: its bytes are what filtering is measured by
+    plain = s.reader()
+    read_all(plain)
+    assert plain.stats.bytes_unfiltered == r.stats.bytes_unfiltered
+    assert r.stats.bytes_unfiltered > 20 * 10 * len(body) > 10 * r.stats.bytes_read
+    assert plain.stats.bytes_read >= plain.stats.bytes_unfiltered
 
 
 def test_false_positive_chunk_is_counted_and_filtered_exactly(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, User
 from sievemq.admin_api.errors import not_found
 from sievemq.admin_api.pagination import paginate
@@ -78,7 +79,9 @@ async def post_binding(
     require_vhost(who, v, write=True)
     require(who, v, "write", k, d)
     require(who, v, "read", "exchange", s)
-    key = f.bind(v, s, k, d, body.routing_key, body.arguments)
+    with f.unsynced():  # answered once the change is fdatasynced, in a worker thread
+        key = f.bind(v, s, k, d, body.routing_key, body.arguments)
+    await f.synced()
     return Response(status_code=201, headers={"location": key})
 
 
@@ -116,5 +119,4 @@ async def delete_binding(
     require_vhost(who, v, write=True)
     require(who, v, "write", k, d)
     require(who, v, "read", "exchange", s)
-    f.unbind(v, s, k, d, p)
-    return Response(status_code=204)
+    return await saved(f, lambda: f.unbind(v, s, k, d, p))

@@ -12,11 +12,12 @@ from pydantic import Field
 
 from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
+from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, User
 from sievemq.admin_api.errors import bad_request
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
-from sievemq.admin_api.rabbit.common import TAG, Body, created, need_vhost, readable_vhost
+from sievemq.admin_api.rabbit.common import TAG, Body, need_vhost, readable_vhost
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import Principal
 
@@ -73,10 +74,13 @@ async def put_exchange(
     need_vhost(f, v)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "exchange", x)
-    was_created = f.declare_exchange(
-        v, x, body.type, body.durable, body.auto_delete, body.internal, body.arguments
+    # (answered once the change is fdatasynced, in a worker thread: ``saved``)
+    return await saved(
+        f,
+        lambda: f.declare_exchange(
+            v, x, body.type, body.durable, body.auto_delete, body.internal, body.arguments
+        ),
     )
-    return created(was_created)
 
 
 @router.delete("/exchanges/{vhost}/{exchange}", status_code=204)
@@ -87,8 +91,11 @@ async def delete_exchange(
     require_vhost(who, v, write=True)
     require(who, v, "configure", "exchange", x)
     if_unused = request.query_params.get("if-unused", "false").lower() == "true"
-    f.delete_exchange(v, x, if_unused)
-    return Response(status_code=204)
+
+    def delete() -> None:
+        f.delete_exchange(v, x, if_unused)
+
+    return await saved(f, delete)
 
 
 @router.post("/exchanges/{vhost}/{exchange}/publish")

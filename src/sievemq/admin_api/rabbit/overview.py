@@ -24,6 +24,23 @@ async def overview(f: Facade, who: User, slicer: Heavy) -> dict[str, Any]:
     return shown
 
 
+@router.get("/overview/history")
+async def overview_history(f: Facade, who: User) -> list[dict[str, Any]]:
+    """SieveMQ's: the node's message rates and queue lengths at each round of the rate
+    sampler over the last minutes, oldest first (RabbitMQ's ``msg_rates_age`` samples are
+    counters of many objects; this is the one series the dashboard's overview draws)."""
+    return [
+        {
+            "timestamp": round(p.timestamp * 1000),
+            **{f"{k}_rate": r for k, r in p.rates.items()},
+            "messages": p.messages,
+            "messages_ready": p.messages - p.messages_unacknowledged,
+            "messages_unacknowledged": p.messages_unacknowledged,
+        }
+        for p in list(f.history)
+    ]
+
+
 @router.get("/whoami")
 async def whoami(who: User) -> dict[str, Any]:
     return {"name": who.name, "tags": who.tags}

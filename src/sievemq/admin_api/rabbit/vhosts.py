@@ -20,8 +20,11 @@ router = APIRouter(tags=[TAG])
 
 
 class VhostBody(Body):
-    description: str = ""
-    tags: str | list[str] = ""
+    """Checked by the facade, so that a bad value is a 400 naming it."""
+
+    description: Any = None
+    tags: Any = None
+    default_queue_type: Any = None
 
 
 @router.get("/vhosts")
@@ -44,8 +47,11 @@ async def get_vhost(f: Facade, vhost: str, who: User) -> dict[str, Any]:
 
 @router.put("/vhosts/{vhost}", status_code=201)
 async def put_vhost(request: Request, f: Facade, vhost: str, who: Admin) -> Response:
-    await optional_json(request, VhostBody)
-    return await saved(f, lambda: f.add_vhost(name(vhost)))
+    body = await optional_json(request, VhostBody) or VhostBody()
+    return await saved(
+        f,
+        lambda: f.add_vhost(name(vhost), body.description, body.tags, body.default_queue_type),
+    )
 
 
 @router.delete("/vhosts/{vhost}", status_code=204)

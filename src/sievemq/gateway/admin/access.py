@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from sievemq.amqp.errors import ConnectionForced, NotFound
 from sievemq.gateway.admin.base import LENGTHS, AdminBase
+from sievemq.gateway.admin.vhost_metadata import vhost_metadata
 from sievemq.gateway.admin.views import (
     USER_LIMITS,
     VHOST_LIMITS,
@@ -15,7 +16,6 @@ from sievemq.gateway.admin.views import (
     UserView,
     VhostView,
 )
-from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model.users import (
     HASHING_ALGORITHMS,
     SHA256,
@@ -51,9 +51,9 @@ class AccessAdmin(AdminBase):
             views.append(
                 VhostView(
                     name=v.name,
-                    description="Default virtual host" if v.name == "/" else "",
-                    tags=[],
-                    default_queue_type=qargs.DEFAULT_QUEUE_TYPE,
+                    description=v.description,
+                    tags=list(v.tags),
+                    default_queue_type=v.classic.default_type,
                     messages=messages,
                     streams=len(v.queues),
                     exchanges=len(v.exchanges),
@@ -65,12 +65,22 @@ class AccessAdmin(AdminBase):
             )
         return views
 
-    def add_vhost(self, name: str) -> bool:
-        """Create a vhost; True when it was created."""
+    def add_vhost(
+        self,
+        name: str,
+        description: object = None,
+        tags: object = None,
+        default_queue_type: object = None,
+    ) -> bool:
+        """Create a vhost, or update the metadata given of an existing one (as RabbitMQ's
+        PUT); True when it was created. Bad metadata is refused before anything changes."""
         if not name:
             raise BadRequest("vhost name must not be empty")
+        metadata = vhost_metadata(description, tags, default_queue_type)
         existed = name in self.broker.vhosts
-        self.broker.add_vhost(name)
+        if not existed:
+            self.broker.add_vhost(name)
+        self.broker.set_vhost_metadata(name, *metadata)
         return not existed
 
     def delete_vhost(self, name: str) -> None:

@@ -6,19 +6,25 @@ import asyncio
 import contextlib
 import platform
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from sievemq.gateway.admin.views import ClusterPort, FilterAdviceView, ListenerView
+from sievemq.gateway.admin.views import (
+    ClusterPort,
+    FilterAdviceView,
+    HistoryPointView,
+    ListenerView,
+)
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import MESSAGE_STATS_KEYS, ClassicQueue
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import MESSAGE_STATS_KEYS, ClassicQueue
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.rates import Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.node import StreamNode
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.node import StreamNode
 
 if TYPE_CHECKING:
     from sievemq.gateway.runtime.node import Node
@@ -51,6 +57,10 @@ def queue_key(queue: StreamQueue | ClassicQueue) -> Key:
     return ("q", queue.vhost, queue.name, str(id(queue)))
 
 
+HISTORY_POINTS = 120  # rounds of the rate sampler kept for the overview's history
+HISTORY_RATES = ("publish", "confirm", "deliver_get", "ack", "redeliver")
+
+
 class AdminBase:
     """The broker, the node and their listeners, and the admin plane's own state (rate
     samples, cached filter advice); the sections (``QueuesAdmin``, ...) build on it."""
@@ -77,6 +87,8 @@ class AdminBase:
         # rate of a sum is the sum of the rates; an idle stream, not open, adds 0)
         self._summed_rates: dict[str, float] = {}
         self._vhost_rates: dict[str, dict[str, float]] = {}
+        # one point per round, node-wide, for the dashboard's charts (10 minutes at 5 s)
+        self.history: deque[HistoryPointView] = deque(maxlen=HISTORY_POINTS)
         # filter advice per (vhost, stream, target, chunks): (computed at, its queue, view)
         self._advice: dict[tuple[str, str, float, int], tuple[float, Any, FilterAdviceView]] = {}
 
@@ -139,7 +151,7 @@ class AdminBase:
         """A classic or quorum queue's message_stats and lengths' rates, by RabbitMQ's names."""
         outstanding = q.outstanding
         return self._with_lengths(
-            queue_key(q), _classic_counts(q), q.message_count + outstanding, outstanding, now
+            queue_key(q), classic_message_stats(q), q.message_count + outstanding, outstanding, now
         )
 
     def _stream_rates(

@@ -19,9 +19,9 @@ from sievemq.gateway.admin.views import (
     BrowseResult,
     FilterAdviceView,
 )
-from sievemq.gateway.model.arguments import OffsetSpec, offset_from_text
-from sievemq.gateway.model.queue import StreamQueue
-from sievemq.gateway.session.consumer import position_reader
+from sievemq.gateway.model.stream.arguments import OffsetSpec, offset_from_text
+from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.session.stream.consumer import position_reader
 from sievemq.storage import FilterSpec, Record
 from sievemq.storage.advice import false_positive_rate, stream_filter_advice
 from sievemq.streamproto.convert import to_amqp091

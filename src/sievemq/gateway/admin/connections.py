@@ -13,7 +13,7 @@ from sievemq.gateway.model.users import User
 from sievemq.gateway.net.tcp_info import socket_counts
 from sievemq.gateway.runtime.alarms import blocked_reason
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.connection import StreamConnection
 
 if TYPE_CHECKING:
     from sievemq.gateway.session.channel import Channel

@@ -20,12 +20,12 @@ from sievemq.gateway.admin.views import (
     StreamConsumerView,
     StreamPublisherView,
 )
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.session.connection import Connection
-from sievemq.gateway.stream_session import sac
-from sievemq.gateway.stream_session.connection import StreamConnection
-from sievemq.gateway.stream_session.subscription import Subscription
+from sievemq.gateway.streamproto_session import sac
+from sievemq.gateway.streamproto_session.connection import StreamConnection
+from sievemq.gateway.streamproto_session.subscription import Subscription
 from sievemq.storage import FilterStats
 
 

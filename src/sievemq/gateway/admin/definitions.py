@@ -11,11 +11,16 @@ from sievemq.gateway.admin.codec import jsonable
 from sievemq.gateway.admin.policies import PoliciesAdmin
 from sievemq.gateway.admin.queues import QueuesAdmin
 from sievemq.gateway.admin.topology import TopologyAdmin
+from sievemq.gateway.admin.vhost_metadata import vhost_metadata
 from sievemq.gateway.admin.views import LIMITS_COMPONENT, VHOST_LIMITS, BadRequest, Definitions
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_arguments as cargs
 from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic.arguments import (
+    CLASSIC_TYPE_NAME,
+    QUORUM_TYPE_NAME,
+    validate_declare,
+)
 from sievemq.gateway.model.exchanges import EXCHANGE_TYPES
+from sievemq.gateway.model.stream.arguments import STREAM_TYPE_ALIASES, validate_stream_declare
 from sievemq.gateway.model.users import SHA256, check_regex, valid_hash
 
 
@@ -70,7 +75,11 @@ class DefinitionsAdmin(AccessAdmin, PoliciesAdmin, TopologyAdmin, QueuesAdmin):
             product_name=PRODUCT,
             product_version=self.version,
             users=users if vhost is None else [],
-            vhosts=[{"name": n} for n in self.broker.vhosts if vhost is None or n == vhost],
+            vhosts=[
+                {"name": n} | v.metadata() | {"metadata": v.metadata()}
+                for n, v in self.broker.vhosts.items()
+                if vhost is None or n == vhost
+            ],
             permissions=[dict(p.__dict__) for p in self.list_permissions(vhost)],
             topic_permissions=[],
             parameters=[p.__dict__ for p in self.list_parameters(vhost=vhost)],
@@ -104,11 +113,11 @@ def _definition_queue_kind(q: dict[str, Any]) -> str:
     ``x-queue-type``, else its ``type``, else classic (RabbitMQ's files before 3.13)."""
     raw = (q.get("arguments") or {}).get("x-queue-type", q.get("type")) or "classic"
     text = str(raw)
-    if text in qargs.STREAM_TYPE_ALIASES:
+    if text in STREAM_TYPE_ALIASES:
         return "stream"
-    if text in ("classic", cargs.CLASSIC_TYPE_NAME):
+    if text in ("classic", CLASSIC_TYPE_NAME):
         return "classic"
-    if text in ("quorum", cargs.QUORUM_TYPE_NAME):
+    if text in ("quorum", QUORUM_TYPE_NAME):
         return "quorum"
     return text
 
@@ -158,6 +167,11 @@ class _DefinitionsPlan:
         }
         if self.vhost is not None:
             known_vhosts.add(self.vhost)
+        for v in self._section("vhosts"):
+            try:
+                _metadata(v)
+            except BadRequest as error:
+                raise BadRequest(f"vhost '{v.get('name')}': {error.explanation}") from None
         for u in self._section("users"):
             if not isinstance(u.get("name"), str) or not u["name"]:
                 raise BadRequest("a user without a name")
@@ -209,7 +223,7 @@ class _DefinitionsPlan:
             kind = _definition_queue_kind(q)
             try:
                 if kind == "stream":
-                    qargs.validate_stream_declare(
+                    validate_stream_declare(
                         str(q["name"]),
                         str(q["vhost"]),
                         bool(q.get("durable", True)),
@@ -218,7 +232,7 @@ class _DefinitionsPlan:
                         dict(q.get("arguments") or {}),
                     )
                 else:
-                    cargs.validate_declare(
+                    validate_declare(
                         "quorum" if kind == "quorum" else "classic",
                         str(q["name"]),
                         str(q["vhost"]),
@@ -247,6 +261,7 @@ class _DefinitionsPlan:
         if self.vhost is None:
             for v in self._section("vhosts"):
                 f.broker.add_vhost(str(v["name"]))
+                f.broker.set_vhost_metadata(str(v["name"]), *_metadata(v))
             for g in self.data.get("global_parameters") or []:
                 f.broker.global_parameters[str(g["name"])] = g["value"]
         # policies before the queues, so that those are declared under them
@@ -314,3 +329,10 @@ class _DefinitionsPlan:
                 dict(b.get("arguments") or {}),
             )
         f.broker.save_definitions()  # the policies, parameters and limits set above
+
+
+def _metadata(item: dict[str, Any]) -> tuple[str | None, list[str] | None, str | None]:
+    """An imported vhost's description, tags and default queue type: RabbitMQ 3.11+ puts
+    them under ``metadata`` (and at the top); 3.10 exports have only the name."""
+    meta = {**item, **dict(item.get("metadata") or {})}
+    return vhost_metadata(meta.get("description"), meta.get("tags"), meta.get("default_queue_type"))

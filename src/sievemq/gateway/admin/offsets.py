@@ -6,7 +6,7 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.filtering.subscriptions import registry
 from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.views import ConsumerOffsetView, SubscriptionView
-from sievemq.gateway.model import arguments as qargs
+from sievemq.gateway.model.stream.arguments import MAX_CONSUMER_NAME_BYTES
 
 
 class OffsetsAdmin(AdminBase):
@@ -35,7 +35,7 @@ class OffsetsAdmin(AdminBase):
         consume (a live consumer of that name overwrites it with its own commits)."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise PreconditionFailed(f"offset must be an integer >= 0, got {offset!r}")
-        if not consumer or len(consumer.encode("utf-8")) > qargs.MAX_CONSUMER_NAME_BYTES:
+        if not consumer or len(consumer.encode("utf-8")) > MAX_CONSUMER_NAME_BYTES:
             raise PreconditionFailed("consumer name must be 1 to 255 bytes")
         self._queue(vhost, stream).stream.offsets.set(consumer, offset)
 

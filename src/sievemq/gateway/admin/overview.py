@@ -22,7 +22,7 @@ from sievemq.gateway.admin.views import (
     Totals,
     WriteLatencyView,
 )
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import total_memory
 from sievemq.storage import FilterStats
@@ -124,7 +124,7 @@ class OverviewAdmin(QueuesAdmin):
         for v in self.broker.vhosts.values():
             for q in v.classic.queues.values():
                 sums = out["quorum" if q.kind == "quorum" else "classic"]
-                for k, n in _classic_counts(q).items():
+                for k, n in classic_message_stats(q).items():
                     sums[k] += n
         st = out["stream"]
         for sv in streams:

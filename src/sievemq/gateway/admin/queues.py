@@ -18,9 +18,9 @@ from sievemq.gateway.admin.views import (
     QueueView,
     StreamView,
 )
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream.arguments import purge_not_supported
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 
 
@@ -40,6 +40,13 @@ class QueuesAdmin(AdminBase):
         for q in queues:
             if self._still_declared(q):
                 yield self._stream_view(q, now, subscribed)
+
+    def queue_keys(self, vhost: str | None = None) -> list[tuple[str, str, bool]]:
+        """(vhost, name, is a stream) of every queue, without building a view: a page of a
+        list sorted by name needs the views of its own rows only."""
+        keys = [(v.name, n, True) for v in self._vhosts(vhost) for n in v.queues]
+        keys += [(v.name, n, False) for v in self._vhosts(vhost) for n in v.classic.queues]
+        return keys
 
     def get_stream(self, vhost: str, name: str) -> StreamView:
         return self._stream_view(self._queue(vhost, name), time.time(), self._stream_subscribers())
@@ -166,7 +173,7 @@ class QueuesAdmin(AdminBase):
         connection's exclusive queue 405."""
         v = self.broker.vhost(vhost)
         if name in v.queues:
-            raise qargs.purge_not_supported(name, vhost)
+            raise purge_not_supported(name, vhost)
         return self._settled_classic(v, name).purge()
 
     def _settled_classic(self, v: VirtualHost, name: str) -> ClassicQueue:
@@ -214,6 +221,10 @@ class QueuesAdmin(AdminBase):
             messages_unacknowledged=q.outstanding,
             bytes=q.ready_bytes,
             consumers=q.consumer_count,
+            messages_ram=q.loaded,
+            message_bytes_ram=q.loaded_bytes,
+            messages_paged_out=q.paged,
+            message_bytes_paged_out=max(0, q.ready_bytes - q.loaded_bytes),
             published=q.published,
             publish_rate=rates["publish"],
             delivered=q.delivered,

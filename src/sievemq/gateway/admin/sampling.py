@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 from sievemq.gateway.admin.base import (
+    HISTORY_RATES,
     LENGTHS,
     NODE_COUNTERS,
     classic_counts_keys,
@@ -17,6 +18,7 @@ from sievemq.gateway.admin.base import (
     split_counts,
 )
 from sievemq.gateway.admin.connections import ConnectionsAdmin
+from sievemq.gateway.admin.views import HistoryPointView
 from sievemq.gateway.rates import SAMPLE_INTERVAL_S, Key
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class SamplingAdmin(ConnectionsAdmin):
         keys: set[Key] = {("o",)}
         summed: dict[str, float] = dict.fromkeys((*classic_counts_keys(), *LENGTHS), 0.0)
         per_vhost: dict[str, dict[str, float]] = {}
+        lengths = [0, 0]  # messages, unacknowledged: the round's totals, for the history
 
         def add(vhost: str, rates: dict[str, float]) -> None:
             in_vhost = per_vhost.setdefault(vhost, dict.fromkeys(LENGTHS, 0.0))
@@ -78,12 +81,16 @@ class SamplingAdmin(ConnectionsAdmin):
                 rates = self._stream_rates(q, messages, unacked, time.time())
                 rates["deliver"] = rates["deliver_get"]  # a stream's deliveries: consumers'
                 add(q.vhost, rates)
+                lengths[0] += messages
+                lengths[1] += unacked
                 keys.add(queue_key(q))
             yield
         for v in list(self.broker.vhosts.values()):
             for cq in list(v.classic.queues.values()):
                 if self._still_declared(cq):
                     add(cq.vhost, self._classic_rates(cq, time.time()))
+                    lengths[0] += cq.message_count + cq.outstanding
+                    lengths[1] += cq.outstanding
                     keys.add(queue_key(cq))
                 yield
         self._summed_rates = {k: round(r, 1) for k, r in summed.items()}
@@ -92,7 +99,11 @@ class SamplingAdmin(ConnectionsAdmin):
         }
         node_counts = {k: getattr(self.broker.counters, a) for k, a in NODE_COUNTERS.items()}
         node_counts["publish"] += self.broker.counters.stream_received
-        self._rates.rates(("o",), *split_counts(node_counts), time.time(), len(node_counts))
+        now = time.time()
+        node_rates = self._rates.rates(("o",), *split_counts(node_counts), now, len(node_counts))
+        rates = {**self._summed_rates, **node_rates}
+        point = {k: rates.get(k, 0.0) for k in HISTORY_RATES}
+        self.history.append(HistoryPointView(now, point, lengths[0], lengths[1]))
         yield
         keys.update(("x", conn.name) for conn in self.list_connections())
         self._rates.forget(keys)

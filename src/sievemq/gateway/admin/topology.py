@@ -12,9 +12,9 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.codec import encode_properties, jsonable
 from sievemq.gateway.admin.views import BindingView, ExchangeView
-from sievemq.gateway.model import arguments as qargs
 from sievemq.gateway.model.exchanges import Exchange
 from sievemq.gateway.model.routing import Binding, dest_kind
+from sievemq.gateway.model.stream.arguments import parse_filter_values
 from sievemq.storage import Message
 
 
@@ -129,7 +129,7 @@ class TopologyAdmin(AdminBase):
         v = self.broker.vhost(vhost)
         props = encode_properties(properties or {})
         headers = dict((properties or {}).get("headers") or {})
-        values = qargs.parse_filter_values(headers.get("x-stream-filter-value"))
+        values = parse_filter_values(headers.get("x-stream-filter-value"))
         queues = v.route(exchange, routing_key, lambda: headers)
         counters = self.broker.counters
         counters.received += 1

@@ -16,18 +16,19 @@ from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
-from sievemq.gateway.model.arguments import StreamArguments, stream_arguments_from_table
-from sievemq.gateway.model.classic_queue import (
+from sievemq.gateway.model.classic.queue import (
     DEFAULT_WINDOW,
     ClassicQueue,
+    MemoryBudget,
     MemoryWindow,
 )
-from sievemq.gateway.model.classic_queue import message_stats as classic_message_stats
-from sievemq.gateway.model.classic_vhost import ClassicQueues
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
+from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.directory import QueueDirectory
 from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.routing import Binding, dest_kind
+from sievemq.gateway.model.stream.arguments import StreamArguments, stream_arguments_from_table
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import User, Users
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.storage import (
@@ -44,6 +45,7 @@ from sievemq.storage.layout import QUEUES_DIR, STREAMS_DIR, safe_name
 from sievemq.storage.queue_log import QueueLog
 
 log = logging.getLogger(__name__)
+DEFAULT_VHOST_DESCRIPTION = "Default virtual host"  # what RabbitMQ calls its "/"
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.global_parameters: dict[str, Any] = {}  # RabbitMQ's global runtime parameters
         self.counters = MessageCounters()
+        # the body bytes all durable classic/quorum queues hold in memory together
+        self.queue_memory = MemoryBudget(self.settings.queue_window.bytes)
         # the runtime's writer of one message into a stream (``Node`` sets it: its appender);
         # dead-letters routed to a stream go through it, and are dropped while it is None
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
@@ -165,9 +169,14 @@ class Broker:
 
     def _restore(self, data: dict[str, Any]) -> None:
         for item in data.get("vhosts", []):
-            self.add_vhost(item["name"]).limits = {
-                str(k): int(v) for k, v in dict(item.get("limits") or {}).items()
-            }
+            host = self.add_vhost(item["name"])
+            host.limits = {str(k): int(v) for k, v in dict(item.get("limits") or {}).items()}
+            if "description" in item:  # stores written before vhost metadata have none
+                host.description = str(item["description"])
+            host.tags = [str(t) for t in item.get("tags") or []]
+            host.classic.default_type = str(
+                item.get("default_queue_type") or self.settings.default_queue_type
+            )
         for item in data.get("users", []):
             self.users.put(User.from_json(item))
         for item in data.get("global_parameters", []):
@@ -316,6 +325,7 @@ class Broker:
                 self.settings.queue_window,
             )
             classic.write_stream = self._write_stream
+            classic.budget = self.queue_memory
             classic.on_deleted = self._retire
             classic.release_files = self._release_files
             vhost = VirtualHost(
@@ -328,6 +338,8 @@ class Broker:
                 self._new_stream,
             )
             vhost.on_deleted = self._retire
+            if name == self.settings.default_vhost:
+                vhost.description = DEFAULT_VHOST_DESCRIPTION
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
@@ -345,6 +357,24 @@ class Broker:
         else:
             kind = "quorum" if queue.kind == "quorum" else "classic"
             self.counters.retire(kind, classic_message_stats(queue))
+
+    def set_vhost_metadata(
+        self,
+        name: str,
+        description: str | None = None,
+        tags: list[str] | None = None,
+        default_queue_type: str | None = None,
+    ) -> None:
+        """Change what is given of a vhost's description, tags and default queue type (the
+        type a queue.declare without x-queue-type makes there) and persist it."""
+        vhost = self.vhost(name)
+        if description is not None:
+            vhost.description = description
+        if tags is not None:
+            vhost.tags = list(tags)
+        if default_queue_type is not None:
+            vhost.classic.default_type = default_queue_type
+        self.save_definitions()
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost with all its queues: their directories are renamed to tombstones
@@ -461,7 +491,9 @@ class Broker:
         parameters, global parameters."""
         return {
             "vhosts": [
-                {"name": n} | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
+                {"name": n}
+                | v.metadata()
+                | ({"limits": dict(sorted(v.limits.items()))} if v.limits else {})
                 for n, v in self.vhosts.items()
             ],
             "users": [u.to_json() for u in self.users],

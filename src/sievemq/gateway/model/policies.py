@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sievemq.gateway.model.arguments import (
+from sievemq.gateway.model.classic.arguments import QueueArguments
+from sievemq.gateway.model.replies import erlang_value
+from sievemq.gateway.model.stream.arguments import (
     MAX_FILTER_SIZE_BYTES,
     MAX_STREAM_MAX_SEGMENT_SIZE,
     MIN_FILTER_SIZE_BYTES,
     StreamArguments,
     duration_ms,
 )
-from sievemq.gateway.model.classic_arguments import QueueArguments
-from sievemq.gateway.model.replies import erlang_value
 
 APPLY_TO = ("queues", "classic_queues", "quorum_queues", "streams", "exchanges", "all")
 # what each apply-to value covers, by object kind (classic, quorum, stream, exchange)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
-from sievemq.gateway.model import arguments as qargs
-from sievemq.gateway.model import classic_vhost, policies
-from sievemq.gateway.model.classic_queue import ClassicQueue
+from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -23,18 +23,25 @@ from sievemq.gateway.model.exchanges import (
     check_not_default,
     check_type,
 )
-from sievemq.gateway.model.queue import StreamQueue
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
+from sievemq.gateway.model.stream.arguments import (
+    StreamArguments,
+    assert_equivalence,
+    assert_exclusive_access,
+    assert_field_equivalence,
+    validate_stream_declare,
+)
+from sievemq.gateway.model.stream.queue import StreamQueue
 
 if TYPE_CHECKING:
     from sievemq.storage import Stream, StreamSurvey
 
-StreamOpener = Callable[[str, str, qargs.StreamArguments], "Stream"]
+StreamOpener = Callable[[str, str, StreamArguments], "Stream"]
 StreamRemover = Callable[[StreamQueue], None]
 StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 # a declared stream: the storage stream, or a call that opens it once its files exist
-StreamCreator = Callable[[str, str, qargs.StreamArguments], "Stream | Callable[[], Stream]"]
+StreamCreator = Callable[[str, str, StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
 
 
@@ -56,13 +63,21 @@ class VirtualHost:
     ``("binding", Binding)``, so that the broker persists those objects only (it empties it).
     """
 
+    def metadata(self) -> dict[str, Any]:
+        """Description, tags and default queue type as the definitions record them."""
+        return {
+            "description": self.description,
+            "tags": list(self.tags),
+            "default_queue_type": self.classic.default_type,
+        }
+
     def __init__(
         self,
         name: str,
         open_stream: StreamOpener,
         remove_stream: StreamRemover,
         on_change: Callable[[], None] = lambda: None,
-        classic: classic_vhost.ClassicQueues | None = None,
+        classic: ClassicQueues | None = None,
         survey_stream: StreamSurveyor | None = None,
         new_stream: StreamCreator | None = None,
     ) -> None:
@@ -77,13 +92,16 @@ class VirtualHost:
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
+        # RabbitMQ's vhost metadata (the default queue type is ``classic.default_type``)
+        self.description = ""
+        self.tags: list[str] = []
         # RabbitMQ's policies and operator policies, by name (``apply_policy`` puts them to work)
         self.policies: dict[str, policies.Policy] = {}
         self.operator_policies: dict[str, policies.Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, StreamQueue] = {}  # stream queues
         # classic and quorum queues (their own module: declare, delete, dead-lettering)
-        self.classic = classic or classic_vhost.ClassicQueues(name, "classic")
+        self.classic = classic or ClassicQueues(name, "classic")
         self.classic.attach(self)
         self.classic.apply_policy = self.apply_policy
         # bindings whose destination is an exchange/queue, for cleanup on delete
@@ -166,7 +184,7 @@ class VirtualHost:
     ) -> tuple[AnyQueue, int, int]:
         """queue.declare: (queue, message_count, consumer_count). Classic and quorum
         queues (the default type unless ``x-queue-type`` says stream) are declared by
-        ``classic_vhost``; streams here."""
+        ``self.classic`` (``model/classic/vhost.py``); streams here."""
         if passive:
             queue = self.find_queue(name)
             if isinstance(queue, ClassicQueue):
@@ -182,13 +200,13 @@ class VirtualHost:
             return self.classic.declare(name, durable, exclusive, auto_delete, arguments, owner)
         existing = self.queues.get(name) if name else None
         if existing is not None:
-            qargs.assert_exclusive_access(False, exclusive, name, self.name)
+            assert_exclusive_access(False, exclusive, name, self.name)
             durable = durable and not exclusive
-            qargs.assert_field_equivalence("durable", True, durable, name, self.name)
-            qargs.assert_field_equivalence("auto_delete", False, auto_delete, name, self.name)
-            qargs.assert_equivalence(existing.arguments.table, arguments, name, self.name)
+            assert_field_equivalence("durable", True, durable, name, self.name)
+            assert_field_equivalence("auto_delete", False, auto_delete, name, self.name)
+            assert_equivalence(existing.arguments.table, arguments, name, self.name)
             return existing, existing.message_count, existing.consumer_count
-        stream_args = qargs.validate_stream_declare(
+        stream_args = validate_stream_declare(
             name, self.name, durable, exclusive, auto_delete, arguments
         )
         queue = self._create_queue(name, stream_args)
@@ -205,7 +223,7 @@ class VirtualHost:
             )
 
     def _create_queue(
-        self, name: str, stream_args: qargs.StreamArguments, lazy: bool = False
+        self, name: str, stream_args: StreamArguments, lazy: bool = False
     ) -> StreamQueue:
         vhost = self.name
         survey = self._survey_stream
@@ -529,7 +547,7 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def restore_queue(self, name: str, stream_args: qargs.StreamArguments) -> StreamQueue:
+    def restore_queue(self, name: str, stream_args: StreamArguments) -> StreamQueue:
         """Re-create a queue from persisted definitions (no checks, no on_change); its
         stream's files are recovered and opened on first use, not now."""
         return self._create_queue(name, stream_args, lazy=True)

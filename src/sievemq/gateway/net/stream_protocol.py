@@ -26,7 +26,7 @@ IOV_MAX = 1024  # buffers per writev (Linux's limit)
 
 
 class StreamFrameHandler(TypingProtocol):
-    """What the protocol drives (``gateway.stream_session.connection.StreamConnection``)."""
+    """What the protocol drives (``gateway.streamproto_session.connection.StreamConnection``)."""
 
     read_control: Any
 

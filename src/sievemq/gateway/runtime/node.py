@@ -13,16 +13,16 @@ from sievemq.amqp.errors import AMQPError
 from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
-from sievemq.gateway.runtime import queue_expiry
-from sievemq.gateway.runtime.appender import StreamAppender
-from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.classic import queue_expiry
+from sievemq.gateway.runtime.classic.appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 from sievemq.gateway.runtime.direct_replies import DirectReplies
 from sievemq.gateway.runtime.gc_tuning import GcFreezer
 from sievemq.gateway.runtime.latency import WriteLatencies
+from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.storage import Message, StorageError
 from sievemq.storage.publishers import PublisherSequences
 

@@ -37,24 +37,31 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway.model import arguments as stream_args
-from sievemq.gateway.model import dedup
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.arguments import (
+    auto_ack_not_supported,
+    get_not_supported,
+    global_qos_not_supported,
+    parse_consumer_arguments,
+    prefetch_not_set,
+    purge_not_supported,
+)
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
-from sievemq.gateway.runtime.appender import StreamAppender
-from sievemq.gateway.runtime.classic_appender import ClassicAppender
+from sievemq.gateway.runtime.classic.appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
 from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
-from sievemq.gateway.session import access, direct_reply, named_consumers, transactions
-from sievemq.gateway.session import classic_consumer as classic
-from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.runtime.stream.appender import StreamAppender
+from sievemq.gateway.session import access, direct_reply, publish_cache, transactions
+from sievemq.gateway.session.classic import consumer as classic_consumer
 from sievemq.gateway.session.confirms import ConfirmTracker
-from sievemq.gateway.session.consume_setup import consumer_extras
-from sievemq.gateway.session.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
+from sievemq.gateway.session.stream import named_consumers
+from sievemq.gateway.session.stream.consume_setup import consumer_extras
+from sievemq.gateway.session.stream.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
 from sievemq.storage.types import KIND_AMQP091
 
@@ -67,8 +74,8 @@ _body_size = struct.Struct(">Q").unpack_from
 _new_message = tuple.__new__  # Message(...) without the NamedTuple constructor's call
 _consumer_of = itemgetter(1)
 
-FILTER_HEADER = fastpath.FILTER_HEADER
-_known_publish = fastpath.known_publish  # memo hits only: None when not known
+FILTER_HEADER = publish_cache.FILTER_HEADER
+_known_publish = publish_cache.known_publish  # memo hits only: None when not known
 _FRAME_HEADER = frames.FRAME_HEADER
 _FRAME_BODY = frames.FRAME_BODY
 _MIN_CONTENT_HEADER = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
@@ -104,7 +111,7 @@ class Channel:
         # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
         self._held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
-        self.classic: classic.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.classic: classic_consumer.ClassicDeliveries | None = None  # classic-queue deliveries
         self.tx: transactions.Transaction | None = None  # after tx.select
         self._committing = False  # within tx.commit (its publishes are stored at once)
         self.next_delivery_tag = 1
@@ -126,7 +133,7 @@ class Channel:
         self._max_pending_content = limits.max_pending_content_bytes
         self._table_limits = limits.tables
         # the property memo of these limits (memo hits only: None when not known)
-        self._known_properties = fastpath.properties_memo(limits.tables).get
+        self._known_properties = publish_cache.properties_memo(limits.tables).get
         self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
@@ -316,13 +323,13 @@ class Channel:
             return False
         # the memo lookups inline (a repeated publish or property list costs a dict get,
         # not a call); a miss decodes and checks, and None sends us the slow way
-        pub = _known_publish(method) or fastpath.publish_args(method)
+        pub = _known_publish(method) or publish_cache.publish_args(method)
         if pub is None:
             return False
         props = hpayload[CONTENT_HEADER_FIELDS:]
         values = self._known_properties(props)
         if values is None:
-            values = fastpath.new_property_filter_values(props, self._table_limits)
+            values = publish_cache.new_property_filter_values(props, self._table_limits)
             if values is None:
                 return False
         self._pub = pub
@@ -341,7 +348,7 @@ class Channel:
         props = self._props
         if values is None:
             try:
-                values = fastpath.filter_values(props)
+                values = publish_cache.filter_values(props)
             except errors.PreconditionFailed as error:
                 error.class_id, error.method_id = BASIC_PUBLISH  # nothing of it is stored
                 raise
@@ -385,7 +392,7 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
-        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/dedup.py)
+        if dedup.MARKER in props:  # a deduplicated publish (gateway/model/stream/dedup.py)
             if self._wait_for_sequences(queues, body, values):
                 return  # handled again once the stream's sequences are rebuilt
             queues = self._not_duplicate(queues, props)
@@ -693,7 +700,7 @@ class Channel:
             self._allow("configure", "queue", m.queue)
         if self._declared_elsewhere(m):
             return
-        classic.flush_before_declare(self, m.queue)
+        classic_consumer.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -727,7 +734,7 @@ class Channel:
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
-        classic.check_delete(self, m.queue)
+        classic_consumer.check_delete(self, m.queue)
         self._held_cancels = []
         try:
             count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
@@ -754,14 +761,14 @@ class Channel:
     def _queue_purge(self, m: Any) -> None:
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
-            return classic.purge(self, queue, m)
-        raise stream_args.purge_not_supported(queue.name, self.connection.vhost_name)
+            return classic_consumer.purge(self, queue, m)
+        raise purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
-            return classic.get(self, queue, m)
-        raise stream_args.get_not_supported(queue.name, self.connection.vhost_name)
+            return classic_consumer.get(self, queue, m)
+        raise get_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_qos(self, m: Any) -> None:
         if m.global_:
@@ -777,17 +784,15 @@ class Channel:
         self._allow("read", "queue", m.queue)
         found = self.vhost.find_queue(m.queue)
         if isinstance(found, ClassicQueue):
-            return classic.consume(self, found, m)
+            return classic_consumer.consume(self, found, m)
         queue = found
-        options = stream_args.parse_consumer_arguments(
-            dict(m.arguments or {}), queue.name, vhost_name
-        )
+        options = parse_consumer_arguments(dict(m.arguments or {}), queue.name, vhost_name)
         if self.prefetch <= 0:
-            raise stream_args.prefetch_not_set(queue.name, vhost_name)
+            raise prefetch_not_set(queue.name, vhost_name)
         if m.no_ack:
-            raise stream_args.auto_ack_not_supported(queue.name, vhost_name)
+            raise auto_ack_not_supported(queue.name, vhost_name)
         if self.global_prefetch > 0:
-            raise stream_args.global_qos_not_supported(queue.name, vhost_name)
+            raise global_qos_not_supported(queue.name, vhost_name)
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")

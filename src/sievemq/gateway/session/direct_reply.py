@@ -31,7 +31,7 @@ from sievemq.amqp import codec, errors, properties
 from sievemq.amqp.methods import BASIC_PUBLISH
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX, PSEUDO_BYTES, PSEUDO_QUEUE
-from sievemq.gateway.session.classic_frames import ClassicDeliveryEncoder
+from sievemq.gateway.session.classic.frames import ClassicDeliveryEncoder
 from sievemq.gateway.session.ports import ChannelHost
 
 

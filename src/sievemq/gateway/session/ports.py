@@ -3,7 +3,7 @@
 The session's modules import in one direction only (``tests/test_architecture.py`` checks that
 no import circle is left anywhere in ``src/``)::
 
-    connection ─> channel ─> consumer ─> ports ─> model.queue, runtime.node
+    connection ─> channel ─> consumer ─> ports ─> model.stream.queue, runtime.node
          │           │                    ^
          └───────────┴────────────────────┘
 
@@ -13,7 +13,7 @@ Each arrow that used to point back is one of these Protocols instead:
   per delivery turn whether it may write, takes the turn's delivery tags in one call and hands
   the whole encoded batch over as ONE buffer (nothing here runs per message).
 - ``ChannelConsumer``: what a channel keeps of its consumers (settle, credit back, stop); it is
-  a ``model.queue.ConsumerInfo``, the view the queue, the node and the admin facade have.
+  a ``model.stream.queue.ConsumerInfo``, the view the queue, the node and the admin facade have.
 - ``ChannelHost``: what a ``Channel`` needs of its ``Connection``.
 
 The node holds its connections as ``runtime.node.ClientConnection`` (alarms and shutdown).
@@ -25,15 +25,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sievemq.gateway.model.classic_queue import ClassicQueue
-from sievemq.gateway.model.queue import ConsumerInfo, StreamQueue
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.stream.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.node import Node
-from sievemq.gateway.session.named_consumers import OffsetTracker
+from sievemq.gateway.session.stream.named_consumers import OffsetTracker
 
 
 class ChannelConsumer(ConsumerInfo, Protocol):
-    """A consumer as its channel holds it (``session.consumer.StreamConsumer``)."""
+    """A consumer as its channel holds it (``session.stream.consumer.StreamConsumer``)."""
 
     @property
     def queue(self) -> StreamQueue | ClassicQueue: ...

@@ -20,7 +20,7 @@ from typing import Final
 
 from sievemq.amqp import errors, hotcodec, properties
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
-from sievemq.gateway.model import arguments as stream_args
+from sievemq.gateway.model.stream.arguments import parse_filter_values
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 
 FILTER_HEADER: Final = "x-stream-filter-value"
@@ -110,13 +110,13 @@ def new_property_filter_values(
             raw = props[at + 5 : at + 5 + size]
             cached = _longstr_values.get(raw)
             if cached is None:
-                cached = stream_args.parse_filter_values(properties.header_at(props, at))
+                cached = parse_filter_values(properties.header_at(props, at))
                 if len(_longstr_values) >= _CACHE_MAX:
                     _longstr_values.clear()
                 _longstr_values[raw] = cached
             values = cached
         else:
-            values = stream_args.parse_filter_values(properties.header_at(props, at))
+            values = parse_filter_values(properties.header_at(props, at))
     except errors.AMQPError:
         return None
     memo = properties_memo(limits)
@@ -129,5 +129,5 @@ def new_property_filter_values(
 def filter_values(props: bytes) -> tuple[str, ...]:
     """Filter values of a message from its raw properties (406 when malformed)."""
     if _FILTER_HEADER_BYTES in props:
-        return stream_args.parse_filter_values(properties.read_header(props, FILTER_HEADER))
+        return parse_filter_values(properties.read_header(props, FILTER_HEADER))
     return ()

@@ -20,7 +20,7 @@ from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import BindingView, PermissionView
 from sievemq.gateway.model import definitions
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.queue import StreamQueue
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import Durability, Message
 
 # these tests are about stream queues: make them the default queue type

@@ -9,8 +9,13 @@ from typing import Any
 
 from pamqp import commands
 
-from sievemq.gateway.model.classic_arguments import validate_declare
-from sievemq.gateway.model.classic_queue import ClassicQueue, MemoryWindow, QueueMessage
+from sievemq.gateway.model.classic.arguments import validate_declare
+from sievemq.gateway.model.classic.queue import (
+    ClassicQueue,
+    MemoryBudget,
+    MemoryWindow,
+    QueueMessage,
+)
 from sievemq.storage.queue_log import QueueLog
 
 WINDOW = MemoryWindow(messages=4, bytes=1 << 20, refill=3)
@@ -32,6 +37,7 @@ def make(
     arguments: dict[str, Any] | None = None,
     window: MemoryWindow = WINDOW,
     segment_bytes: int = 2000,
+    budget: MemoryBudget | None = None,
 ) -> ClassicQueue:
     qlog = QueueLog(directory, segment_bytes=segment_bytes)
     queue = ClassicQueue(
@@ -41,6 +47,7 @@ def make(
         durable=True,
         log_store=qlog,
         window=window,
+        budget=budget,
     )
     queue.restore(qlog.scan(), qlog.delivered)
     return queue
@@ -256,3 +263,30 @@ def test_a_per_message_expiration_after_plain_messages_still_expires(tmp_path: P
     assert expiry is not None
     queue.expire(expiry + 1)
     assert dead == ["soon", "short"]
+
+
+def test_one_budget_for_the_bodies_of_all_queues_shared_fairly(tmp_path: Path) -> None:
+    """100 deep queues share one 64 KiB budget: together they never hold more than it (plus
+    one message), none more than its share (plus one), and each drains in order from disk;
+    a deleted queue gives its bytes and its share back."""
+    budget = MemoryBudget(64 * 1024)
+    window = MemoryWindow(messages=2048, bytes=budget.total, refill=8)
+    queues = [make(tmp_path / f"q{i}", window=window, budget=budget) for i in range(100)]
+    assert budget.queues == 100 and budget.share == 64 * 1024 // 100
+    body = 1000
+    sent = [[b"%d-%d-" % (n, i) + b"x" * body for i in range(30)] for n in range(100)]
+    for i in range(30):  # round robin, as many publishers would
+        for n, q in enumerate(queues):
+            publish(q, [sent[n][i]])
+            assert budget.used <= budget.total + 2 * body
+    assert budget.used == sum(q.loaded_bytes for q in queues)
+    assert max(q.loaded_bytes for q in queues) <= budget.share + 2 * body
+    assert sum(q.paged for q in queues) > 2500  # most of the 3,000 bodies are on disk only
+    for n, q in enumerate(queues[:50]):
+        assert [m.body for m in drain(q)] == sent[n]
+        assert budget.used <= budget.total + 2 * body
+    for q in queues[50:]:
+        q.release_memory()
+        q.release_memory()  # (idempotent)
+    assert budget.queues == 50 and budget.share == 64 * 1024 // 50
+    assert budget.used == sum(q.loaded_bytes for q in queues[:50]) == 0

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sievemq.amqp.errors import NotImplemented_, PreconditionFailed
-from sievemq.gateway.model.arguments import (
+from sievemq.gateway.model.stream.arguments import (
     OffsetSpec,
     auto_ack_not_supported,
     get_not_supported,

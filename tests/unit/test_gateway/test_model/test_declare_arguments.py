@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sievemq.amqp.errors import PreconditionFailed, ResourceLocked
-from sievemq.gateway.model.arguments import (
+from sievemq.gateway.model.stream.arguments import (
     StreamArguments,
     assert_equivalence,
     assert_exclusive_access,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sievemq.gateway.model import policies
-from sievemq.gateway.model.arguments import validate_stream_declare
-from sievemq.gateway.model.classic_arguments import validate_declare
+from sievemq.gateway.model.classic.arguments import validate_declare
+from sievemq.gateway.model.stream.arguments import validate_stream_declare
 
 
 def _policy(

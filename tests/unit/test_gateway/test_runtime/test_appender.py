@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.storage import Durability, Message, StorageError, Stream, StreamConfig, layout
 
 

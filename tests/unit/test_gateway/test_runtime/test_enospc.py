@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sievemq.gateway.runtime.alarms import DISK, ResourceAlarms
-from sievemq.gateway.runtime.appender import StreamAppender
+from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.storage import Durability, Message, Stream, StreamConfig
 
 

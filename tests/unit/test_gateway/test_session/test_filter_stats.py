@@ -10,7 +10,7 @@ from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway.admin import browse
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.session.filter_stats import ConsumerFilterStats
+from sievemq.gateway.session.stream.filter_stats import ConsumerFilterStats
 from sievemq.storage import (
     FILTER_FIELDS,
     Durability,

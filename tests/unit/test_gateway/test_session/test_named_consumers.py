@@ -9,7 +9,7 @@ import pytest
 from sievemq.amqp.errors import NotFound, PreconditionFailed
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.session.named_consumers import OffsetTracker, resume_offset
+from sievemq.gateway.session.stream.named_consumers import OffsetTracker, resume_offset
 from sievemq.storage.offsets import OffsetStore
 
 

@@ -8,7 +8,7 @@ from pamqp import commands
 
 from sievemq.amqp import errors, hotcodec
 from sievemq.amqp.tables import TableLimits
-from sievemq.gateway.session import publish_cache as fastpath
+from sievemq.gateway.session import publish_cache
 from sievemq.gateway.session.confirms import ConfirmTracker
 from tests.unit.test_amqp.strategies import field_table, properties
 
@@ -66,42 +66,42 @@ def _publish(exchange: str, rk: str, mandatory: bool, immediate: bool) -> bytes:
 def test_publish_args_are_the_decoded_ones(exchange: str, rk: str, mandatory: bool):
     payload = b"\x00\x3c\x00\x28" + _publish(exchange, rk, mandatory, False)
     expected = tuple(hotcodec.decode_basic_publish(payload)[:3])
-    first = fastpath.publish_args(payload)
+    first = publish_cache.publish_args(payload)
     assert first == expected
     # an equal payload in another buffer (the next frame) is answered from the memo:
     # the very object the first decode produced, not a decode of its own
-    again = fastpath.publish_args(bytes(bytearray(payload)))
+    again = publish_cache.publish_args(bytes(bytearray(payload)))
     assert again == expected
     assert again is first
 
 
 def test_publish_args_memo_holds_one_entry_per_distinct_payload():
     payloads = [b"\x00\x3c\x00\x28" + _publish("", f"memo-{i}", False, False) for i in range(3)]
-    firsts = [fastpath.publish_args(p) for p in payloads]
-    size = len(fastpath._publishes)
+    firsts = [publish_cache.publish_args(p) for p in payloads]
+    size = len(publish_cache._publishes)
     for p, first in zip(payloads, firsts, strict=True):
-        assert fastpath.publish_args(bytes(bytearray(p))) is first
-    assert len(fastpath._publishes) == size  # hits add nothing
-    fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "memo-new", False, False))
-    assert len(fastpath._publishes) in (size + 1, 1)  # one more entry (or a full memo cleared)
+        assert publish_cache.publish_args(bytes(bytearray(p))) is first
+    assert len(publish_cache._publishes) == size  # hits add nothing
+    publish_cache.publish_args(b"\x00\x3c\x00\x28" + _publish("", "memo-new", False, False))
+    assert len(publish_cache._publishes) in (size + 1, 1)  # one more entry (or a full memo cleared)
 
 
 def test_publish_args_memo_is_bounded():
-    for n in range(fastpath._CACHE_MAX + 10):
-        fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"q{n}", False, False))
-    assert 0 < len(fastpath._publishes) <= fastpath._CACHE_MAX
+    for n in range(publish_cache._CACHE_MAX + 10):
+        publish_cache.publish_args(b"\x00\x3c\x00\x28" + _publish("", f"q{n}", False, False))
+    assert 0 < len(publish_cache._publishes) <= publish_cache._CACHE_MAX
 
 
 def test_property_memo_is_bounded():
-    for i in range(fastpath._CACHE_MAX + 10):
+    for i in range(publish_cache._CACHE_MAX + 10):
         props = commands.Basic.Properties(headers={"x-stream-filter-value": f"v{i}"}).marshal()
-        fastpath.property_filter_values(props)
-    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
+        publish_cache.property_filter_values(props)
+    assert 0 < len(publish_cache._properties) <= publish_cache._CACHE_MAX
 
 
 def test_publish_args_leave_immediate_and_garbage_to_the_slow_path():
-    assert fastpath.publish_args(b"\x00\x3c\x00\x28" + _publish("", "q", False, True)) is None
-    assert fastpath.publish_args(b"\x00\x3c\x00\x28\x00\x00\x09ab") is None
+    assert publish_cache.publish_args(b"\x00\x3c\x00\x28" + _publish("", "q", False, True)) is None
+    assert publish_cache.publish_args(b"\x00\x3c\x00\x28\x00\x00\x09ab") is None
 
 
 # headers with an x-stream-filter-value of every shape: a value, an array, garbage (406)
@@ -120,25 +120,25 @@ _with_filter = st.builds(
 def test_property_filter_values_equal_the_slow_path(props: commands.Basic.Properties):
     raw = props.marshal()
     try:
-        expected: tuple[str, ...] | None = fastpath.filter_values(raw)
+        expected: tuple[str, ...] | None = publish_cache.filter_values(raw)
     except errors.AMQPError:
         expected = None  # the slow path raises: the fast path must step aside
-    assert fastpath.property_filter_values(raw) == expected
+    assert publish_cache.property_filter_values(raw) == expected
 
 
 def test_property_filter_values():
     props = commands.Basic.Properties(
         content_type="text/plain", headers={"x-stream-filter-value": "eu", "n": 1}
     ).marshal()
-    first = fastpath.property_filter_values(props)
+    first = publish_cache.property_filter_values(props)
     assert first == ("eu",)
-    assert fastpath.property_filter_values(bytes(bytearray(props))) is first  # the memo
-    assert fastpath.property_filter_values(b"\x00\x00") == ()
-    assert fastpath.property_filter_values(props[:-1]) is None  # truncated: slow path raises
+    assert publish_cache.property_filter_values(bytes(bytearray(props))) is first  # the memo
+    assert publish_cache.property_filter_values(b"\x00\x00") == ()
+    assert publish_cache.property_filter_values(props[:-1]) is None  # truncated: slow path raises
     bad = commands.Basic.Properties(headers={"x-stream-filter-value": "a\x00b"}).marshal()
-    assert fastpath.property_filter_values(bad) is None
+    assert publish_cache.property_filter_values(bad) is None
     try:
-        fastpath.filter_values(bad)
+        publish_cache.filter_values(bad)
     except errors.PreconditionFailed:
         pass
     else:
@@ -154,30 +154,30 @@ def test_unique_property_lists_share_the_parsed_filter_value():
             message_id=str(seq), headers={"seq": seq, "x-stream-filter-value": "emea"}
         ).marshal()
 
-    first = fastpath.property_filter_values(props(1))
+    first = publish_cache.property_filter_values(props(1))
     assert first == ("emea",)
-    assert fastpath.property_filter_values(props(2)) is first
-    assert fastpath.property_filter_values(props(3)[:-1]) is None  # still checked in full
-    for seq in range(fastpath._CACHE_MAX + 10):
-        assert fastpath.property_filter_values(props(seq)) == ("emea",)
-    assert 0 < len(fastpath._properties) <= fastpath._CACHE_MAX
+    assert publish_cache.property_filter_values(props(2)) is first
+    assert publish_cache.property_filter_values(props(3)[:-1]) is None  # still checked in full
+    for seq in range(publish_cache._CACHE_MAX + 10):
+        assert publish_cache.property_filter_values(props(seq)) == ("emea",)
+    assert 0 < len(publish_cache._properties) <= publish_cache._CACHE_MAX
 
 
 def test_the_channels_inline_memo_lookups_stay_on_the_live_memos():
     """The channel looks the memos up through ``known_publish`` / ``known_properties``:
     they answer what the memos hold, also after a full memo was cleared and refilled."""
-    for n in range(fastpath._CACHE_MAX + 10):  # past the bound: the memos are cleared once
+    for n in range(publish_cache._CACHE_MAX + 10):  # past the bound: the memos are cleared once
         props = commands.Basic.Properties(headers={"x-stream-filter-value": f"k{n}"}).marshal()
-        values = fastpath.property_filter_values(props)
-        assert fastpath.known_properties(props) is values
+        values = publish_cache.property_filter_values(props)
+        assert publish_cache.known_properties(props) is values
         payload = b"\x00\x3c\x00\x28" + _publish("", f"known{n}", False, False)
-        assert fastpath.known_publish(payload) is None
-        args = fastpath.publish_args(payload)
-        assert args is not None and fastpath.known_publish(payload) is args
-    assert fastpath.known_properties(b"\x00\x01\x02") is None  # never seen: not known
+        assert publish_cache.known_publish(payload) is None
+        args = publish_cache.publish_args(payload)
+        assert args is not None and publish_cache.known_publish(payload) is args
+    assert publish_cache.known_properties(b"\x00\x01\x02") is None  # never seen: not known
     fresh = commands.Basic.Properties(headers={"x-stream-filter-value": "fresh"}).marshal()
-    assert fastpath.new_property_filter_values(fresh) == ("fresh",)
-    assert fastpath.known_properties(fresh) == ("fresh",)
+    assert publish_cache.new_property_filter_values(fresh) == ("fresh",)
+    assert publish_cache.known_properties(fresh) == ("fresh",)
 
 
 def test_a_property_list_checked_under_loose_limits_is_not_known_under_strict_ones():
@@ -191,7 +191,7 @@ def test_a_property_list_checked_under_loose_limits_is_not_known_under_strict_on
     ).marshal()
     loose = TableLimits(max_depth=16)
     strict = TableLimits(max_depth=3)
-    assert fastpath.property_filter_values(props, loose) == ("deep",)
-    assert fastpath.properties_memo(loose).get(props) == ("deep",)
-    assert fastpath.properties_memo(strict).get(props) is None
-    assert fastpath.property_filter_values(props, strict) is None
+    assert publish_cache.property_filter_values(props, loose) == ("deep",)
+    assert publish_cache.properties_memo(loose).get(props) == ("deep",)
+    assert publish_cache.properties_memo(strict).get(props) is None
+    assert publish_cache.property_filter_values(props, strict) is None

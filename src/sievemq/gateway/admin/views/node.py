@@ -95,6 +95,17 @@ class OverviewView:
 
 
 @dataclass
+class HistoryPointView:
+    """One round of the rate sampler, node-wide: the overview's message rates and queue
+    lengths at ``timestamp`` (the dashboard draws the last minutes from these)."""
+
+    timestamp: float  # seconds since the epoch
+    rates: dict[str, float]  # publish, confirm, deliver_get, ack, redeliver (per second)
+    messages: int
+    messages_unacknowledged: int
+
+
+@dataclass
 class HistogramView:
     """A latency histogram: cumulative (upper bound in seconds, count) pairs, sum, count."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sievemq.gateway.model.classic_queue import message_stats as _classic_counts
+from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.storage import FilterStats
 
 
@@ -62,6 +62,12 @@ class QueueView:
     messages_unacknowledged: int
     bytes: int
     consumers: int
+    # ready messages (and body bytes) held in memory, and those read back from disk when
+    # the head reaches them (RabbitMQ's messages_ram / messages_paged_out)
+    messages_ram: int = 0
+    message_bytes_ram: int = 0
+    messages_paged_out: int = 0
+    message_bytes_paged_out: int = 0
     published: int = 0
     publish_rate: float = 0.0
     delivered: int = 0  # consumer deliveries and basic.get, all taken
@@ -82,7 +88,7 @@ class QueueView:
 
     def message_counts(self) -> dict[str, int]:
         """RabbitMQ's per-queue ``message_stats`` counters."""
-        return _classic_counts(self)
+        return classic_message_stats(self)
 
 
 @dataclass

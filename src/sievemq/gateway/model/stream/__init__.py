@@ -1,0 +1,1 @@
+"""Stream queues: the queue, its arguments, deduplicated publishing, super streams."""

@@ -1,0 +1,1 @@
+"""Classic and quorum queues at run time: the group-commit appender, x-expires."""

@@ -1,0 +1,398 @@
+"""Group commit: one writer per stream, shared by every connection that publishes to it.
+
+HOT PATH. Publishes that arrive during one event-loop tick are buffered per stream and written
+as ONE chunk (``Stream.append``) from a ``loop.call_soon`` callback; then the publishers'
+confirms are settled. Durability decides where the write runs:
+
+- ``always``: append + fdatasync in a worker thread, one batch in flight per stream; the next
+  batch accumulates meanwhile and goes as soon as the previous one is durable.
+- ``batch``: append inline; every ``sync_interval_ms`` while dirty, an fdatasync runs in a
+  worker thread (on duplicated descriptors) so the loop never waits for the disk.
+- ``never``: append inline.
+
+When the stream has registered SQL subscriptions, each batch is evaluated against them here,
+before ``Stream.append``, and the answer travels as the chunk's opaque extra blob (storage
+stays protocol-free; see ``filtering.subscriptions``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, wait
+
+from sievemq.filtering.subscriptions import registry
+from sievemq.gateway.runtime.latency import WriteLatencies
+from sievemq.gateway.runtime.ports import ConfirmSink
+from sievemq.storage import Durability, Message, StorageError, Stream
+
+log = logging.getLogger(__name__)
+
+
+Tokens = dict[ConfirmSink, list[int]]  # per publishing channel, its seqs in the batch
+
+
+class StreamAppender:
+    """The single writer of one stream on the event loop."""
+
+    __slots__ = (
+        "_buffer",
+        "_closed",
+        "_dirty",
+        "_executor",
+        "_in_flight",
+        "_in_flight_done",
+        "_in_flight_tokens",
+        "_loop",
+        "_on_exhausted",
+        "_scheduled",
+        "_sinks",
+        "_subscriptions",
+        "_sync_handle",
+        "_sync_interval",
+        "_sync_started",
+        "_tokens",
+        "durability",
+        "latencies",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        stream: Stream,
+        loop: asyncio.AbstractEventLoop,
+        executor: Executor | None,
+        sync_interval_ms: int | None = None,
+        latencies: WriteLatencies | None = None,
+        on_exhausted: Callable[[OSError], None] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.latencies = latencies or WriteLatencies()
+        self._sync_started = 0.0
+        # told when an append failed for want of disk space or descriptors (the node raises
+        # the disk alarm): the batch is nacked at once, without retrying message by message
+        self._on_exhausted = on_exhausted
+        self.durability = stream.config.durability
+        self._loop = loop
+        self._executor = executor
+        interval = stream.config.sync_interval_ms if sync_interval_ms is None else sync_interval_ms
+        self._sync_interval = interval / 1000.0
+        self._buffer: list[Message] = []
+        self._sinks: list[ConfirmSink | None] = []  # per buffered message: who hears of it
+        self._tokens: Tokens = {}
+        self._scheduled = False
+        # the append running in a worker thread (durability always), what to do when it
+        # ends, and the confirms it owes: close() and flush_now() wait for it
+        self._in_flight: Future[object] | None = None
+        self._in_flight_done: Callable[[Future[object]], None] | None = None
+        self._in_flight_tokens: Tokens = {}
+        self._dirty = False
+        self._closed = False
+        self._sync_handle: asyncio.TimerHandle | None = None
+        self._subscriptions = registry(stream)
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def submit(self, message: Message, sink: ConfirmSink | None, seq: int) -> None:
+        """Queue one message for the next chunk; its sink hears of ``seq`` after the write."""
+        if self._closed:
+            if sink is not None:
+                sink.settle_confirms([seq], False)
+            return
+        self._buffer.append(message)
+        self._sinks.append(sink)
+        if sink is not None:
+            seqs = self._tokens.get(sink)
+            if seqs is None:
+                self._tokens[sink] = [seq]
+            else:
+                seqs.append(seq)
+        if not self._scheduled and self._in_flight is None:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def submit_many(
+        self,
+        messages: list[Message],
+        sinks: Sequence[ConfirmSink | None],
+        sink: ConfirmSink,
+        seqs: list[int],
+    ) -> None:
+        """``submit`` for a batch: ``sinks`` per message, ``sink`` hears of ``seqs``."""
+        if self._closed:
+            sink.settle_confirms(seqs, False)
+            return
+        self._buffer.extend(messages)
+        self._sinks.extend(sinks)
+        owed = self._tokens.get(sink)
+        if owed is None:
+            self._tokens[sink] = seqs
+        else:
+            owed.extend(seqs)
+        if not self._scheduled and self._in_flight is None:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _take(self) -> tuple[list[Message], list[ConfirmSink | None], Tokens]:
+        batch, sinks, tokens = self._buffer, self._sinks, self._tokens
+        self._buffer, self._sinks, self._tokens = [], [], {}
+        return batch, sinks, tokens
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if not self._buffer or self._in_flight is not None or self._closed:
+            return
+        batch, sinks, tokens = self._take()
+        if self.durability is Durability.ALWAYS and self._executor is not None:
+            extra = self._extra(batch)
+            self._start(
+                tokens,
+                lambda f: self._after_batch(f, batch, sinks, tokens),
+                self.stream.append,
+                batch,
+                None,
+                extra,
+            )
+            return
+        started = time.perf_counter()
+        try:
+            self.stream.append(batch, None, self._extra(batch))
+        except _APPEND_ERRORS as error:
+            log.error("append to %s failed: %s", self.stream.directory, error)
+            if self._exhausted(error):
+                _settle(tokens, False)
+                return
+            oks = _append_each(self.stream, batch, self._extras(batch))
+            _settle_each(sinks, tokens, oks)
+            ok = any(oks)
+        else:
+            self.latencies.append.observe(time.perf_counter() - started)
+            _settle(tokens, True)
+            ok = True
+        if ok and self.durability is Durability.BATCH:
+            self._dirty = True
+            if self._sync_handle is None:
+                self._sync_handle = self._loop.call_later(self._sync_interval, self._sync)
+
+    def _exhausted(self, error: BaseException) -> bool:
+        """Whether the append failed for want of disk or descriptors (then reported)."""
+        cause = exhausted_resource(error)
+        if cause is None:
+            return False
+        if self._on_exhausted is not None:
+            self._on_exhausted(cause)
+        return True
+
+    def _extra(self, batch: Sequence[Message]) -> bytes:
+        subscriptions = self._subscriptions
+        return subscriptions.extra_for(batch) if subscriptions.slots else b""
+
+    def _extras(self, batch: Sequence[Message]) -> list[bytes]:
+        """The extra blob of each message written as a chunk of its own."""
+        return [self._extra((message,)) for message in batch]
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _start(
+        self,
+        tokens: Tokens,
+        done: Callable[[Future[object]], None],
+        fn: Callable[..., object],
+        *args: object,
+    ) -> None:
+        assert self._executor is not None
+        future = self._executor.submit(fn, *args)
+        self._sync_started = time.perf_counter()
+        self._in_flight = future
+        self._in_flight_done = done
+        self._in_flight_tokens = tokens
+        loop = self._loop
+        future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._finish, f))
+
+    def _finish(self, future: Future[object]) -> None:
+        """On the loop: the worker's append ended (ignored if close() already handled it)."""
+        if self._in_flight is not future:
+            return
+        done = self._in_flight_done
+        self._in_flight = self._in_flight_done = None
+        self._in_flight_tokens = {}
+        assert done is not None
+        done(future)
+        if self._buffer and self._in_flight is None:
+            self._flush()
+
+    def _after_batch(
+        self,
+        future: Future[object],
+        batch: list[Message],
+        sinks: list[ConfirmSink | None],
+        tokens: Tokens,
+    ) -> None:
+        error = future.exception()
+        if error is None:
+            # durability always: the worker appended and fdatasynced the batch
+            self.latencies.append.observe(time.perf_counter() - self._sync_started)
+            _settle(tokens, True)
+            return
+        log.error("append to %s failed: %s", self.stream.directory, error)
+        if len(batch) == 1 or self._exhausted(error):
+            _settle(tokens, False)
+            return
+        # one bad message must not nack the others: write them one chunk each, still in the
+        # worker thread, and nack only what fails again
+        self._start(
+            tokens,
+            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch))),
+            _append_each,
+            self.stream,
+            batch,
+            self._extras(batch),
+        )
+
+    def _wait_in_flight(self) -> None:
+        """Block until the worker's append ends and handle it now (cold: delete, shutdown)."""
+        while (future := self._in_flight) is not None:
+            wait([future])
+            self._finish(future)
+
+    # ------------------------------------------------------------------ sync (batch)
+
+    def _sync(self) -> None:
+        self._sync_handle = None
+        if not self._dirty or self._closed:
+            return
+        self._dirty = False
+        try:
+            if self._executor is None:
+                self.stream.sync()
+                return
+            # fdatasync can take milliseconds: off the loop, or every publish and delivery
+            # waiting behind it shows up in the tail latency
+            fds = self.stream.sync_handles()
+        except (StorageError, OSError, ValueError) as error:
+            log.error("sync of %s failed: %s", self.stream.directory, error)
+            return
+        self._sync_started = time.perf_counter()
+        future = self._loop.run_in_executor(self._executor, _sync_fds, fds)
+        future.add_done_callback(self._after_sync)
+
+    def _after_sync(self, future: asyncio.Future[None]) -> None:
+        error = future.exception()
+        if error is None:
+            self.latencies.fsync.observe(time.perf_counter() - self._sync_started)
+        else:
+            log.error("sync of %s failed: %s", self.stream.directory, error)
+
+    # ------------------------------------------------------------------ shutdown, delete
+
+    def flush_now(self) -> None:
+        """Shutdown, on the loop thread: wait for the append in flight (its confirms are
+        settled), write what is buffered, fdatasync. The stream is closed by its owner."""
+        self._wait_in_flight()
+        if self._buffer and not self._closed:
+            batch, sinks, tokens = self._take()
+            try:
+                self.stream.append(batch, None, self._extra(batch))
+            except _APPEND_ERRORS as error:
+                log.error("append to %s failed: %s", self.stream.directory, error)
+                _settle_each(sinks, tokens, _append_each(self.stream, batch, self._extras(batch)))
+            else:
+                _settle(tokens, True)
+        if self._sync_handle is not None:
+            self._sync_handle.cancel()
+            self._sync_handle = None
+        if self._dirty:
+            self._dirty = False
+            try:
+                self.stream.sync()
+            except (StorageError, OSError, ValueError) as error:
+                log.error("sync of %s failed: %s", self.stream.directory, error)
+
+    def close(self) -> None:
+        """The stream is going away: stop accepting and nack every message not confirmed.
+
+        Never waits: an append running in a worker thread (append + fdatasync under
+        ``--fsync always``) is nacked now even if it will succeed, since its chunk goes with
+        the stream (nothing stays stored, so nack: docs/compatibility.md "Publishing"), and its
+        end is then ignored. ``Stream.delete`` leaves the files to that thread until its
+        append ends."""
+        self._closed = True
+        if self._sync_handle is not None:
+            self._sync_handle.cancel()
+            self._sync_handle = None
+        if self._in_flight is not None:
+            tokens = self._in_flight_tokens
+            self._in_flight = self._in_flight_done = None
+            self._in_flight_tokens = {}
+            _settle(tokens, False)
+        _, _, tokens = self._take()
+        _settle(tokens, False)
+
+
+_APPEND_ERRORS = (StorageError, OSError, ValueError)
+_EXHAUSTED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE})
+
+
+def exhausted_resource(error: BaseException | None) -> OSError | None:
+    """The OSError (ENOSPC, EDQUOT, EMFILE, ENFILE) behind ``error``, if any."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in _EXHAUSTED:
+            return error
+        error = error.__cause__
+    return None
+
+
+def _append_each(stream: Stream, batch: Sequence[Message], extras: Sequence[bytes]) -> list[bool]:
+    """Write each message as a chunk of its own; which ones were stored (a failed append
+    commits nothing, so retrying the others after a batch failure never duplicates)."""
+    oks: list[bool] = []
+    for message, extra in zip(batch, extras, strict=True):
+        try:
+            stream.append((message,), None, extra)
+        except _APPEND_ERRORS as error:
+            log.error("append to %s failed for one message: %s", stream.directory, error)
+            oks.append(False)
+        else:
+            oks.append(True)
+    return oks
+
+
+def _oks(future: Future[object], n: int) -> list[bool]:
+    if future.exception() is not None:
+        return [False] * n
+    result = future.result()
+    assert isinstance(result, list)
+    return result
+
+
+def _sync_fds(fds: list[int]) -> None:
+    """fdatasync and close descriptors (in a worker thread)."""
+    try:
+        for fd in fds:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _settle(tokens: Tokens, ok: bool) -> None:
+    for sink, seqs in tokens.items():
+        sink.settle_confirms(seqs, ok)
+
+
+def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Sequence[bool]) -> None:
+    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list."""
+    pending = {sink: iter(seqs) for sink, seqs in tokens.items()}
+    good: Tokens = {}
+    bad: Tokens = {}
+    for sink, ok in zip(sinks, oks, strict=True):
+        if sink is not None:
+            (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
+    _settle(good, True)
+    _settle(bad, False)
