@@ -10,7 +10,7 @@ next chunk's offset.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +32,7 @@ from sievemq.storage.filter_stats import ReadStats
 from sievemq.storage.filters import FilterSpec
 from sievemq.storage.handles import CachedFile
 from sievemq.storage.segment import (
+    IndexEntry,
     bisect_offset,
     bisect_timestamp,
     find_tail,
@@ -196,36 +197,46 @@ class StreamReader:
 
     # -- seeking ----------------------------------------------------------------------------
 
+    def _attach_at(self, target: int, position: int | None = None) -> None:
+        """Attach at the chunk holding ``target``; records below ``position`` (default
+        ``target``) are skipped."""
+        self._attach(target)
+        self.position = target if position is None else position
+        self.at_end = False
+
+    def _attach_found(
+        self, segments: Iterable[int], find: Callable[[int], IndexEntry | None]
+    ) -> None:
+        """Attach at the chunk that ``find`` (given a segment's open index) returns in the
+        first of ``segments`` where it finds one; at the end (``next``) when none does."""
+        for first in segments:
+            idx = os.open(self.directory / index_name(first), os.O_RDONLY)
+            try:
+                entry = find(idx)
+            finally:
+                os.close(idx)
+            if entry is not None:
+                self._attach_at(entry.offset)
+                return
+        self.seek_next()
+
     def seek_first(self) -> None:
         """Attach at the first chunk on disk."""
-        first = self._segments()[0]
-        self._attach(first)
-        self.position = first
-        self.at_end = False
+        self._attach_at(self._segments()[0])
 
     def seek_next(self) -> None:
         """Attach at the end: only records written from now on."""
-        end = self._bound()
-        self._attach(end)
-        self.position = end
-        self.at_end = False
+        self._attach_at(self._bound())
 
     def seek_last(self) -> None:
         """Attach at the last chunk (delivered whole); ``next`` when the stream is empty."""
         end = self._bound()
-        for first in reversed(self._segments()):
-            idx = os.open(self.directory / index_name(first), os.O_RDONLY)
-            try:
-                i = bisect_offset(idx, index_count(idx), end - 1)
-                entry = read_entry(idx, i) if i >= 0 else None
-            finally:
-                os.close(idx)
-            if entry is not None:
-                self._attach(entry.offset)
-                self.position = entry.offset
-                self.at_end = False
-                return
-        self.seek_next()
+
+        def last(idx: int) -> IndexEntry | None:
+            i = bisect_offset(idx, index_count(idx), end - 1)
+            return read_entry(idx, i) if i >= 0 else None
+
+        self._attach_found(reversed(self._segments()), last)
 
     def seek_offset(self, offset: int) -> None:
         """Attach at the chunk holding ``offset``; clamps like osiris.
@@ -238,27 +249,18 @@ class StreamReader:
         if offset < first:
             self.seek_first()
             return
-        self._attach(min(offset, end))
-        self.position = offset
-        self.at_end = False
+        self._attach_at(min(offset, end), offset)
 
     def seek_timestamp(self, ts_ms: int) -> None:
         """Attach at the first chunk whose timestamp is >= ts_ms (whole chunk delivered)."""
         end = self._bound()
-        for first in self._segments():
-            idx = os.open(self.directory / index_name(first), os.O_RDONLY)
-            try:
-                n = bisect_offset(idx, index_count(idx), end - 1) + 1
-                i = bisect_timestamp(idx, n, ts_ms)
-                entry = read_entry(idx, i) if i < n else None
-            finally:
-                os.close(idx)
-            if entry is not None:
-                self._attach(entry.offset)
-                self.position = entry.offset
-                self.at_end = False
-                return
-        self.seek_next()
+
+        def at_or_after(idx: int) -> IndexEntry | None:
+            n = bisect_offset(idx, index_count(idx), end - 1) + 1
+            i = bisect_timestamp(idx, n, ts_ms)
+            return read_entry(idx, i) if i < n else None
+
+        self._attach_found(self._segments(), at_or_after)
 
     # -- reading ----------------------------------------------------------------------------
 

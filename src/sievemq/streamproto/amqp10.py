@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,19 @@ _f = struct.Struct(">f")
 _d = struct.Struct(">d")
 
 _FIXED_RAW = {0x74: 4, 0x84: 8, 0x94: 16}  # decimal32/64/128
+# fixed-width scalars: constructor code -> (wire struct, Python type of the value)
+_FIXED_WIDTH: dict[int, tuple[struct.Struct, Callable[[Any], Any]]] = {
+    0x60: (_H, int),  # ushort
+    0x61: (_h, int),  # short
+    0x70: (_I, UInt),  # uint
+    0x71: (_i, int),  # int
+    0x72: (_f, float),  # float
+    0x73: (_I, chr),  # char (UTF-32 code point)
+    0x80: (_Q, ULong),  # ulong
+    0x81: (_q, int),  # long
+    0x82: (_d, float),  # double
+    0x83: (_q, Timestamp),  # timestamp (ms)
+}
 
 
 def _need(data: bytes, pos: int, n: int) -> None:
@@ -165,28 +179,11 @@ def _decode_constructor(code: int, data: bytes, pos: int) -> tuple[Any, int]:
         if code == 0x56:
             return raw != 0, pos
         return _b.unpack_from(data, pos - 1)[0], pos
-    if code in (0x60, 0x61):
-        _need(data, pos, 2)
-        st = _H if code == 0x60 else _h
-        return st.unpack_from(data, pos)[0], pos + 2
-    if code in (0x70, 0x71, 0x72, 0x73):
-        _need(data, pos, 4)
-        if code == 0x70:
-            return UInt(_I.unpack_from(data, pos)[0]), pos + 4
-        if code == 0x71:
-            return _i.unpack_from(data, pos)[0], pos + 4
-        if code == 0x72:
-            return _f.unpack_from(data, pos)[0], pos + 4
-        return chr(_I.unpack_from(data, pos)[0]), pos + 4
-    if code in (0x80, 0x81, 0x82, 0x83):
-        _need(data, pos, 8)
-        if code == 0x80:
-            return ULong(_Q.unpack_from(data, pos)[0]), pos + 8
-        if code == 0x81:
-            return _q.unpack_from(data, pos)[0], pos + 8
-        if code == 0x82:
-            return _d.unpack_from(data, pos)[0], pos + 8
-        return Timestamp(_q.unpack_from(data, pos)[0]), pos + 8
+    fixed = _FIXED_WIDTH.get(code)
+    if fixed is not None:
+        st, kind = fixed
+        _need(data, pos, st.size)
+        return kind(st.unpack_from(data, pos)[0]), pos + st.size
     if code == 0x98:
         _need(data, pos, 16)
         return uuid.UUID(bytes=bytes(data[pos : pos + 16])), pos + 16

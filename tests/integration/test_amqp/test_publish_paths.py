@@ -8,12 +8,13 @@ tell the two apart.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
-import pika
 from pamqp import body as pbody
 from pamqp import commands, frame, header
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import connect, consume_expected
 
 
 def _recv_frames(sock: socket.socket, buf: bytearray, count: int) -> list[tuple[int, object]]:
@@ -57,6 +58,16 @@ def _message(exchange: str, rk: str, body: bytes, split: int = 0) -> bytes:
     return out
 
 
+def _read_stream(server: ServerProcess, stream: str, count: int) -> list[tuple[Any, Any, bytes]]:
+    """The stream's first ``count`` messages as a pika consumer gets them (from ``first``)."""
+    conn = connect(server)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=500)
+    got = consume_expected(ch, stream, count, {"x-stream-offset": "first"})
+    conn.close()
+    return got
+
+
 def test_fast_and_slow_publishes_in_one_write_confirm_and_store_alike(
     server: ServerProcess,
 ) -> None:
@@ -98,24 +109,9 @@ def test_fast_and_slow_publishes_in_one_write_confirm_and_store_alike(
         assert close.reply_code == 404
         assert "no-such-exchange" in close.reply_text
 
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(host=server.host, port=server.amqp_port)
-    )
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=10)
-    bodies: list[bytes] = []
-    for method, props, body in ch.consume(
-        stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=2
-    ):
-        if method is None:
-            break
-        assert props.content_type == "text/plain"
-        bodies.append(body)
-        ch.basic_ack(method.delivery_tag)
-        if len(bodies) == 5:
-            break
-    conn.close()
-    assert bodies == [b"one", b"two-split", b"", big, b"five"]
+    got = _read_stream(server, stream, 5)
+    assert [props.content_type for _, props, _ in got] == ["text/plain"] * 5
+    assert [body for _, _, body in got] == [b"one", b"two-split", b"", big, b"five"]
 
 
 def test_a_window_sent_in_one_write_is_confirmed_and_stored_in_order(
@@ -154,20 +150,4 @@ def test_a_window_sent_in_one_write_is_confirmed_and_stored_in_order(
                 acked = max(acked, reply.delivery_tag)
         assert acked == count
 
-    conn = pika.BlockingConnection(
-        pika.ConnectionParameters(host=server.host, port=server.amqp_port)
-    )
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=500)
-    got: list[bytes] = []
-    for method, _, body in ch.consume(
-        stream, arguments={"x-stream-offset": "first"}, inactivity_timeout=5
-    ):
-        if method is None:
-            break
-        got.append(body)
-        ch.basic_ack(method.delivery_tag)
-        if len(got) == count:
-            break
-    conn.close()
-    assert got == bodies
+    assert [body for _, _, body in _read_stream(server, stream, count)] == bodies

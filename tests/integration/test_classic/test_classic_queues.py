@@ -11,16 +11,34 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
 import amqp
 import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import connect
+
+Declared = tuple[BlockingConnection, BlockingChannel]
+
+
+@pytest.fixture
+def declared(server: ServerProcess, qname: str) -> Iterator[Declared]:
+    """A pika connection and channel with the classic queue ``qname`` declared; the queue goes
+    afterwards (through a fresh connection: the test may have closed its channel)."""
+    conn = connect(server)
+    ch = conn.channel()
+    ch.queue_declare(qname)
+    yield conn, ch
+    if conn.is_open:
+        conn.close()
+    cleanup = connect(server)
+    cleanup.channel().queue_delete(qname)
+    cleanup.close()
 
 
 def publish_n(ch: BlockingChannel, queue: str, n: int, persistent: bool = False) -> None:
@@ -121,10 +139,8 @@ def test_publish_routes_through_exchange_into_classic_queue(
     conn.close()
 
 
-def test_nack_requeue_keeps_order_and_sets_redelivered(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_nack_requeue_keeps_order_and_sets_redelivered(declared: Declared, qname: str) -> None:
+    _conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 4)
     got = [ch.basic_get(qname) for _ in range(3)]
@@ -138,8 +154,6 @@ def test_nack_requeue_keeps_order_and_sets_redelivered(server: ServerProcess, qn
     method, _, _ = ch.basic_get(qname)
     ch.basic_reject(method.delivery_tag, requeue=False)
     assert drain_get(ch, qname) == []
-    ch.queue_delete(qname)
-    conn.close()
 
 
 def test_multiple_nack_and_unknown_tag(server: ServerProcess, qname: str) -> None:
@@ -157,10 +171,10 @@ def test_multiple_nack_and_unknown_tag(server: ServerProcess, qname: str) -> Non
     assert (code, text) == (406, "PRECONDITION_FAILED - unknown delivery tag 42")
 
 
-def test_consume_manual_ack_with_prefetch(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_consume_manual_ack_with_prefetch(
+    server: ServerProcess, declared: Declared, qname: str
+) -> None:
+    conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 10)
     ch.basic_qos(prefetch_count=3)
@@ -173,17 +187,13 @@ def test_consume_manual_ack_with_prefetch(server: ServerProcess, qname: str) -> 
     assert len(seen) == 6
     conn.close()
     # the 4 unacked... were requeued on close: 10 - 3 acked
-    conn = connect(server)
-    ch = conn.channel()
-    assert ch.queue_declare(qname, passive=True).method.message_count == 7
-    ch.queue_delete(qname)
-    conn.close()
+    again = connect(server)
+    assert again.channel().queue_declare(qname, passive=True).method.message_count == 7
+    again.close()
 
 
-def test_global_prefetch_shared_by_consumers(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_global_prefetch_shared_by_consumers(declared: Declared, qname: str) -> None:
+    conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 10)
     ch.basic_qos(prefetch_count=4, global_qos=True)
@@ -192,14 +202,10 @@ def test_global_prefetch_shared_by_consumers(server: ServerProcess, qname: str) 
     ch.basic_consume(qname, lambda c, m, p, b: seen.append(m.consumer_tag), consumer_tag="b")
     conn.process_data_events(time_limit=0.5)
     assert len(seen) == 4
-    ch.queue_delete(qname)
-    conn.close()
 
 
-def test_auto_ack_consumer_gets_everything(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_auto_ack_consumer_gets_everything(declared: Declared, qname: str) -> None:
+    conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 50)
     bodies: list[bytes] = []
@@ -209,14 +215,10 @@ def test_auto_ack_consumer_gets_everything(server: ServerProcess, qname: str) ->
         conn.process_data_events(time_limit=0.1)
     assert bodies == [f"m{i}".encode() for i in range(50)]
     assert ch.queue_declare(qname, passive=True).method.message_count == 0
-    ch.queue_delete(qname)
-    conn.close()
 
 
-def test_round_robin_between_consumers(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_round_robin_between_consumers(declared: Declared, qname: str) -> None:
+    conn, ch = declared
     seen: list[str] = []
     for tag in ("c1", "c2"):
         ch.basic_consume(
@@ -226,14 +228,10 @@ def test_round_robin_between_consumers(server: ServerProcess, qname: str) -> Non
     publish_n(ch, qname, 6)
     conn.process_data_events(time_limit=0.5)
     assert sorted(seen) == ["c1"] * 3 + ["c2"] * 3
-    ch.queue_delete(qname)
-    conn.close()
 
 
-def test_recover_redelivers_unacked(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_recover_redelivers_unacked(declared: Declared, qname: str) -> None:
+    conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 2)
     got: list[tuple[bytes, bool]] = []
@@ -242,8 +240,6 @@ def test_recover_redelivers_unacked(server: ServerProcess, qname: str) -> None:
     ch.basic_recover(requeue=True)
     conn.process_data_events(time_limit=0.3)
     assert got == [(b"m0", False), (b"m1", False), (b"m0", True), (b"m1", True)]
-    ch.queue_delete(qname)
-    conn.close()
 
 
 def test_purge_and_delete_conditions(server: ServerProcess, qname: str) -> None:
@@ -300,10 +296,8 @@ def test_delete_on_the_consuming_channel_answers_before_the_cancel(
     conn.close()
 
 
-def test_channel_close_requeues_unacked(server: ServerProcess, qname: str) -> None:
-    conn = connect(server)
-    ch = conn.channel()
-    ch.queue_declare(qname)
+def test_channel_close_requeues_unacked(declared: Declared, qname: str) -> None:
+    conn, ch = declared
     ch.confirm_delivery()
     publish_n(ch, qname, 3)
     ch2 = conn.channel()
@@ -311,8 +305,6 @@ def test_channel_close_requeues_unacked(server: ServerProcess, qname: str) -> No
         ch2.basic_get(qname)
     ch2.close()
     assert drain_get(ch, qname) == [(b"m0", True), (b"m1", True), (b"m2", False)]
-    ch.queue_delete(qname)
-    conn.close()
 
 
 def test_rpc_round_trip_over_exclusive_reply_queue(server: ServerProcess, qname: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -28,14 +29,21 @@ def _args(offset: Any) -> dict[str, Any]:
     return {} if offset is None else {"x-stream-offset": offset}
 
 
-def _done(got: list[Delivery], count: int, reached: list[float], deadline: float) -> bool:
-    """True once `count` deliveries arrived and QUIET seconds passed, or at the deadline."""
-    now = time.monotonic()
-    if len(got) >= count:
-        if not reached:
-            reached.append(now)
-        return now - reached[0] >= QUIET
-    return now > deadline
+def _until_done(got: list[Delivery], count: int) -> Iterator[None]:
+    """Yields (the caller waits for deliveries once per step) until `count` deliveries arrived
+    and QUIET seconds passed since, or CONSUME_TIMEOUT passed."""
+    deadline = time.monotonic() + CONSUME_TIMEOUT
+    reached: float | None = None
+    while True:
+        now = time.monotonic()
+        if len(got) >= count:
+            if reached is None:
+                reached = now
+            if now - reached >= QUIET:
+                return
+        elif now > deadline:
+            return
+        yield
 
 
 class PikaDriver:
@@ -77,9 +85,7 @@ class PikaDriver:
 
         tag = ch.basic_consume(queue, on_message, arguments=_args(offset))
         self.publish(exchange, rk, after)
-        reached: list[float] = []
-        deadline = time.monotonic() + CONSUME_TIMEOUT
-        while not _done(got, count, reached, deadline):
+        for _ in _until_done(got, count):
             self.conn.process_data_events(time_limit=0.05)
         ch.basic_cancel(tag)
         ch.close()
@@ -139,9 +145,7 @@ class AiormqDriver:
 
         ok = await ch.basic_consume(queue, on_message, arguments=_args(offset))
         await self.publish(exchange, rk, after)
-        reached: list[float] = []
-        deadline = time.monotonic() + CONSUME_TIMEOUT
-        while not _done(got, count, reached, deadline):
+        for _ in _until_done(got, count):
             await asyncio.sleep(0.05)
         await ch.basic_cancel(ok.consumer_tag)
         await ch.close()
@@ -207,9 +211,7 @@ class AioPikaDriver:
 
         tag = await q.consume(on_message, arguments=_args(offset))
         await self.publish(exchange, rk, after)
-        reached: list[float] = []
-        deadline = time.monotonic() + CONSUME_TIMEOUT
-        while not _done(got, count, reached, deadline):
+        for _ in _until_done(got, count):
             await asyncio.sleep(0.05)
         await q.cancel(tag)
         await ch.close()
@@ -291,9 +293,7 @@ class KombuDriver:
         )
         with consumer:
             self.publish(exchange, rk, after)
-            reached: list[float] = []
-            deadline = time.monotonic() + CONSUME_TIMEOUT
-            while not _done(got, count, reached, deadline):
+            for _ in _until_done(got, count):
                 with contextlib.suppress(TimeoutError):
                     self.conn.drain_events(timeout=0.05)
         channel.close()

@@ -54,8 +54,7 @@ _GLOBALS: dict[str, object] = {
     "_negate": runtime.negate,
     "_tobool": runtime.to_bool,
     "_in": runtime.in_list,
-    "_any": runtime.any_value,
-    "_all": runtime.all_values,
+    "_each": runtime.each_value,
 }
 
 
@@ -322,8 +321,7 @@ class _Generator:
         body, _ = self.predicate(node, "_x")
         fn = self.hoist(body)
         negated = getattr(node, "negated", False) or (isinstance(node, Compare) and node.op == "<>")
-        helper = "_all" if negated else "_any"
-        return f"{helper}({fn}, m, m.tags)", 1
+        return f"_each({fn}, m, m.tags, {not negated})", 1
 
 
 class _Compiled(NamedTuple):

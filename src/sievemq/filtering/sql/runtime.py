@@ -162,33 +162,23 @@ def in_list(value: object, items: tuple[object, ...]) -> bool:
     return any(eq(value, item) for item in items)
 
 
-def any_value(
-    pred: Callable[[object, object], bool | None], m: object, values: Iterable[object]
+def each_value(
+    pred: Callable[[object, object], bool | None],
+    m: object,
+    values: Iterable[object],
+    decisive: bool,
 ) -> bool | None:
-    """TAGS with a positive predicate: TRUE when any value matches (no values: NULL input)."""
-    result: bool | None = False
+    """TAGS with a predicate over several values: ``decisive`` True for a positive predicate
+    (TRUE when any value matches), False for a negated one (TRUE when all pass the NOT form,
+    FALSE as soon as one fails); NULL when no value decided and one was NULL, and the
+    predicate on NULL when there are no values."""
+    result: bool | None = not decisive
     seen = False
     for v in values:
         seen = True
         r = pred(m, v)
-        if r is True:
-            return True
-        if r is None:
-            result = None
-    return result if seen else pred(m, None)
-
-
-def all_values(
-    pred: Callable[[object, object], bool | None], m: object, values: Iterable[object]
-) -> bool | None:
-    """TAGS with a negated predicate: TRUE when no value matches, i.e. all pass the NOT form."""
-    result: bool | None = True
-    seen = False
-    for v in values:
-        seen = True
-        r = pred(m, v)
-        if r is False:
-            return False
+        if r is decisive:
+            return decisive
         if r is None:
             result = None
     return result if seen else pred(m, None)

@@ -13,7 +13,7 @@ from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.codec import encode_properties, jsonable
 from sievemq.gateway.admin.views import BindingView, ExchangeView
 from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.routing import Binding, dest_kind
 from sievemq.gateway.model.stream.arguments import parse_filter_values
 from sievemq.storage import Message
 
@@ -95,12 +95,9 @@ class TopologyAdmin(AdminBase):
         """queue.bind / exchange.bind; returns the binding's properties key."""
         v = self.broker.vhost(vhost)
         args = dict(arguments or {})
-        if destination_type == "queue":
-            v.bind_queue(destination, source, routing_key, args)
-        elif destination_type == "exchange":
-            v.bind_exchange(destination, source, routing_key, args)
-        else:
+        if destination_type not in ("queue", "exchange"):
             raise PreconditionFailed(f"unknown destination type '{destination_type}'")
+        v.bind(dest_kind(destination_type), destination, source, routing_key, args)
         return _properties_key(routing_key, args)
 
     def unbind(
@@ -110,10 +107,9 @@ class TopologyAdmin(AdminBase):
         for b in self.list_bindings(vhost, source, destination, destination_type):
             if b.properties_key == props and b.source != "":
                 v = self.broker.vhost(vhost)
-                if destination_type == "queue":
-                    v.unbind_queue(destination, source, b.routing_key, b.arguments)
-                else:
-                    v.unbind_exchange(destination, source, b.routing_key, b.arguments)
+                v.unbind(
+                    dest_kind(destination_type), destination, source, b.routing_key, b.arguments
+                )
                 return
         raise NotFound(f"no binding '{props}'")
 

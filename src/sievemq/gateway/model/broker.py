@@ -26,7 +26,7 @@ from sievemq.gateway.model.classic.queue import message_stats as classic_message
 from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.directory import QueueDirectory
 from sievemq.gateway.model.exchanges import Exchange
-from sievemq.gateway.model.routing import Binding
+from sievemq.gateway.model.routing import Binding, dest_kind
 from sievemq.gateway.model.stream.arguments import StreamArguments, stream_arguments_from_table
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import User, Users
@@ -237,20 +237,13 @@ class Broker:
                 self._restore_dropped = True
                 continue
             try:
-                if item["destination_type"] == "queue":
-                    vhost.bind_queue(
-                        item["destination"],
-                        item["source"],
-                        item["routing_key"],
-                        item.get("arguments") or {},
-                    )
-                else:
-                    vhost.bind_exchange(
-                        item["destination"],
-                        item["source"],
-                        item["routing_key"],
-                        item.get("arguments") or {},
-                    )
+                vhost.bind(
+                    dest_kind(item["destination_type"]),
+                    item["destination"],
+                    item["source"],
+                    item["routing_key"],
+                    item.get("arguments") or {},
+                )
             except (NotFound, PreconditionFailed) as exc:  # a dangling binding is dropped
                 self._restore_dropped = True
                 log.warning("dropping stored binding %r: %s", item, exc.reply_text)

@@ -20,6 +20,12 @@ DestKind = Literal["queue", "exchange"]
 Destination = tuple[DestKind, str]
 HeadersFn = Callable[[], dict[str, Any] | None]
 
+
+def dest_kind(destination_type: str) -> DestKind:
+    """A destination type as definitions and the admin API spell it ("queue" or "exchange")."""
+    return "queue" if destination_type == "queue" else "exchange"
+
+
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 TOPIC_CACHE_SIZE = 4096
 

@@ -290,42 +290,6 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ bindings
 
-    def bind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self._bind("queue", queue, exchange, routing_key, arguments)
-
-    def unbind_queue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self._unbind("queue", queue, exchange, routing_key, arguments)
-
-    def bind_exchange(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self._bind("exchange", destination, source, routing_key, arguments)
-
-    def unbind_exchange(
-        self,
-        destination: str,
-        source: str,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        self._unbind("exchange", destination, source, routing_key, arguments)
-
     def _resolve(self, kind: DestKind, destination: str, source: str) -> Exchange:
         """Checks shared by bind and unbind, in rabbit_channel:binding_action's order."""
         if kind == "exchange":
@@ -341,14 +305,15 @@ class VirtualHost:
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
-    def _bind(
+    def bind(
         self,
         kind: DestKind,
         destination: str,
         source: str,
-        routing_key: str,
-        arguments: dict[str, Any] | None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
     ) -> None:
+        """queue.bind (``kind`` "queue") or exchange.bind (``kind`` "exchange")."""
         exchange = self._resolve(kind, destination, source)
         binding = Binding.make(source, kind, destination, routing_key, arguments)
         if exchange.type == "headers":
@@ -359,14 +324,15 @@ class VirtualHost:
                 self.touched.append(("binding", binding))
                 self._on_change()
 
-    def _unbind(
+    def unbind(
         self,
         kind: DestKind,
         destination: str,
         source: str,
-        routing_key: str,
-        arguments: dict[str, Any] | None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
     ) -> None:
+        """queue.unbind or exchange.unbind; an unknown binding is no error (as in RabbitMQ)."""
         try:
             self._resolve(kind, destination, source)
         except NotFound:

@@ -680,14 +680,16 @@ class Channel:
     def _exchange_bind(self, m: Any) -> None:
         self._allow("write", "exchange", m.destination)
         self._allow("read", "exchange", m.source)
-        self.vhost.bind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
+        self.vhost.bind("exchange", m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.BindOk())
 
     def _exchange_unbind(self, m: Any) -> None:
         self._allow("write", "exchange", m.destination)
         self._allow("read", "exchange", m.source)
-        self.vhost.unbind_exchange(m.destination, m.source, m.routing_key, dict(m.arguments or {}))
+        self.vhost.unbind(
+            "exchange", m.destination, m.source, m.routing_key, dict(m.arguments or {})
+        )
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
@@ -746,14 +748,14 @@ class Channel:
     def _queue_bind(self, m: Any) -> None:
         self._allow("write", "queue", m.queue)
         self._allow("read", "exchange", m.exchange)
-        self.vhost.bind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
+        self.vhost.bind("queue", m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Queue.BindOk())
 
     def _queue_unbind(self, m: Any) -> None:
         self._allow("write", "queue", m.queue)
         self._allow("read", "exchange", m.exchange)
-        self.vhost.unbind_queue(m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
+        self.vhost.unbind("queue", m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:

@@ -139,10 +139,10 @@ def test_restart_restores_definitions_and_data(tmp_path: Path) -> None:
     vh.declare_exchange("events", "topic")
     vh.declare_exchange("transient", "fanout", durable=False)
     vh.declare_exchange("tail", "headers", internal=True)
-    vh.bind_queue("orders/eu", "events", "orders.#")
-    vh.bind_exchange("tail", "events", "t.*")
-    vh.bind_queue("orders/eu", "tail", "", {"x-match": "any", "k": b"\xff", "n": Decimal("1.5")})
-    vh.bind_queue("orders/eu", "transient")  # not durable: not restored
+    vh.bind("queue", "orders/eu", "events", "orders.#")
+    vh.bind("exchange", "tail", "events", "t.*")
+    vh.bind("queue", "orders/eu", "tail", "", {"x-match": "any", "k": b"\xff", "n": Decimal("1.5")})
+    vh.bind("queue", "orders/eu", "transient")  # not durable: not restored
     broker.add_vhost("other")
     broker.users.add("alice", "pw", tags=("monitoring",), vhosts={"other"})
     broker.save_definitions()

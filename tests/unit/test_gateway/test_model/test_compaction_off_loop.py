@@ -34,6 +34,24 @@ def _churn_until_due(store: DefinitionStore) -> int:
     return n
 
 
+def _pause_after_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[threading.Event, threading.Event]:
+    """Compactions fall due early, and the compacting thread stops once its snapshot is
+    synced: (set when it got there, set it to let the thread go on)."""
+    monkeypatch.setattr(definitions, "_COMPACT_MIN", 64)
+    snapshot_written = threading.Event()
+    go_on = threading.Event()
+
+    def pause(step: str) -> None:
+        if step == "temp-synced":
+            snapshot_written.set()
+            assert go_on.wait(10)
+
+    monkeypatch.setattr(definitions, "_crash_point", pause)
+    return snapshot_written, go_on
+
+
 def test_a_due_compaction_waits_for_the_deferred_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,16 +87,7 @@ def test_lines_committed_during_the_compaction_reach_the_new_log(
 ) -> None:
     """The thread stops after writing its snapshot; the loop commits puts and deletes
     meanwhile; then the thread swaps the logs. Nothing committed is lost."""
-    monkeypatch.setattr(definitions, "_COMPACT_MIN", 64)
-    snapshot_written = threading.Event()
-    go_on = threading.Event()
-
-    def pause(step: str) -> None:
-        if step == "temp-synced":
-            snapshot_written.set()
-            assert go_on.wait(10)
-
-    monkeypatch.setattr(definitions, "_crash_point", pause)
+    snapshot_written, go_on = _pause_after_snapshot(monkeypatch)
     with DefinitionStore(tmp_path) as store:
         for name in ("a", "b", "c"):
             store.put("queues", queue(name))
@@ -110,16 +119,7 @@ def test_lines_committed_during_the_compaction_reach_the_new_log(
 def test_a_close_during_the_compaction_keeps_the_old_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(definitions, "_COMPACT_MIN", 64)
-    snapshot_written = threading.Event()
-    go_on = threading.Event()
-
-    def pause(step: str) -> None:
-        if step == "temp-synced":
-            snapshot_written.set()
-            assert go_on.wait(10)
-
-    monkeypatch.setattr(definitions, "_crash_point", pause)
+    snapshot_written, go_on = _pause_after_snapshot(monkeypatch)
     store = DefinitionStore(tmp_path)
     store.put("queues", queue("a"))
     store.commit()

@@ -103,7 +103,7 @@ def test_a_declare_appends_one_line_whatever_the_number_of_streams(tmp_path: Pat
         vhost.declare_queue(f"s{i}")
     before = log.read_bytes().count(b"\n")
     vhost.declare_queue("one-more")
-    vhost.bind_queue("one-more", "x", "rk")
+    vhost.bind("queue", "one-more", "x", "rk")
     assert log.read_bytes().count(b"\n") - before == 2
     vhost.delete_queue("one-more")  # the queue and its binding
     assert log.read_bytes().count(b"\n") - before == 4
@@ -134,7 +134,7 @@ def test_classic_declares_and_user_changes_do_not_compare_the_streams(tmp_path: 
         out = [
             _compared_by(broker, lambda: vhost.declare_queue("c", arguments=classic)),
             _compared_by(broker, lambda: vhost.declare_queue("q", arguments=quorum)),
-            _compared_by(broker, lambda: vhost.bind_queue("c", "x", "rk")),
+            _compared_by(broker, lambda: vhost.bind("queue", "c", "x", "rk")),
             _compared_by(broker, lambda: vhost.delete_queue("c")),  # the queue and its binding
             _compared_by(broker, lambda: broker.users.add("bob", "pw")),
             _compared_by(broker, broker.save_definitions),

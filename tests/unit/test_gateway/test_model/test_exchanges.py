@@ -79,8 +79,8 @@ def test_default_exchange_is_untouchable(vh: VirtualHost) -> None:
         lambda: vh.declare_exchange("", "direct"),
         lambda: vh.declare_exchange("", "direct", passive=True),
         lambda: vh.delete_exchange(""),
-        lambda: vh.bind_queue("q", "", "q"),
-        lambda: vh.bind_exchange("", "amq.direct"),
+        lambda: vh.bind("queue", "q", "", "q"),
+        lambda: vh.bind("exchange", "", "amq.direct"),
     ):
         with pytest.raises(AccessRefused) as info:
             action()
@@ -97,7 +97,7 @@ def test_delete_system_exchange(vh: VirtualHost) -> None:
 
 def test_delete_if_unused(vh: VirtualHost) -> None:
     vh.declare_exchange("x", "direct")
-    vh.bind_queue("q", "x", "k")
+    vh.bind("queue", "q", "x", "k")
     with pytest.raises(PreconditionFailed) as info:
         vh.delete_exchange("x", if_unused=True)
     assert info.value.reply_text == "PRECONDITION_FAILED - exchange 'x' in vhost '/' in use"
@@ -110,44 +110,44 @@ def test_delete_if_unused(vh: VirtualHost) -> None:
 def test_destination_binding_does_not_count_as_use(vh: VirtualHost) -> None:
     vh.declare_exchange("src", "fanout")
     vh.declare_exchange("dst", "fanout")
-    vh.bind_exchange("dst", "src")
+    vh.bind("exchange", "dst", "src")
     vh.delete_exchange("dst", if_unused=True)
     assert list(vh.exchanges["src"].bindings) == []
 
 
 def test_bind_not_found_texts(vh: VirtualHost) -> None:
     with pytest.raises(NotFound) as info:
-        vh.bind_queue("missing", "amq.direct", "k")
+        vh.bind("queue", "missing", "amq.direct", "k")
     assert info.value.reply_text == "NOT_FOUND - no queue 'missing' in vhost '/'"
     with pytest.raises(NotFound) as info:
-        vh.bind_queue("q", "nox", "k")
+        vh.bind("queue", "q", "nox", "k")
     assert info.value.reply_text == "NOT_FOUND - no exchange 'nox' in vhost '/'"
     with pytest.raises(NotFound) as info:  # source reported first when both are missing
-        vh.bind_queue("missing", "nox", "k")
+        vh.bind("queue", "missing", "nox", "k")
     assert info.value.reply_text == "NOT_FOUND - no exchange 'nox' in vhost '/'"
     with pytest.raises(NotFound) as info:
-        vh.bind_exchange("nodst", "amq.direct", "k")
+        vh.bind("exchange", "nodst", "amq.direct", "k")
     assert info.value.reply_text == "NOT_FOUND - no exchange 'nodst' in vhost '/'"
     # removing a binding that cannot exist is unbind-ok, as RabbitMQ answers it
-    vh.unbind_queue("missing", "amq.direct", "k")
-    vh.unbind_queue("q", "nox", "k")
-    vh.unbind_exchange("nodst", "nosrc", "k")
+    vh.unbind("queue", "missing", "amq.direct", "k")
+    vh.unbind("queue", "q", "nox", "k")
+    vh.unbind("exchange", "nodst", "nosrc", "k")
 
 
 def test_auto_delete_exchange_goes_with_last_binding(vh: VirtualHost) -> None:
     vh.declare_exchange("tmp", "direct", auto_delete=True)
-    vh.bind_queue("q", "tmp", "a")
-    vh.bind_queue("q", "tmp", "b")
-    vh.unbind_queue("q", "tmp", "a")
+    vh.bind("queue", "q", "tmp", "a")
+    vh.bind("queue", "q", "tmp", "b")
+    vh.unbind("queue", "q", "tmp", "a")
     assert "tmp" in vh.exchanges
-    vh.unbind_queue("q", "tmp", "b")
+    vh.unbind("queue", "q", "tmp", "b")
     assert "tmp" not in vh.exchanges
 
 
 def test_queue_delete_removes_bindings_and_auto_delete_exchange(vh: VirtualHost) -> None:
     vh.declare_exchange("tmp", "fanout", auto_delete=True)
-    vh.bind_queue("q", "tmp")
-    vh.bind_queue("q", "amq.fanout")
+    vh.bind("queue", "q", "tmp")
+    vh.bind("queue", "q", "amq.fanout")
     vh.delete_queue("q")
     assert "tmp" not in vh.exchanges
     assert list(vh.bindings()) == []

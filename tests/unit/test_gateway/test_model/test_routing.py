@@ -163,9 +163,9 @@ def test_predeclared_exchanges(vh: VirtualHost) -> None:
         ("amq.match", "headers"),
     ]:
         assert vh.get_exchange(name).type == kind
-    vh.bind_queue("q1", "amq.direct", "k")
-    vh.bind_queue("q2", "amq.fanout")
-    vh.bind_queue("q3", "amq.topic", "a.#")
+    vh.bind("queue", "q1", "amq.direct", "k")
+    vh.bind("queue", "q2", "amq.fanout")
+    vh.bind("queue", "q3", "amq.topic", "a.#")
     assert names(vh.route("amq.direct", "k", no_headers)) == {"q1"}
     assert names(vh.route("amq.fanout", "whatever", no_headers)) == {"q2"}
     assert names(vh.route("amq.topic", "a.b", no_headers)) == {"q3"}
@@ -195,9 +195,9 @@ def test_headers_fn_called_once_and_lazily(vh: VirtualHost) -> None:
 
     vh.declare_exchange("h1", "headers")
     vh.declare_exchange("h2", "headers")
-    vh.bind_queue("q1", "h1", "", {"k": "v"})
-    vh.bind_exchange("h2", "h1", "", {"k": "v"})
-    vh.bind_queue("q2", "h2", "", {"x-match": "any", "k": "v"})
+    vh.bind("queue", "q1", "h1", "", {"k": "v"})
+    vh.bind("exchange", "h2", "h1", "", {"k": "v"})
+    vh.bind("queue", "q2", "h2", "", {"x-match": "any", "k": "v"})
     assert names(vh.route("h1", "", headers)) == {"q1", "q2"}
     assert len(calls) == 1
 
@@ -205,10 +205,10 @@ def test_headers_fn_called_once_and_lazily(vh: VirtualHost) -> None:
 def test_exchange_to_exchange_and_dedup(vh: VirtualHost) -> None:
     vh.declare_exchange("a", "topic")
     vh.declare_exchange("b", "fanout")
-    vh.bind_exchange("b", "a", "orders.#")
-    vh.bind_queue("q1", "b")
-    vh.bind_queue("q1", "a", "orders.*")  # q1 reached twice: one copy
-    vh.bind_queue("q2", "a", "other")
+    vh.bind("exchange", "b", "a", "orders.#")
+    vh.bind("queue", "q1", "b")
+    vh.bind("queue", "q1", "a", "orders.*")  # q1 reached twice: one copy
+    vh.bind("queue", "q2", "a", "other")
     result = vh.route("a", "orders.new", no_headers)
     assert [q.name for q in result] == ["q1"]
     assert names(vh.route("a", "other", no_headers)) == {"q2"}
@@ -217,43 +217,43 @@ def test_exchange_to_exchange_and_dedup(vh: VirtualHost) -> None:
 def test_exchange_cycles_terminate(vh: VirtualHost) -> None:
     vh.declare_exchange("a", "fanout")
     vh.declare_exchange("b", "fanout")
-    vh.bind_exchange("b", "a")
-    vh.bind_exchange("a", "b")
-    vh.bind_exchange("a", "a")
-    vh.bind_queue("q3", "b")
+    vh.bind("exchange", "b", "a")
+    vh.bind("exchange", "a", "b")
+    vh.bind("exchange", "a", "a")
+    vh.bind("queue", "q3", "b")
     assert names(vh.route("a", "", no_headers)) == {"q3"}
     assert names(vh.route("b", "", no_headers)) == {"q3"}
 
 
 def test_alternate_exchange(vh: VirtualHost) -> None:
     vh.declare_exchange("ae", "fanout")
-    vh.bind_queue("q3", "ae")
+    vh.bind("queue", "q3", "ae")
     vh.declare_exchange("main", "direct", arguments={"alternate-exchange": "ae"})
-    vh.bind_queue("q1", "main", "k")
+    vh.bind("queue", "q1", "main", "k")
     assert names(vh.route("main", "k", no_headers)) == {"q1"}
     assert names(vh.route("main", "unroutable", no_headers)) == {"q3"}
 
 
 def test_headers_binding_validation(vh: VirtualHost) -> None:
     with pytest.raises(PreconditionFailed) as info:
-        vh.bind_queue("q1", "amq.headers", "", {"x-match": "some"})
+        vh.bind("queue", "q1", "amq.headers", "", {"x-match": "some"})
     assert info.value.reply_text == (
         'PRECONDITION_FAILED - Invalid x-match field value <<"some">>; '
         "expected all, any, all-with-x, or any-with-x"
     )
     with pytest.raises(PreconditionFailed) as info:
-        vh.bind_queue("q1", "amq.headers", "", {"x-match": 1})
+        vh.bind("queue", "q1", "amq.headers", "", {"x-match": 1})
     assert info.value.reply_text == (
         "PRECONDITION_FAILED - Invalid x-match field type long (value 1); expected longstr"
     )
-    vh.bind_queue("q1", "amq.direct", "", {"x-match": "some"})  # only headers validates
+    vh.bind("queue", "q1", "amq.direct", "", {"x-match": "some"})  # only headers validates
 
 
 def test_unbind_stops_routing(vh: VirtualHost) -> None:
-    vh.bind_queue("q1", "amq.direct", "k", {"a": 1})
-    vh.bind_queue("q1", "amq.direct", "k", {"a": 2})
-    vh.unbind_queue("q1", "amq.direct", "k", {"a": 1})
+    vh.bind("queue", "q1", "amq.direct", "k", {"a": 1})
+    vh.bind("queue", "q1", "amq.direct", "k", {"a": 2})
+    vh.unbind("queue", "q1", "amq.direct", "k", {"a": 1})
     assert names(vh.route("amq.direct", "k", no_headers)) == {"q1"}  # other args remain
-    vh.unbind_queue("q1", "amq.direct", "k", {"a": 2})
+    vh.unbind("queue", "q1", "amq.direct", "k", {"a": 2})
     assert vh.route("amq.direct", "k", no_headers) == []
-    vh.unbind_queue("q1", "amq.direct", "k", {"a": 2})  # idempotent
+    vh.unbind("queue", "q1", "amq.direct", "k", {"a": 2})  # idempotent

@@ -174,6 +174,14 @@ def _as_text(value: Any) -> str | None:
     return None
 
 
+def _text_arg(key: str, value: Any, queue: str, vhost: str) -> str:
+    """A text-valued argument as text; any other type is refused naming the argument."""
+    text = _as_text(value)
+    if text is None:
+        raise _invalid_arg(key, queue, vhost, _unacceptable(value))
+    return text
+
+
 def _non_neg_int(key: str, value: Any, queue: str, vhost: str) -> int:
     if not _is_int(value):
         raise _invalid_arg(key, queue, vhost, _unacceptable(value))
@@ -193,10 +201,7 @@ def duration_ms(text: str) -> int | None:
 def _queue_type(arguments: dict[str, Any], queue: str, vhost: str) -> None:
     if "x-queue-type" not in arguments:
         return
-    value = arguments["x-queue-type"]
-    text = _as_text(value)
-    if text is None:
-        raise _invalid_arg("x-queue-type", queue, vhost, _unacceptable(value))
+    text = _text_arg("x-queue-type", arguments["x-queue-type"], queue, vhost)
     if text in STREAM_TYPE_ALIASES:
         return
     if text in KNOWN_OTHER_TYPES:
@@ -253,19 +258,13 @@ def validate_stream_declare(
             raise _invalid_arg("x-initial-cluster-size", q, v, "{value_zero,0}")
     locator = "client-local"
     if "x-queue-leader-locator" in args:
-        raw = args["x-queue-leader-locator"]
-        text = _as_text(raw)
-        if text is None:
-            raise _invalid_arg("x-queue-leader-locator", q, v, _unacceptable(raw))
+        text = _text_arg("x-queue-leader-locator", args["x-queue-leader-locator"], q, v)
         if text not in LEADER_LOCATORS:
             raise _invalid_arg("x-queue-leader-locator", q, v, "invalid_queue_locator_arg")
         locator = text if text in ("client-local", "balanced") else "balanced"
     compression = "none"
     if "x-stream-compression" in args:
-        raw = args["x-stream-compression"]
-        text = _as_text(raw)
-        if text is None:
-            raise _invalid_arg("x-stream-compression", q, v, _unacceptable(raw))
+        text = _text_arg("x-stream-compression", args["x-stream-compression"], q, v)
         if text not in COMPRESSIONS:
             reason = erlang_string(f"unsupported compression '{text}'; use 'none' or 'zstd'")
             raise _invalid_arg("x-stream-compression", q, v, reason)
@@ -450,10 +449,7 @@ def parse_consumer_arguments(
         match_unfiltered = raw
     match_all = False
     if "x-filter-match-type" in args:
-        raw = args["x-filter-match-type"]
-        text = _as_text(raw)
-        if text is None:
-            raise _invalid_arg("x-filter-match-type", q, v, _unacceptable(raw))
+        text = _text_arg("x-filter-match-type", args["x-filter-match-type"], q, v)
         if text not in ("any", "all"):
             reason = erlang_string(f"unknown match type '{text}'; use 'any' or 'all'")
             raise _invalid_arg("x-filter-match-type", q, v, reason)

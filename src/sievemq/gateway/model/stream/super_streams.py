@@ -71,7 +71,7 @@ def create(
             vhost.declare_queue(partition, arguments=dict(queue_arguments))
             undo.append(lambda p=partition: vhost.delete_queue(p))  # type: ignore[misc]
         for order, (partition, key) in enumerate(zip(partitions, binding_keys, strict=True)):
-            vhost.bind_queue(partition, name, key, {PARTITION_ORDER: order})
+            vhost.bind("queue", partition, name, key, {PARTITION_ORDER: order})
     except (AMQPError, OSError, ValueError):
         for step in reversed(undo):
             step()
