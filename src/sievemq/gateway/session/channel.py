@@ -91,7 +91,6 @@ _PUBLISH_CLASS = states.CONTENT_METHODS[BASIC_PUBLISH]
 # the publish arguments before the first publish: every publish stores a new tuple, so
 # ``_pub is not _NOT_PUBLISHED`` tells a publishing channel at no cost per message
 _NOT_PUBLISHED: tuple[str, str, bool] = ("", "", False)
-_REPLY_TO_PSEUDO = REPLY_PSEUDO_BYTES
 
 
 class Channel:
@@ -284,7 +283,7 @@ class Channel:
         state = self.state
         if class_id != _PUBLISH_CLASS or size > self._max_message_size:
             state.receive_header(class_id, size)  # the table's 505 / 406
-        if _REPLY_TO_PSEUDO in props:  # maybe reply-to: amq.rabbitmq.reply-to (never memoised)
+        if REPLY_PSEUDO_BYTES in props:  # maybe reply-to: amq.rabbitmq.reply-to (never memoised)
             props = direct_reply.rewrite(self, props)
         self._props = props
         if size == 0:
