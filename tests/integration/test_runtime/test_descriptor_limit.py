@@ -8,8 +8,10 @@ one operation a 506 naming the limit, and the node recovers once descriptors fre
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,7 +166,18 @@ def hog_descriptors(server: ServerProcess, count: int) -> list[socket.socket]:
         sock = socket.create_connection(("127.0.0.1", server.admin_port), timeout=10)
         sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: hog\r\n")  # never finished
         hogs.append(sock)
+    wait_until_exhausted(server.pid, server_limit=256)
     return hogs
+
+
+def wait_until_exhausted(pid: int, server_limit: int, timeout: float = 60.0) -> None:
+    """The hogs sit in the listener's backlog until the server accepts them, which on a busy
+    machine lags the client's connect: wait until the process really holds every
+    descriptor it may open."""
+    deadline = time.monotonic() + timeout
+    while (held := len(os.listdir(f"/proc/{pid}/fd"))) < server_limit:
+        assert time.monotonic() < deadline, f"the server holds only {held} descriptors"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("limited", [256], indirect=True)
