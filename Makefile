@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -49,7 +49,7 @@ node-deps: $(NODE_STAMP)
 # the summary: per-file progress, a line per failure/skip (-ra) and the 10 slowest tests.
 # One pytest process, Spark included (docs/testing.md: why a foreachBatch job once hung after
 # the rest of the suite, and what fixed it).
-test: setup node-deps chromium promtool etcd
+test: setup node-deps chromium promtool etcd faketime
 	$(VENV)/bin/python -m pytest --durations=10
 
 # the dashboard tests drive Debian's chromium through Playwright (never `playwright install`)
@@ -62,6 +62,20 @@ chromium:
 etcd:
 	@test -x /usr/bin/etcd || { export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq etcd-server; }
+
+# the cluster's clock test preloads Debian's libfaketime into one node (a wall clock that jumps)
+faketime:
+	@test -x /usr/bin/faketime || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq faketime; }
+
+# the cluster's fault tests, each fault repeated ROUNDS times (`make cluster-faults ROUNDS=10`);
+# the measured figures (longest gap in the other nodes' confirms...) go to cluster-faults.jsonl
+ROUNDS ?= 5
+cluster-faults: setup etcd faketime
+	rm -f cluster-faults.jsonl
+	SIEVEMQ_CLUSTER_FAULT_ROUNDS=$(ROUNDS) SIEVEMQ_CLUSTER_FAULT_REPORT=$(CURDIR)/cluster-faults.jsonl \
+		$(VENV)/bin/python -m pytest tests/integration/test_cluster/test_faults.py -p no:cacheprovider \
+		-o timeout=$$(( 300 * $(ROUNDS) )) -v
 
 # promtool checks deploy/prometheus.yml (tests/test_compose.py): taken out of Debian's
 # prometheus package without installing it (no daemon, no postinst)

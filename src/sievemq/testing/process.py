@@ -69,6 +69,8 @@ class ServerProcess:
     extra_args: tuple[str, ...] = ()
     # RLIMIT_NOFILE of the server, soft and hard (so it cannot raise it): None leaves ours
     fd_limit: int | None = None
+    # more environment variables of the server (the cluster's clock test preloads faketime)
+    env: dict[str, str] = field(default_factory=dict)
     host: str = ""
     amqp_port: int = 0
     amqps_port: int = 0  # 0 unless the server was started with --tls-cert/--tls-key
@@ -122,7 +124,7 @@ class ServerProcess:
             "0",
             *self.extra_args,
         ]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
