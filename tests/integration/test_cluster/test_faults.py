@@ -102,6 +102,10 @@ def all_running(nodes: dict[str, ServerProcess]) -> None:
         until(lambda: running(node) == everyone, f"{name} lists every node running")  # noqa: B023
 
 
+def lease_losses(node: ServerProcess, name: str) -> int:
+    return node.stderr().count(f"{name} lost its etcd lease")
+
+
 def declare_refused(node: ServerProcess, queue: str) -> str:
     """The 541 text of a declare through ``node`` that etcd cannot record."""
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
@@ -165,15 +169,12 @@ def test_etcd_frozen_past_the_ttl_loses_nothing_and_every_node_registers_again(
     with load(nodes, "es") as (pubs, _):
         for round_ in range(ROUNDS):
             wait_for_progress(pubs, STEP)
-            lost = {n: nodes[n].stderr().count(f"{n} lost its etcd lease") for n in NAMES}
+            lost = {n: lease_losses(nodes[n], n) for n in NAMES}
             os.kill(etcd.proc.pid, signal.SIGSTOP)
             try:
-                for name in NAMES:
+                for name, node in nodes.items():
                     until(
-                        lambda: (
-                            nodes[name].stderr().count(f"{name} lost its etcd lease")  # noqa: B023
-                            > lost[name]
-                        ),  # noqa: B023
+                        lambda: lease_losses(node, name) > lost[name],  # noqa: B023
                         f"{name} logs its lost lease",
                     )
                 outage_declare(nodes, f"es{round_}-late")
