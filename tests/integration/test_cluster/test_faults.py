@@ -86,6 +86,8 @@ def load(
         for pub in pubs:
             pub.stop()
     check_nothing_confirmed_lost(leaders, pubs)
+    confirmed = sum(len(p.confirmed) for p in pubs)
+    report("confirmed_messages_read_back", confirmed, test=prefix)
 
 
 def on(pubs: list[Publisher], node: ServerProcess) -> list[Publisher]:
@@ -153,6 +155,7 @@ def test_etcd_killed_under_load_loses_nothing_and_the_cluster_resumes(
     with load(nodes, "ek") as (pubs, _):
         for round_ in range(ROUNDS):
             wait_for_progress(pubs, STEP)
+            start = time.monotonic()
             etcd.kill()
             try:
                 outage_declare(nodes, f"ek{round_}-late")
@@ -160,6 +163,8 @@ def test_etcd_killed_under_load_loses_nothing_and_the_cluster_resumes(
             finally:
                 etcd.start()  # on its data
             after_outage(nodes, pubs, f"ek{round_}")
+            gap = max(p.longest_gap(start, time.monotonic()) for p in pubs)
+            report("longest_confirm_gap_s", gap, fault="etcd SIGKILL", round=round_)
 
 
 def test_etcd_frozen_past_the_ttl_loses_nothing_and_every_node_registers_again(
@@ -170,6 +175,7 @@ def test_etcd_frozen_past_the_ttl_loses_nothing_and_every_node_registers_again(
         for round_ in range(ROUNDS):
             wait_for_progress(pubs, STEP)
             lost = {n: lease_losses(nodes[n], n) for n in NAMES}
+            start = time.monotonic()
             os.kill(etcd.proc.pid, signal.SIGSTOP)
             try:
                 for name, node in nodes.items():
@@ -182,6 +188,8 @@ def test_etcd_frozen_past_the_ttl_loses_nothing_and_every_node_registers_again(
             finally:
                 os.kill(etcd.proc.pid, signal.SIGCONT)
             after_outage(nodes, pubs, f"es{round_}")
+            gap = max(p.longest_gap(start, time.monotonic()) for p in pubs)
+            report("longest_confirm_gap_s", gap, fault="etcd SIGSTOP", round=round_)
 
 
 def test_a_killed_node_drops_its_clients_the_others_go_on_and_it_comes_back_on_its_data(
