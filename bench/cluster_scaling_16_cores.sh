@@ -4,7 +4,7 @@
 # load generator per stream, publish with confirms then consume from first; JSON out).
 #
 # Run from the project's root there, with a kit folder ($KIT, git-ignored: /.kit/) made here
-# beforehand and copied along (about 60 MB):
+# beforehand by `bench/cluster_kit.sh` and copied along (about 60 MB):
 #   $KIT/wheels/       the runtime's wheels for 3.12 and pika's:
 #                      `uv export --frozen --no-dev --no-hashes --no-emit-project` plus `pika==1.4.4`,
 #                      then `pip download --no-deps --only-binary=:all: --python-version 3.12
