@@ -332,9 +332,11 @@ def report(systems: list[System], ks: list[int], vias: list[str]) -> list[dict[s
                     for phase in ("publish", "consume")
                 }
         forwarded = row.get(f"{systems[0].name}-via-other")
-        if forwarded and not any("errors" in forwarded[p] for p in ("publish", "consume")):
+        if forwarded:  # a phase that failed through the other node has no ratio
             row["forwarding_cpu_per_msg_ratio"] = {
-                phase: ratio(
+                phase: None
+                if "errors" in forwarded[phase]
+                else ratio(
                     forwarded[phase]["server_cpu_us_per_msg"],
                     clustered[phase]["server_cpu_us_per_msg"],
                 )
