@@ -12,15 +12,20 @@ node leading the fewest queues.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections import Counter
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from pika.exceptions import ChannelClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 from rstream import AMQPMessage, Consumer, MessageContext, amqp_decoder, exceptions, schema
 from rstream.client import Client
 
+from sievemq.cluster.coordination import EtcdClient
+from sievemq.cluster.membership import NODES
+from sievemq.cluster.placement import queue_key
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client, producer, send_confirmed
@@ -229,3 +234,43 @@ def test_a_locator_that_is_not_one_is_refused(nodes: dict[str, ServerProcess]) -
     assert refused.value.reply_code == 406
     text = refused.value.reply_text
     assert "x-queue-leader-locator" in text and "'client-local' or 'balanced'" in text
+
+
+async def test_a_node_that_does_not_answer_is_named(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+) -> None:
+    """A live-listed node that never acts on etcd (a record written here, no process): a
+    stream it leads has no leader in Metadata (6), and a ``balanced`` declare it is chosen
+    for fails with 541 naming it once the wait is over; the record is withdrawn."""
+    a = nodes["a"]
+    ghost = EtcdClient([etcd.url])
+    await ghost.put(NODES + "ghost", json.dumps({"name": "ghost", "stats": {}, "advertised": {}}))
+    record = {"vhost": "/", "name": "haunted", "leader": "ghost", "epoch": 1, "type": "stream"}
+    await ghost.put(queue_key("/", "haunted"), json.dumps(record))
+    try:
+        until(lambda: "ghost" in {n["name"] for n in get(a, "/api/nodes")}, "a lists ghost")
+        until(lambda: "haunted" in queues(a), "a knows ghost's stream")
+        client = await open_client(a)
+        try:
+            code, ref, _ = await metadata(client, "haunted")
+            assert (code, ref) == (STREAM_NOT_AVAILABLE, 0xFFFF)
+            with pytest.raises(exceptions.StreamNotAvailable):
+                await client.subscribe("haunted", 1)
+        finally:
+            await client.close()
+
+        # ghost leads one queue; b and c lead more by now (the earlier tests), a the most
+        assert fewest({**nodes, "ghost": a}, leaders(a)) == "ghost"
+        ch = channel(a)
+        arguments = {"x-queue-leader-locator": "balanced"}
+        with pytest.raises(ConnectionClosedByBroker) as refused:
+            await asyncio.to_thread(
+                ch.queue_declare, "for-ghost", durable=True, arguments=arguments
+            )
+        assert refused.value.reply_code == 541
+        assert "cluster node 'ghost' did not create queue 'for-ghost'" in refused.value.reply_text
+        assert await ghost.get(queue_key("/", "for-ghost")) is None  # withdrawn
+    finally:
+        await ghost.delete(queue_key("/", "haunted"))
+        await ghost.delete(NODES + "ghost")
+        await ghost.close()
