@@ -254,7 +254,10 @@ class Membership:
         for prefix, listener in self._listeners:
             mine = [e for e in batch.events if e.kv.key.startswith(prefix)]
             if mine or batch.reset:
-                listener(mine, batch.reset)
+                try:
+                    listener(mine, batch.reset)
+                except Exception:  # one listener's bug must not end this node's watch
+                    log.exception("applying the etcd events under %s failed", prefix)
         for event in batch.events:
             if event.kind == "put":
                 self._apply_put(event.kv)

@@ -75,3 +75,22 @@ def test_the_view_lists_members_live_or_stopped_and_itself() -> None:
     # a reset (etcd lost its history) replaces the whole view
     view.apply(WatchBatch([Event("put", kv(MEMBERS + "c", {"name": "c"}, 1))], 1, reset=True))
     assert [n.name for n in view.node_views()] == ["c", "me"]
+
+
+def test_a_listener_that_fails_does_not_stop_the_view(caplog: pytest.LogCaptureFixture) -> None:
+    """The watch task applies every batch: an exception out of one listener (a placement
+    bug) must not end it, or the node would silently stop learning about the cluster."""
+    view = membership()
+    seen: list[int] = []
+
+    def broken(events: list[Event], reset: bool) -> None:
+        seen.append(len(events))
+        raise TypeError("a listener's bug")
+
+    view.subscribe("sievemq/queues/", broken)
+    queue = Event("put", kv("sievemq/queues/%2F/q", {"name": "q"}, 2))
+    view.apply(WatchBatch([queue, Event("put", kv(MEMBERS + "a", {"name": "a"}, 2))], 2))
+    view.apply(WatchBatch([Event("put", kv(MEMBERS + "b", {"name": "b"}, 3))], 3))
+    assert [n.name for n in view.node_views()] == ["a", "b", "me"]
+    assert seen == [1]
+    assert "applying the etcd events under sievemq/queues/ failed" in caplog.text
