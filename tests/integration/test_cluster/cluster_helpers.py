@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pika
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
@@ -68,3 +70,25 @@ def started_nodes(
         for proc in procs.values():
             if proc.running:
                 assert proc.stop() == 0, proc.stderr()
+
+
+class Clients:
+    """The pika connections of one test, closed after it (a node it used may be killed)."""
+
+    def __init__(self) -> None:
+        self.open: list[pika.BlockingConnection] = []
+
+    def channel(self, node: ServerProcess, confirm: bool = False) -> Any:
+        conn = pika.BlockingConnection(pika.URLParameters(node.url))
+        self.open.append(conn)
+        channel = conn.channel()
+        if confirm:
+            channel.confirm_delivery()
+        return channel
+
+    def close_all(self) -> None:
+        while self.open:
+            conn = self.open.pop()
+            if conn.is_open:
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    conn.close()

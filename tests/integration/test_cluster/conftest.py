@@ -8,8 +8,18 @@ import pytest
 
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
+from .cluster_helpers import Clients
+
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
     with running_etcd(tmp_path_factory.mktemp("etcd")) as server:
         yield server
+
+
+@pytest.fixture
+def clients() -> Iterator[Clients]:
+    """pika connections to the nodes, closed after the test."""
+    made = Clients()
+    yield made
+    made.close_all()
