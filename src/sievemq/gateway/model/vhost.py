@@ -405,9 +405,13 @@ class VirtualHost:
         """
         if exchange_name == DEFAULT_EXCHANGE:  # a stream first: classic queues only on a miss
             queue: Any = self.queues.get(routing_key) or self.classic.queues.get(routing_key)
-            if queue is None and remote is not None:
+            if queue is not None:
+                return [queue]
+            if remote is not None:  # a miss here: is it another node's queue?
                 queue = remote(routing_key)
-            return [queue] if queue is not None else []
+                if queue is not None:
+                    return [queue]
+            return []
         classic = self.classic.queues
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:
