@@ -236,3 +236,14 @@ def test_the_leader_killed_while_b_forwards_nothing_confirmed_is_lost(
     until(lambda: "survive" in {q["name"] for q in get(a, "/api/queues")}, "a is back")
     stored = {int(body) for _, _, body in read_stream(clients, a, "survive", len(acked))}
     assert set(acked) <= stored
+    # b forwards to a again (a is back on another cluster port): nacked until the link is up
+    on_b = clients.channel(b, confirm=True)
+
+    def forwarded_again() -> bool:
+        try:
+            on_b.basic_publish("", "survive", b"-1")
+        except pika.exceptions.NackError:
+            return False
+        return True
+
+    until(forwarded_again, "b forwards to the restarted a")
