@@ -8,7 +8,7 @@ import pytest
 
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
-from .cluster_helpers import Clients
+from .cluster_helpers import close_open
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
         yield server
 
 
-@pytest.fixture
-def clients() -> Iterator[Clients]:
-    """pika connections to the nodes, closed after the test."""
-    made = Clients()
-    yield made
-    made.close_all()
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    close_open()
