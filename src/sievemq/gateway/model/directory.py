@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.gateway.model import locator, policies
-from sievemq.storage import Message
+from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.vhost import VirtualHost
@@ -26,24 +26,6 @@ Pending = Any
 
 class LeaderUnavailable(Exception):
     """The queue's leader node is not running now (the Stream protocol's code 6)."""
-
-
-class PublishSink(Protocol):
-    """A publishing channel: told which of its messages were stored (or not)."""
-
-    def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
-
-
-class RemoteQueue(Protocol):
-    """A queue another node leads, as this node's publishes see it (``cluster.forwarding``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
-        """Forward one routed message; ``sink`` hears of ``seq`` once the leader stored it
-        (or nacked it, or the link to the leader was lost before it answered)."""
-        ...
 
 
 class QueueDirectory(Protocol):

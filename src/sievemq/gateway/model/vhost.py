@@ -15,7 +15,6 @@ from sievemq.gateway.model import policies
 from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.classic.vhost import ClassicQueues
-from sievemq.gateway.model.directory import RemoteQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -25,6 +24,7 @@ from sievemq.gateway.model.exchanges import (
     check_not_default,
     check_type,
 )
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
 from sievemq.gateway.model.stream.arguments import (
