@@ -322,6 +322,7 @@ async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade, 
             lambda: node_info(facade),
             node.broker,
             node.definitions_sync,
+            admin=facade,
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

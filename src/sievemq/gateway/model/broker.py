@@ -349,11 +349,16 @@ class Broker:
                 self._new_stream,
             )
             vhost.on_deleted = self._retire
+            vhost.elsewhere = lambda queue: self._led_elsewhere(name, queue)
             if name == self.settings.default_vhost:
                 vhost.description = DEFAULT_VHOST_DESCRIPTION
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
+
+    def _led_elsewhere(self, vhost: str, queue: str) -> bool:
+        directory = self.directory
+        return directory is not None and directory.leader_elsewhere(vhost, queue) is not None
 
     def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
         """A queue is being deleted: its counts stay in the node's totals (a stream whose

@@ -89,6 +89,9 @@ class VirtualHost:
         self._on_change = on_change
         # called with a stream about to be deleted (the broker keeps its counts)
         self.on_deleted: Callable[[Any], None] = lambda q: None
+        # whether another cluster node leads a queue of this name (the broker sets it from
+        # its directory): a binding to such a queue is accepted and routes through it
+        self.elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -301,7 +304,7 @@ class VirtualHost:
         known: Any = self.queues if kind == "queue" else self.exchanges
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
-        if destination not in known:
+        if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
