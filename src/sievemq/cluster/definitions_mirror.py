@@ -339,6 +339,7 @@ class DefinitionsMirror:
                     break
                 self._revisions[key] = revision
                 self._unsent.discard(key)
+                self._held.pop(key, None)  # older than this node's write
 
     def _local_item(self, key: str) -> Any:
         found = store_key_of(key)

@@ -93,6 +93,12 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+def _bound(node: ServerProcess, source: str, queue: str) -> bool:
+    return any(
+        x["source"] == source and x["destination"] == queue for x in get(node, "/api/bindings/shop")
+    )
+
+
 def test_fresh_nodes_share_one_default_user_and_vhost(
     etcd: EtcdProcess, nodes: dict[str, ServerProcess]
 ) -> None:
@@ -158,6 +164,12 @@ def test_what_a_declares_is_usable_on_b_and_deleted_on_b_is_gone_on_a(
     until(lambda: "orders" not in names(a, "/api/exchanges/shop"), "a forgets the exchange")
     until(lambda: not get(a, "/api/policies/shop"), "a forgets the policy")
     assert not [x for x in get(a, "/api/bindings/shop") if x["source"] == "orders"]
+    # a queue deleted on its leader: its bindings go on every node
+    on_a.queue_bind("capped-orders", "amq.topic", routing_key="stock.#")
+    until(lambda: _bound(c, "amq.topic", "capped-orders"), "c has the binding made on a")
+    on_b.queue_delete("capped-orders")
+    until(lambda: not _bound(a, "amq.topic", "capped-orders"), "a forgets the binding")
+    until(lambda: not _bound(c, "amq.topic", "capped-orders"), "c forgets the binding")
     assert admin(b, "DELETE", "/api/users/alice").status_code == 204
     until(lambda: "alice" not in names(a, "/api/users"), "a forgets alice")
     until(lambda: not can_log_in(c, "shop", ALICE), "alice cannot log in on c any more")

@@ -123,5 +123,9 @@ def test_a_binding_to_a_queue_another_node_leads_is_kept(tmp_path: Path) -> None
         assert stored is not None
         assert [b["destination"] for b in stored["bindings"]] == ["remote"]
         assert vhost.route("orders", "k", lambda: None) == []  # routed by the leader
+        broker.directory = None  # its leader deleted it: its binding's delete still works
+        vhost.unbind("queue", "remote", "orders", "k")
+        assert not vhost.exchanges["orders"].bindings
+        assert not (broker.store.load() or {}).get("bindings")
     finally:
         broker.close()

@@ -336,13 +336,16 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> None:
         """queue.unbind or exchange.unbind; an unknown binding is no error (as in RabbitMQ)."""
+        binding = Binding.make(source, kind, destination, routing_key, arguments)
         try:
             self._resolve(kind, destination, source)
         except NotFound:
             # no such exchange or queue: no such binding either, and removing a binding
-            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8)
-            return
-        binding = Binding.make(source, kind, destination, routing_key, arguments)
+            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8); but a
+            # cluster's binding to a queue its leader just deleted is still here: it goes
+            held = self.exchanges.get(source)
+            if held is None or binding not in held.bindings:
+                return
         durable = self.is_durable(binding)
         if self._drop_binding(binding, cascade=True) and durable:
             self._on_change()
