@@ -6,8 +6,9 @@ When a node's definitions store records a new queue, this node writes
 create-if-absent transaction, and the declare-ok waits for etcd's commit (the store's
 ``observer`` and ``DefinitionsSync.also_wait``). A queue deleted on its leader loses its
 record (compare-and-swap on the record's revision). Every node watches the records: a node
-that does not lead a queue answers a declare of it with declare-ok, and tells a client that
-consumes, gets or binds through it which node leads it, since forwarding is not built yet.
+that does not lead a queue answers a declare of it with declare-ok, accepts bindings to it
+(they are cluster-wide: ``definitions_mirror``), and tells a client that consumes or gets
+through it which node leads it, since forwarding is not built yet.
 
 The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
 epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
