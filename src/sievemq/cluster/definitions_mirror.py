@@ -168,7 +168,10 @@ class DefinitionsMirror:
         self._queues = queues  # the placement's observer: queues are its business
         self._muted = False
         self._started = False
-        self._revisions: dict[str, int] = {}  # the last revision seen of each key
+        # of each key: the newest revision seen (a put or a delete), and the revision it
+        # was last written at while it exists (a delete compares it; absent: create)
+        self._seen: dict[str, int] = {}
+        self._present: dict[str, int] = {}
         self._outbox: list[_Change] = []
         self._wake = asyncio.Event()
         self._writing: dict[str, int] = {}  # key -> changes queued or in flight
@@ -249,7 +252,7 @@ class DefinitionsMirror:
             batch.append(change)
         del self._outbox[: len(batch)]
         for change in batch:
-            change.revision = self._revisions.get(change.key, 0)
+            change.revision = self._present.get(change.key, 0)
             if change.item is not None and change.revision == 0:
                 change.compare = [key_missing(change.key)]  # new: create-if-absent
             elif change.item is None and change.revision:
@@ -284,7 +287,7 @@ class DefinitionsMirror:
         found = result.ranges()
         theirs = _item(found[0].value) if found else None
         if change.item is not None and theirs is not None and _same(theirs, change.item):
-            self._revisions[change.key] = found[0].mod_revision
+            self._saw(change.key, found[0].mod_revision, present=True)
             _settle(change.future, None)  # the same object, declared elsewhere too
             return
         what = describe(change.section, change.item if change.item is not None else theirs)
@@ -297,7 +300,7 @@ class DefinitionsMirror:
         )
 
     def _done(self, change: _Change, revision: int) -> None:
-        self._revisions[change.key] = revision if change.item is not None else 0
+        self._saw(change.key, revision, present=change.item is not None)
         self._unsent.discard(change.key)
         _settle(change.future, None)
 
@@ -337,9 +340,17 @@ class DefinitionsMirror:
                 except (EtcdUnavailable, EtcdError) as error:
                     log.debug("definitions not in etcd yet: %s", error)
                     break
-                self._revisions[key] = revision
+                self._saw(key, revision, present=item is not None)
                 self._unsent.discard(key)
                 self._held.pop(key, None)  # older than this node's write
+
+    def _saw(self, key: str, revision: int, present: bool) -> None:
+        if revision:
+            self._seen[key] = max(self._seen.get(key, 0), revision)
+        if present:
+            self._present[key] = revision
+        else:
+            self._present.pop(key, None)
 
     def _local_item(self, key: str) -> Any:
         found = store_key_of(key)
@@ -365,20 +376,20 @@ class DefinitionsMirror:
         found = store_key_of(key)
         if found is None:
             return
-        if event.kv.mod_revision <= self._revisions.get(key, 0):
-            return  # seen already (our own write)
+        if event.kv.mod_revision <= self._seen.get(key, 0):
+            return  # seen already (our own write, or older than it)
         if key in self._writing or key in self._unsent:
             self._held[key] = event  # ours is being written: the newer of the two wins
             return
         section, store_key = found
         self._waiting.pop(key, None)
         if event.kind == "delete":
-            self._revisions[key] = 0
+            self._saw(key, event.kv.mod_revision, present=False)
             local = self.broker.store.get(section, store_key)
             if local is not None:
                 self._muted_apply(section, local, deleted=True)
             return
-        self._revisions[key] = event.kv.mod_revision
+        self._saw(key, event.kv.mod_revision, present=True)
         try:
             item = _item(event.kv.value)
         except ValueError:
@@ -461,10 +472,14 @@ class DefinitionsMirror:
         remote = {kv.key: kv for kv in kvs}
         busy = set(self._writing) | self._unsent
         self._waiting.clear()
+        # what was seen before may be of an etcd that lost its data (its revisions start
+        # again from 1): only this read counts
+        self._seen = {key: revision for key in self._seen}
+        self._present = {}
         for kv in sorted(remote.values(), key=lambda kv: _order(kv.key)):
+            self._present[kv.key] = kv.mod_revision
             if kv.key in busy:
                 continue
-            self._revisions[kv.key] = kv.mod_revision
             try:
                 item = _item(kv.value)
             except ValueError:

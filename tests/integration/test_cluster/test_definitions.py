@@ -277,15 +277,23 @@ def test_etcd_restarted_without_its_data_gets_every_nodes_definitions_again(
 ) -> None:
     etcd.stop()
     etcd.start(wipe=True)
+    wanted = {
+        "sievemq/defs/vhosts/while-away",
+        "sievemq/defs/users/bob",
+        "sievemq/defs/exchanges/%2F/late-news",
+        "sievemq/defs/global_parameters/cluster_name",
+    }
     until(
-        lambda: "sievemq/defs/vhosts/while-away" in etcd_keys(etcd, "sievemq/defs/"),
+        lambda: wanted <= set(etcd_keys(etcd, "sievemq/defs/")),
         "the nodes offer their definitions again",
     )
-    keys = etcd_keys(etcd, "sievemq/defs/")
-    assert "sievemq/defs/users/bob" in keys and "sievemq/defs/exchanges/%2F/late-news" in keys
-    # and the mirror works on: a change on b reaches a
+    # and the mirror works on (etcd's revisions started again from 1): a new object and a
+    # change of one that was there before, made on b, reach a
     channel(nodes["b"]).exchange_declare("after-wipe", "direct", durable=True)
     until(lambda: "after-wipe" in names(nodes["a"], "/api/exchanges/%2F"), "a gets it")
+    bob = {"password": "builder", "tags": "monitoring"}
+    assert admin(nodes["b"], "PUT", "/api/users/bob", bob).status_code == 204
+    until(lambda: get(nodes["a"], "/api/users/bob")["tags"] == ["monitoring"], "a gets bob's")
 
 
 def test_no_node_logged_an_error(nodes: dict[str, ServerProcess]) -> None:
