@@ -158,6 +158,7 @@ class DefinitionsMirror:
         also_wait: Callable[[asyncio.Future[None]], None],
         data_dir: Path,
         queues: Observer,
+        flush: Callable[[], asyncio.Future[None] | None] | None = None,
     ) -> None:
         self.client = client
         self.me = me
@@ -166,6 +167,9 @@ class DefinitionsMirror:
         self._also_wait = also_wait
         self._id_path = Path(data_dir) / DEFS_ID_FILE
         self._queues = queues  # the placement's observer: queues are its business
+        # the node's group-committed fdatasync (None: each applied change syncs at once)
+        self._flush = flush
+        self._unflushed = False
         self._muted = False
         self._started = False
         # of each key: the newest revision seen (a put or a delete), and the revision it
@@ -322,6 +326,7 @@ class DefinitionsMirror:
         held = self._held.pop(key, None)
         if held is not None:
             self._apply_event(held)
+            self._synced()
 
     async def _send_later(self) -> None:
         """Changes etcd did not take: write each key's current local state once it answers."""
@@ -370,6 +375,7 @@ class DefinitionsMirror:
         for event in events:
             self._apply_event(event)
         self._retry_waiting()
+        self._synced()
 
     def _apply_event(self, event: Event) -> None:
         key = event.kv.key
@@ -414,6 +420,10 @@ class DefinitionsMirror:
         """Apply a change made elsewhere (mirror muted); False when it cannot be yet (a
         binding whose queue or exchange this node does not know yet)."""
         self._muted = True
+        store = self.broker.store
+        deferred = store.defer_sync
+        if self._flush is not None:  # written now, synced off the loop by _synced()
+            store.defer_sync = self._unflushed = True
         try:
             apply_change(self.broker, self.admin, section, item, deleted)
             return True
@@ -425,6 +435,17 @@ class DefinitionsMirror:
             return True
         finally:
             self._muted = False
+            store.defer_sync = deferred
+
+    def _synced(self) -> None:
+        """Start the fdatasync of the changes applied from elsewhere (in a worker thread,
+        with the node's other definitions changes)."""
+        if not self._unflushed or self._flush is None:
+            return
+        self._unflushed = False
+        pending = self._flush()
+        if pending is not None:
+            pending.add_done_callback(_log_failure)
 
     def _drain_buffer(self, revision: int) -> None:
         events, self._buffer = self._buffer, []
@@ -432,6 +453,7 @@ class DefinitionsMirror:
             if event.kv.mod_revision > revision:
                 self._apply_event(event)
         self._retry_waiting()
+        self._synced()
 
     # ---------------------------------------------------------------- reconciling
 
@@ -493,6 +515,7 @@ class DefinitionsMirror:
                 if key not in remote and key not in busy:
                     log.info("%s was deleted in the cluster meanwhile", describe(section, item))
                     self._muted_apply(section, item, deleted=True)
+        self._synced()
         self._id_path.write_text(cluster_id + "\n", encoding="ascii")
         log.info(
             "definitions reconciled with etcd (%s): %d objects",
@@ -664,6 +687,12 @@ def _default_user(broker: Broker, section: str, mine: Any, theirs: Any) -> bool:
 def _order(key: str) -> tuple[int, str]:
     section = key[len(DEFS) :].partition("/")[0]
     return (SECTIONS.index(section) if section in SECTIONS else len(SECTIONS), key)
+
+
+def _log_failure(future: asyncio.Future[None]) -> None:
+    error = None if future.cancelled() else future.exception()
+    if error is not None:
+        log.error("definitions applied from the cluster not synced to disk: %s", error)
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

@@ -51,7 +51,14 @@ async def join(
     membership.queue_records = lambda: list(placement.records.values())
     membership.on_registered_again.append(placement.place_again)
     mirror = DefinitionsMirror(
-        client, name, broker, admin, definitions_sync.also_wait, data_dir, placement.observe
+        client,
+        name,
+        broker,
+        admin,
+        definitions_sync.also_wait,
+        data_dir,
+        placement.observe,
+        definitions_sync.flush,
     )
     membership.subscribe(DEFS, mirror.apply)  # after the queues: a binding needs its queue
     membership.on_leave.append(mirror.stop)
