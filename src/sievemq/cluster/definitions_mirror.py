@@ -97,12 +97,30 @@ def defs_key(section: str, store_key: str) -> str:
 def store_key_of(key: str) -> tuple[str, str] | None:
     """(section, the definitions store's key) of a ``defs_key``; None for another key."""
     section, _, rest = key[len(DEFS) :].partition("/")
-    if section not in SECTIONS or not rest:
+    if not key.startswith(DEFS) or section not in SECTIONS or not rest:
         return None
-    fields = [
-        json.loads(unquote(p[1:])) if p.startswith("=") else unquote(p) for p in rest.split("/")
-    ]
+    try:
+        fields = [
+            json.loads(unquote(p[1:])) if p.startswith("=") else unquote(p) for p in rest.split("/")
+        ]
+    except ValueError:
+        return None  # not one of ours (written by hand?)
     return section, json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
+_NAMED_BY = {
+    "exchanges": ("vhost", "name"),
+    "policies": ("vhost", "name"),
+    "parameters": ("component", "vhost", "name"),
+    "bindings": ("vhost", "source", "destination_type", "destination", "routing_key"),
+}
+
+
+def describe_key(key: str) -> str:
+    """The object a ``defs_key`` names, as ``describe`` says it (a delete has no item)."""
+    section, _, rest = key[len(DEFS) :].partition("/")
+    parts = [unquote(p) for p in rest.split("/")]
+    return describe(section, dict(zip(_NAMED_BY.get(section, ("name",)), parts, strict=False)))
 
 
 def describe(section: str, item: Any) -> str:
@@ -220,6 +238,10 @@ class DefinitionsMirror:
         if op == "put" and self._stays_local(section, item):
             return
         ekey = defs_key(section, key)
+        if op == "del" and not (
+            ekey in self._present or ekey in self._writing or ekey in self._unsent
+        ):
+            return  # never in etcd (a binding to an exclusive queue): nothing to remove
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.append(_Change(ekey, section, item if op == "put" else None, future))
         self._writing[ekey] = self._writing.get(ekey, 0) + 1
@@ -268,7 +290,7 @@ class DefinitionsMirror:
         ops = [op for change in batch for op in change.ops()]
         try:
             result = await self.client.txn(compare, ops)
-        except (EtcdUnavailable, EtcdError) as error:
+        except Exception as error:  # (not only etcd's: the writer must go on)
             for change in batch:
                 self._failed(change, error)
             return
@@ -282,19 +304,19 @@ class DefinitionsMirror:
     async def _write_one(self, change: _Change) -> None:
         try:
             result = await self.client.txn(change.compare, change.ops(), [range_op(change.key)])
-        except (EtcdUnavailable, EtcdError) as error:
+            found = result.ranges()
+            theirs = _item(found[0].value) if found else None
+        except Exception as error:
             self._failed(change, error)
             return
         if result.succeeded:
             self._done(change, result.revision)
             return
-        found = result.ranges()
-        theirs = _item(found[0].value) if found else None
         if change.item is not None and theirs is not None and _same(theirs, change.item):
             self._saw(change.key, found[0].mod_revision, present=True)
             _settle(change.future, None)  # the same object, declared elsewhere too
             return
-        what = describe(change.section, change.item if change.item is not None else theirs)
+        what = describe_key(change.key)
         _settle(
             change.future,
             ReplicationFailed(
@@ -310,7 +332,7 @@ class DefinitionsMirror:
 
     def _failed(self, change: _Change, error: Exception) -> None:
         verb = "remove" if change.item is None else "record"
-        what = describe(change.section, change.item or self._local_item(change.key))
+        what = describe_key(change.key)
         _settle(change.future, ReplicationFailed(f"etcd did not {verb} {what}: {error}"))
         if not self._unsent:
             self._track(self._send_later())
@@ -372,9 +394,12 @@ class DefinitionsMirror:
         if not self._started or self._reconciling is not None:
             self._buffer.extend(events)
             return
-        for event in events:
-            self._apply_event(event)
-        self._retry_waiting()
+        try:
+            for event in events:
+                self._apply_event(event)
+            self._retry_waiting()
+        except Exception:  # the membership's watch feeds us: it must go on
+            log.exception("cannot apply definitions from etcd")
         self._synced()
 
     def _apply_event(self, event: Event) -> None:

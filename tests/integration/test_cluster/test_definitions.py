@@ -156,6 +156,13 @@ def test_what_a_declares_is_usable_on_b_and_deleted_on_b_is_gone_on_a(
     assert method is not None and body == b"order 2"
     assert "scratch" in names(a, "/api/exchanges/shop")
     assert "scratch" not in names(b, "/api/exchanges/shop")
+    # an exclusive queue's binding stays on its node too (b writes in order: once a has
+    # what b made next, it would have had the binding)
+    on_b.queue_declare("private", exclusive=True)
+    on_b.queue_bind("private", "orders", routing_key="eu.#")
+    on_b.exchange_declare("after-private", "direct", durable=True)
+    until(lambda: "after-private" in names(a, "/api/exchanges/shop"), "a has b's exchange")
+    assert not _bound(a, "orders", "private") and _bound(b, "orders", "private")
 
     # deleted through b: gone on a (and c)
     on_b.queue_unbind("capped-orders", "orders", routing_key="eu.#")

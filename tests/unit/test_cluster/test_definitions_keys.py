@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp.errors import NotFound
-from sievemq.cluster.definitions_mirror import apply_change, defs_key, store_key_of
+from sievemq.cluster.definitions_mirror import (
+    apply_change,
+    defs_key,
+    describe_key,
+    store_key_of,
+)
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import item_key
@@ -53,6 +58,15 @@ def test_a_key_names_the_object_and_leads_back_to_it(
 def test_other_keys_are_not_definitions() -> None:
     assert store_key_of("sievemq/defs/queues/%2F/q") is None  # the placement's
     assert store_key_of("sievemq/defs/users/") is None
+    assert store_key_of("sievemq/defs/bindings/%2F/x/=not-json") is None
+
+
+def test_a_key_says_which_object_it_is() -> None:
+    assert describe_key("sievemq/defs/exchanges/%2F/a%2Fb") == "exchange 'a/b' in vhost '/'"
+    assert describe_key("sievemq/defs/users/alice") == "user 'alice'"
+    assert describe_key("sievemq/defs/parameters/operator_policy/v/p") == (
+        "operator policy 'p' in vhost 'v'"
+    )
 
 
 def test_a_change_made_elsewhere_goes_through_the_model(tmp_path: Path) -> None:
