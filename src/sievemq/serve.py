@@ -276,6 +276,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             return joined
         membership, placement = joined
         facade.cluster = membership
+        if settings.definitions is not None:
+            # again, through etcd now: the join's reconcile kept the cluster's state, and
+            # the file's objects go to every node (they win, as on a single node)
+            load_definitions(facade, settings.definitions)
     ready = True
     facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
     node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server

@@ -11,9 +11,13 @@ fails with 541 naming etcd, and reaches the cluster once etcd is back.
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pika
@@ -23,7 +27,7 @@ from pika.exceptions import ConnectionClosedByBroker
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import get, started_nodes, until
+from .cluster_helpers import cluster_args, get, started_nodes, until
 
 NAMES = ("a", "b", "c")
 ALICE = ("alice", "wonderland")
@@ -46,7 +50,8 @@ def _close_connections() -> Iterator[None]:
     while OPEN:
         conn = OPEN.pop()
         if conn.is_open:
-            conn.close()
+            with contextlib.suppress(pika.exceptions.AMQPError):  # its node was stopped
+                conn.close()
 
 
 def channel(
@@ -93,10 +98,9 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def _bound(node: ServerProcess, source: str, queue: str) -> bool:
-    return any(
-        x["source"] == source and x["destination"] == queue for x in get(node, "/api/bindings/shop")
-    )
+def _bound(node: ServerProcess, source: str, queue: str, vhost: str = "shop") -> bool:
+    bindings = get(node, "/api/bindings/" + quote(vhost, safe=""))
+    return any(x["source"] == source and x["destination"] == queue for x in bindings)
 
 
 def test_fresh_nodes_share_one_default_user_and_vhost(
@@ -245,6 +249,10 @@ def test_a_stopped_node_catches_up_when_restarted(nodes: dict[str, ServerProcess
     a, c = nodes["a"], nodes["c"]
     assert admin(c, "PUT", "/api/vhosts/doomed").status_code == 201
     until(lambda: "doomed" in names(a, "/api/vhosts"), "a has c's vhost")
+    channel(a).queue_declare("kept", durable=True)  # led by a, bound through c
+    until(lambda: "kept" in names(c, "/api/queues/%2F"), "c knows a's queue")
+    channel(c).queue_bind("kept", "amq.direct", routing_key="k")
+    until(lambda: _bound(a, "amq.direct", "kept", "/"), "a has the binding made on c")
     assert c.stop() == 0
     assert admin(a, "DELETE", "/api/vhosts/doomed").status_code == 204
     assert admin(a, "PUT", "/api/vhosts/while-away").status_code == 201
@@ -253,9 +261,30 @@ def test_a_stopped_node_catches_up_when_restarted(nodes: dict[str, ServerProcess
     vhosts = names(c, "/api/vhosts")
     assert "while-away" in vhosts and "doomed" not in vhosts
     assert "late-news" in names(c, "/api/exchanges/%2F")
+    assert _bound(c, "amq.direct", "kept", "/")  # its binding to a queue a leads is back
     # and c's own changes still go through etcd after its restart
     channel(c).exchange_declare("from-c", "direct", durable=True)
     until(lambda: "from-c" in names(a, "/api/exchanges/%2F"), "a has c's new exchange")
+
+
+def test_a_definitions_file_given_at_start_reaches_every_node(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess], tmp_path: Path
+) -> None:
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps({"vhosts": [{"name": "from-file"}]}))
+    extra = ServerProcess(tmp_path / "d", (*cluster_args(etcd, "d"), "--definitions", str(path)))
+    extra.start()
+    try:
+        until(lambda: "from-file" in names(nodes["a"], "/api/vhosts"), "a has d's file's vhost")
+        assert extra.stop() == 0
+        # restarted (it has reconciled before: etcd is the truth) with a file that says more
+        path.write_text(json.dumps({"vhosts": [{"name": "from-file"}, {"name": "file-2"}]}))
+        extra.start()
+        until(lambda: "file-2" in names(nodes["b"], "/api/vhosts"), "b has the file's new vhost")
+        assert "file-2" in names(extra, "/api/vhosts")
+    finally:
+        if extra.running:
+            assert extra.stop() == 0, extra.stderr()
 
 
 def test_a_change_fails_with_541_naming_etcd_while_it_is_away(
