@@ -167,6 +167,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             default_password=settings.default_pass,
             default_user_loopback_only=settings.default_user == "guest",
             default_queue_type=settings.default_queue_type,
+            cluster=settings.cluster_etcd is not None,
             queue_window=MemoryWindow(
                 messages=settings.queue_memory_messages, bytes=settings.queue_memory_bytes
             ),
