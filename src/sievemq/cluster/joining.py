@@ -37,6 +37,7 @@ async def join(
     definitions_sync: DefinitionsSync,
     admin: BrokerFacade,
     wait_s: float = JOIN_WAIT_S,
+    advertised: dict[str, Any] | None = None,
 ) -> tuple[Membership, Placement]:
     """Register this node, place its queues, reconcile its definitions with etcd's and
     start watching the others (the returned ``Placement`` is the broker's directory from
@@ -44,9 +45,16 @@ async def join(
     ``NameTaken`` (another live node has the name) or ``EtcdUnavailable`` (no endpoint
     answered for ``wait_s``: an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
-    me = Identity(name, node_id_for(data_dir), cluster_address)
+    me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
     membership = Membership(client, me, ttl_s, stats)
-    placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
+    placement = Placement(
+        client,
+        name,
+        broker,
+        definitions_sync.also_wait,
+        membership.amqp_address,
+        lambda: membership.records,
+    )
     membership.subscribe(QUEUES, placement.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.on_registered_again.append(placement.place_again)
