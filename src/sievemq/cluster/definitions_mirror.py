@@ -217,6 +217,7 @@ class DefinitionsMirror:
         self._drain_buffer(revision)
 
     async def stop(self) -> None:
+        self._started = False  # leaving: what the shutdown changes stays here
         tasks = [*self._tasks, *([self._writer] if self._writer else [])]
         if self._reconciling is not None:
             tasks.append(self._reconciling)
