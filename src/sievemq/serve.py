@@ -161,6 +161,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             default_password=settings.default_pass,
             default_user_loopback_only=settings.default_user == "guest",
             default_queue_type=settings.default_queue_type,
+            cluster=settings.cluster_etcd is not None,
             queue_window=MemoryWindow(
                 messages=settings.queue_memory_messages, bytes=settings.queue_memory_bytes
             ),
@@ -282,6 +283,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             return joined
         membership, placement = joined
         facade.cluster = membership
+        if settings.definitions is not None:
+            # again, through etcd now: the join's reconcile kept the cluster's state, and
+            # the file's objects go to every node (they win, as on a single node)
+            load_definitions(facade, settings.definitions)
     ready = True
     facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
     node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server
@@ -337,6 +342,7 @@ async def _join_cluster(
             node.definitions_sync,
             secret,
             advertised=advertised,
+            admin=facade,
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

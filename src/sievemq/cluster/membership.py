@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,8 @@ class Membership:
         # registered again after losing its lease (the placement records its queues anew)
         self.queue_records: Callable[[], list[dict[str, Any]]] = list
         self.on_registered_again: list[Callable[[], None]] = []
+        # what stops before this node leaves (the definitions mirror's writer and retries)
+        self.on_leave: list[Callable[[], Awaitable[None]]] = []
 
     def subscribe(self, prefix: str, listener: Callable[[list[Event], bool], None]) -> None:
         """Feed ``listener`` the events under ``prefix`` (reset: the whole prefix anew);
@@ -319,6 +321,8 @@ class Membership:
     async def leave(self) -> None:
         """Stop watching and publishing; revoke the lease so the others see us go at once."""
         self._stopping = True
+        for stop in self.on_leave:
+            await stop()
         tasks = [*self._tasks, *([self._rejoining] if self._rejoining else [])]
         for task in tasks:
             task.cancel()

@@ -6,9 +6,10 @@ When a node's definitions store records a new queue, this node writes
 create-if-absent transaction, and the declare-ok waits for etcd's commit (the store's
 ``observer`` and ``DefinitionsSync.also_wait``). A queue deleted on its leader loses its
 record (compare-and-swap on the record's revision). Every node watches the records: a node
-that does not lead a queue answers a declare of it with declare-ok, forwards publishes routed
-to it over the link (``remote_queue``, ``cluster/forwarding.py``), and tells a client that
-consumes, gets or binds through it which node leads it (forwarding those is not built yet).
+that does not lead a queue answers a declare of it with declare-ok, accepts bindings to it
+(they are cluster-wide: ``definitions_mirror``), forwards publishes routed to it over the
+link (``remote_queue``, ``cluster/forwarding.py``), and tells a client that consumes or gets
+through it which node leads it (forwarding those is not built yet).
 
 A queue declared with the ``balanced`` leader locator goes to the live node leading the
 fewest queues: the declaring node writes its record with that node as leader and

@@ -93,6 +93,9 @@ class VirtualHost:
         self._on_change = on_change
         # called with a stream about to be deleted (the broker keeps its counts)
         self.on_deleted: Callable[[Any], None] = lambda q: None
+        # whether another cluster node leads a queue of this name (the broker sets it from
+        # its directory): a binding to such a queue is accepted and routes through it
+        self.elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -323,7 +326,7 @@ class VirtualHost:
         known: Any = self.queues if kind == "queue" else self.exchanges
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
-        if destination not in known:
+        if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
@@ -355,13 +358,16 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> None:
         """queue.unbind or exchange.unbind; an unknown binding is no error (as in RabbitMQ)."""
+        binding = Binding.make(source, kind, destination, routing_key, arguments)
         try:
             self._resolve(kind, destination, source)
         except NotFound:
             # no such exchange or queue: no such binding either, and removing a binding
-            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8)
-            return
-        binding = Binding.make(source, kind, destination, routing_key, arguments)
+            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8); but a
+            # cluster's binding to a queue its leader just deleted is still here: it goes
+            held = self.exchanges.get(source)
+            if held is None or binding not in held.bindings:
+                return
         durable = self.is_durable(binding)
         if self._drop_binding(binding, cascade=True) and durable:
             self._on_change()
