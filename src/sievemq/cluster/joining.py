@@ -34,6 +34,7 @@ async def join(
     broker: Broker,
     definitions_sync: DefinitionsSync,
     wait_s: float = JOIN_WAIT_S,
+    totals: Callable[[], dict[str, Any]] = dict,
 ) -> tuple[Membership, Placement]:
     """Register this node, place its queues and start watching the others (the returned
     ``Placement`` is the broker's directory from then on); raises ``NameTaken`` (another
@@ -41,7 +42,7 @@ async def join(
     an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address)
-    membership = Membership(client, me, ttl_s, stats)
+    membership = Membership(client, me, ttl_s, stats, totals=totals)
     placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
     membership.subscribe(QUEUES, placement.apply)
     membership.queue_records = lambda: list(placement.records.values())
