@@ -15,7 +15,7 @@ from typing import Any
 
 from sievemq.admin_api import shapes
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import ClusterNodeView
+from sievemq.gateway.admin.views import ClusterNodeView, QueueView, StreamView
 
 # the parts of the overview that add up over nodes; exchanges are definitions (the same on
 # every node once definitions go through etcd), so the overview keeps its own node's count
@@ -44,12 +44,15 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
     """This node's summable overview and its durable queues' figures, for its etcd record."""
     streams = list(f.iter_streams())
     shown = shapes.overview(f.overview(streams), [])
-    queues: list[dict[str, Any]] = [shapes.queue(v, [], f.node_name, False) for v in streams]
-    queues += [shapes.classic_queue(q, f.node_name) for q in f.iter_queues()]
-    kept = sorted(
-        (q for q in queues if q["durable"] and not q["exclusive"]),
-        key=lambda q: (q["vhost"], q["name"]),
-    )[:MAX_PUBLISHED_QUEUES]
+    # only the queues etcd records (durable, not exclusive), the first by name shaped
+    views: list[StreamView | QueueView] = [*streams, *f.iter_queues()]
+    views = sorted((v for v in views if v.durable and not v.exclusive), key=_by_name)
+    kept = [
+        shapes.queue(v, [], f.node_name, False)
+        if isinstance(v, StreamView)
+        else shapes.classic_queue(v, f.node_name)
+        for v in views[:MAX_PUBLISHED_QUEUES]
+    ]
     return {
         "overview": {
             **{k: shown[k] for k in SUMMED},
@@ -59,6 +62,10 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
             [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
         ],
     }
+
+
+def _by_name(v: StreamView | QueueView) -> tuple[str, str]:
+    return (v.vhost, v.name)
 
 
 def cluster_overview(shown: dict[str, Any], nodes: list[ClusterNodeView]) -> dict[str, Any]:
