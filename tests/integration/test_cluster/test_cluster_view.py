@@ -88,6 +88,13 @@ def test_a_queue_led_elsewhere_shows_its_leaders_figures(
     assert remote["sievemq"]["figures_age_ms"] >= 0
     local = {q["name"]: q for q in get(v1, "/api/queues")}["view-remote"]
     assert local["messages"] == 3 and "figures_age_ms" not in local.get("sievemq", {})
+    # the dashboard's paged list (sorted by name) and the queue's own page show it too
+    page = get(v2, "/api/queues?page=1&page_size=100&sort=name&name=view-remote")
+    assert [(q["name"], q["node"], q["messages"]) for q in page["items"]] == [
+        ("view-remote", "v1", 3)
+    ]
+    one = get(v2, "/api/queues/%2F/view-remote")
+    assert (one["leader"], one["messages"]) == ("v1", 3)
 
 
 def test_every_series_names_its_node(nodes: dict[str, ServerProcess]) -> None:

@@ -62,6 +62,12 @@ def _keys(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[str, 
     keys = [
         {"vhost": v, "name": n, "stream": s} for v, n, s in f.queue_keys(vhost) if who.may_see(v)
     ]
+    if f.cluster is not None:  # the queues other nodes lead, shaped from their records
+        keys += [
+            {"vhost": q.vhost, "name": q.name, "remote": q}
+            for q in f.cluster.remote_queues(vhost)
+            if who.may_see(q.vhost)
+        ]
     keys.sort(key=lambda k: (k["vhost"], k["name"]))
     return keys
 
@@ -71,6 +77,9 @@ def _expanded(f: BrokerFacade, keys: list[dict[str, Any]]) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     for k in keys:
         v, q = k["vhost"], k["name"]
+        if "remote" in k:
+            out.append(shapes.remote_queue(k["remote"]))
+            continue
         try:
             if k["stream"]:
                 out.append(
@@ -110,7 +119,13 @@ async def get_queue(f: Facade, vhost: str, queue: str, who: User) -> dict[str, A
     v, q = name(vhost), name(queue)
     require_vhost(who, v)
     if not f.stream_exists(v, q):
-        view_q = f.get_queue(v, q)
+        try:
+            view_q = f.get_queue(v, q)
+        except NotFound:
+            remote = [r for r in f.cluster.remote_queues(v) if r.name == q] if f.cluster else []
+            if not remote:
+                raise
+            return shapes.remote_queue(remote[0])  # led by another node: its record
         return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
     return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
