@@ -95,6 +95,9 @@ def test_a_queue_led_elsewhere_shows_its_leaders_figures(
     ]
     one = get(v2, "/api/queues/%2F/view-remote")
     assert (one["leader"], one["messages"]) == ("v1", 3)
+    assert isinstance(get(v2, "/api/queues/%2F/view-remote/bindings"), list)  # no 404
+    missing = httpx.get(v2.admin_url + "/api/queues/%2F/nowhere", auth=("guest", "guest"))
+    assert missing.status_code == 404
 
 
 def test_every_series_names_its_node(nodes: dict[str, ServerProcess]) -> None:
