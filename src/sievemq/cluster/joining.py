@@ -34,6 +34,7 @@ async def join(
     broker: Broker,
     definitions_sync: DefinitionsSync,
     wait_s: float = JOIN_WAIT_S,
+    advertised: dict[str, Any] | None = None,
     totals: Callable[[], dict[str, Any]] = dict,
 ) -> tuple[Membership, Placement]:
     """Register this node, place its queues and start watching the others (the returned
@@ -41,9 +42,16 @@ async def join(
     live node has the name) or ``EtcdUnavailable`` (no endpoint answered for ``wait_s``:
     an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
-    me = Identity(name, node_id_for(data_dir), cluster_address)
+    me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
     membership = Membership(client, me, ttl_s, stats, totals=totals)
-    placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
+    placement = Placement(
+        client,
+        name,
+        broker,
+        definitions_sync.also_wait,
+        membership.amqp_address,
+        lambda: membership.records,
+    )
     membership.subscribe(QUEUES, placement.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.on_registered_again.append(placement.place_again)

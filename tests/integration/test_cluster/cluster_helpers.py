@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pika
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
@@ -68,3 +69,25 @@ def started_nodes(
         for proc in procs.values():
             if proc.running:
                 assert proc.stop() == 0, proc.stderr()
+
+
+OPEN: list[pika.BlockingConnection] = []  # closed after each test (conftest)
+
+
+def channel(node: ServerProcess) -> Any:
+    """A pika channel on ``node`` (its connection closed after the test)."""
+    conn = pika.BlockingConnection(pika.URLParameters(node.url))
+    OPEN.append(conn)
+    return conn.channel()
+
+
+def close_open() -> None:
+    while OPEN:
+        conn = OPEN.pop()
+        if conn.is_open:
+            conn.close()
+
+
+def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
+    """``node``'s /api/queues by queue name."""
+    return {q["name"]: q for q in get(node, "/api/queues")}

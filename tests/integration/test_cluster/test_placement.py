@@ -8,16 +8,14 @@ names the leader when a client consumes through it (forwarding is not built yet)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import get, started_nodes, until
+from .cluster_helpers import channel, queues, started_nodes, until
 
 STREAM = {"x-queue-type": "stream"}
 
@@ -28,28 +26,6 @@ def nodes(
 ) -> Iterator[dict[str, ServerProcess]]:
     with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
         yield procs
-
-
-OPEN: list[pika.BlockingConnection] = []
-
-
-def channel(node: ServerProcess) -> Any:
-    conn = pika.BlockingConnection(pika.URLParameters(node.url))
-    OPEN.append(conn)
-    return conn.channel()
-
-
-@pytest.fixture(autouse=True)
-def _close_connections() -> Iterator[None]:
-    yield
-    while OPEN:
-        conn = OPEN.pop()
-        if conn.is_open:
-            conn.close()
-
-
-def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
-    return {q["name"]: q for q in get(node, "/api/queues")}
 
 
 def test_a_queue_is_led_by_the_node_that_declared_it(nodes: dict[str, ServerProcess]) -> None:

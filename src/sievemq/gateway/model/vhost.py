@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.exchanges import (
@@ -212,6 +213,24 @@ class VirtualHost:
         queue = self._create_queue(name, stream_args)
         self._on_change()
         return queue, queue.message_count, queue.consumer_count
+
+    def validate_new_queue(
+        self, name: str, kind: str, durable: bool, exclusive: bool, arguments: dict[str, Any]
+    ) -> None:
+        """The checks a declare of a new queue of ``kind`` makes (406 with their texts),
+        making nothing: a cluster checks a queue it places on another node first."""
+        if kind in ("classic", "quorum"):
+            validate_declare(
+                "quorum" if kind == "quorum" else "classic",
+                name,
+                self.name,
+                durable,
+                exclusive,
+                False,
+                arguments,
+            )
+        else:
+            validate_stream_declare(name, self.name, durable, exclusive, False, arguments)
 
     def check_queue_limit(self, name: str) -> None:
         """A new queue past the vhost's max-queues: 406 with RabbitMQ's text."""
