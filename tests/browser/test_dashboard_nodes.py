@@ -1,6 +1,7 @@
 """The dashboard's Nodes page in chromium (Playwright) against a real two-node cluster (a real
 etcd, two `sievemq serve` processes): both nodes listed running with their descriptors,
-memory, disk, uptime and the queues each leads; a stopped node is shown stopped."""
+memory, disk, uptime and the queues each leads; the overview totals both and names them; the
+queue list names each queue's node; a stopped node is shown stopped."""
 
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ def test_the_nodes_page_lists_every_node_of_the_cluster(
     expect(second.nth(4)).to_contain_text("iB / ")
     expect(second.nth(6)).to_have_text(re.compile(r"^\d+[smhd]"))
     expect(first.nth(7)).to_have_text("0")
+    # the overview's totals are the cluster's, and say whose (web2's part as published)
+    page.click("#nav a[data-page=overview]")
+    expect(page.locator("#totals-from")).to_contain_text("Totals of 2 nodes: web1 live, web2 ")
+    expect(page.locator('#totals .tile[data-key="queues"] .v')).to_have_text("2")
     # the queue list names each queue's node in a cluster (a single node has no such column)
     page.click("#nav a[data-page=queues]")
     row = page.locator("#queues tbody tr").filter(has_text="n-orders")
