@@ -41,6 +41,7 @@ async def join(
     admin: BrokerFacade,
     wait_s: float = JOIN_WAIT_S,
     advertised: dict[str, Any] | None = None,
+    totals: Callable[[], dict[str, Any]] = dict,
 ) -> tuple[Membership, Placement]:
     """Register this node, learn the cluster secret (the link's login: ``secret`` is what
     the cluster port checks), place its queues, reconcile its definitions with etcd's and
@@ -51,7 +52,7 @@ async def join(
     nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
-    membership = Membership(client, me, ttl_s, stats)
+    membership = Membership(client, me, ttl_s, stats, totals=totals)
     placement = Placement(
         client,
         name,
