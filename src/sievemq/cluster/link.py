@@ -190,7 +190,9 @@ class LinkConnection(asyncio.Protocol):
             del self.channels[channel.number]
             if not self.failed:
                 self._closing_numbers.add(channel.number)
-                self.send(codec.encode_method(channel.number, spec.Channel.Close(200, "closed")))
+                self.send(
+                    codec.encode_method(channel.number, spec.Channel.Close(200, "closed", 0, 0))
+                )
 
     def _fail_channel(self, channel: LinkChannel, code: int, text: str) -> None:
         if channel.closed:

@@ -41,7 +41,13 @@ from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
 from .cluster_helpers import cluster_args, get, running, started_nodes, until
-from .fault_load import Publisher, check_nothing_confirmed_lost, declare, wait_for_progress
+from .fault_load import (
+    Publisher,
+    check_nothing_confirmed_lost,
+    declare,
+    read_back,
+    wait_for_progress,
+)
 
 NAMES = ("a", "b", "c")
 ROUNDS = int(os.environ.get("SIEVEMQ_CLUSTER_FAULT_ROUNDS", "1"))
@@ -247,6 +253,40 @@ def test_a_node_frozen_past_the_ttl_is_listed_stopped_and_registers_again_withou
             gap = max(p.longest_gap(start, time.monotonic()) for p in others)
             report("longest_confirm_gap_s_other_nodes", gap, fault="node SIGSTOP", round=round_)
             assert queues(nodes["a"])["ns-c-stream"]["online"] == ["c"]
+
+
+def publish_through(node: ServerProcess, queue: str, count: int) -> list[int]:
+    """``count`` publishes with confirms (mandatory) through ``node``; the numbers sent."""
+    conn = pika.BlockingConnection(pika.URLParameters(node.url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for seq in range(count):
+            ch.basic_publish("", queue, f"{queue}:{seq}".encode(), mandatory=True)
+    finally:
+        conn.close()
+    return list(range(count))
+
+
+def test_a_stream_deleted_on_its_leader_after_forwarded_publishes_leaves_the_others_learning(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Deleting a stream that another node forwarded publishes to retires that node's link
+    channel: it must go on following etcd (it once stopped learning of new queues)."""
+    a, b = nodes["a"], nodes["b"]
+    declare(a, "fd-1", "stream")
+    until(lambda: queues(b).get("fd-1"), "b lists a's stream")
+    sent = publish_through(b, "fd-1", 10)
+    assert read_back(a, "fd-1", "stream", sent) == set(sent)
+    conn = pika.BlockingConnection(pika.URLParameters(a.url))
+    conn.channel().queue_delete("fd-1")
+    conn.close()
+    until(lambda: "fd-1" not in queues(b), "b forgets the deleted stream")
+    declare(a, "fd-2", "stream")
+    until(lambda: queues(b).get("fd-2"), "b learns of a's next stream")
+    sent = publish_through(b, "fd-2", 10)
+    assert read_back(a, "fd-2", "stream", sent) == set(sent)
+    assert "Traceback" not in b.stderr(), b.stderr()
 
 
 # ---------------------------------------------------------------- a clock that jumps
