@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 from sievemq.cluster.coordination import (
@@ -36,11 +36,18 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import encode_value
+from sievemq.gateway.model.directory import LinkChannel, LinkReceiver
 from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 
 log = logging.getLogger("sievemq.cluster")
 
 QUEUES = ROOT + "queues/"
+
+
+class Links(Protocol):
+    """The inter-node link's channels (``cluster.link.Links``)."""
+
+    def open_channel(self, node: str, vhost: str, receiver: Any) -> LinkChannel: ...
 
 
 class _NoAnswer(Exception):
@@ -73,6 +80,7 @@ class Placement:
         self._also_wait = also_wait
         self._addresses = addresses  # a node's AMQP address, from its published record
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
+        self.links: Links | None = None  # the inter-node link, once this node joined
         self._tasks: set[asyncio.Future[None]] = set()
 
     # ---------------------------------------------------------------- the directory
@@ -88,9 +96,16 @@ class Placement:
         address = self._addresses(leader)
         at = f" (amqp {address})" if address else ""
         return (
-            f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; using "
-            f"it through node '{self.me}' is not built yet: connect to '{leader}'"
+            f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; "
+            f"binding it through node '{self.me}' is not built yet: bind it through '{leader}'"
         )
+
+    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+        """A channel on the link to the queue's leader (consume, get, ack... through this
+        node: ``gateway.session.remote``)."""
+        assert self.links is not None, "the link is made when the node joins"
+        leader = self.leader_elsewhere(vhost, name) or ""
+        return self.links.open_channel(leader, vhost, receiver)
 
     # ---------------------------------------------------------------- watching
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pika
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
@@ -68,3 +69,29 @@ def started_nodes(
         for proc in procs.values():
             if proc.running:
                 assert proc.stop() == 0, proc.stderr()
+
+
+class Clients:
+    """The pika connections a test opens (``clients`` fixture): closed after it."""
+
+    def __init__(self) -> None:
+        self.open: list[pika.BlockingConnection] = []
+
+    def connect(self, node: ServerProcess, params: pika.URLParameters | None = None) -> Any:
+        conn = pika.BlockingConnection(params or pika.URLParameters(node.url))
+        self.open.append(conn)
+        return conn
+
+    def channel(self, node: ServerProcess) -> Any:
+        return self.connect(node).channel()
+
+    def close(self) -> None:
+        while self.open:
+            conn = self.open.pop()
+            if conn.is_open:
+                conn.close()
+
+
+def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
+    """Queue name -> its entry in ``node``'s /api/queues."""
+    return {q["name"]: q for q in get(node, "/api/queues")}

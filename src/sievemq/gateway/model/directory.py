@@ -1,13 +1,51 @@
-"""Where a queue lives: the question the model asks of a cluster (Protocol only).
+"""Where a queue lives, and how a session reaches it: what the model asks of a cluster.
 
 A single node has no directory (``Broker.directory`` is None) and every queue is its own. In
-a cluster (``sievemq.cluster.placement``) a queue is led by the node that declared it; a node
-that does not lead it knows it exists and says clearly where it is.
+a cluster (``sievemq.cluster``) a queue is led by the node that declared it; a node that does
+not lead it knows it exists and reaches it through the inter-node link: a session opens a
+``LinkChannel`` to the leader (an AMQP channel on the link, served there by the leader's
+ordinary session code), writes the client's methods there as frames and relays what comes
+back, so a consumer, a get, an ack or a purge through any node works as on the leader.
+Protocols only: the gateway never imports ``sievemq.cluster``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class LinkChannel(Protocol):
+    """One open channel of the link to a queue's leader (``cluster.link.LinkChannel``)."""
+
+    @property
+    def number(self) -> int:
+        """Its channel number on the link: the frames written to it carry it."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Whole encoded frames for this channel, sent after what was written before."""
+        ...
+
+    def close(self) -> None:
+        """channel.close on the link (the leader requeues what the channel had unacked);
+        nothing more is handed to the receiver."""
+        ...
+
+
+class LinkReceiver(Protocol):
+    """What a session gives the link for one link channel: the frames the leader sends on
+    it, and its end."""
+
+    def link_frames(self, channel: LinkChannel, got: list[tuple[int, bytes]]) -> None:
+        """The frames (type, payload) the leader sent on the channel in one read, in order
+        (channel.open-ok and channel.close are the link's own)."""
+        ...
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        """The channel is gone: the leader closed it (its reply code and text), or the link
+        dropped (code 0 and why). What it had unacked is the leader's to requeue."""
+        ...
 
 
 class QueueDirectory(Protocol):
@@ -16,6 +54,23 @@ class QueueDirectory(Protocol):
         ...
 
     def not_here(self, vhost: str, name: str) -> str:
-        """What a client is told when it uses the queue through a node that does not lead
-        it (the leader and how to reach it; what is not built yet)."""
+        """What a client is told when it uses the queue through a node that cannot reach
+        it (the leader, how to reach it, why)."""
         ...
+
+    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+        """A new channel on the link to the leader of the queue (frames may be written at
+        once: they follow the channel.open); a leader that cannot be reached closes it
+        (``link_closed`` with code 0, on a later loop turn)."""
+        ...
+
+
+@dataclass(eq=False)
+class LeaderQueue:
+    """A queue another node leads, as the consumers of one session hold it (their
+    ``queue``): its name, its leader, and this session's consumers of it."""
+
+    vhost: str
+    name: str
+    leader: str
+    consumers: set[Any] = field(default_factory=set)
