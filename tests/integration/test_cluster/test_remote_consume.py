@@ -101,7 +101,9 @@ def test_a_named_stream_consumer_through_b_resumes_where_it_left(
     first = consume_expected(ch, "ledger", 10, args)
     assert [body for _, _, body in first] == bodies
     publish(on_a, "ledger", [b"l10", b"l11"], [{}, {}])
-    again = consume_expected(connect(clients, nodes["b"]).channel(), "ledger", 2, args)
+    ch = connect(clients, nodes["b"]).channel()
+    ch.basic_qos(prefetch_count=5)
+    again = consume_expected(ch, "ledger", 2, {"x-stream-consumer-name": "audit"})
     assert [body for _, _, body in again] == [b"l10", b"l11"]
 
 
@@ -225,16 +227,17 @@ def test_kombu_and_aio_pika_consume_through_b(
     nodes: dict[str, ServerProcess], clients: Clients
 ) -> None:
     on_a = declared_on_a(clients, nodes, "mixed")
-    publish(on_a, "mixed", [b"k1", b"k2", b"k3"], [{}] * 3)
+    publish(on_a, "mixed", [b"k1", b"k2", b"k3", b"k4"], [{}] * 4)
     b = nodes["b"]
     with kombu.Connection(f"amqp://guest:guest@{b.host}:{b.amqp_port}//") as conn:
         queue = kombu.Queue("mixed", durable=True, no_declare=True)
         got: list[bytes] = []
-        with conn.Consumer(queue, callbacks=[lambda body, msg: (got.append(body), msg.ack())]):
+        callbacks = [lambda _body, msg: (got.append(msg.body), msg.ack())]
+        with conn.Consumer(queue, callbacks=callbacks, prefetch_count=1):
             deadline = time.monotonic() + 20
             while len(got) < 2 and time.monotonic() < deadline:
                 conn.drain_events(timeout=5)
-    assert got[:2] == [b"k1", b"k2"]
+    assert got == [b"k1", b"k2"]
 
     async def aio() -> bytes:
         url = f"amqp://guest:guest@{b.host}:{b.amqp_port}/"
@@ -248,8 +251,8 @@ def test_kombu_and_aio_pika_consume_through_b(
                     return message.body
         raise AssertionError("no message")
 
-    rest = asyncio.run(asyncio.wait_for(aio(), 30))
-    assert rest in (b"k3", b"k1", b"k2")  # kombu may have had one more in flight (requeued)
+    # k3 may have been in flight to kombu when it left: requeued at its place on a
+    assert asyncio.run(asyncio.wait_for(aio(), 30)) == b"k3"
 
 
 # ---------------------------------------------------------------------------- the leader dies
@@ -272,11 +275,8 @@ def test_the_leader_killed_under_a_consumer_through_b(
     ch.basic_consume("orders", lambda _c, m, _p, body: got.append((m, body)))
     until(lambda: conn.process_data_events(0.1) or len(got) >= 4, "four deliveries")
     ch.basic_ack(got[1][0].delivery_tag, multiple=True)  # o0, o1 acked; o2, o3 not
-    until(
-        lambda: (queue_on(a, "orders") or {}).get("messages_unacknowledged") == 2,
-        "a has the acks",
-    )
-    # (two more may be in flight meanwhile: the window refilled after the acks)
+    # (the window refills after the acks: o4 and o5 go out unacked too)
+    until(lambda: (queue_on(a, "orders") or {}).get("messages") == 4, "a has the acks")
     a.kill()
     until(lambda: conn.process_data_events(0.1) or cancelled, "the consumer is cancelled")
     assert ch.is_open  # pika asked for consumer_cancel_notify: a cancel, not a close
@@ -302,13 +302,12 @@ def test_without_cancel_notify_the_channel_is_closed_naming_the_node(
     params.client_properties = {"capabilities": {"basic.nack": True}}  # no cancel notify
     conn = clients.connect(b, params)
     ch = conn.channel()
-    closed: list[Any] = []
-    ch.add_on_close_callback(lambda _ch, reason: closed.append(reason))
     ch.basic_consume("plain", lambda *a: None)
     conn.process_data_events(0.3)
     a.kill()
-    until(lambda: conn.process_data_events(0.1) or closed, "the channel is closed")
-    reason = closed[0]
-    assert reason.reply_code == 404
-    assert "cluster node 'a'" in reason.reply_text and "plain" in reason.reply_text
+    with pytest.raises(ChannelClosedByBroker) as closed:
+        ch.start_consuming()  # returns only when the channel closes
+    assert closed.value.reply_code == 404
+    text = closed.value.reply_text
+    assert "cluster node 'a'" in text and "'plain'" in text, text
     a.restart()

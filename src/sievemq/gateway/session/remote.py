@@ -41,6 +41,7 @@ from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
 
 _HEAD = struct.Struct(">BHI")
+_END_HEAD = struct.Struct(">BBHI")  # the frame end of the frame before, this one's header
 _Q = struct.Struct(">Q")
 _HH = struct.Struct(">HH")
 _END = b"\xce"
@@ -306,8 +307,11 @@ class RemoteConsumer(LinkUser):
         self.no_ack = no_ack
         self.active = True
         self.delivered = 0
-        self._tag_at = 5 + len(tag.encode("utf-8"))  # basic.deliver: ids, the tag shortstr
-        self._dropping = False  # the content of a delivery that came after a cancel
+        ctag = hotcodec.encode_shortstr(tag)
+        self._tag_at = 4 + len(ctag)  # basic.deliver: class and method ids, consumer tag
+        # the frame end before, the frame header, the method's ids and consumer tag, the tag
+        self._deliver_head = struct.Struct(f">BBHI{self._tag_at}sQ")
+        self._deliver_prefix = _DELIVER + ctag
         self._cancel_sent = False
         self._nowait = False
 
@@ -333,35 +337,78 @@ class RemoteConsumer(LinkUser):
     # ---------------------------------------------------------------- the link's frames
 
     def link_frames(self, link: LinkChannel, frames: list[tuple[int, bytes]]) -> None:
-        """HOT PATH: relay one read's frames of this consumer's link channel."""
+        """HOT PATH: relay one read's frames of this consumer's link channel as ONE write.
+
+        Per frame one struct pack: the frame-end octet of the frame before, and this
+        frame's header for the client's channel (a delivery's also carries the method's
+        ids, the consumer tag and the client's delivery tag); the payloads pass as bytes."""
         channel = self.channel
+        if not self.active or channel.closing:
+            return self._after_cancel(frames)
         chid = channel.id
         limit = channel.connection.frame_max - 8
+        frame_head = _END_HEAD.pack
+        deliver_head = self._deliver_head.pack
+        prefix = self._deliver_prefix
+        link_tag = _Q.unpack_from
+        at = self._tag_at
+        rest = at + 8
+        owed = self.out
+        unacked = channel.unacked
+        track = not self.no_ack
+        tag = first = channel.next_delivery_tag
         out: list[bytes] = []
-        try:
-            for ftype, payload in frames:
-                if ftype == 1:
-                    if payload[:4] != _DELIVER:
-                        if out:
-                            channel.connection.write_joined(b"".join(out))
-                            out = []
-                        self._method(payload)
-                        continue
-                    at = self._tag_at
+        for ftype, payload in frames:
+            size = len(payload)
+            if ftype == 1:
+                if payload[:4] != _DELIVER:
+                    channel.next_delivery_tag = tag
+                    self._write(out)
+                    out = []
+                    self._method(payload)
                     if not self.active or channel.closing:
-                        self._dropping = True  # after a cancel: back to the queue
-                        self.settle(_Q.unpack_from(payload, at)[0], False, False, METHOD_NACK)
-                        continue
-                    self._dropping = False
-                    self.retag(out, payload, at, self.no_ack)
-                    self.delivered += 1
-                elif not self._dropping:
-                    _reframe(out, ftype, chid, payload, limit)
-        except hotcodec.HeaderTooLarge as error:
-            channel.close_by_server(errors.PreconditionFailed(f"consumer {self.tag}: {error}"))
-            return
+                        return None
+                    tag = channel.next_delivery_tag
+                    continue
+                if track:
+                    owed[tag] = link_tag(payload, at)[0]
+                    unacked[tag] = self
+                out += (deliver_head(0xCE, 1, chid, size, prefix, tag), payload[rest:])
+                tag += 1
+            elif size <= limit:
+                out += (frame_head(0xCE, ftype, chid, size), payload)
+            elif ftype == 3:  # a body larger than the client's frame_max: split
+                for begin in range(0, size, limit):
+                    piece = payload[begin : begin + limit]
+                    out += (frame_head(0xCE, 3, chid, len(piece)), piece)
+            else:
+                channel.next_delivery_tag = tag
+                error = hotcodec.HeaderTooLarge(size + 8, limit + 8)
+                channel.close_by_server(errors.PreconditionFailed(f"consumer {self.tag}: {error}"))
+                return None
+        channel.next_delivery_tag = tag
+        self.delivered += tag - first
+        self._write(out)
+        return None
+
+    def _write(self, out: list[bytes]) -> None:
+        """The pieces of whole frames, each header led by the frame end of the one before:
+        the first's is dropped, the last frame's added."""
         if out:
-            channel.connection.write_joined(b"".join(out))
+            out[0] = out[0][1:]
+            out.append(_END)
+            self.channel.connection.write_joined(b"".join(out))
+
+    def _after_cancel(self, frames: list[tuple[int, bytes]]) -> None:
+        """Deliveries that crossed the client's cancel (or channel close): back to the
+        queue, never shown; the leader's answers are still read."""
+        for ftype, payload in frames:
+            if ftype != 1:
+                continue
+            if payload[:4] == _DELIVER:
+                self.settle(_Q.unpack_from(payload, self._tag_at)[0], False, False, METHOD_NACK)
+            else:
+                self._method(payload)
 
     def _method(self, payload: bytes) -> None:
         method = hotcodec.method_id(payload)
