@@ -38,6 +38,7 @@ from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.session.peer import PeerConnection
 from sievemq.gateway.streamproto_session.connection import StreamConnection
 from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.settings import Settings
@@ -109,8 +110,9 @@ def alarms_from(settings: Settings) -> ResourceAlarms:
     )
 
 
-def protocol_factory(node: Node) -> AMQPProtocol:
-    conn = Connection(node)
+def protocol_factory(node: Node, conn: Connection | None = None) -> AMQPProtocol:
+    """A client socket's protocol (``conn``: another kind of session, e.g. a cluster link)."""
+    conn = Connection(node) if conn is None else conn
     limits = node.limits
     protocol = AMQPProtocol(
         conn,
@@ -141,14 +143,6 @@ def ready_line(
     fields.append(f"admin={admin}")
     fields += [f"node={cluster[0]}", f"cluster={cluster[1]}"] if cluster is not None else []
     return " ".join(["sievemq ready", *fields])
-
-
-class _NoLinkYet(asyncio.Protocol):
-    """The inter-node port is reserved and announced, but the link is not built yet: a
-    connection is closed at once (docs/cluster.md)."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
 
 
 async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundListeners) -> int:
@@ -261,13 +255,20 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     membership: Any = None
     placement: Any = None
     if settings.cluster_etcd is not None and settings.node_name is not None:
-        cluster_servers, cluster_port = await serve_on(_NoLinkYet, bound.cluster)
+        from sievemq.cluster.secret import ClusterSecret
+
+        # the inter-node link (cluster/link.py): AMQP from the other nodes, logged in with
+        # the cluster secret, served by this node's session code (gateway/session/peer.py)
+        secret = ClusterSecret()
+        cluster_servers, cluster_port = await serve_on(
+            lambda: protocol_factory(node, PeerConnection(node, secret.get)), bound.cluster
+        )
         servers.extend(cluster_servers)
         cluster = (
             settings.node_name,
             f"{settings.advertise_host or settings.amqp_host}:{cluster_port}",
         )
-        joined = await _join_cluster(settings, cluster[1], facade, node)
+        joined = await _join_cluster(settings, cluster[1], facade, node, secret)
         if isinstance(joined, int):
             await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
             admin.should_exit = True
@@ -303,7 +304,9 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     return 0
 
 
-async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade, node: Node) -> Any:
+async def _join_cluster(
+    settings: Settings, address: str, facade: BrokerFacade, node: Node, secret: Any
+) -> Any:
     """Join the cluster (its Membership and Placement), or the exit status when this node
     may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
     from sievemq.admin_api.rabbit.nodes import node_info
@@ -322,6 +325,7 @@ async def _join_cluster(settings: Settings, address: str, facade: BrokerFacade, 
             lambda: node_info(facade),
             node.broker,
             node.definitions_sync,
+            secret,
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
+from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 
@@ -33,23 +35,29 @@ async def join(
     stats: Callable[[], dict[str, Any]],
     broker: Broker,
     definitions_sync: DefinitionsSync,
+    secret: ClusterSecret,
     wait_s: float = JOIN_WAIT_S,
 ) -> tuple[Membership, Placement]:
-    """Register this node, place its queues and start watching the others (the returned
-    ``Placement`` is the broker's directory from then on); raises ``NameTaken`` (another
-    live node has the name) or ``EtcdUnavailable`` (no endpoint answered for ``wait_s``:
-    an etcd started beside the nodes may need a moment)."""
+    """Register this node, learn the cluster secret (the link's login: ``secret`` is what
+    the cluster port checks), place its queues and start watching the others (the returned
+    ``Placement`` is the broker's directory from then on, and forwards publishes over the
+    link); raises ``NameTaken`` (another live node has the name) or ``EtcdUnavailable`` (no
+    endpoint answered for ``wait_s``: an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address)
     membership = Membership(client, me, ttl_s, stats)
     placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
+    placement.links = Links(name, secret.get, membership.cluster_address)
     membership.subscribe(QUEUES, placement.apply)
+    membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.on_registered_again.append(placement.place_again)
+    membership.on_registered_again.append(secret.restore)
     deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
+                await secret.ensure(client)
                 await membership.join()
                 await placement.place_local_queues()
                 # from now on a queue stored here is recorded in etcd before its declare-ok

@@ -267,6 +267,11 @@ class Membership:
         elif kv.key == CLUSTER_NAME:
             self.cluster_name = kv.value.decode()
 
+    def cluster_address(self, name: str) -> str | None:
+        """A live node's inter-node listener (HOST:PORT) as it registered it, or None."""
+        address = self.records.get(name, {}).get("cluster")
+        return str(address) if address else None
+
     def amqp_address(self, name: str) -> str | None:
         """A live node's AMQP listener as it published it (HOST:PORT), or None."""
         for listener in self.records.get(name, {}).get("stats", {}).get("listeners", []):

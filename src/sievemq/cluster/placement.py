@@ -6,8 +6,11 @@ When a node's definitions store records a new queue, this node writes
 create-if-absent transaction, and the declare-ok waits for etcd's commit (the store's
 ``observer`` and ``DefinitionsSync.also_wait``). A queue deleted on its leader loses its
 record (compare-and-swap on the record's revision). Every node watches the records: a node
-that does not lead a queue answers a declare of it with declare-ok, and tells a client that
-consumes, gets or binds through it which node leads it, since forwarding is not built yet.
+that does not lead a queue answers a declare of it with declare-ok, forwards publishes routed
+to it over the link (``remote_queue``, ``cluster/forwarding.py``), opens link channels to
+its leader for consumers, gets, acks, purges and deletes through this node (``open_link``,
+``gateway/session/remote.py``), and tells a client that binds it through this node which
+node leads it (bindings are per node yet).
 
 The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
 epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
@@ -19,7 +22,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, unquote
 
 from sievemq.cluster.coordination import (
@@ -33,6 +36,8 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
+from sievemq.cluster.forwarding import ForwardedQueue
+from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import encode_value
@@ -42,12 +47,6 @@ from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 log = logging.getLogger("sievemq.cluster")
 
 QUEUES = ROOT + "queues/"
-
-
-class Links(Protocol):
-    """The inter-node link's channels (``cluster.link.Links``)."""
-
-    def open_channel(self, node: str, vhost: str, receiver: Any) -> LinkChannel: ...
 
 
 class _NoAnswer(Exception):
@@ -80,8 +79,10 @@ class Placement:
         self._also_wait = also_wait
         self._addresses = addresses  # a node's AMQP address, from its published record
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
-        self.links: Links | None = None  # the inter-node link, once this node joined
         self._tasks: set[asyncio.Future[None]] = set()
+        # publishes to queues other nodes lead go over the link (set at join)
+        self.links: Links | None = None
+        self._forwarded: dict[tuple[str, str], ForwardedQueue] = {}
 
     # ---------------------------------------------------------------- the directory
 
@@ -107,6 +108,24 @@ class Placement:
         leader = self.leader_elsewhere(vhost, name) or ""
         return self.links.open_channel(leader, vhost, receiver)
 
+    def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
+        """The queue as publishes through this node see it when another node leads it."""
+        forwarded = self._forwarded.get((vhost, name))
+        if forwarded is not None:
+            return forwarded
+        leader = self.leader_elsewhere(vhost, name)
+        if leader is None or self.links is None:
+            return None
+        forwarded = self._forwarded[(vhost, name)] = ForwardedQueue(self.links, vhost, name, leader)
+        return forwarded
+
+    def _forget_forwarded(self, queue: tuple[str, str]) -> None:
+        """The record changed or went: the next publish asks anew (the old forwarded queue
+        closes its link channel once its publishes are answered)."""
+        forwarded = self._forwarded.pop(queue, None)
+        if forwarded is not None:
+            forwarded.retire()
+
     # ---------------------------------------------------------------- watching
 
     def apply(self, events: list[Event], reset: bool) -> None:
@@ -119,6 +138,7 @@ class Placement:
                 continue
             if event.kind == "delete":
                 self.records.pop(queue, None)
+                self._forget_forwarded(queue)
                 continue
             try:
                 record = json.loads(event.kv.value)
@@ -126,6 +146,12 @@ class Placement:
                 continue
             if isinstance(record, dict):
                 self.records[queue] = {**record, "mod_revision": event.kv.mod_revision}
+                forwarded = self._forwarded.get(queue)
+                if forwarded is not None and forwarded.leader != record.get("leader"):
+                    self._forget_forwarded(queue)
+        if reset:
+            for queue in [q for q in self._forwarded if q not in self.records]:
+                self._forget_forwarded(queue)
 
     # ---------------------------------------------------------------- this node's queues
 
@@ -246,3 +272,8 @@ class Placement:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        for forwarded in self._forwarded.values():
+            forwarded.close()
+        self._forwarded.clear()
+        if self.links is not None:
+            await self.links.close()

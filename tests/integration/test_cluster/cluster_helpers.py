@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,7 +73,7 @@ def started_nodes(
 
 
 class Clients:
-    """The pika connections a test opens (``clients`` fixture): closed after it."""
+    """The pika connections of one test, closed after it (a node it used may be killed)."""
 
     def __init__(self) -> None:
         self.open: list[pika.BlockingConnection] = []
@@ -82,14 +83,18 @@ class Clients:
         self.open.append(conn)
         return conn
 
-    def channel(self, node: ServerProcess) -> Any:
-        return self.connect(node).channel()
+    def channel(self, node: ServerProcess, confirm: bool = False) -> Any:
+        channel = self.connect(node).channel()
+        if confirm:
+            channel.confirm_delivery()
+        return channel
 
-    def close(self) -> None:
+    def close_all(self) -> None:
         while self.open:
             conn = self.open.pop()
             if conn.is_open:
-                conn.close()
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    conn.close()
 
 
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:

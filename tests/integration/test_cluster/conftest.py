@@ -21,9 +21,9 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
 @pytest.fixture
 def clients() -> Iterator[Clients]:
     """pika connections to the nodes, closed after the test."""
-    opened = Clients()
-    yield opened
-    opened.close()
+    made = Clients()
+    yield made
+    made.close_all()
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,11 @@ class AdminBase:
         if self.node is None:
             return []
         return sorted(
-            (c for c in self.node.connections if isinstance(c, Connection) and c.opened),
+            (
+                c
+                for c in self.node.connections
+                if isinstance(c, Connection) and c.opened and not c.internal
+            ),
             key=lambda c: c.id,
         )
 

@@ -6,13 +6,17 @@ not lead it knows it exists and reaches it through the inter-node link: a sessio
 ``LinkChannel`` to the leader (an AMQP channel on the link, served there by the leader's
 ordinary session code), writes the client's methods there as frames and relays what comes
 back, so a consumer, a get, an ack or a purge through any node works as on the leader.
-Protocols only: the gateway never imports ``sievemq.cluster``.
+Publishes routed to such a queue are forwarded: ``remote_queue`` gives the queue as a publish
+sees it, a ``RemoteQueue`` that is its own writer (the channel submits to it as it submits to
+a local queue's appender). Protocols only: the gateway never imports ``sievemq.cluster``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from sievemq.storage import Message
 
 
 class LinkChannel(Protocol):
@@ -48,6 +52,24 @@ class LinkReceiver(Protocol):
         ...
 
 
+class PublishSink(Protocol):
+    """A publishing channel: told which of its messages were stored (or not)."""
+
+    def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
+
+
+class RemoteQueue(Protocol):
+    """A queue another node leads, as this node's publishes see it (``cluster.forwarding``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
+        """Forward one routed message; ``sink`` hears of ``seq`` once the leader stored it
+        (or nacked it, or the link to the leader was lost before it answered)."""
+        ...
+
+
 class QueueDirectory(Protocol):
     def leader_elsewhere(self, vhost: str, name: str) -> str | None:
         """The name of the node that leads the queue when it is another node, else None."""
@@ -62,6 +84,11 @@ class QueueDirectory(Protocol):
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it
         (``link_closed`` with code 0, on a later loop turn)."""
+        ...
+
+    def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
+        """The queue as a publish routed to it through this node sees it, when another node
+        leads it; None when no other node does (then this node holds it, or nobody)."""
         ...
 
 

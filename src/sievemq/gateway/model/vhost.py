@@ -14,6 +14,7 @@ from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.classic.vhost import ClassicQueues
+from sievemq.gateway.model.directory import RemoteQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -43,6 +44,8 @@ StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 # a declared stream: the storage stream, or a call that opens it once its files exist
 StreamCreator = Callable[[str, str, StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
+# a cluster's queues led elsewhere, by name in this vhost (``QueueDirectory.remote_queue``)
+RemoteLookup = Callable[[str], RemoteQueue | None]
 
 
 def check_queue_name(name: str) -> None:
@@ -385,17 +388,25 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ publish
 
-    def route(self, exchange_name: str, routing_key: str, headers_fn: HeadersFn) -> list[AnyQueue]:
-        """The queues a message published to ``exchange_name`` goes to (no duplicates).
+    def route(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        headers_fn: HeadersFn,
+        remote: RemoteLookup | None = None,
+    ) -> list[Any]:
+        """The queues a message published to ``exchange_name`` goes to (no duplicates):
+        ``AnyQueue``, and with ``remote`` (a cluster's publishes) the ``RemoteQueue`` it
+        gives for a queue name this node does not hold but another node leads.
 
         Follows exchange-to-exchange bindings (cycle-safe) and ``alternate-exchange``.
         ``headers_fn`` is called at most once, and only when a headers exchange needs it.
         Hot path.
         """
         if exchange_name == DEFAULT_EXCHANGE:  # a stream first: classic queues only on a miss
-            queue: AnyQueue | None = self.queues.get(routing_key) or self.classic.queues.get(
-                routing_key
-            )
+            queue: Any = self.queues.get(routing_key) or self.classic.queues.get(routing_key)
+            if queue is None and remote is not None:
+                queue = remote(routing_key)
             return [queue] if queue is not None else []
         classic = self.classic.queues
         exchange = self.exchanges.get(exchange_name)
@@ -414,7 +425,7 @@ class VirtualHost:
                 cached, fetched = headers_fn(), True
             return cached
 
-        queues: dict[str, AnyQueue] = {}
+        queues: dict[str, Any] = {}
         seen = {exchange_name}
         pending = [exchange]
         while pending:
@@ -423,6 +434,8 @@ class VirtualHost:
             for kind, name in current.match(routing_key, headers_once):
                 if kind == "queue":
                     queue = self.queues.get(name) or classic.get(name)
+                    if queue is None and remote is not None:
+                        queue = remote(name)
                     if queue is not None:
                         queues[name] = queue
                         routed = True
