@@ -83,15 +83,16 @@ def _consume(
     """One loadgen consume of ``n`` through ``via``; the CPU of every node over it."""
     args = consume_args(via.amqp_port, queue, n)
     args[args.index("-offset") + 1] = offset
-    before = sum(proc_cpu_s(node.pid) for node in nodes)
+    before = [proc_cpu_s(node.pid) for node in nodes]
     out = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    cpu = sum(proc_cpu_s(node.pid) for node in nodes) - before
+    cpu = [proc_cpu_s(node.pid) - b for node, b in zip(nodes, before, strict=True)]
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    consumed = int(result.get("consumed") or 0)
+    consumed = max(int(result.get("consumed") or 0), 1)
     return {
         "consumed": consumed,
         "cons_msgs_per_s": result.get("cons_msgs_per_s"),
-        "server_cpu_us_per_msg": round(cpu / max(consumed, 1) * 1e6, 2),
+        "server_cpu_us_per_msg": round(sum(cpu) / consumed * 1e6, 2),
+        "per_node_cpu_us_per_msg": [round(c / consumed * 1e6, 2) for c in cpu],
         "load_average": round(os.getloadavg()[0], 2),
     }
 
