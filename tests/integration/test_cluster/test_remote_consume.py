@@ -15,7 +15,7 @@ import aio_pika
 import kombu
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import consume_expected
@@ -311,3 +311,31 @@ def test_without_cancel_notify_the_channel_is_closed_naming_the_node(
     text = closed.value.reply_text
     assert "cluster node 'a'" in text and "'plain'" in text, text
     a.restart()
+
+
+def test_a_connection_error_of_one_client_leaves_the_link_to_the_others(
+    nodes: dict[str, ServerProcess], clients: Clients
+) -> None:
+    on_a = declared_on_a(clients, nodes, "tape", arguments=STREAM)
+    publish(on_a, "tape", [b"t0"], [{}])
+    conn = connect(clients, nodes["b"])
+    watcher = conn.channel()
+    watcher.basic_qos(prefetch_count=5)
+    got: list[bytes] = []
+    cancelled: list[Any] = []
+    watcher.add_on_cancel_callback(cancelled.append)
+    watcher.basic_consume(
+        "tape",
+        lambda ch, m, _p, body: (got.append(body), ch.basic_ack(m.delivery_tag)),
+        arguments={"x-stream-offset": "first"},
+    )
+    until(lambda: conn.process_data_events(0.1) or got, "the watcher's first message")
+
+    with pytest.raises(ConnectionClosedByBroker) as refused:
+        connect(clients, nodes["b"]).channel().basic_get("tape")  # as on a: 540, the connection
+    assert refused.value.reply_code == 540
+    assert "basic.get not supported by stream queues" in refused.value.reply_text
+
+    publish(on_a, "tape", [b"t1"], [{}])  # the watcher's link channel was not touched
+    until(lambda: conn.process_data_events(0.1) or len(got) == 2, "the watcher goes on")
+    assert got == [b"t0", b"t1"] and not cancelled

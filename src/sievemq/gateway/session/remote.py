@@ -77,13 +77,14 @@ class Channel(Protocol):
 
 
 class RelayedError(errors.AMQPError):
-    """The leader closed the link channel: the client's channel closes with its reply."""
-
-    closes_connection = False
+    """The leader closed the link channel: the client's channel closes with its reply (its
+    connection, for a connection-level code the leader's session raised for the forwarded
+    method, as a single node would)."""
 
     def __init__(self, code: int, text: str, class_id: int, method_id: int) -> None:
         super().__init__(text, class_id, method_id)
         self.reply_code = code
+        self.closes_connection = code >= 500 and code != errors.ChannelResourceError.reply_code
         self._text = text
 
     @property
