@@ -255,6 +255,30 @@ def test_kombu_and_aio_pika_consume_through_b(
     assert asyncio.run(asyncio.wait_for(aio(), 30)) == b"k3"
 
 
+def test_a_quorum_queue_through_b_counts_deliveries_and_an_exclusive_consumer_holds_on_a(
+    nodes: dict[str, ServerProcess], clients: Clients
+) -> None:
+    on_a = declared_on_a(clients, nodes, "votes", arguments={"x-queue-type": "quorum"})
+    publish(on_a, "votes", [b"v"], [{}])
+    conn = connect(clients, nodes["b"])
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    got: list[tuple[Any, Any]] = []
+    ch.basic_consume("votes", lambda _c, m, props, _b: got.append((m, props)), exclusive=True)
+    until(lambda: conn.process_data_events(0.1) or got, "the first delivery")
+    ch.basic_nack(got[0][0].delivery_tag, requeue=True)
+    until(lambda: conn.process_data_events(0.1) or len(got) == 2, "the redelivery")
+    method, props = got[1]
+    assert method.redelivered and props.headers["x-delivery-count"] == 1  # a's count
+    assert not (got[0][1].headers or {}).get("x-delivery-count")
+
+    # the consumer through b is exclusive on a too
+    with pytest.raises(ChannelClosedByBroker) as refused:
+        on_a.basic_consume("votes", lambda *a: None)
+    assert refused.value.reply_code == 403 and "in exclusive use" in refused.value.reply_text
+    ch.basic_ack(method.delivery_tag)
+
+
 # ---------------------------------------------------------------------------- the leader dies
 
 
