@@ -237,7 +237,7 @@ def test_kombu_and_aio_pika_consume_through_b(
             deadline = time.monotonic() + 20
             while len(got) < 2 and time.monotonic() < deadline:
                 conn.drain_events(timeout=5)
-    assert got == [b"k1", b"k2"]
+    assert got[:2] == [b"k1", b"k2"]  # (one drain may run the callback of one more)
 
     async def aio() -> bytes:
         url = f"amqp://guest:guest@{b.host}:{b.amqp_port}/"
@@ -251,8 +251,9 @@ def test_kombu_and_aio_pika_consume_through_b(
                     return message.body
         raise AssertionError("no message")
 
-    # k3 may have been in flight to kombu when it left: requeued at its place on a
-    assert asyncio.run(asyncio.wait_for(aio(), 30)) == b"k3"
+    # the next may have been in flight to kombu when it left: requeued at its place on a
+    nxt = [b"k1", b"k2", b"k3", b"k4"][len(got)]
+    assert asyncio.run(asyncio.wait_for(aio(), 30)) == nxt
 
 
 def test_a_quorum_queue_through_b_counts_deliveries_and_an_exclusive_consumer_holds_on_a(
