@@ -112,7 +112,7 @@ def declare_on_a(a: Node, b: Node, name: str) -> None:
 
 def publish(port: int, queue: str, n: int, pids: list[int]) -> dict[str, float]:
     """One loadgen run into ``queue`` through ``port``: rate and both nodes' CPU per message."""
-    cpu0 = sum(proc_cpu_s(pid) for pid in pids)
+    cpu0 = [proc_cpu_s(pid) for pid in pids]
     out = subprocess.run(
         [
             str(kit.loadgen()), "-port", str(port), "-mode", "publish", "-n", str(n),
@@ -121,13 +121,16 @@ def publish(port: int, queue: str, n: int, pids: list[int]) -> dict[str, float]:
         ],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
-    cpu = sum(proc_cpu_s(pid) for pid in pids) - cpu0
+    cpu = [proc_cpu_s(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if "error" in result:
         raise RuntimeError(f"loadgen: {result['error']}")
+    published = max(1, int(result["published"]))
     return {
         "rate": float(result["pub_msgs_per_s"]),
-        "cpu_us_per_msg": 1e6 * cpu / max(1, int(result["published"])),
+        "cpu_us_per_msg": round(1e6 * sum(cpu) / published, 2),
+        # each node's share: a (the leader), then b
+        "node_cpu_us_per_msg": [round(1e6 * c / published, 2) for c in cpu],
     }
 
 

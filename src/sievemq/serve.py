@@ -186,7 +186,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     servers: list[asyncio.AbstractServer] = []
     snode = StreamNode(
         node,
-        settings.amqp_host,
+        settings.advertise_host or settings.amqp_host,  # Open and Metadata name it
         settings.stream_frame_max,
         settings.heartbeat,
         settings.stream_consumer_update_timeout_s,
@@ -268,7 +268,12 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             settings.node_name,
             f"{settings.advertise_host or settings.amqp_host}:{cluster_port}",
         )
-        joined = await _join_cluster(settings, cluster[1], facade, node, secret)
+        advertised = {
+            "host": snode.advertised_host,
+            "stream": snode.advertised_port,
+            "stream_tls": snode.advertised_tls_port or None,
+        }
+        joined = await _join_cluster(settings, cluster[1], facade, node, advertised, secret)
         if isinstance(joined, int):
             await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
             admin.should_exit = True
@@ -305,7 +310,12 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
 
 
 async def _join_cluster(
-    settings: Settings, address: str, facade: BrokerFacade, node: Node, secret: Any
+    settings: Settings,
+    address: str,
+    facade: BrokerFacade,
+    node: Node,
+    advertised: dict[str, Any],
+    secret: Any,
 ) -> Any:
     """Join the cluster (its Membership and Placement), or the exit status when this node
     may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
@@ -326,6 +336,7 @@ async def _join_cluster(
             node.broker,
             node.definitions_sync,
             secret,
+            advertised=advertised,
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

@@ -138,7 +138,7 @@ class Settings(BaseSettings):
     node_name: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9@._-]+$")
     cluster_etcd: str | None = None  # URL[,URL...]
     cluster_port: int = Field(default=25672, ge=0, le=65535)  # the inter-node listener
-    advertise_host: str | None = None  # how the other nodes reach this one (default amqp_host)
+    advertise_host: str | None = None  # how other nodes and Stream clients reach this one
     cluster_lease_ttl: int = Field(default=5, ge=1, le=300)  # seconds
 
     @field_validator("cluster_etcd")
@@ -250,7 +250,12 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("node_name", str, "this node's name in the cluster (with --cluster-etcd)"),
     ("cluster_etcd", str, "join a cluster through etcd: its client URL[,URL...]"),
     ("cluster_port", int, "inter-node port, 0 picks a free one (default 25672)"),
-    ("advertise_host", str, "host the other nodes reach this one at (default --amqp-host)"),
+    (
+        "advertise_host",
+        str,
+        "host other nodes and Stream clients (Open, Metadata) reach this one at "
+        "(default --amqp-host)",
+    ),
     ("cluster_lease_ttl", int, "seconds before a silent node is listed stopped (default 5)"),
 ]
 

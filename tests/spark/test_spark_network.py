@@ -2,8 +2,9 @@
 protocol (``option("uri", "rabbitmq-stream://...")``), published over AMQP 0-9-1 and over the
 Stream protocol, filtered by the server's Bloom filters, batch and streaming.
 
-One node: the Metadata lookup is exercised (the reader connects where Metadata points), but a
-3-node cluster test waits for `sievemq cluster up` (issue 19 item 6).
+One node: the Metadata lookup is exercised (the reader connects where Metadata points); the
+3-node cluster, streams led by different nodes through one URI, is
+``test_spark_cluster_network.py``.
 """
 
 from __future__ import annotations

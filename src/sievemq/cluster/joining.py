@@ -37,6 +37,7 @@ async def join(
     definitions_sync: DefinitionsSync,
     secret: ClusterSecret,
     wait_s: float = JOIN_WAIT_S,
+    advertised: dict[str, Any] | None = None,
 ) -> tuple[Membership, Placement]:
     """Register this node, learn the cluster secret (the link's login: ``secret`` is what
     the cluster port checks), place its queues and start watching the others (the returned
@@ -44,9 +45,16 @@ async def join(
     link); raises ``NameTaken`` (another live node has the name) or ``EtcdUnavailable`` (no
     endpoint answered for ``wait_s``: an etcd started beside the nodes may need a moment)."""
     client = EtcdClient(endpoints)
-    me = Identity(name, node_id_for(data_dir), cluster_address)
+    me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
     membership = Membership(client, me, ttl_s, stats)
-    placement = Placement(client, name, broker, definitions_sync.also_wait, membership.amqp_address)
+    placement = Placement(
+        client,
+        name,
+        broker,
+        definitions_sync.also_wait,
+        membership.amqp_address,
+        lambda: membership.records,
+    )
     placement.links = Links(name, secret.get, membership.cluster_address)
     membership.subscribe(QUEUES, placement.apply)
     membership.subscribe(SECRET_KEY, secret.apply)

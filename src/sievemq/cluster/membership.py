@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,9 @@ class Identity:
     name: str
     node_id: str
     cluster_address: str  # HOST:PORT of the inter-node listener
+    # the client listeners as clients reach them (``--advertise-host``): ``host``,
+    # ``stream`` and ``stream_tls`` (ports; Metadata names the leader's)
+    advertised: dict[str, Any] = field(default_factory=dict)
 
 
 class Membership:
@@ -124,6 +127,7 @@ class Membership:
             "name": self.me.name,
             "node_id": self.me.node_id,
             "cluster": self.me.cluster_address,
+            "advertised": self.me.advertised,
             "started": self.started,
             "published": time.time(),
         }

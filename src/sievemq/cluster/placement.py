@@ -12,6 +12,16 @@ its leader for consumers, gets, acks, purges and deletes through this node (``op
 ``gateway/session/remote.py``), and tells a client that binds it through this node which
 node leads it (bindings are per node yet).
 
+A queue declared with the ``balanced`` leader locator goes to the live node leading the
+fewest queues: the declaring node writes its record with that node as leader and
+``state: creating`` (create-if-absent, epoch 1); that node's watch sees a record it leads
+but does not hold, makes the queue and writes ``state: ready`` (or ``failed`` with the
+reason), and the declaring node's declare-ok waits for that. A stream deleted through a
+node that does not lead it is asked of its leader the same way: the record gets
+``delete: true`` (compare-and-swap), the leader deletes the queue and its record, and the
+deleting node answers once the record is gone: creating and deleting go through etcd, not
+over the link.
+
 The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
 epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
 """
@@ -40,13 +50,16 @@ from sievemq.cluster.forwarding import ForwardedQueue
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.definitions import encode_value
-from sievemq.gateway.model.directory import LinkChannel, LinkReceiver
+from sievemq.gateway.model.definitions import decode_value, encode_value
+from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
 from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 
 log = logging.getLogger("sievemq.cluster")
 
 QUEUES = ROOT + "queues/"
+# how long a declare waits for the node it placed a queue on, and a delete for the leader
+REMOTE_WAIT_S = 15.0
+CREATING, READY, FAILED = "creating", "ready", "failed"
 
 
 class _NoAnswer(Exception):
@@ -72,17 +85,24 @@ class Placement:
         broker: Broker,
         also_wait: Callable[[asyncio.Future[None]], None],
         addresses: Callable[[str], str | None],
+        live: Callable[[], dict[str, dict[str, Any]]] = dict,
+        remote_wait_s: float = REMOTE_WAIT_S,
     ) -> None:
         self.client = client
         self.me = me
         self.broker = broker
         self._also_wait = also_wait
         self._addresses = addresses  # a node's AMQP address, from its published record
+        self._live = live  # the live nodes' published records, by name
+        self._remote_wait_s = remote_wait_s
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: set[asyncio.Future[None]] = set()
         # publishes to queues other nodes lead go over the link (set at join)
         self.links: Links | None = None
         self._forwarded: dict[tuple[str, str], ForwardedQueue] = {}
+        # declares and deletes waiting for another node: resolved by the watched records
+        self._waiting: dict[tuple[str, str], list[asyncio.Future[dict[str, Any] | None]]] = {}
+        self._working: set[tuple[str, str]] = set()  # records this node is acting on
 
     # ---------------------------------------------------------------- the directory
 
@@ -128,17 +148,43 @@ class Placement:
 
     # ---------------------------------------------------------------- watching
 
+    def queue_type(self, vhost: str, name: str) -> str | None:
+        if self.leader_elsewhere(vhost, name) is None:
+            return None
+        return str(self.records[(vhost, name)].get("type", "stream"))
+
+    def stream_listener(self, node: str, tls: bool) -> tuple[str, int] | None:
+        advertised = self._live().get(node, {}).get("advertised") or {}
+        port = advertised.get("stream_tls" if tls else "stream")
+        if not port or not advertised.get("host"):
+            return None
+        return str(advertised["host"]), int(port)
+
+    def choose_leader(self) -> str | None:
+        counts = dict.fromkeys(sorted({*self._live(), self.me}), 0)
+        for record in self.records.values():
+            if record.get("leader") in counts:
+                counts[record["leader"]] += 1
+        node = min(counts, key=lambda n: counts[n])  # the first name of the fewest
+        return None if node == self.me else node
+
+    # ---------------------------------------------------------------- watching
+
     def apply(self, events: list[Event], reset: bool) -> None:
-        """Fold the watched ``sievemq/queues/`` events into the view."""
+        """Fold the watched ``sievemq/queues/`` events into the view; act on the records
+        that ask this node to create or delete a queue, and wake who waits on a record."""
         if reset:
+            gone = set(self.records)
             self.records.clear()
+        else:
+            gone = set()
         for event in events:
             queue = _queue_of(event.kv.key)
             if queue is None:
                 continue
             if event.kind == "delete":
                 self.records.pop(queue, None)
-                self._forget_forwarded(queue)
+                gone.add(queue)
                 continue
             try:
                 record = json.loads(event.kv.value)
@@ -149,9 +195,198 @@ class Placement:
                 forwarded = self._forwarded.get(queue)
                 if forwarded is not None and forwarded.leader != record.get("leader"):
                     self._forget_forwarded(queue)
-        if reset:
-            for queue in [q for q in self._forwarded if q not in self.records]:
-                self._forget_forwarded(queue)
+                gone.discard(queue)
+                self._react(queue, self.records[queue])
+        for queue in gone:
+            self._wake(queue, None)
+            self._forget_forwarded(queue)
+
+    def _react(self, queue: tuple[str, str], record: dict[str, Any]) -> None:
+        if record.get("state", READY) != CREATING:
+            self._wake(queue, record)
+        if record.get("leader") != self.me or queue in self._working:
+            return
+        if record.get("delete"):
+            self._working.add(queue)
+            self._track(self._delete_here(queue, record), wait=False)
+        elif record.get("state") == CREATING:
+            self._working.add(queue)
+            self._track(self._create_here(queue, record), wait=False)
+
+    def _current(self, queue: tuple[str, str], record: dict[str, Any]) -> bool:
+        return self.records.get(queue, {}).get("mod_revision") == record.get("mod_revision")
+
+    def _wake(self, queue: tuple[str, str], record: dict[str, Any] | None) -> None:
+        for waiter in self._waiting.pop(queue, []):
+            if not waiter.done():
+                waiter.set_result(record)
+
+    def _waiter(self, queue: tuple[str, str]) -> asyncio.Future[dict[str, Any] | None]:
+        waiter: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(queue, []).append(waiter)
+        return waiter
+
+    def _forget_waiter(
+        self, queue: tuple[str, str], waiter: asyncio.Future[dict[str, Any] | None]
+    ) -> None:
+        waiters = self._waiting.get(queue, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+        if not waiters:
+            self._waiting.pop(queue, None)
+
+    # ---------------------------------------------------------------- placed on another node
+
+    def create_elsewhere(
+        self, node: str, vhost: str, name: str, kind: str, arguments: dict[str, Any]
+    ) -> asyncio.Future[None]:
+        work = asyncio.ensure_future(self._create_on(node, vhost, name, kind, arguments))
+        self._tasks.add(work)
+        work.add_done_callback(self._tasks.discard)
+        return work
+
+    async def _create_on(
+        self, node: str, vhost: str, name: str, kind: str, arguments: dict[str, Any]
+    ) -> None:
+        key = queue_key(vhost, name)
+        record = {
+            "vhost": vhost,
+            "name": name,
+            "leader": node,
+            "epoch": 1,
+            "type": kind,
+            "arguments": encode_value(arguments),
+            "state": CREATING,
+            "placed_by": self.me,
+        }
+        waiter = self._waiter((vhost, name))
+        try:
+            result = await self.client.txn(
+                [key_missing(key)], [put_op(key, json.dumps(record))], [range_op(key)]
+            )
+        except (EtcdUnavailable, EtcdError) as error:
+            raise ReplicationFailed(f"etcd did not record queue '{name}': {error}") from error
+        if not result.succeeded:
+            found = result.ranges()
+            held = json.loads(found[0].value) if found else {}
+            raise ReplicationFailed(
+                f"queue '{name}' in vhost '{vhost}' was declared at the same time on "
+                f"cluster node '{held.get('leader')}', which leads it"
+            )
+        revision = result.revision
+        self.records.setdefault((vhost, name), {**record, "mod_revision": revision})
+        try:
+            done = await asyncio.wait_for(asyncio.shield(waiter), self._remote_wait_s)
+        except TimeoutError:
+            await self._withdraw(key, revision)
+            raise ReplicationFailed(
+                f"cluster node '{node}' did not create queue '{name}' in vhost '{vhost}' "
+                f"within {self._remote_wait_s:.0f} s (balanced placement chose it; is it "
+                "running?); the declare is withdrawn"
+            ) from None
+        if done is None:
+            raise ReplicationFailed(f"queue '{name}' in vhost '{vhost}' was deleted meanwhile")
+        if done.get("state") == FAILED:
+            await self._withdraw(key, int(done.get("mod_revision", 0)))
+            raise ReplicationFailed(
+                f"cluster node '{node}' could not create queue '{name}' in vhost '{vhost}': "
+                f"{done.get('error', '?')}"
+            )
+
+    async def _withdraw(self, key: str, revision: int) -> None:
+        """Remove a placement record nobody acted on (or that failed), if unchanged."""
+        try:
+            await self.client.txn([mod_revision_is(key, revision)], [delete_op(key)])
+        except (EtcdUnavailable, EtcdError) as error:
+            log.warning("could not withdraw %s: %s", key, error)
+
+    async def _create_here(self, queue: tuple[str, str], record: dict[str, Any]) -> None:
+        """A queue another node placed on this one: make it, then mark its record."""
+        vhost, name = queue
+        key = queue_key(vhost, name)
+        error = ""
+        if not self._current(queue, record):  # withdrawn meanwhile (a batch of events)
+            self._working.discard(queue)
+            return
+        try:
+            local = self.broker.vhosts.get(vhost)
+            if local is None:
+                error = f"no vhost '{vhost}' on node '{self.me}'"
+            else:
+                arguments = decode_value(record.get("arguments") or {})
+                local.declare_queue(name, durable=True, arguments=dict(arguments))
+        except Exception as failure:  # a 406's text or storage's: back to the declaring node
+            error = str(getattr(failure, "explanation", failure))
+            log.warning("cannot create queue '%s' placed on this node: %s", name, error)
+        marked = {k: v for k, v in record.items() if k != "mod_revision"}
+        marked.update({"state": FAILED, "error": error} if error else {"state": READY})
+        try:
+            await self.client.txn(
+                [mod_revision_is(key, int(record["mod_revision"]))],
+                [put_op(key, json.dumps(marked))],
+            )
+        except (EtcdUnavailable, EtcdError) as failure:
+            log.warning("queue '%s' made here, its record not marked: %s", name, failure)
+        finally:
+            self._working.discard(queue)
+
+    def delete_elsewhere(self, vhost: str, name: str) -> asyncio.Future[None]:
+        work = asyncio.ensure_future(self._delete_on(vhost, name))
+        self._tasks.add(work)
+        work.add_done_callback(self._tasks.discard)
+        return work
+
+    async def _delete_on(self, vhost: str, name: str) -> None:
+        record = self.records.get((vhost, name))
+        if record is None:
+            return
+        leader = str(record.get("leader"))
+        if leader not in self._live():
+            raise LeaderUnavailable(
+                f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}', "
+                "which is not running"
+            )
+        key = queue_key(vhost, name)
+        asked = {k: v for k, v in record.items() if k != "mod_revision"}
+        asked.update({"delete": True, "deleted_by": self.me})
+        waiter = self._waiter((vhost, name))
+        try:
+            result = await self.client.txn(
+                [mod_revision_is(key, int(record["mod_revision"]))],
+                [put_op(key, json.dumps(asked))],
+            )
+        except (EtcdUnavailable, EtcdError) as error:
+            raise ReplicationFailed(f"etcd did not take the delete of '{name}': {error}") from error
+        if not result.succeeded and (vhost, name) not in self.records:
+            return  # deleted meanwhile
+        deadline = asyncio.get_running_loop().time() + self._remote_wait_s
+        while (vhost, name) in self.records:  # (our own request seen wakes us too)
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), max(left, 0))
+            except TimeoutError:
+                raise ReplicationFailed(
+                    f"cluster node '{leader}' did not delete queue '{name}' in vhost "
+                    f"'{vhost}' within {self._remote_wait_s:.0f} s"
+                ) from None
+            waiter = self._waiter((vhost, name))
+        self._forget_waiter((vhost, name), waiter)
+
+    async def _delete_here(self, queue: tuple[str, str], record: dict[str, Any]) -> None:
+        """Another node asked this one, the leader, to delete the queue."""
+        vhost, name = queue
+        try:
+            if not self._current(queue, record):
+                return
+            local = self.broker.vhosts.get(vhost)
+            if local is not None and self._holds(vhost, name):
+                local.delete_queue(name)  # its record goes with it (``observe``)
+            else:
+                await self._withdraw(queue_key(vhost, name), int(record["mod_revision"]))
+        except Exception as error:  # (a delete refused: the asker times out, says so)
+            log.error("delete of '%s' asked by %s: %s", name, record.get("deleted_by"), error)
+        finally:
+            self._working.discard(queue)
 
     # ---------------------------------------------------------------- this node's queues
 

@@ -297,18 +297,27 @@ def close_request(corr: int, code: int, reason: str) -> bytes:
     return frame(CLOSE, _U32.pack(corr) + _U16.pack(code) + enc_string(reason))
 
 
-def metadata_response(corr: int, host: str, port: int, streams: Iterable[tuple[str, int]]) -> bytes:
-    """One broker (ref 0, this server) and per stream ``(name, code)``: leader 0 when the
-    code is OK, else 0xFFFF; never replicas (a single node)."""
-    parts = [_U32.pack(corr), _I32.pack(1), _U16.pack(0), enc_string(host), _U32.pack(port)]
+def metadata_response(
+    corr: int,
+    brokers: Sequence[tuple[str, int]],
+    streams: Iterable[tuple[str, int, int, Sequence[int]]],
+) -> bytes:
+    """The brokers (their reference is their index: advertised host and stream port) and
+    per stream ``(name, code, leader reference, replica references)``; a stream without a
+    reachable leader has code STREAM_DOES_NOT_EXIST or STREAM_NOT_AVAILABLE and leader
+    ``NO_LEADER``, as RabbitMQ answers."""
+    parts = [_U32.pack(corr), _I32.pack(len(brokers))]
+    for ref, (host, port) in enumerate(brokers):
+        parts += [_U16.pack(ref), enc_string(host), _U32.pack(port)]
     items = list(streams)
     parts.append(_I32.pack(len(items)))
-    for name, code in items:
-        parts.append(enc_string(name))
-        parts.append(_U16.pack(code))
-        parts.append(_U16.pack(0 if code == OK else 0xFFFF))
-        parts.append(_I32.pack(0))
+    for name, code, leader, replicas in items:
+        parts += [enc_string(name), _U16.pack(code), _U16.pack(leader), _I32.pack(len(replicas))]
+        parts += [_U16.pack(r) for r in replicas]
     return frame(METADATA | RESPONSE, b"".join(parts))
+
+
+NO_LEADER = 0xFFFF  # Metadata's leader reference for a stream without one
 
 
 def metadata_update(code: int, stream: str) -> bytes:

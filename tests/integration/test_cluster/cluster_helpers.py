@@ -72,31 +72,24 @@ def started_nodes(
                 assert proc.stop() == 0, proc.stderr()
 
 
-class Clients:
-    """The pika connections of one test, closed after it (a node it used may be killed)."""
+OPEN: list[pika.BlockingConnection] = []  # closed after each test (conftest)
 
-    def __init__(self) -> None:
-        self.open: list[pika.BlockingConnection] = []
 
-    def connect(self, node: ServerProcess, params: pika.URLParameters | None = None) -> Any:
-        conn = pika.BlockingConnection(params or pika.URLParameters(node.url))
-        self.open.append(conn)
-        return conn
+def channel(node: ServerProcess) -> Any:
+    """A pika channel on ``node`` (its connection closed after the test)."""
+    conn = pika.BlockingConnection(pika.URLParameters(node.url))
+    OPEN.append(conn)
+    return conn.channel()
 
-    def channel(self, node: ServerProcess, confirm: bool = False) -> Any:
-        channel = self.connect(node).channel()
-        if confirm:
-            channel.confirm_delivery()
-        return channel
 
-    def close_all(self) -> None:
-        while self.open:
-            conn = self.open.pop()
-            if conn.is_open:
-                with contextlib.suppress(pika.exceptions.AMQPError):
-                    conn.close()
+def close_open() -> None:
+    while OPEN:
+        conn = OPEN.pop()
+        if conn.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError):  # its node was killed
+                conn.close()
 
 
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
-    """Queue name -> its entry in ``node``'s /api/queues."""
+    """``node``'s /api/queues by queue name."""
     return {q["name"]: q for q in get(node, "/api/queues")}

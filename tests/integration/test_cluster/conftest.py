@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
-from .cluster_helpers import Clients, started_nodes
+from .cluster_helpers import close_open
 
 
 @pytest.fixture(scope="module")
@@ -18,18 +17,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
         yield server
 
 
-@pytest.fixture
-def clients() -> Iterator[Clients]:
-    """pika connections to the nodes, closed after the test."""
-    made = Clients()
-    yield made
-    made.close_all()
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    """Two nodes, ``a`` and ``b``, for the module (a module may name others)."""
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    close_open()

@@ -23,7 +23,7 @@ from pika.exceptions import AMQPConnectionError, ProbableAccessDeniedError
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import WAIT_S, Clients, get, started_nodes, until
+from .cluster_helpers import OPEN, WAIT_S, channel, get, started_nodes, until
 
 STREAM = {"x-queue-type": "stream"}
 FILTER = "x-stream-filter-value"
@@ -37,22 +37,25 @@ def nodes(
         yield procs
 
 
-def declared_on(
-    clients: Clients, leader: ServerProcess, other: ServerProcess, name: str, arguments: Any
-) -> None:
+def confirming(node: ServerProcess) -> Any:
+    """A pika channel on ``node`` in confirm mode (a publish raises on a nack)."""
+    on = channel(node)
+    on.confirm_delivery()
+    return on
+
+
+def declared_on(leader: ServerProcess, other: ServerProcess, name: str, arguments: Any) -> None:
     """Declare ``name`` on its leader and wait until the other node knows where it lives."""
-    clients.channel(leader).queue_declare(name, durable=True, arguments=arguments)
+    channel(leader).queue_declare(name, durable=True, arguments=arguments)
     until(
         lambda: {q["name"]: q for q in get(other, "/api/queues")}.get(name, {}).get("leader"),
         f"{other.data_dir.name} knows {name}",
     )
 
 
-def read_stream(
-    clients: Clients, node: ServerProcess, name: str, count: int, arguments: Any = None
-) -> list[Any]:
+def read_stream(node: ServerProcess, name: str, count: int, arguments: Any = None) -> list[Any]:
     """``count`` deliveries of stream ``name`` from the first offset, through ``node``."""
-    ch = clients.channel(node)
+    ch = channel(node)
     ch.basic_qos(prefetch_count=500)
     got: list[Any] = []
     args = {"x-stream-offset": "first", **(arguments or {})}
@@ -77,11 +80,11 @@ def etcd_secret(etcd: EtcdProcess) -> str:
 
 
 def test_publishes_through_b_reach_a_stream_led_by_a_in_order_and_filtered(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(clients, a, b, "events", STREAM)
-    on_b = clients.channel(b, confirm=True)
+    declared_on(a, b, "events", STREAM)
+    on_b = confirming(b)
     colours = ["red", "blue", "green"]
     for i in range(300):
         props = pika.BasicProperties(
@@ -89,24 +92,24 @@ def test_publishes_through_b_reach_a_stream_led_by_a_in_order_and_filtered(
         )
         # confirmed by pika only once a stored it (publish raises on a nack)
         on_b.basic_publish("", "events", f"event {i}".encode(), props, mandatory=True)
-    everything = read_stream(clients, a, "events", 300)
+    everything = read_stream(a, "events", 300)
     assert [body for _, _, body in everything] == [f"event {i}".encode() for i in range(300)]
     method, props, _ = everything[7]
     assert (method.exchange, method.routing_key) == ("", "events")
     assert props.message_id == "m7" and props.headers["n"] == 7 and props.timestamp == 1007
-    blue = read_stream(clients, a, "events", 100, {"x-stream-filter": "blue"})
+    blue = read_stream(a, "events", 100, {"x-stream-filter": "blue"})
     assert [body for _, _, body in blue] == [f"event {i}".encode() for i in range(1, 300, 3)]
 
 
 def test_publishes_through_b_reach_a_classic_queue_led_by_a(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(clients, a, b, "jobs", None)
-    on_b = clients.channel(b, confirm=True)
+    declared_on(a, b, "jobs", None)
+    on_b = confirming(b)
     for i in range(50):
         on_b.basic_publish("", "jobs", f"job {i}".encode(), pika.BasicProperties(priority=1))
-    on_a = clients.channel(a)
+    on_a = channel(a)
     got: list[bytes] = []
     for _ in range(50):
         method, props, body = on_a.basic_get("jobs", auto_ack=True)
@@ -118,18 +121,18 @@ def test_publishes_through_b_reach_a_classic_queue_led_by_a(
 
 
 def test_an_unroutable_mandatory_publish_through_b_is_returned(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_b = clients.channel(nodes["b"], confirm=True)
+    on_b = confirming(nodes["b"])
     with pytest.raises(pika.exceptions.UnroutableError):
         on_b.basic_publish("", "nowhere", b"x", mandatory=True)
 
 
 def test_many_pipelined_publishes_through_b_are_all_confirmed_and_stored(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(clients, a, b, "bulk", STREAM)
+    declared_on(a, b, "bulk", STREAM)
     total = 5000
 
     async def publish() -> list[Any]:
@@ -147,26 +150,24 @@ def test_many_pipelined_publishes_through_b_are_all_confirmed_and_stored(
     confirms = asyncio.run(publish())
     assert len(confirms) == total
     assert all(type(c).__name__ == "Ack" for c in confirms)
-    bodies = [body for _, _, body in read_stream(clients, a, "bulk", total)]
+    bodies = [body for _, _, body in read_stream(a, "bulk", total)]
     assert bodies == [f"{i}".encode() for i in range(total)]
 
 
-def test_dedup_headers_pass_through_the_link(
-    nodes: dict[str, ServerProcess], clients: Clients
-) -> None:
+def test_dedup_headers_pass_through_the_link(nodes: dict[str, ServerProcess]) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(clients, a, b, "once", STREAM)
-    on_b = clients.channel(b, confirm=True)
+    declared_on(a, b, "once", STREAM)
+    on_b = confirming(b)
     for pid in (1, 2, 2, 1, 3):  # the repeats are confirmed and stored nowhere
         headers = {"x-sievemq-publisher": "p1", "x-sievemq-publishing-id": pid}
         on_b.basic_publish("", "once", f"{pid}".encode(), pika.BasicProperties(headers=headers))
-    on_a = clients.channel(a, confirm=True)
+    on_a = confirming(a)
     on_a.basic_publish("", "once", b"end")
-    assert [body for _, _, body in read_stream(clients, a, "once", 4)] == [b"1", b"2", b"3", b"end"]
+    assert [body for _, _, body in read_stream(a, "once", 4)] == [b"1", b"2", b"3", b"end"]
 
 
 def test_the_cluster_port_refuses_a_link_without_the_secret(
-    etcd: EtcdProcess, nodes: dict[str, ServerProcess], clients: Clients
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
 ) -> None:
     a = nodes["a"]
     port = cluster_port(a)
@@ -183,7 +184,7 @@ def test_the_cluster_port_refuses_a_link_without_the_secret(
     linked = pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", port, credentials=pika.PlainCredentials("b", secret))
     )
-    clients.open.append(linked)
+    OPEN.append(linked)
     assert linked.channel().is_open
     # the secret is in etcd only: not in the logs, not in the admin API
     for node in nodes.values():
@@ -195,10 +196,10 @@ def test_the_cluster_port_refuses_a_link_without_the_secret(
 
 
 def test_the_leader_killed_while_b_forwards_nothing_confirmed_is_lost(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(clients, a, b, "survive", STREAM)
+    declared_on(a, b, "survive", STREAM)
     outcomes: dict[int, str] = {}
 
     async def publish() -> None:
@@ -234,5 +235,16 @@ def test_the_leader_killed_while_b_forwards_nothing_confirmed_is_lost(
     assert "the link" in b.stderr() or "forwarded to node 'a' are nacked" in b.stderr()
     a.restart()  # on its data: every confirmed publish must be there
     until(lambda: "survive" in {q["name"] for q in get(a, "/api/queues")}, "a is back")
-    stored = {int(body) for _, _, body in read_stream(clients, a, "survive", len(acked))}
+    stored = {int(body) for _, _, body in read_stream(a, "survive", len(acked))}
     assert set(acked) <= stored
+    # b forwards to a again (a is back on another cluster port): nacked until the link is up
+    on_b = confirming(b)
+
+    def forwarded_again() -> bool:
+        try:
+            on_b.basic_publish("", "survive", b"-1")
+        except pika.exceptions.NackError:
+            return False
+        return True
+
+    until(forwarded_again, "b forwards to the restarted a")

@@ -7,29 +7,37 @@ names the leader when a client binds it through another node (bindings are per n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import Clients, queues, until
+from .cluster_helpers import channel, queues, started_nodes, until
 
 STREAM = {"x-queue-type": "stream"}
 
 
-def test_a_queue_is_led_by_the_node_that_declared_it(
-    nodes: dict[str, ServerProcess], clients: Clients
-) -> None:
+@pytest.fixture(scope="module")
+def nodes(
+    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
+        yield procs
+
+
+def test_a_queue_is_led_by_the_node_that_declared_it(nodes: dict[str, ServerProcess]) -> None:
     a, b = nodes["a"], nodes["b"]
-    on_a = clients.channel(a)
+    on_a = channel(a)
     on_a.queue_declare("orders", durable=True, arguments=STREAM)
     seen = until(lambda: queues(b).get("orders"), "b lists a's queue")
     assert (seen["node"], seen["leader"], seen["leader_epoch"]) == ("a", "a", 1)
     assert (seen["type"], seen["state"], seen["online"]) == ("stream", "running", ["a"])
     assert queues(a)["orders"]["node"] == "a"  # a lists its own, as a single node does
 
-    on_b = clients.channel(b)
+    on_b = channel(b)
     assert on_b.queue_declare("orders", passive=True).method.queue == "orders"
     # a declare through b answers declare-ok and makes no second queue of that name
     on_b.queue_declare("orders", durable=True, arguments=STREAM)
@@ -44,23 +52,21 @@ def test_a_queue_is_led_by_the_node_that_declared_it(
     on_a.queue_delete("orders")
     until(lambda: "orders" not in queues(b), "b forgets the deleted queue")
     with pytest.raises(ChannelClosedByBroker, match="no queue 'orders'"):
-        clients.channel(b).queue_declare("orders", passive=True)
+        channel(b).queue_declare("orders", passive=True)
 
 
-def test_a_durable_classic_queue_is_placed_too(
-    nodes: dict[str, ServerProcess], clients: Clients
-) -> None:
-    clients.channel(nodes["b"]).queue_declare("jobs", durable=True)
+def test_a_durable_classic_queue_is_placed_too(nodes: dict[str, ServerProcess]) -> None:
+    channel(nodes["b"]).queue_declare("jobs", durable=True)
     seen = until(lambda: queues(nodes["a"]).get("jobs"), "a lists b's classic queue")
     assert (seen["node"], seen["type"]) == ("b", "classic")
     with pytest.raises(ChannelClosedByBroker, match="led by cluster node 'b'"):
-        clients.channel(nodes["a"]).queue_bind("jobs", "amq.direct", "jobs")
+        channel(nodes["a"]).queue_bind("jobs", "amq.direct", "jobs")
 
 
 def test_a_declare_fails_while_etcd_is_away_and_is_recorded_once_it_is_back(
-    etcd: EtcdProcess, nodes: dict[str, ServerProcess], clients: Clients
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
 ) -> None:
-    on_a = clients.channel(nodes["a"])
+    on_a = channel(nodes["a"])
     etcd.stop()
     try:
         with pytest.raises(ConnectionClosedByBroker) as refused:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -18,26 +19,36 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.pika_client import consume_expected
 
-from .cluster_helpers import Clients, queues, until
+from .cluster_helpers import OPEN, queues, started_nodes, until
 
 STREAM = {"x-queue-type": "stream"}
 
 
-def connect(clients: Clients, node: ServerProcess) -> Any:
-    return clients.connect(node, pika.URLParameters(node.url + "?heartbeat=0"))
+@pytest.fixture(scope="module")
+def nodes(
+    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
+        yield procs
+
+
+def connect(node: ServerProcess, params: pika.URLParameters | None = None) -> Any:
+    """A pika connection to ``node`` (closed after the test, by conftest)."""
+    conn = pika.BlockingConnection(params or pika.URLParameters(node.url + "?heartbeat=0"))
+    OPEN.append(conn)
+    return conn
 
 
 def queue_on(node: ServerProcess, name: str) -> dict[str, Any] | None:
     return queues(node).get(name)
 
 
-def declared_on_a(
-    clients: Clients, nodes: dict[str, ServerProcess], name: str, **kwargs: Any
-) -> Any:
+def declared_on_a(nodes: dict[str, ServerProcess], name: str, **kwargs: Any) -> Any:
     """Declare ``name`` on a and wait until b knows a leads it; a's channel."""
-    ch = connect(clients, nodes["a"]).channel()
+    ch = connect(nodes["a"]).channel()
     ch.queue_declare(name, durable=True, **kwargs)
     until(lambda: queue_on(nodes["b"], name), f"b knows {name}")
     return ch
@@ -53,9 +64,9 @@ def publish(ch: Any, queue: str, bodies: list[bytes], headers: list[dict[str, An
 
 
 def test_a_filtered_stream_consume_through_b_sees_exactly_the_matching_messages(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "events", arguments=STREAM)
+    on_a = declared_on_a(nodes, "events", arguments=STREAM)
     colours = ["red", "blue", "green"]
     bodies = [f"m{i}".encode() for i in range(60)]
     headers: list[dict[str, Any]] = [
@@ -64,7 +75,7 @@ def test_a_filtered_stream_consume_through_b_sees_exactly_the_matching_messages(
     headers.append({"n": 59})  # one without a filter value
     publish(on_a, "events", bodies, headers)
 
-    ch = connect(clients, nodes["b"]).channel()
+    ch = connect(nodes["b"]).channel()
     ch.basic_qos(prefetch_count=7)
     red = consume_expected(ch, "events", 20, {"x-stream-offset": "first", "x-stream-filter": "red"})
     assert [body for _, _, body in red] == bodies[0:59:3]
@@ -90,28 +101,28 @@ def test_a_filtered_stream_consume_through_b_sees_exactly_the_matching_messages(
 
 
 def test_a_named_stream_consumer_through_b_resumes_where_it_left(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "ledger", arguments=STREAM)
+    on_a = declared_on_a(nodes, "ledger", arguments=STREAM)
     bodies = [f"l{i}".encode() for i in range(10)]
     publish(on_a, "ledger", bodies, [{}] * 10)
     args = {"x-stream-offset": "first", "x-stream-consumer-name": "audit"}
-    ch = connect(clients, nodes["b"]).channel()
+    ch = connect(nodes["b"]).channel()
     ch.basic_qos(prefetch_count=5)
     first = consume_expected(ch, "ledger", 10, args)
     assert [body for _, _, body in first] == bodies
     publish(on_a, "ledger", [b"l10", b"l11"], [{}, {}])
-    ch = connect(clients, nodes["b"]).channel()
+    ch = connect(nodes["b"]).channel()
     ch.basic_qos(prefetch_count=5)
     again = consume_expected(ch, "ledger", 2, {"x-stream-consumer-name": "audit"})
     assert [body for _, _, body in again] == [b"l10", b"l11"]
 
 
 def test_a_bad_consume_argument_is_refused_with_the_leaders_reply(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    declared_on_a(clients, nodes, "strict", arguments=STREAM)
-    conn = connect(clients, nodes["b"])
+    declared_on_a(nodes, "strict", arguments=STREAM)
+    conn = connect(nodes["b"])
     ch = conn.channel()
     ch.basic_qos(prefetch_count=5)
     with pytest.raises(ChannelClosedByBroker) as refused:
@@ -125,12 +136,12 @@ def test_a_bad_consume_argument_is_refused_with_the_leaders_reply(
 
 
 def test_a_classic_queue_through_b_with_prefetch_acks_nacks_and_close(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "jobs")
+    on_a = declared_on_a(nodes, "jobs")
     publish(on_a, "jobs", [f"j{i}".encode() for i in range(10)], [{}] * 10)
 
-    conn = connect(clients, nodes["b"])
+    conn = connect(nodes["b"])
     ch = conn.channel()
     ch.basic_qos(prefetch_count=3)
     got: list[tuple[Any, bytes]] = []
@@ -154,7 +165,7 @@ def test_a_classic_queue_through_b_with_prefetch_acks_nacks_and_close(
 
     left = until(lambda: _ready(nodes["a"], "jobs", 5), "the unacked are requeued on a")
     assert left["messages_unacknowledged"] == 0
-    bodies = sorted(_drain(connect(clients, nodes["a"]).channel(), "jobs"))
+    bodies = sorted(_drain(connect(nodes["a"]).channel(), "jobs"))
     assert bodies == [b"j5", b"j6", b"j7", b"j8", b"j9"]
 
 
@@ -175,11 +186,11 @@ def _drain(ch: Any, queue: str) -> list[bytes]:
 
 
 def test_basic_get_purge_and_delete_through_b(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "inbox")
+    on_a = declared_on_a(nodes, "inbox")
     publish(on_a, "inbox", [b"x", b"y", b"z", b"w"], [{}] * 4)
-    ch = connect(clients, nodes["b"]).channel()
+    ch = connect(nodes["b"]).channel()
     method, props, body = ch.basic_get("inbox")
     assert body == b"x" and method.message_count == 3 and method.delivery_tag == 1
     assert props.delivery_mode == 2
@@ -198,10 +209,10 @@ def test_basic_get_purge_and_delete_through_b(
 
 
 def test_a_consumer_through_b_is_cancelled_when_the_queue_is_deleted_on_a(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "short-lived")
-    conn = connect(clients, nodes["b"])
+    on_a = declared_on_a(nodes, "short-lived")
+    conn = connect(nodes["b"])
     ch = conn.channel()
     cancelled: list[Any] = []
     ch.add_on_cancel_callback(cancelled.append)
@@ -212,10 +223,10 @@ def test_a_consumer_through_b_is_cancelled_when_the_queue_is_deleted_on_a(
 
 
 def test_auto_delete_follows_the_last_consumer_wherever_it_is(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "fleeting", auto_delete=True)
-    ch = connect(clients, nodes["b"]).channel()
+    on_a = declared_on_a(nodes, "fleeting", auto_delete=True)
+    ch = connect(nodes["b"]).channel()
     tag = ch.basic_consume("fleeting", lambda *a: None)
     until(lambda: (queue_on(nodes["a"], "fleeting") or {}).get("consumers") == 1, "counted")
     ch.basic_cancel(tag)
@@ -224,9 +235,9 @@ def test_auto_delete_follows_the_last_consumer_wherever_it_is(
 
 
 def test_kombu_and_aio_pika_consume_through_b(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "mixed")
+    on_a = declared_on_a(nodes, "mixed")
     publish(on_a, "mixed", [b"k1", b"k2", b"k3", b"k4"], [{}] * 4)
     b = nodes["b"]
     with kombu.Connection(f"amqp://guest:guest@{b.host}:{b.amqp_port}//") as conn:
@@ -257,11 +268,11 @@ def test_kombu_and_aio_pika_consume_through_b(
 
 
 def test_a_quorum_queue_through_b_counts_deliveries_and_an_exclusive_consumer_holds_on_a(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "votes", arguments={"x-queue-type": "quorum"})
+    on_a = declared_on_a(nodes, "votes", arguments={"x-queue-type": "quorum"})
     publish(on_a, "votes", [b"v"], [{}])
-    conn = connect(clients, nodes["b"])
+    conn = connect(nodes["b"])
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1)
     got: list[tuple[Any, Any]] = []
@@ -284,14 +295,14 @@ def test_a_quorum_queue_through_b_counts_deliveries_and_an_exclusive_consumer_ho
 
 
 def test_the_leader_killed_under_a_consumer_through_b(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    on_a = declared_on_a(clients, nodes, "orders")
+    on_a = declared_on_a(nodes, "orders")
     publish(on_a, "orders", [f"o{i}".encode() for i in range(6)], [{}] * 6)
     on_a.connection.close()
 
-    conn = connect(clients, b)
+    conn = connect(b)
     ch = conn.channel()
     ch.basic_qos(prefetch_count=4)
     got: list[tuple[Any, bytes]] = []
@@ -312,20 +323,20 @@ def test_the_leader_killed_under_a_consumer_through_b(
     # a client without consumer_cancel_notify: its channel is closed, naming the node
     a.restart()
     until(lambda: (queue_on(b, "orders") or {}).get("state") == "running", "a is back")
-    left = sorted(_drain(connect(clients, b).channel(), "orders"))
+    left = sorted(_drain(connect(b).channel(), "orders"))
     assert left == [b"o2", b"o3", b"o4", b"o5"]  # nothing acked comes back, the rest does
 
 
 def test_without_cancel_notify_the_channel_is_closed_naming_the_node(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    on_a = declared_on_a(clients, nodes, "plain")
+    on_a = declared_on_a(nodes, "plain")
     publish(on_a, "plain", [b"p"], [{}])
     on_a.connection.close()
     params = pika.URLParameters(b.url + "?heartbeat=0")
     params.client_properties = {"capabilities": {"basic.nack": True}}  # no cancel notify
-    conn = clients.connect(b, params)
+    conn = connect(b, params)
     ch = conn.channel()
     ch.basic_consume("plain", lambda *a: None)
     conn.process_data_events(0.3)
@@ -339,11 +350,11 @@ def test_without_cancel_notify_the_channel_is_closed_naming_the_node(
 
 
 def test_a_connection_error_of_one_client_leaves_the_link_to_the_others(
-    nodes: dict[str, ServerProcess], clients: Clients
+    nodes: dict[str, ServerProcess],
 ) -> None:
-    on_a = declared_on_a(clients, nodes, "tape", arguments=STREAM)
+    on_a = declared_on_a(nodes, "tape", arguments=STREAM)
     publish(on_a, "tape", [b"t0"], [{}])
-    conn = connect(clients, nodes["b"])
+    conn = connect(nodes["b"])
     watcher = conn.channel()
     watcher.basic_qos(prefetch_count=5)
     got: list[bytes] = []
@@ -357,7 +368,7 @@ def test_a_connection_error_of_one_client_leaves_the_link_to_the_others(
     until(lambda: conn.process_data_events(0.1) or got, "the watcher's first message")
 
     with pytest.raises(ConnectionClosedByBroker) as refused:
-        connect(clients, nodes["b"]).channel().basic_get("tape")  # as on a: 540, the connection
+        connect(nodes["b"]).channel().basic_get("tape")  # as on a: 540, the connection
     assert refused.value.reply_code == 540
     assert "basic.get not supported by stream queues" in refused.value.reply_text
 

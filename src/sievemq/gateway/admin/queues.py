@@ -19,6 +19,7 @@ from sievemq.gateway.admin.views import (
     StreamView,
 )
 from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.directory import place_elsewhere
 from sievemq.gateway.model.stream.arguments import purge_not_supported
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
@@ -67,6 +68,14 @@ class QueuesAdmin(AdminBase):
         """queue.declare with the AMQP rules and texts; True when it was created."""
         v = self.broker.vhost(vhost)
         existed = name in v.queues
+        directory = self.broker.directory
+        if directory is not None and not existed and name not in v.classic.queues:
+            if directory.leader_elsewhere(vhost, name) is not None:
+                return False  # another cluster node leads it (its arguments are its own)
+            placed = place_elsewhere(directory, v, name, durable, exclusive, arguments)
+            if placed is not None and self.node is not None:
+                self.node.definitions_sync.also_wait(placed)  # ``synced`` waits for it
+                return True
         v.declare_queue(
             name,
             durable=durable,

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
+from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.classic.vhost import ClassicQueues
-from sievemq.gateway.model.directory import RemoteQueue
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -45,7 +45,8 @@ StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 StreamCreator = Callable[[str, str, StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
 # a cluster's queues led elsewhere, by name in this vhost (``QueueDirectory.remote_queue``)
-RemoteLookup = Callable[[str], RemoteQueue | None]
+RemoteLookup = Callable[[str], Any]  # (a ``model.directory.RemoteQueue`` or None: that module
+# imports this one)
 
 
 def check_queue_name(name: str) -> None:
@@ -215,6 +216,24 @@ class VirtualHost:
         queue = self._create_queue(name, stream_args)
         self._on_change()
         return queue, queue.message_count, queue.consumer_count
+
+    def validate_new_queue(
+        self, name: str, kind: str, durable: bool, exclusive: bool, arguments: dict[str, Any]
+    ) -> None:
+        """The checks a declare of a new queue of ``kind`` makes (406 with their texts),
+        making nothing: a cluster checks a queue it places on another node first."""
+        if kind in ("classic", "quorum"):
+            validate_declare(
+                "quorum" if kind == "quorum" else "classic",
+                name,
+                self.name,
+                durable,
+                exclusive,
+                False,
+                arguments,
+            )
+        else:
+            validate_stream_declare(name, self.name, durable, exclusive, False, arguments)
 
     def check_queue_limit(self, name: str) -> None:
         """A new queue past the vhost's max-queues: 406 with RabbitMQ's text."""
@@ -405,9 +424,13 @@ class VirtualHost:
         """
         if exchange_name == DEFAULT_EXCHANGE:  # a stream first: classic queues only on a miss
             queue: Any = self.queues.get(routing_key) or self.classic.queues.get(routing_key)
-            if queue is None and remote is not None:
+            if queue is not None:
+                return [queue]
+            if remote is not None:  # a miss here: is it another node's queue?
                 queue = remote(routing_key)
-            return [queue] if queue is not None else []
+                if queue is not None:
+                    return [queue]
+            return []
         classic = self.classic.queues
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:

@@ -39,7 +39,7 @@ from sievemq.amqp.methods import (
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import QueueDirectory, RemoteQueue
+from sievemq.gateway.model.directory import QueueDirectory, RemoteQueue, place_elsewhere
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
     auto_ack_not_supported,
@@ -739,7 +739,7 @@ class Channel:
             return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
-        if self._declared_elsewhere(m):
+        if self._declared_elsewhere(m) or self._placed_elsewhere(m):
             return
         classic_consumer.flush_before_declare(self, m.queue)
         queue, messages, consumers = self.vhost.declare_queue(
@@ -761,6 +761,21 @@ class Channel:
         the leader's), as RabbitMQ answers on any node; nothing is made here."""
         if self._led_by(m.queue) is None:
             return False
+        if not m.nowait:
+            self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
+        return True
+
+    def _placed_elsewhere(self, m: Any) -> bool:
+        """A new queue the ``balanced`` leader locator places on another cluster node:
+        that node makes it, and the declare-ok (counts of 0) waits until it did."""
+        if m.passive:
+            return False
+        args = dict(m.arguments or {})
+        directory = self.connection.node.broker.directory
+        placed = place_elsewhere(directory, self.vhost, m.queue, m.durable, m.exclusive, args)
+        if placed is None:
+            return False
+        self._definitions_sync.also_wait(placed)
         if not m.nowait:
             self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
         return True

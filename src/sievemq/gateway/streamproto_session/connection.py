@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
+from sievemq.gateway.model.directory import LeaderUnavailable, place_elsewhere
 from sievemq.gateway.model.stream import super_streams
 from sievemq.gateway.model.users import User
 from sievemq.gateway.runtime import descriptors
@@ -525,12 +526,28 @@ class StreamConnection:
             return None
         queue = self._queue(name)
         if queue is None:
-            self.write(answer(wire.STREAM_DOES_NOT_EXIST))
+            self.write(answer(self._missing_code(name)))
         return queue
 
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
+
+    def _led_elsewhere(self, name: str) -> str | None:
+        """The cluster node that leads stream ``name`` when it is another one, else None."""
+        directory = self.node.broker.directory
+        assert self.vhost is not None
+        if directory is None or directory.queue_type(self.vhost.name, name) != "stream":
+            return None
+        return directory.leader_elsewhere(self.vhost.name, name)
+
+    def _missing_code(self, name: str) -> int:
+        """The code for a stream this node does not hold: 6 (STREAM_NOT_AVAILABLE) when
+        another cluster node leads it, as RabbitMQ answers a Subscribe on a node without a
+        member of the stream (Metadata names the leader to connect to), else 2."""
+        if self._led_elsewhere(name) is not None:
+            return wire.STREAM_NOT_AVAILABLE
+        return wire.STREAM_DOES_NOT_EXIST
 
     def _watch(self, queue: StreamQueue) -> None:
         if id(queue) not in self._watched:
@@ -570,7 +587,18 @@ class StreamConnection:
             self.write(wire.response(wire.CREATE, corr, wire.ACCESS_REFUSED))
             return
         existing = self.vhost.queues.get(name)
+        directory = self.node.broker.directory
+        kind = None if directory is None else directory.queue_type(self.vhost.name, name)
+        if existing is None and kind is not None:  # another cluster node leads it
+            code = wire.STREAM_ALREADY_EXISTS if kind == "stream" else wire.PRECONDITION_FAILED
+            self.write(wire.response(wire.CREATE, corr, code))
+            return
         try:
+            elsewhere = place_elsewhere(directory, self.vhost, name, True, False, arguments)
+            if elsewhere is not None:  # another node makes it: the answer waits for it
+                self.node.definitions_sync.also_wait(elsewhere)
+                self.write(wire.response(wire.CREATE, corr, wire.OK))
+                return
             self.vhost.declare_queue(name, durable=True, arguments=arguments)
         except AMQPError:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
@@ -590,6 +618,9 @@ class StreamConnection:
             self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
             return
         if name not in self.vhost.queues:
+            if self._led_elsewhere(name) is not None:
+                self._delete_elsewhere(corr, name)
+                return
             self.write(wire.response(wire.DELETE, corr, wire.STREAM_DOES_NOT_EXIST))
             return
         try:
@@ -599,13 +630,57 @@ class StreamConnection:
             return
         self.write(wire.response(wire.DELETE, corr, wire.OK))
 
+    def _delete_elsewhere(self, corr: int, name: str) -> None:
+        """Delete a stream another node leads: asked of it through its etcd record (no
+        frame is forwarded); the answer comes once its record is gone."""
+        directory = self.node.broker.directory
+        assert directory is not None and self.vhost is not None
+        asked = directory.delete_elsewhere(self.vhost.name, name)
+
+        def answered(done: asyncio.Future[None]) -> None:
+            error = None if done.cancelled() else done.exception()
+            if error is None and not done.cancelled():
+                code = wire.OK
+            elif isinstance(error, LeaderUnavailable):
+                code = wire.STREAM_NOT_AVAILABLE
+            else:
+                log.error("delete of stream %s through its leader failed: %s", name, error)
+                code = wire.INTERNAL_ERROR
+            if self.alive:
+                self.write(wire.response(wire.DELETE, corr, code))
+
+        asked.add_done_callback(answered)
+
     def _metadata(self, cur: Cursor) -> None:
+        """Each stream's leader, as RabbitMQ answers on any node of a cluster: this node's
+        listener for a stream it holds, the leader's advertised stream listener for one
+        another node leads (code 6 and no leader while that node is down), code 2 for a
+        stream no node has. No replicas: streams are not replicated yet."""
         corr = cur.u32()
         names = cur.strings()
         assert self.vhost is not None
         queues = self.vhost.queues
-        items = [(n, wire.OK if n in queues else wire.STREAM_DOES_NOT_EXIST) for n in names]
-        self.write(wire.metadata_response(corr, self.snode.advertised_host, self._port, items))
+        directory = self.node.broker.directory
+        brokers: list[tuple[str, int]] = []
+        items: list[tuple[str, int, int, tuple[int, ...]]] = []
+        for n in names:
+            if n in queues:
+                where: tuple[str, int] | None = (self.snode.advertised_host, self._port)
+                code = wire.OK
+            else:
+                leader = self._led_elsewhere(n)
+                if leader is None or directory is None:
+                    items.append((n, wire.STREAM_DOES_NOT_EXIST, wire.NO_LEADER, ()))
+                    continue
+                where = directory.stream_listener(leader, self.tls)
+                code = wire.OK if where is not None else wire.STREAM_NOT_AVAILABLE
+            if where is None:
+                items.append((n, code, wire.NO_LEADER, ()))
+                continue
+            if where not in brokers:
+                brokers.append(where)
+            items.append((n, code, brokers.index(where), ()))
+        self.write(wire.metadata_response(corr, brokers, items))
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()
@@ -770,7 +845,7 @@ class StreamConnection:
             return
         queue = self._queue(name)
         if queue is None:
-            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.STREAM_DOES_NOT_EXIST))
+            self.write(wire.response(wire.DECLARE_PUBLISHER, corr, self._missing_code(name)))
             return
         clash = pid in self.publishers or (
             reference != ""
@@ -843,7 +918,7 @@ class StreamConnection:
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.ACCESS_REFUSED))
             return
         if queue is None:
-            self.write(wire.response(wire.SUBSCRIBE, corr, wire.STREAM_DOES_NOT_EXIST))
+            self.write(wire.response(wire.SUBSCRIBE, corr, self._missing_code(name)))
             return
         if sid in self.subscriptions:
             code = wire.SUBSCRIPTION_ID_ALREADY_EXISTS

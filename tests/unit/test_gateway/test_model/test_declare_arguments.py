@@ -137,9 +137,11 @@ def test_initial_cluster_size_zero() -> None:
 def test_leader_locator() -> None:
     assert reply({"x-queue-leader-locator": "nearest"}) == (
         f"PRECONDITION_FAILED - invalid arg 'x-queue-leader-locator' for {Q}: "
-        "invalid_queue_locator_arg"
+        "'nearest' is not a leader locator; use 'client-local' or 'balanced' (RabbitMQ's "
+        "older 'random', 'least-leaders' and 'min-masters' mean 'balanced')"
     )
     assert declare({"x-queue-leader-locator": "client-local"}).leader_locator == "client-local"
+    assert declare({"x-queue-leader-locator": "least-leaders"}).leader_locator == "balanced"
 
 
 def test_compression() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sievemq.amqp.errors import PreconditionFailed
+from sievemq.gateway.model import locator
 from sievemq.gateway.model.replies import amqp_type, erlang_string, rs
 
 QueueKind = Literal["classic", "quorum"]
@@ -143,6 +144,7 @@ def validate_declare(
             )
         sac = raw
     limit = _int(args, "x-delivery-limit", q, v)
+    locator.check_argument(args, q, v)
     type_name = TYPE_NAMES[kind]
     for key in _NOT_FOR[kind]:
         if key in args:

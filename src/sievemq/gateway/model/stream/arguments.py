@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sievemq.amqp.errors import NotImplemented_, PreconditionFailed, ResourceLocked
+from sievemq.gateway.model import locator as leader_locator
 from sievemq.gateway.model.replies import (
     amqp_type,
     display_value,
@@ -38,7 +39,7 @@ DEFAULT_FILTER_SIZE_BYTES = 16
 MIN_FILTER_SIZE_BYTES = 16
 MAX_FILTER_SIZE_BYTES = 4096  # RabbitMQ caps at 255; SieveMQ-only streams may go to 4096
 COMPRESSIONS = ("none", "zstd")
-LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders", "min-masters")
+LEADER_LOCATORS = leader_locator.ACCEPTED
 MAX_FILTER_VALUE_BYTES = 4096
 MAX_FILTER_VALUES = 64
 MAX_CONSUMER_NAME_BYTES = 255
@@ -256,12 +257,9 @@ def validate_stream_declare(
         cluster_size = _non_neg_int("x-initial-cluster-size", args["x-initial-cluster-size"], q, v)
         if cluster_size == 0:
             raise _invalid_arg("x-initial-cluster-size", q, v, "{value_zero,0}")
-    locator = "client-local"
     if "x-queue-leader-locator" in args:
-        text = _text_arg("x-queue-leader-locator", args["x-queue-leader-locator"], q, v)
-        if text not in LEADER_LOCATORS:
-            raise _invalid_arg("x-queue-leader-locator", q, v, "invalid_queue_locator_arg")
-        locator = text if text in ("client-local", "balanced") else "balanced"
+        _text_arg("x-queue-leader-locator", args["x-queue-leader-locator"], q, v)
+    locator = leader_locator.check_argument(args, q, v) or leader_locator.CLIENT_LOCAL
     compression = "none"
     if "x-stream-compression" in args:
         text = _text_arg("x-stream-compression", args["x-stream-compression"], q, v)
