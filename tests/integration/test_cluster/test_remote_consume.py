@@ -203,6 +203,9 @@ def test_basic_get_purge_and_delete_through_b(
     assert ch.queue_purge("inbox").method.message_count == 2
     assert ch.basic_get("inbox") == (None, None, None)
     until(lambda: _ready(nodes["a"], "inbox", 0), "a holds none")
+    with pytest.raises(ChannelClosedByBroker) as locked:  # a's queue, nobody's exclusive one
+        connect(nodes["b"]).channel().queue_declare("inbox", durable=True, exclusive=True)
+    assert locked.value.reply_code == 405
     ch.queue_delete("inbox")
     until(lambda: queue_on(nodes["a"], "inbox") is None, "deleted on its leader")
     until(lambda: queue_on(nodes["b"], "inbox") is None, "b forgets it")

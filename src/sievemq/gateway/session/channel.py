@@ -38,6 +38,7 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
+from sievemq.gateway.model.classic import vhost as classic_vhost
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import QueueDirectory, RemoteQueue, place_elsewhere
 from sievemq.gateway.model.stream import dedup
@@ -758,9 +759,12 @@ class Channel:
 
     def _declared_elsewhere(self, m: Any) -> bool:
         """A cluster queue another node leads exists: declare-ok (counts of 0: they are
-        the leader's), as RabbitMQ answers on any node; nothing is made here."""
+        the leader's), as RabbitMQ answers on any node; nothing is made here. An exclusive
+        declare of it is 405: it is nobody's exclusive queue (the cluster's are durable)."""
         if self._led_by(m.queue) is None:
             return False
+        if m.exclusive:
+            raise classic_vhost.locked(m.queue, self.connection.vhost_name)
         if not m.nowait:
             self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
         return True
