@@ -33,7 +33,7 @@ import pamqp.commands as spec
 from sievemq.amqp import frames, hotcodec
 from sievemq.amqp.methods import BASIC_PUBLISH, CLASS_BASIC, METHOD_ACK, METHOD_NACK
 from sievemq.cluster.link import LinkChannel, Links
-from sievemq.gateway.model.directory import PublishSink
+from sievemq.gateway.model.remote import PublishSink
 from sievemq.storage import Message
 
 log = logging.getLogger("sievemq.cluster")

@@ -150,7 +150,6 @@ class LinkConnection(asyncio.Protocol):
         self.channels: dict[int, LinkChannel] = {}
         self.opened = False  # connection.open-ok arrived
         self.failed = False
-        self._header_sent = False
         self._next_number = 1
         self._out: list[bytes] = []  # frames of open channels, written at the end of the turn
         self._held: list[bytes] = []  # channel frames written before the connection opened
@@ -166,6 +165,10 @@ class LinkConnection(asyncio.Protocol):
     def open_channel(self, receiver: LinkReceiver, target: str) -> LinkChannel:
         number = self._free_number()
         channel = LinkChannel(self, number, receiver, target)
+        if not number:  # every channel number in use: this one fails (on the next turn)
+            why = f"no free channel on the link to node '{self.node}' ({self.channel_max} open)"
+            self.loop.call_soon(self._fail_channel, channel, 0, why)
+            return channel
         self.channels[number] = channel
         if self.failed:
             self.loop.call_soon(self._fail_channel, channel, 0, self.links.why_down(self.node))
@@ -174,12 +177,13 @@ class LinkConnection(asyncio.Protocol):
         return channel
 
     def _free_number(self) -> int:
+        """A channel number not in use (0: none left)."""
         for _ in range(self.channel_max):
             number = self._next_number
             self._next_number = number % self.channel_max + 1
             if number not in self.channels and number not in self._closing_numbers:
                 return number
-        raise errors.ResourceError(f"no free channel on the link to node '{self.node}'")
+        return 0
 
     def close_channel(self, channel: LinkChannel) -> None:
         if self.channels.get(channel.number) is channel:

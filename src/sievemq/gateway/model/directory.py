@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.gateway.model import locator, policies
-from sievemq.storage import Message
+from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.vhost import VirtualHost
@@ -62,24 +62,6 @@ class LinkReceiver(Protocol):
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
         """The channel is gone: the leader closed it (its reply code and text), or the link
         dropped (code 0 and why). What it had unacked is the leader's to requeue."""
-        ...
-
-
-class PublishSink(Protocol):
-    """A publishing channel: told which of its messages were stored (or not)."""
-
-    def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
-
-
-class RemoteQueue(Protocol):
-    """A queue another node leads, as this node's publishes see it (``cluster.forwarding``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
-        """Forward one routed message; ``sink`` hears of ``seq`` once the leader stored it
-        (or nacked it, or the link to the leader was lost before it answered)."""
         ...
 
 

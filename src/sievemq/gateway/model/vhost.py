@@ -24,6 +24,7 @@ from sievemq.gateway.model.exchanges import (
     check_not_default,
     check_type,
 )
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
 from sievemq.gateway.model.stream.arguments import (
@@ -45,8 +46,7 @@ StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 StreamCreator = Callable[[str, str, StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
 # a cluster's queues led elsewhere, by name in this vhost (``QueueDirectory.remote_queue``)
-RemoteLookup = Callable[[str], Any]  # (a ``model.directory.RemoteQueue`` or None: that module
-# imports this one)
+RemoteLookup = Callable[[str], RemoteQueue | None]
 
 
 def check_queue_name(name: str) -> None:

@@ -14,7 +14,7 @@ from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import RemoteQueue
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.classic import queue_expiry

@@ -40,7 +40,8 @@ from sievemq.amqp.methods import (
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model.classic import vhost as classic_vhost
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import QueueDirectory, RemoteQueue, place_elsewhere
+from sievemq.gateway.model.directory import QueueDirectory, place_elsewhere
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
     auto_ack_not_supported,
