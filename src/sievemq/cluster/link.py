@@ -190,7 +190,9 @@ class LinkConnection(asyncio.Protocol):
             del self.channels[channel.number]
             if not self.failed:
                 self._closing_numbers.add(channel.number)
-                self.send(codec.encode_method(channel.number, spec.Channel.Close(200, "closed")))
+                self.send(
+                    codec.encode_method(channel.number, spec.Channel.Close(200, "closed", 0, 0))
+                )
 
     def _fail_channel(self, channel: LinkChannel, code: int, text: str) -> None:
         if channel.closed:
@@ -417,7 +419,9 @@ class LinkConnection(asyncio.Protocol):
         """Stop using the link (node shutdown): connection.close, channels told."""
         if self.opened and not self.failed:
             self.flush()
-            self._send_now(codec.encode_method(0, spec.Connection.Close(200, "node stopping")))
+            self._send_now(
+                codec.encode_method(0, spec.Connection.Close(200, "node stopping", 0, 0))
+            )
         self.fail(f"link to node '{self.node}' closed by this node")
 
 

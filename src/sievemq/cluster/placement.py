@@ -8,8 +8,9 @@ create-if-absent transaction, and the declare-ok waits for etcd's commit (the st
 record (compare-and-swap on the record's revision). Every node watches the records: a node
 that does not lead a queue answers a declare of it with declare-ok, accepts bindings to it
 (they are cluster-wide: ``definitions_mirror``), forwards publishes routed to it over the
-link (``remote_queue``, ``cluster/forwarding.py``), and tells a client that consumes or gets
-through it which node leads it (forwarding those is not built yet).
+link (``remote_queue``, ``cluster/forwarding.py``), and opens link channels to its leader for
+consumers, gets, acks, purges and deletes through this node (``open_link``,
+``gateway/session/remote.py``).
 
 A queue declared with the ``balanced`` leader locator goes to the live node leading the
 fewest queues: the declaring node writes its record with that node as leader and
@@ -50,7 +51,7 @@ from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
-from sievemq.gateway.model.directory import LeaderUnavailable
+from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
 from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 
 log = logging.getLogger("sievemq.cluster")
@@ -111,14 +112,12 @@ class Placement:
             return None
         return str(record.get("leader"))
 
-    def not_here(self, vhost: str, name: str) -> str:
-        leader = self.leader_elsewhere(vhost, name) or "?"
-        address = self._addresses(leader)
-        at = f" (amqp {address})" if address else ""
-        return (
-            f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; using "
-            f"it through node '{self.me}' is not built yet: connect to '{leader}'"
-        )
+    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+        """A channel on the link to the queue's leader (consume, get, ack... through this
+        node: ``gateway.session.remote``)."""
+        assert self.links is not None, "the link is made when the node joins"
+        leader = self.leader_elsewhere(vhost, name) or ""
+        return self.links.open_channel(leader, vhost, receiver)
 
     def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
         """The queue as publishes through this node see it when another node leads it."""
