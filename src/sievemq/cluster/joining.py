@@ -16,6 +16,7 @@ from typing import Any
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.replication import Replication
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 
@@ -52,7 +53,12 @@ async def join(
         lambda: membership.records,
     )
     membership.subscribe(QUEUES, placement.apply)
+    replication = Replication(placement, broker)
+    membership.subscribe(QUEUES, replication.apply)  # after placement: records current
+    placement.stopping.append(replication.stop)
+    placement.replica_of = replication.queue
     membership.queue_records = lambda: list(placement.records.values())
+    membership.queue_members = placement.members
     membership.on_registered_again.append(placement.place_again)
     deadline = time.monotonic() + wait_s
     try:

@@ -112,6 +112,10 @@ class Membership:
         # the queues other nodes lead (the placement sets it) and what runs once this node
         # registered again after losing its lease (the placement records its queues anew)
         self.queue_records: Callable[[], list[dict[str, Any]]] = list
+        # a queue's members and those running (``Placement.members``, set at the join)
+        self.queue_members: Callable[[str, str], tuple[list[str], list[str]] | None] = (
+            lambda vhost, name: None
+        )
         self.on_registered_again: list[Callable[[], None]] = []
 
     def subscribe(self, prefix: str, listener: Callable[[list[Event], bool], None]) -> None:
