@@ -20,6 +20,7 @@ from pika.exceptions import ChannelClosedByBroker
 from rstream import AMQPMessage, Consumer, MessageContext, amqp_decoder, exceptions
 
 from sievemq.cluster.replication import replica_directory
+from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import list_segments, segment_name
 from sievemq.testing import ServerProcess
@@ -127,6 +128,10 @@ async def test_replicas_on_every_node_hold_the_leader_s_files(
         await direct.subscribe("replicated", 1)
     finally:
         await direct.close()
+    # and answers StreamStats from its copy (the Spark network mode reads a replica so)
+    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{b.host}:{b.stream_port}/%2F")
+    with StreamClient(uri) as spark:
+        assert spark.stream_stats("replicated").end == MESSAGES
 
 
 async def test_rstream_consumer_reads_a_replica_metadata_names(

@@ -518,13 +518,16 @@ class StreamConnection:
             self._may("configure", p) for p in partitions
         )
 
-    def _readable(self, name: str, answer: Callable[[int], bytes]) -> StreamQueue | None:
+    def _readable(
+        self, name: str, answer: Callable[[int], bytes], replica: bool = False
+    ) -> StreamQueue | None:
         """The stream a read-side query names, or None after answering ``answer(code)``:
-        16 without read permission, 2 when there is no such stream."""
+        16 without read permission, 2 when there is no such stream (6 when another cluster
+        node leads it; with ``replica``, this node's replica of it answers)."""
         if not self._may("read", name):
             self.write(answer(wire.ACCESS_REFUSED))
             return None
-        queue = self._queue(name)
+        queue = self._queue(name) or (self._replica(name) if replica else None)
         if queue is None:
             self.write(answer(self._missing_code(name)))
         return queue
@@ -704,7 +707,7 @@ class StreamConnection:
         if not self._may("read", name):
             self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
             return
-        queue = self._queue(name)
+        queue = self._queue(name) or self._replica(name)
         if queue is None:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
@@ -833,7 +836,9 @@ class StreamConnection:
         name = cur.string()
         offset = wire.parse_offset_spec(cur)
         cur.properties()
-        queue = self._readable(name, lambda c: wire.resolve_offset_spec_response(corr, c, 0))
+        queue = self._readable(
+            name, lambda c: wire.resolve_offset_spec_response(corr, c, 0), replica=True
+        )
         if queue is None:
             return
         try:
