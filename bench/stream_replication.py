@@ -6,8 +6,9 @@ and c); N messages of 100 B with one of 50 filter values published to a with con
 (aiormq, pipelined in windows of 1000). Reported per case: the leader's publish rate (the
 last confirm), the leader's CPU per message over the publish, and the CPU of all three
 nodes per message until every replica's files equal the leader's. Then the catch-up: c is
-SIGKILLed, N x 2 messages go to a replicated stream, c restarts, and the time from its
-ready line to its copy equal to the leader's gives the catch-up rate.
+SIGKILLed, N x 10 messages go to a replicated stream, c restarts, and the time from its
+ready line to its copy equal to the leader's gives the catch-up rate (its follower starts at
+the join, just before the ready line: the time from the restart is reported too).
 
     python -m bench.stream_replication [--n 50000] [--rounds 3] [--out FILE.json]
 
@@ -128,17 +129,20 @@ def _catch_up(nodes: dict[str, ServerProcess], n: int) -> dict[str, float]:
     _wait(lambda: _members_online(a, "catch-up", 3))
     c.kill()
     asyncio.run(_publish(a, "catch-up", n))
-    c.restart()
-    t0 = time.perf_counter()
+    started = time.perf_counter()
+    c.restart()  # (its follower starts at the join, just before the ready line)
+    ready = time.perf_counter()
     _wait(lambda: _caught_up(a, c, "catch-up"))
-    seconds = time.perf_counter() - t0
+    done = time.perf_counter()
     size = sum(_sizes(stream_directory(a.data_dir, "/", "catch-up")).values())
     return {
         "messages": n,
         "bytes": size,
-        "seconds_from_ready": seconds,
-        "msg_per_s": n / seconds,
-        "mb_per_s": size / seconds / 1e6,
+        "seconds_from_start": done - started,
+        "seconds_from_ready": done - ready,
+        "start_to_ready_s": ready - started,
+        "msg_per_s_from_ready": n / (done - ready),
+        "mb_per_s_from_ready": size / (done - ready) / 1e6,
     }
 
 
@@ -147,6 +151,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--catch-up-factor", type=int, default=10, help="x N messages")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sievemq-repl-bench-") as tmp:
         base = Path(tmp)
@@ -159,7 +164,7 @@ def main() -> None:
                 for r in range(opts.rounds):
                     runs["no_replica"].append(_case(nodes, f"alone-{r}", 1, opts.n))
                     runs["two_replicas"].append(_case(nodes, f"replicated-{r}", 3, opts.n))
-                catch_up = _catch_up(nodes, opts.n * 2)
+                catch_up = _catch_up(nodes, opts.n * opts.catch_up_factor)
             finally:
                 for proc in nodes.values():
                     if proc.running:
