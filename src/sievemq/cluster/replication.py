@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,16 +70,20 @@ class Follower:
         self._leader = leader  # the leader's stream listener now (None: not running)
         self._user, self._password = credentials
         self._corr = 0
-        self._synced = time.monotonic()
         self.connected = asyncio.Event()  # subscribed to the leader now
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
+        self._syncer: asyncio.Task[None] | None = None
+        if self.stream.config.durability is Durability.BATCH:
+            self._syncer = asyncio.ensure_future(self._sync_loop())
 
     async def stop(self) -> None:
         self.queue.notify_deleted()  # its subscribers here get MetadataUpdate
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
-        self.stream.close()
+        for task in (self.task, self._syncer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self.stream.close()  # (syncs what was written since the last sync)
 
     async def _run(self) -> None:
         while True:
@@ -116,9 +120,8 @@ class Follower:
             while True:
                 key, version, frame = await _frame(reader)
                 if key == wire.DELIVER:
-                    self._append(frame, version)
+                    await self._append(frame, version)
                     writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
-                    await self._sync()
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
@@ -128,22 +131,29 @@ class Follower:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    def _append(self, frame: bytes, version: int) -> None:
+    async def _append(self, frame: bytes, version: int) -> None:
+        """Append the Deliver's chunk as stored; under ``--fsync always`` the write and its
+        fdatasync run in a worker thread, as the gateway's own appends do."""
         start = 1 + (8 if version >= 2 else 0) + _OSIRIS_HEADER.size
         length = _OSIRIS_HEADER.unpack_from(frame, start - _OSIRIS_HEADER.size)[_DATA_LENGTH]
-        self.stream.append_stored(frame[start : start + length])
+        chunk = frame[start : start + length]
+        if self.stream.config.durability is Durability.ALWAYS:
+            await asyncio.to_thread(self.stream.append_stored, chunk)
+        else:
+            self.stream.append_stored(chunk)
 
-    async def _sync(self) -> None:
+    async def _sync_loop(self) -> None:
         """fdatasync as ``--fsync`` says: each append under ``always`` (the writer does
-        it), at most once a sync interval while chunks come under ``batch`` (and when the
-        copy is closed), never under ``never``."""
-        config = self.stream.config
-        if config.durability is not Durability.BATCH:
-            return
-        now = time.monotonic()
-        if now - self._synced >= config.sync_interval_ms / 1000:
-            self._synced = now
-            await asyncio.to_thread(self.stream.sync)
+        it), what came in each sync interval under ``batch`` (in a worker thread, on
+        duplicated descriptors, as the gateway syncs its streams), never under ``never``."""
+        synced = self.stream.end_offset
+        while True:
+            await asyncio.sleep(self.stream.config.sync_interval_ms / 1000)
+            end = self.stream.end_offset
+            if end != synced:
+                fds = self.stream.sync_handles()
+                await asyncio.to_thread(_fdatasync, fds)
+                synced = end
 
     async def _open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         props = {"product": "sievemq-replica", "connection_name": f"replica of {self.name}"}
@@ -182,6 +192,15 @@ class Follower:
                 return
             if got == wire.CLOSE:
                 raise ReplicaError(f"the leader closed the connection during {what}")
+
+
+def _fdatasync(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 async def _frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
