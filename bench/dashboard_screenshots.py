@@ -117,6 +117,7 @@ def shoot(server: ServerProcess, out: Path) -> None:
         visit("streams/%2F/orders", "stream", 12)
         visit("exchanges", "exchanges")
         visit("exchanges/%2F/events", "exchange")
+        visit("nodes", "nodes")
         visit("connections", "connections")
         visit("channels", "channels")
         visit("admin/users", "admin-users")

@@ -94,6 +94,9 @@ ALLOWED: dict[str, set[str]] = {
         "sievemq.storage",
         "sievemq.streamproto",
         "sievemq.gateway",
+        # the inter-node link (cluster/link.py) speaks AMQP 0-9-1 on the project's codec
+        "sievemq.amqp",
+        "pamqp.commands",
     },
     # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
     "client": {"aiormq", "pamqp", "sievemq.client"},

@@ -122,10 +122,34 @@ def test_prometheus_config_is_valid_and_scrapes_the_admin_port() -> None:
         for t in group["targets"]
     }
     admin = Settings().admin_port
+    cluster = {"node1", "node2", "node3"}
+    assert cluster <= set(_compose()["services"])
     assert targets == {
         ("/metrics", f"gateway:{admin}"),
         ("/metrics/per-object", f"gateway:{admin}"),
+        *(("/metrics", f"{node}:{admin}") for node in cluster),
     }
+
+
+def test_the_cluster_profile_joins_three_nodes_to_its_etcd() -> None:
+    services = _compose()["services"]
+    etcd = services["etcd"]
+    assert re.fullmatch(r"gcr\.io/etcd-development/etcd:v\d+\.\d+\.\d+", etcd["image"])
+    assert etcd["profiles"] == ["cluster"]
+    client_url = etcd["command"][etcd["command"].index("--advertise-client-urls") + 1]
+    published = set()
+    for name in ("node1", "node2", "node3"):
+        node = services[name]
+        assert node["image"] == services["gateway"]["image"] and node["profiles"] == ["cluster"]
+        args = _build_parser().parse_args(node["command"][1:])
+        assert (args.node_name, args.cluster_etcd, args.advertise_host) == (
+            name,
+            client_url,
+            name,
+        )
+        assert node["depends_on"]["etcd"]["condition"] == "service_healthy"
+        published |= {p.split(":")[0] for p in node["ports"]}
+    assert len(published) == 6  # each node its own host ports
 
 
 def test_grafana_is_provisioned_with_the_dashboards_and_the_prometheus_datasource() -> None:

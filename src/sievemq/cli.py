@@ -92,6 +92,12 @@ def _add_cluster_up_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"node i takes this port + i (default {base}; 0: free ports)",
         )
     parser.add_argument("--cluster-lease-ttl", type=int, default=5, help="seconds (default 5)")
+    parser.add_argument(
+        "--shared-ports",
+        action="store_true",
+        help="every node listens on the same AMQP and HTTP ports (SO_REUSEPORT: the kernel "
+        "spreads connections over the nodes); Stream-protocol and cluster ports stay per node",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,6 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
             settings.admin_host,
             settings.admin_port,
             (settings.amqps_port, settings.stream_tls_port) if tls else None,
+            reuse_port=settings.reuse_port,
         )
         if settings.cluster_etcd is not None:
             try:

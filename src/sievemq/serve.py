@@ -38,6 +38,7 @@ from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import ResourceAlarms, SystemProbe, total_memory
 from sievemq.gateway.runtime.node import Limits, Node
 from sievemq.gateway.session.connection import Connection
+from sievemq.gateway.session.peer import PeerConnection
 from sievemq.gateway.streamproto_session.connection import StreamConnection
 from sievemq.gateway.streamproto_session.node import StreamNode
 from sievemq.settings import Settings
@@ -109,8 +110,9 @@ def alarms_from(settings: Settings) -> ResourceAlarms:
     )
 
 
-def protocol_factory(node: Node) -> AMQPProtocol:
-    conn = Connection(node)
+def protocol_factory(node: Node, conn: Connection | None = None) -> AMQPProtocol:
+    """A client socket's protocol (``conn``: another kind of session, e.g. a cluster link)."""
+    conn = Connection(node) if conn is None else conn
     limits = node.limits
     protocol = AMQPProtocol(
         conn,
@@ -143,14 +145,6 @@ def ready_line(
     return " ".join(["sievemq ready", *fields])
 
 
-class _NoLinkYet(asyncio.Protocol):
-    """The inter-node port is reserved and announced, but the link is not built yet: a
-    connection is closed at once (docs/cluster.md)."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
-
-
 async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundListeners) -> int:
     """Serve until SIGTERM/SIGINT (AMQPS too with ``ssl_context``) on the ``bound`` sockets;
     returns the exit status."""
@@ -167,6 +161,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             default_password=settings.default_pass,
             default_user_loopback_only=settings.default_user == "guest",
             default_queue_type=settings.default_queue_type,
+            cluster=settings.cluster_etcd is not None,
             queue_window=MemoryWindow(
                 messages=settings.queue_memory_messages, bytes=settings.queue_memory_bytes
             ),
@@ -261,7 +256,14 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     membership: Any = None
     placement: Any = None
     if settings.cluster_etcd is not None and settings.node_name is not None:
-        cluster_servers, cluster_port = await serve_on(_NoLinkYet, bound.cluster)
+        from sievemq.cluster.secret import ClusterSecret
+
+        # the inter-node link (cluster/link.py): AMQP from the other nodes, logged in with
+        # the cluster secret, served by this node's session code (gateway/session/peer.py)
+        secret = ClusterSecret()
+        cluster_servers, cluster_port = await serve_on(
+            lambda: protocol_factory(node, PeerConnection(node, secret.get)), bound.cluster
+        )
         servers.extend(cluster_servers)
         cluster = (
             settings.node_name,
@@ -272,7 +274,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             "stream": snode.advertised_port,
             "stream_tls": snode.advertised_tls_port or None,
         }
-        joined = await _join_cluster(settings, cluster[1], facade, node, advertised)
+        joined = await _join_cluster(settings, cluster[1], facade, node, advertised, secret)
         if isinstance(joined, int):
             await stop_gateway(node, servers, alarms, settings.shutdown_timeout_s, snode)
             admin.should_exit = True
@@ -281,6 +283,10 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             return joined
         membership, placement = joined
         facade.cluster = membership
+        if settings.definitions is not None:
+            # again, through etcd now: the join's reconcile kept the cluster's state, and
+            # the file's objects go to every node (they win, as on a single node)
+            load_definitions(facade, settings.definitions)
     ready = True
     facade.start_sampling(settings.collect_statistics_interval_ms / 1000)
     node.gc.start(loop)  # recovery and wiring done: freeze what lives as long as the server
@@ -314,9 +320,11 @@ async def _join_cluster(
     facade: BrokerFacade,
     node: Node,
     advertised: dict[str, Any],
+    secret: Any,
 ) -> Any:
     """Join the cluster (its Membership and Placement), or the exit status when this node
     may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
+    from sievemq.admin_api.cluster_totals import published_totals
     from sievemq.admin_api.rabbit.nodes import node_info
     from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
     from sievemq.cluster.joining import join
@@ -333,7 +341,10 @@ async def _join_cluster(
             lambda: node_info(facade),
             node.broker,
             node.definitions_sync,
+            secret,
             advertised=advertised,
+            admin=facade,
+            totals=lambda: published_totals(facade),
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

@@ -140,6 +140,8 @@ class Settings(BaseSettings):
     cluster_port: int = Field(default=25672, ge=0, le=65535)  # the inter-node listener
     advertise_host: str | None = None  # how other nodes and Stream clients reach this one
     cluster_lease_ttl: int = Field(default=5, ge=1, le=300)  # seconds
+    # SO_REUSEPORT on the AMQP(S) and HTTP ports: nodes of one machine share them
+    reuse_port: bool = False
 
     @field_validator("cluster_etcd")
     @classmethod
@@ -271,6 +273,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="queue type of a queue.declare without x-queue-type (default classic)",
     )
     parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=None,
+        help="share the AMQP(S) and HTTP ports with this machine's other nodes (SO_REUSEPORT)",
+    )
+    parser.add_argument(
         "--gc-freeze",
         choices=["on", "off"],
         default=None,
@@ -287,7 +295,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Build the frozen Settings from parsed `serve` flags (flags win over env)."""
     given: dict[str, Any] = {}
-    for name in [f[0] for f in _FLAGS] + ["fsync", "default_queue_type"]:
+    for name in [f[0] for f in _FLAGS] + ["fsync", "default_queue_type", "reuse_port"]:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = value

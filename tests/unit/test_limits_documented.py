@@ -20,6 +20,7 @@ NOT_LIMITS = {
     "gc_freeze", "collect_statistics_interval_ms",
     # a cluster node's identity and its etcd (docs/cluster.md), not limits
     "node_name", "cluster_etcd", "cluster_port", "advertise_host", "cluster_lease_ttl",
+    "reuse_port",
 }  # fmt: skip
 
 

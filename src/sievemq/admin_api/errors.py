@@ -60,6 +60,10 @@ def install(app: FastAPI) -> None:
     async def amqp_error(request: Request, exc: AMQPError) -> Response:
         if isinstance(exc, NotFound):
             return JSONResponse(NOT_FOUND, status_code=404)
+        if exc.reply_code == 541:  # not made durable (a cluster's etcd away): not the client's
+            return JSONResponse(
+                {"error": "internal_error", "reason": exc.explanation}, status_code=500
+            )
         return JSONResponse({"error": "bad_request", "reason": exc.explanation}, status_code=400)
 
     @app.exception_handler(RequestValidationError)

@@ -22,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sievemq.admin_api.deps import Facade, Heavy
+from sievemq.admin_api.rabbit.cluster_name import cluster_name
 from sievemq.admin_api.shapes import EMULATED_RABBITMQ_VERSION
 from sievemq.admin_api.slicing import Slicer
 from sievemq.gateway.admin.facade import BrokerFacade
@@ -125,7 +126,8 @@ class _Collector:
             ],
         )
         endpoint = "per-object" if self.per_object else "memory-breakdown"
-        identity.add_metric([f.node_name, f.node_name, f.node_name, endpoint], 1)
+        cluster = cluster_name(f)  # in a cluster, the same on every node
+        identity.add_metric([f.node_name, cluster, cluster, endpoint], 1)
         yield identity
         yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open", t.connections)
         yield GaugeMetricFamily("rabbitmq_channels", "Channels currently open", t.channels)
@@ -396,15 +398,36 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def with_node(text: str, node: str) -> str:
+    """Every sample of an exposition labelled ``node="NODE"`` (a cluster node's scrape: its
+    series stay apart from the other nodes' however Prometheus labels the targets)."""
+    label = f'node="{_escape(node)}"'
+    out = []
+    for line in text.splitlines(keepends=True):
+        if not line.strip() or line.startswith("#"):
+            out.append(line)
+            continue
+        brace, space = line.find("{"), line.find(" ")
+        if brace == -1 or space < brace:  # no labels yet
+            out.append(f"{line[:space]}{{{label}}}{line[space:]}")
+        elif line[brace + 1] == "}":
+            out.append(f"{line[: brace + 1]}{label}{line[brace + 1 :]}")
+        else:
+            out.append(f"{line[: brace + 1]}{label},{line[brace + 1 :]}")
+    return "".join(out)
+
+
 async def _scrape(f: BrokerFacade, per_object: bool, slicer: Slicer) -> Response:
     collector = _Collector(f, per_object, slicer)
     await collector.gather()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    text = generate_latest(registry)
+    text = generate_latest(registry).decode("utf-8")
     if per_object:
-        text += "".join(collector.labelled).encode("utf-8")
-    return Response(text, media_type=CONTENT_TYPE_LATEST)
+        text += "".join(collector.labelled)
+    if f.cluster is not None:  # per-node scraping of a cluster: every series names its node
+        text = with_node(text, f.node_name)
+    return Response(text.encode("utf-8"), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/metrics", response_class=Response)

@@ -3,6 +3,7 @@ nesting as a RabbitMQ 3.10 node answers, plus RabbitMQ 4's stream fields)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -116,9 +117,10 @@ def _stats(counts: dict[str, int], rates: dict[str, float]) -> dict[str, Any]:
 
 def remote_queue(q: RemoteQueueView) -> dict[str, Any]:
     """A queue another cluster node leads: what its etcd record says, named by its leader
-    (``node``; its message figures are the leader's and not fetched yet)."""
+    (``node``), with the message figures its leader last published into etcd and their age
+    (``sievemq.figures_age_ms``; none while the leader is down or has not published yet)."""
     online = [q.leader] if q.leader_running else []
-    return {
+    out = {
         "name": q.name,
         "vhost": q.vhost,
         "type": q.type,
@@ -132,7 +134,12 @@ def remote_queue(q: RemoteQueueView) -> dict[str, Any]:
         "online": online,
         "state": "running" if q.leader_running else "down",
         "leader_epoch": q.epoch,
+        **q.figures,
     }
+    if q.figures_published is not None:
+        age = max(int((time.time() - q.figures_published) * 1000), 0)
+        out["sievemq"] = {"figures_age_ms": age}
+    return out
 
 
 def classic_queue(

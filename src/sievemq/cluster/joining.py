@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
+from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
+from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.replication import Replication
+from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
+from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.runtime.definitions_sync import DefinitionsSync
 
@@ -34,16 +38,22 @@ async def join(
     stats: Callable[[], dict[str, Any]],
     broker: Broker,
     definitions_sync: DefinitionsSync,
+    secret: ClusterSecret,
+    admin: BrokerFacade,
     wait_s: float = JOIN_WAIT_S,
     advertised: dict[str, Any] | None = None,
+    totals: Callable[[], dict[str, Any]] = dict,
 ) -> tuple[Membership, Placement]:
-    """Register this node, place its queues and start watching the others (the returned
-    ``Placement`` is the broker's directory from then on); raises ``NameTaken`` (another
-    live node has the name) or ``EtcdUnavailable`` (no endpoint answered for ``wait_s``:
-    an etcd started beside the nodes may need a moment)."""
+    """Register this node, learn the cluster secret (the link's login: ``secret`` is what
+    the cluster port checks), place its queues, reconcile its definitions with etcd's and
+    start watching the others (the returned ``Placement`` is the broker's directory from
+    then on and forwards publishes over the link; every definitions change goes through
+    etcd: ``DefinitionsMirror``); raises ``NameTaken`` (another live node has the name) or
+    ``EtcdUnavailable`` (no endpoint answered for ``wait_s``: an etcd started beside the
+    nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
-    membership = Membership(client, me, ttl_s, stats)
+    membership = Membership(client, me, ttl_s, stats, totals=totals)
     placement = Placement(
         client,
         name,
@@ -52,23 +62,40 @@ async def join(
         membership.amqp_address,
         lambda: membership.records,
     )
+    placement.links = Links(name, secret.get, membership.cluster_address)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker)
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
+    membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
     membership.on_registered_again.append(placement.place_again)
+    membership.on_registered_again.append(secret.restore)
+    mirror = DefinitionsMirror(
+        client,
+        name,
+        broker,
+        admin,
+        definitions_sync.also_wait,
+        data_dir,
+        placement.observe,
+        definitions_sync.flush,
+    )
+    membership.subscribe(DEFS, mirror.apply)  # after the queues: a binding needs its queue
+    membership.on_leave.append(mirror.stop)
     deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
+                await secret.ensure(client)
                 await membership.join()
                 await placement.place_local_queues()
-                # from now on a queue stored here is recorded in etcd before its declare-ok
-                broker.store.observer = placement.observe
-                broker.directory = placement
+                broker.directory = placement  # (bindings to the queues others lead)
+                await mirror.start()
+                # from now on a definitions change made here is in etcd before its reply
+                broker.store.observer = mirror.observe
                 return membership, placement
             except EtcdUnavailable as error:
                 if time.monotonic() > deadline:

@@ -142,6 +142,11 @@ def _port(base: int, index: int) -> str:
     return str(base + index if base else 0)
 
 
+def _shared(base: int) -> int:
+    """One port for every node (``--shared-ports``): a free one when the base is 0."""
+    return base or free_port()
+
+
 def run_up(args: argparse.Namespace) -> int:
     """`sievemq cluster up`: runs until SIGINT/SIGTERM; returns the exit status."""
     if args.nodes < 1:
@@ -164,6 +169,8 @@ def run_up(args: argparse.Namespace) -> int:
         endpoints = etcd.url
         print(f"etcd ready {etcd.url} (log {etcd.log_path})", flush=True)
     nodes: list[tuple[str, subprocess.Popen[str]]] = []
+    shared = args.shared_ports
+    amqp_port, admin_port = _shared(args.amqp_port), _shared(args.admin_port)
     try:
         for i in range(args.nodes):
             name = f"node{i + 1}"
@@ -181,15 +188,16 @@ def run_up(args: argparse.Namespace) -> int:
                 "--data-dir",
                 str(node_dir),
                 "--amqp-port",
-                _port(args.amqp_port, i),
+                str(amqp_port) if shared else _port(args.amqp_port, i),
                 "--stream-port",
                 _port(args.stream_port, i),
                 "--admin-port",
-                _port(args.admin_port, i),
+                str(admin_port) if shared else _port(args.admin_port, i),
                 "--cluster-port",
                 _port(args.cluster_port, i),
                 "--cluster-lease-ttl",
                 str(args.cluster_lease_ttl),
+                *(["--reuse-port"] if shared else []),
             ]
             log = (data_dir / f"{name}.log").open("ab")
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,11 +92,13 @@ class Membership:
         ttl_s: int,
         stats: Callable[[], dict[str, Any]],
         publish_interval_s: float | None = None,
+        totals: Callable[[], dict[str, Any]] = dict,
     ) -> None:
         self.client = client
         self.me = me
         self.ttl_s = ttl_s
         self._stats = stats
+        self._totals = totals  # summed by every node's /api/overview (docs/cluster.md)
         self._publish_interval = publish_interval_s or PUBLISH_INTERVAL_S
         self.started = time.time()
         self.cluster_name = me.name
@@ -117,6 +119,8 @@ class Membership:
             lambda vhost, name: None
         )
         self.on_registered_again: list[Callable[[], None]] = []
+        # what stops before this node leaves (the definitions mirror's writer and retries)
+        self.on_leave: list[Callable[[], Awaitable[None]]] = []
 
     def subscribe(self, prefix: str, listener: Callable[[list[Event], bool], None]) -> None:
         """Feed ``listener`` the events under ``prefix`` (reset: the whole prefix anew);
@@ -128,6 +132,7 @@ class Membership:
     def record(self) -> dict[str, Any]:
         return {
             "stats": self._stats(),
+            "totals": self._totals(),
             "name": self.me.name,
             "node_id": self.me.node_id,
             "cluster": self.me.cluster_address,
@@ -275,6 +280,11 @@ class Membership:
         elif kv.key == CLUSTER_NAME:
             self.cluster_name = kv.value.decode()
 
+    def cluster_address(self, name: str) -> str | None:
+        """A live node's inter-node listener (HOST:PORT) as it registered it, or None."""
+        address = self.records.get(name, {}).get("cluster")
+        return str(address) if address else None
+
     def amqp_address(self, name: str) -> str | None:
         """A live node's AMQP listener as it published it (HOST:PORT), or None."""
         for listener in self.records.get(name, {}).get("stats", {}).get("listeners", []):
@@ -286,31 +296,57 @@ class Membership:
         """Every member, the live ones with their last published record, sorted by name;
         this node is always listed as running."""
         names = set(self.members) | set(self.records) | {self.me.name}
-        return [
-            ClusterNodeView(
-                name=name,
-                running=name in self.records or name == self.me.name,
-                local=name == self.me.name,
-                record=_figures(self.records.get(name, {})),
+        out = []
+        for name in sorted(names):
+            record = self.records.get(name, {})
+            published = record.get("published")
+            out.append(
+                ClusterNodeView(
+                    name=name,
+                    running=name in self.records or name == self.me.name,
+                    local=name == self.me.name,
+                    record=_figures(record),
+                    totals=_dict(record.get("totals")),
+                    published=float(published) if isinstance(published, (int, float)) else None,
+                )
             )
-            for name in sorted(names)
-        ]
+        return out
+
+    def _published_queues(self) -> dict[tuple[str, str], tuple[dict[str, Any], float | None]]:
+        """Every live node's queues' figures as it last published them, by (vhost, name)."""
+        out: dict[tuple[str, str], tuple[dict[str, Any], float | None]] = {}
+        for record in self.records.values():
+            published = record.get("published")
+            when = float(published) if isinstance(published, (int, float)) else None
+            for entry in _dict(record.get("totals")).get("queues") or []:
+                if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], dict):
+                    out[(str(entry[0]), str(entry[1]))] = (entry[2], when)
+        return out
 
     def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
-        """The queues other nodes lead, as their records say, sorted."""
-        out = [
-            RemoteQueueView(
-                vhost=str(r.get("vhost")),
-                name=str(r.get("name")),
-                type=str(r.get("type", "stream")),
-                leader=str(r.get("leader")),
-                epoch=int(r.get("epoch", 0)),
-                arguments=dict(r.get("arguments") or {}),
-                leader_running=r.get("leader") in self.records,
+        """The queues other nodes lead, as their records say, with the figures their
+        leaders last published, sorted."""
+        published = self._published_queues()
+        out = []
+        for r in self.queue_records():
+            if r.get("leader") == self.me.name or (vhost is not None and r.get("vhost") != vhost):
+                continue
+            leader = str(r.get("leader"))
+            key = (str(r.get("vhost")), str(r.get("name")))
+            figures, when = published.get(key, ({}, None)) if leader in self.records else ({}, None)
+            out.append(
+                RemoteQueueView(
+                    vhost=key[0],
+                    name=key[1],
+                    type=str(r.get("type", "stream")),
+                    leader=leader,
+                    epoch=int(r.get("epoch", 0)),
+                    arguments=dict(r.get("arguments") or {}),
+                    leader_running=leader in self.records,
+                    figures=figures,
+                    figures_published=when,
+                )
             )
-            for r in self.queue_records()
-            if r.get("leader") != self.me.name and (vhost is None or r.get("vhost") == vhost)
-        ]
         return sorted(out, key=lambda q: (q.vhost, q.name))
 
     # ---------------------------------------------------------------- leaving
@@ -318,6 +354,8 @@ class Membership:
     async def leave(self) -> None:
         """Stop watching and publishing; revoke the lease so the others see us go at once."""
         self._stopping = True
+        for stop in self.on_leave:
+            await stop()
         tasks = [*self._tasks, *([self._rejoining] if self._rejoining else [])]
         for task in tasks:
             task.cancel()
@@ -337,6 +375,10 @@ def _figures(record: dict[str, Any]) -> dict[str, Any]:
     if isinstance(started, (int, float)) and "uptime" in figures:
         figures["uptime"] = max(int((time.time() - started) * 1000), 0)
     return figures
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _json(kv: KeyValue) -> dict[str, Any]:

@@ -6,8 +6,10 @@ When a node's definitions store records a new queue, this node writes
 create-if-absent transaction, and the declare-ok waits for etcd's commit (the store's
 ``observer`` and ``DefinitionsSync.also_wait``). A queue deleted on its leader loses its
 record (compare-and-swap on the record's revision). Every node watches the records: a node
-that does not lead a queue answers a declare of it with declare-ok, and tells a client that
-consumes, gets or binds through it which node leads it, since forwarding is not built yet.
+that does not lead a queue answers a declare of it with declare-ok, accepts bindings to it
+(they are cluster-wide: ``definitions_mirror``), forwards publishes routed to it over the
+link (``remote_queue``, ``cluster/forwarding.py``), and tells a client that consumes or gets
+through it which node leads it (forwarding those is not built yet).
 
 A queue declared with the ``balanced`` leader locator goes to the live node leading the
 fewest queues: the declaring node writes its record with that node as leader and
@@ -16,7 +18,8 @@ but does not hold, makes the queue and writes ``state: ready`` (or ``failed`` wi
 reason), and the declaring node's declare-ok waits for that. A stream deleted through a
 node that does not lead it is asked of its leader the same way: the record gets
 ``delete: true`` (compare-and-swap), the leader deletes the queue and its record, and the
-deleting node answers once the record is gone. No frame is forwarded between nodes.
+deleting node answers once the record is gone: creating and deleting go through etcd, not
+over the link.
 
 A stream's record also names its ``replicas`` (``x-initial-cluster-size``, default 3 or the
 number of nodes when fewer: the leader plus the live nodes leading the fewest streams),
@@ -46,6 +49,8 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
+from sievemq.cluster.forwarding import ForwardedQueue
+from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
@@ -106,6 +111,9 @@ class Placement:
         self._remote_wait_s = remote_wait_s
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: set[asyncio.Future[None]] = set()
+        # publishes to queues other nodes lead go over the link (set at join)
+        self.links: Links | None = None
+        self._forwarded: dict[tuple[str, str], ForwardedQueue] = {}
         # declares and deletes waiting for another node: resolved by the watched records
         self._waiting: dict[tuple[str, str], list[asyncio.Future[dict[str, Any] | None]]] = {}
         self._working: set[tuple[str, str]] = set()  # records this node is acting on
@@ -129,6 +137,24 @@ class Placement:
             f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; using "
             f"it through node '{self.me}' is not built yet: connect to '{leader}'"
         )
+
+    def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
+        """The queue as publishes through this node see it when another node leads it."""
+        forwarded = self._forwarded.get((vhost, name))
+        if forwarded is not None:
+            return forwarded
+        leader = self.leader_elsewhere(vhost, name)
+        if leader is None or self.links is None:
+            return None
+        forwarded = self._forwarded[(vhost, name)] = ForwardedQueue(self.links, vhost, name, leader)
+        return forwarded
+
+    def _forget_forwarded(self, queue: tuple[str, str]) -> None:
+        """The record changed or went: the next publish asks anew (the old forwarded queue
+        closes its link channel once its publishes are answered)."""
+        forwarded = self._forwarded.pop(queue, None)
+        if forwarded is not None:
+            forwarded.retire()
 
     # ---------------------------------------------------------------- watching
 
@@ -207,10 +233,14 @@ class Placement:
                 continue
             if isinstance(record, dict):
                 self.records[queue] = {**record, "mod_revision": event.kv.mod_revision}
+                forwarded = self._forwarded.get(queue)
+                if forwarded is not None and forwarded.leader != record.get("leader"):
+                    self._forget_forwarded(queue)
                 gone.discard(queue)
                 self._react(queue, self.records[queue])
         for queue in gone:
             self._wake(queue, None)
+            self._forget_forwarded(queue)
 
     def _react(self, queue: tuple[str, str], record: dict[str, Any]) -> None:
         if record.get("state", READY) != CREATING:
@@ -524,3 +554,8 @@ class Placement:
             await stop()
         for task in list(self._tasks):
             task.cancel()
+        for forwarded in self._forwarded.values():
+            forwarded.close()
+        self._forwarded.clear()
+        if self.links is not None:
+            await self.links.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,7 +86,8 @@ def close_open() -> None:
     while OPEN:
         conn = OPEN.pop()
         if conn.is_open:
-            conn.close()
+            with contextlib.suppress(pika.exceptions.AMQPError):  # its node was killed
+                conn.close()
 
 
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:

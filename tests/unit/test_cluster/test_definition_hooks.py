@@ -53,3 +53,25 @@ async def test_a_change_waits_for_what_it_also_waits_for(tmp_path: Path) -> None
         with pytest.raises(RuntimeError, match="etcd said no"):
             await asyncio.wait_for(failing, 10)
         assert sync.end(sync.begin()) is None  # and none left over
+
+
+async def test_a_flush_syncs_and_leaves_what_a_change_waits_for_to_it(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    with DefinitionStore(tmp_path) as store:
+        sync = DefinitionsSync(store, loop)
+        etcd: asyncio.Future[None] = loop.create_future()
+        began = sync.begin()
+        store.put("queues", {"vhost": "/", "name": "q", "arguments": {}})
+        store.commit()
+        sync.also_wait(etcd)  # an HTTP change between its write and its wait
+        store.defer_sync = True  # a change applied from another node meanwhile
+        store.put("exchanges", {"vhost": "/", "name": "x"})
+        store.commit()
+        flushed = sync.flush()
+        assert flushed is not None
+        await asyncio.wait_for(flushed, 10)
+        assert not store.owes_sync
+        pending = sync.end(began)
+        assert pending is not None and not pending.done()  # still waits for etcd
+        etcd.set_result(None)
+        await asyncio.wait_for(pending, 10)

@@ -1,10 +1,11 @@
 """``/api/cluster-name``: the name RabbitMQ's UI and management clients show for the cluster.
 
 As RabbitMQ: the name is the global parameter ``cluster_name`` (so it is kept in the
-definitions, survives a restart and moves with an export/import), the node's name until one
-is set (in a cluster, its first node's name; a name set with PUT is the receiving node's own
-until definitions go through etcd); any management user may read it, an administrator sets
-it (``PUT {"name": ...}``, 204). The overview's ``cluster_name`` shows the same.
+definitions, survives a restart and moves with an export/import; in a cluster it goes
+through etcd like every definition, so every node shows it), the node's name until one is
+set (in a cluster, its first node's name); any management user may read it, an
+administrator sets it (``PUT {"name": ...}``, 204). The overview's ``cluster_name`` shows
+the same.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ def node_info(f: BrokerFacade) -> dict[str, Any]:
             {"protocol": li.protocol, "ip_address": li.ip_address, "port": li.port}
             for li in o.listeners
         ],
+        # SieveMQ's: the queues this node holds (in a cluster: leads), its client connections
+        "sievemq": {"queues": o.totals.queues, "connections": o.totals.connections},
     }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from sievemq.admin_api import shapes
+from sievemq.admin_api.cluster_totals import cluster_overview
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.rabbit.cluster_name import cluster_name
 from sievemq.admin_api.rabbit.common import TAG
@@ -21,6 +22,8 @@ async def overview(f: Facade, who: User, slicer: Heavy) -> dict[str, Any]:
     streams = await slicer.collect(f.iter_streams())
     shown = shapes.overview(f.overview(streams), list(EXCHANGE_TYPES))
     shown["cluster_name"] = cluster_name(f)  # set with PUT /api/cluster-name
+    if f.cluster is not None:  # every live node's last published totals added
+        shown = cluster_overview(shown, f.cluster.node_views())
     return shown
 
 

@@ -20,7 +20,7 @@ from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG, Body, need_vhost, readable_vhost
 from sievemq.admin_api.slicing import Slicer
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import AMQPError, NotFound, Principal
+from sievemq.gateway.admin.views import AMQPError, NotFound, Principal, RemoteQueueView
 
 router = APIRouter(tags=[TAG])
 
@@ -64,6 +64,14 @@ def _with_members(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str,
     return rows
 
 
+def _remote(f: BrokerFacade, vhost: str, queue: str) -> RemoteQueueView:
+    """The queue another cluster node leads under this name; NotFound when none does."""
+    for remote in f.cluster.remote_queues(vhost) if f.cluster is not None else []:
+        if remote.name == queue:
+            return remote
+    raise NotFound(f"no queue '{queue}' in vhost '{vhost}'")
+
+
 # sorted by these (or not at all), a page needs the views of its own rows only
 BY_NAME = (None, "name", "vhost")
 
@@ -72,6 +80,12 @@ def _keys(f: BrokerFacade, who: Principal, vhost: str | None) -> list[dict[str, 
     keys = [
         {"vhost": v, "name": n, "stream": s} for v, n, s in f.queue_keys(vhost) if who.may_see(v)
     ]
+    if f.cluster is not None:  # the queues other nodes lead, shaped from their records
+        keys += [
+            {"vhost": q.vhost, "name": q.name, "remote": q}
+            for q in f.cluster.remote_queues(vhost)
+            if who.may_see(q.vhost)
+        ]
     keys.sort(key=lambda k: (k["vhost"], k["name"]))
     return keys
 
@@ -81,6 +95,9 @@ def _expanded(f: BrokerFacade, keys: list[dict[str, Any]]) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     for k in keys:
         v, q = k["vhost"], k["name"]
+        if "remote" in k:
+            out.append(shapes.remote_queue(k["remote"]))
+            continue
         try:
             if k["stream"]:
                 out.append(
@@ -120,7 +137,10 @@ async def get_queue(f: Facade, vhost: str, queue: str, who: User) -> dict[str, A
     v, q = name(vhost), name(queue)
     require_vhost(who, v)
     if not f.stream_exists(v, q):
-        view_q = f.get_queue(v, q)
+        try:
+            view_q = f.get_queue(v, q)
+        except NotFound:
+            return shapes.remote_queue(_remote(f, v, q))  # led by another node: its record
         return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
     return _with_members(f, [shapes.queue(view, f.list_consumers(v, q), f.node_name, True)])[0]
@@ -200,5 +220,8 @@ async def queue_bindings(f: Facade, vhost: str, queue: str, who: User) -> list[d
     v, q = name(vhost), name(queue)
     require_vhost(who, v)
     if not f.stream_exists(v, q):
-        f.get_queue(v, q)  # a classic or quorum queue, else 404
+        try:
+            f.get_queue(v, q)  # a classic or quorum queue, else 404
+        except NotFound:
+            _remote(f, v, q)  # or one another node leads: the bindings this node has to it
     return [shapes.binding(b) for b in f.list_bindings(v, destination=q, destination_type="queue")]

@@ -6,6 +6,7 @@ import { api, h, session } from "./lib.js";
 import { admin } from "./pages/admin.js";
 import { channelList, connectionList } from "./pages/connections.js";
 import { exchangeList, exchangePage } from "./pages/exchanges.js";
+import { nodeList } from "./pages/nodes.js";
 import { overview } from "./pages/overview.js";
 import { queueList, queuePage } from "./pages/queues.js";
 import { streamPage } from "./pages/stream.js";
@@ -20,6 +21,7 @@ function resolve(parts) {
   const [page, a, ...rest] = parts;
   const b = rest.join("/");
   switch (page) {
+    case "nodes": return ["nodes", nodeList];
     case "connections": return ["connections", connectionList];
     case "channels": return ["channels", channelList];
     case "exchanges": return ["exchanges", b ? () => exchangePage(a, b) : exchangeList];

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sievemq.amqp.errors import InternalError
 from sievemq.gateway.admin.views import (
     ClusterPort,
     FilterAdviceView,
@@ -22,6 +23,7 @@ from sievemq.gateway.model.classic.queue import message_stats as classic_message
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.rates import Key, RateSampler
 from sievemq.gateway.runtime.alarms import ResourceAlarms
+from sievemq.gateway.runtime.definitions_sync import ReplicationFailed, failure_text
 from sievemq.gateway.session.connection import Connection
 from sievemq.gateway.streamproto_session.connection import StreamConnection
 from sievemq.gateway.streamproto_session.node import StreamNode
@@ -118,7 +120,11 @@ class AdminBase:
         if self.node is None:
             return []
         return sorted(
-            (c for c in self.node.connections if isinstance(c, Connection) and c.opened),
+            (
+                c
+                for c in self.node.connections
+                if isinstance(c, Connection) and c.opened and not c.internal
+            ),
             key=lambda c: c.id,
         )
 
@@ -192,7 +198,10 @@ class AdminBase:
         if self.node is not None:
             pending = self.node.definitions_sync.wait()
             if pending is not None:
-                await asyncio.shield(pending)
+                try:
+                    await asyncio.shield(pending)
+                except ReplicationFailed as error:  # a cluster's etcd did not commit it
+                    raise InternalError(failure_text(error)) from error
             return
         sync = self.broker.store.take_sync()
         if sync is not None:

@@ -62,6 +62,9 @@ class BrokerSettings:
     # ready messages (and body bytes) a classic/quorum queue holds in memory; past them a
     # durable queue's persistent messages are read back from its log
     queue_window: MemoryWindow = DEFAULT_WINDOW
+    # a cluster node (--cluster-etcd): a stored binding to a queue another node leads is
+    # dropped at the restore and comes back from etcd once the node joined
+    cluster: bool = False
 
 
 @dataclass
@@ -246,7 +249,10 @@ class Broker:
                 )
             except (NotFound, PreconditionFailed) as exc:  # a dangling binding is dropped
                 self._restore_dropped = True
-                log.warning("dropping stored binding %r: %s", item, exc.reply_text)
+                if self.settings.cluster and isinstance(exc, NotFound):
+                    log.info("stored binding %r is the cluster's to restore", item)
+                else:
+                    log.warning("dropping stored binding %r: %s", item, exc.reply_text)
 
     # ------------------------------------------------------------------ streams
 
@@ -349,11 +355,16 @@ class Broker:
                 self._new_stream,
             )
             vhost.on_deleted = self._retire
+            vhost.elsewhere = lambda queue: self._led_elsewhere(name, queue)
             if name == self.settings.default_vhost:
                 vhost.description = DEFAULT_VHOST_DESCRIPTION
             self.vhosts[name] = vhost
             self.save_definitions()
         return vhost
+
+    def _led_elsewhere(self, vhost: str, queue: str) -> bool:
+        directory = self.directory
+        return directory is not None and directory.leader_elsewhere(vhost, queue) is not None
 
     def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
         """A queue is being deleted: its counts stay in the node's totals (a stream whose

@@ -130,6 +130,11 @@ def item_key(section: str, item: Any) -> str:
     return _canonical([item.get(f) for f in fields])
 
 
+def canonical(value: Any) -> str:
+    """The JSON text two equal items share (keys sorted; tagged AMQP values)."""
+    return _dumps(value)
+
+
 def _line(op: str, section: str, key: str | None, item: Any) -> bytes:
     raw = _dumps([op, section, key, item]).encode("utf-8")
     return b"%08x " % zlib.crc32(raw) + raw + b"\n"
@@ -242,6 +247,15 @@ class DefinitionStore:
                     out.setdefault(section, []).append(item)
         out["version"] = FORMAT_VERSION
         return out
+
+    def get(self, section: str, key: str | None) -> Any:
+        """The stored item of ``section`` with this key (``item_key``), or None."""
+        found = self._items.get(section, {}).get(key)
+        return None if found is None else found[1]
+
+    def items(self, section: str) -> list[tuple[str | None, Any]]:
+        """(key, item) of every stored item of ``section``."""
+        return [(key, item) for key, (_, item) in self._items.get(section, {}).items()]
 
     # ------------------------------------------------------------------ writing
 

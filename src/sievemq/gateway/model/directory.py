@@ -3,8 +3,10 @@
 A single node has no directory (``Broker.directory`` is None) and every queue is its own. In
 a cluster (``sievemq.cluster.placement``) each durable queue has a leader node recorded in
 etcd; a node that does not lead a queue knows it exists, which node leads it and where that
-node's stream listener is (Metadata names it), and asks it through etcd to create
-(``balanced`` placement) or delete a queue.
+node's stream listener is (Metadata names it), asks it through etcd to create (``balanced``
+placement) or delete a queue, and forwards publishes to it: ``remote_queue`` gives the queue
+as a publish sees it, a ``RemoteQueue`` that is its own writer (the channel submits to it as
+it submits to a local queue's appender).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.gateway.model import locator, policies
+from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
     from sievemq.gateway.model.stream.queue import StreamQueue
@@ -34,6 +37,11 @@ class QueueDirectory(Protocol):
     def not_here(self, vhost: str, name: str) -> str:
         """What a client is told when it uses the queue through a node that does not lead
         it (the leader and how to reach it; what is not built yet)."""
+        ...
+
+    def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
+        """The queue as a publish routed to it through this node sees it, when another node
+        leads it; None when no other node does (then this node holds it, or nobody)."""
         ...
 
     def queue_type(self, vhost: str, name: str) -> str | None:

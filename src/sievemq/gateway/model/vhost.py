@@ -24,6 +24,7 @@ from sievemq.gateway.model.exchanges import (
     check_not_default,
     check_type,
 )
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.replies import rs
 from sievemq.gateway.model.routing import Binding, DestKind, HeadersFn, validate_headers_binding
 from sievemq.gateway.model.stream.arguments import (
@@ -44,6 +45,8 @@ StreamSurveyor = Callable[[str, str], "StreamSurvey | None"]
 # a declared stream: the storage stream, or a call that opens it once its files exist
 StreamCreator = Callable[[str, str, StreamArguments], "Stream | Callable[[], Stream]"]
 AnyQueue = StreamQueue | ClassicQueue
+# a cluster's queues led elsewhere, by name in this vhost (``QueueDirectory.remote_queue``)
+RemoteLookup = Callable[[str], RemoteQueue | None]
 
 
 def check_queue_name(name: str) -> None:
@@ -90,6 +93,9 @@ class VirtualHost:
         self._on_change = on_change
         # called with a stream about to be deleted (the broker keeps its counts)
         self.on_deleted: Callable[[Any], None] = lambda q: None
+        # whether another cluster node leads a queue of this name (the broker sets it from
+        # its directory): a binding to such a queue is accepted and routes through it
+        self.elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -320,7 +326,7 @@ class VirtualHost:
         known: Any = self.queues if kind == "queue" else self.exchanges
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
-        if destination not in known:
+        if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
@@ -352,13 +358,16 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
     ) -> None:
         """queue.unbind or exchange.unbind; an unknown binding is no error (as in RabbitMQ)."""
+        binding = Binding.make(source, kind, destination, routing_key, arguments)
         try:
             self._resolve(kind, destination, source)
         except NotFound:
             # no such exchange or queue: no such binding either, and removing a binding
-            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8)
-            return
-        binding = Binding.make(source, kind, destination, routing_key, arguments)
+            # that does not exist is unbind-ok in RabbitMQ (checked on 3.10.8); but a
+            # cluster's binding to a queue its leader just deleted is still here: it goes
+            held = self.exchanges.get(source)
+            if held is None or binding not in held.bindings:
+                return
         durable = self.is_durable(binding)
         if self._drop_binding(binding, cascade=True) and durable:
             self._on_change()
@@ -404,18 +413,30 @@ class VirtualHost:
 
     # ------------------------------------------------------------------ publish
 
-    def route(self, exchange_name: str, routing_key: str, headers_fn: HeadersFn) -> list[AnyQueue]:
-        """The queues a message published to ``exchange_name`` goes to (no duplicates).
+    def route(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        headers_fn: HeadersFn,
+        remote: RemoteLookup | None = None,
+    ) -> list[Any]:
+        """The queues a message published to ``exchange_name`` goes to (no duplicates):
+        ``AnyQueue``, and with ``remote`` (a cluster's publishes) the ``RemoteQueue`` it
+        gives for a queue name this node does not hold but another node leads.
 
         Follows exchange-to-exchange bindings (cycle-safe) and ``alternate-exchange``.
         ``headers_fn`` is called at most once, and only when a headers exchange needs it.
         Hot path.
         """
         if exchange_name == DEFAULT_EXCHANGE:  # a stream first: classic queues only on a miss
-            queue: AnyQueue | None = self.queues.get(routing_key) or self.classic.queues.get(
-                routing_key
-            )
-            return [queue] if queue is not None else []
+            queue: Any = self.queues.get(routing_key) or self.classic.queues.get(routing_key)
+            if queue is not None:
+                return [queue]
+            if remote is not None:  # a miss here: is it another node's queue?
+                queue = remote(routing_key)
+                if queue is not None:
+                    return [queue]
+            return []
         classic = self.classic.queues
         exchange = self.exchanges.get(exchange_name)
         if exchange is None:
@@ -433,7 +454,7 @@ class VirtualHost:
                 cached, fetched = headers_fn(), True
             return cached
 
-        queues: dict[str, AnyQueue] = {}
+        queues: dict[str, Any] = {}
         seen = {exchange_name}
         pending = [exchange]
         while pending:
@@ -442,6 +463,8 @@ class VirtualHost:
             for kind, name in current.match(routing_key, headers_once):
                 if kind == "queue":
                     queue = self.queues.get(name) or classic.get(name)
+                    if queue is None and remote is not None:
+                        queue = remote(name)
                     if queue is not None:
                         queues[name] = queue
                         routed = True

@@ -57,10 +57,14 @@ def bind_tcp(host: str, port: int) -> tuple[socket.socket, int]:
     return sock, int(sock.getsockname()[1])
 
 
-def listen_tcp(host: str, port: int, backlog: int = BACKLOG) -> list[socket.socket]:
+def listen_tcp(
+    host: str, port: int, backlog: int = BACKLOG, reuse_port: bool = False
+) -> list[socket.socket]:
     """Bound, listening, non-blocking sockets on every address ``host`` resolves to (as the
     loop's ``create_server`` binds them; port 0 picks a free port). Raises ``OSError``
-    naming the address when one is in use or not on this host (nothing stays open)."""
+    naming the address when one is in use or not on this host (nothing stays open).
+    ``reuse_port``: SO_REUSEPORT, so that several nodes of one machine (same user) listen
+    on the same port and the kernel spreads new connections over them."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     out: list[socket.socket] = []
     try:
@@ -68,6 +72,8 @@ def listen_tcp(host: str, port: int, backlog: int = BACKLOG) -> list[socket.sock
             sock = socket.socket(family, kind, proto)
             out.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
@@ -121,18 +127,21 @@ def bind_listeners(
     admin_host: str,
     admin_port: int,
     tls_ports: tuple[int, int] | None = None,
+    reuse_port: bool = False,
 ) -> BoundListeners:
     """Bind AMQP, AMQPS and stream-TLS (``tls_ports``: their ports, with TLS), stream and
-    admin, in that order; raises ``OSError`` at the first that fails, with none left open."""
+    admin, in that order; raises ``OSError`` at the first that fails, with none left open.
+    ``reuse_port``: AMQP, AMQPS and admin are shared with the machine's other nodes
+    (SO_REUSEPORT); the Stream-protocol ports stay this node's own (Metadata names them)."""
     bound = BoundListeners()
     try:
-        bound.amqp = listen_tcp(amqp_host, amqp_port)
+        bound.amqp = listen_tcp(amqp_host, amqp_port, reuse_port=reuse_port)
         if tls_ports is not None:
-            bound.amqps = listen_tcp(amqp_host, tls_ports[0])
+            bound.amqps = listen_tcp(amqp_host, tls_ports[0], reuse_port=reuse_port)
         bound.stream = listen_tcp(amqp_host, stream_port)
         if tls_ports is not None:
             bound.stream_tls = listen_tcp(amqp_host, tls_ports[1])
-        bound.admin = listen_tcp(admin_host, admin_port, 128)
+        bound.admin = listen_tcp(admin_host, admin_port, 128, reuse_port=reuse_port)
     except BaseException:
         bound.close()
         raise

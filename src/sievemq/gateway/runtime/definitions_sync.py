@@ -67,6 +67,12 @@ class DefinitionsSync:
             return synced
         return _all(self._loop, ([synced] if synced is not None else []) + also)
 
+    def flush(self) -> asyncio.Future[None] | None:
+        """Start the fdatasync of every line written so far, and nothing else (changes a
+        cluster node applies from the others: nobody's reply waits for them, and what
+        ``also_wait`` holds stays for the change it belongs to)."""
+        return self._wait_sync()
+
     def _wait_sync(self) -> asyncio.Future[None] | None:
         if not self._store.owes_sync:
             return self._inflight  # the sync in flight covers everything written

@@ -14,6 +14,7 @@ from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
 from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.classic import queue_expiry
@@ -161,8 +162,13 @@ class Node:
         for conn in list(self.connections):
             conn.apply_alarms(reasons)
 
-    def appender(self, queue: StreamQueue | ClassicQueue) -> StreamAppender | ClassicAppender:
-        """The one writer of the queue (created on first publish)."""
+    def appender(
+        self, queue: StreamQueue | ClassicQueue | RemoteQueue
+    ) -> StreamAppender | ClassicAppender | RemoteQueue:
+        """The one writer of the queue (created on first publish); a queue another cluster
+        node leads is its own writer (it forwards)."""
+        if not isinstance(queue, (StreamQueue, ClassicQueue)):
+            return queue
         appender = self._appenders.get(id(queue))
         if appender is None:
             if isinstance(queue, ClassicQueue):

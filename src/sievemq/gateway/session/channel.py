@@ -21,6 +21,7 @@ import secrets
 import struct
 from bisect import bisect_right
 from collections import Counter
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -39,6 +40,7 @@ from sievemq.amqp.methods import (
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import place_elsewhere
+from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
     auto_ack_not_supported,
@@ -49,7 +51,7 @@ from sievemq.gateway.model.stream.arguments import (
     purge_not_supported,
 )
 from sievemq.gateway.model.stream.queue import StreamQueue
-from sievemq.gateway.model.vhost import AnyQueue, VirtualHost
+from sievemq.gateway.model.vhost import AnyQueue, RemoteLookup, VirtualHost
 from sievemq.gateway.runtime.classic.appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
@@ -68,7 +70,7 @@ from sievemq.storage.types import KIND_AMQP091
 
 log = logging.getLogger(__name__)
 
-Appender = StreamAppender | ClassicAppender
+Appender = StreamAppender | ClassicAppender | RemoteQueue  # a queue's writer
 
 _tag_of = itemgetter(0)
 _body_size = struct.Struct(">Q").unpack_from
@@ -134,11 +136,30 @@ class Channel:
         self._table_limits = limits.tables
         # the property memo of these limits (memo hits only: None when not known)
         self._known_properties = publish_cache.properties_memo(limits.tables).get
-        self._appenders: dict[AnyQueue, Appender] = {}  # see ``_appender``
+        self._appenders: dict[Any, Appender] = {}  # see ``_appender``
+        # in a cluster: the queues of this vhost that other nodes lead, for routing (their
+        # ``RemoteQueue`` forwards what is routed to them); None on a single node
+        directory = getattr(node.broker, "directory", None)  # (test doubles have none)
+        self._remote: RemoteLookup | None = (
+            partial(directory.remote_queue, connection.vhost_name)
+            if directory is not None
+            else None
+        )
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
         self.backlog: list[tuple[int, bytes]] | None = None
         self._definitions_sync = node.definitions_sync
+
+    @property
+    def forwards(self) -> bool:
+        """Whether publishes may go to queues other cluster nodes lead (a cluster link's
+        channels turn it off: the node at the other end routed them already)."""
+        return self._remote is not None
+
+    @forwards.setter
+    def forwards(self, value: bool) -> None:
+        if not value:
+            self._remote = None
 
     @property
     def closing(self) -> bool:
@@ -355,7 +376,7 @@ class Channel:
         vhost = self.connection.vhost
         assert vhost is not None
         try:
-            queues = vhost.route(exchange, routing_key, lambda: _headers(props))
+            queues = vhost.route(exchange, routing_key, lambda: _headers(props), self._remote)
         except errors.AMQPError as error:  # missing or internal exchange: basic.publish failed
             error.class_id, error.method_id = BASIC_PUBLISH
             raise
@@ -393,14 +414,10 @@ class Channel:
                 self._schedule_confirms()
             return
         if dedup.MARKER in props:  # a deduplicated publish (gateway/model/stream/dedup.py)
-            if self._wait_for_sequences(queues, body, values):
-                return  # handled again once the stream's sequences are rebuilt
-            queues = self._not_duplicate(queues, props)
-            if not queues:  # a duplicate in every stream: confirmed, stored nowhere
-                if confirm is not None:
-                    confirm.take(0)
-                    self._schedule_confirms()
+            kept = self.deduplicated(queues, body, values)
+            if kept is None:
                 return
+            queues = kept
         message = _new_message(Message, (values, exchange, routing_key, props, body, _AMQP091))
         appenders = self._appenders
         if confirm is None:
@@ -415,7 +432,7 @@ class Channel:
         for queue in queues:
             (appenders.get(queue) or self._appender(queue)).submit(message, self, seq)
 
-    def _appender(self, queue: AnyQueue) -> Appender:
+    def _appender(self, queue: AnyQueue | RemoteQueue) -> Appender:
         """The node's writer of ``queue``, remembered by this channel (a dict get per
         publish instead of a call). A deleted queue is never routed to again, so what is
         remembered of it is only dropped (with everything, past ``_APPENDERS_MAX`` queues)."""
@@ -424,6 +441,21 @@ class Channel:
             appenders.clear()
         appender = appenders[queue] = self._node.appender(queue)
         return appender
+
+    def deduplicated(self, queues: list[Any], body: bytes, values: Any) -> list[Any] | None:
+        """A publish that carries a publisher id: the routed queues that do not hold it yet,
+        or None when it is handled here (it waits for a stream's sequences and is handled
+        again then, or it is a duplicate everywhere: confirmed, stored nowhere)."""
+        if self._wait_for_sequences(queues, body, values):
+            return None
+        queues = self._not_duplicate(queues, self._props)
+        if not queues:
+            confirm = self.confirm
+            if confirm is not None:
+                confirm.take(0)
+                self._schedule_confirms()
+            return None
+        return queues
 
     def _wait_for_sequences(self, queues: list[Any], body: bytes, values: Any) -> bool:
         """The first deduplicated publish to a stream since the start needs its publisher

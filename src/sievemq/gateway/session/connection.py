@@ -73,6 +73,9 @@ class Connection:
     Its channels see it as a ``ports.ChannelHost``; the node holds it as a
     ``runtime.node.ClientConnection`` (alarms, shutdown)."""
 
+    # a cluster link from another node (``session.peer``): not a client, not listed
+    internal = False
+
     def __init__(self, node: Node) -> None:
         self.node = node
         self.id = node.next_id()
@@ -292,7 +295,8 @@ class Connection:
         method = hotcodec.method_id(payload)
         if state.receive_method(method) is Next.DISCARD:
             return
-        _CONNECTION_METHODS[method](self, codec.decode_method(payload, self.node.limits.tables))
+        handler = getattr(self, _CONNECTION_METHODS[method])  # a subclass may override it
+        handler(codec.decode_method(payload, self.node.limits.tables))
 
     def on_frame_error(self, error: errors.AMQPError) -> None:
         self._fail(error, 0)
@@ -468,9 +472,13 @@ class Connection:
             raise errors.ChannelErrorHard(
                 f"channel {chid} is above the negotiated channel_max {self.channel_max}", 20, 10
             )
-        channel = Channel(self, state)
+        channel = self.new_channel(state, payload)
         self.channels[chid] = channel
         self.send_method(chid, spec.Channel.OpenOk())
+
+    def new_channel(self, state: ChannelState, payload: bytes) -> Channel:
+        """The channel a channel.open (``payload``) makes (a cluster link pins some)."""
+        return Channel(self, state)
 
     def channel_closed(self, channel: ClosedChannel) -> None:
         if self.channels.get(channel.id) is channel:
@@ -574,13 +582,13 @@ class Connection:
 
 
 # the handler of every method the connection table accepts (a test checks none is missing)
-_CONNECTION_METHODS: dict[states.Method, Any] = {
-    methods.CONNECTION_START_OK: Connection._start_ok,
-    methods.CONNECTION_TUNE_OK: Connection._tune_ok,
-    methods.CONNECTION_OPEN: Connection._open,
-    methods.CONNECTION_CLOSE: Connection._close,
-    methods.CONNECTION_CLOSE_OK: Connection._close_ok,
-    methods.CONNECTION_UPDATE_SECRET: Connection._update_secret,
+_CONNECTION_METHODS: dict[states.Method, str] = {
+    methods.CONNECTION_START_OK: Connection._start_ok.__name__,
+    methods.CONNECTION_TUNE_OK: Connection._tune_ok.__name__,
+    methods.CONNECTION_OPEN: Connection._open.__name__,
+    methods.CONNECTION_CLOSE: Connection._close.__name__,
+    methods.CONNECTION_CLOSE_OK: Connection._close_ok.__name__,
+    methods.CONNECTION_UPDATE_SECRET: Connection._update_secret.__name__,
 }
 
 

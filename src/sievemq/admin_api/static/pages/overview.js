@@ -17,6 +17,15 @@ function totals(o) {
   ]);
 }
 
+/** In a cluster: whose figures the totals add up, and how old each other node's part is. */
+function sources(o) {
+  const from = o.sievemq.totals_from || [];
+  if (from.length < 2) return [];
+  const others = from.slice(1).map((s) => `${s.node} ${Math.round(s.age_ms / 1000)} s old`);
+  return [h("p", { class: "muted", id: "totals-from" },
+    `Totals of ${from.length} nodes: ${from[0].node} live, ${others.join(", ")}`)];
+}
+
 function filterTiles(f) {
   const saved = f.bytes_unfiltered ? 1 - f.bytes_read / f.bytes_unfiltered : 0;
   return tiles([
@@ -33,15 +42,17 @@ export async function overview() {
   const rates = lineChart("overview:rates", "Message rates", RATE_LABELS);
   const depth = lineChart("overview:depth", "Queued messages", ["ready", "unacked", "total"], { unit: "" });
   const filters = filterCharts("overview:filter", o.sievemq.filter_stats);
-  const box = h("div", { id: "totals" }, totals(o));
+  const box = h("div", { id: "totals" }, totals(o), ...sources(o));
   const fbox = h("div", { id: "filter-totals" }, filterTiles(o.sievemq.filter_stats));
   const add = (data) => {
     const q = data.queue_totals;
     rates.push(rateValues(data.message_stats));
     depth.push([q.messages_ready, q.messages_unacknowledged, q.messages]);
   };
-  // the sampler's rounds of the last minutes, so the charts open with their past
+  // the sampler's rounds of the last minutes, so the charts open with their past (this
+  // node's own: in a cluster the live points are the cluster's totals, so no past there)
   const t = (p) => p.timestamp / 1000;
+  if ((o.sievemq.totals_from || []).length > 1) past.length = 0;
   rates.seed(past.map((p) => [t(p), [p.publish_rate, p.confirm_rate, p.deliver_get_rate, p.ack_rate, p.redeliver_rate]]));
   depth.seed(past.map((p) => [t(p), [p.messages_ready, p.messages_unacknowledged, p.messages]]));
   add(o);
@@ -58,7 +69,7 @@ export async function overview() {
     ],
     async refresh() {
       const n = await api("/api/overview");
-      box.replaceChildren(totals(n));
+      box.replaceChildren(totals(n), ...sources(n));
       fbox.replaceChildren(filterTiles(n.sievemq.filter_stats));
       add(n);
       filters.push(n.sievemq.filter_stats);

@@ -19,11 +19,15 @@ function features(q) {
 }
 
 export async function queueList() {
+  // in a cluster of several nodes, a Node column names each queue's leader (as RabbitMQ's)
+  const clustered = (await api("/api/nodes")).length > 1;
+  const node = clustered ? [{ title: "Node", sort: "node", cell: (q) => q.node, fields: ["node"] }] : [];
   const list = pagedList({
     id: "queues", path: "/api/queues", empty: "no queues yet",
     columns: [
       { title: "Virtual host", sort: "vhost", cell: (q) => q.vhost, fields: [] },
       { title: "Name", sort: "name", cell: (q) => link(queueHref(q), q.name), fields: QUEUE_FIELDS },
+      ...node,
       { title: "Type", sort: "type", cell: (q) => q.type },
       { title: "Features", cell: features },
       { title: "State", sort: "state", cell: (q) => h("span", { class: `state ${q.state}` }, q.state) },

@@ -24,12 +24,16 @@ class ClusterNodeView:
     running: bool
     local: bool
     record: dict[str, Any]
+    # what the node last published of its totals (its overview's counters, rates and
+    # lengths, its queues' figures) and when (seconds since the epoch; None: never)
+    totals: dict[str, Any] = field(default_factory=dict)
+    published: float | None = None
 
 
 @dataclass(frozen=True)
 class RemoteQueueView:
-    """A queue another cluster node leads, as its etcd record says (its figures are the
-    leader's, not shown here yet)."""
+    """A queue another cluster node leads, as its etcd record says, with its message
+    figures as the leader last published them (``figures`` empty when it has not yet)."""
 
     vhost: str
     name: str
@@ -38,6 +42,8 @@ class RemoteQueueView:
     epoch: int
     arguments: dict[str, Any]
     leader_running: bool
+    figures: dict[str, Any] = field(default_factory=dict)
+    figures_published: float | None = None  # seconds since the epoch
 
 
 class ClusterPort(Protocol):

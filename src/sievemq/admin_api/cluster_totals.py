@@ -1,0 +1,100 @@
+"""The cluster's totals: what a node publishes of itself into etcd, and the overview summed.
+
+Every cluster node rewrites its etcd record every few seconds (``cluster/membership.py``); with
+it goes ``published_totals``: the summable part of its ``/api/overview`` (message counters and
+their rates, queue lengths, object counts) and the figures of the durable queues it leads. Any
+node's ``/api/overview`` then adds every other live node's last publication to its own, as
+RabbitMQ's overview totals the cluster, and says how old each part is (``sievemq.totals_from``);
+``/api/queues`` shows a queue led elsewhere with its leader's published figures.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sievemq.admin_api import shapes
+from sievemq.gateway.admin.facade import BrokerFacade
+from sievemq.gateway.admin.views import ClusterNodeView, QueueView, StreamView
+
+# the parts of the overview that add up over nodes; exchanges are definitions (the same on
+# every node once definitions go through etcd), so the overview keeps its own node's count
+SUMMED = ("message_stats", "queue_totals", "object_totals")
+NOT_SUMMED = {"exchanges"}
+# a queue's figures as /api/queues shows them, published by its leader
+QUEUE_FIGURES = (
+    "consumers",
+    "messages",
+    "messages_details",
+    "messages_ready",
+    "messages_ready_details",
+    "messages_unacknowledged",
+    "messages_unacknowledged_details",
+    "message_bytes",
+    "message_stats",
+    "segments",
+    "committed_offset",
+)
+# etcd takes 1.5 MiB per request: a node leading more queues publishes the figures of the
+# first ones by name only (docs/cluster.md)
+MAX_PUBLISHED_QUEUES = 2000
+
+
+def published_totals(f: BrokerFacade) -> dict[str, Any]:
+    """This node's summable overview and its durable queues' figures, for its etcd record."""
+    streams = list(f.iter_streams())
+    shown = shapes.overview(f.overview(streams), [])
+    # only the queues etcd records (durable, not exclusive), the first by name shaped
+    views: list[StreamView | QueueView] = [*streams, *f.iter_queues()]
+    views = sorted((v for v in views if v.durable and not v.exclusive), key=_by_name)
+    kept = [
+        shapes.queue(v, [], f.node_name, False)
+        if isinstance(v, StreamView)
+        else shapes.classic_queue(v, f.node_name)
+        for v in views[:MAX_PUBLISHED_QUEUES]
+    ]
+    return {
+        "overview": {
+            **{k: shown[k] for k in SUMMED},
+            "bytes": shown["sievemq"]["bytes"],
+        },
+        "queues": [
+            [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
+        ],
+    }
+
+
+def _by_name(v: StreamView | QueueView) -> tuple[str, str]:
+    return (v.vhost, v.name)
+
+
+def cluster_overview(shown: dict[str, Any], nodes: list[ClusterNodeView]) -> dict[str, Any]:
+    """``shown`` (this node's overview) with every other live node's last published totals
+    added, and ``sievemq.totals_from``: each node summed and how old its part is."""
+    now = time.time()
+    sources = [{"node": shown["node"], "age_ms": 0}]
+    for node in nodes:
+        overview = node.totals.get("overview")
+        if node.local or not node.running or not isinstance(overview, dict):
+            continue
+        for part in SUMMED:
+            _add(shown[part], overview.get(part), NOT_SUMMED if part == "object_totals" else set())
+        _add(shown["sievemq"], {"bytes": overview.get("bytes", 0)}, set())
+        age = 0 if node.published is None else max(int((now - node.published) * 1000), 0)
+        sources.append({"node": node.name, "age_ms": age})
+    shown["sievemq"]["totals_from"] = sources
+    return shown
+
+
+def _add(into: dict[str, Any], more: Any, skip: set[str]) -> None:
+    """Add the numbers of ``more`` into ``into``, nested dicts (``*_details``) included."""
+    if not isinstance(more, dict):
+        return
+    for key, value in more.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            _add(into.setdefault(key, {}), value, set())
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            total = into.get(key, 0) + value
+            into[key] = round(total, 1) if isinstance(total, float) else total

@@ -1,0 +1,247 @@
+"""Publishes routed to a queue another node leads: forwarded over the link, confirmed there.
+
+A channel routes a publish as on a single node; a queue name this node does not hold but
+another node leads resolves to a ``ForwardedQueue`` (``Placement.remote_queue``), which the
+channel submits to exactly as to a local queue's appender. The forwarded queue holds one link
+channel to the leader (``cluster/link.py``), pinned to the queue and in confirm mode:
+
+- every message becomes a basic.publish with the exchange and routing key as published
+  (the leader stores it into the pinned queue: routing was done here), its property bytes
+  as received and its body: nothing is decoded again;
+- what a turn forwards to one leader goes out in ONE write (the link connection's), and
+  publishes are pipelined: nothing waits for a confirm;
+- the leader confirms in runs (basic.ack multiple); each run settles the client channels'
+  sequence numbers at once, so a client's confirm goes out only once every target queue,
+  local or remote, reported (``ConfirmTracker``);
+- a nack from the leader nacks those messages; a lost link (or a link channel the leader
+  closed) nacks every message forwarded and not confirmed yet. The next publish opens a
+  new link channel (after the link's backoff, while the leader stays away).
+
+Publisher dedup headers travel with the properties and the leader deduplicates as for its
+own clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import Any, Final
+
+import pamqp.commands as spec
+
+from sievemq.amqp import frames, hotcodec
+from sievemq.amqp.methods import BASIC_PUBLISH, CLASS_BASIC, METHOD_ACK, METHOD_NACK
+from sievemq.cluster.link import LinkChannel, Links
+from sievemq.gateway.model.remote import PublishSink
+from sievemq.storage import Message
+
+log = logging.getLogger("sievemq.cluster")
+
+_METHOD_HEAD = struct.Struct(">BHIHH")
+_CONTENT_HEAD = struct.Struct(">BHIHHQ").pack  # frame head + class + weight + body size
+_BODY_HEAD = struct.Struct(">BHI").pack
+_NO_TICKET: Final = b"\x00\x00"
+_NOT_MANDATORY: Final = b"\x00" + frames.FRAME_END_BYTE
+_END: Final = frames.FRAME_END_BYTE
+_METHODS_MAX: Final = 1024
+_encode_content = hotcodec.encode_content
+_FRAME_HEADER: Final = frames.FRAME_HEADER
+_FRAME_BODY: Final = frames.FRAME_BODY
+
+
+class ForwardedQueue:
+    """A queue led by ``leader``, as this node's channels publish to it (a ``RemoteQueue``).
+
+    What is forwarded and not confirmed yet is kept as runs, oldest first: ``[sink, first
+    seq, count]`` for consecutive publishes of one client channel with consecutive sequence
+    numbers (a confirming publisher's are), so a confirm of a run of N costs one
+    ``settle_confirms``, not N entries. The leader releases confirms in order (its
+    ``ConfirmTracker``): a confirm covers the oldest ones outstanding.
+    """
+
+    __slots__ = (
+        "_body_max",
+        "_channel",
+        "_first",
+        "_links",
+        "_methods",
+        "_next",
+        "_retired",
+        "_runs",
+        "leader",
+        "name",
+        "vhost",
+    )
+
+    def __init__(self, links: Links, vhost: str, name: str, leader: str) -> None:
+        self._links = links
+        self.vhost = vhost
+        self.name = name
+        self.leader = leader
+        self._channel: LinkChannel | None = None
+        self._runs: deque[list[Any]] = deque()  # [sink, first seq, count], oldest first
+        self._first = 1  # the link seq of the oldest publish not confirmed
+        self._next = 1  # the link seq of the next publish
+        self._methods: dict[tuple[str, str], bytes] = {}  # basic.publish frames, this channel
+        self._body_max = 0  # the largest body sent as one frame on this channel
+        self._retired = False
+
+    @property
+    def unconfirmed(self) -> int:
+        return self._next - self._first
+
+    # ---------------------------------------------------------------- publishing (hot)
+
+    def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
+        channel = self._channel
+        if channel is None:
+            channel = self._open()
+        self._next += 1
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            if last[0] is sink and (sink is None or last[1] + last[2] == seq):
+                last[2] += 1
+            else:
+                runs.append([sink, seq, 1])
+        else:
+            runs.append([sink, seq, 1])
+        _, exchange, routing_key, props, body, _ = message
+        method = self._methods.get((exchange, routing_key))
+        if method is None:
+            method = self._publish_frame(channel.number, exchange, routing_key)
+        size = len(body)
+        number = channel.number
+        if size <= self._body_max:
+            channel.writelines(
+                (
+                    method,
+                    _CONTENT_HEAD(_FRAME_HEADER, number, 12 + len(props), CLASS_BASIC, 0, size),
+                    props,
+                    _END,
+                    _BODY_HEAD(_FRAME_BODY, number, size),
+                    body,
+                    _END,
+                )
+            )
+        else:  # empty, or more than one body frame
+            channel.writelines(_encode_content([method], number, props, body, channel.frame_max))
+
+    def _publish_frame(self, number: int, exchange: str, routing_key: str) -> bytes:
+        ex = hotcodec.encode_shortstr(exchange)
+        rk = hotcodec.encode_shortstr(routing_key)
+        size = 4 + 2 + len(ex) + len(rk) + 1
+        frame = b"".join(
+            (
+                _METHOD_HEAD.pack(frames.FRAME_METHOD, number, size, *BASIC_PUBLISH),
+                _NO_TICKET,
+                ex,
+                rk,
+                _NOT_MANDATORY,
+            )
+        )
+        if len(self._methods) >= _METHODS_MAX:
+            self._methods.clear()
+        self._methods[(exchange, routing_key)] = frame
+        return frame
+
+    def _open(self) -> LinkChannel:
+        channel = self._links.open_channel(self.leader, self.vhost, self, target=self.name)
+        channel.send_method(spec.Confirm.Select())
+        self._channel = channel
+        self._methods.clear()  # framed for the old channel's number
+        self._body_max = channel.frame_max - frames.FRAME_OVERHEAD
+        self._first = self._next = 1  # a new channel numbers its publishes from 1
+        return channel
+
+    # ---------------------------------------------------------------- the leader's answers
+
+    def link_frames(self, channel: LinkChannel, got: list[tuple[int, bytes]]) -> None:
+        if channel is not self._channel:
+            return
+        for ftype, payload in got:
+            if ftype != frames.FRAME_METHOD or channel is not self._channel:
+                continue
+            class_id, method_id = hotcodec.method_id(payload)
+            if class_id != CLASS_BASIC:
+                continue  # confirm.select-ok
+            if method_id == METHOD_ACK:
+                ack = hotcodec.decode_basic_ack(payload)
+                self._settle(channel, ack.delivery_tag, ack.multiple, True)
+            elif method_id == METHOD_NACK:
+                nack = hotcodec.decode_basic_nack(payload)
+                self._settle(channel, nack.delivery_tag, nack.multiple, False)
+        if self._retired and not self._runs:
+            self._close()
+
+    def _settle(self, channel: LinkChannel, tag: int, multiple: bool, ok: bool) -> None:
+        """The leader confirmed (or nacked) link seqs up to ``tag``: settle the oldest runs."""
+        first = self._first
+        if tag < first or tag >= self._next:
+            return  # answered already, or never sent on this channel
+        if not multiple and tag != first:  # out of order: never from a SieveMQ leader
+            log.error("node '%s' confirmed publish %d before %d", self.leader, tag, first)
+            channel.close()
+            self.link_closed(channel, 0, "confirms out of order")
+            return
+        left = tag - first + 1
+        self._first = tag + 1
+        runs = self._runs
+        while left:
+            run = runs[0]
+            sink, start, count = run
+            if count <= left:
+                runs.popleft()
+                taken = count
+            else:
+                run[1] = start + left
+                run[2] = count - left
+                taken = left
+            left -= taken
+            if sink is not None:
+                sink.settle_confirms(list(range(start, start + taken)), ok)
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        """The link channel is gone: nack everything it did not confirm."""
+        if channel is not self._channel:
+            return
+        self._channel = None
+        if self._runs:
+            log.warning(
+                "publishes to queue '%s' in vhost '%s' forwarded to node '%s' are nacked: %s",
+                self.name,
+                self.vhost,
+                self.leader,
+                f"{code} {text}" if code else text,
+            )
+        self._fail_all()
+
+    def _fail_all(self) -> None:
+        runs, self._runs = self._runs, deque()
+        self._first = self._next
+        for sink, start, count in runs:
+            if sink is not None:
+                sink.settle_confirms(list(range(start, start + count)), False)
+
+    # ---------------------------------------------------------------- retiring
+
+    def retire(self) -> None:
+        """The queue is no longer led by ``leader`` (moved, deleted): close the link channel
+        once what was forwarded is answered."""
+        self._retired = True
+        if not self._runs:
+            self._close()
+
+    def _close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        """This node stops: nack what is outstanding and close the link channel."""
+        self._close()
+        self._fail_all()
+
+    def describe(self) -> dict[str, Any]:
+        return {"queue": self.name, "leader": self.leader, "unconfirmed": self.unconfirmed}

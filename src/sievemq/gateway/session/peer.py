@@ -1,0 +1,138 @@
+"""A connection from another cluster node: the server side of the inter-node link.
+
+The link (``cluster/link.py``) speaks AMQP 0-9-1 to a node's cluster port, and this node serves
+it with its ordinary session code: a forwarded publish goes through ``Channel.publish_fast``
+and the stream's group-commit appender exactly as a client's does. What differs:
+
+- **Login.** PLAIN with the connecting node's name as user and the cluster secret as password;
+  anything else is 403 ACCESS_REFUSED (the node's users cannot log in here, and the secret is
+  never logged). A node that has no secret yet (still joining) refuses every link.
+- **Trust.** The link acts for clients whose permissions the other node already checked: it
+  may open any vhost, with every permission in it, and no vhost or user connection limit
+  counts it. It is not listed among the node's client connections (``internal``).
+- **Pinned channels.** A channel opened with a queue name in channel.open's reserved field (a
+  client's is always empty or ``0``) stores every message published on it into that queue,
+  with the exchange and routing key as published (the other node routed it); when this node
+  holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+import pamqp.commands as spec
+
+from sievemq.amqp import errors, negotiation, states
+from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.users import Permission, User
+from sievemq.gateway.runtime.node import Node
+from sievemq.gateway.session import publish_cache
+from sievemq.gateway.session.channel import Channel
+from sievemq.gateway.session.connection import Connection
+from sievemq.storage import Message
+from sievemq.storage.types import KIND_AMQP091
+
+LINK_USER_PREFIX = "cluster-link:"
+
+_new_message = tuple.__new__
+
+
+def channel_target(payload: bytes) -> str:
+    """The queue named in a channel.open's reserved shortstr ('' for none, or ``0``)."""
+    size = payload[4] if len(payload) > 4 else 0
+    raw = payload[5 : 5 + size]
+    if raw in (b"", b"0"):
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.FrameError("channel.open: the target queue is not UTF-8", 20, 10) from None
+
+
+class PeerConnection(Connection):
+    """A link connection from another node (see the module docstring)."""
+
+    internal = True
+
+    def __init__(self, node: Node, secret: Callable[[], str | None]) -> None:
+        super().__init__(node)
+        self._secret = secret
+
+    def _start_ok(self, method: Any) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        self.cancel_notify = True
+        creds = negotiation.credentials(method)
+        secret = self._secret()
+        if secret is None or not hmac.compare_digest(
+            creds.password.encode("utf-8"), secret.encode("utf-8")
+        ):
+            raise errors.ConnectionAccessRefused(
+                "cluster link refused: the cluster secret does not match", 10, 11
+            )
+        self.user = User(LINK_USER_PREFIX + creds.username, "", ("administrator",))
+        self.username = self.user.name
+        self._offer = negotiation.tune(self.channel_max, self.frame_max, self.heartbeat)
+        self.send_method(0, self._offer)
+
+    def _open(self, method: Any) -> None:
+        name = method.virtual_host or "/"
+        vhost = self.node.broker.vhosts.get(name)
+        if vhost is None or self.user is None:
+            raise errors.NotAllowed(f"vhost {name} not found")
+        self.user.permissions[name] = Permission()  # trusted: the other node checked
+        self.vhost = vhost
+        self.vhost_name = name
+        self.opened = True
+        self.send_method(0, spec.Connection.OpenOk())
+
+    def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
+        target = channel_target(payload)
+        channel = PinnedChannel(self, state, target) if target else Channel(self, state)
+        channel.forwards = False  # the other node routed: nothing goes on to a third
+        return channel
+
+
+class PinnedChannel(Channel):
+    """A link channel whose publishes all go to one queue (``target``), routed elsewhere."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState, target: str):
+        super().__init__(connection, state)
+        self.target = target
+
+    def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
+        """Store into the target queue (the ordinary path's tail: dedup, confirms, the
+        queue's writer), or nack when this node holds no such queue."""
+        exchange, routing_key, _ = self._pub
+        props = self._props
+        if values is None:
+            try:
+                values = publish_cache.filter_values(props)
+            except errors.PreconditionFailed as error:
+                error.class_id, error.method_id = BASIC_PUBLISH
+                raise
+        vhost = self.connection.vhost
+        assert vhost is not None
+        target = self.target
+        queue = vhost.queues.get(target) or vhost.classic.queues.get(target)
+        confirm = self.confirm
+        if queue is None:  # deleted meanwhile, or never here: not stored, so nack
+            if confirm is not None:
+                confirm.settle(confirm.take(1), False)
+                self._schedule_confirms()
+            return
+        queues: list[Any] | None = [queue]
+        if dedup.MARKER in props:
+            queues = self.deduplicated([queue], body, values)
+            if queues is None:
+                return
+        message = _new_message(Message, (values, exchange, routing_key, props, body, KIND_AMQP091))
+        appender = self._appenders.get(queue) or self._appender(queue)
+        if confirm is None:
+            appender.submit(message, None, 0)
+            return
+        seq = confirm.next_seq
+        confirm.next_seq = seq + 1
+        appender.submit(message, self, seq)
