@@ -34,7 +34,9 @@ def test_a_queue_is_led_by_the_node_that_declared_it(nodes: dict[str, ServerProc
     on_a.queue_declare("orders", durable=True, arguments=STREAM)
     seen = until(lambda: queues(b).get("orders"), "b lists a's queue")
     assert (seen["node"], seen["leader"], seen["leader_epoch"]) == ("a", "a", 1)
-    assert (seen["type"], seen["state"], seen["online"]) == ("stream", "running", ["a"])
+    assert (seen["type"], seen["state"]) == ("stream", "running")
+    # two nodes: the default x-initial-cluster-size (3) gives it one replica, on b
+    assert (seen["members"], seen["online"]) == (["a", "b"], ["a", "b"])
     assert queues(a)["orders"]["node"] == "a"  # a lists its own, as a single node does
 
     on_b = channel(b)

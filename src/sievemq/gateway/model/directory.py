@@ -21,6 +21,7 @@ from sievemq.gateway.model import locator, policies
 from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
+    from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.model.vhost import VirtualHost
 
 
@@ -88,6 +89,14 @@ class QueueDirectory(Protocol):
     def stream_listener(self, node: str, tls: bool) -> tuple[str, int] | None:
         """A live node's Stream-protocol listener as it advertises it (host, port), or
         None when the node is not running (or has no such listener)."""
+        ...
+
+    def replicas(self, vhost: str, name: str) -> list[str]:
+        """The nodes holding a replica of the stream (its record's, running or not)."""
+        ...
+
+    def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
+        """This node's replica of the stream, for reading (None when it holds none)."""
         ...
 
     def choose_leader(self) -> str | None:
