@@ -3,7 +3,9 @@
 A real etcd and three real nodes (the cluster tests' fixtures); each stream is declared on,
 so led by, another node. Spark is given node a's URI only: the driver and every task ask
 Metadata there and read each stream from its leader, batch and streaming; filter values
-go to the leader, which skips chunks by Bloom (its own admin API counts them).
+go to the leader, which skips chunks by Bloom (its own admin API counts them). The streams
+have no replicas (``x-initial-cluster-size`` 1): with one, a node holding a replica reads
+its own copy (tests/integration/test_cluster/test_replication.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .test_spark_network import _filter_stats, _publish_amqp, _uri
 pytestmark = pytest.mark.timeout(1200)
 
 LEADERS = {"east": "a", "west": "b", "north": "c"}
+ALONE = {"x-initial-cluster-size": 1}  # no replica: every read goes to the leader
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server
         base = tmp_path_factory.mktemp("nodes")
         with started_nodes(etcd, base, ("a", "b", "c")) as procs:
             for stream, leader in LEADERS.items():
-                _publish_amqp(procs[leader], stream, 0, 300)  # declared there: led there
+                _publish_amqp(procs[leader], stream, 0, 300, **ALONE)  # declared there: led there
             for stream, leader in LEADERS.items():
                 until(
                     lambda s=stream, n=leader: (
@@ -92,7 +95,7 @@ def test_streaming_reads_a_stream_led_by_another_node(
         return parquet_available_now(frame, out, checkpoint)
 
     assert sum(once()) == 100  # the eu rows of 300 (0-99), read from c
-    _publish_amqp(nodes["c"], "north", 300, 100)  # offsets 300-399: region eu again
+    _publish_amqp(nodes["c"], "north", 300, 100, **ALONE)  # offsets 300-399: region eu again
     assert sum(once()) == 100  # only what is new
     offsets = sorted(pq.read_table(out).column("offset").to_pylist())
     assert offsets == [*range(100), *range(300, 400)]

@@ -33,13 +33,16 @@ def _uri(server: ServerProcess) -> str:
     return f"rabbitmq-stream://guest:guest@{server.host}:{server.stream_port}/%2F"
 
 
-def _publish_amqp(server: ServerProcess, stream: str, first: int, count: int) -> None:
-    """``count`` messages ``m<i>`` with filter value REGIONS[i // 100 % 3], one chunk each."""
+def _publish_amqp(
+    server: ServerProcess, stream: str, first: int, count: int, **arguments: Any
+) -> None:
+    """``count`` messages ``m<i>`` with filter value REGIONS[i // 100 % 3], one chunk each
+    (the stream declared with ``arguments`` besides its type)."""
     conn = pika.BlockingConnection(pika.URLParameters(server.url))
     try:
         ch = conn.channel()
         ch.confirm_delivery()
-        ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream", **arguments})
         for i in range(first, first + count):
             headers = {"x-stream-filter-value": REGIONS[i // 100 % 3], "i": i}
             ch.basic_publish("", stream, f"m{i}".encode(), pika.BasicProperties(headers=headers))

@@ -18,6 +18,7 @@ from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.replication import Replication
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
@@ -63,8 +64,13 @@ async def join(
     )
     placement.links = Links(name, secret.get, membership.cluster_address)
     membership.subscribe(QUEUES, placement.apply)
+    replication = Replication(placement, broker)
+    membership.subscribe(QUEUES, replication.apply)  # after placement: records current
+    placement.stopping.append(replication.stop)
+    placement.replica_of = replication.queue
     membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
+    membership.queue_members = placement.members
     membership.on_registered_again.append(placement.place_again)
     membership.on_registered_again.append(secret.restore)
     mirror = DefinitionsMirror(

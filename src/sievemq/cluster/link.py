@@ -419,7 +419,9 @@ class LinkConnection(asyncio.Protocol):
         """Stop using the link (node shutdown): connection.close, channels told."""
         if self.opened and not self.failed:
             self.flush()
-            self._send_now(codec.encode_method(0, spec.Connection.Close(200, "node stopping")))
+            self._send_now(
+                codec.encode_method(0, spec.Connection.Close(200, "node stopping", 0, 0))
+            )
         self.fail(f"link to node '{self.node}' closed by this node")
 
 

@@ -114,6 +114,10 @@ class Membership:
         # the queues other nodes lead (the placement sets it) and what runs once this node
         # registered again after losing its lease (the placement records its queues anew)
         self.queue_records: Callable[[], list[dict[str, Any]]] = list
+        # a queue's members and those running (``Placement.members``, set at the join)
+        self.queue_members: Callable[[str, str], tuple[list[str], list[str]] | None] = (
+            lambda vhost, name: None
+        )
         self.on_registered_again: list[Callable[[], None]] = []
         # what stops before this node leaves (the definitions mirror's writer and retries)
         self.on_leave: list[Callable[[], Awaitable[None]]] = []

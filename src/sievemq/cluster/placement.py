@@ -8,8 +8,9 @@ create-if-absent transaction, and the declare-ok waits for etcd's commit (the st
 record (compare-and-swap on the record's revision). Every node watches the records: a node
 that does not lead a queue answers a declare of it with declare-ok, accepts bindings to it
 (they are cluster-wide: ``definitions_mirror``), forwards publishes routed to it over the
-link (``remote_queue``, ``cluster/forwarding.py``), and tells a client that consumes or gets
-through it which node leads it (forwarding those is not built yet).
+link (``remote_queue``, ``cluster/forwarding.py``), and opens link channels to its leader for
+consumers, gets, acks, purges and deletes through this node (``open_link``,
+``gateway/session/remote.py``).
 
 A queue declared with the ``balanced`` leader locator goes to the live node leading the
 fewest queues: the declaring node writes its record with that node as leader and
@@ -21,6 +22,10 @@ node that does not lead it is asked of its leader the same way: the record gets
 deleting node answers once the record is gone: creating and deleting go through etcd, not
 over the link.
 
+A stream's record also names its ``replicas`` (``x-initial-cluster-size``, default 3 or the
+number of nodes when fewer: the leader plus the live nodes leading the fewest streams),
+chosen once when it is placed; each follows the leader's log (``cluster.replication``).
+
 The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
 epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
 """
@@ -30,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -50,7 +55,8 @@ from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
-from sievemq.gateway.model.directory import LeaderUnavailable
+from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 
 log = logging.getLogger("sievemq.cluster")
@@ -59,6 +65,7 @@ QUEUES = ROOT + "queues/"
 # how long a declare waits for the node it placed a queue on, and a delete for the leader
 REMOTE_WAIT_S = 15.0
 CREATING, READY, FAILED = "creating", "ready", "failed"
+DEFAULT_CLUSTER_SIZE = 3  # a stream's copies, leader included (RabbitMQ's default)
 
 
 class _NoAnswer(Exception):
@@ -69,7 +76,16 @@ def queue_key(vhost: str, name: str) -> str:
     return QUEUES + quote(vhost, safe="") + "/" + quote(name, safe="")
 
 
-def _queue_of(key: str) -> tuple[str, str] | None:
+def cluster_size(arguments: dict[str, Any]) -> int:
+    """A stream's ``x-initial-cluster-size`` (checked by its declare), else the default."""
+    value = arguments.get("x-initial-cluster-size")
+    try:
+        return int(value) if value is not None else DEFAULT_CLUSTER_SIZE
+    except (TypeError, ValueError):
+        return DEFAULT_CLUSTER_SIZE
+
+
+def queue_of(key: str) -> tuple[str, str] | None:
     vhost, _, name = key[len(QUEUES) :].partition("/")
     return (unquote(vhost), unquote(name)) if name else None
 
@@ -102,6 +118,9 @@ class Placement:
         # declares and deletes waiting for another node: resolved by the watched records
         self._waiting: dict[tuple[str, str], list[asyncio.Future[dict[str, Any] | None]]] = {}
         self._working: set[tuple[str, str]] = set()  # records this node is acting on
+        self.stopping: list[Callable[[], Awaitable[None]]] = []  # (replication's stop)
+        # this node's replica of a stream, to read (set by replication)
+        self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
 
     # ---------------------------------------------------------------- the directory
 
@@ -111,14 +130,12 @@ class Placement:
             return None
         return str(record.get("leader"))
 
-    def not_here(self, vhost: str, name: str) -> str:
-        leader = self.leader_elsewhere(vhost, name) or "?"
-        address = self._addresses(leader)
-        at = f" (amqp {address})" if address else ""
-        return (
-            f"queue '{name}' in vhost '{vhost}' is led by cluster node '{leader}'{at}; using "
-            f"it through node '{self.me}' is not built yet: connect to '{leader}'"
-        )
+    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+        """A channel on the link to the queue's leader (consume, get, ack... through this
+        node: ``gateway.session.remote``)."""
+        assert self.links is not None, "the link is made when the node joins"
+        leader = self.leader_elsewhere(vhost, name) or ""
+        return self.links.open_channel(leader, vhost, receiver)
 
     def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
         """The queue as publishes through this node see it when another node leads it."""
@@ -160,6 +177,37 @@ class Placement:
         node = min(counts, key=lambda n: counts[n])  # the first name of the fewest
         return None if node == self.me else node
 
+    def choose_replicas(self, leader: str, kind: str, arguments: dict[str, Any]) -> list[str]:
+        """A new stream's replicas: ``x-initial-cluster-size`` - 1 live nodes other than
+        ``leader``, those leading and following the fewest streams first (ties: the first
+        name); fewer when fewer nodes run. Other queue types have none (not built yet)."""
+        if kind != "stream":
+            return []
+        size = cluster_size(arguments)
+        counts = dict.fromkeys(sorted({*self._live(), self.me} - {leader}), 0)
+        for record in self.records.values():
+            if record.get("type", "stream") != "stream":
+                continue
+            for node in (record.get("leader"), *record.get("replicas", ())):
+                if node in counts:
+                    counts[node] += 1
+        return sorted(counts, key=lambda n: counts[n])[: max(size - 1, 0)]
+
+    def replicas(self, vhost: str, name: str) -> list[str]:
+        return [str(n) for n in self.records.get((vhost, name), {}).get("replicas", ())]
+
+    def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
+        return self.replica_of(vhost, name)
+
+    def members(self, vhost: str, name: str) -> tuple[list[str], list[str]] | None:
+        """A recorded queue's members (leader, then replicas) and those running now."""
+        record = self.records.get((vhost, name))
+        if record is None:
+            return None
+        members = [str(record.get("leader")), *map(str, record.get("replicas", ()))]
+        live = self._live()
+        return members, [m for m in members if m == self.me or m in live]
+
     # ---------------------------------------------------------------- watching
 
     def apply(self, events: list[Event], reset: bool) -> None:
@@ -171,7 +219,7 @@ class Placement:
         else:
             gone = set()
         for event in events:
-            queue = _queue_of(event.kv.key)
+            queue = queue_of(event.kv.key)
             if queue is None:
                 continue
             if event.kind == "delete":
@@ -245,6 +293,7 @@ class Placement:
             "vhost": vhost,
             "name": name,
             "leader": node,
+            "replicas": self.choose_replicas(node, kind, arguments),
             "epoch": 1,
             "type": kind,
             "arguments": encode_value(arguments),
@@ -417,13 +466,16 @@ class Placement:
 
     async def _record_leader(self, vhost: str, name: str, item: dict[str, Any]) -> None:
         key = queue_key(vhost, name)
+        kind = str(item.get("type", "stream"))
+        arguments = dict(item.get("arguments", {}))
         record = {
             "vhost": vhost,
             "name": name,
             "leader": self.me,
+            "replicas": self.choose_replicas(self.me, kind, arguments),
             "epoch": 1,
-            "type": item.get("type", "stream"),
-            "arguments": encode_value(item.get("arguments", {})),
+            "type": kind,
+            "arguments": encode_value(arguments),
         }
         try:
             result = await self.client.txn(
@@ -497,6 +549,8 @@ class Placement:
         self._track(self.place_local_queues(), wait=False)
 
     async def stop(self) -> None:
+        for stop in self.stopping:
+            await stop()
         for task in list(self._tasks):
             task.cancel()
         for forwarded in self._forwarded.values():

@@ -333,6 +333,23 @@ class StreamReader:
             self._unpin()
         return out
 
+    def read_stored(self, max_chunks: int = 64) -> list[RawChunk]:
+        """The next chunks (up to ``max_chunks``) exactly as stored: header, Bloom bits,
+        extra blob and data, compressed or not (``RawChunk.data``); for a copy that must be
+        byte-identical (a replica's ``Stream.append_stored``). The position moves past them."""
+        out: list[RawChunk] = []
+
+        def take(data: bytes, count: int, first: int, ts: int, layout: bool) -> bool:
+            out.append(RawChunk(first, count, ts, first, data))
+            return False
+
+        self._pin()
+        try:
+            self._walk(None, max_chunks, None, lambda: True, take, verbatim=True)
+        finally:
+            self._unpin()
+        return out
+
     def _read(
         self,
         max_records: int,
@@ -383,12 +400,13 @@ class StreamReader:
         more: Callable[[], bool],
         body: Callable[[bytes, int, int, int, bool], bool],
         keep_osiris: bool = False,
+        verbatim: bool = False,
     ) -> None:
         """Walk chunk headers from the current one while ``more()``; hand the (uncompressed)
         data of each chunk that may match to ``body(data, count, first, timestamp, osiris)``,
         which returns True to stop after it (it then set the position itself). The data is in
         the record-table layout, or with ``keep_osiris`` in the osiris layout when stored so
-        (``osiris`` True)."""
+        (``osiris`` True). With ``verbatim`` the body gets the chunk as stored instead."""
         stats = self.stats
         limit = self._bound()
         if self._chunk_offset >= limit and self._live_bound is None:
@@ -451,7 +469,9 @@ class StreamReader:
                 if len(data) != dlen or crc32(data) != dcrc:
                     raise StorageError(f"{self.directory}: data CRC mismatch at {pos}")
                 layout = False
-                if flags & FLAG_ZSTD:
+                if verbatim:
+                    data = buf[: HEADER_SIZE + meta] + data
+                elif flags & FLAG_ZSTD:
                     data = decompress(data, rlen)
                 elif flags & FLAG_OSIRIS:
                     if keep_osiris:

@@ -16,15 +16,20 @@ from enum import StrEnum
 from itertools import pairwise
 from pathlib import Path
 
+from isal.isal_zlib import crc32
+
 from sievemq.storage import bloom as _bloom
 from sievemq.storage import handles, layout
 from sievemq.storage.chunk import (
     FILE_HEADER_SIZE,
+    HEADER_SIZE,
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE,
     INDEX_MAGIC,
     SEGMENT_MAGIC,
     encode_chunk,
+    header_ok,
+    parse_header,
 )
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.errors import StorageError
@@ -491,6 +496,45 @@ class Stream:
         buffers = encode_chunk(
             messages, first, ts, self.config.filter_size_bytes, self._compress, extra
         )
+        return self._commit(seg, buffers, first, ts, len(messages))
+
+    def append_stored(self, chunk: bytes) -> int:
+        """Write a chunk exactly as another copy of this stream stored it (a replica: its
+        files stay byte-identical to the leader's); returns its first offset.
+
+        The chunk must start at this stream's end and its header CRC must hold (the Bloom
+        bits and extra blob are covered by it, the data by its own CRC); StorageError
+        otherwise, and nothing is written."""
+        header = parse_header(chunk)
+        if header is None or not header_ok(header, chunk):
+            raise StorageError(f"{self.directory}: not a whole stored chunk (bad header)")
+        body = chunk[HEADER_SIZE + header.meta_size :]
+        if header.total_size != len(chunk) or crc32(body) != header.data_crc:
+            raise StorageError(f"{self.directory}: stored chunk's data does not match its header")
+        if header.first_offset != self.end_offset or not header.record_count:
+            raise StorageError(
+                f"{self.directory}: stored chunk at offset {header.first_offset}, "
+                f"the stream ends at {self.end_offset}"
+            )
+        with self._state:
+            if self._closed:
+                raise StorageError(f"stream {self.directory} is closed")
+            self._writing += 1
+        try:
+            seg = self._segments[-1]
+            if seg.chunks and seg.size >= self.config.max_segment_bytes:
+                self._roll()
+                seg = self._segments[-1]
+            ts = header.timestamp_ms
+            return self._commit(seg, [chunk], header.first_offset, ts, header.record_count)
+        finally:
+            with self._state:
+                self._writing -= 1
+
+    def _commit(
+        self, seg: _Segment, buffers: Sequence[bytes], first: int, ts: int, count: int
+    ) -> int:
+        """Write one encoded chunk at the end of segment ``seg`` and its index entry."""
         size = sum(map(len, buffers))
         pos = seg.size
         seg_file, idx_file = self._seg, self._idx
@@ -524,7 +568,7 @@ class Stream:
         if seg.first_ts is None:
             seg.first_ts = ts
         seg.last_ts = self._last_ts = ts
-        end = self.end_offset = first + len(messages)
+        end = self.end_offset = first + count
         seg.end_offset = end
         self._last_chunk = first
         for cb in self._listeners:

@@ -52,7 +52,7 @@ def header(first_offset: int, count: int, timestamp_ms: int, crc: int, data_leng
     return _HEADER.pack(
         MAGIC_VERSION,
         CHUNK_TYPE_USER,
-        count,
+        min(count, 0xFFFF),  # entries (u16): a replica's whole stored chunk may hold more
         count,
         timestamp_ms,
         EPOCH,

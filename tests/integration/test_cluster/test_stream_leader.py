@@ -67,7 +67,6 @@ async def metadata(client: Client, stream: str) -> tuple[int, int, list[tuple[st
         raise_exception=False,
     )
     [item] = answer.metadata
-    assert item.replicas_refs == []  # no replication yet
     return item.response_code, item.leader_ref, [(b.host, b.port) for b in answer.brokers]
 
 
@@ -83,7 +82,10 @@ async def test_metadata_names_the_leader_on_every_node(nodes: dict[str, ServerPr
         client = await open_client(node)
         try:
             leader, replicas = await client.query_leader_and_replicas("meta-a")
-            assert (leader.host, leader.port, replicas) == ("127.0.0.1", a.stream_port, [])
+            assert (leader.host, leader.port) == ("127.0.0.1", a.stream_port)
+            # the default x-initial-cluster-size, 3: replicas on b and c (test_replication)
+            ports = sorted(r.port for r in replicas)
+            assert ports == sorted([nodes["b"].stream_port, nodes["c"].stream_port])
             code, ref, brokers = await metadata(client, "nowhere")
             assert (code, ref, brokers) == (2, 0xFFFF, [])  # STREAM_DOES_NOT_EXIST
             with pytest.raises(exceptions.StreamDoesNotExist):
@@ -96,7 +98,9 @@ async def test_rstream_publishes_and_consumes_on_the_leader_from_another_node(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    channel(a).queue_declare("orders-a", durable=True, arguments=STREAM)
+    # one copy only: b holds no replica of it (a replica takes subscribers itself)
+    alone = {**STREAM, "x-initial-cluster-size": 1}
+    channel(a).queue_declare("orders-a", durable=True, arguments=alone)
     known_everywhere(nodes, "orders-a", "a")
 
     # straight on b, which does not lead it: RabbitMQ's code for "no member here"

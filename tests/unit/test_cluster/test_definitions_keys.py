@@ -120,9 +120,6 @@ class _Elsewhere:
     def leader_elsewhere(self, vhost: str, name: str) -> str | None:
         return "b" if name == "remote" else None
 
-    def not_here(self, vhost: str, name: str) -> str:
-        return f"queue '{name}' is led by 'b'"
-
 
 def test_a_binding_to_a_queue_another_node_leads_is_kept(tmp_path: Path) -> None:
     broker = Broker(tmp_path)

@@ -51,7 +51,17 @@ async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Sl
             shapes.remote_queue(q) for q in f.cluster.remote_queues(vhost) if who.may_see(q.vhost)
         ]
     out.sort(key=lambda q: (q["vhost"], q["name"]))
-    return out
+    return _with_members(f, out)
+
+
+def _with_members(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """In a cluster, a stream's ``members`` (leader, then replicas) and those ``online``."""
+    if f.cluster is not None:
+        for row in rows:
+            found = f.cluster.queue_members(row["vhost"], row["name"])
+            if found is not None and row.get("type") == "stream":
+                row["members"], row["online"] = found
+    return rows
 
 
 def _remote(f: BrokerFacade, vhost: str, queue: str) -> RemoteQueueView:
@@ -97,7 +107,7 @@ def _expanded(f: BrokerFacade, keys: list[dict[str, Any]]) -> list[dict[str, Any
                 out.append(shapes.classic_queue(f.get_queue(v, q), f.node_name))
         except NotFound:
             continue
-    return out
+    return _with_members(f, out)
 
 
 async def _list(
@@ -133,7 +143,7 @@ async def get_queue(f: Facade, vhost: str, queue: str, who: User) -> dict[str, A
             return shapes.remote_queue(_remote(f, v, q))  # led by another node: its record
         return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
-    return shapes.queue(view, f.list_consumers(v, q), f.node_name, True)
+    return _with_members(f, [shapes.queue(view, f.list_consumers(v, q), f.node_name, True)])[0]
 
 
 @router.put("/queues/{vhost}/{queue}", status_code=201)

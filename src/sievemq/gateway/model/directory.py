@@ -6,17 +6,22 @@ etcd; a node that does not lead a queue knows it exists, which node leads it and
 node's stream listener is (Metadata names it), asks it through etcd to create (``balanced``
 placement) or delete a queue, and forwards publishes to it: ``remote_queue`` gives the queue
 as a publish sees it, a ``RemoteQueue`` that is its own writer (the channel submits to it as
-it submits to a local queue's appender).
+it submits to a local queue's appender). It also opens link channels to a queue's leader
+(``open_link``): consumers, gets, acks and purges through any node are served by the
+leader's session code, relayed by ``gateway.session.remote``. Protocols only: the gateway
+never imports ``sievemq.cluster``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sievemq.gateway.model import locator, policies
 from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
+    from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.model.vhost import VirtualHost
 
 
@@ -28,14 +33,48 @@ class LeaderUnavailable(Exception):
     """The queue's leader node is not running now (the Stream protocol's code 6)."""
 
 
+class LinkChannel(Protocol):
+    """One open channel of the link to a queue's leader (``cluster.link.LinkChannel``)."""
+
+    @property
+    def number(self) -> int:
+        """Its channel number on the link: the frames written to it carry it."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Whole encoded frames for this channel, sent after what was written before."""
+        ...
+
+    def close(self) -> None:
+        """channel.close on the link (the leader requeues what the channel had unacked);
+        nothing more is handed to the receiver."""
+        ...
+
+
+class LinkReceiver(Protocol):
+    """What a session gives the link for one link channel: the frames the leader sends on
+    it, and its end."""
+
+    def link_frames(self, channel: LinkChannel, got: list[tuple[int, bytes]]) -> None:
+        """The frames (type, payload) the leader sent on the channel in one read, in order
+        (channel.open-ok and channel.close are the link's own)."""
+        ...
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        """The channel is gone: the leader closed it (its reply code and text), or the link
+        dropped (code 0 and why). What it had unacked is the leader's to requeue."""
+        ...
+
+
 class QueueDirectory(Protocol):
     def leader_elsewhere(self, vhost: str, name: str) -> str | None:
         """The name of the node that leads the queue when it is another node, else None."""
         ...
 
-    def not_here(self, vhost: str, name: str) -> str:
-        """What a client is told when it uses the queue through a node that does not lead
-        it (the leader and how to reach it; what is not built yet)."""
+    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+        """A new channel on the link to the leader of the queue (frames may be written at
+        once: they follow the channel.open); a leader that cannot be reached closes it
+        (``link_closed`` with code 0, on a later loop turn)."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
@@ -50,6 +89,14 @@ class QueueDirectory(Protocol):
     def stream_listener(self, node: str, tls: bool) -> tuple[str, int] | None:
         """A live node's Stream-protocol listener as it advertises it (host, port), or
         None when the node is not running (or has no such listener)."""
+        ...
+
+    def replicas(self, vhost: str, name: str) -> list[str]:
+        """The nodes holding a replica of the stream (its record's, running or not)."""
+        ...
+
+    def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
+        """This node's replica of the stream, for reading (None when it holds none)."""
         ...
 
     def choose_leader(self) -> str | None:
@@ -105,3 +152,14 @@ def place_elsewhere(
     vhost.check_queue_limit(name)
     vhost.validate_new_queue(name, kind, durable, exclusive, args)
     return directory.create_elsewhere(node, vhost.name, name, kind, args)
+
+
+@dataclass(eq=False)
+class LeaderQueue:
+    """A queue another node leads, as the consumers of one session hold it (their
+    ``queue``): its name, its leader, and this session's consumers of it."""
+
+    vhost: str
+    name: str
+    leader: str
+    consumers: set[Any] = field(default_factory=set)

@@ -38,8 +38,9 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
+from sievemq.gateway.model.classic import vhost as classic_vhost
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import place_elsewhere
+from sievemq.gateway.model.directory import QueueDirectory, place_elsewhere
 from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
@@ -58,7 +59,7 @@ from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PRE
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
 from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
 from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.gateway.session import access, direct_reply, publish_cache, transactions
+from sievemq.gateway.session import access, direct_reply, publish_cache, remote, transactions
 from sievemq.gateway.session.classic import consumer as classic_consumer
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
@@ -114,6 +115,7 @@ class Channel:
         self._held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic_consumer.ClassicDeliveries | None = None  # classic-queue deliveries
+        self.remote: remote.RemoteDeliveries | None = None  # of queues other nodes lead
         self.tx: transactions.Transaction | None = None  # after tx.select
         self._committing = False  # within tx.commit (its publishes are stored at once)
         self.next_delivery_tag = 1
@@ -247,12 +249,8 @@ class Channel:
             _COLD[type(method)](self, method)  # one handler per method the table dispatches
             done = True
         except errors.AMQPError as error:
-            elsewhere = self._led_elsewhere(method, error)  # None unless a cluster's queue
             if not error.class_id:
                 error.class_id, error.method_id = cid, mid
-            if elsewhere is not None:
-                elsewhere.class_id, elsewhere.method_id = cid, mid
-                raise elsewhere from error
             raise
         finally:
             pending = definitions.end(began)
@@ -260,17 +258,17 @@ class Channel:
             if done and pending is not None:
                 self._hold(pending, held)
 
-    def _led_elsewhere(self, method: Any, error: errors.AMQPError) -> errors.AMQPError | None:
-        """A queue this node does not hold but another cluster node leads: 404 naming that
-        node instead of "no queue" (using it through this node is not built yet)."""
-        directory = self.connection.node.broker.directory
-        name = getattr(method, "queue", None)
-        if directory is None or not isinstance(error, errors.NotFound) or not name:
+    def _led_by(self, name: str) -> tuple[QueueDirectory, str] | None:
+        """The directory and the leader when another cluster node leads queue ``name``
+        (None on a single node and for this node's own queues)."""
+        directory = self._node.broker.directory
+        if directory is None or not name:
             return None
-        vhost = self.connection.vhost_name
-        if directory.leader_elsewhere(vhost, name) is None:
+        local = self.connection.vhost
+        if local is not None and (name in local.queues or name in local.classic.queues):
             return None
-        return errors.NotFound(directory.not_here(vhost, name))
+        leader = directory.leader_elsewhere(self.connection.vhost_name, name)
+        return None if leader is None else (directory, leader)
 
     def _hold(self, pending: Any, held: list[bytes]) -> None:
         """The method changed durable definitions: its reply (``held``) and every frame of
@@ -542,6 +540,8 @@ class Channel:
                 )
             if self.classic is not None:
                 self.classic.settle(tag, False, finished, method_id)
+            if self.remote is not None:
+                self.remote.settle(tag, False, finished, method_id)
             if method_id == METHOD_ACK:
                 consumer.count_acks(1)
             consumer.give_credit(1)
@@ -554,6 +554,8 @@ class Channel:
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", CLASS_BASIC, method_id)
         if self.classic is not None:
             self.classic.settle(tag, True, finished, method_id)
+        if self.remote is not None:
+            self.remote.settle(tag, True, finished, method_id)
         items = list(unacked.items())
         count = len(items) if not tag else bisect_right(items, tag, key=_tag_of)
         done = items[:count]
@@ -644,6 +646,8 @@ class Channel:
             direct_reply.cancel(self, self.reply_consumer.tag)
         if self.classic is not None:
             self.classic.release()  # unacked classic deliveries go back to their queues
+        if self.remote is not None:
+            self.remote.release()  # the link channels close: their leaders requeue
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0
@@ -749,16 +753,12 @@ class Channel:
 
     def _declared_elsewhere(self, m: Any) -> bool:
         """A cluster queue another node leads exists: declare-ok (counts of 0: they are
-        the leader's), as RabbitMQ answers on any node; nothing is made here."""
-        directory = self.connection.node.broker.directory
-        vhost = self.connection.vhost_name
-        if directory is None or not m.queue:
+        the leader's), as RabbitMQ answers on any node; nothing is made here. An exclusive
+        declare of it is 405: it is nobody's exclusive queue (the cluster's are durable)."""
+        if self._led_by(m.queue) is None:
             return False
-        local = self.vhost
-        if local is not None and (m.queue in local.queues or m.queue in local.classic.queues):
-            return False
-        if directory.leader_elsewhere(vhost, m.queue) is None:
-            return False
+        if m.exclusive:
+            raise classic_vhost.locked(m.queue, self.connection.vhost_name)
         if not m.nowait:
             self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
         return True
@@ -781,6 +781,9 @@ class Channel:
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
+        led = self._led_by(m.queue)
+        if led is not None:  # deleted on its leader
+            return remote.delete(self, *led, m)
         classic_consumer.check_delete(self, m.queue)
         self._held_cancels = []
         try:
@@ -806,12 +809,20 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
+        led = self._led_by(m.queue)
+        if led is not None:
+            self._allow("read", "queue", m.queue)
+            return remote.purge(self, *led, m)
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
             return classic_consumer.purge(self, queue, m)
         raise purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
+        led = self._led_by(m.queue)
+        if led is not None:
+            self._allow("read", "queue", m.queue)
+            return remote.get(self, *led, m)
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
             return classic_consumer.get(self, queue, m)
@@ -829,6 +840,9 @@ class Channel:
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
         self._allow("read", "queue", m.queue)
+        led = self._led_by(m.queue)
+        if led is not None:
+            return remote.consume(self, *led, m)
         found = self.vhost.find_queue(m.queue)
         if isinstance(found, ClassicQueue):
             return classic_consumer.consume(self, found, m)

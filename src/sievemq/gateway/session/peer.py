@@ -88,6 +88,16 @@ class PeerConnection(Connection):
         self.opened = True
         self.send_method(0, spec.Connection.OpenOk())
 
+    def _fail(self, error: errors.AMQPError, chid: int) -> None:
+        """A link carries the channels of many clients: a connection-level error that one
+        forwarded method caused (540 for basic.get on a stream...) closes only its channel,
+        with that reply; the other node passes it on to its client as that client's own."""
+        channel = self.channels.get(chid) if chid else None
+        if channel is not None and error.closes_connection:
+            channel.close_by_server(error)
+            return
+        super()._fail(error, chid)
+
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
         channel = PinnedChannel(self, state, target) if target else Channel(self, state)

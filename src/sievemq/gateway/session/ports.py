@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.directory import LeaderQueue
 from sievemq.gateway.model.stream.queue import ConsumerInfo, StreamQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime.node import Node
@@ -33,10 +34,11 @@ from sievemq.gateway.session.stream.named_consumers import OffsetTracker
 
 
 class ChannelConsumer(ConsumerInfo, Protocol):
-    """A consumer as its channel holds it (``session.stream.consumer.StreamConsumer``)."""
+    """A consumer as its channel holds it (``session.stream.consumer.StreamConsumer``, the
+    classic and the remote ones)."""
 
     @property
-    def queue(self) -> StreamQueue | ClassicQueue: ...
+    def queue(self) -> StreamQueue | ClassicQueue | LeaderQueue: ...
     @property
     def tracker(self) -> OffsetTracker | None: ...
     def give_credit(self, n: int) -> None: ...

@@ -518,13 +518,16 @@ class StreamConnection:
             self._may("configure", p) for p in partitions
         )
 
-    def _readable(self, name: str, answer: Callable[[int], bytes]) -> StreamQueue | None:
+    def _readable(
+        self, name: str, answer: Callable[[int], bytes], replica: bool = False
+    ) -> StreamQueue | None:
         """The stream a read-side query names, or None after answering ``answer(code)``:
-        16 without read permission, 2 when there is no such stream."""
+        16 without read permission, 2 when there is no such stream (6 when another cluster
+        node leads it; with ``replica``, this node's replica of it answers)."""
         if not self._may("read", name):
             self.write(answer(wire.ACCESS_REFUSED))
             return None
-        queue = self._queue(name)
+        queue = self._queue(name) or (self._replica(name) if replica else None)
         if queue is None:
             self.write(answer(self._missing_code(name)))
         return queue
@@ -532,6 +535,13 @@ class StreamConnection:
     def _queue(self, name: str) -> StreamQueue | None:
         assert self.vhost is not None
         return self.vhost.queues.get(name)
+
+    def _replica(self, name: str) -> StreamQueue | None:
+        """This node's replica of stream ``name`` (a cluster; read-only): subscribers read
+        it here, as RabbitMQ's stream clients read a replica Metadata names."""
+        directory = self.node.broker.directory
+        assert self.vhost is not None
+        return None if directory is None else directory.replica_queue(self.vhost.name, name)
 
     def _led_elsewhere(self, name: str) -> str | None:
         """The cluster node that leads stream ``name`` when it is another one, else None."""
@@ -655,7 +665,8 @@ class StreamConnection:
         """Each stream's leader, as RabbitMQ answers on any node of a cluster: this node's
         listener for a stream it holds, the leader's advertised stream listener for one
         another node leads (code 6 and no leader while that node is down), code 2 for a
-        stream no node has. No replicas: streams are not replicated yet."""
+        stream no node has; with the stream's running replicas (their stream listeners),
+        which serve Subscribe from their copy."""
         corr = cur.u32()
         names = cur.strings()
         assert self.vhost is not None
@@ -679,7 +690,15 @@ class StreamConnection:
                 continue
             if where not in brokers:
                 brokers.append(where)
-            items.append((n, code, brokers.index(where), ()))
+            replicas: list[int] = []
+            if directory is not None:
+                for node in directory.replicas(self.vhost.name, n):
+                    at = directory.stream_listener(node, self.tls)
+                    if at is not None and at != where:
+                        if at not in brokers:
+                            brokers.append(at)
+                        replicas.append(brokers.index(at))
+            items.append((n, code, brokers.index(where), tuple(replicas)))
         self.write(wire.metadata_response(corr, brokers, items))
 
     def _stream_stats(self, cur: Cursor) -> None:
@@ -688,7 +707,7 @@ class StreamConnection:
         if not self._may("read", name):
             self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
             return
-        queue = self._queue(name)
+        queue = self._queue(name) or self._replica(name)
         if queue is None:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
@@ -817,7 +836,9 @@ class StreamConnection:
         name = cur.string()
         offset = wire.parse_offset_spec(cur)
         cur.properties()
-        queue = self._readable(name, lambda c: wire.resolve_offset_spec_response(corr, c, 0))
+        queue = self._readable(
+            name, lambda c: wire.resolve_offset_spec_response(corr, c, 0), replica=True
+        )
         if queue is None:
             return
         try:
@@ -910,7 +931,7 @@ class StreamConnection:
         corr = cur.u32()
         sid = cur.u8()
         name = cur.string()
-        queue = self._queue(name)
+        queue = self._queue(name) or self._replica(name)
         offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
@@ -945,7 +966,8 @@ class StreamConnection:
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        sub = Subscription(self, sid, queue, reader, credit, spec, offset, stored)
+        verbatim = props.get("sievemq-replica") == "true"
+        sub = Subscription(self, sid, queue, reader, credit, spec, offset, stored, verbatim)
         sub.properties = props
         self.subscriptions[sid] = sub
         self._watch(queue)

@@ -194,6 +194,7 @@ class Subscription(CommitWaker):
         "stats",
         "stored",
         "subscription_id",
+        "verbatim",
     )
 
     def __init__(
@@ -206,6 +207,7 @@ class Subscription(CommitWaker):
         spec: FilterSpec | None,
         offset_spec: wire.OffsetSpec = NEXT,
         stored: bool = False,
+        verbatim: bool = False,
     ) -> None:
         self.conn = conn
         self.subscription_id = subscription_id
@@ -221,7 +223,8 @@ class Subscription(CommitWaker):
         self.properties: dict[str, str] = {}  # Subscribe's properties (for the admin API)
         self._pending: list[Record] = []
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
-        self._by_chunk = stored or spec is None or isinstance(spec, WholeChunks)
+        self._by_chunk = stored or verbatim or spec is None or isinstance(spec, WholeChunks)
+        self.verbatim = verbatim  # sievemq-replica: chunks as stored, one per Deliver
         self.stored = stored  # sievemq-stored-chunks: the record-table layout on the wire
         self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
@@ -310,7 +313,10 @@ class Subscription(CommitWaker):
                 elif chunks:
                     raw = chunks[-1]
                     built = self._built
-                    if built is None and self.stored:
+                    if built is None and self.verbatim:
+                        at, n, ts = raw.first_offset, raw.records, raw.timestamp_ms
+                        built = [(at, osiris.chunk_header(at, n, ts, raw.data), raw.data)]
+                    elif built is None and self.stored:
                         built = stored_chunks(raw, budget)
                     elif built is None:
                         built = wire_chunks(stream, raw, budget)
@@ -348,6 +354,13 @@ class Subscription(CommitWaker):
                         continue
                 elif reads < 2:
                     reads += 1
+                    if self.verbatim:
+                        got = reader.read_stored()
+                        if not got:
+                            break
+                        got.reverse()
+                        chunks.extend(got)
+                        continue
                     if self._by_chunk:
                         got = reader.read_chunks(READ_BATCH, self.spec, osiris=not self.stored)
                         if not got:

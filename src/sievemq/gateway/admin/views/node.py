@@ -58,6 +58,10 @@ class ClusterPort(Protocol):
         """The queues other nodes lead (of ``vhost``, or every vhost)."""
         ...
 
+    def queue_members(self, vhost: str, name: str) -> tuple[list[str], list[str]] | None:
+        """A recorded queue's members (leader, then replicas) and those running now."""
+        ...
+
 
 @dataclass
 class Totals:

@@ -1,0 +1,279 @@
+"""Stream replicas: each replica node follows its stream's leader through the Stream protocol.
+
+A stream's etcd record names its ``replicas`` (``placement.choose_replicas``). On each of
+those nodes a ``Follower`` keeps a copy of the stream in ``DATA_DIR/replicas/streams/...``
+(storage's usual layout, apart from the node's own queues: the copy is no queue of this
+node; Stream-protocol subscribers on this node read it, AMQP consumers do not yet). It
+connects to the leader's advertised stream listener as the node's default user, subscribes
+from its copy's end with ``sievemq-replica=true`` (each Deliver is one chunk exactly as the
+leader stored it, Bloom bits and all) and appends every chunk as it came
+(``Stream.append_stored``): the copy's segment files are byte-identical to the leader's. A
+follower that loses its connection, or a node that restarts, resumes from its copy's end. A
+stream deleted (its record deleted) loses its copies.
+
+What this is not yet (docs/cluster.md): a confirm does not wait for the replicas, nothing
+fails over to a replica, and no epoch fences an old leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sievemq.cluster.coordination import Event
+from sievemq.cluster.placement import Placement, queue_of
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.definitions import decode_value
+from sievemq.gateway.model.stream.arguments import stream_arguments_from_table
+from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.storage import StorageError
+from sievemq.storage.layout import stream_directory
+from sievemq.storage.stream import Durability, Stream
+from sievemq.streamproto import wire
+
+log = logging.getLogger("sievemq.cluster")
+
+REPLICAS_DIR = "replicas"
+CREDIT = 32  # chunks in flight from the leader
+RETRY_S = 1.0  # between attempts to reach the leader
+_OSIRIS_HEADER = struct.Struct(">BBHIqQQIIII")  # docs/stream-protocol.md §3
+_DATA_LENGTH = 8  # the data length's index in it
+
+
+class ReplicaError(Exception):
+    """The leader refused a step of following it, or broke the protocol."""
+
+
+def replica_directory(data_dir: Path, vhost: str, name: str) -> Path:
+    return stream_directory(Path(data_dir) / REPLICAS_DIR, vhost, name)
+
+
+class Follower:
+    """One stream's copy on this node, kept up with its leader until stopped."""
+
+    def __init__(
+        self,
+        queue: StreamQueue,
+        leader: Callable[[], tuple[str, int] | None],
+        credentials: tuple[str, str],
+    ) -> None:
+        self.queue = queue  # the copy as Stream-protocol subscribers on this node read it
+        self.stream = queue.stream
+        self.vhost = queue.vhost
+        self.name = queue.name
+        self._leader = leader  # the leader's stream listener now (None: not running)
+        self._user, self._password = credentials
+        self._corr = 0
+        self.connected = asyncio.Event()  # subscribed to the leader now
+        self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
+        self._syncer: asyncio.Task[None] | None = None
+        if self.stream.config.durability is Durability.BATCH:
+            self._syncer = asyncio.ensure_future(self._sync_loop())
+
+    async def stop(self) -> None:
+        self.queue.notify_deleted()  # its subscribers here get MetadataUpdate
+        for task in (self.task, self._syncer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self.stream.close()  # (syncs what was written since the last sync)
+
+    async def _run(self) -> None:
+        while True:
+            where = self._leader()
+            if where is not None:
+                try:
+                    await self._follow(*where)
+                except (OSError, EOFError, ReplicaError, StorageError) as error:
+                    log.info("replica of '%s' in vhost '%s': %s", self.name, self.vhost, error)
+                finally:
+                    self.connected.clear()
+            await asyncio.sleep(RETRY_S)
+
+    async def _follow(self, host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            await self._open(reader, writer)
+            body = (
+                struct.pack(">B", 0)
+                + wire.enc_string(self.name)
+                + struct.pack(">HQH", wire.OFFSET_OFFSET, self.stream.end_offset, CREDIT)
+                + wire.enc_properties({"sievemq-replica": "true"})
+            )
+            await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
+            self.connected.set()
+            log.info(
+                "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
+                self.name,
+                self.vhost,
+                host,
+                port,
+                self.stream.end_offset,
+            )
+            while True:
+                key, version, frame = await _frame(reader)
+                if key == wire.DELIVER:
+                    await self._append(frame, version)
+                    writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
+                elif key == wire.HEARTBEAT:
+                    writer.write(wire.heartbeat())
+                elif key in (wire.METADATA_UPDATE, wire.CLOSE):
+                    raise ReplicaError("the leader ended the subscription")
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _append(self, frame: bytes, version: int) -> None:
+        """Append the Deliver's chunk as stored; under ``--fsync always`` the write and its
+        fdatasync run in a worker thread, as the gateway's own appends do."""
+        start = 1 + (8 if version >= 2 else 0) + _OSIRIS_HEADER.size
+        length = _OSIRIS_HEADER.unpack_from(frame, start - _OSIRIS_HEADER.size)[_DATA_LENGTH]
+        chunk = frame[start : start + length]
+        if self.stream.config.durability is Durability.ALWAYS:
+            await asyncio.to_thread(self.stream.append_stored, chunk)
+        else:
+            self.stream.append_stored(chunk)
+
+    async def _sync_loop(self) -> None:
+        """fdatasync as ``--fsync`` says: each append under ``always`` (the writer does
+        it), what came in each sync interval under ``batch`` (in a worker thread, on
+        duplicated descriptors, as the gateway syncs its streams), never under ``never``."""
+        synced = self.stream.end_offset
+        while True:
+            await asyncio.sleep(self.stream.config.sync_interval_ms / 1000)
+            end = self.stream.end_offset
+            if end != synced:
+                fds = self.stream.sync_handles()
+                await asyncio.to_thread(_fdatasync, fds)
+                synced = end
+
+    async def _open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        props = {"product": "sievemq-replica", "connection_name": f"replica of {self.name}"}
+        await self._ok(
+            reader, writer, wire.PEER_PROPERTIES, wire.enc_properties(props), "PeerProperties"
+        )
+        await self._ok(reader, writer, wire.SASL_HANDSHAKE, b"", "SaslHandshake")
+        secret = b"\0" + self._user.encode() + b"\0" + self._password.encode()
+        auth = wire.enc_string("PLAIN") + struct.pack(">i", len(secret)) + secret
+        await self._ok(reader, writer, wire.SASL_AUTHENTICATE, auth, f"login as {self._user!r}")
+        key, _, tune = await _frame(reader)
+        if key != wire.TUNE:
+            raise ReplicaError(f"expected Tune, got frame {key}")
+        frame_max, _ = struct.unpack_from(">II", tune, 0)
+        writer.write(wire.frame(wire.TUNE, struct.pack(">II", frame_max, 0)))
+        await self._ok(reader, writer, wire.OPEN, wire.enc_string(self.vhost), "Open")
+
+    async def _ok(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        key: int,
+        body: bytes,
+        what: str,
+    ) -> None:
+        self._corr += 1
+        writer.write(wire.frame(key, struct.pack(">I", self._corr) + body))
+        while True:
+            got, _, frame = await _frame(reader)
+            if got == key | wire.RESPONSE:
+                corr, code = struct.unpack_from(">IH", frame, 0)
+                if corr != self._corr:
+                    continue
+                if code != wire.OK:
+                    raise ReplicaError(f"{what} answered {code}")
+                return
+            if got == wire.CLOSE:
+                raise ReplicaError(f"the leader closed the connection during {what}")
+
+
+def _fdatasync(fds: list[int]) -> None:
+    try:
+        for fd in fds:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+async def _frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+    """(key, version, body) of the next frame."""
+    (size,) = struct.unpack(">I", await reader.readexactly(4))
+    data = await reader.readexactly(size)
+    key, version = struct.unpack_from(">HH", data, 0)
+    return key, version, data[4:]
+
+
+class Replication:
+    """This node's followers: one per stream whose record names it a replica."""
+
+    def __init__(self, placement: Placement, broker: Broker) -> None:
+        self.placement = placement
+        self.broker = broker
+        self.me = placement.me
+        self.followers: dict[tuple[str, str], Follower] = {}
+        self._dropping: set[asyncio.Future[None]] = set()
+        settings = broker.settings
+        self._credentials = (settings.default_user, settings.default_password)
+
+    def apply(self, events: list[Event], reset: bool) -> None:
+        """After ``Placement.apply`` (the records are current): start a follower for each
+        stream this node replicates, stop those it no longer does; a stream whose record
+        was deleted loses its copy here (not one that merely vanished from a reset view)."""
+        deleted = {queue_of(e.kv.key) for e in events if e.kind == "delete"}
+        wanted = {
+            queue: record
+            for queue, record in self.placement.records.items()
+            if record.get("type", "stream") == "stream"
+            and self.me in record.get("replicas", ())
+            and record.get("leader") != self.me
+            and not record.get("delete")
+        }
+        for queue in [q for q in self.followers if q not in wanted]:
+            follower = self.followers.pop(queue)
+            remove = queue in deleted
+            task = asyncio.ensure_future(self._drop(follower, remove))
+            self._dropping.add(task)
+            task.add_done_callback(self._dropping.discard)
+        for queue, record in wanted.items():
+            if queue not in self.followers:
+                try:
+                    self.followers[queue] = self._follower(queue, record)
+                except (StorageError, OSError, ValueError) as error:
+                    log.error("cannot keep a replica of '%s': %s", queue[1], error)
+
+    def _follower(self, queue: tuple[str, str], record: dict[str, Any]) -> Follower:
+        vhost, name = queue
+        table = decode_value(record.get("arguments") or {})
+        arguments = stream_arguments_from_table(dict(table), name, vhost)
+        directory = replica_directory(self.broker.data_dir, vhost, name)
+        directory.mkdir(parents=True, exist_ok=True)
+        stream = Stream.open(directory, self.broker.stream_config(arguments))
+
+        def leader() -> tuple[str, int] | None:
+            current = self.placement.records.get(queue, {})
+            return self.placement.stream_listener(str(current.get("leader")), False)
+
+        return Follower(StreamQueue(name, vhost, arguments, stream), leader, self._credentials)
+
+    def queue(self, vhost: str, name: str) -> StreamQueue | None:
+        """This node's replica of a stream, to read (``Placement.replica_of``)."""
+        follower = self.followers.get((vhost, name))
+        return None if follower is None else follower.queue
+
+    async def _drop(self, follower: Follower, remove: bool) -> None:
+        await follower.stop()
+        if remove:
+            follower.stream.delete()
+
+    async def stop(self) -> None:
+        for follower in self.followers.values():
+            await follower.stop()
+        self.followers.clear()

@@ -1,0 +1,603 @@
+"""Consume, get, ack/nack/reject, purge and delete on a queue another cluster node leads.
+
+A client's channel on this node reaches such a queue through the inter-node link
+(``model.directory.LinkChannel``): each consumer gets its own link channel to the leader,
+where this node sends the client's basic.qos (the consumer's prefetch, so the leader's credit
+is the client's) and basic.consume with the same consumer tag and arguments; the leader's
+ordinary session code serves it. What comes back is relayed to the client's channel: HOT
+PATH, a basic.deliver gets this channel's next delivery tag (one tag space with the local
+deliveries, in ``Channel.unacked``) and the client's channel number; header and body frames
+pass through as bytes, re-framed for the client's channel (a body split only when the
+client's frame_max is smaller than the link's). Nothing is decoded or re-encoded.
+
+``RemoteDeliveries`` (one per channel) maps the client's ack, nack, reject and recover back
+to the link's delivery tags and sends them once per loop turn; a run of acks that leaves
+nothing older outstanding goes as ONE ack with multiple=true. A basic.get, queue.purge or
+queue.delete goes over a link channel of the channel's per queue (``RemoteOps``). While the
+leader answers a consume, get, purge or delete, the client's channel holds its later frames
+(``Channel.backlog``, as for a definitions sync) and its reply goes out in order.
+
+A cancel keeps the link channel until the client settled what it had (its unacked can still
+be acked, as on a single node); a channel or connection closed closes its link channels, and
+the leader requeues what they had unacked. When the leader cancels (its queue was deleted),
+the client gets basic.cancel if it asked for consumer_cancel_notify; when the link drops, the
+client gets basic.cancel too if it asked, else the channel is closed with 404 naming the node.
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import pamqp.commands as spec
+
+from sievemq.amqp import codec, errors, hotcodec
+from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
+from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, QueueDirectory
+from sievemq.gateway.session.ports import ChannelHost
+from sievemq.storage import FilterSpec, FilterStats
+
+_HEAD = struct.Struct(">BHI")
+_END_HEAD = struct.Struct(">BBHI")  # the frame end of the frame before, this one's header
+_Q = struct.Struct(">Q")
+_HH = struct.Struct(">HH")
+_END = b"\xce"
+
+_DELIVER = _HH.pack(60, 60)
+_CONSUME_OK = (60, 21)
+_CANCEL = (60, 30)
+_CANCEL_OK = (60, 31)
+_GET_OK = (60, 71)
+_GET_EMPTY = (60, 72)
+_PURGE_OK = (50, 31)
+_DELETE_OK = (50, 41)
+_GET_TAG_AT = 4  # basic.get-ok: the delivery tag follows the class and method ids
+
+
+class Channel(Protocol):
+    """What remote queues need of the client's channel (``session.channel.Channel``)."""
+
+    id: int
+    connection: ChannelHost
+    prefetch: int
+    global_prefetch: int
+    next_delivery_tag: int
+    unacked: dict[int, Any]
+    consumers: dict[str, Any]
+    remote: RemoteDeliveries | None
+    backlog: list[tuple[int, bytes]] | None
+
+    @property
+    def closing(self) -> bool: ...
+    def cancel_consumer_by_server(self, consumer: Any) -> None: ...
+    def close_by_server(self, error: errors.AMQPError) -> None: ...
+
+
+class RelayedError(errors.AMQPError):
+    """The leader closed the link channel: the client's channel closes with its reply (its
+    connection, for a connection-level code the leader's session raised for the forwarded
+    method, as a single node would)."""
+
+    def __init__(self, code: int, text: str, class_id: int, method_id: int) -> None:
+        super().__init__(text, class_id, method_id)
+        self.reply_code = code
+        self.closes_connection = code >= 500 and code != errors.ChannelResourceError.reply_code
+        self._text = text
+
+    @property
+    def reply_text(self) -> str:
+        return self._text
+
+
+def link_lost_error(queue: LeaderQueue, reason: str) -> errors.NotFound:
+    """404 naming the node, as RabbitMQ's "home node ... is down or inaccessible"."""
+    return errors.NotFound(
+        f"queue '{queue.name}' in vhost '{queue.vhost}': the link to its leader, cluster "
+        f"node '{queue.leader}', was lost ({reason})"
+    )
+
+
+Release = Callable[[Callable[[], None] | BaseException], None]
+
+
+def hold(channel: Channel) -> Release:
+    """Hold the channel's later frames until the leader answered; the returned function
+    runs what the answer does (or fails the channel with an error), then handles them."""
+    channel.backlog = []
+
+    def release(work: Callable[[], None] | BaseException) -> None:
+        backlog, channel.backlog = channel.backlog or [], None
+        channel.connection.resume_held(channel, work, backlog)
+
+    return release
+
+
+class RemoteDeliveries:
+    """The link users of one channel (its remote consumers and ``RemoteOps``) and the
+    settling of their deliveries."""
+
+    __slots__ = ("channel", "ops", "users")
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.users: list[LinkUser] = []
+        self.ops: dict[str, RemoteOps] = {}  # per queue name
+
+    def settle(self, tag: int, multiple: bool, finished: bool, method_id: int) -> None:
+        """The client settled ``tag`` (and, with ``multiple``, every tag before it; 0: all):
+        the remote ones go back to their link channels."""
+        for user in list(self.users):
+            out = user.out
+            if not out:
+                continue
+            if not multiple:
+                link_tag = out.pop(tag, None)
+                if link_tag is None:
+                    continue
+                user.settle(link_tag, False, finished, method_id)
+                return
+            keys = list(out)
+            n = bisect_right(keys, tag) if tag else len(keys)
+            if not n:
+                continue
+            last = out[keys[n - 1]]
+            for key in keys[:n]:
+                del out[key]
+            user.settle(last, True, finished, method_id)
+
+    def release(self) -> None:
+        """The channel closed: every link channel closes (the leader requeues)."""
+        for user in self.users:
+            user.out.clear()
+            user.close_link()
+        self.users.clear()
+        self.ops.clear()
+
+
+def deliveries_of(channel: Channel) -> RemoteDeliveries:
+    got = channel.remote
+    if got is None:
+        got = channel.remote = RemoteDeliveries(channel)
+    return got
+
+
+class LinkUser:
+    """One link channel of a client channel: its outstanding deliveries (client tag ->
+    link tag, in order) and the settles it sends once per loop turn."""
+
+    tracker = None
+
+    def __init__(self, channel: Channel, queue: LeaderQueue) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.link: LinkChannel | None = None
+        self.out: dict[int, int] = {}
+        self._settles: list[tuple[int, bool, bool, int]] = []
+        self._scheduled = False
+        self._waiting: Release | None = None  # the held channel, while an answer is due
+
+    # ---------------------------------------------------------------- what unacked sees
+
+    def give_credit(self, n: int) -> None:
+        return None  # the leader keeps the credit: it gets the settle
+
+    def count_acks(self, n: int) -> None:
+        return None  # the leader counts them
+
+    # ---------------------------------------------------------------- writing
+
+    def settle(self, link_tag: int, multiple: bool, finished: bool, method_id: int) -> None:
+        self._settles.append((link_tag, multiple, finished, method_id))
+        if not self._scheduled:
+            self._scheduled = True
+            self.channel.connection.node.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send the settles of this turn: one multiple ack when they are all acks and
+        nothing older is outstanding, else one frame each."""
+        self._scheduled = False
+        settles, self._settles = self._settles, []
+        link = self.link
+        if link is None or not settles:
+            return
+        number = link.number
+        first_out = next(iter(self.out.values()), None)
+        top = max(s[0] for s in settles)
+        if (first_out is None or first_out > top) and all(
+            f and m == METHOD_ACK for _, _, f, m in settles
+        ):
+            link.write(hotcodec.encode_basic_ack(number, top, True))
+        else:
+            link.write(
+                b"".join(
+                    hotcodec.encode_basic_ack(number, t, multi)
+                    if finished and method == METHOD_ACK
+                    else hotcodec.encode_basic_nack(number, t, multi, not finished)
+                    for t, multi, finished, method in settles
+                )
+            )
+        self.after_settle()
+
+    def after_settle(self) -> None:
+        """A consumer cancelled by the client closes its link channel once settled."""
+
+    def retag(self, out: list[bytes], payload: bytes, at: int, no_ack: bool) -> None:
+        """HOT PATH: a basic.deliver or get-ok for the client's channel: its next delivery
+        tag in place of the link's (at ``at``), outstanding until settled unless no_ack."""
+        channel = self.channel
+        tag = channel.next_delivery_tag
+        channel.next_delivery_tag = tag + 1
+        if not no_ack:
+            self.out[tag] = _Q.unpack_from(payload, at)[0]
+            channel.unacked[tag] = self
+        out += (
+            _HEAD.pack(1, channel.id, len(payload)),
+            payload[:at],
+            _Q.pack(tag),
+            payload[at + 8 :],
+            _END,
+        )
+
+    def send(self, method: Any) -> None:
+        """A method on the link channel, after this turn's settles."""
+        if self._settles:
+            self.flush()
+        if self.link is not None:
+            self.link.write(codec.encode_method(self.link.number, method))
+
+    def close_link(self) -> None:
+        if self._settles:
+            self.flush()
+        link, self.link = self.link, None
+        if link is not None:
+            link.close()
+
+    def answered(self, work: Callable[[], None] | BaseException) -> None:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            waiting(work)
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        """The leader closed the link channel (``code``: its reply), or the link dropped
+        (code 0): what was outstanding is the leader's to requeue, and the client's
+        settles of it are ignored."""
+        self.link = None
+        self.out.clear()
+        self._settles.clear()
+        if code:
+            self.closed(RelayedError(code, text, 0, 0))
+        else:
+            self.closed(link_lost_error(self.queue, text))
+
+    def closed(self, error: errors.AMQPError) -> None:
+        """What the end of the link channel means to the client."""
+
+
+def _reframe(out: list[bytes], ftype: int, chid: int, payload: bytes, limit: int) -> None:
+    """A header or body frame for the client's channel; a body larger than the client's
+    frame_max allows is split (a header cannot be: ``HeaderTooLarge``)."""
+    size = len(payload)
+    if size <= limit:
+        out += (_HEAD.pack(ftype, chid, size), payload, _END)
+        return
+    if ftype != 3:
+        raise hotcodec.HeaderTooLarge(size + 8, limit + 8)
+    for start in range(0, size, limit):
+        piece = payload[start : start + limit]
+        out += (_HEAD.pack(3, chid, len(piece)), piece, _END)
+
+
+class RemoteConsumer(LinkUser):
+    """One basic.consume on a queue another node leads (a ``ports.ChannelConsumer``)."""
+
+    spec: FilterSpec | None = None
+    consumer_name: str | None = None
+    sql_text: str | None = None
+    position = 0
+
+    def __init__(
+        self, channel: Channel, tag: str, queue: LeaderQueue, prefetch: int, no_ack: bool
+    ) -> None:
+        super().__init__(channel, queue)
+        self.tag = tag
+        self.prefetch = prefetch
+        self.credit = prefetch
+        self.no_ack = no_ack
+        self.active = True
+        self.delivered = 0
+        ctag = hotcodec.encode_shortstr(tag)
+        self._tag_at = 4 + len(ctag)  # basic.deliver: class and method ids, consumer tag
+        # the frame end before, the frame header, the method's ids and consumer tag, the tag
+        self._deliver_head = struct.Struct(f">BBHI{self._tag_at}sQ")
+        self._deliver_prefix = _DELIVER + ctag
+        self._cancel_sent = False
+        self._nowait = False
+
+    # ---------------------------------------------------------------- ConsumerInfo
+
+    @property
+    def connection_id(self) -> int:
+        return self.channel.connection.id
+
+    @property
+    def channel_id(self) -> int:
+        return self.channel.id
+
+    def filter_stats(self) -> FilterStats:
+        return FilterStats(messages_delivered=self.delivered)
+
+    def cancel_by_server(self) -> None:
+        self.channel.cancel_consumer_by_server(self)
+
+    def wake(self) -> None:
+        return None  # the leader delivers
+
+    # ---------------------------------------------------------------- the link's frames
+
+    def link_frames(self, link: LinkChannel, frames: list[tuple[int, bytes]]) -> None:
+        """HOT PATH: relay one read's frames of this consumer's link channel as ONE write.
+
+        Per frame one struct pack: the frame-end octet of the frame before, and this
+        frame's header for the client's channel (a delivery's also carries the method's
+        ids, the consumer tag and the client's delivery tag); the payloads pass as bytes."""
+        channel = self.channel
+        if not self.active or channel.closing:
+            return self._after_cancel(frames)
+        chid = channel.id
+        limit = channel.connection.frame_max - 8
+        frame_head = _END_HEAD.pack
+        deliver_head = self._deliver_head.pack
+        prefix = self._deliver_prefix
+        link_tag = _Q.unpack_from
+        at = self._tag_at
+        rest = at + 8
+        owed = self.out
+        unacked = channel.unacked
+        track = not self.no_ack
+        tag = first = channel.next_delivery_tag
+        out: list[bytes] = []
+        for ftype, payload in frames:
+            size = len(payload)
+            if ftype == 1:
+                if payload[:4] != _DELIVER:
+                    channel.next_delivery_tag = tag
+                    self._write(out)
+                    out = []
+                    self._method(payload)
+                    if not self.active or channel.closing:
+                        return None
+                    tag = channel.next_delivery_tag
+                    continue
+                if track:
+                    owed[tag] = link_tag(payload, at)[0]
+                    unacked[tag] = self
+                out += (deliver_head(0xCE, 1, chid, size, prefix, tag), payload[rest:])
+                tag += 1
+            elif size <= limit:
+                out += (frame_head(0xCE, ftype, chid, size), payload)
+            elif ftype == 3:  # a body larger than the client's frame_max: split
+                for begin in range(0, size, limit):
+                    piece = payload[begin : begin + limit]
+                    out += (frame_head(0xCE, 3, chid, len(piece)), piece)
+            else:
+                channel.next_delivery_tag = tag
+                error = hotcodec.HeaderTooLarge(size + 8, limit + 8)
+                channel.close_by_server(errors.PreconditionFailed(f"consumer {self.tag}: {error}"))
+                return None
+        channel.next_delivery_tag = tag
+        self.delivered += tag - first
+        self._write(out)
+        return None
+
+    def _write(self, out: list[bytes]) -> None:
+        """The pieces of whole frames, each header led by the frame end of the one before:
+        the first's is dropped, the last frame's added."""
+        if out:
+            out[0] = out[0][1:]
+            out.append(_END)
+            self.channel.connection.write_joined(b"".join(out))
+
+    def _after_cancel(self, frames: list[tuple[int, bytes]]) -> None:
+        """Deliveries that crossed the client's cancel (or channel close): back to the
+        queue, never shown; the leader's answers are still read."""
+        for ftype, payload in frames:
+            if ftype != 1:
+                continue
+            if payload[:4] == _DELIVER:
+                self.settle(_Q.unpack_from(payload, self._tag_at)[0], False, False, METHOD_NACK)
+            else:
+                self._method(payload)
+
+    def _method(self, payload: bytes) -> None:
+        method = hotcodec.method_id(payload)
+        if method == _CONSUME_OK:
+            nowait, tag = self._nowait, self.tag
+            conn = self.channel.connection
+            chid = self.channel.id
+            self.answered(
+                lambda: (
+                    None
+                    if nowait
+                    else conn.send_method(chid, spec.Basic.ConsumeOk(consumer_tag=tag))
+                )
+            )
+        elif method == _CANCEL:  # the leader's queue was deleted
+            self._cancel_sent = True  # (nothing to cancel there any more)
+            if self.active:
+                self.channel.cancel_consumer_by_server(self)
+        elif method == _CANCEL_OK:
+            self.after_settle()
+        # basic.qos-ok and anything else: the answers to what we sent
+
+    def closed(self, error: errors.AMQPError) -> None:
+        """A consume the leader refused fails the client's consume with its reply; a
+        consumer whose link dropped is cancelled (basic.cancel, when the client asked for
+        those) or its channel is closed with 404 naming the node."""
+        if self._waiting is not None:
+            self._forget()
+            self.answered(error)
+            return
+        if not self.active or self.channel.closing:
+            return
+        if isinstance(error, RelayedError) or not self.channel.connection.cancel_notify:
+            self.channel.close_by_server(error)
+        else:
+            self.channel.cancel_consumer_by_server(self)
+
+    def _forget(self) -> None:
+        """The consume failed: the channel never had this consumer."""
+        self.active = False
+        if self.channel.consumers.get(self.tag) is self:
+            del self.channel.consumers[self.tag]
+        self.queue.consumers.discard(self)
+
+    # ---------------------------------------------------------------- stopping
+
+    def stop(self) -> None:
+        """Cancelled (by the client or the server) or its channel closes: the leader stops
+        delivering; the link channel closes once what was delivered is settled."""
+        if not self.active:
+            return
+        self.active = False
+        if not self._cancel_sent and self.link is not None and self.out:
+            self._cancel_sent = True
+            self.send(spec.Basic.Cancel(consumer_tag=self.tag, nowait=True))
+            return
+        self.after_settle()
+
+    def after_settle(self) -> None:
+        if not self.active and not self.out and not self._settles:
+            self.close_link()
+            remote = self.channel.remote
+            if remote is not None and self in remote.users:
+                remote.users.remove(self)
+
+
+class RemoteOps(LinkUser):
+    """basic.get, queue.purge and queue.delete of one queue through one link channel of
+    the client's channel (one answer awaited at a time: the channel holds meanwhile)."""
+
+    def __init__(self, channel: Channel, queue: LeaderQueue) -> None:
+        super().__init__(channel, queue)
+        self._no_ack = False
+        self._nowait = False
+        self._reply: list[bytes] = []
+        self._body_left = -1  # body bytes of the get-ok still to come; -1: no header yet
+
+    def ask(self, method: Any, no_ack: bool = False, nowait: bool = False) -> None:
+        self._no_ack, self._nowait = no_ack, nowait
+        self._reply = []
+        self._body_left = -1
+        self.send(method)
+        self._waiting = hold(self.channel)
+
+    def link_frames(self, link: LinkChannel, frames: list[tuple[int, bytes]]) -> None:
+        channel = self.channel
+        chid = channel.id
+        limit = channel.connection.frame_max - 8
+        reply = self._reply
+        for ftype, payload in frames:
+            if ftype == 1:
+                method = hotcodec.method_id(payload)
+                if method == _GET_OK:
+                    self.retag(reply, payload, _GET_TAG_AT, self._no_ack)
+                    continue
+                if method in (_GET_EMPTY, _PURGE_OK, _DELETE_OK):
+                    if not self._nowait:
+                        reply += (_HEAD.pack(1, chid, len(payload)), payload, _END)
+                    self._answer()
+                continue
+            try:
+                _reframe(reply, ftype, chid, payload, limit)
+            except hotcodec.HeaderTooLarge as error:
+                self.answered(errors.PreconditionFailed(f"basic.get: {error}"))
+                return
+            if ftype == 2:
+                self._body_left = _Q.unpack_from(payload, 4)[0]
+            else:
+                self._body_left -= len(payload)
+            if not self._body_left:
+                self._answer()
+
+    def _answer(self) -> None:
+        reply, self._reply = self._reply, []
+        conn = self.channel.connection
+        self.answered(lambda: conn.write_frames(reply) if reply else None)
+
+    def closed(self, error: errors.AMQPError) -> None:
+        remote = self.channel.remote
+        if remote is not None:
+            if remote.ops.get(self.queue.name) is self:
+                del remote.ops[self.queue.name]
+            if self in remote.users:
+                remote.users.remove(self)
+        self.answered(error)
+
+
+# ---------------------------------------------------------------------------- methods
+
+
+def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+    """basic.consume of a queue ``leader`` leads: the same consume on a link channel."""
+    tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+    if tag in channel.consumers:
+        raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+    vhost = channel.connection.vhost_name
+    queue = LeaderQueue(vhost, m.queue, leader)
+    consumer = RemoteConsumer(channel, tag, queue, channel.prefetch, bool(m.no_ack))
+    consumer.link = directory.open_link(vhost, m.queue, consumer)
+    consumer._nowait = bool(m.nowait)
+    deliveries_of(channel).users.append(consumer)
+    channel.consumers[tag] = consumer
+    queue.consumers.add(consumer)
+    if channel.prefetch:
+        consumer.send(spec.Basic.Qos(prefetch_count=channel.prefetch))
+    if channel.global_prefetch:
+        consumer.send(spec.Basic.Qos(prefetch_count=channel.global_prefetch, global_=True))
+    consumer.send(
+        spec.Basic.Consume(
+            queue=m.queue,
+            consumer_tag=tag,
+            no_local=bool(m.no_local),
+            no_ack=bool(m.no_ack),
+            exclusive=bool(m.exclusive),
+            arguments=dict(m.arguments or {}),
+        )
+    )
+    consumer._waiting = hold(channel)
+
+
+def _ops(channel: Channel, directory: QueueDirectory, leader: str, name: str) -> RemoteOps:
+    remote = deliveries_of(channel)
+    ops = remote.ops.get(name)
+    if ops is None or ops.link is None:
+        vhost = channel.connection.vhost_name
+        ops = RemoteOps(channel, LeaderQueue(vhost, name, leader))
+        ops.link = directory.open_link(vhost, name, ops)
+        remote.ops[name] = ops
+        remote.users.append(ops)
+    return ops
+
+
+def get(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+    """basic.get through the leader: get-ok (the tag is this channel's) or get-empty."""
+    _ops(channel, directory, leader, m.queue).ask(
+        spec.Basic.Get(queue=m.queue, no_ack=bool(m.no_ack)), no_ack=bool(m.no_ack)
+    )
+
+
+def purge(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+    _ops(channel, directory, leader, m.queue).ask(
+        spec.Queue.Purge(queue=m.queue), nowait=bool(m.nowait)
+    )
+
+
+def delete(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+    """queue.delete of a queue another node leads: deleted on its leader."""
+    _ops(channel, directory, leader, m.queue).ask(
+        spec.Queue.Delete(queue=m.queue, if_unused=bool(m.if_unused), if_empty=bool(m.if_empty)),
+        nowait=bool(m.nowait),
+    )

@@ -1,0 +1,170 @@
+"""The relay of a remote consumer's deliveries, byte for byte, and the settles it sends back.
+
+The integration tests (tests/integration/test_cluster/test_remote_consume.py) run it between
+real nodes; here the frames a leader writes (the hand codec's, as a leader's consumer encodes
+them) go through ``RemoteConsumer.link_frames`` and what the client would read is parsed
+back: only the channel number and the delivery tag differ, a body too large for the client's
+frame_max is split, and the client's acks reach the link as the link's tags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sievemq.amqp import frames, hotcodec
+from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
+from sievemq.gateway.model.directory import LeaderQueue
+from sievemq.gateway.session.remote import RemoteConsumer, RemoteDeliveries
+
+LINK_CHANNEL = 3
+CLIENT_CHANNEL = 7
+TAG = "amq.ctag-relay"
+PROPS = b"\x80\x00" + hotcodec.encode_shortstr("text/plain")
+
+
+class Loop:
+    def __init__(self) -> None:
+        self.soon: list[Callable[[], None]] = []
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.soon.append(fn)
+
+    def run(self) -> None:
+        while self.soon:
+            self.soon.pop(0)()
+
+
+class Node:
+    def __init__(self) -> None:
+        self.loop = Loop()
+
+
+class Connection:
+    id = 1
+    cancel_notify = True
+
+    def __init__(self, frame_max: int) -> None:
+        self.frame_max = frame_max
+        self.node = Node()
+        self.written: list[bytes] = []
+
+    def write_joined(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class Channel:
+    id = CLIENT_CHANNEL
+    prefetch = 10
+    global_prefetch = 0
+    closing = False
+    backlog = None
+
+    def __init__(self, frame_max: int) -> None:
+        self.connection = Connection(frame_max)
+        self.next_delivery_tag = 1
+        self.unacked: dict[int, Any] = {}
+        self.consumers: dict[str, Any] = {}
+        self.remote: RemoteDeliveries | None = None
+
+
+class Link:
+    number = LINK_CHANNEL
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def leader_frames(first_tag: int, bodies: list[bytes], frame_max: int = 131072) -> list[Any]:
+    """What a leader's stream consumer writes on the link channel, read back as frames."""
+    encoder = hotcodec.DeliveryEncoder(LINK_CHANNEL, TAG, frame_max)
+    out: list[bytes] = []
+    for i, body in enumerate(bodies):
+        encoder.encode(out, first_tag + i, "", "orders", PROPS, body, 100 + i)
+    return frames.FrameReader(frame_max, 4 * frame_max).feed(b"".join(out))
+
+
+def consumer(frame_max: int = 131072) -> tuple[Channel, RemoteConsumer, Link]:
+    channel = Channel(frame_max)
+    remote = channel.remote = RemoteDeliveries(channel)  # type: ignore[arg-type]
+    relay = RemoteConsumer(channel, TAG, LeaderQueue("/", "orders", "a"), 10, False)  # type: ignore[arg-type]
+    link = relay.link = Link()
+    remote.users.append(relay)
+    channel.consumers[TAG] = relay
+    return channel, relay, link
+
+
+def test_deliveries_reach_the_client_with_its_channel_and_tags_only_changed() -> None:
+    channel, relay, link = consumer()
+    channel.next_delivery_tag = 5  # four local deliveries went out before
+    got = leader_frames(40, [b"a" * 10, b"", b"c" * 300])
+    relay.link_frames(link, [(ftype, payload) for ftype, _, payload in got])
+    [data] = channel.connection.written
+    seen = frames.FrameReader(131072, 1 << 20).feed(data)
+    assert [(t, ch) for t, ch, _ in seen] == [
+        (t, CLIENT_CHANNEL) for t, _, _ in got
+    ]  # the empty body: no body frame, as the leader sent it
+    expect = leader_frames(5, [b"a" * 10, b"", b"c" * 300])
+    assert [p for _, _, p in seen] == [p for _, _, p in expect]
+    assert relay.out == {5: 40, 6: 41, 7: 42}
+    assert channel.unacked == dict.fromkeys((5, 6, 7), relay)
+    assert channel.next_delivery_tag == 8 and relay.delivered == 3
+
+
+def test_a_body_larger_than_the_clients_frame_max_is_split() -> None:
+    channel, relay, link = consumer(frame_max=4096)
+    body = bytes(range(256)) * 40  # 10240 bytes: one frame on the link
+    got = leader_frames(1, [body])
+    relay.link_frames(link, [(ftype, payload) for ftype, _, payload in got])
+    seen = frames.FrameReader(4096, 1 << 20).feed(channel.connection.written[0])
+    bodies = [p for t, _, p in seen if t == frames.FRAME_BODY]
+    assert len(bodies) == 3 and b"".join(bodies) == body
+    assert all(len(p) <= 4096 - 8 for p in bodies)
+
+
+def test_acks_go_back_as_the_links_tags_one_multiple_ack_when_nothing_older_waits() -> None:
+    channel, relay, link = consumer()
+    remote = channel.remote
+    assert remote is not None
+    got = leader_frames(11, [b"x"] * 4)
+    relay.link_frames(link, [(ftype, payload) for ftype, _, payload in got])  # tags 1-4
+    remote.settle(1, False, True, METHOD_ACK)
+    remote.settle(2, False, True, METHOD_ACK)
+    channel.connection.node.loop.run()
+    assert link.written == [hotcodec.encode_basic_ack(LINK_CHANNEL, 12, True)]
+    link.written.clear()
+    remote.settle(4, False, True, METHOD_ACK)  # 3 still waits: this ack alone
+    remote.settle(3, False, False, METHOD_NACK)  # requeue
+    channel.connection.node.loop.run()
+    assert link.written == [
+        hotcodec.encode_basic_ack(LINK_CHANNEL, 14, False)
+        + hotcodec.encode_basic_nack(LINK_CHANNEL, 13, False, True)
+    ]
+    assert relay.out == {}
+
+
+def test_a_cancelled_consumer_requeues_what_crossed_the_cancel_and_closes_when_settled() -> None:
+    channel, relay, link = consumer()
+    remote = channel.remote
+    assert remote is not None
+    got = leader_frames(1, [b"x", b"y"])
+    relay.link_frames(link, [(ftype, payload) for ftype, _, payload in got[:3]])  # tag 1
+    relay.stop()  # the client cancelled: 1 is still unacked, so the link channel stays
+    assert not link.closed
+    relay.link_frames(link, [(ftype, payload) for ftype, _, payload in got[3:]])  # crossed
+    assert len(channel.connection.written) == 1  # never shown to the client
+    remote.settle(1, True, True, METHOD_ACK)
+    channel.connection.node.loop.run()
+    cancel, settles = link.written
+    assert frames.FrameReader(4096, 4096).feed(cancel)[0][2][:4] == b"\x00\x3c\x00\x1e"
+    assert settles == hotcodec.encode_basic_nack(
+        LINK_CHANNEL, 2, False, True
+    ) + hotcodec.encode_basic_ack(LINK_CHANNEL, 1, True)
+    assert link.closed and relay not in remote.users
