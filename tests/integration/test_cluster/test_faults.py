@@ -218,7 +218,7 @@ def test_a_killed_node_drops_its_clients_the_others_go_on_and_it_comes_back_on_i
             victim.restart()  # on its data
             for queue in ("nk-c-stream", "nk-c-classic"):
                 until(
-                    lambda: queues(nodes["a"]).get(queue, {}).get("online") == ["c"],  # noqa: B023
+                    lambda: "c" in queues(nodes["a"]).get(queue, {}).get("online", []),  # noqa: B023
                     f"a lists {queue} online again",
                 )
             wait_for_progress(pubs, STEP)  # c's clients connected again
@@ -252,7 +252,7 @@ def test_a_node_frozen_past_the_ttl_is_listed_stopped_and_registers_again_withou
             wait_for_progress(pubs, STEP)
             gap = max(p.longest_gap(start, time.monotonic()) for p in others)
             report("longest_confirm_gap_s_other_nodes", gap, fault="node SIGSTOP", round=round_)
-            assert queues(nodes["a"])["ns-c-stream"]["online"] == ["c"]
+            assert "c" in queues(nodes["a"])["ns-c-stream"]["online"]
 
 
 def publish_through(node: ServerProcess, queue: str, count: int) -> list[int]:
@@ -346,7 +346,7 @@ def test_a_node_whose_clock_jumps_keeps_its_name_and_its_queues(
         listed = queues(nodes["a"])
         for kind in ("stream", "classic"):
             seen = listed[f"cj-d-{kind}"]
-            assert (seen["leader"], seen["online"]) == ("d", ["d"]), seen
+            assert seen["leader"] == "d" and "d" in seen["online"], seen
     finally:
         if skewed.running:
             assert skewed.stop() == 0, skewed.stderr()
