@@ -34,6 +34,7 @@ from sievemq.amqp import frames, hotcodec
 from sievemq.amqp.methods import BASIC_PUBLISH, CLASS_BASIC, METHOD_ACK, METHOD_NACK
 from sievemq.cluster.link import LinkChannel, Links
 from sievemq.gateway.model.remote import PublishSink
+from sievemq.gateway.session import publish_cache
 from sievemq.storage import Message
 
 log = logging.getLogger("sievemq.cluster")
@@ -48,6 +49,8 @@ _METHODS_MAX: Final = 1024
 _encode_content = hotcodec.encode_content
 _FRAME_HEADER: Final = frames.FRAME_HEADER
 _FRAME_BODY: Final = frames.FRAME_BODY
+_filter_mark = publish_cache.filter_mark
+_MARK_NONE: Final = publish_cache.MARK_NONE
 
 
 class ForwardedQueue:
@@ -107,7 +110,7 @@ class ForwardedQueue:
                 runs.append([sink, seq, 1])
         else:
             runs.append([sink, seq, 1])
-        _, exchange, routing_key, props, body, _ = message
+        values, exchange, routing_key, props, body, _ = message
         method = self._methods.get((exchange, routing_key))
         if method is None:
             method = self._publish_frame(channel.number, exchange, routing_key)
@@ -117,7 +120,14 @@ class ForwardedQueue:
             channel.writelines(
                 (
                     method,
-                    _CONTENT_HEAD(_FRAME_HEADER, number, 12 + len(props), CLASS_BASIC, 0, size),
+                    _CONTENT_HEAD(
+                        _FRAME_HEADER,
+                        number,
+                        12 + len(props),
+                        CLASS_BASIC,
+                        _filter_mark(props, values) if values else _MARK_NONE,
+                        size,
+                    ),
                     props,
                     _END,
                     _BODY_HEAD(_FRAME_BODY, number, size),

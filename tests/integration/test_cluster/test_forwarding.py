@@ -101,6 +101,41 @@ def test_publishes_through_b_reach_a_stream_led_by_a_in_order_and_filtered(
     assert [body for _, _, body in blue] == [f"event {i}".encode() for i in range(1, 300, 3)]
 
 
+def test_filter_values_found_by_b_are_the_ones_a_stores(nodes: dict[str, ServerProcess]) -> None:
+    """b tells a where the filter values are; an array of values and a header before them
+    that holds the filter header's name read back filtered on a as published."""
+    a, b = nodes["a"], nodes["b"]
+    declared_on(a, b, "marked", STREAM)
+    on_b = confirming(b)
+    decoy = "\x15x-stream-filter-valueS\x00\x00\x00\x03red"
+    shapes: list[dict[str, Any]] = [
+        {FILTER: ["red", "blue"]},
+        {"a": decoy, FILTER: "green"},
+        {"a": FILTER, "n": 1},
+        {FILTER: "blue", "b": decoy},
+    ]
+    for i, headers in enumerate(shapes * 25):
+        on_b.basic_publish("", "marked", f"{i}".encode(), pika.BasicProperties(headers=headers))
+    for colour, shape_numbers in (("red", {0}), ("blue", {0, 3}), ("green", {1})):
+        wanted = [i for i in range(100) if i % 4 in shape_numbers]
+        got = read_stream(a, "marked", len(wanted), {"x-stream-filter": colour})
+        assert [int(body) for _, _, body in got] == wanted, colour
+
+
+def test_a_bad_filter_value_through_b_gets_the_reply_a_gives(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declared_on(a, b, "checked", STREAM)
+    replies = []
+    for node in (a, b):
+        on = confirming(node)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            on.basic_publish("", "checked", b"x", pika.BasicProperties(headers={FILTER: 5}))
+        replies.append((refused.value.reply_code, refused.value.reply_text))
+    assert replies[0] == replies[1] and replies[0][0] == 406, replies
+
+
 def test_publishes_through_b_reach_a_classic_queue_led_by_a(
     nodes: dict[str, ServerProcess],
 ) -> None:

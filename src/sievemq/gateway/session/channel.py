@@ -21,6 +21,7 @@ import secrets
 import struct
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -137,7 +138,9 @@ class Channel:
         self._max_pending_content = limits.max_pending_content_bytes
         self._table_limits = limits.tables
         # the property memo of these limits (memo hits only: None when not known)
-        self._known_properties = publish_cache.properties_memo(limits.tables).get
+        self._known_properties: Callable[[bytes], tuple[str, ...] | None] = (
+            publish_cache.properties_memo(limits.tables).get
+        )
         self._appenders: dict[Any, Appender] = {}  # see ``_appender``
         # in a cluster: the queues of this vhost that other nodes lead, for routing (their
         # ``RemoteQueue`` forwards what is routed to them); None on a single node

@@ -24,10 +24,11 @@ from typing import Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import errors, negotiation, states
+from sievemq.amqp import errors, frames, negotiation, states
 from sievemq.amqp.methods import BASIC_PUBLISH
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
+from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session import publish_cache
 from sievemq.gateway.session.channel import Channel
@@ -38,6 +39,9 @@ from sievemq.storage.types import KIND_AMQP091
 LINK_USER_PREFIX = "cluster-link:"
 
 _new_message = tuple.__new__
+_filter_values_at = publish_cache.filter_values_at
+_MARK_NONE = publish_cache.MARK_NONE
+_MARK_UNKNOWN = publish_cache.MARK_UNKNOWN
 
 
 def channel_target(payload: bytes) -> str:
@@ -106,11 +110,33 @@ class PeerConnection(Connection):
 
 
 class PinnedChannel(Channel):
-    """A link channel whose publishes all go to one queue (``target``), routed elsewhere."""
+    """A link channel whose publishes all go to one queue (``target``), routed elsewhere.
+
+    The other node checked each property list and found its filter values: the content
+    header's weight says where they are (``publish_cache.filter_mark``), and the fast path
+    takes them from there instead of checking the list again. A weight of 0 (a multi-frame
+    body, a node that does not mark) is checked here as a client's."""
 
     def __init__(self, connection: PeerConnection, state: states.ChannelState, target: str):
         super().__init__(connection, state)
         self.target = target
+        self._header = b""
+        self._checked_properties = self._known_properties
+        self._known_properties = self._marked_properties
+
+    def publish_fast(self, method: bytes, header: frames.Frame, body: frames.Frame) -> bool:
+        self._header = header[2]  # read by ``_marked_properties`` once the sizes are checked
+        return super().publish_fast(method, header, body)
+
+    def _marked_properties(self, props: bytes) -> tuple[str, ...] | None:
+        """The filter values the other node found (None: check the list here)."""
+        header = self._header
+        mark = header[2] << 8 | header[3]
+        if mark == _MARK_NONE:
+            return ()
+        if mark == _MARK_UNKNOWN or _REPLY_TO_PSEUDO in props:
+            return self._checked_properties(props)
+        return _filter_values_at(props, mark - 2)
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Store into the target queue (the ordinary path's tail: dedup, confirms, the

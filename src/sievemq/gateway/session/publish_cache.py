@@ -103,20 +103,7 @@ def new_property_filter_values(
         return None
     try:
         at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
-        if at < 0:
-            values: tuple[str, ...] = ()
-        elif props[at] == _LONGSTR:
-            size = _U32(props, at + 1)[0]
-            raw = props[at + 5 : at + 5 + size]
-            cached = _longstr_values.get(raw)
-            if cached is None:
-                cached = parse_filter_values(properties.header_at(props, at))
-                if len(_longstr_values) >= _CACHE_MAX:
-                    _longstr_values.clear()
-                _longstr_values[raw] = cached
-            values = cached
-        else:
-            values = parse_filter_values(properties.header_at(props, at))
+        values = _values_at(props, at) if at >= 0 else ()
     except errors.AMQPError:
         return None
     memo = properties_memo(limits)
@@ -124,6 +111,56 @@ def new_property_filter_values(
         memo.clear()
     memo[props] = values
     return values
+
+
+# The filter header's key as it appears in a headers table: its shortstr length, then the name.
+_FILTER_KEY_BYTES: Final = bytes([len(_FILTER_HEADER_BYTES)]) + _FILTER_HEADER_BYTES
+# Where a forwarding node tells the leader the filter values are (the content header's weight,
+# always 0 from clients): 0 unknown (check the list), 1 none, n the value's type octet at n - 2.
+MARK_UNKNOWN: Final = 0
+MARK_NONE: Final = 1
+_MARK_MAX: Final = 0xFFFF
+
+
+def filter_values_at(props: bytes, at: int) -> tuple[str, ...] | None:
+    """The filter values of the header value whose type octet is at ``at``, from a property
+    list already checked (by the node a link channel forwards for); None: not readable there."""
+    try:
+        return _values_at(props, at)
+    except (errors.AMQPError, IndexError, struct.error):
+        return None
+
+
+def _values_at(props: bytes, at: int) -> tuple[str, ...]:
+    """The filter values of the header value at ``at``; a longstr is parsed once per value."""
+    if props[at] == _LONGSTR:
+        size = _U32(props, at + 1)[0]
+        raw = props[at + 5 : at + 5 + size]
+        cached = _longstr_values.get(raw)
+        if cached is None:
+            cached = parse_filter_values(properties.header_at(props, at))
+            if len(_longstr_values) >= _CACHE_MAX:
+                _longstr_values.clear()
+            _longstr_values[raw] = cached
+        return cached
+    return parse_filter_values(properties.header_at(props, at))
+
+
+def filter_mark(props: bytes, values: tuple[str, ...]) -> int:
+    """The mark a forwarding node sends with a checked property list whose filter values are
+    ``values`` (see ``MARK_*``), so the leader takes them without checking the list again.
+
+    The first bytes that read as the filter key are taken only if the value after them gives
+    exactly ``values``: the leader then stores what this node found, whatever else is there."""
+    if not values:
+        return MARK_NONE
+    at = props.find(_FILTER_KEY_BYTES)
+    if at < 0:
+        return MARK_UNKNOWN
+    at += len(_FILTER_KEY_BYTES)
+    if at + 2 > _MARK_MAX or filter_values_at(props, at) != values:
+        return MARK_UNKNOWN
+    return at + 2
 
 
 def filter_values(props: bytes) -> tuple[str, ...]:

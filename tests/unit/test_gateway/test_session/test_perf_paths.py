@@ -195,3 +195,44 @@ def test_a_property_list_checked_under_loose_limits_is_not_known_under_strict_on
     assert publish_cache.properties_memo(loose).get(props) == ("deep",)
     assert publish_cache.properties_memo(strict).get(props) is None
     assert publish_cache.property_filter_values(props, strict) is None
+
+
+# a header before the filter header whose key or value holds the filter key's bytes
+_decoy = st.sampled_from(
+    ["\x15x-stream-filter-value", "\x15x-stream-filter-valueS\x00\x00\x00\x01z"]
+)
+_decoyed = st.builds(
+    lambda decoy, value, table: {"a": decoy, "x-stream-filter-value": value, **table},
+    _decoy,
+    _filter_value,
+    field_table,
+)
+
+
+@given(properties() | properties(headers=_with_filter) | properties(headers=_decoyed))
+def test_a_forwarding_nodes_mark_gives_the_leader_the_values_it_found(
+    props: commands.Basic.Properties,
+):
+    """What a leader reads at the mark a forwarding node sent is what that node found, or the
+    mark says "unknown" and the leader checks the list itself."""
+    raw = props.marshal()
+    found = publish_cache.property_filter_values(raw)
+    if found is None:
+        return  # the forwarding node's slow path rejects or rewrites it: never marked
+    mark = publish_cache.filter_mark(raw, found)
+    if mark == publish_cache.MARK_NONE:
+        assert found == ()
+    elif mark != publish_cache.MARK_UNKNOWN:
+        assert publish_cache.filter_values_at(raw, mark - 2) == found
+
+
+def test_the_mark_points_at_the_filter_header():
+    raw = commands.Basic.Properties(
+        message_id="m1", headers={"x-stream-filter-value": "eu", "n": 1}
+    ).marshal()
+    mark = publish_cache.filter_mark(raw, ("eu",))
+    assert mark not in (publish_cache.MARK_NONE, publish_cache.MARK_UNKNOWN)
+    assert publish_cache.filter_values_at(raw, mark - 2) == ("eu",)
+    assert publish_cache.filter_mark(raw, ("us",)) == publish_cache.MARK_UNKNOWN  # not what's there
+    assert publish_cache.filter_mark(raw, ()) == publish_cache.MARK_NONE
+    assert publish_cache.filter_values_at(raw, len(raw) + 3) is None  # past the end: check it
