@@ -14,6 +14,8 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   client's is always empty or ``0``) stores every message published on it into that queue,
   with the exchange and routing key as published (the other node routed it); when this node
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
+  The other node checked each property list: the content header's weight says where its
+  filter values are, and this node takes them without checking the list again.
 """
 
 from __future__ import annotations

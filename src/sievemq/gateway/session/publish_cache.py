@@ -158,9 +158,13 @@ def filter_mark(props: bytes, values: tuple[str, ...]) -> int:
     if at < 0:
         return MARK_UNKNOWN
     at += len(_FILTER_KEY_BYTES)
-    if at + 2 > _MARK_MAX or filter_values_at(props, at) != values:
+    if at + 2 > _MARK_MAX:
         return MARK_UNKNOWN
-    return at + 2
+    try:
+        there = _values_at(props, at)
+    except (errors.AMQPError, IndexError, struct.error):
+        return MARK_UNKNOWN
+    return at + 2 if there is values or there == values else MARK_UNKNOWN
 
 
 def filter_values(props: bytes) -> tuple[str, ...]:
