@@ -15,7 +15,10 @@ from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import Principal
+from sievemq.gateway.admin.views import PEER_HEADER, Principal
+
+# who a request from another cluster node is: it lists this node's own items, unfiltered
+CLUSTER_PEER = Principal(name="cluster node", tags=["administrator"], permissions={})
 
 
 def facade_of(request: Request) -> BrokerFacade:
@@ -30,7 +33,15 @@ def _login_failed() -> ApiError:
 
 def authenticate(request: Request) -> Principal:
     """The principal of a request; 401 without credentials (empty body + challenge), with
-    bad ones, or without a management tag."""
+    bad ones, or without a management tag. Another cluster node's request carries the
+    cluster secret instead (``PEER_HEADER``) and is marked ``request.state.cluster_peer``."""
+    presented = request.headers.get(PEER_HEADER)
+    if presented is not None:
+        peers = facade_of(request).peers
+        if peers is None or not peers.is_peer(presented):
+            raise _login_failed()
+        request.state.cluster_peer = True
+        return CLUSTER_PEER
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "basic" or not token:
