@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 from fastapi import Request
 
@@ -19,6 +20,12 @@ from sievemq.gateway.admin.views import PEER_HEADER, Principal
 
 # who a request from another cluster node is: it lists this node's own items, unfiltered
 CLUSTER_PEER = Principal(name="cluster node", tags=["administrator"], permissions={})
+# what another node may ask with the cluster secret: the lists it merges, and closing a
+# connection (nothing else: the secret is no administrator's password)
+PEER_PATHS = re.compile(
+    r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
+    r"|vhosts/[^/]+/(connections|channels))"
+)
 
 
 def facade_of(request: Request) -> BrokerFacade:
@@ -40,6 +47,8 @@ def authenticate(request: Request) -> Principal:
         peers = facade_of(request).peers
         if peers is None or not peers.is_peer(presented):
             raise _login_failed()
+        if request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(request.url.path):
+            raise not_authorised("The cluster secret opens the cluster-wide lists only")
         request.state.cluster_peer = True
         return CLUSTER_PEER
     header = request.headers.get("authorization", "")

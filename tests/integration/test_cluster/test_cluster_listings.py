@@ -8,6 +8,7 @@ the client sees RabbitMQ's 320 CONNECTION_FORCED with the reason given.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +22,8 @@ from sievemq.testing.etcd import EtcdProcess
 
 from .cluster_helpers import OPEN, get, started_nodes, until
 
+ETCD_SECRET_KEY = "sievemq/cluster_secret"
+
 
 @pytest.fixture(scope="module")
 def nodes(
@@ -28,6 +31,13 @@ def nodes(
 ) -> Iterator[dict[str, ServerProcess]]:
     with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("l1", "l2")) as procs:
         yield procs
+
+
+def cluster_secret(etcd: EtcdProcess) -> str:
+    """The cluster secret as etcd holds it (what every node reads at its join)."""
+    key = base64.b64encode(ETCD_SECRET_KEY.encode()).decode()
+    answer = httpx.post(etcd.url + "/v3/kv/range", json={"key": key}, timeout=10).json()
+    return base64.b64decode(answer["kvs"][0]["value"]).decode()
 
 
 def client(node: ServerProcess, label: str) -> pika.BlockingConnection:
@@ -130,3 +140,19 @@ def test_a_request_with_a_wrong_cluster_secret_is_refused(
         timeout=10,
     )
     assert answer.status_code == 401
+
+
+def test_the_cluster_secret_opens_the_lists_only(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+) -> None:
+    """A node's request with the right secret (read from etcd, as a node does) lists; the
+    same secret does not open the rest of the API."""
+    secret = cluster_secret(etcd)
+    headers = {"x-sievemq-cluster-secret": secret}
+    base = nodes["l1"].admin_url
+    listed = httpx.get(base + "/api/connections", headers=headers, timeout=10)
+    assert listed.status_code == 200 and "x-sievemq-partial" not in listed.headers
+    assert {c["node"] for c in listed.json()} <= {"l1"}  # its own only: no fan-out
+    assert httpx.get(base + "/api/users", headers=headers, timeout=10).status_code == 401
+    put = httpx.put(base + "/api/vhosts/sneaky", headers=headers, timeout=10)
+    assert put.status_code == 401
