@@ -64,7 +64,7 @@ async def join(
     )
     placement.links = Links(name, secret.get, membership.cluster_address)
     membership.subscribe(QUEUES, placement.apply)
-    replication = Replication(placement, broker)
+    replication = Replication(placement, broker, secret.get)
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
