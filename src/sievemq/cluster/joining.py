@@ -15,6 +15,7 @@ from typing import Any
 
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
+from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
@@ -68,6 +69,11 @@ async def join(
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
+    exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
+    placement.exclusive = exclusive
+    membership.subscribe(EXCLUSIVE, exclusive.apply)
+    membership.on_registered_again.append(exclusive.claim_again)
+    placement.stopping.append(exclusive.stop)
     membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
@@ -105,3 +111,8 @@ async def join(
     except BaseException:
         await membership.leave()
         raise
+
+
+def _lease_id(membership: Membership) -> int:
+    """This node's lease now (an exclusive queue's key is held under it)."""
+    return 0 if membership.lease is None else membership.lease.id

@@ -50,6 +50,7 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
+from sievemq.cluster.exclusive import ExclusiveQueues
 from sievemq.cluster.forwarding import ForwardedQueue
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
@@ -121,6 +122,7 @@ class Placement:
         self.stopping: list[Callable[[], Awaitable[None]]] = []  # (replication's stop)
         # this node's replica of a stream, to read (set by replication)
         self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
+        self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
 
     # ---------------------------------------------------------------- the directory
 
@@ -129,6 +131,16 @@ class Placement:
         if record is None or record.get("leader") == self.me:
             return None
         return str(record.get("leader"))
+
+    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
+        return None if self.exclusive is None else self.exclusive.elsewhere(vhost, name)
+
+    def claim_exclusive(self, vhost: str, name: str) -> asyncio.Future[None] | None:
+        return None if self.exclusive is None else self.exclusive.claim(vhost, name)
+
+    def release_exclusive(self, vhost: str, name: str) -> None:
+        if self.exclusive is not None:
+            self.exclusive.release(vhost, name)
 
     def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this

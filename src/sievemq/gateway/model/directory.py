@@ -71,6 +71,20 @@ class QueueDirectory(Protocol):
         """The name of the node that leads the queue when it is another node, else None."""
         ...
 
+    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
+        """The node whose client connection owns exclusive queue ``name`` when it is another
+        node, else None (405 RESOURCE_LOCKED for any use of it through this node)."""
+        ...
+
+    def claim_exclusive(self, vhost: str, name: str) -> Pending | None:
+        """Record a new exclusive queue of this node cluster-wide: the declare-ok waits for
+        the future (``ReplicationFailed`` when etcd did not record it)."""
+        ...
+
+    def release_exclusive(self, vhost: str, name: str) -> None:
+        """This node's exclusive queue is gone: the cluster forgets it."""
+        ...
+
     def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it

@@ -270,6 +270,15 @@ class Channel:
         leader = directory.leader_elsewhere(self.connection.vhost_name, name)
         return None if leader is None else (directory, leader)
 
+    def _locked_elsewhere(self, name: str) -> None:
+        """405 RESOURCE_LOCKED for an exclusive queue another cluster node's connection
+        owns, as RabbitMQ answers any connection but the owner."""
+        directory = self._node.broker.directory
+        if directory is None or not name or name in self.vhost.classic.queues:
+            return
+        if directory.exclusive_elsewhere(self.connection.vhost_name, name) is not None:
+            raise classic_vhost.locked(name, self.connection.vhost_name)
+
     def _hold(self, pending: Any, held: list[bytes]) -> None:
         """The method changed durable definitions: its reply (``held``) and every frame of
         this channel after it wait until the change is on disk, fdatasynced in a worker
@@ -734,9 +743,11 @@ class Channel:
             return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         if self._declared_elsewhere(m) or self._placed_elsewhere(m):
             return
         classic_consumer.flush_before_declare(self, m.queue)
+        fresh = m.exclusive and not m.passive and m.queue not in self.vhost.classic.queues
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -746,6 +757,11 @@ class Channel:
             arguments=dict(m.arguments or {}),
             owner=self.connection,
         )
+        directory = self._node.broker.directory
+        if fresh and directory is not None:  # the cluster learns the name is taken
+            claimed = directory.claim_exclusive(self.connection.vhost_name, queue.name)
+            if claimed is not None:
+                self._definitions_sync.also_wait(claimed)
         if not m.nowait:
             self.connection.write_frames(  # after any queued replies
                 [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
@@ -781,6 +797,7 @@ class Channel:
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:  # deleted on its leader
             return remote.delete(self, *led, m)
@@ -809,6 +826,7 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             self._allow("read", "queue", m.queue)
@@ -819,6 +837,7 @@ class Channel:
         raise purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             self._allow("read", "queue", m.queue)
@@ -840,6 +859,7 @@ class Channel:
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
         self._allow("read", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             return remote.consume(self, *led, m)
