@@ -274,6 +274,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             "host": snode.advertised_host,
             "stream": snode.advertised_port,
             "stream_tls": snode.advertised_tls_port or None,
+            "replies": node.direct_replies.instance.hex(),  # whose reply names (cluster/replies.py)
         }
         joined = await _join_cluster(settings, cluster[1], facade, node, advertised, secret)
         if isinstance(joined, int):

@@ -20,6 +20,7 @@ from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.replication import Replication
+from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
@@ -64,6 +65,7 @@ async def join(
         lambda: membership.records,
     )
     placement.links = Links(name, secret.get, membership.cluster_address)
+    placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current

@@ -54,6 +54,7 @@ from sievemq.cluster.exclusive import ExclusiveQueues
 from sievemq.cluster.forwarding import ForwardedQueue
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
+from sievemq.cluster.replies import ReplyForwarder
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
 from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
@@ -123,6 +124,7 @@ class Placement:
         # this node's replica of a stream, to read (set by replication)
         self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
         self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
+        self.replies: ReplyForwarder | None = None  # direct replies to other nodes (join)
 
     # ---------------------------------------------------------------- the directory
 
@@ -141,6 +143,9 @@ class Placement:
     def release_exclusive(self, vhost: str, name: str) -> None:
         if self.exclusive is not None:
             self.exclusive.release(vhost, name)
+
+    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
+        return self.replies is not None and self.replies.forward(vhost, name, props, body)
 
     def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this

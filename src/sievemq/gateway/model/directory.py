@@ -85,6 +85,11 @@ class QueueDirectory(Protocol):
         """This node's exclusive queue is gone: the cluster forgets it."""
         ...
 
+    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
+        """Send a direct reply to the node whose requester made reply name ``name``; False
+        when no other live node made it (``cluster/replies.py``)."""
+        ...
+
     def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it

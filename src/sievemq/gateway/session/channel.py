@@ -279,6 +279,13 @@ class Channel:
         if directory.exclusive_elsewhere(self.connection.vhost_name, name) is not None:
             raise classic_vhost.locked(name, self.connection.vhost_name)
 
+    def _reply_elsewhere(self, name: str, props: bytes, body: bytes) -> bool:
+        """A direct reply whose requester is on another cluster node: forwarded there."""
+        directory = self._node.broker.directory
+        if directory is None or not self.forwards:
+            return False  # (a reply that came over the link is not sent on again)
+        return directory.forward_reply(self.connection.vhost_name, name, props, body)
+
     def _hold(self, pending: Any, held: list[bytes]) -> None:
         """The method changed durable definitions: its reply (``held``) and every frame of
         this channel after it wait until the change is on disk, fdatasynced in a worker
@@ -392,7 +399,10 @@ class Channel:
             if (
                 not exchange
                 and routing_key.startswith(REPLY_NAME_PREFIX)
-                and direct_reply.deliver(self.connection, routing_key, props, body)
+                and (
+                    direct_reply.deliver(self.connection, routing_key, props, body)
+                    or self._reply_elsewhere(routing_key, props, body)
+                )
             ):  # a direct reply went straight to its requester: routed, never returned
                 if confirm is not None:
                     confirm.take(0)
