@@ -75,6 +75,9 @@ def test_replica_follows_with_the_default_user_deleted(nodes: dict[str, ServerPr
 
     asyncio.run(send())
     until(lambda: identical(a, b, "secret-login"), "b's copy = a's files, guest deleted")
+    # the replica's connection is the cluster's own, as the link: not one of a's clients
+    listed = httpx.get(a.admin_url + "/api/connections", auth=ADMIN, timeout=10).json()
+    assert [c for c in listed if c["user"].startswith("cluster-link:")] == []
 
 
 def test_cluster_login_with_a_wrong_secret_is_refused(nodes: dict[str, ServerProcess]) -> None:

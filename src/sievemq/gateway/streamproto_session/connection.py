@@ -462,7 +462,8 @@ class StreamConnection:
             self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
             self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, refusal)
             return
-        self.node.note_opened(self, name, self.user.name)
+        if not self.trusted:  # another node's replica counts against no limit
+            self.node.note_opened(self, name, self.user.name)
         props = {
             "advertised_host": self.snode.advertised_host,
             "advertised_port": str(self._port),
