@@ -28,6 +28,10 @@ API (``Links`` is created by ``cluster/joining.py``, one per node)::
             # peer sent on ch in one read, in order: acks, nacks, deliveries (method, header,
             # body frames), returns, cancels, get-ok... (channel.open-ok and channel.close
             # are handled here and not passed on)
+        def link_run(self, ch, src, starts, first, stop): ...  # optional, HOT PATH: the
+            # same frames as one span of the read (amqp/spans.py): frame i is
+            # src[starts[i]:starts[i + 1]] for first <= i < stop; the receiver copies
+            # what it keeps (a relay patches channel numbers and tags into one copy)
         def link_closed(self, ch, code, text): ...  # ch is gone: the peer closed it
             # (channel.close: code and text as sent, already answered with close-ok), or the
             # link connection failed: code 0 and why (could not connect, refused, dropped,
@@ -60,6 +64,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import CHANNEL_CLOSE, CHANNEL_CLOSE_OK, CHANNEL_OPEN
+from sievemq.amqp.spans import SpanReader, frames_of
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -72,6 +77,8 @@ CHANNEL_MAX: Final = 2047
 PRODUCT: Final = "SieveMQ cluster link"
 
 _METHOD_HEAD = struct.Struct(">BHIHH")
+_TYPE_CHANNEL = struct.Struct(">BH")
+_CLASS_CHANNEL: Final = b"\x00\x14"  # class 20: channel.open-ok, close, close-ok, flow
 _CHANNEL_OPEN_OK: Final = (20, 11)
 _CONNECTION_START: Final = (10, 10)
 _CONNECTION_TUNE: Final = (10, 30)
@@ -87,6 +94,9 @@ class LinkReceiver(Protocol):
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None: ...
 
 
+RunHandler = Callable[["LinkChannel", bytes, list[int], int, int], None]
+
+
 def encode_channel_open(channel: int, target: str) -> bytes:
     """channel.open with ``target`` in its reserved shortstr (pamqp allows only '0')."""
     field = hotcodec.encode_shortstr(target)
@@ -98,7 +108,7 @@ def encode_channel_open(channel: int, target: str) -> bytes:
 class LinkChannel:
     """One channel of a link connection (``Links.open_channel``)."""
 
-    __slots__ = ("closed", "link", "number", "receiver", "target")
+    __slots__ = ("closed", "link", "number", "receiver", "run", "target")
 
     def __init__(self, link: LinkConnection, number: int, receiver: LinkReceiver, target: str):
         self.link = link
@@ -106,6 +116,9 @@ class LinkChannel:
         self.receiver = receiver
         self.target = target
         self.closed = False
+        # a receiver's ``link_run(ch, src, starts, first, stop)``: a run of frames as a span
+        # of the read (``amqp/spans.py``), in place of ``link_frames``' pairs
+        self.run: RunHandler | None = getattr(receiver, "link_run", None)
 
     @property
     def node(self) -> str:
@@ -144,7 +157,7 @@ class LinkConnection(asyncio.Protocol):
         self.vhost = vhost
         self.loop = links.loop
         self.transport: asyncio.Transport | None = None
-        self.reader = frames.FrameReader(FRAME_MAX, 4 * FRAME_MAX)
+        self.reader = SpanReader(FRAME_MAX, 4 * FRAME_MAX)
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.channels: dict[int, LinkChannel] = {}
@@ -249,39 +262,58 @@ class LinkConnection(asyncio.Protocol):
         self._send_now(frames.PROTOCOL_HEADER)
 
     def data_received(self, data: bytes) -> None:
+        """HOT PATH: each run of consecutive frames of one channel goes to its receiver as
+        ONE span of the read (``LinkChannel.run``), or as (type, payload) pairs."""
         self._received = True
         try:
-            got = self.reader.feed(data)
+            src, starts = self.reader.feed(data)
         except errors.AMQPError as error:
             self.fail(f"bad frames from node '{self.node}': {error.reply_text}")
             return
-        run: list[tuple[int, bytes]] = []
+        head = _TYPE_CHANNEL.unpack_from
+        channels = self.channels
         run_channel: LinkChannel | None = None
-        for ftype, number, payload in got:
+        run_number = -1
+        run_first = 0
+        count = len(starts) - 1
+        for i in range(count):
+            at = starts[i]
+            ftype, number = head(src, at)
+            if number == run_number and (ftype != 1 or src[at + 7 : at + 9] != _CLASS_CHANNEL):
+                continue
+            if run_channel is not None:
+                self._deliver_run(run_channel, src, starts, run_first, i)
+                run_channel, run_number = None, -1
             if ftype == frames.FRAME_HEARTBEAT:
                 continue
             if number == 0:
-                self._connection_frame(ftype, payload)
+                self._connection_frame(ftype, src[at + 7 : starts[i + 1] - 1])
                 if self.failed:
                     return
                 continue
-            if ftype == frames.FRAME_METHOD and payload[:2] == b"\x00\x14":  # class 20
-                if run_channel is not None:
-                    self._deliver(run_channel, run)
-                    run, run_channel = [], None
-                self._channel_method(number, payload)
+            if ftype == frames.FRAME_METHOD and src[at + 7 : at + 9] == _CLASS_CHANNEL:
+                self._channel_method(number, src[at + 7 : starts[i + 1] - 1])
                 continue
-            channel = self.channels.get(number)
+            channel = channels.get(number)
             if channel is None:
                 continue  # a channel we closed: its frames until close-ok are dropped
-            if channel is not run_channel:
-                if run_channel is not None:
-                    self._deliver(run_channel, run)
-                run, run_channel = [], channel
-            run.append((ftype, payload))
+            run_channel, run_number, run_first = channel, number, i
         if run_channel is not None:
-            self._deliver(run_channel, run)
+            self._deliver_run(run_channel, src, starts, run_first, count)
         self.flush()
+
+    def _deliver_run(
+        self, channel: LinkChannel, src: bytes, starts: list[int], first: int, stop: int
+    ) -> None:
+        if channel.closed:
+            return
+        try:
+            if channel.run is not None:
+                channel.run(channel, src, starts, first, stop)
+            else:
+                channel.receiver.link_frames(channel, frames_of(src, starts, first, stop))
+        except Exception:  # a receiver's bug must not take the link down
+            log.exception("link to node '%s': a channel's receiver failed", self.node)
 
     def _deliver(self, channel: LinkChannel, run: list[tuple[int, bytes]]) -> None:
         if channel.closed:

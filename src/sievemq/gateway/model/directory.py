@@ -41,6 +41,11 @@ class LinkChannel(Protocol):
         """Its channel number on the link: the frames written to it carry it."""
         ...
 
+    @property
+    def frame_max(self) -> int:
+        """The link's frame size: no frame the leader sends on it is larger."""
+        ...
+
     def write(self, data: bytes) -> None:
         """Whole encoded frames for this channel, sent after what was written before."""
         ...
