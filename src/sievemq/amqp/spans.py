@@ -23,6 +23,9 @@ _TYPES: Final = frozenset(
     (frames.FRAME_METHOD, frames.FRAME_HEADER, frames.FRAME_BODY, frames.FRAME_HEARTBEAT)
 )
 _EMPTY: Final = b""
+CLASS_CHANNEL: Final = b"\x00\x14"  # a method of class 20 starts with it
+
+Run = tuple[int, int]
 
 
 class SpanReader:
@@ -42,39 +45,45 @@ class SpanReader:
     def buffered(self) -> int:
         return len(self._tail)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> tuple[bytes, list[int]]:
-        """Add received bytes; return the frames they complete and their starts (plus the
-        end of the last: bytes past it start a frame, kept for the next read).
+    def feed(self, data: bytes | bytearray | memoryview) -> tuple[bytes, list[int], list[Run]]:
+        """Add received bytes; return the frames they complete, their starts (plus the end
+        of the last: bytes past it start a frame, kept for the next read) and their runs.
 
-        Raises ``errors.FrameError`` (501) for a bad frame and ``errors.ResourceError``
-        (506) when more than ``max_buffer`` bytes stay unparsed; after an error the reader
-        is unusable."""
+        A run is ``(channel, first)``: frames ``first`` up to the next run's first, all on
+        ``channel``; the list ends with ``(-1, count)``. A frame on channel 0 (connection
+        methods, heartbeats) and a channel-class method (class 20: open-ok, close, flow)
+        are runs of their own. Raises ``errors.FrameError`` (501) for a bad frame and
+        ``errors.ResourceError`` (506) when more than ``max_buffer`` bytes stay unparsed;
+        after an error the reader is unusable."""
         src = self._tail + data if self._tail else bytes(data)
         n = len(src)
         pos = 0
         starts: list[int] = []
         append = starts.append
+        runs: list[Run] = []
+        add_run = runs.append
+        run_channel = -1
         limit = self.frame_max - frames.FRAME_OVERHEAD
         unpack = _HEAD.unpack_from
         types = _TYPES
         while n - pos >= 7:
             ftype, channel, size = unpack(src, pos)
-            if ftype not in types:
-                raise errors.FrameError(f"unknown frame type {ftype}")
-            if size > limit:
-                raise errors.FrameError(
-                    f"frame size {size + frames.FRAME_OVERHEAD} larger than frame_max "
-                    f"{self.frame_max}"
-                )
+            if ftype not in types or size > limit:
+                raise _bad_head(ftype, size, self.frame_max)
             end = pos + 7 + size
             if end >= n:
                 break
-            if src[end] != frames.FRAME_END:
-                raise errors.FrameError(f"bad frame end octet 0x{src[end]:02x}")
-            if ftype == frames.FRAME_HEARTBEAT and channel:
-                raise errors.FrameError(f"heartbeat frame on channel {channel}")
+            if src[end] != frames.FRAME_END or (ftype == frames.FRAME_HEARTBEAT and channel):
+                raise _bad_end(src[end], channel)
+            if not channel or (ftype == 1 and src[pos + 7 : pos + 9] == CLASS_CHANNEL):
+                add_run((channel, len(starts)))  # a run of its own
+                run_channel = -1
+            elif channel != run_channel:
+                add_run((channel, len(starts)))
+                run_channel = channel
             append(pos)
             pos = end + 1
+        add_run((-1, len(starts)))
         append(pos)
         if pos < n:
             if n - pos > self.max_buffer:
@@ -84,7 +93,21 @@ class SpanReader:
             self._tail = src[pos:]
         else:
             self._tail = _EMPTY
-        return src, starts
+        return src, starts, runs
+
+
+def _bad_head(ftype: int, size: int, frame_max: int) -> errors.FrameError:
+    if ftype not in _TYPES:
+        return errors.FrameError(f"unknown frame type {ftype}")
+    return errors.FrameError(
+        f"frame size {size + frames.FRAME_OVERHEAD} larger than frame_max {frame_max}"
+    )
+
+
+def _bad_end(octet: int, channel: int) -> errors.FrameError:
+    if octet != frames.FRAME_END:
+        return errors.FrameError(f"bad frame end octet 0x{octet:02x}")
+    return errors.FrameError(f"heartbeat frame on channel {channel}")
 
 
 def frames_of(src: bytes, starts: list[int], first: int, stop: int) -> list[tuple[int, bytes]]:

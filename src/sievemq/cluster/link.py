@@ -64,7 +64,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import CHANNEL_CLOSE, CHANNEL_CLOSE_OK, CHANNEL_OPEN
-from sievemq.amqp.spans import SpanReader, frames_of
+from sievemq.amqp.spans import CLASS_CHANNEL, SpanReader, frames_of
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -77,8 +77,6 @@ CHANNEL_MAX: Final = 2047
 PRODUCT: Final = "SieveMQ cluster link"
 
 _METHOD_HEAD = struct.Struct(">BHIHH")
-_TYPE_CHANNEL = struct.Struct(">BH")
-_CLASS_CHANNEL: Final = b"\x00\x14"  # class 20: channel.open-ok, close, close-ok, flow
 _CHANNEL_OPEN_OK: Final = (20, 11)
 _CONNECTION_START: Final = (10, 10)
 _CONNECTION_TUNE: Final = (10, 30)
@@ -266,40 +264,26 @@ class LinkConnection(asyncio.Protocol):
         ONE span of the read (``LinkChannel.run``), or as (type, payload) pairs."""
         self._received = True
         try:
-            src, starts = self.reader.feed(data)
+            src, starts, runs = self.reader.feed(data)
         except errors.AMQPError as error:
             self.fail(f"bad frames from node '{self.node}': {error.reply_text}")
             return
-        head = _TYPE_CHANNEL.unpack_from
         channels = self.channels
-        run_channel: LinkChannel | None = None
-        run_number = -1
-        run_first = 0
-        count = len(starts) - 1
-        for i in range(count):
-            at = starts[i]
-            ftype, number = head(src, at)
-            if number == run_number and (ftype != 1 or src[at + 7 : at + 9] != _CLASS_CHANNEL):
-                continue
-            if run_channel is not None:
-                self._deliver_run(run_channel, src, starts, run_first, i)
-                run_channel, run_number = None, -1
-            if ftype == frames.FRAME_HEARTBEAT:
-                continue
-            if number == 0:
-                self._connection_frame(ftype, src[at + 7 : starts[i + 1] - 1])
-                if self.failed:
-                    return
-                continue
-            if ftype == frames.FRAME_METHOD and src[at + 7 : at + 9] == _CLASS_CHANNEL:
-                self._channel_method(number, src[at + 7 : starts[i + 1] - 1])
+        for k in range(len(runs) - 1):
+            number, first = runs[k]
+            if number == 0:  # one frame: connection-level
+                at = starts[first]
+                if src[at] != frames.FRAME_HEARTBEAT:
+                    self._connection_frame(src[at], src[at + 7 : starts[first + 1] - 1])
+                    if self.failed:
+                        return
                 continue
             channel = channels.get(number)
-            if channel is None:
-                continue  # a channel we closed: its frames until close-ok are dropped
-            run_channel, run_number, run_first = channel, number, i
-        if run_channel is not None:
-            self._deliver_run(run_channel, src, starts, run_first, count)
+            at = starts[first]
+            if src[at] == frames.FRAME_METHOD and src[at + 7 : at + 9] == CLASS_CHANNEL:
+                self._channel_method(number, src[at + 7 : starts[first + 1] - 1])
+            elif channel is not None:  # else a channel we closed: dropped until close-ok
+                self._deliver_run(channel, src, starts, first, runs[k + 1][1])
         self.flush()
 
     def _deliver_run(

@@ -198,7 +198,7 @@ def test_a_span_is_relayed_byte_for_byte_as_the_frames_are(frame_max: int, no_ac
         channel, relay, link = consumer(frame_max)
         relay.no_ack = no_ack
         channel.next_delivery_tag = 3
-        src, starts = SpanReader(131072, 1 << 20).feed(data)
+        src, starts, _ = SpanReader(131072, 1 << 20).feed(data)
         if spans:
             relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
         else:
@@ -222,7 +222,7 @@ def test_a_span_after_the_cancel_requeues_as_the_frames_do() -> None:
     channel, relay, link = consumer()
     relay.stop()  # nothing outstanding: the link channel closes
     channel.connection.node.loop.run()
-    src, starts = SpanReader(131072, 1 << 20).feed(leader_bytes(9, [b"x"]))
+    src, starts, _ = SpanReader(131072, 1 << 20).feed(leader_bytes(9, [b"x"]))
     relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
     channel.connection.node.loop.run()
     assert channel.connection.written == []
