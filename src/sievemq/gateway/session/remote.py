@@ -7,8 +7,10 @@ is the client's) and basic.consume with the same consumer tag and arguments; the
 ordinary session code serves it. What comes back is relayed to the client's channel: HOT
 PATH, a basic.deliver gets this channel's next delivery tag (one tag space with the local
 deliveries, in ``Channel.unacked``) and the client's channel number; header and body frames
-pass through as bytes, re-framed for the client's channel (a body split only when the
-client's frame_max is smaller than the link's). Nothing is decoded or re-encoded.
+pass through as bytes. A run of frames read at once arrives as a span of the read
+(``link_run``): one copy, patched in place (channel numbers, delivery tags), one write; a
+client whose frame_max is smaller than the link's gets them re-framed (bodies split) by
+``link_frames``. Nothing is decoded or re-encoded.
 
 ``RemoteDeliveries`` (one per channel) maps the client's ack, nack, reject and recover back
 to the link's delivery tags and sends them once per loop turn; a run of acks that leaves
