@@ -30,6 +30,7 @@ fi
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || tar -C / -xJf "$KIT/rmq.tar.xz"
 [ -x /usr/bin/etcd ] || { xz -dc "$KIT/etcd.xz" > /usr/bin/etcd && chmod 755 /usr/bin/etcd; }
 export PATH=/usr/lib/erlang/bin:$PATH SIEVEMQ_PEERS=$KIT SIEVEMQ_LOADGEN=$KIT/loadgen
+[ -f "$KIT/COMMIT" ] && export SIEVEMQ_BENCH_COMMIT=$(cat "$KIT/COMMIT")  # the copy has no history
 chmod +x "$KIT/loadgen" "$KIT/rabbitmq.sh"
 PYTHONPATH=$PWD/src:$PWD "$SVPY" -m bench.cluster_scaling --peers --nodes "${NODES:-$(nproc)}" \
   --streams "${KS:-1,4,8,16}" --n "${N:-100000}" --repeats "${REPEATS:-3}" --via "${VIA:-leader}" \

@@ -283,6 +283,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             return joined
         membership, placement = joined
         facade.cluster = membership
+        facade.peers = _admin_peers(membership, secret)
         if settings.definitions is not None:
             # again, through etcd now: the join's reconcile kept the cluster's state, and
             # the file's objects go to every node (they win, as on a single node)
@@ -312,6 +313,16 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
     with contextlib.suppress(Exception):
         await asyncio.wait_for(admin_task, timeout=settings.shutdown_timeout_s)
     return 0
+
+
+def _admin_peers(membership: Any, secret: Any) -> Any:
+    """The other nodes' admin APIs, for the cluster-wide connection/channel/consumer lists
+    (closed when the node leaves)."""
+    from sievemq.cluster.admin_peers import AdminPeers
+
+    peers = AdminPeers(membership, secret.get)
+    membership.on_leave.append(peers.close)
+    return peers
 
 
 async def _join_cluster(

@@ -1,7 +1,8 @@
 """The dashboard's Nodes page in chromium (Playwright) against a real two-node cluster (a real
 etcd, two `sievemq serve` processes): both nodes listed running with their descriptors,
 memory, disk, uptime and the queues each leads; the overview totals both and names them; the
-queue list names each queue's node; a stopped node is shown stopped."""
+queue list names each queue's node; the Connections and Channels pages show both nodes' (and
+close one on the other node); a stopped node is shown stopped."""
 
 from __future__ import annotations
 
@@ -71,6 +72,32 @@ def _cells(page: Page, name: str) -> Locator:
     """The cells of ``name``'s row of the node table."""
     row = page.locator("#nodes tbody tr").filter(has=page.locator(f'[data-node="{name}"]'))
     return row.locator("td")
+
+
+def test_the_connections_and_channels_pages_show_every_nodes(
+    nodes: list[ServerProcess], page: Page
+) -> None:
+    params = pika.URLParameters(nodes[1].url)
+    params.client_properties = {"connection_name": "on-web2"}
+    conn = pika.BlockingConnection(params)
+    conn.channel()
+    try:
+        page.click("#nav a[data-page=connections]")
+        expect(page.locator("#connections thead th").nth(3)).to_have_text("Node")
+        row = page.locator("#connections tbody tr").filter(has_text="on-web2")
+        expect(row.locator("td").nth(3)).to_have_text("web2")
+        page.click("#nav a[data-page=channels]")
+        expect(page.locator("#channels thead th").nth(2)).to_have_text("Node")
+        expect(page.locator("#channels tbody td", has_text="web2").first).to_be_visible()
+        # closed from web1's dashboard, on web2
+        page.click("#nav a[data-page=connections]")
+        row.locator("[data-close]").click()
+        expect(row).to_have_count(0)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match="dashboard"):
+            conn.process_data_events(time_limit=30)
+    finally:
+        if conn.is_open:
+            conn.close()
 
 
 def test_the_nodes_page_lists_every_node_of_the_cluster(

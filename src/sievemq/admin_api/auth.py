@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import Principal
+from sievemq.gateway.admin.views import PEER_HEADER, Principal
+
+# who a request from another cluster node is: it lists this node's own items, unfiltered
+CLUSTER_PEER = Principal(name="cluster node", tags=["administrator"], permissions={})
+# what another node may ask with the cluster secret: the lists it merges, and closing a
+# connection (nothing else: the secret is no administrator's password)
+PEER_PATHS = re.compile(
+    r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
+    r"|vhosts/[^/]+/(connections|channels))"
+)
 
 
 def facade_of(request: Request) -> BrokerFacade:
@@ -30,7 +40,17 @@ def _login_failed() -> ApiError:
 
 def authenticate(request: Request) -> Principal:
     """The principal of a request; 401 without credentials (empty body + challenge), with
-    bad ones, or without a management tag."""
+    bad ones, or without a management tag. Another cluster node's request carries the
+    cluster secret instead (``PEER_HEADER``) and is marked ``request.state.cluster_peer``."""
+    presented = request.headers.get(PEER_HEADER)
+    if presented is not None:
+        peers = facade_of(request).peers
+        if peers is None or not peers.is_peer(presented):
+            raise _login_failed()
+        if request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(request.url.path):
+            raise not_authorised("The cluster secret opens the cluster-wide lists only")
+        request.state.cluster_peer = True
+        return CLUSTER_PEER
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "basic" or not token:

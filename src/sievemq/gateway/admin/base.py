@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import InternalError
 from sievemq.gateway.admin.views import (
+    AdminPeersPort,
     ClusterPort,
     FilterAdviceView,
     HistoryPointView,
@@ -83,6 +84,8 @@ class AdminBase:
         self.stream_node: StreamNode | None = None  # the stream-protocol listener's state
         self.node_name = "sievemq@" + (platform.node() or "localhost")
         self.cluster: ClusterPort | None = None  # set by `serve --cluster-etcd`
+        # the other nodes' admin APIs, for cluster-wide connection/channel/consumer lists
+        self.peers: AdminPeersPort | None = None
         self._rates = RateSampler()
         self.sampler: asyncio.Task[None] | None = None
         # the sampler's last round: the queues' rates summed, node-wide and per vhost (the

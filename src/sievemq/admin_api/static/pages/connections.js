@@ -1,15 +1,23 @@
-// Connections and Channels, paged by the API, with the close button RabbitMQ has.
+// Connections and Channels, paged by the API, with the close button RabbitMQ has. In a
+// cluster the API lists every node's; a Node column names where each one is (as RabbitMQ's).
 
 import { api, danger, enc, fmt, h } from "../lib.js";
 import { pagedList } from "../list.js";
 
+async function nodeColumn() {
+  const clustered = (await api("/api/nodes")).length > 1;
+  return clustered ? [{ title: "Node", sort: "node", cell: (c) => c.node }] : [];
+}
+
 export async function connectionList() {
+  const node = await nodeColumn();
   const list = pagedList({
     id: "connections", path: "/api/connections", empty: "no connections",
     columns: [
       { title: "Virtual host", sort: "vhost", cell: (c) => c.vhost },
       { title: "Name", sort: "name", cell: (c) => c.name },
       { title: "Client name", sort: "user_provided_name", cell: (c) => c.user_provided_name || "" },
+      ...node,
       { title: "User", sort: "user", cell: (c) => c.user },
       { title: "Protocol", sort: "protocol", cell: (c) => c.protocol },
       { title: "Channels", sort: "channels", num: true, cell: (c) => fmt(c.channels) },
@@ -27,11 +35,13 @@ export async function connectionList() {
 }
 
 export async function channelList() {
+  const node = await nodeColumn();
   const list = pagedList({
     id: "channels", path: "/api/channels", empty: "no channels",
     columns: [
       { title: "Channel", sort: "name", cell: (c) => c.name },
       { title: "Virtual host", sort: "vhost", cell: (c) => c.vhost },
+      ...node,
       { title: "User", sort: "user", cell: (c) => c.user },
       { title: "Mode", cell: (c) => (c.confirm ? "C" : "") + (c.transactional ? "T" : "") },
       { title: "State", sort: "state", cell: (c) => c.state },

@@ -63,6 +63,40 @@ class ClusterPort(Protocol):
         ...
 
 
+# the header a node's request to another node's admin API carries the cluster secret in
+PEER_HEADER = "x-sievemq-cluster-secret"
+# the header naming the nodes a cluster-wide listing left out (they did not answer in time)
+PARTIAL_HEADER = "x-sievemq-partial"
+
+
+@dataclass
+class PeerListing:
+    """Items the other cluster nodes listed, and the nodes that did not answer in time."""
+
+    items: list[dict[str, Any]]
+    missing: list[str]
+
+
+class AdminPeersPort(Protocol):
+    """The other nodes' admin APIs, for cluster-wide listings (``cluster/admin_peers.py``)."""
+
+    def is_peer(self, presented: str) -> bool:
+        """Whether a request's node-to-node credential is the cluster secret."""
+        ...
+
+    async def gather(self, path: str) -> PeerListing:
+        """``GET path`` (a list) on every other live node."""
+        ...
+
+    async def find(self, path: str) -> tuple[str, dict[str, Any]] | None:
+        """The first other node answering ``GET path`` with an object, and that object."""
+        ...
+
+    async def delete(self, node: str, path: str, reason: str | None) -> int:
+        """``DELETE path`` on ``node``; its HTTP status (503: not reached)."""
+        ...
+
+
 @dataclass
 class Totals:
     connections: int
