@@ -173,8 +173,14 @@ class LinkConnection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- channels
 
-    def open_channel(self, receiver: LinkReceiver, target: str) -> LinkChannel:
-        number = self._free_number()
+    def open_channel(self, receiver: LinkReceiver, target: str, prefer: int = 0) -> LinkChannel:
+        """A channel numbered ``prefer`` when that one is free, else the next free one."""
+        if 0 < prefer <= self.channel_max and not (
+            prefer in self.channels or prefer in self._closing_numbers
+        ):
+            number = prefer
+        else:
+            number = self._free_number()
         channel = LinkChannel(self, number, receiver, target)
         if not number:  # every channel number in use: this one fails (on the next turn)
             why = f"no free channel on the link to node '{self.node}' ({self.channel_max} open)"
@@ -462,14 +468,16 @@ class Links:
         self.closed = False
 
     def open_channel(
-        self, node: str, vhost: str, receiver: LinkReceiver, target: str = ""
+        self, node: str, vhost: str, receiver: LinkReceiver, target: str = "", number: int = 0
     ) -> LinkChannel:
-        """A channel to ``node`` in ``vhost`` (see the module docstring); never raises for a
-        peer that cannot be reached: its receiver hears ``link_closed`` instead."""
+        """A channel to ``node`` in ``vhost`` (see the module docstring), numbered
+        ``number`` when that one is free (a relay whose client channel has the same number
+        writes the leader's frames without patching them); never raises for a peer that
+        cannot be reached: its receiver hears ``link_closed`` instead."""
         link = self._links.get((node, vhost))
         if link is None or link.failed:
             link = self._connect(node, vhost)
-        return link.open_channel(receiver, target)
+        return link.open_channel(receiver, target, number)
 
     def why_down(self, node: str) -> str:
         down = self._down.get(node)

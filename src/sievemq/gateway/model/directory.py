@@ -76,10 +76,13 @@ class QueueDirectory(Protocol):
         """The name of the node that leads the queue when it is another node, else None."""
         ...
 
-    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+    ) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it
-        (``link_closed`` with code 0, on a later loop turn)."""
+        (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
+        wanted when it is free (a client's: what the leader sends needs no other)."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:

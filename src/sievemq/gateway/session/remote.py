@@ -403,7 +403,8 @@ class RemoteConsumer(LinkUser):
     ) -> None:
         """HOT PATH: the same relay for a run of frames that arrived as one span of the
         link's read (``amqp/spans.py``): ONE copy of the span, in which each frame's
-        channel number and each delivery's tag are patched in place, written in one call.
+        channel number (none when the link channel's is the client's) and each delivery's tag
+        are patched in place, written in one call.
         The consumer tag is the client's already (the link consumes with it). A run that
         may need a body split (the client's frame_max is smaller than the link's), or that
         arrives after a cancel, takes ``link_frames``."""
@@ -422,11 +423,13 @@ class RemoteConsumer(LinkUser):
         unacked = channel.unacked
         track = not self.no_ack
         tag = channel.next_delivery_tag
+        patch = chid != link.number  # else the link channel is numbered as the client's
         delivered = 0
         done = 0  # bytes of buf written (up to a method relayed on its own)
         for i in range(first, stop):
             o = starts[i] - base
-            put_channel(buf, o + 1, chid)
+            if patch:
+                put_channel(buf, o + 1, chid)
             if buf[o] != 1:
                 continue
             if method_id(buf, o + 7)[0] != _DELIVER_ID:
@@ -608,7 +611,7 @@ def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) ->
     vhost = channel.connection.vhost_name
     queue = LeaderQueue(vhost, m.queue, leader)
     consumer = RemoteConsumer(channel, tag, queue, channel.prefetch, bool(m.no_ack))
-    consumer.link = directory.open_link(vhost, m.queue, consumer)
+    consumer.link = directory.open_link(vhost, m.queue, consumer, channel.id)
     consumer._nowait = bool(m.nowait)
     deliveries_of(channel).users.append(consumer)
     channel.consumers[tag] = consumer

@@ -88,8 +88,8 @@ class Link:
         self.closed = True
 
 
-def leader_bytes(first_tag: int, bodies: list[bytes], frame_max: int = 131072) -> bytes:
-    encoder = hotcodec.DeliveryEncoder(LINK_CHANNEL, TAG, frame_max)
+def leader_bytes(first_tag: int, bodies: list[bytes], number: int = LINK_CHANNEL) -> bytes:
+    encoder = hotcodec.DeliveryEncoder(number, TAG, 131072)
     out: list[bytes] = []
     for i, body in enumerate(bodies):
         encoder.encode(out, first_tag + i, "", "orders", PROPS, body, 100 + i)
@@ -186,16 +186,21 @@ def test_a_cancelled_consumer_requeues_what_crossed_the_cancel_and_closes_when_s
 
 @pytest.mark.parametrize("frame_max", [131072, 4096])
 @pytest.mark.parametrize("no_ack", [False, True])
-def test_a_span_is_relayed_byte_for_byte_as_the_frames_are(frame_max: int, no_ack: bool) -> None:
+@pytest.mark.parametrize("number", [LINK_CHANNEL, CLIENT_CHANNEL])
+def test_a_span_is_relayed_byte_for_byte_as_the_frames_are(
+    frame_max: int, no_ack: bool, number: int
+) -> None:
     """Patched in place (or, for a client with a smaller frame_max, split as pairs): the
-    client reads the same bytes, tags and outstanding deliveries either way; a method
-    amid the deliveries (here the consume-ok) is answered where it arrived."""
-    consume_ok = codec.encode_method(LINK_CHANNEL, spec.Basic.ConsumeOk(consumer_tag=TAG))
+    client reads the same bytes, tags and outstanding deliveries either way, whether the
+    link channel's number is the client's or not; a method amid the deliveries (here the
+    consume-ok) is answered where it arrived."""
+    consume_ok = codec.encode_method(number, spec.Basic.ConsumeOk(consumer_tag=TAG))
     bodies = [b"a" * 10, b"", bytes(range(256)) * 40, b"d"]
-    data = leader_bytes(40, bodies[:2]) + consume_ok + leader_bytes(42, bodies[2:])
+    data = leader_bytes(40, bodies[:2], number) + consume_ok + leader_bytes(42, bodies[2:], number)
     written = []
     for spans in (False, True):
         channel, relay, link = consumer(frame_max)
+        link.number = number
         relay.no_ack = no_ack
         channel.next_delivery_tag = 3
         src, starts, _ = SpanReader(131072, 1 << 20).feed(data)
