@@ -59,7 +59,6 @@ async def join(
         name,
         broker,
         definitions_sync.also_wait,
-        membership.amqp_address,
         lambda: membership.records,
     )
     placement.links = Links(name, secret.get, membership.cluster_address)

@@ -99,7 +99,6 @@ class Placement:
         me: str,
         broker: Broker,
         also_wait: Callable[[asyncio.Future[None]], None],
-        addresses: Callable[[str], str | None],
         live: Callable[[], dict[str, dict[str, Any]]] = dict,
         remote_wait_s: float = REMOTE_WAIT_S,
     ) -> None:
@@ -107,7 +106,6 @@ class Placement:
         self.me = me
         self.broker = broker
         self._also_wait = also_wait
-        self._addresses = addresses  # a node's AMQP address, from its published record
         self._live = live  # the live nodes' published records, by name
         self._remote_wait_s = remote_wait_s
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
