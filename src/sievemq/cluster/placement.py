@@ -145,12 +145,14 @@ class Placement:
     def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
         return self.replies is not None and self.replies.forward(vhost, name, props, body)
 
-    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+    ) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this
-        node: ``gateway.session.remote``)."""
+        node: ``gateway.session.remote``), numbered ``number`` when that one is free."""
         assert self.links is not None, "the link is made when the node joins"
         leader = self.leader_elsewhere(vhost, name) or ""
-        return self.links.open_channel(leader, vhost, receiver)
+        return self.links.open_channel(leader, vhost, receiver, number=number)
 
     def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
         """The queue as publishes through this node see it when another node leads it."""

@@ -41,6 +41,11 @@ class LinkChannel(Protocol):
         """Its channel number on the link: the frames written to it carry it."""
         ...
 
+    @property
+    def frame_max(self) -> int:
+        """The link's frame size: no frame the leader sends on it is larger."""
+        ...
+
     def write(self, data: bytes) -> None:
         """Whole encoded frames for this channel, sent after what was written before."""
         ...
@@ -90,10 +95,13 @@ class QueueDirectory(Protocol):
         when no other live node made it (``cluster/replies.py``)."""
         ...
 
-    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+    ) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it
-        (``link_closed`` with code 0, on a later loop turn)."""
+        (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
+        wanted when it is free (a client's: what the leader sends needs no other)."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
