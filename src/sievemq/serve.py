@@ -261,6 +261,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
         # the inter-node link (cluster/link.py): AMQP from the other nodes, logged in with
         # the cluster secret, served by this node's session code (gateway/session/peer.py)
         secret = ClusterSecret()
+        snode.cluster_secret = secret.get  # stream replicas log in with it too
         cluster_servers, cluster_port = await serve_on(
             lambda: protocol_factory(node, PeerConnection(node, secret.get)), bound.cluster
         )
@@ -273,6 +274,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             "host": snode.advertised_host,
             "stream": snode.advertised_port,
             "stream_tls": snode.advertised_tls_port or None,
+            "replies": node.direct_replies.instance.hex(),  # whose reply names (cluster/replies.py)
         }
         joined = await _join_cluster(settings, cluster[1], facade, node, advertised, secret)
         if isinstance(joined, int):

@@ -15,10 +15,12 @@ from typing import Any
 
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
+from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.replication import Replication
+from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.model.broker import Broker
@@ -59,15 +61,20 @@ async def join(
         name,
         broker,
         definitions_sync.also_wait,
-        membership.amqp_address,
         lambda: membership.records,
     )
     placement.links = Links(name, secret.get, membership.cluster_address)
+    placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
-    replication = Replication(placement, broker)
+    replication = Replication(placement, broker, secret.get)
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
+    exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
+    placement.exclusive = exclusive
+    membership.subscribe(EXCLUSIVE, exclusive.apply)
+    membership.on_registered_again.append(exclusive.claim_again)
+    placement.stopping.append(exclusive.stop)
     membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
@@ -105,3 +112,8 @@ async def join(
     except BaseException:
         await membership.leave()
         raise
+
+
+def _lease_id(membership: Membership) -> int:
+    """This node's lease now (an exclusive queue's key is held under it)."""
+    return 0 if membership.lease is None else membership.lease.id

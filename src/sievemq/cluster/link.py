@@ -28,6 +28,10 @@ API (``Links`` is created by ``cluster/joining.py``, one per node)::
             # peer sent on ch in one read, in order: acks, nacks, deliveries (method, header,
             # body frames), returns, cancels, get-ok... (channel.open-ok and channel.close
             # are handled here and not passed on)
+        def link_run(self, ch, src, starts, first, stop): ...  # optional, HOT PATH: the
+            # same frames as one span of the read (amqp/spans.py): frame i is
+            # src[starts[i]:starts[i + 1]] for first <= i < stop; the receiver copies
+            # what it keeps (a relay patches channel numbers and tags into one copy)
         def link_closed(self, ch, code, text): ...  # ch is gone: the peer closed it
             # (channel.close: code and text as sent, already answered with close-ok), or the
             # link connection failed: code 0 and why (could not connect, refused, dropped,
@@ -60,6 +64,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import CHANNEL_CLOSE, CHANNEL_CLOSE_OK, CHANNEL_OPEN
+from sievemq.amqp.spans import CLASS_CHANNEL, SpanReader, frames_of
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -87,6 +92,9 @@ class LinkReceiver(Protocol):
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None: ...
 
 
+RunHandler = Callable[["LinkChannel", bytes, list[int], int, int], None]
+
+
 def encode_channel_open(channel: int, target: str) -> bytes:
     """channel.open with ``target`` in its reserved shortstr (pamqp allows only '0')."""
     field = hotcodec.encode_shortstr(target)
@@ -98,7 +106,7 @@ def encode_channel_open(channel: int, target: str) -> bytes:
 class LinkChannel:
     """One channel of a link connection (``Links.open_channel``)."""
 
-    __slots__ = ("closed", "link", "number", "receiver", "target")
+    __slots__ = ("closed", "link", "number", "receiver", "run", "target")
 
     def __init__(self, link: LinkConnection, number: int, receiver: LinkReceiver, target: str):
         self.link = link
@@ -106,6 +114,9 @@ class LinkChannel:
         self.receiver = receiver
         self.target = target
         self.closed = False
+        # a receiver's ``link_run(ch, src, starts, first, stop)``: a run of frames as a span
+        # of the read (``amqp/spans.py``), in place of ``link_frames``' pairs
+        self.run: RunHandler | None = getattr(receiver, "link_run", None)
 
     @property
     def node(self) -> str:
@@ -144,7 +155,7 @@ class LinkConnection(asyncio.Protocol):
         self.vhost = vhost
         self.loop = links.loop
         self.transport: asyncio.Transport | None = None
-        self.reader = frames.FrameReader(FRAME_MAX, 4 * FRAME_MAX)
+        self.reader = SpanReader(FRAME_MAX, 4 * FRAME_MAX)
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.channels: dict[int, LinkChannel] = {}
@@ -162,8 +173,14 @@ class LinkConnection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- channels
 
-    def open_channel(self, receiver: LinkReceiver, target: str) -> LinkChannel:
-        number = self._free_number()
+    def open_channel(self, receiver: LinkReceiver, target: str, prefer: int = 0) -> LinkChannel:
+        """A channel numbered ``prefer`` when that one is free, else the next free one."""
+        if 0 < prefer <= self.channel_max and not (
+            prefer in self.channels or prefer in self._closing_numbers
+        ):
+            number = prefer
+        else:
+            number = self._free_number()
         channel = LinkChannel(self, number, receiver, target)
         if not number:  # every channel number in use: this one fails (on the next turn)
             why = f"no free channel on the link to node '{self.node}' ({self.channel_max} open)"
@@ -249,39 +266,44 @@ class LinkConnection(asyncio.Protocol):
         self._send_now(frames.PROTOCOL_HEADER)
 
     def data_received(self, data: bytes) -> None:
+        """HOT PATH: each run of consecutive frames of one channel goes to its receiver as
+        ONE span of the read (``LinkChannel.run``), or as (type, payload) pairs."""
         self._received = True
         try:
-            got = self.reader.feed(data)
+            src, starts, runs = self.reader.feed(data)
         except errors.AMQPError as error:
             self.fail(f"bad frames from node '{self.node}': {error.reply_text}")
             return
-        run: list[tuple[int, bytes]] = []
-        run_channel: LinkChannel | None = None
-        for ftype, number, payload in got:
-            if ftype == frames.FRAME_HEARTBEAT:
+        channels = self.channels
+        for k in range(len(runs) - 1):
+            number, first = runs[k]
+            if number == 0:  # one frame: connection-level
+                at = starts[first]
+                if src[at] != frames.FRAME_HEARTBEAT:
+                    self._connection_frame(src[at], src[at + 7 : starts[first + 1] - 1])
+                    if self.failed:
+                        return
                 continue
-            if number == 0:
-                self._connection_frame(ftype, payload)
-                if self.failed:
-                    return
-                continue
-            if ftype == frames.FRAME_METHOD and payload[:2] == b"\x00\x14":  # class 20
-                if run_channel is not None:
-                    self._deliver(run_channel, run)
-                    run, run_channel = [], None
-                self._channel_method(number, payload)
-                continue
-            channel = self.channels.get(number)
-            if channel is None:
-                continue  # a channel we closed: its frames until close-ok are dropped
-            if channel is not run_channel:
-                if run_channel is not None:
-                    self._deliver(run_channel, run)
-                run, run_channel = [], channel
-            run.append((ftype, payload))
-        if run_channel is not None:
-            self._deliver(run_channel, run)
+            channel = channels.get(number)
+            at = starts[first]
+            if src[at] == frames.FRAME_METHOD and src[at + 7 : at + 9] == CLASS_CHANNEL:
+                self._channel_method(number, src[at + 7 : starts[first + 1] - 1])
+            elif channel is not None:  # else a channel we closed: dropped until close-ok
+                self._deliver_run(channel, src, starts, first, runs[k + 1][1])
         self.flush()
+
+    def _deliver_run(
+        self, channel: LinkChannel, src: bytes, starts: list[int], first: int, stop: int
+    ) -> None:
+        if channel.closed:
+            return
+        try:
+            if channel.run is not None:
+                channel.run(channel, src, starts, first, stop)
+            else:
+                channel.receiver.link_frames(channel, frames_of(src, starts, first, stop))
+        except Exception:  # a receiver's bug must not take the link down
+            log.exception("link to node '%s': a channel's receiver failed", self.node)
 
     def _deliver(self, channel: LinkChannel, run: list[tuple[int, bytes]]) -> None:
         if channel.closed:
@@ -446,14 +468,16 @@ class Links:
         self.closed = False
 
     def open_channel(
-        self, node: str, vhost: str, receiver: LinkReceiver, target: str = ""
+        self, node: str, vhost: str, receiver: LinkReceiver, target: str = "", number: int = 0
     ) -> LinkChannel:
-        """A channel to ``node`` in ``vhost`` (see the module docstring); never raises for a
-        peer that cannot be reached: its receiver hears ``link_closed`` instead."""
+        """A channel to ``node`` in ``vhost`` (see the module docstring), numbered
+        ``number`` when that one is free (a relay whose client channel has the same number
+        writes the leader's frames without patching them); never raises for a peer that
+        cannot be reached: its receiver hears ``link_closed`` instead."""
         link = self._links.get((node, vhost))
         if link is None or link.failed:
             link = self._connect(node, vhost)
-        return link.open_channel(receiver, target)
+        return link.open_channel(receiver, target, number)
 
     def why_down(self, node: str) -> str:
         down = self._down.get(node)

@@ -288,13 +288,6 @@ class Membership:
         address = self.records.get(name, {}).get("cluster")
         return str(address) if address else None
 
-    def amqp_address(self, name: str) -> str | None:
-        """A live node's AMQP listener as it published it (HOST:PORT), or None."""
-        for listener in self.records.get(name, {}).get("stats", {}).get("listeners", []):
-            if listener.get("protocol") == "amqp":
-                return f"{listener.get('ip_address')}:{listener.get('port')}"
-        return None
-
     def node_views(self) -> list[ClusterNodeView]:
         """Every member, the live ones with their last published record, sorted by name;
         this node is always listed as running."""

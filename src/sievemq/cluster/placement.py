@@ -50,9 +50,11 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
+from sievemq.cluster.exclusive import ExclusiveQueues
 from sievemq.cluster.forwarding import ForwardedQueue
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import ROOT
+from sievemq.cluster.replies import ReplyForwarder
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
 from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
@@ -99,7 +101,6 @@ class Placement:
         me: str,
         broker: Broker,
         also_wait: Callable[[asyncio.Future[None]], None],
-        addresses: Callable[[str], str | None],
         live: Callable[[], dict[str, dict[str, Any]]] = dict,
         remote_wait_s: float = REMOTE_WAIT_S,
     ) -> None:
@@ -107,7 +108,6 @@ class Placement:
         self.me = me
         self.broker = broker
         self._also_wait = also_wait
-        self._addresses = addresses  # a node's AMQP address, from its published record
         self._live = live  # the live nodes' published records, by name
         self._remote_wait_s = remote_wait_s
         self.records: dict[tuple[str, str], dict[str, Any]] = {}
@@ -121,6 +121,8 @@ class Placement:
         self.stopping: list[Callable[[], Awaitable[None]]] = []  # (replication's stop)
         # this node's replica of a stream, to read (set by replication)
         self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
+        self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
+        self.replies: ReplyForwarder | None = None  # direct replies to other nodes (join)
 
     # ---------------------------------------------------------------- the directory
 
@@ -130,12 +132,27 @@ class Placement:
             return None
         return str(record.get("leader"))
 
-    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
+        return None if self.exclusive is None else self.exclusive.elsewhere(vhost, name)
+
+    def claim_exclusive(self, vhost: str, name: str) -> asyncio.Future[None] | None:
+        return None if self.exclusive is None else self.exclusive.claim(vhost, name)
+
+    def release_exclusive(self, vhost: str, name: str) -> None:
+        if self.exclusive is not None:
+            self.exclusive.release(vhost, name)
+
+    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
+        return self.replies is not None and self.replies.forward(vhost, name, props, body)
+
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+    ) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this
-        node: ``gateway.session.remote``)."""
+        node: ``gateway.session.remote``), numbered ``number`` when that one is free."""
         assert self.links is not None, "the link is made when the node joins"
         leader = self.leader_elsewhere(vhost, name) or ""
-        return self.links.open_channel(leader, vhost, receiver)
+        return self.links.open_channel(leader, vhost, receiver, number=number)
 
     def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
         """The queue as publishes through this node see it when another node leads it."""

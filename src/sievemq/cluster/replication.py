@@ -4,7 +4,8 @@ A stream's etcd record names its ``replicas`` (``placement.choose_replicas``). O
 those nodes a ``Follower`` keeps a copy of the stream in ``DATA_DIR/replicas/streams/...``
 (storage's usual layout, apart from the node's own queues: the copy is no queue of this
 node; Stream-protocol subscribers on this node read it, AMQP consumers do not yet). It
-connects to the leader's advertised stream listener as the node's default user, subscribes
+connects to the leader's advertised stream listener, logs in with the cluster secret (user
+``cluster-link:NODE``, as the inter-node link: ``gateway/model/users.cluster_user``), subscribes
 from its copy's end with ``sievemq-replica=true`` (each Deliver is one chunk exactly as the
 leader stored it, Bloom bits and all) and appends every chunk as it came
 (``Stream.append_stored``): the copy's segment files are byte-identical to the leader's. A
@@ -32,6 +33,7 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value
 from sievemq.gateway.model.stream.arguments import stream_arguments_from_table
 from sievemq.gateway.model.stream.queue import StreamQueue
+from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
 from sievemq.storage import StorageError
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
@@ -61,14 +63,14 @@ class Follower:
         self,
         queue: StreamQueue,
         leader: Callable[[], tuple[str, int] | None],
-        credentials: tuple[str, str],
+        credentials: Callable[[], tuple[str, str]],
     ) -> None:
         self.queue = queue  # the copy as Stream-protocol subscribers on this node read it
         self.stream = queue.stream
         self.vhost = queue.vhost
         self.name = queue.name
         self._leader = leader  # the leader's stream listener now (None: not running)
-        self._user, self._password = credentials
+        self._credentials = credentials  # read at each login: the secret may change
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
@@ -161,9 +163,10 @@ class Follower:
             reader, writer, wire.PEER_PROPERTIES, wire.enc_properties(props), "PeerProperties"
         )
         await self._ok(reader, writer, wire.SASL_HANDSHAKE, b"", "SaslHandshake")
-        secret = b"\0" + self._user.encode() + b"\0" + self._password.encode()
+        user, password = self._credentials()
+        secret = b"\0" + user.encode() + b"\0" + password.encode()
         auth = wire.enc_string("PLAIN") + struct.pack(">i", len(secret)) + secret
-        await self._ok(reader, writer, wire.SASL_AUTHENTICATE, auth, f"login as {self._user!r}")
+        await self._ok(reader, writer, wire.SASL_AUTHENTICATE, auth, f"login as {user!r}")
         key, _, tune = await _frame(reader)
         if key != wire.TUNE:
             raise ReplicaError(f"expected Tune, got frame {key}")
@@ -214,14 +217,19 @@ async def _frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
 class Replication:
     """This node's followers: one per stream whose record names it a replica."""
 
-    def __init__(self, placement: Placement, broker: Broker) -> None:
+    def __init__(
+        self, placement: Placement, broker: Broker, secret: Callable[[], str | None]
+    ) -> None:
         self.placement = placement
         self.broker = broker
         self.me = placement.me
         self.followers: dict[tuple[str, str], Follower] = {}
         self._dropping: set[asyncio.Future[None]] = set()
-        settings = broker.settings
-        self._credentials = (settings.default_user, settings.default_password)
+        self._secret = secret
+
+    def _credentials(self) -> tuple[str, str]:
+        """The cluster login (``cluster_user``): this node's name, the cluster secret."""
+        return CLUSTER_USER_PREFIX + self.me, self._secret() or ""
 
     def apply(self, events: list[Event], reset: bool) -> None:
         """After ``Placement.apply`` (the records are current): start a follower for each

@@ -13,7 +13,6 @@ def placement(live: list[str], records: list[dict[str, Any]], me: str = "a") -> 
         me,
         None,  # type: ignore[arg-type]
         lambda _: None,
-        lambda _: None,
         lambda: {name: {} for name in live},
     )
     for i, record in enumerate(records):

@@ -132,14 +132,18 @@ class AdminBase:
         )
 
     def _stream_connections(self) -> list[StreamConnection]:
-        """Open stream-protocol connections (past Open), oldest first."""
+        """Open stream-protocol connections (past Open), oldest first; not another cluster
+        node's replica (``trusted``: internal, as the inter-node link)."""
         if self.stream_node is None:
             return []
         return sorted(
             (
                 c
                 for c in self.stream_node.connections
-                if isinstance(c, StreamConnection) and c.alive and c.vhost is not None
+                if isinstance(c, StreamConnection)
+                and c.alive
+                and c.vhost is not None
+                and not c.trusted
             ),
             key=lambda c: c.id,
         )

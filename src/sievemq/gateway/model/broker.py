@@ -379,6 +379,8 @@ class Broker:
         else:
             kind = "quorum" if queue.kind == "quorum" else "classic"
             self.counters.retire(kind, classic_message_stats(queue))
+            if queue.exclusive and self.directory is not None:
+                self.directory.release_exclusive(queue.vhost, queue.name)  # cluster-wide
 
     def set_vhost_metadata(
         self,

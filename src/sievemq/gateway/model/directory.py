@@ -41,6 +41,11 @@ class LinkChannel(Protocol):
         """Its channel number on the link: the frames written to it carry it."""
         ...
 
+    @property
+    def frame_max(self) -> int:
+        """The link's frame size: no frame the leader sends on it is larger."""
+        ...
+
     def write(self, data: bytes) -> None:
         """Whole encoded frames for this channel, sent after what was written before."""
         ...
@@ -71,10 +76,32 @@ class QueueDirectory(Protocol):
         """The name of the node that leads the queue when it is another node, else None."""
         ...
 
-    def open_link(self, vhost: str, name: str, receiver: LinkReceiver) -> LinkChannel:
+    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
+        """The node whose client connection owns exclusive queue ``name`` when it is another
+        node, else None (405 RESOURCE_LOCKED for any use of it through this node)."""
+        ...
+
+    def claim_exclusive(self, vhost: str, name: str) -> Pending | None:
+        """Record a new exclusive queue of this node cluster-wide: the declare-ok waits for
+        the future (``ReplicationFailed`` when etcd did not record it)."""
+        ...
+
+    def release_exclusive(self, vhost: str, name: str) -> None:
+        """This node's exclusive queue is gone: the cluster forgets it."""
+        ...
+
+    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
+        """Send a direct reply to the node whose requester made reply name ``name``; False
+        when no other live node made it (``cluster/replies.py``)."""
+        ...
+
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+    ) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it
-        (``link_closed`` with code 0, on a later loop turn)."""
+        (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
+        wanted when it is free (a client's: what the leader sends needs no other)."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:

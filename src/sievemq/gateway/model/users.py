@@ -170,6 +170,21 @@ class User:
         )
 
 
+CLUSTER_USER_PREFIX = "cluster-link:"  # the trusted login of another cluster node
+
+
+def cluster_user(username: str, password: str, secret: str | None) -> User | None:
+    """Another cluster node's trusted login on the Stream-protocol port (a stream replica,
+    ``cluster/replication.py``): user ``cluster-link:NODE``, the cluster secret as password
+    (as the inter-node link logs in, ``gateway/session/peer.py``). The user is no user of
+    this node: it may open any vhost with every permission; None when it does not match."""
+    if secret is None or not username.startswith(CLUSTER_USER_PREFIX):
+        return None
+    if not hmac.compare_digest(password.encode("utf-8"), secret.encode("utf-8")):
+        return None
+    return User(username, "", ("administrator",))
+
+
 class Users:
     """The user database of a broker."""
 

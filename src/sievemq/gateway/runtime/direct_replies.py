@@ -38,6 +38,11 @@ class DirectReplies:
         self._instance = secrets.token_bytes(6)
         self._targets: dict[str, ReplyTarget] = {}
 
+    @property
+    def instance(self) -> bytes:
+        """This server's part of its reply names (a cluster node advertises it)."""
+        return self._instance
+
     def register(self, target: ReplyTarget, connection_id: int, channel: int) -> str:
         """A new reply name for the consumer ``target`` of that connection's channel."""
         where = _CHANNEL.pack(self._instance, connection_id, channel)

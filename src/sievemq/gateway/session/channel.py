@@ -273,6 +273,22 @@ class Channel:
         leader = directory.leader_elsewhere(self.connection.vhost_name, name)
         return None if leader is None else (directory, leader)
 
+    def _locked_elsewhere(self, name: str) -> None:
+        """405 RESOURCE_LOCKED for an exclusive queue another cluster node's connection
+        owns, as RabbitMQ answers any connection but the owner."""
+        directory = self._node.broker.directory
+        if directory is None or not name or name in self.vhost.classic.queues:
+            return
+        if directory.exclusive_elsewhere(self.connection.vhost_name, name) is not None:
+            raise classic_vhost.locked(name, self.connection.vhost_name)
+
+    def _reply_elsewhere(self, name: str, props: bytes, body: bytes) -> bool:
+        """A direct reply whose requester is on another cluster node: forwarded there."""
+        directory = self._node.broker.directory
+        if directory is None or not self.forwards:
+            return False  # (a reply that came over the link is not sent on again)
+        return directory.forward_reply(self.connection.vhost_name, name, props, body)
+
     def _hold(self, pending: Any, held: list[bytes]) -> None:
         """The method changed durable definitions: its reply (``held``) and every frame of
         this channel after it wait until the change is on disk, fdatasynced in a worker
@@ -386,7 +402,10 @@ class Channel:
             if (
                 not exchange
                 and routing_key.startswith(REPLY_NAME_PREFIX)
-                and direct_reply.deliver(self.connection, routing_key, props, body)
+                and (
+                    direct_reply.deliver(self.connection, routing_key, props, body)
+                    or self._reply_elsewhere(routing_key, props, body)
+                )
             ):  # a direct reply went straight to its requester: routed, never returned
                 if confirm is not None:
                     confirm.take(0)
@@ -737,9 +756,11 @@ class Channel:
             return direct_reply.declare(self, m)
         if not m.passive and m.queue:
             self._allow("configure", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         if self._declared_elsewhere(m) or self._placed_elsewhere(m):
             return
         classic_consumer.flush_before_declare(self, m.queue)
+        fresh = m.exclusive and not m.passive and m.queue not in self.vhost.classic.queues
         queue, messages, consumers = self.vhost.declare_queue(
             m.queue,
             passive=m.passive,
@@ -749,6 +770,11 @@ class Channel:
             arguments=dict(m.arguments or {}),
             owner=self.connection,
         )
+        directory = self._node.broker.directory
+        if fresh and directory is not None:  # the cluster learns the name is taken
+            claimed = directory.claim_exclusive(self.connection.vhost_name, queue.name)
+            if claimed is not None:
+                self._definitions_sync.also_wait(claimed)
         if not m.nowait:
             self.connection.write_frames(  # after any queued replies
                 [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
@@ -784,6 +810,7 @@ class Channel:
     def _queue_delete(self, m: Any) -> None:
         # the node's delete listener cancels consumers and nacks pending appends
         self._allow("configure", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:  # deleted on its leader
             return remote.delete(self, *led, m)
@@ -812,6 +839,7 @@ class Channel:
         self.connection.send_method(self.id, spec.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             self._allow("read", "queue", m.queue)
@@ -822,6 +850,7 @@ class Channel:
         raise purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             self._allow("read", "queue", m.queue)
@@ -843,6 +872,7 @@ class Channel:
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
         self._allow("read", "queue", m.queue)
+        self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
             return remote.consume(self, *led, m)

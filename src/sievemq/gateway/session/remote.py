@@ -7,8 +7,10 @@ is the client's) and basic.consume with the same consumer tag and arguments; the
 ordinary session code serves it. What comes back is relayed to the client's channel: HOT
 PATH, a basic.deliver gets this channel's next delivery tag (one tag space with the local
 deliveries, in ``Channel.unacked``) and the client's channel number; header and body frames
-pass through as bytes, re-framed for the client's channel (a body split only when the
-client's frame_max is smaller than the link's). Nothing is decoded or re-encoded.
+pass through as bytes. A run of frames read at once arrives as a span of the read
+(``link_run``): one copy, patched in place (channel numbers, delivery tags), one write; a
+client whose frame_max is smaller than the link's gets them re-framed (bodies split) by
+``link_frames``. Nothing is decoded or re-encoded.
 
 ``RemoteDeliveries`` (one per channel) maps the client's ack, nack, reject and recover back
 to the link's delivery tags and sends them once per loop turn; a run of acks that leaves
@@ -36,6 +38,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, hotcodec
 from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
+from sievemq.amqp.spans import frames_of
 from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, QueueDirectory
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
@@ -43,10 +46,13 @@ from sievemq.storage import FilterSpec, FilterStats
 _HEAD = struct.Struct(">BHI")
 _END_HEAD = struct.Struct(">BBHI")  # the frame end of the frame before, this one's header
 _Q = struct.Struct(">Q")
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
 _HH = struct.Struct(">HH")
 _END = b"\xce"
 
 _DELIVER = _HH.pack(60, 60)
+_DELIVER_ID = _I.unpack(_DELIVER)[0]
 _CONSUME_OK = (60, 21)
 _CANCEL = (60, 30)
 _CANCEL_OK = (60, 31)
@@ -392,6 +398,63 @@ class RemoteConsumer(LinkUser):
         self._write(out)
         return None
 
+    def link_run(
+        self, link: LinkChannel, src: bytes, starts: list[int], first: int, stop: int
+    ) -> None:
+        """HOT PATH: the same relay for a run of frames that arrived as one span of the
+        link's read (``amqp/spans.py``): ONE copy of the span, in which each frame's
+        channel number (none when the link channel's is the client's) and each delivery's tag
+        are patched in place, written in one call.
+        The consumer tag is the client's already (the link consumes with it). A run that
+        may need a body split (the client's frame_max is smaller than the link's), or that
+        arrives after a cancel, takes ``link_frames``."""
+        channel = self.channel
+        if not self.active or channel.closing or channel.connection.frame_max < link.frame_max:
+            return self.link_frames(link, frames_of(src, starts, first, stop))
+        base = starts[first]
+        buf = bytearray(memoryview(src)[base : starts[stop]])
+        chid = channel.id
+        put_channel = _H.pack_into
+        method_id = _I.unpack_from
+        link_tag = _Q.unpack_from
+        put_tag = _Q.pack_into
+        at = 7 + self._tag_at
+        owed = self.out
+        unacked = channel.unacked
+        track = not self.no_ack
+        tag = channel.next_delivery_tag
+        patch = chid != link.number  # else the link channel is numbered as the client's
+        delivered = 0
+        done = 0  # bytes of buf written (up to a method relayed on its own)
+        for i in range(first, stop):
+            o = starts[i] - base
+            if patch:
+                put_channel(buf, o + 1, chid)
+            if buf[o] != 1:
+                continue
+            if method_id(buf, o + 7)[0] != _DELIVER_ID:
+                channel.next_delivery_tag = tag
+                if o > done:
+                    channel.connection.write_joined(bytes(buf[done:o]))
+                done = starts[i + 1] - base
+                self._method(bytes(buf[o + 7 : done - 1]))
+                if not self.active or channel.closing:
+                    self.delivered += delivered
+                    return None
+                tag = channel.next_delivery_tag
+                continue
+            if track:
+                owed[tag] = link_tag(buf, o + at)[0]
+                unacked[tag] = self
+            put_tag(buf, o + at, tag)
+            tag += 1
+            delivered += 1
+        channel.next_delivery_tag = tag
+        self.delivered += delivered
+        if done < len(buf):
+            channel.connection.write_joined(bytes(buf) if not done else bytes(buf[done:]))
+        return None
+
     def _write(self, out: list[bytes]) -> None:
         """The pieces of whole frames, each header led by the frame end of the one before:
         the first's is dropped, the last frame's added."""
@@ -548,7 +611,7 @@ def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) ->
     vhost = channel.connection.vhost_name
     queue = LeaderQueue(vhost, m.queue, leader)
     consumer = RemoteConsumer(channel, tag, queue, channel.prefetch, bool(m.no_ack))
-    consumer.link = directory.open_link(vhost, m.queue, consumer)
+    consumer.link = directory.open_link(vhost, m.queue, consumer, channel.id)
     consumer._nowait = bool(m.nowait)
     deliveries_of(channel).users.append(consumer)
     channel.consumers[tag] = consumer

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model.directory import LeaderUnavailable, place_elsewhere
 from sievemq.gateway.model.stream import super_streams
-from sievemq.gateway.model.users import User
+from sievemq.gateway.model.users import Permission, User, cluster_user
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.runtime.stream.appender import StreamAppender
@@ -83,6 +83,7 @@ class StreamConnection:
         self.alive = False
         self.writing_paused = False
         self.user: User | None = None
+        self.trusted = False  # another cluster node's replica (``cluster_user``)
         self.vhost: VirtualHost | None = None
         self.client_properties: dict[str, str] = {}
         self.frame_max = snode.frame_max
@@ -402,7 +403,10 @@ class StreamConnection:
         except UnicodeDecodeError:
             self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.SASL_ERROR))
             return
-        user = self.node.broker.authenticate(username, password)
+        user = cluster_user(username, password, self.snode.cluster_secret())
+        trusted = user is not None and self.user is None
+        if user is None:
+            user = self.node.broker.authenticate(username, password)
         if user is None:
             self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.AUTHENTICATION_FAILURE))
             self.close(wire.AUTHENTICATION_FAILURE, "authentication failure")
@@ -420,6 +424,7 @@ class StreamConnection:
             self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.OK))
             return
         self.user = user
+        self.trusted = trusted
         self.write(wire.response(wire.SASL_AUTHENTICATE, corr, wire.OK))
         self.write(wire.tune(self.snode.frame_max, self.snode.heartbeat))
 
@@ -439,13 +444,16 @@ class StreamConnection:
         if self.user is None:
             self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
             return
+        if self.trusted:
+            # another node's replica copies what etcd names it, in any vhost (as the link)
+            self.user.permissions[name] = Permission()
         try:
             self.vhost = self.node.broker.open_vhost(self.user, name)
         except NotAllowed:
             self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
             self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, f"access to vhost '{name}' refused")
             return
-        refusal = self.node.connection_refusal(self.vhost, self.user.name)
+        refusal = None if self.trusted else self.node.connection_refusal(self.vhost, self.user.name)
         if refusal is not None:
             # the vhost or user max-connections, counted over both protocols: refused as
             # RabbitMQ's stream plugin refuses an Open (12), with the AMQP refusal's text
@@ -454,7 +462,8 @@ class StreamConnection:
             self.write(wire.open_response(corr, wire.VIRTUAL_HOST_ACCESS_FAILURE, {}))
             self.close(wire.VIRTUAL_HOST_ACCESS_FAILURE, refusal)
             return
-        self.node.note_opened(self, name, self.user.name)
+        if not self.trusted:  # another node's replica counts against no limit
+            self.node.note_opened(self, name, self.user.name)
         props = {
             "advertised_host": self.snode.advertised_host,
             "advertised_port": str(self._port),
@@ -504,7 +513,7 @@ class StreamConnection:
         assert self.vhost is not None and self.user is not None
         # the user's permissions now (an HTTP change reaches open connections, as
         # RabbitMQ's live lookup does); a deleted user may do nothing
-        live = self.node.broker.users.get(self.user.name)
+        live = self.user if self.trusted else self.node.broker.users.get(self.user.name)
         try:
             access.check(live, self.vhost.name, kind, resource, stream)
         except AccessRefused:

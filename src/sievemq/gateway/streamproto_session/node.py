@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sievemq.gateway.streamproto_session.sac import DEFAULT_TIMEOUT_S, SacCoordinator
@@ -30,6 +31,10 @@ SERVER_PROPERTIES = {
 }
 
 
+def _no_secret() -> str | None:
+    return None  # a single node: no cluster login
+
+
 class StreamNode:
     """The AMQP node (broker, appenders, limits) plus stream-protocol state."""
 
@@ -48,6 +53,8 @@ class StreamNode:
         self.frame_max = frame_max
         self.heartbeat = heartbeat
         self.connections: set[ConnectionPort] = set()
+        # a cluster node's secret (``cluster/secret.py``): other nodes' replicas log in with it
+        self.cluster_secret: Callable[[], str | None] = _no_secret
         # single-active-consumer groups
         self.sac = SacCoordinator(consumer_update_timeout_s, node.loop.call_later)
         self._sequences: dict[int, tuple[StreamQueue, PublisherSequences]] = {}

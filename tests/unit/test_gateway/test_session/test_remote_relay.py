@@ -9,11 +9,16 @@ frame_max is split, and the client's acks reach the link as the link's tags.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
-from sievemq.amqp import frames, hotcodec
+import pamqp.commands as spec
+import pytest
+
+from sievemq.amqp import codec, frames, hotcodec
 from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
+from sievemq.amqp.spans import SpanReader, frames_of
 from sievemq.gateway.model.directory import LeaderQueue
 from sievemq.gateway.session.remote import RemoteConsumer, RemoteDeliveries
 
@@ -70,6 +75,7 @@ class Channel:
 
 class Link:
     number = LINK_CHANNEL
+    frame_max = 131072
 
     def __init__(self) -> None:
         self.written: list[bytes] = []
@@ -80,6 +86,14 @@ class Link:
 
     def close(self) -> None:
         self.closed = True
+
+
+def leader_bytes(first_tag: int, bodies: list[bytes], number: int = LINK_CHANNEL) -> bytes:
+    encoder = hotcodec.DeliveryEncoder(number, TAG, 131072)
+    out: list[bytes] = []
+    for i, body in enumerate(bodies):
+        encoder.encode(out, first_tag + i, "", "orders", PROPS, body, 100 + i)
+    return b"".join(out)
 
 
 def leader_frames(first_tag: int, bodies: list[bytes], frame_max: int = 131072) -> list[Any]:
@@ -168,3 +182,52 @@ def test_a_cancelled_consumer_requeues_what_crossed_the_cancel_and_closes_when_s
         LINK_CHANNEL, 2, False, True
     ) + hotcodec.encode_basic_ack(LINK_CHANNEL, 1, True)
     assert link.closed and relay not in remote.users
+
+
+@pytest.mark.parametrize("frame_max", [131072, 4096])
+@pytest.mark.parametrize("no_ack", [False, True])
+@pytest.mark.parametrize("number", [LINK_CHANNEL, CLIENT_CHANNEL])
+def test_a_span_is_relayed_byte_for_byte_as_the_frames_are(
+    frame_max: int, no_ack: bool, number: int
+) -> None:
+    """Patched in place (or, for a client with a smaller frame_max, split as pairs): the
+    client reads the same bytes, tags and outstanding deliveries either way, whether the
+    link channel's number is the client's or not; a method amid the deliveries (here the
+    consume-ok) is answered where it arrived."""
+    consume_ok = codec.encode_method(number, spec.Basic.ConsumeOk(consumer_tag=TAG))
+    bodies = [b"a" * 10, b"", bytes(range(256)) * 40, b"d"]
+    data = leader_bytes(40, bodies[:2], number) + consume_ok + leader_bytes(42, bodies[2:], number)
+    written = []
+    for spans in (False, True):
+        channel, relay, link = consumer(frame_max)
+        link.number = number
+        relay.no_ack = no_ack
+        channel.next_delivery_tag = 3
+        src, starts, _ = SpanReader(131072, 1 << 20).feed(data)
+        if spans:
+            relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
+        else:
+            relay.link_frames(link, frames_of(src, starts, 0, len(starts) - 1))  # type: ignore[arg-type]
+        written.append(b"".join(channel.connection.written))
+        assert channel.next_delivery_tag == 7 and relay.delivered == 4
+        assert relay.out == ({} if no_ack else {3: 40, 4: 41, 5: 42, 6: 43})
+        assert channel.unacked == ({} if no_ack else dict.fromkeys((3, 4, 5, 6), relay))
+    assert written[0] == written[1]
+    seen = frames.FrameReader(131072, 1 << 20).feed(written[1])
+    assert {ch for _, ch, _ in seen} == {CLIENT_CHANNEL}
+    tags = [
+        struct.unpack_from(">Q", p, 5 + len(TAG))[0]
+        for t, _, p in seen
+        if t == frames.FRAME_METHOD and p[:4] == b"\x00\x3c\x00\x3c"
+    ]
+    assert tags == [3, 4, 5, 6]
+
+
+def test_a_span_after_the_cancel_requeues_as_the_frames_do() -> None:
+    channel, relay, link = consumer()
+    relay.stop()  # nothing outstanding: the link channel closes
+    channel.connection.node.loop.run()
+    src, starts, _ = SpanReader(131072, 1 << 20).feed(leader_bytes(9, [b"x"]))
+    relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
+    channel.connection.node.loop.run()
+    assert channel.connection.written == []
