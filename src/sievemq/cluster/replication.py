@@ -12,8 +12,13 @@ leader stored it, Bloom bits and all) and appends every chunk as it came
 follower that loses its connection, or a node that restarts, resumes from its copy's end. A
 stream deleted (its record deleted) loses its copies.
 
-What this is not yet (docs/cluster.md): a confirm does not wait for the replicas, nothing
-fails over to a replica, and no epoch fences an old leader.
+After each appended chunk (after its fdatasync under ``--fsync always``) the follower tells
+the leader what its copy holds (``wire.REPLICA_HOLDS``: the record's epoch, the copy's end):
+the leader commits a chunk once a majority holds it (``cluster/commit.py``). Readers of
+the copy here read up to its end, not up to the leader's committed offset.
+
+What this is not yet (docs/cluster.md): nothing fails over to a replica, and no epoch
+fences an old leader.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class Follower:
         queue: StreamQueue,
         leader: Callable[[], tuple[str, int] | None],
         credentials: Callable[[], tuple[str, str]],
+        epoch: Callable[[], int] = lambda: 1,
     ) -> None:
         self.queue = queue  # the copy as Stream-protocol subscribers on this node read it
         self.stream = queue.stream
@@ -71,6 +77,7 @@ class Follower:
         self.name = queue.name
         self._leader = leader  # the leader's stream listener now (None: not running)
         self._credentials = credentials  # read at each login: the secret may change
+        self._epoch = epoch  # the epoch of the record it follows (its acknowledgements')
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
@@ -110,6 +117,8 @@ class Follower:
                 + wire.enc_properties({"sievemq-replica": "true"})
             )
             await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
+            # what it holds already (a leader that restarted learns it so)
+            writer.write(wire.replica_holds(0, self._epoch(), self.stream.end_offset))
             self.connected.set()
             log.info(
                 "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
@@ -123,7 +132,11 @@ class Follower:
                 key, version, frame = await _frame(reader)
                 if key == wire.DELIVER:
                     await self._append(frame, version)
-                    writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
+                    # held (and synced under always): the leader may commit it; one more chunk
+                    writer.write(
+                        wire.replica_holds(0, self._epoch(), self.stream.end_offset)
+                        + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
+                    )
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
@@ -269,7 +282,12 @@ class Replication:
             current = self.placement.records.get(queue, {})
             return self.placement.stream_listener(str(current.get("leader")), False)
 
-        return Follower(StreamQueue(name, vhost, arguments, stream), leader, self._credentials)
+        def epoch() -> int:
+            return int(self.placement.records.get(queue, {}).get("epoch", 1))
+
+        return Follower(
+            StreamQueue(name, vhost, arguments, stream), leader, self._credentials, epoch
+        )
 
     def queue(self, vhost: str, name: str) -> StreamQueue | None:
         """This node's replica of a stream, to read (``Placement.replica_of``)."""

@@ -45,6 +45,12 @@ CREATE_SUPER_STREAM = 29
 DELETE_SUPER_STREAM = 30
 RESOLVE_OFFSET_SPEC = 31
 RESPONSE = 0x8000
+# SieveMQ's own commands, between its cluster nodes only: keys from 0x7E00 (RabbitMQ's count
+# up from 1). REPLICA_HOLDS: a stream replica tells its leader, on its subscription, what its
+# copy holds: u8 subscription id, u64 epoch, u64 next offset (everything below it is
+# written, and fdatasynced under --fsync always). No response. Commit by majority reads it
+# (``cluster/commit.py``); from a connection that is no cluster node's it closes with 13.
+REPLICA_HOLDS = 0x7E01
 
 # ---------------------------------------------------------------------------- codes
 OK = 1
@@ -521,3 +527,8 @@ def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]
     except (struct.error, UnicodeDecodeError) as error:
         raise FrameError(f"malformed Publish frame: {error}") from error
     return publisher_id, entries
+
+
+def replica_holds(subscription: int, epoch: int, next_offset: int) -> bytes:
+    """A replica's acknowledgement of what its copy holds (``REPLICA_HOLDS``)."""
+    return frame(REPLICA_HOLDS, struct.pack(">BQQ", subscription, epoch, next_offset))

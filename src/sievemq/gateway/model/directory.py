@@ -126,6 +126,12 @@ class QueueDirectory(Protocol):
         """This node's replica of the stream, for reading (None when it holds none)."""
         ...
 
+    def replica_holds(self, vhost: str, name: str, node: str, epoch: int, offset: int) -> None:
+        """Replica ``node`` of a stream this node leads holds every offset below ``offset``
+        (its acknowledgement, in ``epoch``): the committed offset may move (commit by
+        majority, ``cluster/commit.py``)."""
+        ...
+
     def choose_leader(self) -> str | None:
         """The node a ``balanced`` queue goes to: the live node leading the fewest queues
         (ties: the first name); None when that is this node."""

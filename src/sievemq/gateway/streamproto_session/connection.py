@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model.directory import LeaderUnavailable, place_elsewhere
 from sievemq.gateway.model.stream import super_streams
-from sievemq.gateway.model.users import Permission, User, cluster_user
+from sievemq.gateway.model.users import CLUSTER_USER_PREFIX, Permission, User, cluster_user
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.runtime.stream.appender import StreamAppender
@@ -721,7 +721,8 @@ class StreamConnection:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
         stream = queue.stream
-        if stream.end_offset <= stream.first_offset:
+        # what is committed (a replicated stream's leader: held by a majority)
+        if stream.committed_offset <= stream.first_offset:
             stats = {
                 "first_chunk_id": -1,
                 "committed_chunk_id": -1,
@@ -741,7 +742,7 @@ class StreamConnection:
                 "first_chunk_id": first_chunk,
                 "committed_chunk_id": last_chunk,
                 "last_chunk_id": last_chunk,
-                "committed_offset": stream.end_offset - 1,
+                "committed_offset": stream.committed_offset - 1,
             }
         self.write(wire.stream_stats_response(corr, wire.OK, stats))
 
@@ -967,7 +968,9 @@ class StreamConnection:
             unfiltered = props.get("match-unfiltered") == "true"
             whole = props.get("sievemq-whole-chunks") == "true" or stored
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
-        reader = queue.stream.reader()
+        verbatim = props.get("sievemq-replica") == "true"
+        # a replica's feed reads what is not committed yet: it is what commits it
+        reader = queue.stream.reader(tail=verbatim)
         try:
             seek(reader, offset)
         except (StorageError, OSError) as error:
@@ -975,7 +978,6 @@ class StreamConnection:
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        verbatim = props.get("sievemq-replica") == "true"
         sub = Subscription(self, sid, queue, reader, credit, spec, offset, stored, verbatim)
         sub.properties = props
         self.subscriptions[sid] = sub
@@ -992,6 +994,21 @@ class StreamConnection:
             # held until the group activates it (ConsumerUpdate answered)
             self.snode.sac.register(self, sub, (self.vhost.name, queue.name, group_name), index)
         sub.start()
+
+    def _replica_holds(self, cur: Cursor) -> None:
+        """A replica's acknowledgement of what its copy holds (``wire.REPLICA_HOLDS``): the
+        cluster's commit by majority takes it. Only another cluster node may send it."""
+        sid = cur.u8()
+        epoch = cur.u64()
+        offset = cur.u64()
+        sub = self.subscriptions.get(sid)
+        directory = self.node.broker.directory
+        if not self.trusted or self.user is None or sub is None or not sub.verbatim:
+            self.close(wire.UNKNOWN_FRAME, f"unknown frame: key {wire.REPLICA_HOLDS}")
+            return
+        if directory is not None and self.vhost is not None:
+            node = self.user.name.removeprefix(CLUSTER_USER_PREFIX)
+            directory.replica_holds(self.vhost.name, sub.queue.name, node, epoch, offset)
 
     def _consumer_update_reply(self, cur: Cursor) -> None:
         self.snode.sac.on_reply(self, wire.parse_consumer_update_reply(cur.data))
@@ -1085,4 +1102,5 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.CONSUMER_UPDATE | wire.RESPONSE: StreamConnection._consumer_update_reply,
     wire.STORE_OFFSET: StreamConnection._store_offset,
     wire.QUERY_OFFSET: StreamConnection._query_offset,
+    wire.REPLICA_HOLDS: StreamConnection._replica_holds,
 }

@@ -238,7 +238,7 @@ class Subscription(CommitWaker):
         return self.stats.snapshot()
 
     def start(self) -> None:
-        self.listen()
+        self.listen(self.verbatim)  # a replica's feed reads past the committed offset
         self.wake()
 
     def add_credit(self, n: int) -> None:

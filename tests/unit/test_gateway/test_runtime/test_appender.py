@@ -140,3 +140,37 @@ async def test_shutdown_waits_for_the_append_in_flight_then_writes_the_buffer(
     assert _stored(reopened) == [b"m1", b"m2"]
     reopened.close()
     executor.shutdown()
+
+
+@pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
+async def test_a_gated_stream_confirms_once_committed(
+    tmp_path: Path, durability: Durability
+) -> None:
+    """A replicated stream's leader: a written batch is confirmed only once the committed
+    offset passes its end; a delete nacks what is still held."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
+    stream.gate()
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)
+    sink = Sink()
+    try:
+        appender.submit(_msg(b"a"), sink, 1)
+        appender.submit(_msg(b"b"), sink, 2)
+        while stream.end_offset < 2 or appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.submit(_msg(b"c"), sink, 3)
+        while stream.end_offset < 3 or appender.held < 2:
+            await asyncio.sleep(0.01)
+        assert sink.outcomes == {}
+        stream.commit(2)  # the first batch's end: its two confirms go
+        assert sink.outcomes == {1: True, 2: True}
+        stream.commit(3)
+        assert sink.outcomes == {1: True, 2: True, 3: True}
+        appender.submit(_msg(b"d"), sink, 4)
+        while appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.close()
+        assert sink.outcomes[4] is False
+    finally:
+        executor.shutdown()
+        stream.close()

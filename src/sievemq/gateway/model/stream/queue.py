@@ -77,7 +77,7 @@ class _Unopened:
     (made on first need and kept: nothing changes its files until it opens), and what its
     policy does to it once it opens (with the filter size it will have meanwhile)."""
 
-    __slots__ = ("filter_size_bytes", "on_open", "opener", "summary", "survey")
+    __slots__ = ("filter_size_bytes", "hooks", "on_open", "opener", "summary", "survey")
 
     def __init__(
         self, opener: Callable[[], Stream], survey: Callable[[], StreamSurvey | None] | None
@@ -86,6 +86,7 @@ class _Unopened:
         self.survey = survey
         self.summary: StreamSurvey | None = None
         self.on_open: Callable[[Stream], None] | None = None
+        self.hooks: list[Callable[[Stream], None]] = []  # (``on_first_open``)
         self.filter_size_bytes: int | None = None
 
     def surveyed(self) -> StreamSurvey | None:
@@ -152,7 +153,18 @@ class StreamQueue:
             self._unopened = None
             if unopened.on_open is not None:
                 unopened.on_open(stream)
+            for hook in unopened.hooks:
+                hook(stream)
         return stream
+
+    def on_first_open(self, hook: Callable[[Stream], None]) -> None:
+        """Run ``hook`` on the storage stream when it opens (now if it is open): the
+        cluster gates a replicated stream without opening an idle one."""
+        unopened = self._unopened
+        if unopened is None:
+            hook(self.stream)
+        else:
+            unopened.hooks.append(hook)
 
     def when_open(self, change: Callable[[Stream], None], filter_size_bytes: int) -> None:
         """Run ``change`` on the storage stream now if it is open, else when it is first

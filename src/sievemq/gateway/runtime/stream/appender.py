@@ -10,6 +10,11 @@ confirms are settled. Durability decides where the write runs:
   worker thread (on duplicated descriptors) so the loop never waits for the disk.
 - ``never``: append inline.
 
+A replicated stream's leader gates its stream (``Stream.gate``, ``cluster/commit.py``): the
+confirms of a written batch are then held until the stream's committed offset (what a
+majority of its members holds) reaches the batch's end. An ungated stream (a single node,
+a stream with one member) settles at once, as before: one attribute test per batch.
+
 When the stream has registered SQL subscriptions, each batch is evaluated against them here,
 before ``Stream.append``, and the answer travels as the chunk's opaque extra blob (storage
 stays protocol-free; see ``filtering.subscriptions``).
@@ -21,7 +26,9 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
 
@@ -44,10 +51,13 @@ class StreamAppender:
         "_closed",
         "_dirty",
         "_executor",
+        "_held",
         "_in_flight",
         "_in_flight_done",
         "_in_flight_tokens",
+        "_listening",
         "_loop",
+        "_loop_thread",
         "_on_exhausted",
         "_scheduled",
         "_sinks",
@@ -94,6 +104,47 @@ class StreamAppender:
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
         self._subscriptions = registry(stream)
+        # a gated stream's written batches whose confirms wait for the committed offset:
+        # (the batch's end offset, its confirms), oldest first
+        self._held: deque[tuple[int, Tokens]] = deque()
+        self._listening = False
+        self._loop_thread = threading.get_ident()
+
+    def _confirm(self, tokens: Tokens) -> None:
+        """A batch is written (and synced as ``--fsync`` says): confirm it, or on a gated
+        stream hold it until the committed offset reaches its end."""
+        stream = self.stream
+        if not stream.gated:
+            _settle(tokens, True)
+            return
+        end = stream.end_offset
+        if end <= stream.committed_offset:
+            _settle(tokens, True)
+            return
+        if not tokens:
+            return
+        self._held.append((end, tokens))
+        if not self._listening:
+            self._listening = True
+            stream.add_listener(self._on_committed)
+
+    def _on_committed(self, committed: int) -> None:
+        """The stream's committed offset moved (in ``Stream.commit``'s thread, or in the
+        appending worker's once the stream is ungated)."""
+        if threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._on_committed, committed)
+            return
+        held = self._held
+        while held and held[0][0] <= committed:
+            _settle(held.popleft()[1], True)
+        if not held and self._listening:
+            self._listening = False
+            self.stream.remove_listener(self._on_committed)
+
+    @property
+    def held(self) -> int:
+        """Written batches whose confirms wait for the committed offset."""
+        return len(self._held)
 
     @property
     def pending(self) -> int:
@@ -169,11 +220,11 @@ class StreamAppender:
                 _settle(tokens, False)
                 return
             oks = _append_each(self.stream, batch, self._extras(batch))
-            _settle_each(sinks, tokens, oks)
+            _settle_each(sinks, tokens, oks, self._confirm)
             ok = any(oks)
         else:
             self.latencies.append.observe(time.perf_counter() - started)
-            _settle(tokens, True)
+            self._confirm(tokens)
             ok = True
         if ok and self.durability is Durability.BATCH:
             self._dirty = True
@@ -238,7 +289,7 @@ class StreamAppender:
         if error is None:
             # durability always: the worker appended and fdatasynced the batch
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
-            _settle(tokens, True)
+            self._confirm(tokens)
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
         if len(batch) == 1 or self._exhausted(error):
@@ -248,7 +299,7 @@ class StreamAppender:
         # worker thread, and nack only what fails again
         self._start(
             tokens,
-            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch))),
+            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch)), self._confirm),
             _append_each,
             self.stream,
             batch,
@@ -301,9 +352,10 @@ class StreamAppender:
                 self.stream.append(batch, None, self._extra(batch))
             except _APPEND_ERRORS as error:
                 log.error("append to %s failed: %s", self.stream.directory, error)
-                _settle_each(sinks, tokens, _append_each(self.stream, batch, self._extras(batch)))
+                oks = _append_each(self.stream, batch, self._extras(batch))
+                _settle_each(sinks, tokens, oks, self._confirm)
             else:
-                _settle(tokens, True)
+                self._confirm(tokens)
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
@@ -333,6 +385,11 @@ class StreamAppender:
             _settle(tokens, False)
         _, _, tokens = self._take()
         _settle(tokens, False)
+        while self._held:  # written, never committed: the stream goes
+            _settle(self._held.popleft()[1], False)
+        if self._listening:
+            self._listening = False
+            self.stream.remove_listener(self._on_committed)
 
 
 _APPEND_ERRORS = (StorageError, OSError, ValueError)
@@ -386,13 +443,19 @@ def _settle(tokens: Tokens, ok: bool) -> None:
         sink.settle_confirms(seqs, ok)
 
 
-def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Sequence[bool]) -> None:
-    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list."""
+def _settle_each(
+    sinks: Sequence[ConfirmSink | None],
+    tokens: Tokens,
+    oks: Sequence[bool],
+    confirm: Callable[[Tokens], None],
+) -> None:
+    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list;
+    ``confirm`` takes those stored."""
     pending = {sink: iter(seqs) for sink, seqs in tokens.items()}
     good: Tokens = {}
     bad: Tokens = {}
     for sink, ok in zip(sinks, oks, strict=True):
         if sink is not None:
             (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
-    _settle(good, True)
+    confirm(good)
     _settle(bad, False)
