@@ -4,9 +4,10 @@ A stream with three members (``x-initial-cluster-size`` 3, led by ``a``) confirm
 only once a majority (the leader and one replica) holds it, and the leader's readers (an AMQP
 consumer, the HTTP message browser) see only such messages. Both replicas SIGSTOPped: no
 confirm, nothing new to read; SIGCONT: the confirm and the delivery arrive. One replica
-stopped: confirms go on. A stream with one member confirms without any replica. (A
-negative check waits a fixed while: a slow machine can only make it pass more slowly, never
-fail it.)
+stopped: confirms go on. The same over the Stream protocol (rstream's Producer: no
+PublishConfirm; a Subscribe on the leader: no Deliver). A stream with one member confirms
+without any replica. (A negative check waits a fixed while: a slow machine can only make
+it pass more slowly, never fail it.)
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from typing import Any
 
 import aiormq
 import pytest
+from rstream import AMQPMessage, schema
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.stream_client import open_client, producer
+from sievemq.testing.wait import eventually
 
 from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, until
 
@@ -145,3 +149,31 @@ async def test_a_stream_with_one_member_needs_no_replica(
             assert isinstance(confirm, aiormq.spec.Basic.Ack)
             assert await asyncio.wait_for(client.got.get(), WAIT_S) == b"solo"
             assert len(browsed(a, "alone")) == 1
+
+
+async def test_stream_protocol_confirms_and_deliveries_wait_for_a_majority(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    declare(nodes, "majority-sp", 3)
+    chunks: list[int] = []  # the first offset of each chunk a subscriber on the leader got
+
+    async def on_deliver(frame: schema.Deliver) -> None:
+        chunks.append(frame.chunk_first_offset)
+        await reader.credit(1, 1)
+
+    reader = await open_client(a)  # Subscribe straight on the leader
+    reader.add_handler(schema.Deliver, on_deliver, name="1")  # (rstream: by subscription)
+    await reader.run_queue_listener_task(1, on_deliver)
+    await reader.subscribe("majority-sp", 1, initial_credit=10)
+    async with producer(a) as p:
+        await asyncio.wait_for(p.send_wait("majority-sp", AMQPMessage(body=b"one")), WAIT_S)
+        await eventually(lambda: chunks == [0], WAIT_S)  # the subscriber gets the first chunk
+        with stopped(b, c):
+            held = asyncio.ensure_future(p.send_wait("majority-sp", AMQPMessage(body=b"two")))
+            done, _ = await asyncio.wait([held], timeout=QUIET_S)
+            assert not done, "PublishConfirm while no replica could hold it"
+            assert chunks == [0], "a subscriber on the leader got an uncommitted chunk"
+        await asyncio.wait_for(held, WAIT_S)
+        await eventually(lambda: chunks == [0, 1], WAIT_S)
+    await reader.close()
