@@ -298,7 +298,9 @@ class Subscription(CommitWaker):
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
         version = conn.deliver_version
-        committed = stream.last_chunk_id if version >= 2 else 0
+        # v2's committed chunk id; on a gated stream (commit by majority) the newest chunk may
+        # not be committed: then the chunk delivered (committed, since it was read) says it
+        committed = stream.last_chunk_id if version >= 2 and not stream.gated else 0
         out: list[bytes | memoryview] = []
         written = 0
         delivered = self.delivered
