@@ -369,7 +369,7 @@ class Stream:
         self._listeners: list[Callable[[int], None]] = []
         # a replicated stream's leader (``gate``): readers and ``_listeners`` see only what
         # ``commit`` allows; ``_tail_listeners`` hear of every append (its replicas' feed)
-        self._gated = False
+        self.gated = False
         self._tail_listeners: list[Callable[[int], None]] = []
         self._seg: handles.CachedFile | None = None  # the last segment and its index, for appending
         self._idx: handles.CachedFile | None = None
@@ -577,7 +577,7 @@ class Stream:
         end = self.end_offset = first + count
         seg.end_offset = end
         self._last_chunk = first
-        if self._gated:
+        if self.gated:
             for cb in self._tail_listeners:
                 cb(end)
         else:
@@ -631,20 +631,15 @@ class Stream:
         self._listeners = [c for c in self._listeners if c != cb]
         self._tail_listeners = [c for c in self._tail_listeners if c != cb]
 
-    @property
-    def gated(self) -> bool:
-        """Whether readers wait for ``commit`` (a replicated stream's leader)."""
-        return self._gated
-
     def gate(self) -> None:
         """From now on readers and commit listeners see only what ``commit`` allows: a
         replicated stream's leader, where a chunk is committed once a majority holds it
         (``cluster/commit.py``). What is stored now stays readable."""
-        self._gated = True
+        self.gated = True
 
     def ungate(self) -> None:
         """Back to every append being committed at once (a stream without replicas)."""
-        self._gated = False
+        self.gated = False
         self.commit(self.end_offset)
 
     def commit(self, offset: int) -> None:

@@ -968,8 +968,9 @@ class StreamConnection:
             unfiltered = props.get("match-unfiltered") == "true"
             whole = props.get("sievemq-whole-chunks") == "true" or stored
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
-        verbatim = props.get("sievemq-replica") == "true"
-        # a replica's feed reads what is not committed yet: it is what commits it
+        # another node's replica (its cluster login only): chunks as stored, and what is not
+        # committed yet (its acknowledgements are what commits it)
+        verbatim = self.trusted and props.get("sievemq-replica") == "true"
         reader = queue.stream.reader(tail=verbatim)
         try:
             seek(reader, offset)
