@@ -23,9 +23,10 @@ import aiormq
 import pytest
 from rstream import AMQPMessage, schema
 
+from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
-from sievemq.testing.stream_client import open_client, producer
+from sievemq.testing.stream_client import RawStreamClient, open_client, producer
 from sievemq.testing.wait import eventually
 
 from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, until
@@ -177,3 +178,17 @@ async def test_stream_protocol_confirms_and_deliveries_wait_for_a_majority(
         await asyncio.wait_for(held, WAIT_S)
         await eventually(lambda: chunks == [0, 1], WAIT_S)
     await reader.close()
+
+
+def test_an_acknowledgement_from_a_client_is_refused(nodes: dict[str, ServerProcess]) -> None:
+    """Only another node's replica subscription may say what it holds: a user's connection
+    that sends ``REPLICA_HOLDS`` is closed with 13 (unknown frame)."""
+    raw = RawStreamClient(nodes["a"])
+    try:
+        assert raw.open() == wire.OK
+        raw.send(wire.REPLICA_HOLDS, bytes([0]) + (1).to_bytes(8, "big") + (99).to_bytes(8, "big"))
+        key, _, body = raw.read_frame()
+        assert key == wire.CLOSE
+        assert int.from_bytes(body[4:6], "big") == wire.UNKNOWN_FRAME
+    finally:
+        raw.close()
