@@ -422,7 +422,7 @@ class Stream:
         if self._last_chunk is None:
             if self.end_offset <= self.first_offset:
                 return -1
-            reader = self.reader()
+            reader = self.reader(tail=True)
             try:
                 reader.seek_last()
                 self._last_chunk = reader.position

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage.publishers import PublisherSequences
 
 
 def _msg(body: bytes) -> Message:
@@ -65,3 +66,14 @@ def test_a_gated_stream_reads_up_to_the_committed_offset(tmp_path: Path) -> None
         stream.append([_msg(b"e")])
         assert stream.committed_offset == 5
         assert committed == [2, 3, 4, 5]
+
+
+def test_dedup_sequences_see_what_is_not_committed_yet(tmp_path: Path) -> None:
+    """A retried publish must be known as a duplicate while its first copy waits for the
+    majority: the publisher sequences read past the committed offset."""
+    with Stream.open(tmp_path / "s", StreamConfig()) as stream:
+        stream.gate()
+        stream.append([_msg(b"held")])
+        assert stream.committed_offset == 0
+        sequences = PublisherSequences(stream, lambda properties: ("publisher", 7))
+        assert sequences.get("publisher") == 7
