@@ -33,6 +33,7 @@ from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, until
 
 Channel = aiormq.abc.AbstractChannel
 QUIET_S = 3.0  # how long a held confirm or delivery must stay away
+LONG_S = 120  # rstream's send_wait gives up after 5 s unless told otherwise
 
 
 @pytest.fixture(scope="module")
@@ -171,13 +172,49 @@ async def test_stream_protocol_confirms_and_deliveries_wait_for_a_majority(
         await asyncio.wait_for(p.send_wait("majority-sp", AMQPMessage(body=b"one")), WAIT_S)
         await eventually(lambda: chunks == [0], WAIT_S)  # the subscriber gets the first chunk
         with stopped(b, c):
-            held = asyncio.ensure_future(p.send_wait("majority-sp", AMQPMessage(body=b"two")))
+            held = asyncio.ensure_future(
+                p.send_wait("majority-sp", AMQPMessage(body=b"two"), timeout=LONG_S)
+            )
             done, _ = await asyncio.wait([held], timeout=QUIET_S)
             assert not done, "PublishConfirm while no replica could hold it"
             assert chunks == [0], "a subscriber on the leader got an uncommitted chunk"
         await asyncio.wait_for(held, WAIT_S)
         await eventually(lambda: chunks == [0, 1], WAIT_S)
     await reader.close()
+
+
+async def test_a_duplicate_is_confirmed_only_once_its_first_copy_is_committed(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Dedup (a named Stream-protocol publisher): a publish retried while its first copy
+    waits for the majority is a duplicate, and its confirm waits with the first copy's."""
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    declare(nodes, "majority-dedup", 3)
+
+    def message(publishing_id: int) -> AMQPMessage:
+        built = AMQPMessage(body=f"id {publishing_id}".encode())
+        built.publishing_id = publishing_id  # (the constructor does not take it)
+        return built
+
+    async with producer(a) as p:
+
+        def send(publishing_id: int) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(
+                p.send_wait(
+                    "majority-dedup", message(publishing_id), publisher_name="dd", timeout=LONG_S
+                )
+            )
+
+        await asyncio.wait_for(send(1), WAIT_S)
+        with stopped(b, c):
+            first = send(2)
+            done, _ = await asyncio.wait([first], timeout=QUIET_S / 2)
+            assert not done
+            retry = send(2)  # the client retries: a duplicate of a held publish
+            done, _ = await asyncio.wait([first, retry], timeout=QUIET_S)
+            assert not done, "a duplicate confirmed before its first copy was committed"
+        await asyncio.wait_for(asyncio.gather(first, retry), WAIT_S)
+    assert len(browsed(a, "majority-dedup")) == 2  # stored once
 
 
 def test_an_acknowledgement_from_a_client_is_refused(nodes: dict[str, ServerProcess]) -> None:

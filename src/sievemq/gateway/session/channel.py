@@ -452,14 +452,22 @@ class Channel:
         again then, or it is a duplicate everywhere: confirmed, stored nowhere)."""
         if self._wait_for_sequences(queues, body, values):
             return None
-        queues = self._not_duplicate(queues, self._props)
-        if not queues:
+        kept = self._not_duplicate(queues, self._props)
+        if not kept:
             confirm = self.confirm
             if confirm is not None:
-                confirm.take(0)
-                self._schedule_confirms()
+                # a replicated stream's leader confirms a duplicate once its first copy is
+                # committed (cluster.md, commit by majority); any other stream at once
+                gated = [q for q in queues if isinstance(q, StreamQueue) and q.stream.gated]
+                seq = confirm.take(len(gated))
+                for queue in gated:
+                    appender = self._appender(queue)
+                    assert isinstance(appender, StreamAppender)
+                    appender.confirm_duplicates(self, [seq])
+                if not gated:
+                    self._schedule_confirms()
             return None
-        return queues
+        return kept
 
     def _wait_for_sequences(self, queues: list[Any], body: bytes, values: Any) -> bool:
         """The first deduplicated publish to a stream since the start needs its publisher

@@ -174,3 +174,29 @@ async def test_a_gated_stream_confirms_once_committed(
     finally:
         executor.shutdown()
         stream.close()
+
+
+async def test_a_gated_stream_confirms_a_duplicate_once_its_first_copy_is_committed(
+    tmp_path: Path,
+) -> None:
+    """Dedup: a publish the stream already holds is confirmed at once on an ungated stream,
+    and on a gated one only once what was submitted before it is committed."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.NEVER))
+    appender = StreamAppender(stream, asyncio.get_running_loop(), None, 1000)
+    sink = Sink()
+    try:
+        appender.confirm_duplicates(sink, [1])
+        assert sink.outcomes == {1: True}
+        stream.gate()
+        appender.submit(_msg(b"first copy"), sink, 2)
+        appender.confirm_duplicates(sink, [3])  # its first copy is in the buffer
+        while appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.confirm_duplicates(sink, [4])  # written, not committed
+        assert sink.outcomes == {1: True}
+        stream.commit(1)
+        assert sink.outcomes == {1: True, 2: True, 3: True, 4: True}
+        appender.confirm_duplicates(sink, [5])  # everything committed
+        assert sink.outcomes[5] is True
+    finally:
+        stream.close()

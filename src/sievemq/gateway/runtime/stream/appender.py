@@ -47,6 +47,7 @@ class StreamAppender:
     """The single writer of one stream on the event loop."""
 
     __slots__ = (
+        "_after_next",
         "_buffer",
         "_closed",
         "_dirty",
@@ -107,12 +108,30 @@ class StreamAppender:
         # a gated stream's written batches whose confirms wait for the committed offset:
         # (the batch's end offset, its confirms), oldest first
         self._held: deque[tuple[int, Tokens]] = deque()
+        # duplicates' confirms that go with the next written batch (their first copy may
+        # be in it: submitted, not written yet)
+        self._after_next: Tokens = {}
         self._listening = False
         self._loop_thread = threading.get_ident()
+
+    def confirm_duplicates(self, sink: ConfirmSink, seqs: list[int]) -> None:
+        """Publishes this stream already holds (dedup): confirmed at once, but on a gated
+        stream only once what was submitted before them is committed (their first copy may
+        still wait for the majority)."""
+        if not self.stream.gated:
+            sink.settle_confirms(seqs, True)
+            return
+        if self._buffer or self._in_flight is not None:
+            self._after_next.setdefault(sink, []).extend(seqs)
+            return
+        self._confirm({sink: seqs})
 
     def _confirm(self, tokens: Tokens) -> None:
         """A batch is written (and synced as ``--fsync`` says): confirm it, or on a gated
         stream hold it until the committed offset reaches its end."""
+        if self._after_next:
+            tokens = _merged(tokens, self._after_next)
+            self._after_next = {}
         stream = self.stream
         if not stream.gated:
             _settle(tokens, True)
@@ -387,6 +406,8 @@ class StreamAppender:
         _settle(tokens, False)
         while self._held:  # written, never committed: the stream goes
             _settle(self._held.popleft()[1], False)
+        _settle(self._after_next, False)
+        self._after_next = {}
         if self._listening:
             self._listening = False
             self.stream.remove_listener(self._on_committed)
@@ -436,6 +457,13 @@ def _sync_fds(fds: list[int]) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _merged(tokens: Tokens, more: Tokens) -> Tokens:
+    merged = {sink: list(seqs) for sink, seqs in tokens.items()}
+    for sink, seqs in more.items():
+        merged.setdefault(sink, []).extend(seqs)
+    return merged
 
 
 def _settle(tokens: Tokens, ok: bool) -> None:
