@@ -24,7 +24,7 @@ from pika.exceptions import ChannelClosedByBroker
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import channel, get, started_nodes, until
+from .cluster_helpers import channel, get, running, started_nodes, until
 
 AUTH = ("guest", "guest")
 
@@ -317,3 +317,35 @@ def test_a_forwarded_message_is_counted_once(nodes: dict[str, ServerProcess]) ->
     stats = overview["message_stats"]
     assert stats["publish"] == sum(n["received"] for n in after.values())
     assert stats["confirm"] == sum(n["confirmed"] for n in after.values())
+
+
+def test_a_stopped_leaders_queues_answer_honestly(nodes: dict[str, ServerProcess]) -> None:
+    """Last in the module: it stops ``a``."""
+    a, b = nodes["a"], nodes["b"]
+    channel(a).queue_declare("hf-away", durable=True)
+    known_everywhere(nodes, "hf-away")
+    assert a.stop() == 0
+    until(lambda: not running(b)["a"], "b lists a stopped")
+    # a publish to it is not stored, and says so; a get or purge names a as down
+    answer = api(
+        b,
+        "POST",
+        "/api/exchanges/%2F/amq.default/publish",
+        json={
+            "routing_key": "hf-away",
+            "payload": "x",
+            "payload_encoding": "string",
+            "properties": {},
+        },
+    )
+    assert answer.status_code == 400, answer.text
+    assert "could not be stored" in answer.json()["reason"]
+    for refused in (
+        get_messages(b, "hf-away", 1, "ack_requeue_true"),
+        api(b, "DELETE", "/api/queues/%2F/hf-away/contents"),
+    ):
+        assert refused.status_code == 404
+        assert refused.json()["reason"] == (
+            "NOT_FOUND - home node 'a' of durable queue 'hf-away' in vhost '/' is down or "
+            "inaccessible"
+        )
