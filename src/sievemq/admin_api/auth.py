@@ -31,7 +31,7 @@ PEER_PATHS = re.compile(
 # what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge or
 # a browse of a queue this node leads, checked here against that user's permissions
 RELAY_PATHS = {
-    "POST": re.compile(r"/api/queues/[^/]+/[^/]+/get"),
+    "POST": re.compile(r"/api/queues/[^/]+/[^/]+/(get|stream)"),
     "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+/contents"),
     "GET": re.compile(r"/api/streams/[^/]+/[^/]+/messages"),
 }

@@ -277,13 +277,20 @@ async def filter_advice(
     return f.filter_advice(v, s, target_fpr, chunks)
 
 
-@router.post("/queues/{vhost}/{queue}/stream", tags=["LavinMQ compatible"])
+@router.post(
+    "/queues/{vhost}/{queue}/stream",
+    tags=["LavinMQ compatible"],
+    response_model=list[dict[str, Any]],
+)
 async def lavinmq_browse(
-    f: Facade, vhost: str, queue: str, body: LavinBrowse, who: User
-) -> list[dict[str, Any]]:
-    """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}``."""
+    request: Request, f: Facade, vhost: str, queue: str, body: LavinBrowse, who: User
+) -> list[dict[str, Any]] | Response:
+    """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}`` (a
+    stream another cluster node leads is read there)."""
     v, s = _stream(f, who, vhost, queue)
     require(who, v, "read", "queue", s)
+    if not f.stream_exists(v, s):
+        return await on_leader(request, f, who, v, s)
     view = f.get_stream(v, s)
     offset: int | None
     newest = False

@@ -130,6 +130,10 @@ def test_a_browse_through_another_node_reads_the_leaders_stream(
     assert on_b.status_code == 200, on_b.text
     assert on_b.json() == api(a, "GET", path, params=params).json()
     assert [m["payload"] for m in on_b.json()["messages"]] == ["m0", "m2", "m4"]
+    # LavinMQ's browse shape too
+    lavin = api(b, "POST", "/api/queues/%2F/hf-browse/stream", json={"count": 2})
+    assert lavin.status_code == 200, lavin.text
+    assert [m["payload"] for m in lavin.json()] == ["m0", "m1"]
     # the leader's own refusals come back as they are
     bad = api(b, "GET", path, params={"offset": "nowhere"})
     assert bad.status_code == 400 and "invalid offset" in bad.json()["reason"]
