@@ -28,11 +28,11 @@ PEER_PATHS = re.compile(
 )
 
 
-# what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge or
-# a browse of a queue this node leads, checked here against that user's permissions
+# what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a
+# delete or a browse of a queue this node leads, checked here against that user's permissions
 RELAY_PATHS = {
     "POST": re.compile(r"/api/queues/[^/]+/[^/]+/(get|stream)"),
-    "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+/contents"),
+    "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+(/contents)?"),
     "GET": re.compile(r"/api/streams/[^/]+/[^/]+/messages"),
 }
 
@@ -90,7 +90,7 @@ def _relayed(request: Request, username: str) -> Principal:
     raw = request.scope.get("raw_path")
     path = (raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path).split("?")[0]
     if allowed is None or not allowed.fullmatch(path):
-        raise not_authorised("The cluster secret relays a queue's get, purge and browse only")
+        raise not_authorised("The cluster secret relays a queue's get, purge, delete, browse only")
     principal = facade_of(request).principal_of(username)
     if principal is None:
         raise _login_failed()

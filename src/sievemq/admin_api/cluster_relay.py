@@ -1,8 +1,9 @@
-"""A get, purge or browse of a queue another cluster node leads: done by its leader.
+"""A get, purge, delete or browse of a queue another cluster node leads: done by its leader.
 
-``POST /api/queues/VHOST/NAME/get``, ``DELETE /api/queues/VHOST/NAME/contents`` and
-``GET /api/streams/VHOST/NAME/messages`` work on the queue's messages, which only its leader
-holds. A node that does not lead the queue sends the client's request, as the client sent
+``POST /api/queues/VHOST/NAME/get``, ``DELETE /api/queues/VHOST/NAME/contents``,
+``DELETE /api/queues/VHOST/NAME`` and ``GET /api/streams/VHOST/NAME/messages`` (and
+LavinMQ's ``POST /api/queues/VHOST/NAME/stream``) work on the queue itself, which only its
+leader holds. A node that does not lead the queue sends the client's request, as the client sent
 it, to the leader's admin API (``BrokerFacade.peers``, ``cluster/admin_peers.py``) with the
 cluster secret and the user's name, and answers what the leader answered: the leader runs
 the same route for the same user (checking that user's permissions again), so the answer is

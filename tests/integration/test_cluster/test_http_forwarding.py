@@ -177,6 +177,14 @@ def test_get_and_purge_through_other_nodes_are_done_on_the_leader(
     assert refused.status_code == 400 and refused.json()["reason"].startswith("540 ")
     assert get_messages(b, "hf-none", 1, "ack_requeue_true").status_code == 404
     assert api(b, "DELETE", "/api/queues/%2F/hf-none/contents").status_code == 404
+    # a delete through c is done by a: gone from every node
+    assert api(c, "DELETE", "/api/queues/%2F/hf-orders").status_code == 204
+    for node in nodes.values():
+        until(
+            lambda n=node: all(q["name"] != "hf-orders" for q in get(n, "/api/queues")),  # type: ignore[misc]
+            "every node forgot hf-orders",
+        )
+    assert api(c, "DELETE", "/api/queues/%2F/hf-orders").status_code == 404
 
 
 def test_a_relayed_request_is_done_for_the_same_user(nodes: dict[str, ServerProcess]) -> None:

@@ -51,11 +51,12 @@ def relayed(method: str, path: str, user: str = "alice", secret: str = "s3cret")
     [
         ("POST", "/api/queues/%2F/orders/get"),
         ("DELETE", "/api/queues/%2F/orders/contents"),
+        ("DELETE", "/api/queues/%2F/orders"),
         ("GET", "/api/streams/%2F/events/messages"),
         ("POST", "/api/queues/%2F/events/stream"),
     ],
 )
-def test_a_relayed_get_purge_or_browse_is_done_as_its_user(method: str, path: str) -> None:
+def test_a_relayed_get_purge_delete_or_browse_is_done_as_its_user(method: str, path: str) -> None:
     req = relayed(method, path)
     assert authenticate(req) is ALICE
     assert req.state.cluster_peer is True  # relayed no further
@@ -64,7 +65,7 @@ def test_a_relayed_get_purge_or_browse_is_done_as_its_user(method: str, path: st
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("DELETE", "/api/queues/%2F/orders"),  # a delete is not relayed
+        ("DELETE", "/api/exchanges/%2F/orders"),
         ("PUT", "/api/users/alice"),
         ("GET", "/api/queues/%2F/orders/get"),
         ("POST", "/api/queues/%2F/orders/get/more"),

@@ -172,11 +172,14 @@ async def put_queue(f: Facade, vhost: str, queue: str, body: QueueBody, who: Use
 
 
 @router.delete("/queues/{vhost}/{queue}", status_code=204)
-async def delete_queue(f: Facade, vhost: str, queue: str, who: User) -> Response:
+async def delete_queue(request: Request, f: Facade, vhost: str, queue: str, who: User) -> Response:
     v, q = name(vhost), name(queue)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    return await saved(f, lambda: f.delete_queue(v, q))
+    try:
+        return await saved(f, lambda: f.delete_queue(v, q))
+    except NotFound:  # another cluster node's queue: deleted by it (everywhere, with its record)
+        return await on_leader(request, f, who, v, q)
 
 
 @router.delete("/queues/{vhost}/{queue}/contents")
