@@ -246,7 +246,8 @@ class Replication:
         }
         for queue in [q for q in self.followers if q not in wanted]:
             follower = self.followers.pop(queue)
-            remove = queue in deleted
+            # its record deleted, or this node taken off its members (``delete_replica``)
+            remove = queue in deleted or self._removed(queue)
             task = asyncio.ensure_future(self._drop(follower, remove))
             self._dropping.add(task)
             task.add_done_callback(self._dropping.discard)
@@ -256,6 +257,13 @@ class Replication:
                     self.followers[queue] = self._follower(queue, record)
                 except (StorageError, OSError, ValueError) as error:
                     log.error("cannot keep a replica of '%s': %s", queue[1], error)
+
+    def _removed(self, queue: tuple[str, str] | None) -> bool:
+        record = self.placement.records.get(queue) if queue is not None else None
+        return record is not None and self.me not in (
+            record.get("leader"),
+            *record.get("replicas", ()),
+        )
 
     def _follower(self, queue: tuple[str, str], record: dict[str, Any]) -> Follower:
         vhost, name = queue
