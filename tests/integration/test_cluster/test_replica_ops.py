@@ -21,9 +21,8 @@ from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
 from .cluster_helpers import channel, queues, started_nodes, until
-from .test_replication import identical, publish
+from .test_replication import declare, identical, publish
 
-STREAM = {"x-queue-type": "stream"}
 NODES = ("a", "b", "c")
 
 
@@ -65,13 +64,6 @@ def status_table(output: str) -> list[dict[str, str]]:
     lines = output.strip().splitlines()
     header = lines[0].split()
     return [dict(zip(header, line.split(), strict=True)) for line in lines[1:]]
-
-
-def declare(node: ServerProcess, name: str, size: int | None = None) -> None:
-    arguments: dict[str, object] = dict(STREAM)
-    if size is not None:
-        arguments["x-initial-cluster-size"] = size
-    channel(node).queue_declare(name, durable=True, arguments=arguments)
 
 
 async def test_a_replica_added_catches_up_and_removed_goes(
