@@ -246,7 +246,8 @@ class Replication:
         }
         for queue in [q for q in self.followers if q not in wanted]:
             follower = self.followers.pop(queue)
-            # its record deleted, or this node taken off its members (``delete_replica``)
+            # its record deleted or marked for deletion (a delete asked of the leader), or
+            # this node taken off its members (``replica_ops``)
             remove = queue in deleted or self._removed(queue)
             task = asyncio.ensure_future(self._drop(follower, remove))
             self._dropping.add(task)
@@ -260,7 +261,9 @@ class Replication:
 
     def _removed(self, queue: tuple[str, str] | None) -> bool:
         record = self.placement.records.get(queue) if queue is not None else None
-        return record is not None and self.me not in (
+        if record is None:
+            return False
+        return bool(record.get("delete")) or self.me not in (
             record.get("leader"),
             *record.get("replicas", ()),
         )

@@ -19,6 +19,7 @@ import pytest
 from sievemq.cluster.replication import replica_directory
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.stream_client import open_client
 
 from .cluster_helpers import channel, queues, started_nodes, until
 from .test_replication import declare, identical, publish
@@ -179,6 +180,22 @@ def test_refusals_name_the_problem(nodes: dict[str, ServerProcess]) -> None:
     assert refused.status_code == 401
     seen = httpx.get(a.admin_url + replicas_path("refusals"), auth=("watcher", "pw"), timeout=30)
     assert seen.status_code == 200 and len(seen.json()) == 2
+
+
+async def test_a_stream_deleted_through_another_node_loses_its_copies(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    declare(a, "short-lived", 3)
+    await publish(a, "short-lived", 0, 100)
+    copies = [replica_directory(n.data_dir, "/", "short-lived") for n in (b, c)]
+    until(lambda: all(identical(a, n, "short-lived") for n in (b, c)), "both copies made")
+    client = await open_client(b)  # b asks a, the leader, through the record
+    try:
+        await client.delete_stream("short-lived")
+    finally:
+        await client.close()
+    until(lambda: not any(copy.exists() for copy in copies), "both copies removed")
 
 
 def test_policy_initial_cluster_size_argument_wins(nodes: dict[str, ServerProcess]) -> None:
