@@ -69,11 +69,10 @@ def _members(f: BrokerFacade, vhost: str, stream: str) -> list[str]:
             f"queue '{stream}' in vhost '{vhost}' is a {kinds[0]} queue: only streams have "
             "replicas",
         )
-    if f.cluster is not None:
-        found = f.cluster.queue_members(vhost, stream)
-        if found is not None:
-            return found[0]
-    elif f.stream_member(vhost, stream) is not None:
+    found = f.cluster.queue_members(vhost, stream) if f.cluster is not None else None
+    if found is not None:
+        return found[0]
+    if f.stream_member(vhost, stream) is not None:  # a single node's (or one not recorded yet)
         return [f.node_name]
     raise ApiError(404, "not_found", f"no stream '{stream}' in vhost '{vhost}'")
 

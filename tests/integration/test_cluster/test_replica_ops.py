@@ -214,7 +214,9 @@ def test_policy_initial_cluster_size_argument_wins(nodes: dict[str, ServerProces
     assert len(until(lambda: members(a, "default-size"), "listed")[0]) == 3
 
 
-def test_members_and_online_with_a_node_down_and_back(nodes: dict[str, ServerProcess]) -> None:
+async def test_members_and_online_with_a_node_down_and_back(
+    nodes: dict[str, ServerProcess],
+) -> None:
     """Last: it kills a node."""
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
     declare(a, "watched", 3)
@@ -225,6 +227,9 @@ def test_members_and_online_with_a_node_down_and_back(nodes: dict[str, ServerPro
     pair = until(lambda: members(a, "pair"), "listed")[0]
     if "c" in pair:
         assert http(a, "DELETE", replicas_path("pair", "c")).status_code == 204
+    declare(a, "left-behind", 3)
+    await publish(a, "left-behind", 0, 200)
+    until(lambda: identical(a, c, "left-behind"), "c holds a copy")
     c.kill()
     up = [n for n in everyone if n != "c"]
     for node in (a, b):
@@ -238,9 +243,16 @@ def test_members_and_online_with_a_node_down_and_back(nodes: dict[str, ServerPro
     refused = http(a, "PUT", replicas_path("pair", "c"))  # a stopped node takes no replica
     assert refused.status_code == 409
     assert "'c' is not running" in refused.json()["reason"]
+    # c's replica removed while c is down: its copy goes when it comes back
+    assert http(b, "DELETE", replicas_path("left-behind", "c")).status_code == 204
     c.restart()
     for node in nodes.values():
         until(
             lambda n=node: members(n, "watched") == (everyone, everyone),  # type: ignore[misc]
             f"{node} shows c online again",
         )
+    copy = replica_directory(c.data_dir, "/", "left-behind")
+    until(lambda: not copy.exists(), "the copy of the replica removed while c was down is gone")
+    assert "c" not in members(c, "left-behind")[0]  # type: ignore[index]
+    assert streams_cli(c, "add_replica", "left-behind", "c").returncode == 0
+    until(lambda: identical(a, c, "left-behind"), "c copies it anew")
