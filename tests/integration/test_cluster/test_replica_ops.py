@@ -22,6 +22,7 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client
 
 from .cluster_helpers import channel, queues, started_nodes, until
+from .test_cluster_listings import cluster_secret
 from .test_replication import declare, identical, publish
 
 NODES = ("a", "b", "c")
@@ -133,11 +134,23 @@ async def test_a_replica_added_catches_up_and_removed_goes(
     until(lambda: identical(a, nodes[third], "grow"), "the replica added again caught up")
 
 
-def test_refusals_name_the_problem(nodes: dict[str, ServerProcess]) -> None:
+def test_refusals_name_the_problem(etcd: EtcdProcess, nodes: dict[str, ServerProcess]) -> None:
     a, b = nodes["a"], nodes["b"]
     declare(a, "refusals", 2)
     until(lambda: members(b, "refusals"), "b lists the stream")
+    replica = members(a, "refusals")[0][1]  # type: ignore[index]
     outsider = next(n for n in NODES if n not in members(a, "refusals")[0])  # type: ignore[index]
+
+    # the cluster secret reads one node's part of the status, and changes nothing
+    secret = {"x-sievemq-cluster-secret": cluster_secret(etcd)}
+    for node in NODES:
+        part = httpx.get(
+            nodes[node].admin_url + replicas_path("refusals"), headers=secret, timeout=30
+        )
+        assert [m["node"] for m in part.json()] == ([node] if node != outsider else [])
+    for method in ("PUT", "DELETE"):
+        url = a.admin_url + replicas_path("refusals", replica)
+        assert httpx.request(method, url, headers=secret, timeout=30).status_code == 401
 
     leader = http(b, "DELETE", replicas_path("refusals", "a"))
     assert leader.status_code == 409
