@@ -207,7 +207,7 @@ class Placement:
         run. Other queue types have none (not built yet)."""
         if kind != "stream":
             return []
-        local = self.broker.vhosts.get(vhost)
+        local = self.broker.vhosts.get(vhost) if vhost else None
         size = cluster_size(arguments, local.policy_definition(kind, name) if local else None)
         counts = dict.fromkeys(sorted({*self._live(), self.me} - {leader}), 0)
         for record in self.records.values():
@@ -379,7 +379,7 @@ class Placement:
             self._working.discard(queue)
             return
         try:
-            local = self.broker.vhosts.get(vhost)
+            local = self.broker.vhosts.get(vhost) if vhost else None
             if local is None:
                 error = f"no vhost '{vhost}' on node '{self.me}'"
             else:
@@ -448,7 +448,7 @@ class Placement:
         try:
             if not self._current(queue, record):
                 return
-            local = self.broker.vhosts.get(vhost)
+            local = self.broker.vhosts.get(vhost) if vhost else None
             if local is not None and self._holds(vhost, name):
                 local.delete_queue(name)  # its record goes with it (``observe``)
             else:
@@ -538,7 +538,7 @@ class Placement:
                 return
 
     def _holds(self, vhost: str, name: str) -> bool:
-        local = self.broker.vhosts.get(vhost)
+        local = self.broker.vhosts.get(vhost) if vhost else None
         return local is not None and (name in local.queues or name in local.classic.queues)
 
     async def _release(self, vhost: str, name: str) -> None:
