@@ -64,7 +64,8 @@ class ReplicaOps:
         return await self._change(vhost, name, change)
 
     async def delete(self, vhost: str, name: str, node: str) -> None:
-        """Stop ``node``'s replica of the stream and remove its copy."""
+        """Stop ``node``'s replica of the stream and remove its copy (never the leader's:
+        a stream keeps at least one member)."""
 
         def change(record: dict[str, Any]) -> list[str] | None:
             replicas = [str(n) for n in record.get("replicas", ())]
@@ -78,8 +79,6 @@ class ReplicaOps:
                 raise NotFound(
                     f"cluster node '{node}' holds no replica of stream '{name}' in vhost '{vhost}'"
                 )
-            if len(replicas) + 1 <= 1:  # (unreachable while the leader stays: kept as a rule)
-                raise Conflict(f"stream '{name}' in vhost '{vhost}' has one member only")
             return [n for n in replicas if n != node]
 
         await self._change(vhost, name, change)
