@@ -26,6 +26,8 @@ PEER_PATHS = re.compile(
     r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
     r"|vhosts/[^/]+/(connections|channels))"
 )
+# ... and read only: each node's part of a stream's status (``admin_api/replicas.py``)
+PEER_READS = re.compile(r"/api/queues/[^/]+/[^/]+/replicas")
 
 
 # what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a
@@ -59,7 +61,11 @@ def authenticate(request: Request) -> Principal:
         relayed_for = request.headers.get(RELAY_USER_HEADER)
         if relayed_for is not None:
             return _relayed(request, relayed_for)
-        if request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(request.url.path):
+        path = request.url.path
+        reads = request.method == "GET" and PEER_READS.fullmatch(path)
+        if not reads and (
+            request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(path)
+        ):
             raise not_authorised("The cluster secret opens the cluster-wide lists only")
         request.state.cluster_peer = True
         return CLUSTER_PEER

@@ -15,7 +15,7 @@ from sievemq.amqp.errors import (
     NotImplemented_,
     PreconditionFailed,
 )
-from sievemq.gateway.admin.errors import BadRequest
+from sievemq.gateway.admin.errors import BadRequest, Conflict
 from sievemq.gateway.admin.views.access import (
     LIMITS_COMPONENT,
     USER_LIMITS,
@@ -55,6 +55,7 @@ from sievemq.gateway.admin.views.node import (
     RelayedAnswer,
     RelayedRequest,
     RemoteQueueView,
+    StreamMemberView,
     Totals,
     WriteLatencyView,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "ChannelView",
     "ClusterNodeView",
     "ClusterPort",
+    "Conflict",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -126,6 +128,7 @@ __all__ = [
     "SacMemberView",
     "StreamClientView",
     "StreamConsumerView",
+    "StreamMemberView",
     "StreamPublisherView",
     "StreamView",
     "SubscriptionView",
