@@ -131,7 +131,9 @@ class Commits:
 
     def forget(self, queue: Queue) -> None:
         """Not a replicated stream this node leads (any more): every chunk commits as
-        written (what was held commits now)."""
+        written (what was held commits now). Right for a stream left with no replica or
+        deleted; a leader deposed by failover must instead stop confirming what it holds
+        (fencing: ``cluster/failover.py``'s to do before its record says so)."""
         self._pending.pop(queue, None)
         found = self.streams.pop(queue, None)
         if found is not None:
