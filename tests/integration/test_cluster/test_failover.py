@@ -241,3 +241,31 @@ def test_leader_stopped_past_the_ttl_is_fenced(nodes: dict[str, ServerProcess]) 
     lost = [body for body in confirmed if body not in got]
     assert lost == [], f"{len(lost)} confirmed messages lost, first {lost[:5]}"
     assert "cannot be sure it still leads" in a.stderr()
+
+
+def test_replicated_streams_take_no_publishes_while_etcd_is_away(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+) -> None:
+    """A leader cut off from etcd cannot know it still leads: it nacks; once etcd answers
+    (and the stream stayed its own, or moved), publishes are confirmed again."""
+    a, b = nodes["a"], nodes["b"]
+    assert etcd.proc is not None
+    channel(a).queue_declare("away", durable=True, arguments=STREAM)
+    publish(a, "away", [f"m {i}".encode() for i in range(100)])
+    ch = channel(a)
+    ch.confirm_delivery()
+    os.kill(etcd.proc.pid, signal.SIGSTOP)
+    try:
+        until(lambda: "cannot be sure it still leads" in a.stderr(), "a fences its stream")
+        with pytest.raises(NackError):
+            ch.basic_publish("", "away", b"while etcd is away")
+    finally:
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+    first_confirm(a, "away", b"etcd is back")
+    leader = nodes[
+        until(lambda: leader_of(b, "away") in ("a", "b", "c") and leader_of(b, "away"), "a leader")
+    ]
+    got = read_all(leader, "away", 101)
+    assert got[:100] == [f"m {i}".encode() for i in range(100)]
+    assert b"etcd is back" in got
+    assert b"while etcd is away" not in got
