@@ -32,6 +32,7 @@ from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import list_segments, segment_name
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.stream_client import open_client
 
 from .cluster_helpers import TTL_S, WAIT_S, channel, queues, started_nodes, until
 
@@ -100,6 +101,20 @@ def read_all(node: ServerProcess, name: str, expect: int) -> list[bytes]:
     return got
 
 
+async def _metadata_leader(node: ServerProcess, name: str) -> int:
+    client = await open_client(node)
+    try:
+        leader, _ = await client.query_leader_and_replicas(name)
+        return int(leader.port)
+    finally:
+        await client.close()
+
+
+def metadata_leader(node: ServerProcess, name: str) -> int:
+    """The stream port of the leader that ``node``'s Metadata names (Stream protocol)."""
+    return asyncio.run(_metadata_leader(node, name))
+
+
 def leader_of(node: ServerProcess, name: str) -> str:
     return str(queues(node).get(name, {}).get("leader"))
 
@@ -151,6 +166,8 @@ def test_leader_killed_a_replica_takes_over(nodes: dict[str, ServerProcess]) -> 
     other = c if new is b else b
     assert queues(other)["fo"]["leader_epoch"] == 2
     assert queues(other)["fo"]["members"] == [leader, other.data_dir.name, "a"]
+    for node in (b, c):  # Stream-protocol clients are sent to the new leader
+        assert metadata_leader(node, "fo") == new.stream_port
     after = [f"after {i}".encode() for i in range(1000)]
     publish(c, "fo", after)  # through the new leader or the other survivor
 

@@ -1,0 +1,43 @@
+"""A stream copy's epoch history (``cluster.epochs``): where a returning copy is cut back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sievemq.cluster.epochs import (
+    FIRST,
+    common_end,
+    history_of,
+    last_epoch,
+    read_history,
+    write_history,
+)
+
+
+def test_the_file_round_trips_and_a_copy_without_one_is_epoch_1(tmp_path: Path) -> None:
+    assert read_history(tmp_path) == FIRST
+    write_history(tmp_path, [(1, 0), (2, 900), (3, 800)])
+    assert read_history(tmp_path) == [(1, 0), (2, 900), (3, 800)]
+    assert (tmp_path / "epochs").read_text() == "1 0\n2 900\n3 800\n"
+    assert history_of([[2, 900], [1, 0]]) == [(1, 0), (2, 900)]
+    assert history_of(None) == FIRST
+
+
+def test_the_epoch_of_the_last_chunk() -> None:
+    assert last_epoch(FIRST, 0) == 0  # empty
+    assert last_epoch([(1, 0), (2, 900)], 900) == 1  # epoch 2 wrote nothing yet
+    assert last_epoch([(1, 0), (2, 900)], 950) == 2
+
+
+def test_an_old_leader_keeps_what_the_new_leader_started_from() -> None:
+    # a led epoch 1 to offset 1000; b won epoch 2 holding 900
+    cluster = [(1, 0), (2, 900)]
+    assert common_end(FIRST, cluster, 1000) == 900
+    # a replica that lagged behind keeps all it has
+    assert common_end(FIRST, cluster, 800) == 800
+    # b, the leader of epoch 2, then replaced by c at 800 (c had not taken 800-950 from b)
+    later = [(1, 0), (2, 900), (3, 800)]
+    assert common_end([(1, 0), (2, 900)], later, 950) == 800
+    assert common_end(FIRST, later, 1000) == 800
+    # a copy that followed epoch 3's leader shares all of it
+    assert common_end(later, later, 1200) == 1200
