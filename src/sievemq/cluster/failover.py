@@ -114,16 +114,16 @@ class Failover:
         """After the placement, before the replication: hand over what another node leads
         now, so that the replication follows it from this node's copy."""
         for queue, record in list(self.placement.records.items()):
-            if self._replaced(record) and self._held(queue):
+            if self._moved(record) and self._held(queue):
                 self._hand_over(queue, record)
         asyncio.get_running_loop().call_soon(self._check)
 
-    def _replaced(self, record: dict[str, Any]) -> bool:
-        """A failover gave the stream to another node and this one is its replica."""
+    def _moved(self, record: dict[str, Any]) -> bool:
+        """A failover gave the stream to another node (epoch 1 names the node that first
+        recorded it: a local stream of that name is another declare's, left alone)."""
         return (
             record.get("type", "stream") == "stream"
             and record.get("leader") != self.me
-            and self.me in record.get("replicas", ())
             and int(record.get("epoch", 1)) > 1
             and not record.get("delete")
         )
@@ -303,17 +303,21 @@ class Failover:
         if local is None or local.detach_queue(name) is None:
             return
         self.fenced.discard(queue)
-        _move(
-            stream_directory(self.broker.data_dir, vhost, name),
-            replica_directory(self.broker.data_dir, vhost, name),
-        )
+        directory = stream_directory(self.broker.data_dir, vhost, name)
+        member = self.me in record.get("replicas", ())
+        if member:
+            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
+        else:  # no longer one of its members: the copy goes
+            tombstone = layout.bury(directory)
+            if tombstone is not None:
+                layout.remove_later(tombstone)
         log.warning(
-            "stream '%s' in vhost '%s' is led by %s since epoch %s: this node's copy "
-            "becomes its replica",
+            "stream '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
             name,
             vhost,
             record.get("leader"),
             record.get("epoch"),
+            "becomes its replica" if member else "is removed (this node is no member)",
         )
 
     # ---------------------------------------------------------------- fencing
@@ -376,22 +380,31 @@ class Failover:
 
     async def _reaffirm(self) -> None:
         """Registered again after a lost lease: no election can succeed from now on (this
-        node's key is back), so the records read now say who leads each fenced stream."""
-        still: set[Queue] = set()
-        for queue in list(self.fenced):
-            try:
-                found = await self.client.get(queue_key(*queue))
-            except (EtcdUnavailable, EtcdError) as error:
-                log.info("cannot read the record of '%s' yet: %s", queue[1], error)
-                continue
-            record = {} if found is None else json.loads(found.value)
-            if record.get("leader") == self.me:
-                still.add(queue)
-            elif found is not None:
-                self.placement.records[queue] = {**record, "mod_revision": found.mod_revision}
-                self._hand_over(queue, record)
-                self.replication.apply([], False)
-        self._lift(still, "it registered again and still leads them")
+        node's key is back), so the records read now say who leads each fenced stream;
+        again until etcd answered for each (or the lease is lost again)."""
+        lease = self.membership.lease
+        while self.fenced and not self._stopped and lease is self.membership.lease:
+            still: set[Queue] = set()
+            for queue in list(self.fenced):
+                try:
+                    found = await self.client.get(queue_key(*queue))
+                except (EtcdUnavailable, EtcdError) as error:
+                    log.info("cannot read the record of '%s' yet: %s", queue[1], error)
+                    continue
+                record = {} if found is None else json.loads(found.value)
+                if record.get("leader") == self.me:
+                    still.add(queue)
+                elif found is not None:
+                    self.placement.records[queue] = {**record, "mod_revision": found.mod_revision}
+                    self._hand_over(queue, record)
+                    self.replication.apply([], False)
+                elif not self._held(queue):
+                    self.fenced.discard(queue)  # deleted here meanwhile
+                # (no record, the stream still here: etcd lost its data, and this node
+                # records its streams again, as their leader: ``Placement.place_again``)
+            self._lift(still, "it registered again and still leads them")
+            if self.fenced:
+                await asyncio.sleep(RETRY_S)
 
     async def stop(self) -> None:
         """Leaving: fence every stream led here (the lease is revoked next, the others
