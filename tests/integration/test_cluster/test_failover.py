@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -30,9 +31,10 @@ from pika.exceptions import AMQPError, NackError, UnroutableError
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.segment import list_segments, segment_name
+from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
-from sievemq.testing.stream_client import open_client
+from sievemq.testing.stream_client import RawStreamClient, open_client
 
 from .cluster_helpers import TTL_S, WAIT_S, channel, queues, started_nodes, until
 
@@ -113,6 +115,19 @@ async def _metadata_leader(node: ServerProcess, name: str) -> int:
 def metadata_leader(node: ServerProcess, name: str) -> int:
     """The stream port of the leader that ``node``'s Metadata names (Stream protocol)."""
     return asyncio.run(_metadata_leader(node, name))
+
+
+def _reply_frame(raw: RawStreamClient) -> tuple[int, bytes]:
+    while True:
+        key, _, body = raw.read_frame()
+        if key != wire.HEARTBEAT:
+            return key, body
+
+
+def _reply(raw: RawStreamClient) -> tuple[int, int]:
+    """The next response's key and code (after its correlation id)."""
+    key, body = _reply_frame(raw)
+    return key, int(struct.unpack_from(">H", body, 4)[0])
 
 
 def leader_of(node: ServerProcess, name: str) -> str:
@@ -271,13 +286,22 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
     publish(a, "away", [f"m {i}".encode() for i in range(100)])
     ch = channel(a)
     ch.confirm_delivery()
+    raw = RawStreamClient(a)  # and a Stream-protocol publisher
+    assert raw.open() == wire.OK
+    raw.request(wire.DECLARE_PUBLISHER, b"\x01" + wire.enc_string("") + wire.enc_string("away"))
+    assert _reply(raw) == (wire.DECLARE_PUBLISHER | wire.RESPONSE, wire.OK)
     os.kill(etcd.proc.pid, signal.SIGSTOP)
     try:
         until(lambda: "cannot be sure it still leads" in a.stderr(), "a fences its stream")
         with pytest.raises(NackError):
             ch.basic_publish("", "away", b"while etcd is away")
+        raw.send(wire.PUBLISH, struct.pack(">BiQI", 1, 1, 7, 4) + b"away")
+        key, body = _reply_frame(raw)
+        assert key == wire.PUBLISH_ERROR
+        assert struct.unpack_from(">BiQH", body) == (1, 1, 7, wire.STREAM_NOT_AVAILABLE)
     finally:
         os.kill(etcd.proc.pid, signal.SIGCONT)
+        raw.close()
     first_confirm(a, "away", b"etcd is back")
     leader = nodes[
         until(lambda: leader_of(b, "away") in ("a", "b", "c") and leader_of(b, "away"), "a leader")
@@ -285,4 +309,4 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
     got = read_all(leader, "away", 101)
     assert got[:100] == [f"m {i}".encode() for i in range(100)]
     assert b"etcd is back" in got
-    assert b"while etcd is away" not in got
+    assert b"while etcd is away" not in got and b"away" not in got
