@@ -14,7 +14,7 @@ from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.classic.vhost import ClassicQueues
+from sievemq.gateway.model.classic.vhost import ClassicQueues, locked
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -96,6 +96,10 @@ class VirtualHost:
         # whether another cluster node leads a queue of this name (the broker sets it from
         # its directory): a binding to such a queue is accepted and routes through it
         self.elsewhere: Callable[[str], bool] = lambda name: False
+        # whether another cluster node's client connection owns an exclusive queue of this
+        # name (the broker sets it): a binding to it is 405, as to any connection's but
+        # its owner's
+        self.locked_elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -344,6 +348,8 @@ class VirtualHost:
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
         if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
+            if kind == "queue" and self.locked_elsewhere(destination):
+                raise locked(destination, self.name)
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
