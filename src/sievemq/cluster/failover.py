@@ -3,9 +3,10 @@ epoch in etcd; the old leader fenced, and brought back as a replica.
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), each of its replicas that runs stops
-following it and writes its tail to ``sievemq/tails/VHOST/NAME/NODE`` under its own lease:
-the record's epoch it saw, the epoch that wrote its copy's last chunk and its copy's end
-offset. Once the tails of every live member are in (or after ``TAIL_WAIT_S``), and only if
+following it, cuts its copy back to the history it shares with the record (as before it
+follows anyone) and writes its tail to ``sievemq/tails/VHOST/NAME/NODE`` under its own
+lease: the record's epoch it saw, the epoch that wrote its copy's last chunk and its copy's
+end offset. Once the tails of every live member are in (or after ``TAIL_WAIT_S``), and only if
 they come from a majority of the stream's members (leader included: the members are the
 record's ``leader`` and ``replicas``), the member with the highest (epoch, end), ties to
 the first name, writes the record by compare-and-swap on its revision, and on the old
@@ -193,6 +194,10 @@ class Failover:
         members = [leader, *map(str, record.get("replicas", ()))]
         directory = replica_directory(self.broker.data_dir, *queue)
         follower = self.replication.followers[queue]
+        # the copy cut back to the history it shares with the record first: a copy that
+        # never followed since an epoch passed it by must not offer chunks that epoch
+        # replaced (it would win with them, and its history would not say so)
+        follower.prepare()
         end = follower.stream.end_offset
         mine = {
             "node": self.me,

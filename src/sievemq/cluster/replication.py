@@ -117,7 +117,7 @@ class Follower:
         if self._writer is not None:
             self._writer.close()
 
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         """Cut the copy back to the history it shares with the record's, and keep that."""
         record = self._record()
         self.epoch = int(record.get("epoch", 1))
@@ -140,7 +140,7 @@ class Follower:
             write_history(directory, cluster)
 
     async def _follow(self, host: str, port: int) -> None:
-        self._prepare()
+        self.prepare()
         reader, writer = await asyncio.open_connection(host, port)
         self._writer = writer
         try:

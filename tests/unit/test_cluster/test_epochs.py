@@ -41,3 +41,14 @@ def test_an_old_leader_keeps_what_the_new_leader_started_from() -> None:
     assert common_end(FIRST, later, 1000) == 800
     # a copy that followed epoch 3's leader shares all of it
     assert common_end(later, later, 1200) == 1200
+
+
+def test_a_copy_an_epoch_passed_by_offers_only_what_it_shares() -> None:
+    # b led epoch 2 to 1000; c took epoch 3 at 950 and died; b, back, never followed c:
+    # before it offers its tail it is cut to 950, whose last chunk epoch 2 wrote
+    b_history, cluster = [(1, 0), (2, 900)], [(1, 0), (2, 900), (3, 950)]
+    cut = common_end(b_history, cluster, 1000)
+    assert cut == 950
+    assert last_epoch(cluster, cut) == 2
+    # if b then wins epoch 4 at 950, c's copy (epoch 3 to 1100) is cut back to 950 too
+    assert common_end(cluster, [*cluster, (4, 950)], 1100) == 950
