@@ -553,6 +553,8 @@ class Channel:
         if self.tx is not None:  # held until tx.commit
             self.tx.settles.append((tag, multiple, finished, method_id))
             return
+        if self.remote is not None and self.remote.direct is not None:  # the leader's tags
+            return self.remote.direct.settle_direct(tag, multiple, finished, method_id)
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -850,6 +852,8 @@ class Channel:
         raise purge_not_supported(queue.name, self.connection.vhost_name)
 
     def _basic_get(self, m: Any) -> None:
+        if self.remote is not None:  # a remote consumer's tags stop being the leader's
+            self.remote.leave_direct()
         self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
         if led is not None:
@@ -868,6 +872,8 @@ class Channel:
         self.connection.send_method(self.id, spec.Basic.QosOk())
 
     def _basic_consume(self, m: Any) -> None:
+        if self.remote is not None:  # a remote consumer's tags stop being the leader's
+            self.remote.leave_direct()
         if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
@@ -964,7 +970,9 @@ class Channel:
 
     def _recover_all(self) -> None:
         """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
-        if self.unacked:
+        if self.remote is not None and self.remote.direct is not None:
+            self._settle_deliveries(0, True, finished=False)  # the leader's "everything"
+        elif self.unacked:
             tag = next(reversed(self.unacked))
             self._settle_deliveries(tag, True, finished=False)
 

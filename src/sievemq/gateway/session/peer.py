@@ -16,6 +16,10 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
+- **Relay channels.** A channel opened with ``RELAY_TARGET`` (``amqp/spans.py``) carries one
+  client's consumer, numbered as that client's channel on the other node: each turn of its
+  deliveries goes out wrapped in relay frames, so the other node passes them to its client
+  as they are (the channel number and delivery tags are the client's already).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import errors, frames, negotiation, states
 from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.amqp.spans import RELAY_TARGET, relay_frames
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
@@ -106,9 +111,27 @@ class PeerConnection(Connection):
 
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
-        channel = PinnedChannel(self, state, target) if target else Channel(self, state)
+        channel: Channel
+        if target == RELAY_TARGET:
+            channel = RelayChannel(self, state)
+        elif target:
+            channel = PinnedChannel(self, state, target)
+        else:
+            channel = Channel(self, state)
         channel.forwards = False  # the other node routed: nothing goes on to a third
         return channel
+
+
+class RelayChannel(Channel):
+    """A link channel whose deliveries the other node passes to its client as they are: each
+    turn's frames go in relay frames that also carry the last delivery tag given so far
+    (the other node's own count of what its client holds)."""
+
+    def write_deliveries(self, data: bytes) -> None:
+        connection = self.connection
+        connection.write_frames(
+            relay_frames(self.id, data, self.next_delivery_tag - 1, connection.frame_max)
+        )
 
 
 class PinnedChannel(Channel):

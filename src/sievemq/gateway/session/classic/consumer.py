@@ -46,6 +46,7 @@ class Channel(Protocol):
     def vhost(self) -> VirtualHost: ...
     def wake_consumers(self) -> None: ...
     def cancel_consumer_by_server(self, consumer: Any) -> None: ...
+    def write_deliveries(self, data: bytes) -> None: ...
 
 
 _BUDGET = 512  # deliveries per dispatch turn before yielding to the loop
@@ -343,7 +344,7 @@ class _Dispatcher:
             queue.ack(settled, client=False)
         for channel, out in outs.items():
             if out:
-                channel.connection.write_frames([b"".join(out)])
+                channel.write_deliveries(b"".join(out))
         if not budget:
             self.schedule()
         self._arm_expiry()
