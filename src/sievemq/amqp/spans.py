@@ -36,7 +36,8 @@ FRAME_RELAY: Final = 12  # the link's own frame type: deliveries ready for the c
 # turn's frames go on in the next relay frame (a turn larger than the link's frame_max)
 RELAY_HEAD: Final = struct.Struct(">BHIQB")
 RELAY_AT: Final = RELAY_HEAD.size  # where the client's frames start in a relay frame
-RELAY_TARGET: Final = "\x00relay"  # channel.open's target asking for relay frames
+RELAY_TARGET: Final = "\x00relay:"  # channel.open's target asking for relay frames,
+# followed by the client's channel number (the number the frames inside carry)
 
 Run = tuple[int, int]
 

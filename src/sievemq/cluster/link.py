@@ -44,10 +44,11 @@ and routing key of the publish kept as published: the routing was done by this n
 travels in channel.open's reserved field, which a link connection reads. Without a target,
 a link channel is an ordinary channel of the vhost (consume, get, ack...).
 
-``relay=True`` (a consumer's channel numbered as its client's channel, ``number``): when that
-number is free, the channel opens with ``RELAY_TARGET`` and the peer wraps each turn of its
-deliveries on it in relay frames (``amqp/spans.py``): the frames as the client gets them,
-which the receiver writes as they came. ``ch.relay`` says whether it was granted.
+``relay=True`` (a consumer's channel; ``number`` is its client's channel number): the
+channel opens with ``RELAY_TARGET`` and that number, and the peer wraps each turn of its
+deliveries on it in relay frames (``amqp/spans.py``): the frames as the client gets them
+(numbered ``number``, whatever the link channel's own number), which the receiver writes
+as they came. ``ch.relay`` says so.
 
 A link connection that drops fails all its channels (``link_closed``, code 0). The next
 ``open_channel`` to that peer and vhost connects anew, but not before a backoff (0.1 s,
@@ -118,7 +119,7 @@ class LinkChannel:
         self.number = number
         self.receiver = receiver
         self.target = target
-        self.relay = target == RELAY_TARGET  # the peer sends its deliveries in relay frames
+        self.relay = target.startswith(RELAY_TARGET)  # deliveries come in relay frames
         self.closed = False
         # a receiver's ``link_run(ch, src, starts, first, stop)``: a run of frames as a span
         # of the read (``amqp/spans.py``), in place of ``link_frames``' pairs
@@ -183,13 +184,13 @@ class LinkConnection(asyncio.Protocol):
         self, receiver: LinkReceiver, target: str, prefer: int = 0, relay: bool = False
     ) -> LinkChannel:
         """A channel numbered ``prefer`` when that one is free, else the next free one; with
-        ``relay``, a relay channel when it got ``prefer``."""
+        ``relay``, a relay channel whose deliveries are numbered ``prefer``."""
+        if relay:
+            target = f"{RELAY_TARGET}{prefer}"
         if 0 < prefer <= self.channel_max and not (
             prefer in self.channels or prefer in self._closing_numbers
         ):
             number = prefer
-            if relay:
-                target = RELAY_TARGET
         else:
             number = self._free_number()
         channel = LinkChannel(self, number, receiver, target)

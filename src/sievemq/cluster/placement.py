@@ -149,8 +149,8 @@ class Placement:
         self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0, relay: bool = False
     ) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this
-        node: ``gateway.session.remote``), numbered ``number`` when that one is free (and
-        then a relay channel, with ``relay``)."""
+        node: ``gateway.session.remote``), numbered ``number`` when that one is free; with
+        ``relay``, a relay channel whose deliveries are numbered ``number``."""
         assert self.links is not None, "the link is made when the node joins"
         leader = self.leader_elsewhere(vhost, name) or ""
         return self.links.open_channel(leader, vhost, receiver, number=number, relay=relay)

@@ -505,3 +505,27 @@ def test_a_direct_consumer_of_large_messages_and_basic_recover(
     conn.process_data_events(0.3)
     left = until(lambda: _ready(nodes["a"], "direct-large", 0), "drained on a")
     assert left["messages_unacknowledged"] == 0
+
+
+def test_two_clients_consuming_on_their_channel_1_through_one_link(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Both consumers' link channels cannot be numbered 1 on b's one link to a: the leader
+    frames each one's deliveries for its client's channel all the same."""
+    on_a = declared_on_a(nodes, "direct-one")
+    declared_on_a(nodes, "direct-two")
+    publish(on_a, "direct-one", [f"o{i}".encode() for i in range(5)], [{}] * 5)
+    publish(on_a, "direct-two", [f"t{i}".encode() for i in range(5)], [{}] * 5)
+    first = _consuming(nodes["b"], "direct-one", 10)
+    second = _consuming(nodes["b"], "direct-two", 10)
+    for (conn, ch, got), prefix in ((first, "o"), (second, "t")):
+        assert ch.channel_number == 1
+        _collect(conn, got, 5, f"{prefix}'s five")
+        assert [(m.delivery_tag, b) for m, b in got] == [
+            (i + 1, f"{prefix}{i}".encode()) for i in range(5)
+        ]
+        ch.basic_ack(5, multiple=True)
+        conn.process_data_events(0.2)
+    for name in ("direct-one", "direct-two"):
+        left = until(lambda n=name: _ready(nodes["a"], n, 0), f"{name} drained on a")
+        assert left["messages_unacknowledged"] == 0

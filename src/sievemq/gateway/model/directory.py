@@ -48,8 +48,8 @@ class LinkChannel(Protocol):
 
     @property
     def relay(self) -> bool:
-        """The leader wraps its deliveries on this channel in relay frames (``open_link``
-        with ``relay``, granted when the channel got the number asked)."""
+        """The leader wraps its deliveries on this channel in relay frames, numbered as
+        the client's channel (``open_link`` with ``relay``)."""
         ...
 
     def write(self, data: bytes) -> None:
@@ -108,8 +108,8 @@ class QueueDirectory(Protocol):
         once: they follow the channel.open); a leader that cannot be reached closes it
         (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
         wanted when it is free (a client's: what the leader sends needs no other);
-        ``relay``: then the leader sends its deliveries as relay frames
-        (``amqp/spans.py``), which pass to the client as they are."""
+        ``relay``: the leader sends its deliveries as relay frames (``amqp/spans.py``),
+        framed for the client's channel ``number``, which pass to the client as they are."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:

@@ -107,6 +107,7 @@ class Channel:
     def __init__(self, connection: ChannelHost, state: ChannelState) -> None:
         self.connection = connection
         self.id = state.channel
+        self.delivery_id = self.id  # a relay link channel's is its client's (session.peer)
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}

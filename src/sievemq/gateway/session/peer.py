@@ -16,10 +16,11 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
-- **Relay channels.** A channel opened with ``RELAY_TARGET`` (``amqp/spans.py``) carries one
-  client's consumer, numbered as that client's channel on the other node: each turn of its
-  deliveries goes out wrapped in relay frames, so the other node passes them to its client
-  as they are (the channel number and delivery tags are the client's already).
+- **Relay channels.** A channel opened with ``RELAY_TARGET`` and a client's channel number
+  (``amqp/spans.py``) carries that client's consumer on the other node: its deliveries are
+  framed with the client's channel number (``delivery_id``) and each turn of them goes out
+  wrapped in relay frames, so the other node passes them to its client as they are (its
+  delivery tags are the client's too, on a channel that has no other deliveries).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def channel_target(payload: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise errors.FrameError("channel.open: the target queue is not UTF-8", 20, 10) from None
+
+
+def relay_number(target: str) -> int:
+    """The client channel number a relay channel's target names (0: none)."""
+    digits = target[len(RELAY_TARGET) :]
+    if not digits.isdigit() or not 0 < int(digits) < 65536:
+        raise errors.FrameError("channel.open: a bad relay channel number", 20, 10)
+    return int(digits)
 
 
 class PeerConnection(Connection):
@@ -112,8 +121,8 @@ class PeerConnection(Connection):
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
         channel: Channel
-        if target == RELAY_TARGET:
-            channel = RelayChannel(self, state)
+        if target.startswith(RELAY_TARGET):
+            channel = RelayChannel(self, state, relay_number(target))
         elif target:
             channel = PinnedChannel(self, state, target)
         else:
@@ -126,6 +135,10 @@ class RelayChannel(Channel):
     """A link channel whose deliveries the other node passes to its client as they are: each
     turn's frames go in relay frames that also carry the last delivery tag given so far
     (the other node's own count of what its client holds)."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState, number: int):
+        super().__init__(connection, state)
+        self.delivery_id = number or self.id
 
     def write_deliveries(self, data: bytes) -> None:
         connection = self.connection

@@ -492,7 +492,8 @@ class RemoteConsumer(LinkUser):
     ) -> None:
         """HOT PATH (direct): each relayed turn is written as it came, with no walk of its
         frames; only the last tag it carries is kept. A method (consume-ok, cancel...) is
-        handled in order; a plain delivery (none from a SieveMQ leader) passes as it is."""
+        handled in order; a plain delivery (none from a SieveMQ leader) passes with only its
+        channel number patched."""
         out: list[bytes] = []
         pending = self._pending
         high = self.high
@@ -523,7 +524,12 @@ class RemoteConsumer(LinkUser):
                     high = self.high
                     continue
                 high = _Q.unpack_from(src, o + 7 + self._tag_at)[0]
-            out.append(src[o : end + 1])
+            frame = src[o : end + 1]
+            if link.number != self.channel.id:
+                patched = bytearray(frame)
+                _H.pack_into(patched, 1, self.channel.id)
+                frame = bytes(patched)
+            out.append(frame)
         self._passed(out, high)
         return None
 

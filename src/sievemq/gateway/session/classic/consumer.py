@@ -31,6 +31,7 @@ class Channel(Protocol):
     """What classic-queue consuming needs of its channel (``session.channel.Channel``)."""
 
     id: int
+    delivery_id: int
     connection: ChannelHost
     prefetch: int
     global_prefetch: int
@@ -179,7 +180,9 @@ class ClassicConsumer:
         encoder = self._encoder
         frame_max = channel.connection.frame_max
         if encoder is None or encoder.frame_max != frame_max:
-            encoder = self._encoder = ClassicDeliveryEncoder(channel.id, self.tag, frame_max)
+            encoder = self._encoder = ClassicDeliveryEncoder(
+                channel.delivery_id, self.tag, frame_max
+            )
         props = msg.properties
         if self.queue.kind == "quorum" and msg.delivery_count:
             props = _with_delivery_count(props, msg.delivery_count)
