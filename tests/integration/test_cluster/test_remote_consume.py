@@ -529,3 +529,31 @@ def test_two_clients_consuming_on_their_channel_1_through_one_link(
     for name in ("direct-one", "direct-two"):
         left = until(lambda n=name: _ready(nodes["a"], n, 0), f"{name} drained on a")
         assert left["messages_unacknowledged"] == 0
+
+
+def test_a_direct_consumer_cancelled_while_holding_then_another_consume_on_its_channel(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    on_a = declared_on_a(nodes, "direct-cancelled")
+    declared_on_a(nodes, "direct-next")
+    publish(on_a, "direct-cancelled", [f"c{i}".encode() for i in range(5)], [{}] * 5)
+    publish(on_a, "direct-next", [b"n0", b"n1"], [{}] * 2)
+    conn, ch, got = _consuming(nodes["b"], "direct-cancelled", 3)
+    _collect(conn, got, 3, "three")
+    ch.basic_cancel(got[0][0].consumer_tag)  # the three stay held, and can be acked
+    ch.basic_consume("direct-next", lambda _c, m, _p, body: got.append((m, body)))
+    _collect(conn, got, 5, "the next queue's two")
+    assert [(m.delivery_tag, b) for m, b in got] == [
+        (1, b"c0"),
+        (2, b"c1"),
+        (3, b"c2"),
+        (4, b"n0"),
+        (5, b"n1"),
+    ]
+    ch.basic_ack(2, multiple=True)  # c0, c1 on the cancelled consumer's link channel
+    ch.basic_ack(5, multiple=True)  # c2 and the next queue's two
+    conn.process_data_events(0.3)
+    left = until(lambda: _ready(nodes["a"], "direct-cancelled", 2), "c3, c4 still on a")
+    assert left["messages_unacknowledged"] == 0
+    left = until(lambda: _ready(nodes["a"], "direct-next", 0), "direct-next drained")
+    assert left["messages_unacknowledged"] == 0
