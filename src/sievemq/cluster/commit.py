@@ -101,7 +101,10 @@ class Commits:
             and not record.get("delete")
         )
         local = self._local(queue)
-        if not mine or not replicas or local is None:
+        if not mine or local is None:
+            self.drop(queue)  # another leader's now, or deleted: no confirm from here
+            return
+        if not replicas:
             self.forget(queue)
             return
         epoch = int(record.get("epoch", 1))
@@ -129,11 +132,15 @@ class Commits:
         stream.gate()
         self.streams[queue] = StreamCommit(stream, replicas, epoch)
 
+    def drop(self, queue: Queue) -> None:
+        """Stop tracking the stream and leave it gated: what it holds uncommitted is never
+        confirmed here (a deposed leader's appender nacks it when it hands over)."""
+        self._pending.pop(queue, None)
+        self.streams.pop(queue, None)
+
     def forget(self, queue: Queue) -> None:
-        """Not a replicated stream this node leads (any more): every chunk commits as
-        written (what was held commits now). Right for a stream left with no replica or
-        deleted; a leader deposed by failover must instead stop confirming what it holds
-        (fencing: ``cluster/failover.py``'s to do before its record says so)."""
+        """A stream this node leads with no replica left: every chunk commits as written
+        (what was held commits now)."""
         self._pending.pop(queue, None)
         found = self.streams.pop(queue, None)
         if found is not None:
@@ -156,7 +163,7 @@ class Commits:
         for queue in changed:
             record = records.get(queue)
             if record is None:
-                self.forget(queue)
+                self.drop(queue)
             else:
                 self.lead(queue, record)
 

@@ -52,6 +52,7 @@ class StreamAppender:
         "_closed",
         "_dirty",
         "_executor",
+        "_fenced",
         "_held",
         "_in_flight",
         "_in_flight_done",
@@ -80,8 +81,12 @@ class StreamAppender:
         sync_interval_ms: int | None = None,
         latencies: WriteLatencies | None = None,
         on_exhausted: Callable[[OSError], None] | None = None,
+        fenced: Callable[[], bool] | None = None,
     ) -> None:
         self.stream = stream
+        # a replicated stream's leader that may have been replaced (``cluster.failover``):
+        # while it says so, nothing is confirmed, every batch is nacked unwritten
+        self._fenced = fenced
         self.latencies = latencies or WriteLatencies()
         self._sync_started = 0.0
         # told when an append failed for want of disk space or descriptors (the node raises
@@ -154,8 +159,9 @@ class StreamAppender:
             self._loop.call_soon_threadsafe(self._on_committed, committed)
             return
         held = self._held
+        ok = self._fenced is None or not self._fenced()  # a fenced leader confirms nothing
         while held and held[0][0] <= committed:
-            _settle(held.popleft()[1], True)
+            _settle(held.popleft()[1], ok)
         if not held and self._listening:
             self._listening = False
             self.stream.remove_listener(self._on_committed)
@@ -219,6 +225,9 @@ class StreamAppender:
         if not self._buffer or self._in_flight is not None or self._closed:
             return
         batch, sinks, tokens = self._take()
+        if self._fenced is not None and self._fenced():
+            _settle(tokens, False)
+            return
         if self.durability is Durability.ALWAYS and self._executor is not None:
             extra = self._extra(batch)
             self._start(
@@ -306,9 +315,13 @@ class StreamAppender:
     ) -> None:
         error = future.exception()
         if error is None:
-            # durability always: the worker appended and fdatasynced the batch
+            # durability always: the worker appended and fdatasynced the batch (fenced
+            # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
-            self._confirm(tokens)
+            if self._fenced is not None and self._fenced():
+                _settle(tokens, False)
+            else:
+                self._confirm(tokens)
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
         if len(batch) == 1 or self._exhausted(error):
