@@ -12,6 +12,11 @@ leader stored it, Bloom bits and all) and appends every chunk as it came
 follower that loses its connection, or a node that restarts, resumes from its copy's end. A
 stream deleted (its record deleted) loses its copies.
 
+The stream's named-consumer offsets come on the same subscription (the leader's TRACKING
+frames: the whole set, then each change; kept in the copy's own ``offsets.log``), and a
+StoreOffset a client sends to this node goes to the leader on it (``store_offset``), so the
+copy answers QueryOffset; its publisher sequences are in the data it copies.
+
 What this is not yet (docs/cluster.md): a confirm does not wait for the replicas, nothing
 fails over to a replica, and no epoch fences an old leader.
 """
@@ -73,6 +78,8 @@ class Follower:
         self._credentials = credentials  # read at each login: the secret may change
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
+        self._writer: asyncio.StreamWriter | None = None  # to the leader, while subscribed
+        queue.leader_of_copy = self  # StoreOffset on this node goes to the leader
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if self.stream.config.durability is Durability.BATCH:
@@ -93,10 +100,11 @@ class Follower:
             if where is not None:
                 try:
                     await self._follow(*where)
-                except (OSError, EOFError, ReplicaError, StorageError) as error:
+                except (OSError, EOFError, ReplicaError, StorageError, ValueError) as error:
                     log.info("replica of '%s' in vhost '%s': %s", self.name, self.vhost, error)
                 finally:
                     self.connected.clear()
+                    self._writer = None
             await asyncio.sleep(RETRY_S)
 
     async def _follow(self, host: str, port: int) -> None:
@@ -110,6 +118,7 @@ class Follower:
                 + wire.enc_properties({"sievemq-replica": "true"})
             )
             await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
+            self._writer = writer
             self.connected.set()
             log.info(
                 "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
@@ -124,6 +133,8 @@ class Follower:
                 if key == wire.DELIVER:
                     await self._append(frame, version)
                     writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
+                elif key == wire.TRACKING:
+                    self._track(frame)
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
@@ -143,6 +154,31 @@ class Follower:
             await asyncio.to_thread(self.stream.append_stored, chunk)
         else:
             self.stream.append_stored(chunk)
+
+    def _track(self, body: bytes) -> None:
+        """The leader's named-consumer offsets (``gateway/streamproto_session/tracking``):
+        the whole set when subscribed, then each change; kept in the copy's offsets.log
+        (fdatasynced as the copy's ``--fsync`` says)."""
+        snapshot, items = wire.parse_tracking(body)
+        offsets = self.stream.offsets
+        if snapshot:
+            offsets.replace_all({name: at for name, at in items if at is not None})
+            return
+        for name, at in items:
+            if at is None:
+                offsets.delete(name)
+            else:
+                offsets.set(name, at)
+
+    def store_offset(self, reference: str, offset: int) -> bool:
+        """A client's StoreOffset on this node: sent to the leader on the subscription's
+        connection (the cluster login may store any); it comes back as a tracking change."""
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            return False
+        body = wire.enc_string(reference) + wire.enc_string(self.name) + struct.pack(">Q", offset)
+        writer.write(wire.frame(wire.STORE_OFFSET, body))
+        return True
 
     async def _sync_loop(self) -> None:
         """fdatasync as ``--fsync`` says: each append under ``always`` (the writer does

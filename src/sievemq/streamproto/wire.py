@@ -521,3 +521,30 @@ def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]
     except (struct.error, UnicodeDecodeError) as error:
         raise FrameError(f"malformed Publish frame: {error}") from error
     return publisher_id, entries
+
+
+# --------------------------------------------- SieveMQ's own frame: a replica's tracking
+# A cluster leader sends it on a replica's subscription (``sievemq-replica=true``): the
+# stream's named-consumer offsets, so that the replica's copy holds them too
+# (docs/cluster.md). ``u8 flags | i32 count | count × (string name | i64 offset)``; offset
+# -1: the name was deleted; flag TRACKING_SNAPSHOT: the whole set (names it lacks are gone).
+TRACKING = 0x7F01
+TRACKING_SNAPSHOT = 0x01
+
+
+def tracking(snapshot: bool, offsets: Iterable[tuple[str, int | None]]) -> bytes:
+    items = [enc_string(name) + _I64.pack(-1 if at is None else at) for name, at in offsets]
+    flags = TRACKING_SNAPSHOT if snapshot else 0
+    return frame(TRACKING, _U8.pack(flags) + _I32.pack(len(items)) + b"".join(items))
+
+
+def parse_tracking(body: bytes) -> tuple[bool, list[tuple[str, int | None]]]:
+    """(whole set?, [(name, offset or None when deleted)]) of a TRACKING frame's body."""
+    cur = Cursor(body)
+    snapshot = bool(cur.u8() & TRACKING_SNAPSHOT)
+    items: list[tuple[str, int | None]] = []
+    for _ in range(cur.i32()):
+        name = cur.string()
+        at = cur.i64()
+        items.append((name, None if at < 0 else at))
+    return snapshot, items
