@@ -24,7 +24,9 @@ from sievemq.testing.pika_client import consume_expected
 
 from .cluster_helpers import OPEN, queues, started_nodes, until
 
-STREAM = {"x-queue-type": "stream"}
+# no replica on b: its consumers of a stream go through the link (test_replica_reads.py
+# covers those that read a replica)
+STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 1}
 
 
 @pytest.fixture(scope="module")

@@ -874,9 +874,10 @@ class Channel:
         self._allow("read", "queue", m.queue)
         self._locked_elsewhere(m.queue)
         led = self._led_by(m.queue)
-        if led is not None:
+        copy = None if led is None else remote.local_copy(led[0], vhost_name, m.queue, m.arguments)
+        if led is not None and copy is None:
             return remote.consume(self, *led, m)
-        found = self.vhost.find_queue(m.queue)
+        found = copy or self.vhost.find_queue(m.queue)  # a replica's copy: read here
         if isinstance(found, ClassicQueue):
             return classic_consumer.consume(self, found, m)
         queue = found

@@ -32,7 +32,7 @@ import secrets
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pamqp.commands as spec
 
@@ -42,6 +42,9 @@ from sievemq.amqp.spans import frames_of
 from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, QueueDirectory
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
+
+if TYPE_CHECKING:
+    from sievemq.gateway.model.stream.queue import StreamQueue
 
 _HEAD = struct.Struct(">BHI")
 _END_HEAD = struct.Struct(">BBHI")  # the frame end of the frame before, this one's header
@@ -601,6 +604,18 @@ class RemoteOps(LinkUser):
 
 
 # ---------------------------------------------------------------------------- methods
+
+
+def local_copy(
+    directory: QueueDirectory, vhost: str, name: str, arguments: dict[str, Any] | None
+) -> StreamQueue | None:
+    """This node's replica of stream ``name`` when a consume of it reads here rather than
+    through the leader (RabbitMQ's consumers read their node's member): every consumer but a
+    named one (``x-stream-consumer-name``), whose one-writer-per-name rule, offset commits
+    and SQL subscription are the leader's, so it goes to the leader as before."""
+    if arguments and "x-stream-consumer-name" in arguments:
+        return None
+    return directory.replica_queue(vhost, name)
 
 
 def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
