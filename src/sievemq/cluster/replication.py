@@ -12,8 +12,9 @@ leader stored it, Bloom bits and all) and appends every chunk as it came
 follower that loses its connection, or a node that restarts, resumes from its copy's end. A
 stream deleted (its record deleted) loses its copies.
 
-The stream's named-consumer offsets come on the same subscription (the leader's TRACKING
-frames: the whole set, then each change; kept in the copy's own ``offsets.log``), and a
+The stream's named-consumer offsets and registered SQL subscriptions come on the same
+subscription (``gateway/streamproto_session/tracking``: the whole of each, then each change;
+kept in the copy's own ``offsets.log`` and ``subscriptions.json``), and a
 StoreOffset a client sends to this node goes to the leader on it (``store_offset``), so the
 copy answers QueryOffset; its publisher sequences are in the data it copies.
 
@@ -39,6 +40,7 @@ from sievemq.gateway.model.definitions import decode_value
 from sievemq.gateway.model.stream.arguments import stream_arguments_from_table
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
+from sievemq.gateway.streamproto_session import tracking
 from sievemq.storage import StorageError
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
@@ -133,8 +135,8 @@ class Follower:
                 if key == wire.DELIVER:
                     await self._append(frame, version)
                     writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
-                elif key == wire.TRACKING:
-                    self._track(frame)
+                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS):
+                    tracking.apply(self.stream, key, frame)  # offsets, SQL subscriptions
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
@@ -154,21 +156,6 @@ class Follower:
             await asyncio.to_thread(self.stream.append_stored, chunk)
         else:
             self.stream.append_stored(chunk)
-
-    def _track(self, body: bytes) -> None:
-        """The leader's named-consumer offsets (``gateway/streamproto_session/tracking``):
-        the whole set when subscribed, then each change; kept in the copy's offsets.log
-        (fdatasynced as the copy's ``--fsync`` says)."""
-        snapshot, items = wire.parse_tracking(body)
-        offsets = self.stream.offsets
-        if snapshot:
-            offsets.replace_all({name: at for name, at in items if at is not None})
-            return
-        for name, at in items:
-            if at is None:
-                offsets.delete(name)
-            else:
-                offsets.set(name, at)
 
     def store_offset(self, reference: str, offset: int) -> bool:
         """A client's StoreOffset on this node: sent to the leader on the subscription's

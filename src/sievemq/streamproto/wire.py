@@ -530,6 +530,17 @@ def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]
 # -1: the name was deleted; flag TRACKING_SNAPSHOT: the whole set (names it lacks are gone).
 TRACKING = 0x7F01
 TRACKING_SNAPSHOT = 0x01
+# and the stream's registered SQL subscriptions (``subscriptions.json``, whose slots the bits
+# in the chunks' extra blobs mean): ``bytes`` (i32 length | the file as the leader wrote it)
+SUBSCRIPTIONS = 0x7F02
+
+
+def subscriptions(raw: bytes) -> bytes:
+    return frame(SUBSCRIPTIONS, _I32.pack(len(raw)) + raw)
+
+
+def parse_subscriptions(body: bytes) -> bytes:
+    return Cursor(body).bytes_()
 
 
 def tracking(snapshot: bool, offsets: Iterable[tuple[str, int | None]]) -> bytes:

@@ -4,9 +4,10 @@ Two real nodes and a real etcd: a stream led by ``a`` with a replica on ``b``. O
 on the leader (StoreOffset, an AMQP named consumer's acks) and the last publishing ids of
 its publishers (rstream's named Producer, AMQP dedup headers) are answered by the replica
 itself, through the Stream protocol on ``b``'s own listener; a StoreOffset on ``b`` reaches
-the leader; an offset changed while the replica was down is there once it is back; and a
-batch republished with old ids to the leader after it was SIGKILLed and restarted is still
-deduplicated.
+the leader; an offset changed while the replica was down is there once it is back; a named
+SQL consumer's registered subscription (what the chunks' bits mean) is in the replica's copy
+too; and a batch republished with old ids to the leader after it was SIGKILLed and
+restarted is still deduplicated.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 from rstream import OffsetNotFound
 
+from sievemq.cluster.replication import replica_directory
+from sievemq.filtering.subscriptions import FILE
 from sievemq.spark.stream_client import StreamClient, StreamURI
+from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client, producer
@@ -65,7 +70,9 @@ def end_offset(node: ServerProcess, name: str) -> int:
         return int(client.stream_stats(name).end)
 
 
-def consume_named(node: ServerProcess, name: str, consumer_name: str, count: int) -> None:
+def consume_named(
+    node: ServerProcess, name: str, consumer_name: str, count: int, **extra: str
+) -> None:
     """An AMQP named consumer on ``node`` that takes and acks ``count`` messages."""
     ch = channel(node)
     ch.basic_qos(prefetch_count=100)
@@ -77,7 +84,7 @@ def consume_named(node: ServerProcess, name: str, consumer_name: str, count: int
         if len(got) == count:
             ch.stop_consuming()
 
-    arguments = {"x-stream-offset": "first", "x-stream-consumer-name": consumer_name}
+    arguments = {"x-stream-offset": "first", "x-stream-consumer-name": consumer_name, **extra}
     ch.basic_consume(name, on_message, arguments=arguments)
     ch.start_consuming()
     assert got == list(range(count))
@@ -184,6 +191,39 @@ async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
 
     await _eventually_async(caught_up, "b has the offsets changed while it was down")
     assert await sequence_on(b, "away", "ref") == 4
+
+
+def registries(a: ServerProcess, b: ServerProcess, name: str) -> tuple[bytes, bytes]:
+    """The leader's ``subscriptions.json`` of stream ``name`` and the replica's copy of it."""
+
+    def read(path: Path) -> bytes:
+        return path.read_bytes() if path.exists() else b""
+
+    return (
+        read(stream_directory(a.data_dir, "/", name) / FILE),
+        read(replica_directory(b.data_dir, "/", name) / FILE),
+    )
+
+
+def test_registered_sql_subscriptions_are_in_the_replica_s_copy(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare_replicated(a, b, "subscribed")
+    publish_deduplicated(a, "subscribed", "ref", range(10))
+    sql = {"x-stream-filter-sql": "properties.message_id IS NULL"}
+    consume_named(a, "subscribed", "auditor", 10, **sql)
+    leader, _ = registries(a, b, "subscribed")
+    assert b"auditor" in leader
+    until(lambda: registries(a, b, "subscribed")[1] == leader, "b's copy of the registry")
+    b.kill()  # a registration while the replica is away reaches it when it is back
+    consume_named(a, "subscribed", "second", 10, **sql)
+    b.restart()
+    until(
+        lambda: len(set(registries(a, b, "subscribed"))) == 1,
+        "b has the registry changed while it was down",
+    )
+    assert b"second" in registries(a, b, "subscribed")[1]
 
 
 async def test_old_ids_republished_after_the_leader_restarts_are_deduplicated(

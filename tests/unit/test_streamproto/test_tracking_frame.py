@@ -29,3 +29,10 @@ def test_a_cut_frame_is_a_frame_error() -> None:
     _, body = _body(wire.tracking(False, [("reader", 7)]))
     with pytest.raises(wire.FrameError):
         wire.parse_tracking(body[:-3])
+
+
+def test_the_subscriptions_frame_carries_the_file_as_it_is() -> None:
+    raw = b'{"version": 1, "slots": []}'
+    key, body = _body(wire.subscriptions(raw))
+    assert key == wire.SUBSCRIPTIONS
+    assert wire.parse_subscriptions(body) == raw

@@ -29,7 +29,7 @@ from sievemq.gateway.streamproto_session import cluster, super_stream_commands
 from sievemq.gateway.streamproto_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.gateway.streamproto_session.subscription import Subscription, WholeChunks, seek
-from sievemq.gateway.streamproto_session.tracking import OffsetShipping
+from sievemq.gateway.streamproto_session.tracking import SideFileShipping
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -863,8 +863,8 @@ class StreamConnection:
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
-        if verbatim and self.trusted:  # another node's replica: the offsets follow too
-            sub.tracking = OffsetShipping(self, queue.stream.offsets)
+        if verbatim and self.trusted:  # another node's replica: the side files follow too
+            sub.tracking = SideFileShipping(self, queue.stream)
         if single_active:
             assert self.vhost is not None
             super_stream = props.get("super-stream", "")

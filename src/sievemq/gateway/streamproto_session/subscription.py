@@ -39,7 +39,7 @@ from sievemq.streamproto import convert, osiris, wire
 if TYPE_CHECKING:
     from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.streamproto_session.ports import ConnectionPort, GroupMember
-    from sievemq.gateway.streamproto_session.tracking import OffsetShipping
+    from sievemq.gateway.streamproto_session.tracking import SideFileShipping
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class Subscription(CommitWaker):
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
         self._by_chunk = stored or verbatim or spec is None or isinstance(spec, WholeChunks)
         self.verbatim = verbatim  # sievemq-replica: chunks as stored, one per Deliver
-        self.tracking: OffsetShipping | None = None  # a replica's: the offsets shipped too
+        self.tracking: SideFileShipping | None = None  # a replica's: side files shipped too
         self.stored = stored  # sievemq-stored-chunks: the record-table layout on the wire
         self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
