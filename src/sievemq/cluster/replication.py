@@ -161,8 +161,8 @@ class Follower:
         """A client's StoreOffset on this node: sent to the leader on the subscription's
         connection (the cluster login may store any); it comes back as a tracking change."""
         writer = self._writer
-        if writer is None or writer.is_closing():
-            return False
+        if writer is None or writer.is_closing() or not self.connected.is_set():
+            return False  # (not subscribed yet: nothing but the handshake may go first)
         body = wire.enc_string(reference) + wire.enc_string(self.name) + struct.pack(">Q", offset)
         writer.write(wire.frame(wire.STORE_OFFSET, body))
         return True
