@@ -14,7 +14,7 @@ from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.classic.vhost import ClassicQueues
+from sievemq.gateway.model.classic.vhost import ClassicQueues, locked
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -96,6 +96,10 @@ class VirtualHost:
         # whether another cluster node leads a queue of this name (the broker sets it from
         # its directory): a binding to such a queue is accepted and routes through it
         self.elsewhere: Callable[[str], bool] = lambda name: False
+        # whether another cluster node's client connection owns an exclusive queue of this
+        # name (the broker sets it): a binding to it is 405, as to any connection's but
+        # its owner's
+        self.locked_elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -327,6 +331,8 @@ class VirtualHost:
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
         if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
+            if kind == "queue" and self.locked_elsewhere(destination):
+                raise locked(destination, self.name)
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 
@@ -526,6 +532,14 @@ class VirtualHost:
 
         # an idle stream restored at start stays closed
         queue.when_open(put_limits, limits.filter_size_bytes)
+
+    def policy_definition(self, kind: str, name: str) -> dict[str, Any]:
+        """The effective policy definition a queue of ``kind`` named ``name`` gets (or
+        would get, declared now)."""
+        mine, operators = self._ranked()
+        return policies.effective_definition(
+            policies.match(mine, kind, name), policies.match(operators, kind, name)
+        )
 
     def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
         return (

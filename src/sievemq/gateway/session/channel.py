@@ -237,7 +237,7 @@ class Channel:
             parts = self._parts
             self._parts = []
             self._complete(parts[0] if len(parts) == 1 else b"".join(parts))
-            self.connection.node.broker.counters.received += 1  # (the fast path counts its own)
+            self.connection.counters.received += 1  # (the fast path counts its own)
         elif phase is _AWAIT_HEADER:
             self._content_header(payload)
         else:
@@ -312,7 +312,7 @@ class Channel:
         if size == 0:
             state.phase = _OPEN  # the table's header transitions, inline
             self._complete(b"")
-            self.connection.node.broker.counters.received += 1
+            self.connection.counters.received += 1
         else:
             state.remaining = size
             state.phase = _AWAIT_BODY
@@ -395,7 +395,7 @@ class Channel:
                     confirm.take(0)
                     self._schedule_confirms()
                 return
-            counters = self.connection.node.broker.counters
+            counters = self.connection.counters
             if mandatory:
                 counters.returned_unroutable += 1
                 conn = self.connection
@@ -518,7 +518,7 @@ class Channel:
         before = confirm.released
         out = confirm.drain()
         if out:
-            self.connection.node.broker.counters.confirmed += confirm.released - before
+            self.connection.counters.confirmed += confirm.released - before
             self.connection.write_frames(out)
 
     # ----------------------------------------------------------------------- consuming
@@ -886,7 +886,7 @@ class Channel:
 
     def _tx_rollback(self, m: Any) -> None:
         tx = transactions.require(self.tx, 30)
-        self.connection.node.broker.counters.received -= len(tx.publishes)  # never received
+        self.connection.counters.received -= len(tx.publishes)  # never received
         tx.clear()
         self.connection.send_method(self.id, spec.Tx.RollbackOk())
 

@@ -7,6 +7,8 @@ and the stream's group-commit appender exactly as a client's does. What differs:
 - **Login.** PLAIN with the connecting node's name as user and the cluster secret as password;
   anything else is 403 ACCESS_REFUSED (the node's users cannot log in here, and the secret is
   never logged). A node that has no secret yet (still joining) refuses every link.
+- **Counted once.** Its publishes and confirms are not the node's (``self.counters``): the
+  node the client published to counted them.
 - **Trust.** The link acts for clients whose permissions the other node already checked: it
   may open any vhost, with every permission in it, and no vhost or user connection limit
   counts it. It is not listed among the node's client connections (``internal``).
@@ -28,6 +30,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import errors, frames, negotiation, states
 from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
@@ -66,6 +69,11 @@ class PeerConnection(Connection):
     def __init__(self, node: Node, secret: Callable[[], str | None]) -> None:
         super().__init__(node)
         self._secret = secret
+        # what the link carries was counted on the node its client published to (received,
+        # confirmed, unroutable there), as RabbitMQ counts a publish at its channel's node:
+        # counted here too, the cluster's totals would count each forwarded message twice.
+        # The queue's own figures (its ``published``) still count it, on this node.
+        self.counters = MessageCounters()
 
     def _start_ok(self, method: Any) -> None:
         self.client_properties = dict(method.client_properties or {})

@@ -15,7 +15,7 @@ from sievemq.amqp.errors import (
     NotImplemented_,
     PreconditionFailed,
 )
-from sievemq.gateway.admin.errors import BadRequest
+from sievemq.gateway.admin.errors import BadRequest, Conflict
 from sievemq.gateway.admin.views.access import (
     LIMITS_COMPONENT,
     USER_LIMITS,
@@ -42,6 +42,7 @@ from sievemq.gateway.admin.views.clients import (
 from sievemq.gateway.admin.views.node import (
     PARTIAL_HEADER,
     PEER_HEADER,
+    RELAY_USER_HEADER,
     AdminPeersPort,
     ClusterNodeView,
     ClusterPort,
@@ -51,7 +52,10 @@ from sievemq.gateway.admin.views.node import (
     ListenerView,
     OverviewView,
     PeerListing,
+    RelayedAnswer,
+    RelayedRequest,
     RemoteQueueView,
+    StreamMemberView,
     Totals,
     WriteLatencyView,
 )
@@ -79,6 +83,7 @@ __all__ = [
     "LIMITS_COMPONENT",
     "PARTIAL_HEADER",
     "PEER_HEADER",
+    "RELAY_USER_HEADER",
     "USER_LIMITS",
     "VHOST_LIMITS",
     "AMQPError",
@@ -91,6 +96,7 @@ __all__ = [
     "ChannelView",
     "ClusterNodeView",
     "ClusterPort",
+    "Conflict",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -115,11 +121,14 @@ __all__ = [
     "PreconditionFailed",
     "Principal",
     "QueueView",
+    "RelayedAnswer",
+    "RelayedRequest",
     "RemoteQueueView",
     "SacGroupView",
     "SacMemberView",
     "StreamClientView",
     "StreamConsumerView",
+    "StreamMemberView",
     "StreamPublisherView",
     "StreamView",
     "SubscriptionView",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,9 +63,42 @@ class ClusterPort(Protocol):
         """A recorded queue's members (leader, then replicas) and those running now."""
         ...
 
+    def queue_epoch(self, vhost: str, name: str) -> int | None:
+        """A recorded queue's leader epoch (None: not recorded)."""
+        ...
+
+    def add_replica(self, vhost: str, name: str, node: str) -> Awaitable[bool]:
+        """Make ``node`` a replica of the stream (False: it already is a member);
+        ``NotFound``, ``Conflict`` or ``BadRequest`` naming what is wrong."""
+        ...
+
+    def delete_replica(self, vhost: str, name: str, node: str) -> Awaitable[None]:
+        """Stop ``node``'s replica and remove its copy; the leader is a ``Conflict``."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamMemberView:
+    """One member of a stream as the node holding it sees it (``rabbitmq-streams
+    stream_status``): the leader (``writer``) or a replica's copy."""
+
+    node: str
+    role: str  # "writer" or "replica"
+    epoch: int
+    offset: int  # the last offset held (-1: none)
+    committed_offset: int  # the last offset a reader may see (-1: none)
+    first_offset: int
+    readers: int  # consumers and Stream-protocol subscriptions reading this copy
+    segments: int
+    messages: int
+    bytes: int
+
 
 # the header a node's request to another node's admin API carries the cluster secret in
 PEER_HEADER = "x-sievemq-cluster-secret"
+# the header a relayed request (a get, purge or browse of a queue the receiving node leads)
+# names the user it is done for in; it comes with the cluster secret only
+RELAY_USER_HEADER = "x-sievemq-cluster-user"
 # the header naming the nodes a cluster-wide listing left out (they did not answer in time)
 PARTIAL_HEADER = "x-sievemq-partial"
 
@@ -95,6 +129,30 @@ class AdminPeersPort(Protocol):
     async def delete(self, node: str, path: str, reason: str | None) -> int:
         """``DELETE path`` on ``node``; its HTTP status (503: not reached)."""
         ...
+
+    async def relay(self, node: str, request: RelayedRequest) -> RelayedAnswer | None:
+        """``request`` done on ``node`` for its user; its answer (None: not reached)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RelayedRequest:
+    """A client's HTTP request about a queue another node leads, as sent there."""
+
+    method: str
+    path: str  # as the client sent it, percent-encoded
+    query: str
+    body: bytes
+    user: str
+
+
+@dataclass(frozen=True)
+class RelayedAnswer:
+    """What the queue's leader answered a relayed request: passed on as it is."""
+
+    status: int
+    body: bytes
+    content_type: str
 
 
 @dataclass
