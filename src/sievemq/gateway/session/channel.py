@@ -112,6 +112,7 @@ class Channel:
     def __init__(self, connection: ChannelHost, state: ChannelState) -> None:
         self.connection = connection
         self.id = state.channel
+        self.delivery_id = self.id  # a relay link channel's is its client's (session.peer)
         self.state = state  # the phase (opened by the connection through the same table)
         state.content_class = _PUBLISH_CLASS  # the one content method, published inline
         self.consumers: dict[str, ChannelConsumer] = {}
@@ -537,6 +538,8 @@ class Channel:
         if self.tx is not None:  # held until tx.commit
             self.tx.settles.append((tag, multiple, finished, method_id))
             return
+        if self.remote is not None and self.remote.direct is not None:  # the leader's tags
+            return self.remote.direct.settle_direct(tag, multiple, finished, method_id)
         unacked = self.unacked
         if not multiple:
             consumer = unacked.pop(tag, None)
@@ -736,6 +739,8 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
     def _basic_get(self, m: Any) -> None:
+        if self.remote is not None:  # a remote consumer's tags stop being the leader's
+            self.remote.leave_direct()
         queue_methods.locked_elsewhere(self, m.queue)
         led = queue_methods.led_by(self, m.queue)
         if led is not None:
@@ -754,6 +759,8 @@ class Channel:
         self.connection.send_method(self.id, spec.Basic.QosOk())
 
     def _basic_consume(self, m: Any) -> None:
+        if self.remote is not None:  # a remote consumer's tags stop being the leader's
+            self.remote.leave_direct()
         if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
@@ -851,7 +858,9 @@ class Channel:
 
     def _recover_all(self) -> None:
         """basic.recover on a stream: credit back for every unacked delivery, no redelivery."""
-        if self.unacked:
+        if self.remote is not None and self.remote.direct is not None:
+            self._settle_deliveries(0, True, finished=False)  # the leader's "everything"
+        elif self.unacked:
             tag = next(reversed(self.unacked))
             self._settle_deliveries(tag, True, finished=False)
 

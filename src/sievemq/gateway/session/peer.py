@@ -18,6 +18,11 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
+- **Relay channels.** A channel opened with ``RELAY_TARGET`` and a client's channel number
+  (``amqp/spans.py``) carries that client's consumer on the other node: its deliveries are
+  framed with the client's channel number (``delivery_id``) and each turn of them goes out
+  wrapped in relay frames, so the other node passes them to its client as they are (its
+  delivery tags are the client's too, on a channel that has no other deliveries).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import errors, frames, negotiation, states
 from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.amqp.spans import RELAY_TARGET, relay_frames
 from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
@@ -59,6 +65,14 @@ def channel_target(payload: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise errors.FrameError("channel.open: the target queue is not UTF-8", 20, 10) from None
+
+
+def relay_number(target: str) -> int:
+    """The client channel number a relay channel's target names (0: none)."""
+    digits = target[len(RELAY_TARGET) :]
+    if not digits.isdigit() or not 0 < int(digits) < 65536:
+        raise errors.FrameError("channel.open: a bad relay channel number", 20, 10)
+    return int(digits)
 
 
 class PeerConnection(Connection):
@@ -114,9 +128,31 @@ class PeerConnection(Connection):
 
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
-        channel = PinnedChannel(self, state, target) if target else Channel(self, state)
+        channel: Channel
+        if target.startswith(RELAY_TARGET):
+            channel = RelayChannel(self, state, relay_number(target))
+        elif target:
+            channel = PinnedChannel(self, state, target)
+        else:
+            channel = Channel(self, state)
         channel.forwards = False  # the other node routed: nothing goes on to a third
         return channel
+
+
+class RelayChannel(Channel):
+    """A link channel whose deliveries the other node passes to its client as they are: each
+    turn's frames go in relay frames that also carry the last delivery tag given so far
+    (the other node's own count of what its client holds)."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState, number: int):
+        super().__init__(connection, state)
+        self.delivery_id = number or self.id
+
+    def write_deliveries(self, data: bytes) -> None:
+        connection = self.connection
+        connection.write_frames(
+            relay_frames(self.id, data, self.next_delivery_tag - 1, connection.frame_max)
+        )
 
 
 class PinnedChannel(Channel):

@@ -57,7 +57,13 @@ class DeliveryTarget(Protocol):
 
     @property
     def id(self) -> int:
-        """The channel number the deliveries are framed for."""
+        """The channel's number."""
+        ...
+
+    @property
+    def delivery_id(self) -> int:
+        """The channel number the deliveries are framed for: its own, but a link channel
+        relaying to a client on another node frames them for the client's channel."""
         ...
 
     @property
