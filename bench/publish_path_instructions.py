@@ -12,8 +12,9 @@ callgrind counts the instructions the CPU would execute, the same under any load
 Each tree (``HEAD``, or any commit: ``git archive COMMIT src``) runs ``bench.publish_path``'s
 ``publish_run`` in a child under callgrind, twice, with ``--n`` and ``--n`` + 20,000 timed
 messages; counting is on only inside the run (``--toggle-collect`` on ``itertools.starmap``'s
-next, which the run is called through, and instrumentation switched on by
-``callgrind_control`` after the imports, which would take minutes under it). The difference
+next, which the run is called through; the client's frames are built before it), and
+instrumentation is switched on by ``callgrind_control`` after the imports (which would take
+minutes under it). The difference
 of the two counts over 20,000 is the instructions of one message: what both runs share (the
 node's start, the warmup, the teardown) cancels out. Slow: a few minutes of CPU per tree
 and kind. Needs ``valgrind`` (Debian's package) and a CPython with symbols (pyenv's has).
@@ -39,13 +40,18 @@ EXTRA = 20_000  # the second run's additional messages: the difference is divide
 
 # the child: warm up (imports, memo caches), say so, wait for instrumentation, run counted
 _CHILD = """
-import asyncio, itertools, os, sys, time
+import asyncio, functools, itertools, os, sys, time
 from bench import publish_path
 import sievemq.serve  # the imports publish_run makes, before counting
 kind, n, flag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+unique = kind == "unique"
+# the client's frames built before counting (pamqp encodes each unique message)
+publish_path.slices = functools.cache(publish_path.slices)
+for count in (publish_path.WARMUP, n):
+    publish_path.slices(count, 100, unique, 250)
 
 def run(kind, n):
-    asyncio.run(publish_path.publish_run(n, 100, kind == "unique", 250, 1, None))
+    asyncio.run(publish_path.publish_run(n, 100, unique, 250, 1, None))
 
 run(kind, 1000)
 open(flag + ".ready", "w").close()
