@@ -1,7 +1,7 @@
 """Instructions per published message through the server's real publish path, counted by
 callgrind: a figure the machine's load does not move.
 
-    python -m bench.publish_path_instructions [--n 2000] [--kinds identical,unique]
+    python -m bench.publish_path_instructions [--n 2000] [--extra 20000] [--kinds identical,unique]
                                               [--trees HEAD,8c1ff56]
 
 Why beside ``bench.publish_path``: on this project's shared 2-core machine the load average
@@ -10,12 +10,12 @@ to the next, more than the changes worth measuring (a 2-3 % regression). Valgrin
 callgrind counts the instructions the CPU would execute, the same under any load.
 
 Each tree (``HEAD``, or any commit: ``git archive COMMIT src``) runs ``bench.publish_path``'s
-``publish_run`` in a child under callgrind, twice, with ``--n`` and ``--n`` + 20,000 timed
+``publish_run`` in a child under callgrind, twice, with ``--n`` and ``--n`` + ``--extra`` timed
 messages; counting is on only inside the run (``--toggle-collect`` on ``itertools.starmap``'s
 next, which the run is called through; the client's frames are built before it), and
 instrumentation is switched on by ``callgrind_control`` after the imports (which would take
 minutes under it). The difference
-of the two counts over 20,000 is the instructions of one message: what both runs share (the
+of the two counts over ``--extra`` is the instructions of one message: what both runs share (the
 node's start, the warmup, the teardown) cancels out. Slow: a few minutes of CPU per tree
 and kind. Needs ``valgrind`` (Debian's package) and a CPython with symbols (pyenv's has).
 """
@@ -36,7 +36,6 @@ from pathlib import Path
 from bench._util import export_src, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRA = 20_000  # the second run's additional messages: the difference is divided by it
 
 # the child: warm up (imports, memo caches), say so, wait for instrumentation, run counted
 _CHILD = """
@@ -95,6 +94,7 @@ def counted(src: Path, kind: str, n: int, work: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=2_000)
+    parser.add_argument("--extra", type=int, default=20_000, help="the second run's more messages")
     parser.add_argument("--kinds", default="identical,unique")
     parser.add_argument(
         "--trees", default="HEAD", help="commits, comma-separated (HEAD: this tree)"
@@ -109,8 +109,8 @@ def main() -> None:
             src = ROOT / "src" if tree == "HEAD" else export_src(tree, work / tree)
             for kind in args.kinds.split(","):
                 small = counted(src, kind, args.n, work)
-                large = counted(src, kind, args.n + EXTRA, work)
-                results.setdefault(kind, {})[tree] = round((large - small) / EXTRA)
+                large = counted(src, kind, args.n + args.extra, work)
+                results.setdefault(kind, {})[tree] = round((large - small) / args.extra)
     print(
         json.dumps(
             {
