@@ -30,10 +30,16 @@ READ_TIMEOUT_S = 60.0  # generous: a loaded machine; returns as soon as all arri
 
 
 def declare(node: ServerProcess, queue: str, kind: str) -> None:
-    """Declare a durable ``kind`` (stream or classic) queue through ``node`` (its leader)."""
+    """Declare a durable ``kind`` (stream or classic) queue through ``node`` (its leader).
+    A stream has no replica here: these faults test a node's own queues through outages;
+    a replicated stream fails over (and is fenced while its leader's lease is late), which
+    ``test_failover.py`` tests, and until confirms wait for a majority a failover loses
+    what the dead leader confirmed last, which this checker would report."""
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     try:
-        arguments = {"x-queue-type": kind}
+        arguments: dict[str, Any] = {"x-queue-type": kind}
+        if kind == "stream":
+            arguments["x-initial-cluster-size"] = 1
         conn.channel().queue_declare(queue, durable=True, arguments=arguments)
     finally:
         conn.close()

@@ -311,6 +311,23 @@ class VirtualHost:
         self._remove_stream(queue)
         return count
 
+    def detach_queue(self, name: str) -> StreamQueue | None:
+        """Another cluster node leads the stream now (a failover): forget it here as a
+        delete does (its consumers and publishers are told it is gone) but keep its
+        bindings (cluster-wide: they route to the new leader) and its files, closed,
+        for the caller (they become this node's replica of it)."""
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return None
+        self.on_deleted(queue)
+        self.touched.append(("queue", name))
+        queue.notify_deleted()
+        self._on_change()
+        stream = queue.opened_stream
+        if stream is not None:
+            stream.close()
+        return queue
+
     def drop_queue_bindings(self, name: str) -> None:
         """Every binding to the queue goes (it is being deleted)."""
         for binding in list(self._inbound.get(("queue", name), ())):
