@@ -532,3 +532,41 @@ def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]
 def replica_holds(subscription: int, epoch: int, next_offset: int) -> bytes:
     """A replica's acknowledgement of what its copy holds (``REPLICA_HOLDS``)."""
     return frame(REPLICA_HOLDS, struct.pack(">BQQ", subscription, epoch, next_offset))
+
+
+# --------------------------------------------- SieveMQ's own frame: a replica's tracking
+# A cluster leader sends it on a replica's subscription (``sievemq-replica=true``): the
+# stream's named-consumer offsets, so that the replica's copy holds them too
+# (docs/cluster.md). ``u8 flags | i32 count | count × (string name | i64 offset)``; offset
+# -1: the name was deleted; flag TRACKING_SNAPSHOT: the whole set (names it lacks are gone).
+TRACKING = 0x7F01
+TRACKING_SNAPSHOT = 0x01
+# and the stream's registered SQL subscriptions (``subscriptions.json``, whose slots the bits
+# in the chunks' extra blobs mean): ``bytes`` (i32 length | the file as the leader wrote it)
+SUBSCRIPTIONS = 0x7F02
+
+
+def subscriptions(raw: bytes) -> bytes:
+    return frame(SUBSCRIPTIONS, _I32.pack(len(raw)) + raw)
+
+
+def parse_subscriptions(body: bytes) -> bytes:
+    return Cursor(body).bytes_()
+
+
+def tracking(snapshot: bool, offsets: Iterable[tuple[str, int | None]]) -> bytes:
+    items = [enc_string(name) + _I64.pack(-1 if at is None else at) for name, at in offsets]
+    flags = TRACKING_SNAPSHOT if snapshot else 0
+    return frame(TRACKING, _U8.pack(flags) + _I32.pack(len(items)) + b"".join(items))
+
+
+def parse_tracking(body: bytes) -> tuple[bool, list[tuple[str, int | None]]]:
+    """(whole set?, [(name, offset or None when deleted)]) of a TRACKING frame's body."""
+    cur = Cursor(body)
+    snapshot = bool(cur.u8() & TRACKING_SNAPSHOT)
+    items: list[tuple[str, int | None]] = []
+    for _ in range(cur.i32()):
+        name = cur.string()
+        at = cur.i64()
+        items.append((name, None if at < 0 else at))
+    return snapshot, items

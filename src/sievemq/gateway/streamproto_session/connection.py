@@ -29,6 +29,7 @@ from sievemq.gateway.streamproto_session import cluster, super_stream_commands
 from sievemq.gateway.streamproto_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.gateway.streamproto_session.subscription import Subscription, WholeChunks, seek
+from sievemq.gateway.streamproto_session.tracking import SideFileShipping
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -292,7 +293,7 @@ class StreamConnection:
         command being handled (DeclarePublisher, QueryPublisherSequence) is handled again
         once they are, then the frames this connection sent after it, in order: its
         reading stops meanwhile; other connections go on."""
-        if queue.loaded_sequences is not None:
+        if queue.current_sequences() is not None:
             return False
         frame = self._current
         self._waiting = []
@@ -800,7 +801,9 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        queue = self._readable(name, lambda c: wire.query_publisher_sequence_response(corr, c, 0))
+        queue = self._readable(
+            name, lambda c: wire.query_publisher_sequence_response(corr, c, 0), replica=True
+        )
         if queue is None:
             return
         if reference and self._await_sequences(queue):
@@ -863,6 +866,8 @@ class StreamConnection:
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
+        if verbatim and self.trusted:  # another node's replica: the side files follow too
+            sub.tracking = SideFileShipping(self, queue.stream)
         if single_active:
             assert self.vhost is not None
             super_stream = props.get("super-stream", "")
@@ -927,10 +932,14 @@ class StreamConnection:
         reference = cur.string()
         name = cur.string()
         offset = cur.u64()
-        queue = self._queue(name)
+        queue = self._queue(name) or self._replica(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
         if not self.may("read", name):
+            return
+        if queue.leader_of_copy is not None:  # a replica: the leader stores it, ships it back
+            if not queue.leader_of_copy.store_offset(reference, offset):
+                log.info("store offset %s on %s: its leader is not reached", reference, name)
             return
         try:
             queue.stream.offsets.set(reference, offset)
@@ -941,7 +950,7 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0))
+        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0), replica=True)
         if queue is None:
             return
         stored = queue.stream.offsets.get(reference)

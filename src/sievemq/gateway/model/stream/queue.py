@@ -27,6 +27,19 @@ from sievemq.storage.publishers import PublisherSequences
 log = logging.getLogger(__name__)
 
 DeleteListener = Callable[["StreamQueue"], None]
+# a copy's publisher sequences read at most this many new records on the event loop (more
+# are read in a worker thread)
+CATCH_UP_HERE = 4096
+
+
+class LeaderOfCopy(Protocol):
+    """What a cluster node's copy of another node's stream reaches its leader by (the
+    follower, ``cluster/replication.py``)."""
+
+    def store_offset(self, reference: str, offset: int) -> bool:
+        """Send a named consumer's offset to the leader, which stores it and ships it back
+        to every copy; False when the leader is not reached now (nothing is stored)."""
+        ...
 
 
 class ConsumerInfo(Protocol):
@@ -144,6 +157,9 @@ class StreamQueue:
         self.fenced = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
+        # a cluster node's copy of a stream another node leads (appended by its follower,
+        # never published to here), or None: the node's own stream
+        self.leader_of_copy: LeaderOfCopy | None = None
 
     @property
     def stream(self) -> Stream:
@@ -208,17 +224,37 @@ class StreamQueue:
     def sequences_builder(self) -> Callable[[], PublisherSequences]:
         """The rebuild of ``publisher_sequences`` (snapshot + scan of the stream after it),
         as a call to run in a worker thread; give its result to ``adopt_sequences`` on the
-        loop. Opens the stream now (on the caller's thread) if it is not open yet."""
+        loop. Opens the stream now (on the caller's thread) if it is not open yet. A copy's
+        loaded sequences are brought up to its end instead (its follower appends without
+        them: the tags are in the data it copies)."""
         stream = self.stream
+        loaded = self._sequences
+        if loaded is not None:
+            return lambda: _caught_up(loaded, stream)
         return lambda: PublisherSequences(stream, dedup.stored_tag)
 
     def adopt_sequences(self, sequences: PublisherSequences) -> PublisherSequences:
         """Take sequences built by ``sequences_builder`` (reading what was appended since),
-        unless some were loaded meanwhile; returns the ones in use."""
-        if self._sequences is None:
+        unless others were loaded meanwhile; returns the ones in use."""
+        if self._sequences is None or self._sequences is sequences:
             sequences.catch_up(self.stream)
             self._sequences = sequences
         return self._sequences
+
+    def current_sequences(self) -> PublisherSequences | None:
+        """The loaded sequences once they cover the whole stream, else None (load them
+        with ``sequences_builder``, in a worker thread). A node's own stream's are kept
+        current by its publishes; a copy's are brought up to its end by reading what its
+        follower appended: here when that is a few records, else None."""
+        loaded = self._sequences
+        if loaded is None or self.leader_of_copy is None:
+            return loaded
+        behind = self.stream.end_offset - loaded.scanned
+        if behind > CATCH_UP_HERE:
+            return None
+        if behind > 0:
+            loaded.catch_up(self.stream)
+        return loaded
 
     @property
     def loaded_sequences(self) -> PublisherSequences | None:
@@ -309,3 +345,8 @@ class StreamQueue:
                 listener(self)
             except Exception:  # a broken consumer must not keep the stream alive
                 log.exception("delete listener of %r failed", self)
+
+
+def _caught_up(sequences: PublisherSequences, stream: Stream) -> PublisherSequences:
+    sequences.catch_up(stream)
+    return sequences
