@@ -26,8 +26,10 @@ failover: ``cluster.failover``) ends the follower's connection; it follows the n
 
 After each appended chunk (after its fdatasync under ``--fsync always``) the follower tells
 the leader what its copy holds (``wire.REPLICA_HOLDS``: the epoch it follows, the copy's
-end): the leader commits a chunk once a majority holds it (``cluster/commit.py``). Readers
-of the copy here read up to its end, not up to the leader's committed offset.
+end): the leader commits a chunk once a majority holds it (``cluster/commit.py``) and sends
+its committed offset on the subscription (``wire.COMMITTED``): the copy is gated
+(``Stream.gate``), so its readers here (AMQP consumers, Stream-protocol subscribers, the
+Spark network mode) read up to what the leader committed, not up to the copy's end.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class Follower:
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
         queue.leader_of_copy = self  # StoreOffset on this node goes to the leader
+        # its readers read what the leader committed (``wire.COMMITTED``), not its end
+        self.stream.gate()
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if self.stream.config.durability is Durability.BATCH:
@@ -184,7 +188,7 @@ class Follower:
                         wire.replica_holds(0, self.epoch, self.stream.end_offset)
                         + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
                     )
-                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS):
+                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS, wire.COMMITTED):
                     tracking.apply(self.stream, key, frame)  # offsets, SQL subscriptions
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())

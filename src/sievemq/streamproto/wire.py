@@ -546,6 +546,19 @@ TRACKING_SNAPSHOT = 0x01
 SUBSCRIPTIONS = 0x7F02
 
 
+# and the leader's committed offset (commit by majority): ``u64`` everything below it is
+# held by a majority; the replica's readers read up to it
+COMMITTED = 0x7F03
+
+
+def committed(offset: int) -> bytes:
+    return frame(COMMITTED, _U64.pack(offset))
+
+
+def parse_committed(body: bytes) -> int:
+    return Cursor(body).u64()
+
+
 def subscriptions(raw: bytes) -> bytes:
     return frame(SUBSCRIPTIONS, _I32.pack(len(raw)) + raw)
 

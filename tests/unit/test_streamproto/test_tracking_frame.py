@@ -36,3 +36,9 @@ def test_the_subscriptions_frame_carries_the_file_as_it_is() -> None:
     key, body = _body(wire.subscriptions(raw))
     assert key == wire.SUBSCRIPTIONS
     assert wire.parse_subscriptions(body) == raw
+
+
+def test_the_committed_frame_carries_the_leader_s_committed_offset() -> None:
+    key, body = _body(wire.committed(12345))
+    assert key == wire.COMMITTED
+    assert wire.parse_committed(body) == 12345

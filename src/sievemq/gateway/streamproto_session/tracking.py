@@ -29,6 +29,7 @@ class SideFileShipping:
 
     def __init__(self, conn: ConnectionPort, stream: Stream) -> None:
         self._conn = conn
+        self._stream = stream
         self._offsets = stream.offsets
         self._registry = registry(stream)
         self._offsets.listeners.append(self._offset)
@@ -37,6 +38,14 @@ class SideFileShipping:
         if not self._registry.disabled:
             with contextlib.suppress(FileNotFoundError):  # (nothing registered, ever)
                 conn.write(wire.subscriptions(self._registry.path.read_bytes()))
+        # the committed offset, as it moves (a gated stream's listeners hear it in commit,
+        # on the event loop; an ungated one's on the appending thread: then nothing is sent)
+        stream.add_listener(self._committed)
+        conn.write(wire.committed(stream.committed_offset))
+
+    def _committed(self, offset: int) -> None:
+        if self._stream.gated and self._conn.alive:
+            self._conn.write(wire.committed(offset))
 
     def _offset(self, name: str, offset: int | None) -> None:
         if self._conn.alive:
@@ -47,6 +56,7 @@ class SideFileShipping:
             self._conn.write(wire.subscriptions(raw))
 
     def detach(self) -> None:
+        self._stream.remove_listener(self._committed)
         if self._offset in self._offsets.listeners:
             self._offsets.listeners.remove(self._offset)
         if self._subscriptions in self._registry.listeners:
@@ -68,6 +78,9 @@ def apply(stream: Stream, key: int, body: bytes) -> bool:
                     offsets.delete(name)
                 else:
                     offsets.set(name, at)
+        return True
+    if key == wire.COMMITTED:
+        stream.commit(wire.parse_committed(body))  # (a copy is gated: ``gate_copy``)
         return True
     if key == wire.SUBSCRIPTIONS:
         write_file(stream.directory, wire.parse_subscriptions(body))
