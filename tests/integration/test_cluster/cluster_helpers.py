@@ -19,7 +19,7 @@ TTL_S = 2
 WAIT_S = 30.0  # generous: a loaded machine; every wait returns as soon as it holds
 
 
-def cluster_args(etcd: EtcdProcess, name: str) -> tuple[str, ...]:
+def cluster_args(etcd: EtcdProcess, name: str, ttl_s: int = TTL_S) -> tuple[str, ...]:
     return (
         "--node-name",
         name,
@@ -28,7 +28,7 @@ def cluster_args(etcd: EtcdProcess, name: str) -> tuple[str, ...]:
         "--cluster-port",
         "0",
         "--cluster-lease-ttl",
-        str(TTL_S),
+        str(ttl_s),
     )
 
 
