@@ -100,6 +100,7 @@ class Follower:
         queue.leader_of_copy = self  # StoreOffset on this node goes to the leader
         # its readers read what the leader committed (``wire.COMMITTED``), not its end
         self.stream.gate()
+        self._leader_committed = 0  # the last committed offset the leader sent
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if self.stream.config.durability is Durability.BATCH:
@@ -183,12 +184,18 @@ class Follower:
                 key, version, frame = await _frame(reader)
                 if key == wire.DELIVER:
                     await self._append(frame, version)
+                    # what the leader committed may reach past the copy's end (a copy
+                    # catching up): commit clamps to the end, so commit again as it grows
+                    self.stream.commit(self._leader_committed)
                     # held (and synced under always): the leader may commit it; one more chunk
                     writer.write(
                         wire.replica_holds(0, self.epoch, self.stream.end_offset)
                         + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
                     )
-                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS, wire.COMMITTED):
+                elif key == wire.COMMITTED:
+                    self._leader_committed = wire.parse_committed(frame)
+                    self.stream.commit(self._leader_committed)
+                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS):
                     tracking.apply(self.stream, key, frame)  # offsets, SQL subscriptions
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())

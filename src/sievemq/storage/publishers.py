@@ -127,6 +127,14 @@ class PublisherSequences:
         if publishing_id > self._last.get(reference, -1):
             self._last[reference] = publishing_id
 
+    def rewind(self, reference: str, publishing_id: int) -> None:
+        """A publish from ``publishing_id`` on was refused, not stored (a fenced leader, a
+        failed write): the publisher will send those ids again, and they must not be taken
+        for duplicates. ``update`` ran when they arrived, so go back below them."""
+        last = self._last.get(reference)
+        if last is not None and last >= publishing_id:
+            self._last[reference] = publishing_id - 1
+
     def save(self, end_offset: int) -> None:
         """Write the snapshot (call when everything written so far is on disk)."""
         parts = [_HEAD.pack(0, end_offset, len(self._last))[4:]]

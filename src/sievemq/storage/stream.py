@@ -653,6 +653,7 @@ class Stream:
         fsync_dir(self.directory)
         last = self._segments[-1]
         self.end_offset = offset
+        self.committed_offset = min(self.committed_offset, offset)  # (what went was not)
         self._last_chunk = None
         self._last_ts = next((s.last_ts for s in reversed(self._segments) if s.last_ts), 0)
         self._open_files(last.first_offset)

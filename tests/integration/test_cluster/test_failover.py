@@ -315,6 +315,9 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
     assert raw.open() == wire.OK
     raw.request(wire.DECLARE_PUBLISHER, b"\x01" + wire.enc_string("") + wire.enc_string("away"))
     assert _reply(raw) == (wire.DECLARE_PUBLISHER | wire.RESPONSE, wire.OK)
+    # and one with a reference (dedup): an id refused now is no duplicate when sent again
+    raw.request(wire.DECLARE_PUBLISHER, b"\x02" + wire.enc_string("ref") + wire.enc_string("away"))
+    assert _reply(raw) == (wire.DECLARE_PUBLISHER | wire.RESPONSE, wire.OK)
     os.kill(etcd.proc.pid, signal.SIGSTOP)
     try:
         until(lambda: "cannot be sure it still leads" in a.stderr(), "a fences its stream")
@@ -324,6 +327,10 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
         key, body = _reply_frame(raw)
         assert key == wire.PUBLISH_ERROR
         assert struct.unpack_from(">BiQH", body) == (1, 1, 7, wire.STREAM_NOT_AVAILABLE)
+        raw.send(wire.PUBLISH, struct.pack(">BiQI", 2, 1, 9, 5) + b"dedup")
+        key, body = _reply_frame(raw)
+        assert key == wire.PUBLISH_ERROR
+        assert struct.unpack_from(">BiQH", body) == (2, 1, 9, wire.STREAM_NOT_AVAILABLE)
     finally:
         os.kill(etcd.proc.pid, signal.SIGCONT)
         raw.close()
@@ -331,7 +338,20 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
     leader = nodes[
         until(lambda: leader_of(b, "away") in ("a", "b", "c") and leader_of(b, "away"), "a leader")
     ]
-    got = read_all(leader, "away", 101)
+    again = RawStreamClient(leader)  # the refused id 9 again, to the leader: stored
+    try:
+        assert again.open() == wire.OK
+        again.request(
+            wire.DECLARE_PUBLISHER, b"\x02" + wire.enc_string("ref") + wire.enc_string("away")
+        )
+        assert _reply(again) == (wire.DECLARE_PUBLISHER | wire.RESPONSE, wire.OK)
+        again.send(wire.PUBLISH, struct.pack(">BiQI", 2, 1, 9, 5) + b"dedup")
+        key, body = _reply_frame(again)
+        assert (key, struct.unpack_from(">BiQ", body)) == (wire.PUBLISH_CONFIRM, (2, 1, 9))
+    finally:
+        again.close()
+    got = read_all(leader, "away", 102)
     assert got[:100] == [f"m {i}".encode() for i in range(100)]
     assert b"etcd is back" in got
+    assert got.count(b"dedup") == 1  # confirmed means stored
     assert b"while etcd is away" not in got and b"away" not in got

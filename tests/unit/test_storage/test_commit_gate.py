@@ -77,3 +77,21 @@ def test_dedup_sequences_see_what_is_not_committed_yet(tmp_path: Path) -> None:
         assert stream.committed_offset == 0
         sequences = PublisherSequences(stream, lambda properties: ("publisher", 7))
         assert sequences.get("publisher") == 7
+
+
+def test_truncating_a_gated_copy_lowers_its_committed_offset(tmp_path: Path) -> None:
+    """A returning copy cut back to the shared history: what went is not committed, so the
+    next append under a commit is heard by the readers again."""
+    with Stream.open(tmp_path / "s", StreamConfig()) as stream:
+        stream.append([_msg(b"a")])
+        stream.append([_msg(b"b")])
+        stream.gate()
+        assert stream.committed_offset == 2
+        stream.truncate(1)
+        assert stream.committed_offset == stream.end_offset == 1
+        heard: list[int] = []
+        stream.add_listener(heard.append)
+        stream.append([_msg(b"c")])
+        stream.commit(2)
+        assert heard == [2]
+        assert _bodies(stream) == [b"a", b"c"]

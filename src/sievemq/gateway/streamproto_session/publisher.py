@@ -228,6 +228,8 @@ class StreamPublisher:
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
             self.errored += len(seqs)
+            if self.sequences is not None and seqs:  # not stored: a resend is no duplicate
+                self.sequences.rewind(self.reference, min(seqs))
             gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
             code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
             self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))

@@ -79,9 +79,6 @@ def apply(stream: Stream, key: int, body: bytes) -> bool:
                 else:
                     offsets.set(name, at)
         return True
-    if key == wire.COMMITTED:
-        stream.commit(wire.parse_committed(body))  # (a copy is gated: ``gate_copy``)
-        return True
     if key == wire.SUBSCRIPTIONS:
         write_file(stream.directory, wire.parse_subscriptions(body))
         return True
