@@ -1,0 +1,187 @@
+"""The faults, one small function each: make the fault, hold it while the workload runs,
+heal it. ``Chaos.fault`` records when it began and healed, waits until the cluster has
+recovered (every node listed running by every node, every publisher confirming again) and
+measures the longest pause in the confirms of the publishers the fault should not touch.
+
+Every stream of the workload is led by node a, with replicas on b and c (a follower is b
+or c). Faults of the leader (SIGKILL, SIGSTOP past the lease, isolation, cut from etcd)
+need failover and are added here once it exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.integration.test_cluster.fault_load import wait_for_progress
+
+from .checkers import longest_gap
+from .cluster import ChaosCluster, until
+from .netns import Network
+
+LEADER = "a"
+FOLLOWERS = ("b", "c")
+STEP = 10  # confirms each publisher adds to count as going on
+PROGRESS_S = 120.0  # generous: a loaded machine; returns as soon as it holds
+
+
+@dataclass
+class Chaos:
+    """What a scenario works with: the cluster, its network, the clients, the record."""
+
+    cluster: ChaosCluster
+    net: Network
+    publishers: list[Any]  # fault_load.Publisher and workload.StreamPublisher
+    via: dict[int, str]  # id(publisher) -> the node it is connected to
+    rng: random.Random
+    hold_s: float  # a fault is held up to this long once the others are seen going on
+    t0: float = field(default_factory=time.monotonic)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, event: str, **fields: Any) -> None:
+        self.history.append({"t": round(time.monotonic() - self.t0, 3), "event": event, **fields})
+
+    def follower(self) -> str:
+        return self.rng.choice(FOLLOWERS)
+
+    def untouched(self, victims: tuple[str, ...]) -> list[Any]:
+        """Publishers connected to a node the fault leaves alone."""
+        return [p for p in self.publishers if self.via[id(p)] not in victims]
+
+    def hold(self, victims: tuple[str, ...]) -> None:
+        """The rest of the cluster is seen going on, then the fault lasts a while longer."""
+        wait_for_progress(self.untouched(victims), STEP, timeout=PROGRESS_S)
+        time.sleep(self.rng.uniform(0.0, self.hold_s))
+
+    def listed_stopped(self, victim: str) -> None:
+        until(lambda: self.cluster.running(LEADER).get(victim) is False, f"a lists {victim} off")
+
+    @contextlib.contextmanager
+    def fault(self, name: str, *victims: str) -> Iterator[None]:
+        start = time.monotonic()
+        self.record("fault", fault=name, victims=list(victims))
+        yield
+        healed = time.monotonic()
+        self.record("healed", fault=name)
+        self.cluster.wait_all_running()
+        wait_for_progress(self.publishers, STEP, timeout=PROGRESS_S)
+        end = time.monotonic()
+        gap = max(
+            (longest_gap(p.confirm_times, start, end) for p in self.untouched(victims)),
+            default=0.0,
+        )
+        figures = {
+            "fault": name,
+            "victims": list(victims),
+            "held_s": round(healed - start, 3),
+            "recovered_s": round(end - healed, 3),
+            "longest_confirm_gap_s": round(gap, 3),
+        }
+        self.faults.append(figures)
+        self.record("recovered", **figures)
+
+
+def kill_follower(ch: Chaos) -> None:
+    victim = ch.follower()
+    with ch.fault("kill-follower", victim):
+        ch.cluster.nodes[victim].kill()
+        ch.listed_stopped(victim)
+        ch.hold((victim,))
+        ch.cluster.nodes[victim].restart()  # on its data
+
+
+def stop_follower(ch: Chaos) -> None:
+    """SIGSTOP past the lease TTL: listed stopped, then SIGCONT (the same process)."""
+    victim = ch.follower()
+    pid = ch.cluster.nodes[victim].pid
+    with ch.fault("stop-follower", victim):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ch.listed_stopped(victim)
+            ch.hold((victim,))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def kill_etcd(ch: Chaos) -> None:
+    with ch.fault("kill-etcd", "etcd"):
+        ch.cluster.etcd.kill()
+        try:
+            ch.hold(("etcd",))
+        finally:
+            ch.cluster.etcd.start()  # on its data
+
+
+def isolate_follower(ch: Chaos) -> None:
+    """A follower cut from the other nodes and from etcd (its clients still reach it)."""
+    victim = ch.follower()
+    others = [ch.cluster.host(n) for n in ("a", "b", "c", "etcd") if n != victim]
+    with ch.fault("isolate-follower", victim):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            ch.listed_stopped(victim)
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def follower_cut_from_etcd(ch: Chaos) -> None:
+    """A follower that still reaches the other nodes but not etcd: it loses its lease."""
+    victim = ch.follower()
+    before = ch.cluster.lease_losses(victim)
+    with ch.fault("follower-cut-from-etcd", victim):
+        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        try:
+            until(lambda: ch.cluster.lease_losses(victim) > before, f"{victim} loses its lease")
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def ring(ch: Chaos) -> None:
+    """a and c cannot reach each other, b reaches both: every node still sees a majority
+    (itself and one other), etcd sees everyone."""
+    with ch.fault("ring", "c"):
+        ch.net.cut(ch.cluster.host("a"), ch.cluster.host("c"))
+        try:
+            ch.hold(("c",))
+        finally:
+            ch.net.heal()
+
+
+def clock_jump(ch: Chaos) -> None:
+    """A node's wall clock stepped an hour forward, then an hour back, then right again
+    (the monotonic clock untouched, as an NTP step): each step is seen in its etcd record."""
+    victim = ch.rng.choice(("a", "b", "c"))
+    clock = ch.cluster.clocks[victim]
+    with ch.fault("clock-jump", victim):
+        try:
+            for jump, later in (("+3600", True), ("-3600", False)):
+                clock.write_text(jump + "\n")
+
+                def stepped(later: bool = later) -> bool:
+                    skew = ch.cluster.published_at(victim) - time.time()
+                    return skew > 1800 if later else skew < -1800
+
+                until(stepped, f"{victim}'s record stamped {jump} s off")
+                ch.hold(())
+        finally:
+            clock.write_text("+0\n")
+
+
+SCENARIOS: dict[str, Callable[[Chaos], None]] = {
+    "kill-follower": kill_follower,
+    "stop-follower": stop_follower,
+    "kill-etcd": kill_etcd,
+    "isolate-follower": isolate_follower,
+    "follower-cut-from-etcd": follower_cut_from_etcd,
+    "ring": ring,
+    "clock-jump": clock_jump,
+}
