@@ -150,13 +150,23 @@ def segment_files(directory: Path) -> dict[str, bytes]:
 
 def replicas_equal(
     leader_dir: Path, replica_dirs: dict[str, Path], vhost: str, name: str
-) -> dict[str, bool]:
-    """Replica node name -> its copy's segment files equal the leader's (byte for byte)."""
+) -> dict[str, str]:
+    """Replica node name -> "" when its copy's segment files equal the leader's (byte for
+    byte), else what differs."""
     theirs = segment_files(stream_directory(leader_dir, vhost, name))
-    return {
-        node: bool(theirs) and segment_files(replica_directory(data, vhost, name)) == theirs
-        for node, data in replica_dirs.items()
-    }
+    differences: dict[str, str] = {}
+    for node, data in replica_dirs.items():
+        mine = segment_files(replica_directory(data, vhost, name))
+        if not theirs:
+            differences[node] = "the leader has no segment file"
+        elif not mine:
+            differences[node] = "no copy"
+        elif mine != theirs:
+            sizes = {f: (len(theirs.get(f, b"")), len(mine.get(f, b""))) for f in theirs | mine}
+            differences[node] = f"segments differ (leader, copy bytes): {sizes}"
+        else:
+            differences[node] = ""
+    return differences
 
 
 def longest_gap(times: list[float], start: float, end: float) -> float:

@@ -266,18 +266,19 @@ class Run:
         result = Result({"streams": len(streams), "unequal": 0})
         for name, row in sorted(streams.items()):
             leader, *replicas = row["members"]
+            copies = {r: data[r] for r in replicas}
 
             def equal(
-                name: str = name, leader: str = leader, replicas: list[str] = replicas
+                name: str = name, leader: str = leader, copies: dict[str, Path] = copies
             ) -> bool:
-                copies = {r: data[r] for r in replicas}
-                return all(replicas_equal(data[leader], copies, "/", name).values())
+                return not any(replicas_equal(data[leader], copies, "/", name).values())
 
             try:
                 until(equal, f"every copy of {name} equals its leader's", timeout=120)
             except AssertionError as error:
                 result.figures["unequal"] += 1
-                result.findings.append(str(error))
+                differences = replicas_equal(data[leader], copies, "/", name)
+                result.findings.append(f"{error} (leader {leader}): {differences}")
         return result
 
     def summary(self, chaos: Chaos, rounds: int, elapsed: float) -> dict[str, Any]:

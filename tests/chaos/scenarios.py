@@ -40,7 +40,7 @@ class Chaos:
     publishers: list[Any]  # fault_load.Publisher and workload.StreamPublisher
     via: dict[int, str]  # id(publisher) -> the node it is connected to
     rng: random.Random
-    hold_s: float  # a fault is held up to this long once the others are seen going on
+    hold_s: float  # a fault is held half to all of this once the others are seen going on
     t0: float = field(default_factory=time.monotonic)
     history: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
@@ -58,7 +58,7 @@ class Chaos:
     def hold(self, victims: tuple[str, ...]) -> None:
         """The rest of the cluster is seen going on, then the fault lasts a while longer."""
         wait_for_progress(self.untouched(victims), STEP, timeout=PROGRESS_S)
-        time.sleep(self.rng.uniform(0.0, self.hold_s))
+        time.sleep(self.rng.uniform(self.hold_s / 2, self.hold_s))
 
     def listed_stopped(self, victim: str) -> None:
         until(lambda: self.cluster.running(LEADER).get(victim) is False, f"a lists {victim} off")
