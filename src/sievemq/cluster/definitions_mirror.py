@@ -53,7 +53,7 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import canonical, decode_value, encode_value, item_key
 from sievemq.gateway.model.routing import dest_kind
 from sievemq.gateway.model.users import User
-from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
+from sievemq.gateway.runtime.definitions_sync import ReplicationFailed, settle
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -315,10 +315,10 @@ class DefinitionsMirror:
             return
         if change.item is not None and theirs is not None and _same(theirs, change.item):
             self._saw(change.key, found[0].mod_revision, present=True)
-            _settle(change.future, None)  # the same object, declared elsewhere too
+            settle(change.future, None)  # the same object, declared elsewhere too
             return
         what = describe_key(change.key)
-        _settle(
+        settle(
             change.future,
             ReplicationFailed(
                 f"{what} was changed at the same time through another cluster node; "
@@ -329,12 +329,12 @@ class DefinitionsMirror:
     def _done(self, change: _Change, revision: int) -> None:
         self._saw(change.key, revision, present=change.item is not None)
         self._unsent.discard(change.key)
-        _settle(change.future, None)
+        settle(change.future, None)
 
     def _failed(self, change: _Change, error: Exception) -> None:
         verb = "remove" if change.item is None else "record"
         what = describe_key(change.key)
-        _settle(change.future, ReplicationFailed(f"etcd did not {verb} {what}: {error}"))
+        settle(change.future, ReplicationFailed(f"etcd did not {verb} {what}: {error}"))
         if not self._unsent:
             self._track(self._send_later())
         self._unsent.add(change.key)
@@ -719,13 +719,3 @@ def _log_failure(future: asyncio.Future[None]) -> None:
     error = None if future.cancelled() else future.exception()
     if error is not None:
         log.error("definitions applied from the cluster not synced to disk: %s", error)
-
-
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-        future.exception()  # retrieved: a waiter that went away logs nothing

@@ -7,8 +7,8 @@ declare-ok waits for etcd's commit) and deletes it when the queue goes (its conn
 auto-delete, queue.delete). A node that dies takes its lease, and so its exclusive queues'
 keys, with it. Every node watches the prefix: a declare, consume, get, purge or delete of such
 a name through another node is 405 RESOURCE_LOCKED, as RabbitMQ answers any connection but the
-owner (``Channel._locked_elsewhere``). A node registered again (its lease was lost) writes its
-exclusive queues' keys back.
+owner (``session.queue_methods.locked_elsewhere``). A node registered again (its lease was
+lost) writes its exclusive queues' keys back.
 """
 
 from __future__ import annotations

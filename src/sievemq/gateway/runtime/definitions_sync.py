@@ -97,20 +97,22 @@ class DefinitionsSync:
         error = asyncio.CancelledError() if work.cancelled() else work.exception()
         if error is not None:
             self._store.sync_failed()
-            _settle(done, error)
+            settle(done, error)
         else:
-            _settle(done, None)
+            settle(done, None)
         waiting, self._next = self._next, None
         if waiting is None:
             return
         following = self._start()
         if following is None:  # a compaction synced the whole log meanwhile
-            _settle(waiting, None)
+            settle(waiting, None)
         else:
-            following.add_done_callback(lambda f: _settle(waiting, f.exception()))
+            following.add_done_callback(lambda f: settle(waiting, f.exception()))
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+def settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """Finish ``future`` with ``error`` (None: success) unless it is done already; a failure
+    is marked retrieved, so a waiter that went away leaves no "never retrieved" log."""
     if future.done():
         return
     if error is None:
@@ -131,9 +133,9 @@ def _all(
         left[0] -= 1
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
-            _settle(done, error)
+            settle(done, error)
         elif left[0] == 0:
-            _settle(done, None)
+            settle(done, None)
 
     for future in futures:
         future.add_done_callback(one)

@@ -1,4 +1,5 @@
-"""One AMQP channel: content assembly, publishing, confirms, consumers and the cold methods.
+"""One AMQP channel: content assembly, publishing, confirms, consumers and the cold methods
+(the queue methods are ``session.queue_methods``).
 
 HOT PATH: Basic.Publish + content header + body frames, Basic.Ack/Nack/Reject are decoded by
 the hand codec (no pamqp), a finished message is routed and handed to the stream's group-commit
@@ -39,9 +40,7 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway.model.classic import vhost as classic_vhost
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import QueueDirectory, place_elsewhere
 from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
@@ -50,7 +49,6 @@ from sievemq.gateway.model.stream.arguments import (
     global_qos_not_supported,
     parse_consumer_arguments,
     prefetch_not_set,
-    purge_not_supported,
 )
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, RemoteLookup, VirtualHost
@@ -60,7 +58,14 @@ from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PRE
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
 from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
 from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.gateway.session import access, direct_reply, publish_cache, remote, transactions
+from sievemq.gateway.session import (
+    access,
+    direct_reply,
+    publish_cache,
+    queue_methods,
+    remote,
+    transactions,
+)
 from sievemq.gateway.session.classic import consumer as classic_consumer
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
@@ -113,7 +118,7 @@ class Channel:
         self.reply_consumer: direct_reply.ReplyConsumer | None = None  # amq.rabbitmq.reply-to
         # while this channel deletes a queue: the basic.cancel of its own consumers on it,
         # sent after the delete-ok (RabbitMQ's order; py-amqp fails the delete otherwise)
-        self._held_cancels: list[Any] | None = None
+        self.held_cancels: list[Any] | None = None
         self.unacked: dict[int, ChannelConsumer] = {}
         self.classic: classic_consumer.ClassicDeliveries | None = None  # classic-queue deliveries
         self.remote: remote.RemoteDeliveries | None = None  # of queues other nodes lead
@@ -260,27 +265,6 @@ class Channel:
             held = conn.end_capture(mark, done and pending is not None)
             if done and pending is not None:
                 self._hold(pending, held)
-
-    def _led_by(self, name: str) -> tuple[QueueDirectory, str] | None:
-        """The directory and the leader when another cluster node leads queue ``name``
-        (None on a single node and for this node's own queues)."""
-        directory = self._node.broker.directory
-        if directory is None or not name:
-            return None
-        local = self.connection.vhost
-        if local is not None and (name in local.queues or name in local.classic.queues):
-            return None
-        leader = directory.leader_elsewhere(self.connection.vhost_name, name)
-        return None if leader is None else (directory, leader)
-
-    def _locked_elsewhere(self, name: str) -> None:
-        """405 RESOURCE_LOCKED for an exclusive queue another cluster node's connection
-        owns, as RabbitMQ answers any connection but the owner."""
-        directory = self._node.broker.directory
-        if directory is None or not name or name in self.vhost.classic.queues:
-            return
-        if directory.exclusive_elsewhere(self.connection.vhost_name, name) is not None:
-            raise classic_vhost.locked(name, self.connection.vhost_name)
 
     def _reply_elsewhere(self, name: str, props: bytes, body: bytes) -> bool:
         """A direct reply whose requester is on another cluster node: forwarded there."""
@@ -636,8 +620,8 @@ class Channel:
             consumer.queue.consumers.discard(consumer)
             if self.connection.cancel_notify and not self.closing:
                 cancel = spec.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)
-                if self._held_cancels is not None:
-                    self._held_cancels.append(cancel)
+                if self.held_cancels is not None:
+                    self.held_cancels.append(cancel)
                 else:
                     self.connection.send_method(self.id, cancel)
 
@@ -704,19 +688,19 @@ class Channel:
         """basic.publish: write on the exchange, remembered for the channel's life (as
         RabbitMQ's per-channel permission cache)."""
         try:
-            self._allow("write", "exchange", exchange)
+            self.allow("write", "exchange", exchange)
         except errors.AMQPError as error:
             error.class_id, error.method_id = BASIC_PUBLISH
             raise
         self._may_write.add(exchange)
 
-    def _allow(self, kind: str, resource: str, name: str) -> None:
+    def allow(self, kind: str, resource: str, name: str) -> None:
         conn = self.connection
         access.check(conn.user, conn.vhost_name, kind, resource, name)
 
     def _exchange_declare(self, m: Any) -> None:
         if not m.passive:
-            self._allow("configure", "exchange", m.exchange)
+            self.allow("configure", "exchange", m.exchange)
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -730,130 +714,32 @@ class Channel:
             self.connection.send_method(self.id, spec.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: Any) -> None:
-        self._allow("configure", "exchange", m.exchange)
+        self.allow("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: Any) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
+        self.allow("write", "exchange", m.destination)
+        self.allow("read", "exchange", m.source)
         self.vhost.bind("exchange", m.destination, m.source, m.routing_key, dict(m.arguments or {}))
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.BindOk())
 
     def _exchange_unbind(self, m: Any) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
+        self.allow("write", "exchange", m.destination)
+        self.allow("read", "exchange", m.source)
         self.vhost.unbind(
             "exchange", m.destination, m.source, m.routing_key, dict(m.arguments or {})
         )
         if not m.nowait:
             self.connection.send_method(self.id, spec.Exchange.UnbindOk())
 
-    def _queue_declare(self, m: Any) -> None:
-        if direct_reply.is_pseudo(m.queue):
-            return direct_reply.declare(self, m)
-        if not m.passive and m.queue:
-            self._allow("configure", "queue", m.queue)
-        self._locked_elsewhere(m.queue)
-        if self._declared_elsewhere(m) or self._placed_elsewhere(m):
-            return
-        classic_consumer.flush_before_declare(self, m.queue)
-        fresh = m.exclusive and not m.passive and m.queue not in self.vhost.classic.queues
-        queue, messages, consumers = self.vhost.declare_queue(
-            m.queue,
-            passive=m.passive,
-            durable=m.durable,
-            exclusive=m.exclusive,
-            auto_delete=m.auto_delete,
-            arguments=dict(m.arguments or {}),
-            owner=self.connection,
-        )
-        directory = self._node.broker.directory
-        if fresh and directory is not None:  # the cluster learns the name is taken
-            claimed = directory.claim_exclusive(self.connection.vhost_name, queue.name)
-            if claimed is not None:
-                self._definitions_sync.also_wait(claimed)
-        if not m.nowait:
-            self.connection.write_frames(  # after any queued replies
-                [codec.encode_queue_declare_ok(self.id, queue.name, messages, consumers)]
-            )
-
-    def _declared_elsewhere(self, m: Any) -> bool:
-        """A cluster queue another node leads exists: declare-ok (counts of 0: they are
-        the leader's), as RabbitMQ answers on any node; nothing is made here. An exclusive
-        declare of it is 405: it is nobody's exclusive queue (the cluster's are durable)."""
-        if self._led_by(m.queue) is None:
-            return False
-        if m.exclusive:
-            raise classic_vhost.locked(m.queue, self.connection.vhost_name)
-        if not m.nowait:
-            self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
-        return True
-
-    def _placed_elsewhere(self, m: Any) -> bool:
-        """A new queue the ``balanced`` leader locator places on another cluster node:
-        that node makes it, and the declare-ok (counts of 0) waits until it did."""
-        if m.passive:
-            return False
-        args = dict(m.arguments or {})
-        directory = self.connection.node.broker.directory
-        placed = place_elsewhere(directory, self.vhost, m.queue, m.durable, m.exclusive, args)
-        if placed is None:
-            return False
-        self._definitions_sync.also_wait(placed)
-        if not m.nowait:
-            self.connection.write_frames([codec.encode_queue_declare_ok(self.id, m.queue, 0, 0)])
-        return True
-
-    def _queue_delete(self, m: Any) -> None:
-        # the node's delete listener cancels consumers and nacks pending appends
-        self._allow("configure", "queue", m.queue)
-        self._locked_elsewhere(m.queue)
-        led = self._led_by(m.queue)
-        if led is not None:  # deleted on its leader
-            return remote.delete(self, *led, m)
-        classic_consumer.check_delete(self, m.queue)
-        self._held_cancels = []
-        try:
-            count = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
-        finally:
-            held, self._held_cancels = self._held_cancels, None
-        if not m.nowait:
-            self.connection.send_method(self.id, spec.Queue.DeleteOk(message_count=int(count or 0)))
-        for cancel in held:
-            self.connection.send_method(self.id, cancel)
-
-    def _queue_bind(self, m: Any) -> None:
-        self._allow("write", "queue", m.queue)
-        self._allow("read", "exchange", m.exchange)
-        self.vhost.bind("queue", m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
-        if not m.nowait:
-            self.connection.send_method(self.id, spec.Queue.BindOk())
-
-    def _queue_unbind(self, m: Any) -> None:
-        self._allow("write", "queue", m.queue)
-        self._allow("read", "exchange", m.exchange)
-        self.vhost.unbind("queue", m.queue, m.exchange, m.routing_key, dict(m.arguments or {}))
-        self.connection.send_method(self.id, spec.Queue.UnbindOk())
-
-    def _queue_purge(self, m: Any) -> None:
-        self._locked_elsewhere(m.queue)
-        led = self._led_by(m.queue)
-        if led is not None:
-            self._allow("read", "queue", m.queue)
-            return remote.purge(self, *led, m)
-        queue = self.vhost.find_queue(m.queue)
-        if isinstance(queue, ClassicQueue):
-            return classic_consumer.purge(self, queue, m)
-        raise purge_not_supported(queue.name, self.connection.vhost_name)
-
     def _basic_get(self, m: Any) -> None:
-        self._locked_elsewhere(m.queue)
-        led = self._led_by(m.queue)
+        queue_methods.locked_elsewhere(self, m.queue)
+        led = queue_methods.led_by(self, m.queue)
         if led is not None:
-            self._allow("read", "queue", m.queue)
+            self.allow("read", "queue", m.queue)
             return remote.get(self, *led, m)
         queue = self.vhost.find_queue(m.queue)
         if isinstance(queue, ClassicQueue):
@@ -871,9 +757,9 @@ class Channel:
         if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
             return direct_reply.consume(self, m)
         vhost_name = self.connection.vhost_name
-        self._allow("read", "queue", m.queue)
-        self._locked_elsewhere(m.queue)
-        led = self._led_by(m.queue)
+        self.allow("read", "queue", m.queue)
+        queue_methods.locked_elsewhere(self, m.queue)
+        led = queue_methods.led_by(self, m.queue)
         if led is not None:
             return remote.consume(self, *led, m)
         found = self.vhost.find_queue(m.queue)
@@ -1032,11 +918,11 @@ _COLD: dict[type[Any], Any] = {
     spec.Exchange.Delete: Channel._exchange_delete,
     spec.Exchange.Bind: Channel._exchange_bind,
     spec.Exchange.Unbind: Channel._exchange_unbind,
-    spec.Queue.Declare: Channel._queue_declare,
-    spec.Queue.Delete: Channel._queue_delete,
-    spec.Queue.Bind: Channel._queue_bind,
-    spec.Queue.Unbind: Channel._queue_unbind,
-    spec.Queue.Purge: Channel._queue_purge,
+    spec.Queue.Declare: queue_methods.declare,
+    spec.Queue.Delete: queue_methods.delete,
+    spec.Queue.Bind: queue_methods.bind,
+    spec.Queue.Unbind: queue_methods.unbind,
+    spec.Queue.Purge: queue_methods.purge,
     spec.Basic.Get: Channel._basic_get,
     spec.Basic.Qos: Channel._basic_qos,
     spec.Basic.Consume: Channel._basic_consume,

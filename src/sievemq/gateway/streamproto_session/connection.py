@@ -5,6 +5,8 @@ Errors in a command become its response code; a frame that cannot be parsed clos
 connection with Close(13); nothing a client sends raises out of ``on_frames``.
 Cleanup (publishers, subscriptions, listeners) runs on TCP EOF as well as after Close:
 rstream never sends Close.
+The super-stream commands are ``super_stream_commands``; which node leads a stream and
+which hold its replicas (Metadata, code 6, Delete through the leader) is ``cluster``.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
-from sievemq.gateway.model.directory import LeaderUnavailable, place_elsewhere
+from sievemq.gateway.model.directory import place_elsewhere
 from sievemq.gateway.model.stream import super_streams
 from sievemq.gateway.model.users import Permission, User, cluster_user
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.gateway.session import access
+from sievemq.gateway.streamproto_session import cluster, super_stream_commands
 from sievemq.gateway.streamproto_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.gateway.streamproto_session.subscription import Subscription, WholeChunks, seek
@@ -505,7 +508,7 @@ class StreamConnection:
 
     # ------------------------------------------------------------------ streams
 
-    def _may(self, kind: str, stream: str, resource: str = "queue") -> bool:
+    def may(self, kind: str, stream: str, resource: str = "queue") -> bool:
         """RabbitMQ's stream plugin rules (``rabbit_stream_utils:check_*_permitted``):
         Create and Delete need configure on the stream, DeclarePublisher and Publish write,
         Subscribe, QueryOffset, StoreOffset, QueryPublisherSequence and StreamStats read.
@@ -520,20 +523,13 @@ class StreamConnection:
             return False
         return True
 
-    def _may_manage_super_stream(self, name: str, partitions: list[str]) -> bool:
-        """Create/DeleteSuperStream: configure on the super stream's exchange and on every
-        partition stream."""
-        return self._may("configure", name, "exchange") and all(
-            self._may("configure", p) for p in partitions
-        )
-
     def _readable(
         self, name: str, answer: Callable[[int], bytes], replica: bool = False
     ) -> StreamQueue | None:
         """The stream a read-side query names, or None after answering ``answer(code)``:
         16 without read permission, 2 when there is no such stream (6 when another cluster
         node leads it; with ``replica``, this node's replica of it answers)."""
-        if not self._may("read", name):
+        if not self.may("read", name):
             self.write(answer(wire.ACCESS_REFUSED))
             return None
         queue = self._queue(name) or (self._replica(name) if replica else None)
@@ -546,27 +542,19 @@ class StreamConnection:
         return self.vhost.queues.get(name)
 
     def _replica(self, name: str) -> StreamQueue | None:
-        """This node's replica of stream ``name`` (a cluster; read-only): subscribers read
-        it here, as RabbitMQ's stream clients read a replica Metadata names."""
-        directory = self.node.broker.directory
+        """This node's replica of stream ``name`` (``cluster.replica``)."""
         assert self.vhost is not None
-        return None if directory is None else directory.replica_queue(self.vhost.name, name)
+        return cluster.replica(self.node.broker.directory, self.vhost.name, name)
 
     def _led_elsewhere(self, name: str) -> str | None:
         """The cluster node that leads stream ``name`` when it is another one, else None."""
-        directory = self.node.broker.directory
         assert self.vhost is not None
-        if directory is None or directory.queue_type(self.vhost.name, name) != "stream":
-            return None
-        return directory.leader_elsewhere(self.vhost.name, name)
+        return cluster.led_elsewhere(self.node.broker.directory, self.vhost.name, name)
 
     def _missing_code(self, name: str) -> int:
-        """The code for a stream this node does not hold: 6 (STREAM_NOT_AVAILABLE) when
-        another cluster node leads it, as RabbitMQ answers a Subscribe on a node without a
-        member of the stream (Metadata names the leader to connect to), else 2."""
-        if self._led_elsewhere(name) is not None:
-            return wire.STREAM_NOT_AVAILABLE
-        return wire.STREAM_DOES_NOT_EXIST
+        """6 when another cluster node leads the stream, else 2 (``cluster.missing_code``)."""
+        assert self.vhost is not None
+        return cluster.missing_code(self.node.broker.directory, self.vhost.name, name)
 
     def _watch(self, queue: StreamQueue) -> None:
         if id(queue) not in self._watched:
@@ -595,22 +583,23 @@ class StreamConnection:
         args = cur.properties()
         assert self.vhost is not None
         try:
-            arguments = self._queue_arguments(args)
+            arguments = self.queue_arguments(args)
         except ValueError:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
         if not name or name.startswith("amq.") or len(name.encode()) > 255:
             self.write(wire.response(wire.CREATE, corr, wire.PRECONDITION_FAILED))
             return
-        if not self._may("configure", name):
+        if not self.may("configure", name):
             self.write(wire.response(wire.CREATE, corr, wire.ACCESS_REFUSED))
             return
         existing = self.vhost.queues.get(name)
         directory = self.node.broker.directory
-        kind = None if directory is None else directory.queue_type(self.vhost.name, name)
-        if existing is None and kind is not None:  # another cluster node leads it
-            code = wire.STREAM_ALREADY_EXISTS if kind == "stream" else wire.PRECONDITION_FAILED
-            self.write(wire.response(wire.CREATE, corr, code))
+        refused = (
+            cluster.create_refused(directory, self.vhost.name, name) if existing is None else None
+        )
+        if refused is not None:  # another cluster node leads it
+            self.write(wire.response(wire.CREATE, corr, refused))
             return
         try:
             elsewhere = place_elsewhere(directory, self.vhost, name, True, False, arguments)
@@ -633,7 +622,7 @@ class StreamConnection:
         corr = cur.u32()
         name = cur.string()
         assert self.vhost is not None
-        if not self._may("configure", name):
+        if not self.may("configure", name):
             self.write(wire.response(wire.DELETE, corr, wire.ACCESS_REFUSED))
             return
         if name not in self.vhost.queues:
@@ -650,70 +639,37 @@ class StreamConnection:
         self.write(wire.response(wire.DELETE, corr, wire.OK))
 
     def _delete_elsewhere(self, corr: int, name: str) -> None:
-        """Delete a stream another node leads: asked of it through its etcd record (no
-        frame is forwarded); the answer comes once its record is gone."""
+        """Delete a stream another node leads (``cluster.delete_elsewhere``): the answer
+        comes once its record is gone."""
         directory = self.node.broker.directory
         assert directory is not None and self.vhost is not None
-        asked = directory.delete_elsewhere(self.vhost.name, name)
 
-        def answered(done: asyncio.Future[None]) -> None:
-            error = None if done.cancelled() else done.exception()
-            if error is None and not done.cancelled():
-                code = wire.OK
-            elif isinstance(error, LeaderUnavailable):
-                code = wire.STREAM_NOT_AVAILABLE
-            else:
-                log.error("delete of stream %s through its leader failed: %s", name, error)
-                code = wire.INTERNAL_ERROR
+        def answer(code: int) -> None:
             if self.alive:
                 self.write(wire.response(wire.DELETE, corr, code))
 
-        asked.add_done_callback(answered)
+        cluster.delete_elsewhere(directory, self.vhost.name, name, answer)
 
     def _metadata(self, cur: Cursor) -> None:
-        """Each stream's leader, as RabbitMQ answers on any node of a cluster: this node's
-        listener for a stream it holds, the leader's advertised stream listener for one
-        another node leads (code 6 and no leader while that node is down), code 2 for a
-        stream no node has; with the stream's running replicas (their stream listeners),
-        which serve Subscribe from their copy."""
+        """Each stream's leader and replicas, as RabbitMQ answers on any node of a cluster
+        (``cluster.metadata``)."""
         corr = cur.u32()
         names = cur.strings()
         assert self.vhost is not None
-        queues = self.vhost.queues
-        directory = self.node.broker.directory
-        brokers: list[tuple[str, int]] = []
-        items: list[tuple[str, int, int, tuple[int, ...]]] = []
-        for n in names:
-            if n in queues:
-                where: tuple[str, int] | None = (self.snode.advertised_host, self._port)
-                code = wire.OK
-            else:
-                leader = self._led_elsewhere(n)
-                if leader is None or directory is None:
-                    items.append((n, wire.STREAM_DOES_NOT_EXIST, wire.NO_LEADER, ()))
-                    continue
-                where = directory.stream_listener(leader, self.tls)
-                code = wire.OK if where is not None else wire.STREAM_NOT_AVAILABLE
-            if where is None:
-                items.append((n, code, wire.NO_LEADER, ()))
-                continue
-            if where not in brokers:
-                brokers.append(where)
-            replicas: list[int] = []
-            if directory is not None:
-                for node in directory.replicas(self.vhost.name, n):
-                    at = directory.stream_listener(node, self.tls)
-                    if at is not None and at != where:
-                        if at not in brokers:
-                            brokers.append(at)
-                        replicas.append(brokers.index(at))
-            items.append((n, code, brokers.index(where), tuple(replicas)))
+        brokers, items = cluster.metadata(
+            self.node.broker.directory,
+            self.vhost.name,
+            names,
+            self.vhost.queues.__contains__,
+            (self.snode.advertised_host, self._port),
+            self.tls,
+        )
         self.write(wire.metadata_response(corr, brokers, items))
 
     def _stream_stats(self, cur: Cursor) -> None:
         corr = cur.u32()
         name = cur.string()
-        if not self._may("read", name):
+        if not self.may("read", name):
             self.write(wire.stream_stats_response(corr, wire.ACCESS_REFUSED, {}))
             return
         queue = self._queue(name) or self._replica(name)
@@ -745,7 +701,7 @@ class StreamConnection:
             }
         self.write(wire.stream_stats_response(corr, wire.OK, stats))
 
-    def _queue_arguments(self, args: dict[str, str]) -> dict[str, Any]:
+    def queue_arguments(self, args: dict[str, str]) -> dict[str, Any]:
         """Create arguments -> queue arguments (ValueError for a bad number)."""
         arguments: dict[str, Any] = {"x-queue-type": "stream"}
         for key, value in args.items():
@@ -753,83 +709,6 @@ class StreamConnection:
             if mapped is not None:
                 arguments[mapped[0]] = mapped[1](value)
         return arguments
-
-    def _create_super_stream(self, cur: Cursor) -> None:
-        corr = cur.u32()
-        name = cur.string()
-        partitions = cur.strings()
-        binding_keys = cur.strings()
-        args = cur.properties()
-        assert self.vhost is not None
-        key = wire.CREATE_SUPER_STREAM
-        try:
-            arguments = self._queue_arguments(args)
-        except ValueError:
-            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
-            return
-        if not self._may_manage_super_stream(name, partitions):
-            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
-            return
-        # RabbitMQ spreads the partitions over the cluster unless told otherwise
-        arguments.setdefault("x-queue-leader-locator", "balanced")
-        try:
-            super_streams.create(self.vhost, name, partitions, binding_keys, arguments)
-        except super_streams.SuperStreamError as error:
-            code = (
-                wire.STREAM_ALREADY_EXISTS if error.kind == "exists" else wire.PRECONDITION_FAILED
-            )
-            self.write(wire.response(key, corr, code))
-            return
-        except AMQPError:
-            self.write(wire.response(key, corr, wire.PRECONDITION_FAILED))
-            return
-        except (StorageError, OSError) as error:
-            log.error("create super stream %s failed: %s", name, error)
-            self.write(wire.response(key, corr, wire.INTERNAL_ERROR))
-            return
-        self.write(wire.response(key, corr, wire.OK))
-
-    def _delete_super_stream(self, cur: Cursor) -> None:
-        corr = cur.u32()
-        name = cur.string()
-        assert self.vhost is not None
-        key = wire.DELETE_SUPER_STREAM
-        if not self._may_manage_super_stream(
-            name, super_streams.partitions(self.vhost, name) or []
-        ):
-            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
-            return
-        try:
-            super_streams.delete(self.vhost, name)
-        except super_streams.SuperStreamError:
-            self.write(wire.response(key, corr, wire.STREAM_DOES_NOT_EXIST))
-            return
-        except AMQPError:
-            self.write(wire.response(key, corr, wire.ACCESS_REFUSED))
-            return
-        self.write(wire.response(key, corr, wire.OK))
-
-    def _route(self, cur: Cursor) -> None:
-        corr = cur.u32()
-        routing_key = cur.string()
-        name = cur.string()
-        assert self.vhost is not None
-        streams = super_streams.route(self.vhost, name, routing_key)
-        if streams is None:
-            self.write(wire.streams_response(wire.ROUTE, corr, wire.STREAM_DOES_NOT_EXIST, []))
-            return
-        self.write(wire.streams_response(wire.ROUTE, corr, wire.OK, streams))
-
-    def _partitions(self, cur: Cursor) -> None:
-        corr = cur.u32()
-        name = cur.string()
-        assert self.vhost is not None
-        streams = super_streams.partitions(self.vhost, name)
-        if streams is None:
-            code = wire.STREAM_DOES_NOT_EXIST
-            self.write(wire.streams_response(wire.PARTITIONS, corr, code, []))
-            return
-        self.write(wire.streams_response(wire.PARTITIONS, corr, wire.OK, streams))
 
     def _exchange_command_versions(self, cur: Cursor) -> None:
         corr = cur.u32()
@@ -870,7 +749,7 @@ class StreamConnection:
         pid = cur.u8()
         reference = cur.string()
         name = cur.string()
-        if not self._may("write", name):
+        if not self.may("write", name):
             self.write(wire.response(wire.DECLARE_PUBLISHER, corr, wire.ACCESS_REFUSED))
             return
         queue = self._queue(name)
@@ -906,7 +785,7 @@ class StreamConnection:
         if not body:
             raise FrameError("empty Publish frame")
         pub = self.publishers.get(body[0])
-        if pub is None or not self._may("write", pub.queue.name):
+        if pub is None or not self.may("write", pub.queue.name):
             # permissions may change after declare
             pid, entries = wire.parse_publish(body, version)
             code = wire.PUBLISHER_DOES_NOT_EXIST if pub is None else wire.ACCESS_REFUSED
@@ -944,7 +823,7 @@ class StreamConnection:
         offset = wire.parse_offset_spec(cur)
         credit = cur.u16()
         props = cur.properties()
-        if not self._may("read", name):
+        if not self.may("read", name):
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.ACCESS_REFUSED))
             return
         if queue is None:
@@ -1033,7 +912,7 @@ class StreamConnection:
         queue = self._queue(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
-        if not self._may("read", name):
+        if not self.may("read", name):
             return
         try:
             queue.stream.offsets.set(reference, offset)
@@ -1073,10 +952,10 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.STREAM_STATS: StreamConnection._stream_stats,
     wire.EXCHANGE_COMMAND_VERSIONS: StreamConnection._exchange_command_versions,
     wire.RESOLVE_OFFSET_SPEC: StreamConnection._resolve_offset_spec,
-    wire.CREATE_SUPER_STREAM: StreamConnection._create_super_stream,
-    wire.DELETE_SUPER_STREAM: StreamConnection._delete_super_stream,
-    wire.ROUTE: StreamConnection._route,
-    wire.PARTITIONS: StreamConnection._partitions,
+    wire.CREATE_SUPER_STREAM: super_stream_commands.create_super_stream,
+    wire.DELETE_SUPER_STREAM: super_stream_commands.delete_super_stream,
+    wire.ROUTE: super_stream_commands.route,
+    wire.PARTITIONS: super_stream_commands.partitions,
     wire.DECLARE_PUBLISHER: StreamConnection._declare_publisher,
     wire.QUERY_PUBLISHER_SEQUENCE: StreamConnection._query_publisher_sequence,
     wire.DELETE_PUBLISHER: StreamConnection._delete_publisher,
