@@ -11,13 +11,14 @@ need failover and are added here once it exists.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from tests.integration.test_cluster.fault_load import wait_for_progress
 
@@ -41,12 +42,17 @@ class Chaos:
     via: dict[int, str]  # id(publisher) -> the node it is connected to
     rng: random.Random
     hold_s: float  # a fault is held half to all of this once the others are seen going on
+    log: IO[str] | None = None  # history.jsonl, written as it happens
     t0: float = field(default_factory=time.monotonic)
     history: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, event: str, **fields: Any) -> None:
-        self.history.append({"t": round(time.monotonic() - self.t0, 3), "event": event, **fields})
+        entry = {"t": round(time.monotonic() - self.t0, 3), "event": event, **fields}
+        self.history.append(entry)
+        if self.log is not None:
+            self.log.write(json.dumps(entry) + "\n")
+            self.log.flush()
 
     def follower(self) -> str:
         return self.rng.choice(FOLLOWERS)
