@@ -214,7 +214,7 @@ class Run:
             self.declarer.stop()
 
     def check(self, chaos: Chaos) -> None:
-        a = self.cluster.nodes[LEADER]
+        listed = self.cluster.queues(LEADER)
         by_queue: dict[str, list[Any]] = {}
         for pub in self.publishers():
             by_queue.setdefault(pub.queue, []).append(pub)
@@ -222,7 +222,8 @@ class Run:
         for queue, pubs in by_queue.items():
             want = {(p.name, seq) for p in pubs for seq in p.confirmed}
             kind = "classic" if queue == CLASSIC else "stream"
-            stored[queue] = read_back(a, queue, kind, want)
+            leader = self.cluster.nodes[listed[queue]["node"]]  # where it is led now
+            stored[queue] = read_back(leader, queue, kind, want)
             if stored[queue].malformed:
                 self.results[f"{queue}/malformed"] = Result(
                     {"malformed": stored[queue].malformed},
@@ -248,8 +249,7 @@ class Run:
                 reader.label, reader.deliveries, stored[reader.stream], matches
             )
         assert self.declarer is not None
-        listed = set(self.cluster.queues(LEADER))
-        self.results["declared"] = check_declared(self.declarer.expected(), listed)
+        self.results["declared"] = check_declared(self.declarer.expected(), set(listed))
         self.results["replicas"] = self.check_replicas()
         for name, node in self.cluster.nodes.items():
             logs = "".join(
