@@ -183,7 +183,13 @@ class Run:
             self.rng.shuffle(order)
             for name in order:
                 chaos.record("scenario", scenario=name, round=done)
-                SCENARIOS[name](chaos)
+                try:
+                    SCENARIOS[name](chaos)
+                except AssertionError as error:  # the cluster did not come back in time
+                    text = f"scenario {name} (round {done}): {error}"
+                    chaos.record("scenario failed", scenario=name, error=str(error))
+                    self.results[f"scenario {name}"] = Result({}, [text])
+                    return done  # heal, then check what there is
             done += 1
             if self.args.rounds and done >= self.args.rounds:
                 return done
