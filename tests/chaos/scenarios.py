@@ -138,6 +138,19 @@ def isolate_follower(ch: Chaos) -> None:
             ch.net.heal()
 
 
+def follower_cut_from_nodes(ch: Chaos) -> None:
+    """A follower that reaches etcd (its lease lives on: it is listed running) but no
+    other node: its links and its copies' subscriptions stall until the cut heals."""
+    victim = ch.follower()
+    others = [ch.cluster.host(n) for n in ("a", "b", "c") if n != victim]
+    with ch.fault("follower-cut-from-nodes", victim):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
 def follower_cut_from_etcd(ch: Chaos) -> None:
     """A follower that still reaches the other nodes but not etcd: it loses its lease."""
     victim = ch.follower()
@@ -187,6 +200,7 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "stop-follower": stop_follower,
     "kill-etcd": kill_etcd,
     "isolate-follower": isolate_follower,
+    "follower-cut-from-nodes": follower_cut_from_nodes,
     "follower-cut-from-etcd": follower_cut_from_etcd,
     "ring": ring,
     "clock-jump": clock_jump,
