@@ -8,7 +8,8 @@
 streams (three copies each, led by a) and a classic queue, and starts the workload
 (``workload.py``): AMQP 0-9-1 publishers through the leader and through the followers
 (forwarded), Stream-protocol publishers with and without dedup, a named reader through a
-and one through b, a filtered reader through c, and a declarer. Then rounds: every scenario
+and one through b, a filtered reader through c, an rstream reader (on a replica), and a
+declarer. Then rounds: every scenario
 of ``scenarios.py`` once per round, in a random order, until ``--rounds`` rounds or
 ``--minutes`` are done (a round, once begun, is finished). Then everything is healed, the
 clients stopped, every queue read back on its leader, and the checkers run.
@@ -57,7 +58,7 @@ from .checkers import (
 )
 from .cluster import ChaosCluster, until
 from .scenarios import LEADER, PROGRESS_S, SCENARIOS, STEP, Chaos
-from .workload import Declarer, StreamPublisher, StreamReader, parse
+from .workload import Declarer, StreamProtocolReader, StreamPublisher, StreamReader, parse
 
 STREAMS = ("cs-1", "cs-2")
 CLASSIC = "cq-1"
@@ -112,6 +113,7 @@ class Run:
         self.amqp: list[Publisher] = []
         self.streams: list[StreamPublisher] = []
         self.readers: list[StreamReader] = []
+        self.stream_readers: list[StreamProtocolReader] = []
         self.declarer: Declarer | None = None
         self.chaos: Chaos | None = None
         self.results: dict[str, Result] = {}
@@ -162,9 +164,10 @@ class Run:
             StreamReader(nodes["b"], "cs-2", "cs-2/named-b", consumer_name="chaos-named-b"),
             StreamReader(nodes["c"], "cs-1", "cs-1/filtered-c", filter_value=FILTER),
         ]
+        self.stream_readers = [StreamProtocolReader(a, "cs-2", "cs-2/rstream")]
         self.declarer = Declarer(nodes, seed=self.args.seed)
         publishers: list[Any] = [*self.amqp, *self.streams]
-        for client in (*publishers, *self.readers, self.declarer):
+        for client in (*publishers, *self.readers, *self.stream_readers, self.declarer):
             client.start()
         log = (self.base / "history.jsonl").open("w")
         chaos = Chaos(
@@ -214,7 +217,7 @@ class Run:
         self.stopped = self.stopped or time.monotonic()
         for pub in self.publishers():
             pub.stop()
-        for reader in self.readers:
+        for reader in (*self.readers, *self.stream_readers):
             reader.stop()
         if self.declarer is not None:
             self.declarer.stop()
@@ -253,6 +256,10 @@ class Run:
             matches = red if reader.filter_value else None
             self.results[reader.label] = check_reader(
                 reader.label, reader.deliveries, stored[reader.stream], matches
+            )
+        for sp_reader in self.stream_readers:
+            self.results[sp_reader.label] = check_reader(
+                sp_reader.label, sp_reader.deliveries, stored[sp_reader.queue]
             )
         assert self.declarer is not None
         self.results["declared"] = check_declared(self.declarer.expected(), set(listed))
@@ -346,7 +353,13 @@ class Run:
                 }
                 for p in self.publishers()
             },
-            "readers": {r.label: [asdict(d) for d in r.deliveries] for r in self.readers},
+            "readers": {
+                label: [asdict(d) for d in deliveries]
+                for label, deliveries in [
+                    *((r.label, r.deliveries) for r in self.readers),
+                    *((r.label, r.deliveries) for r in self.stream_readers),
+                ]
+            },
             "declarer": {
                 "declared": self.declarer.declared if self.declarer else {},
                 "deleted": sorted(self.declarer.deleted) if self.declarer else [],

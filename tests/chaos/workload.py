@@ -24,7 +24,15 @@ from typing import Any
 
 import pika
 from pika.exceptions import AMQPError
-from rstream import Producer, RawMessage
+from rstream import (
+    Consumer,
+    ConsumerOffsetSpecification,
+    MessageContext,
+    OffsetType,
+    Producer,
+    RawMessage,
+    amqp_decoder,
+)
 
 from sievemq.testing import ServerProcess
 from tests.integration.test_cluster.fault_load import Background
@@ -188,6 +196,75 @@ class StreamReader(Background):
                 if conn.is_open:
                     with contextlib.suppress(AMQPError, OSError):
                         conn.close()
+
+
+def parse_any(data: bytes) -> tuple[str, int]:
+    """A Stream-protocol delivery's body: as published by rstream (raw ``LABEL:SEQ``) or
+    over AMQP 0-9-1 (stored as an AMQP 1.0 message)."""
+    try:
+        return parse(data)
+    except (ValueError, UnicodeDecodeError):
+        return parse(bytes(amqp_decoder(data).body))
+
+
+@dataclass
+class StreamProtocolReader(Background):
+    """An rstream Consumer of ``queue`` located through ``node`` (rstream reads a replica
+    when Metadata lists one); after a closed connection it subscribes again from the offset
+    after the last it got."""
+
+    node: ServerProcess
+    queue: str
+    label: str
+    deliveries: list[Delivery] = field(default_factory=list)
+    connections: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def _run(self) -> None:
+        asyncio.run(self._read())
+
+    async def _read(self) -> None:
+        while not self._stop.is_set():
+            closed = asyncio.Event()
+
+            async def on_close(info: Any, closed: asyncio.Event = closed) -> None:
+                self.errors.append(f"closed: {info}"[:200])
+                closed.set()
+
+            reader = Consumer(
+                self.node.host,
+                self.node.stream_port,
+                username="guest",
+                password="guest",
+                on_close_handler=on_close,
+                connection_name=self.label,
+            )
+            self.connections += 1
+            number = self.connections
+            start = (
+                ConsumerOffsetSpecification(OffsetType.OFFSET, self.deliveries[-1].offset + 1)
+                if self.deliveries
+                else ConsumerOffsetSpecification(OffsetType.FIRST, None)
+            )
+
+            async def on_message(data: bytes, ctx: MessageContext, number: int = number) -> None:
+                label, seq = parse_any(data)
+                self.deliveries.append(Delivery(number, ctx.offset, label, seq))
+
+            try:
+                await asyncio.wait_for(reader.start(), STREAM_SEND_TIMEOUT_S)
+                await asyncio.wait_for(
+                    reader.subscribe(self.queue, on_message, offset_specification=start),
+                    STREAM_SEND_TIMEOUT_S,
+                )
+                while not self._stop.is_set() and not closed.is_set():
+                    await asyncio.sleep(0.2)
+            except Exception as error:  # any failure: subscribe again
+                self.errors.append(f"{type(error).__name__}: {error}"[:200])
+                await asyncio.sleep(0.3)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(reader.close(), 5)
 
 
 @dataclass
