@@ -99,7 +99,8 @@ ALLOWED: dict[str, set[str]] = {
         "pamqp.commands",
     },
     # `sievemq publish` / `sievemq tail`: an AMQP client of the server, never its code
-    "client": {"aiormq", "pamqp", "sievemq.client"},
+    # `sievemq streams add_replica ...`: an HTTP client of the admin API, never its code
+    "client": {"aiormq", "pamqp", "httpx", "sievemq.client"},
     # settings are built at the edge and passed down: they never import the gateway
     "settings.py": {"pydantic", "pydantic_settings", "sievemq.units"},
     "units.py": set(),

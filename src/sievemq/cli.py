@@ -21,10 +21,16 @@ def _build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(serve)
     serve.set_defaults(subparser=serve)
 
-    streams = commands.add_parser("streams", help="list the streams of a data directory")
+    streams = commands.add_parser(
+        "streams",
+        help="list the streams of a data directory; add_replica, delete_replica, stream_status",
+    )
     streams.add_argument(
         "--data-dir", default=None, help="data directory (default $SIEVEMQ_DATA_DIR or ./data)"
     )
+    from sievemq.client.replicas import add_arguments as add_replica_arguments
+
+    add_replica_arguments(streams)
 
     export = commands.add_parser(
         "export", help="write a stream (or a filtered slice) to Parquet or JSON with Spark"
@@ -159,6 +165,10 @@ def _serve(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(args)
+    if args.command == "streams" and args.streams_command is not None:
+        from sievemq.client.replicas import run
+
+        return run(args, out=sys.stdout, err=sys.stderr)
     if args.command == "streams":
         from sievemq.streams_listing import list_streams
 

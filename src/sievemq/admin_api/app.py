@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from sievemq.admin_api import errors, metrics, rabbit, streams
+from sievemq.admin_api import errors, metrics, rabbit, replicas, streams
 from sievemq.admin_api.bodies import MAX_BODY_BYTES
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.admin.facade import BrokerFacade
@@ -63,6 +63,7 @@ def create_app(
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         app.include_router(rabbit.router)
         app.include_router(streams.router)
+        app.include_router(replicas.router)
         app.include_router(metrics.router)
 
     @app.middleware("http")

@@ -26,6 +26,8 @@ PEER_PATHS = re.compile(
     r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
     r"|vhosts/[^/]+/(connections|channels))"
 )
+# ... and read only: each node's part of a stream's status (``admin_api/replicas.py``)
+PEER_READS = re.compile(r"/api/queues/[^/]+/[^/]+/replicas")
 
 
 def facade_of(request: Request) -> BrokerFacade:
@@ -47,7 +49,11 @@ def authenticate(request: Request) -> Principal:
         peers = facade_of(request).peers
         if peers is None or not peers.is_peer(presented):
             raise _login_failed()
-        if request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(request.url.path):
+        path = request.url.path
+        reads = request.method == "GET" and PEER_READS.fullmatch(path)
+        if not reads and (
+            request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(path)
+        ):
             raise not_authorised("The cluster secret opens the cluster-wide lists only")
         request.state.cluster_peer = True
         return CLUSTER_PEER

@@ -19,6 +19,7 @@ from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
@@ -78,6 +79,11 @@ async def join(
     membership.subscribe(SECRET_KEY, secret.apply)
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
+    membership.queue_epoch = placement.epoch
+    replica_ops = ReplicaOps(
+        client, placement, lambda: membership.records, lambda: set(membership.members)
+    )
+    membership.add_replica, membership.delete_replica = replica_ops.add, replica_ops.delete
     membership.on_registered_again.append(placement.place_again)
     membership.on_registered_again.append(secret.restore)
     mirror = DefinitionsMirror(

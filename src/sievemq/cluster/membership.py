@@ -118,6 +118,11 @@ class Membership:
         self.queue_members: Callable[[str, str], tuple[list[str], list[str]] | None] = (
             lambda vhost, name: None
         )
+        # a recorded queue's epoch (``Placement.epoch``) and the changes of a stream's
+        # replicas (``ReplicaOps``), set at the join
+        self.queue_epoch: Callable[[str, str], int | None] = lambda vhost, name: None
+        self.add_replica: Callable[[str, str, str], Awaitable[bool]] = _not_joined
+        self.delete_replica: Callable[[str, str, str], Awaitable[None]] = _not_joined
         self.on_registered_again: list[Callable[[], None]] = []
         # what stops before this node leaves (the definitions mirror's writer and retries)
         self.on_leave: list[Callable[[], Awaitable[None]]] = []
@@ -362,6 +367,10 @@ class Membership:
             with contextlib.suppress(EtcdError):
                 await self.lease.stop(revoke=True)
         await self.client.close()
+
+
+async def _not_joined(vhost: str, name: str, node: str) -> Any:
+    raise RuntimeError("replica changes are wired at the join")
 
 
 def _figures(record: dict[str, Any]) -> dict[str, Any]:

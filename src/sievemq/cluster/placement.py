@@ -22,9 +22,10 @@ node that does not lead it is asked of its leader the same way: the record gets
 deleting node answers once the record is gone: creating and deleting go through etcd, not
 over the link.
 
-A stream's record also names its ``replicas`` (``x-initial-cluster-size``, default 3 or the
-number of nodes when fewer: the leader plus the live nodes leading the fewest streams),
-chosen once when it is placed; each follows the leader's log (``cluster.replication``).
+A stream's record also names its ``replicas`` (``x-initial-cluster-size``, else a policy's
+``initial-cluster-size``, default 3 or the number of nodes when fewer: the leader plus the
+live nodes leading the fewest streams), chosen when it is placed and changed by
+``cluster/replica_ops.py``; each follows the leader's log (``cluster.replication``).
 
 The epoch is 1 when a queue is first placed; a move or a failover (not built yet) writes
 epoch + 1 by compare-and-swap, and a message carrying an older epoch is to be refused.
@@ -78,9 +79,12 @@ def queue_key(vhost: str, name: str) -> str:
     return QUEUES + quote(vhost, safe="") + "/" + quote(name, safe="")
 
 
-def cluster_size(arguments: dict[str, Any]) -> int:
-    """A stream's ``x-initial-cluster-size`` (checked by its declare), else the default."""
+def cluster_size(arguments: dict[str, Any], policy: dict[str, Any] | None = None) -> int:
+    """A stream's ``x-initial-cluster-size`` (checked by its declare), else its policy's
+    ``initial-cluster-size`` (the argument wins, as in RabbitMQ), else the default."""
     value = arguments.get("x-initial-cluster-size")
+    if value is None and policy:
+        value = policy.get("initial-cluster-size") or None  # (0: not a size; the default)
     try:
         return int(value) if value is not None else DEFAULT_CLUSTER_SIZE
     except (TypeError, ValueError):
@@ -194,13 +198,17 @@ class Placement:
         node = min(counts, key=lambda n: counts[n])  # the first name of the fewest
         return None if node == self.me else node
 
-    def choose_replicas(self, leader: str, kind: str, arguments: dict[str, Any]) -> list[str]:
-        """A new stream's replicas: ``x-initial-cluster-size`` - 1 live nodes other than
-        ``leader``, those leading and following the fewest streams first (ties: the first
-        name); fewer when fewer nodes run. Other queue types have none (not built yet)."""
+    def choose_replicas(
+        self, leader: str, kind: str, arguments: dict[str, Any], vhost: str = "", name: str = ""
+    ) -> list[str]:
+        """A new stream's replicas: ``x-initial-cluster-size`` (else its policy's
+        ``initial-cluster-size``) - 1 live nodes other than ``leader``, those leading and
+        following the fewest streams first (ties: the first name); fewer when fewer nodes
+        run. Other queue types have none (not built yet)."""
         if kind != "stream":
             return []
-        size = cluster_size(arguments)
+        local = self.broker.vhosts.get(vhost) if vhost else None
+        size = cluster_size(arguments, local.policy_definition(kind, name) if local else None)
         counts = dict.fromkeys(sorted({*self._live(), self.me} - {leader}), 0)
         for record in self.records.values():
             if record.get("type", "stream") != "stream":
@@ -215,6 +223,10 @@ class Placement:
 
     def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
         return self.replica_of(vhost, name)
+
+    def epoch(self, vhost: str, name: str) -> int | None:
+        record = self.records.get((vhost, name))
+        return None if record is None else int(record.get("epoch", 1))
 
     def members(self, vhost: str, name: str) -> tuple[list[str], list[str]] | None:
         """A recorded queue's members (leader, then replicas) and those running now."""
@@ -310,7 +322,7 @@ class Placement:
             "vhost": vhost,
             "name": name,
             "leader": node,
-            "replicas": self.choose_replicas(node, kind, arguments),
+            "replicas": self.choose_replicas(node, kind, arguments, vhost, name),
             "epoch": 1,
             "type": kind,
             "arguments": encode_value(arguments),
@@ -367,7 +379,7 @@ class Placement:
             self._working.discard(queue)
             return
         try:
-            local = self.broker.vhosts.get(vhost)
+            local = self.broker.vhosts.get(vhost) if vhost else None
             if local is None:
                 error = f"no vhost '{vhost}' on node '{self.me}'"
             else:
@@ -436,7 +448,7 @@ class Placement:
         try:
             if not self._current(queue, record):
                 return
-            local = self.broker.vhosts.get(vhost)
+            local = self.broker.vhosts.get(vhost) if vhost else None
             if local is not None and self._holds(vhost, name):
                 local.delete_queue(name)  # its record goes with it (``observe``)
             else:
@@ -489,7 +501,7 @@ class Placement:
             "vhost": vhost,
             "name": name,
             "leader": self.me,
-            "replicas": self.choose_replicas(self.me, kind, arguments),
+            "replicas": self.choose_replicas(self.me, kind, arguments, vhost, name),
             "epoch": 1,
             "type": kind,
             "arguments": encode_value(arguments),
@@ -526,7 +538,7 @@ class Placement:
                 return
 
     def _holds(self, vhost: str, name: str) -> bool:
-        local = self.broker.vhosts.get(vhost)
+        local = self.broker.vhosts.get(vhost) if vhost else None
         return local is not None and (name in local.queues or name in local.classic.queues)
 
     async def _release(self, vhost: str, name: str) -> None:

@@ -34,7 +34,7 @@ from sievemq.gateway.model.definitions import decode_value
 from sievemq.gateway.model.stream.arguments import stream_arguments_from_table
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
-from sievemq.storage import StorageError
+from sievemq.storage import StorageError, layout
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
 from sievemq.streamproto import wire
@@ -246,16 +246,41 @@ class Replication:
         }
         for queue in [q for q in self.followers if q not in wanted]:
             follower = self.followers.pop(queue)
-            remove = queue in deleted
+            # its record deleted or marked for deletion (a delete asked of the leader), or
+            # this node taken off its members (``replica_ops``)
+            remove = queue in deleted or self._removed(queue)
             task = asyncio.ensure_future(self._drop(follower, remove))
             self._dropping.add(task)
             task.add_done_callback(self._dropping.discard)
+        if reset:
+            self._sweep()
         for queue, record in wanted.items():
             if queue not in self.followers:
                 try:
                     self.followers[queue] = self._follower(queue, record)
                 except (StorageError, OSError, ValueError) as error:
                     log.error("cannot keep a replica of '%s': %s", queue[1], error)
+
+    def _removed(self, queue: tuple[str, str] | None) -> bool:
+        record = self.placement.records.get(queue) if queue is not None else None
+        if record is None:
+            return False
+        return bool(record.get("delete")) or self.me not in (
+            record.get("leader"),
+            *record.get("replicas", ()),
+        )
+
+    def _sweep(self) -> None:
+        """Remove the copies of streams whose record no longer names this node (its replica
+        removed while it was down); a copy without any record is kept (etcd may have lost
+        its data: that copy may be the last)."""
+        base = Path(self.broker.data_dir) / REPLICAS_DIR / layout.STREAMS_DIR
+        for directory in base.glob("*/*"):
+            vhost, name = layout.name_of(directory.parent.name), layout.name_of(directory.name)
+            queue = None if vhost is None or name is None else (vhost, name)
+            if queue is not None and queue not in self.followers and self._removed(queue):
+                log.info("replica of '%s' in vhost '%s' removed: not a member", name, vhost)
+                layout.discard(directory)
 
     def _follower(self, queue: tuple[str, str], record: dict[str, Any]) -> Follower:
         vhost, name = queue

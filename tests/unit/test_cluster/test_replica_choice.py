@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from sievemq.cluster.placement import Placement
+from sievemq.cluster.placement import Placement, cluster_size
 
 
 def placement(live: list[str], records: list[dict[str, Any]], me: str = "a") -> Placement:
@@ -45,3 +46,17 @@ def test_members_and_online_follow_the_live_nodes() -> None:
     assert p.members("/", "s0") == (["a", "b", "c"], ["a", "b"])
     assert p.replicas("/", "s0") == ["b", "c"]
     assert p.members("/", "nowhere") is None
+
+
+def test_a_policy_s_initial_cluster_size_applies_unless_the_argument_says() -> None:
+    assert cluster_size({}, {"initial-cluster-size": 2}) == 2
+    assert cluster_size({"x-initial-cluster-size": 4}, {"initial-cluster-size": 2}) == 4
+    assert cluster_size({}, {"initial-cluster-size": 0}) == 3  # not a size: the default
+    assert cluster_size({}, None) == 3
+    p = placement(["a", "b", "c", "d"], [])
+    definitions = {"small": {"initial-cluster-size": 2}}
+    vhost = SimpleNamespace(policy_definition=lambda kind, name: definitions.get(name, {}))
+    p.broker = SimpleNamespace(vhosts={"/": vhost})  # type: ignore[assignment]
+    assert p.choose_replicas("a", "stream", {}, "/", "small") == ["b"]
+    assert p.choose_replicas("a", "stream", {"x-initial-cluster-size": 1}, "/", "small") == []
+    assert p.choose_replicas("a", "stream", {}, "/", "other") == ["b", "c"]

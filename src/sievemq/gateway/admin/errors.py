@@ -7,3 +7,8 @@ from sievemq.amqp.errors import PreconditionFailed
 
 class BadRequest(PreconditionFailed):
     """Input the admin plane refuses (HTTP 400 bad_request); nothing was changed."""
+
+
+class Conflict(PreconditionFailed):
+    """A change the object's current state forbids (HTTP 409), e.g. removing a stream's
+    leader from its members; nothing was changed."""

@@ -7,6 +7,7 @@ from sievemq.gateway.admin.consumers import ConsumersAdmin
 from sievemq.gateway.admin.definitions import DefinitionsAdmin
 from sievemq.gateway.admin.offsets import OffsetsAdmin
 from sievemq.gateway.admin.overview import OverviewAdmin
+from sievemq.gateway.admin.replicas import ReplicasAdmin
 from sievemq.gateway.admin.sampling import SamplingAdmin
 
 __all__ = ["BrokerFacade"]
@@ -19,5 +20,6 @@ class BrokerFacade(
     ConsumersAdmin,
     BrowseAdmin,
     OffsetsAdmin,
+    ReplicasAdmin,
 ):
     """What the admin plane may see and do."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sievemq.gateway.model import locator, policies
+from sievemq.gateway.model import locator
 from sievemq.gateway.model.remote import RemoteQueue
 
 if TYPE_CHECKING:
@@ -166,11 +166,7 @@ def place_elsewhere(
     if directory.leader_elsewhere(vhost.name, name) is not None:
         return None
     kind = vhost.classic.kind_of(args)
-    mine = policies.ranked(vhost.policies.values())
-    operators = policies.ranked(vhost.operator_policies.values())
-    definition = policies.effective_definition(
-        policies.match(mine, kind, name), policies.match(operators, kind, name)
-    )
+    definition = vhost.policy_definition(kind, name)
     if locator.effective(argument, definition) != locator.BALANCED:
         return None
     node = directory.choose_leader()

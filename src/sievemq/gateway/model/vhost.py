@@ -527,6 +527,14 @@ class VirtualHost:
         # an idle stream restored at start stays closed
         queue.when_open(put_limits, limits.filter_size_bytes)
 
+    def policy_definition(self, kind: str, name: str) -> dict[str, Any]:
+        """The effective policy definition a queue of ``kind`` named ``name`` gets (or
+        would get, declared now)."""
+        mine, operators = self._ranked()
+        return policies.effective_definition(
+            policies.match(mine, kind, name), policies.match(operators, kind, name)
+        )
+
     def _ranked(self) -> tuple[list[policies.Policy], list[policies.Policy]]:
         return (
             policies.ranked(self.policies.values()),

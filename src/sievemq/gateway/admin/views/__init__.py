@@ -15,7 +15,7 @@ from sievemq.amqp.errors import (
     NotImplemented_,
     PreconditionFailed,
 )
-from sievemq.gateway.admin.errors import BadRequest
+from sievemq.gateway.admin.errors import BadRequest, Conflict
 from sievemq.gateway.admin.views.access import (
     LIMITS_COMPONENT,
     USER_LIMITS,
@@ -52,6 +52,7 @@ from sievemq.gateway.admin.views.node import (
     OverviewView,
     PeerListing,
     RemoteQueueView,
+    StreamMemberView,
     Totals,
     WriteLatencyView,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "ChannelView",
     "ClusterNodeView",
     "ClusterPort",
+    "Conflict",
     "ConnectionView",
     "ConsumerFilterView",
     "ConsumerOffsetView",
@@ -120,6 +122,7 @@ __all__ = [
     "SacMemberView",
     "StreamClientView",
     "StreamConsumerView",
+    "StreamMemberView",
     "StreamPublisherView",
     "StreamView",
     "SubscriptionView",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +62,36 @@ class ClusterPort(Protocol):
     def queue_members(self, vhost: str, name: str) -> tuple[list[str], list[str]] | None:
         """A recorded queue's members (leader, then replicas) and those running now."""
         ...
+
+    def queue_epoch(self, vhost: str, name: str) -> int | None:
+        """A recorded queue's leader epoch (None: not recorded)."""
+        ...
+
+    def add_replica(self, vhost: str, name: str, node: str) -> Awaitable[bool]:
+        """Make ``node`` a replica of the stream (False: it already is a member);
+        ``NotFound``, ``Conflict`` or ``BadRequest`` naming what is wrong."""
+        ...
+
+    def delete_replica(self, vhost: str, name: str, node: str) -> Awaitable[None]:
+        """Stop ``node``'s replica and remove its copy; the leader is a ``Conflict``."""
+        ...
+
+
+@dataclass(frozen=True)
+class StreamMemberView:
+    """One member of a stream as the node holding it sees it (``rabbitmq-streams
+    stream_status``): the leader (``writer``) or a replica's copy."""
+
+    node: str
+    role: str  # "writer" or "replica"
+    epoch: int
+    offset: int  # the last offset held (-1: none)
+    committed_offset: int  # the last offset a reader may see (-1: none)
+    first_offset: int
+    readers: int  # consumers and Stream-protocol subscriptions reading this copy
+    segments: int
+    messages: int
+    bytes: int
 
 
 # the header a node's request to another node's admin API carries the cluster secret in

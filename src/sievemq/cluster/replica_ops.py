@@ -1,0 +1,140 @@
+"""Adding and removing a stream's replicas (``rabbitmq-streams add_replica / delete_replica``).
+
+A stream's replicas are the ``replicas`` of its etcd record (``cluster/placement.py``). Any
+node may change them: it reads the record, checks the request against it and against the
+live nodes, and writes the new list by compare-and-swap on the record's revision (a record
+changed meanwhile is read again and the request checked anew). Every node's watch then
+acts on it: the added node starts a follower that copies the stream from its first chunk
+(``cluster/replication.py``), the removed one stops its follower and removes its copy, and
+``/api/queues`` shows the new ``members`` at once on the node that wrote it, within the
+watch's delay on the others. The leader cannot be removed (there is no moving a stream's
+writer yet), so a stream keeps at least one member.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sievemq.amqp.errors import InternalError
+from sievemq.cluster.coordination import (
+    EtcdClient,
+    EtcdError,
+    EtcdUnavailable,
+    mod_revision_is,
+    put_op,
+)
+from sievemq.cluster.placement import CREATING, READY, Placement, queue_key
+from sievemq.gateway.admin.views import BadRequest, Conflict, NotFound
+
+ATTEMPTS = 5  # compare-and-swap rounds lost to concurrent changes before giving up
+
+
+class ReplicaOps:
+    """Changes to a stream's replica list, through etcd."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        placement: Placement,
+        live: Callable[[], dict[str, dict[str, Any]]],
+        members: Callable[[], set[str]],
+    ) -> None:
+        self.client = client
+        self.placement = placement
+        self._live = live  # the running nodes' records, by name
+        self._members = members  # every node that ever joined (running or not)
+
+    async def add(self, vhost: str, name: str, node: str) -> bool:
+        """Make ``node`` a replica of the stream; False when it already is a member."""
+        if node not in self._members() | set(self._live()) | {self.placement.me}:
+            raise NotFound(f"no cluster node '{node}'")
+        if node not in self._live() and node != self.placement.me:
+            raise Conflict(
+                f"cluster node '{node}' is not running: a replica is added on a running node"
+            )
+
+        def change(record: dict[str, Any]) -> list[str] | None:
+            replicas = [str(n) for n in record.get("replicas", ())]
+            if node == record.get("leader") or node in replicas:
+                return None
+            return [*replicas, node]
+
+        return await self._change(vhost, name, change)
+
+    async def delete(self, vhost: str, name: str, node: str) -> None:
+        """Stop ``node``'s replica of the stream and remove its copy (never the leader's:
+        a stream keeps at least one member)."""
+
+        def change(record: dict[str, Any]) -> list[str] | None:
+            replicas = [str(n) for n in record.get("replicas", ())]
+            leader = str(record.get("leader"))
+            if node == leader:
+                raise Conflict(
+                    f"cluster node '{node}' leads stream '{name}' in vhost '{vhost}': "
+                    "the leader cannot be removed (delete the stream instead)"
+                )
+            if node not in replicas:
+                raise NotFound(
+                    f"cluster node '{node}' holds no replica of stream '{name}' in vhost '{vhost}'"
+                )
+            return [n for n in replicas if n != node]
+
+        await self._change(vhost, name, change)
+
+    async def _change(
+        self,
+        vhost: str,
+        name: str,
+        change: Callable[[dict[str, Any]], list[str] | None],
+    ) -> bool:
+        """Read the record, let ``change`` check it and give the new replica list (None:
+        nothing to do), write it by compare-and-swap; True when written."""
+        key = queue_key(vhost, name)
+        for _ in range(ATTEMPTS):
+            try:
+                found = await self.client.get(key)
+            except (EtcdUnavailable, EtcdError) as error:
+                raise InternalError(f"etcd did not answer for stream '{name}': {error}") from error
+            record = _stream_record(found.value if found else None, vhost, name)
+            replicas = change(record)
+            if replicas is None:
+                return False
+            updated = {**record, "replicas": replicas}
+            try:
+                result = await self.client.txn(
+                    [mod_revision_is(key, found.mod_revision if found else 0)],
+                    [put_op(key, json.dumps(updated))],
+                )
+            except (EtcdUnavailable, EtcdError) as error:
+                raise InternalError(
+                    f"etcd did not record the replicas of stream '{name}': {error}"
+                ) from error
+            if result.succeeded:
+                # this node shows the change at once; the watch brings the same record
+                self.placement.records[(vhost, name)] = {**updated, "mod_revision": result.revision}
+                return True
+        raise InternalError(
+            f"the record of stream '{name}' in vhost '{vhost}' kept changing: try again"
+        )
+
+
+def _stream_record(raw: bytes | None, vhost: str, name: str) -> dict[str, Any]:
+    """The record of a stream that exists and is settled; the refusals name what is wrong."""
+    try:
+        record = json.loads(raw) if raw is not None else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise NotFound(f"no stream '{name}' in vhost '{vhost}'")
+    kind = str(record.get("type", "stream"))
+    if kind != "stream":
+        raise BadRequest(
+            f"queue '{name}' in vhost '{vhost}' is a {kind} queue: only streams have replicas"
+        )
+    if record.get("delete"):
+        raise Conflict(f"stream '{name}' in vhost '{vhost}' is being deleted")
+    if record.get("state", READY) == CREATING:
+        raise Conflict(f"stream '{name}' in vhost '{vhost}' is still being created")
+    return {k: v for k, v in record.items() if k != "mod_revision"}
