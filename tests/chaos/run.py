@@ -9,16 +9,18 @@ streams (three copies each, led by a) and a classic queue, and starts the worklo
 (``workload.py``): AMQP 0-9-1 publishers through the leader and through the followers
 (forwarded), Stream-protocol publishers with and without dedup, a named reader through a
 and one through b, a filtered reader through c, an rstream reader (on a replica), and a
-declarer. Then rounds: every scenario
-of ``scenarios.py`` once per round, in a random order, until ``--rounds`` rounds or
-``--minutes`` are done (a round, once begun, is finished). Then everything is healed, the
-clients stopped, every queue read back on its leader, and the checkers run.
+declarer. Then rounds: every scenario of ``scenarios.py`` once per round, in a random
+order, until ``--rounds`` rounds or ``--minutes`` are done (a round, once begun, is
+finished; a scenario whose cluster does not come back in time ends the rounds with a
+finding). Then everything is healed, the clients stopped, every queue read back on the
+node that leads it, and the checkers run.
 
-Artifacts (``--artifacts``, default ``.chaos/<UTC time>``): ``summary.json`` (what is printed),
-``history.jsonl`` (faults, heals, recoveries, declares and deletes, checker results, with
-seconds from the start), ``clients.json`` (every publisher's confirmed numbers and confirm
-times, every reader's deliveries), the nodes' data and logs (``nodes/NAME.stderr.N``) and
-etcd's (``etcd/etcd.log``). Exit status 1 on any finding.
+Artifacts (``--artifacts``, default ``.chaos/<UTC time>``): ``summary.json`` (what is
+printed), ``history.jsonl`` (scenarios, faults, heals, recoveries and checker results, with
+seconds from the start, written as they happen), ``clients.json`` (every publisher's
+confirmed numbers and confirm times, every reader's deliveries, the declarer's declares
+with their times, deletes and refusals), the nodes' data and logs
+(``nodes/NAME.stderr.N``) and etcd's (``etcd/etcd.log``). Exit status 1 on any finding.
 """
 
 from __future__ import annotations
