@@ -71,3 +71,11 @@ class Network:
         for src, dst in sorted(self.cuts):
             ip("rule", "del", "pref", str(CUT_PREF), "from", src, "to", dst, "prohibit")
         self.cuts.clear()
+        left = [r for r in rules() if r.startswith(f"{CUT_PREF}:")]
+        assert not left, f"cut rules left after healing: {left}"
+
+
+def rules() -> list[str]:
+    """``ip rule show``, a line per rule."""
+    done = subprocess.run(["ip", "rule", "show"], check=True, capture_output=True, text=True)
+    return done.stdout.splitlines()

@@ -173,7 +173,7 @@ class Run:
             client.start()
         log = (self.base / "history.jsonl").open("w")
         chaos = Chaos(
-            self.cluster, netns.Network(), publishers, via, self.rng, self.args.hold_s, log
+            self.cluster, netns.Network(), publishers, STREAMS, via, self.rng, self.args.hold_s, log
         )
         wait_for_progress(publishers, STEP, timeout=PROGRESS_S)
         chaos.record("workload started")

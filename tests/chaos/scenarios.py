@@ -26,8 +26,8 @@ from .checkers import longest_gap
 from .cluster import ChaosCluster, until
 from .netns import Network
 
-LEADER = "a"
-FOLLOWERS = ("b", "c")
+LEADER = "a"  # where the workload's streams are declared (and led, until a failover)
+NODES = ("a", "b", "c")
 STEP = 10  # confirms each publisher adds to count as going on
 PROGRESS_S = 120.0  # generous: a loaded machine; returns as soon as it holds
 
@@ -39,6 +39,7 @@ class Chaos:
     cluster: ChaosCluster
     net: Network
     publishers: list[Any]  # fault_load.Publisher and workload.StreamPublisher
+    streams: tuple[str, ...]  # the workload's streams (a follower leads none of them)
     via: dict[int, str]  # id(publisher) -> the node it is connected to
     rng: random.Random
     hold_s: float  # a fault is held half to all of this once the others are seen going on
@@ -54,8 +55,17 @@ class Chaos:
             self.log.write(json.dumps(entry) + "\n")
             self.log.flush()
 
+    def leaders(self) -> set[str]:
+        """The nodes leading the workload's streams now, as b lists them."""
+        listed = self.cluster.queues("b")
+        return {listed[s]["leader"] for s in self.streams}
+
     def follower(self) -> str:
-        return self.rng.choice(FOLLOWERS)
+        """A node that holds copies of the workload's streams but leads none (after a
+        failover that split them, any node but one leader)."""
+        leaders = self.leaders()
+        others = sorted(set(NODES) - leaders) or sorted(set(NODES) - {min(leaders)})
+        return self.rng.choice(others)
 
     def untouched(self, victims: tuple[str, ...]) -> list[Any]:
         """Publishers connected to a node the fault leaves alone."""
@@ -67,7 +77,11 @@ class Chaos:
         time.sleep(self.rng.uniform(self.hold_s / 2, self.hold_s))
 
     def listed_stopped(self, victim: str) -> None:
-        until(lambda: self.cluster.running(LEADER).get(victim) is False, f"a lists {victim} off")
+        judge = next(n for n in NODES if n != victim)
+        until(
+            lambda: self.cluster.running(judge).get(victim) is False,
+            f"{judge} lists {victim} stopped",
+        )
 
     @contextlib.contextmanager
     def fault(self, name: str, *victims: str) -> Iterator[None]:
@@ -128,7 +142,7 @@ def kill_etcd(ch: Chaos) -> None:
 def isolate_follower(ch: Chaos) -> None:
     """A follower cut from the other nodes and from etcd (its clients still reach it)."""
     victim = ch.follower()
-    others = [ch.cluster.host(n) for n in ("a", "b", "c", "etcd") if n != victim]
+    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
     with ch.fault("isolate-follower", victim):
         ch.net.isolate(ch.cluster.host(victim), others)
         try:
@@ -142,7 +156,7 @@ def follower_cut_from_nodes(ch: Chaos) -> None:
     """A follower that reaches etcd (its lease lives on: it is listed running) but no
     other node: its links and its copies' subscriptions stall until the cut heals."""
     victim = ch.follower()
-    others = [ch.cluster.host(n) for n in ("a", "b", "c") if n != victim]
+    others = [ch.cluster.host(n) for n in NODES if n != victim]
     with ch.fault("follower-cut-from-nodes", victim):
         ch.net.isolate(ch.cluster.host(victim), others)
         try:
@@ -165,12 +179,14 @@ def follower_cut_from_etcd(ch: Chaos) -> None:
 
 
 def ring(ch: Chaos) -> None:
-    """a and c cannot reach each other, b reaches both: every node still sees a majority
-    (itself and one other), etcd sees everyone."""
-    with ch.fault("ring", "c"):
-        ch.net.cut(ch.cluster.host("a"), ch.cluster.host("c"))
+    """The leader and one follower cannot reach each other, the third node reaches both:
+    every node still sees a majority (itself and one other), etcd sees everyone."""
+    victim = ch.follower()
+    leader = min(ch.leaders())
+    with ch.fault("ring", victim):
+        ch.net.cut(ch.cluster.host(leader), ch.cluster.host(victim))
         try:
-            ch.hold(("c",))
+            ch.hold((victim,))
         finally:
             ch.net.heal()
 
@@ -178,7 +194,7 @@ def ring(ch: Chaos) -> None:
 def clock_jump(ch: Chaos) -> None:
     """A node's wall clock stepped an hour forward, then an hour back, then right again
     (the monotonic clock untouched, as an NTP step): each step is seen in its etcd record."""
-    victim = ch.rng.choice(("a", "b", "c"))
+    victim = ch.rng.choice(NODES)
     clock = ch.cluster.clocks[victim]
     with ch.fault("clock-jump", victim):
         try:
