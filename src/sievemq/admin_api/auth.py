@@ -16,7 +16,7 @@ from fastapi import Request
 
 from sievemq.admin_api.errors import REALM, ApiError, not_authorised
 from sievemq.gateway.admin.facade import BrokerFacade
-from sievemq.gateway.admin.views import PEER_HEADER, Principal
+from sievemq.gateway.admin.views import PEER_HEADER, RELAY_USER_HEADER, Principal
 
 # who a request from another cluster node is: it lists this node's own items, unfiltered
 CLUSTER_PEER = Principal(name="cluster node", tags=["administrator"], permissions={})
@@ -28,6 +28,15 @@ PEER_PATHS = re.compile(
 )
 # ... and read only: each node's part of a stream's status (``admin_api/replicas.py``)
 PEER_READS = re.compile(r"/api/queues/[^/]+/[^/]+/replicas")
+
+
+# what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a
+# delete or a browse of a queue this node leads, checked here against that user's permissions
+RELAY_PATHS = {
+    "POST": re.compile(r"/api/queues/[^/]+/[^/]+/(get|stream)"),
+    "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+(/contents)?"),
+    "GET": re.compile(r"/api/streams/[^/]+/[^/]+/messages"),
+}
 
 
 def facade_of(request: Request) -> BrokerFacade:
@@ -49,6 +58,9 @@ def authenticate(request: Request) -> Principal:
         peers = facade_of(request).peers
         if peers is None or not peers.is_peer(presented):
             raise _login_failed()
+        relayed_for = request.headers.get(RELAY_USER_HEADER)
+        if relayed_for is not None:
+            return _relayed(request, relayed_for)
         path = request.url.path
         reads = request.method == "GET" and PEER_READS.fullmatch(path)
         if not reads and (
@@ -74,6 +86,21 @@ def authenticate(request: Request) -> Principal:
         raise _login_failed()
     if not principal.may_manage:
         raise not_authorised("Not management user")
+    return principal
+
+
+def _relayed(request: Request, username: str) -> Principal:
+    """A request another node relays for its user (that node checked the login): done as
+    that user, whose permissions the routes check here again."""
+    allowed = RELAY_PATHS.get(request.method)
+    raw = request.scope.get("raw_path")
+    path = (raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path).split("?")[0]
+    if allowed is None or not allowed.fullmatch(path):
+        raise not_authorised("The cluster secret relays a queue's get, purge, delete, browse only")
+    principal = facade_of(request).principal_of(username)
+    if principal is None:
+        raise _login_failed()
+    request.state.cluster_peer = True  # relayed no further
     return principal
 
 

@@ -13,11 +13,12 @@ import binascii
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sievemq.admin_api.auth import require, require_vhost
 from sievemq.admin_api.changes import saved
+from sievemq.admin_api.cluster_relay import led_elsewhere, on_leader
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.paths import name
@@ -140,6 +141,7 @@ async def stream_consumers(f: Facade, vhost: str, stream: str, who: User) -> lis
 
 @router.get("/streams/{vhost}/{stream}/messages", response_model=BrowseResult)
 async def browse(
+    request: Request,
     f: Facade,
     vhost: str,
     stream: str,
@@ -161,11 +163,14 @@ async def browse(
     ] = False,
     encoding: Literal["auto", "base64"] = "auto",
     max_bytes: Annotated[int, Query(ge=1, le=16 * 1024 * 1024)] = 4 * 1024 * 1024,
-) -> BrowseResult:
+) -> BrowseResult | Response:
     """Read messages without consuming. ``next_offset`` says where to continue when the
-    scan stopped at the limit, the byte cap or the time budget (``stopped_by``)."""
+    scan stopped at the limit, the byte cap or the time budget (``stopped_by``). A stream
+    another cluster node leads is read there (``cluster_relay.py``)."""
     v, s = _stream(f, who, vhost, stream)
     require(who, v, "read", "queue", s)
+    if not f.stream_exists(v, s):
+        return await on_leader(request, f, who, v, s)
     values = [x for item in filter or [] for x in item.split(",") if x]
     return f.browse(
         v,
@@ -190,7 +195,9 @@ async def publish_one(
     is stored. ``filter_value`` becomes the ``x-stream-filter-value`` header."""
     v, s = _stream(f, who, vhost, stream)
     require(who, v, "write", "exchange", "amq.default")
-    f.get_stream(v, s)
+    remote = led_elsewhere(f, v, s)
+    if remote is None or remote.type != "stream":
+        f.get_stream(v, s)  # 404 unless this node holds it (else: forwarded to its leader)
     if body.payload_encoding == "base64":
         try:
             payload = base64.b64decode(body.payload, validate=True)
@@ -270,13 +277,20 @@ async def filter_advice(
     return f.filter_advice(v, s, target_fpr, chunks)
 
 
-@router.post("/queues/{vhost}/{queue}/stream", tags=["LavinMQ compatible"])
+@router.post(
+    "/queues/{vhost}/{queue}/stream",
+    tags=["LavinMQ compatible"],
+    response_model=list[dict[str, Any]],
+)
 async def lavinmq_browse(
-    f: Facade, vhost: str, queue: str, body: LavinBrowse, who: User
-) -> list[dict[str, Any]]:
-    """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}``."""
+    request: Request, f: Facade, vhost: str, queue: str, body: LavinBrowse, who: User
+) -> list[dict[str, Any]] | Response:
+    """LavinMQ's stream browse: ``{count, offset: first|last|next|<n>, encoding}`` (a
+    stream another cluster node leads is read there)."""
     v, s = _stream(f, who, vhost, queue)
     require(who, v, "read", "queue", s)
+    if not f.stream_exists(v, s):
+        return await on_leader(request, f, who, v, s)
     view = f.get_stream(v, s)
     offset: int | None
     newest = False

@@ -1,5 +1,7 @@
 """Cluster-wide listings for the management API: ask the other nodes' admin ports.
 
+(Also the requests about one queue another node leads: ``relay``.)
+
 ``/api/connections``, ``/api/channels``, ``/api/consumers`` (and their per-vhost and
 per-connection forms) on any node list every node's, as RabbitMQ's do. Connections and
 channels change too fast to publish in etcd (every open and close would be a revision kept
@@ -22,9 +24,16 @@ from typing import Any
 import httpx
 
 from sievemq.cluster.membership import Membership
-from sievemq.gateway.admin.views import PEER_HEADER, PeerListing
+from sievemq.gateway.admin.views import (
+    PEER_HEADER,
+    RELAY_USER_HEADER,
+    PeerListing,
+    RelayedAnswer,
+    RelayedRequest,
+)
 
 TIMEOUT_S = 2.0  # per node: a node slower than this is left out of the listing
+RELAY_TIMEOUT_S = 15.0  # a get of many messages on a loaded leader takes its time
 WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
 
 
@@ -101,6 +110,30 @@ class AdminPeers:
         except httpx.HTTPError:
             return 503
         return answer.status_code
+
+    async def relay(self, node: str, request: RelayedRequest) -> RelayedAnswer | None:
+        """A client's get, purge or browse of a queue ``node`` leads, done there for the
+        same user (``RELAY_USER_HEADER``: ``node`` checks that user's permissions again);
+        its answer as it is, or None when ``node`` was not reached in time."""
+        base, secret = self.admin_url(node), self._secret()
+        if base is None or secret is None:
+            return None
+        url = base + request.path + (f"?{request.query}" if request.query else "")
+        headers = {PEER_HEADER: secret, RELAY_USER_HEADER: request.user}
+        if request.body:
+            headers["content-type"] = "application/json"
+        try:
+            answer = await self._http.request(
+                request.method,
+                url,
+                content=request.body or None,
+                headers=headers,
+                timeout=RELAY_TIMEOUT_S,
+            )
+        except httpx.HTTPError:
+            return None
+        kind = answer.headers.get("content-type", "application/json")
+        return RelayedAnswer(answer.status_code, answer.content, kind)
 
     async def close(self) -> None:
         await self._http.aclose()

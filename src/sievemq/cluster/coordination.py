@@ -384,6 +384,9 @@ class Lease:
         self._clock = clock or asyncio.get_running_loop().time
         self._task: asyncio.Task[None] | None = None
         self.lost = False
+        # when the last keep-alive etcd answered was sent (the loop's clock): etcd cannot
+        # have let the lease expire before this + the TTL (``cluster.failover`` fences so)
+        self.renewed_at = self._clock()
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._keep())
@@ -392,6 +395,7 @@ class Lease:
         last_ok = self._clock()
         while True:
             await asyncio.sleep(self.ttl_s / 3)
+            sent = self._clock()
             try:
                 ttl = await self.client.keep_alive(self.id)
             except (EtcdUnavailable, EtcdError) as error:
@@ -403,6 +407,7 @@ class Lease:
                 self._lose("etcd no longer has it (expired, or etcd lost its data)")
                 return
             last_ok = self._clock()
+            self.renewed_at = sent
 
     def _lose(self, why: str) -> None:
         self.lost = True

@@ -16,8 +16,9 @@ from typing import Any
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
+from sievemq.cluster.failover import Failover
 from sievemq.cluster.link import Links
-from sievemq.cluster.membership import Identity, Membership, node_id_for
+from sievemq.cluster.membership import NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
@@ -68,7 +69,11 @@ async def join(
     placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
+    failover = Failover(client, membership, placement, replication, broker)
+    membership.subscribe(QUEUES, failover.apply_queues)  # hands over what others lead now
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
+    membership.subscribe(NODES, failover.apply_nodes)
+    placement.stopping.append(failover.stop)
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
     exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
@@ -109,6 +114,7 @@ async def join(
                 await mirror.start()
                 # from now on a definitions change made here is in etcd before its reply
                 broker.store.observer = mirror.observe
+                failover.start()
                 return membership, placement
             except EtcdUnavailable as error:
                 if time.monotonic() > deadline:

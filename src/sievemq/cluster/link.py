@@ -44,6 +44,12 @@ and routing key of the publish kept as published: the routing was done by this n
 travels in channel.open's reserved field, which a link connection reads. Without a target,
 a link channel is an ordinary channel of the vhost (consume, get, ack...).
 
+``relay=True`` (a consumer's channel; ``number`` is its client's channel number): the
+channel opens with ``RELAY_TARGET`` and that number, and the peer wraps each turn of its
+deliveries on it in relay frames (``amqp/spans.py``): the frames as the client gets them
+(numbered ``number``, whatever the link channel's own number), which the receiver writes
+as they came. ``ch.relay`` says so.
+
 A link connection that drops fails all its channels (``link_closed``, code 0). The next
 ``open_channel`` to that peer and vhost connects anew, but not before a backoff (0.1 s,
 doubling to 5 s after each failure in a row, reset by a connection that opened): during it,
@@ -64,7 +70,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import CHANNEL_CLOSE, CHANNEL_CLOSE_OK, CHANNEL_OPEN
-from sievemq.amqp.spans import CLASS_CHANNEL, SpanReader, frames_of
+from sievemq.amqp.spans import CLASS_CHANNEL, RELAY_TARGET, SpanReader, frames_of
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -106,13 +112,14 @@ def encode_channel_open(channel: int, target: str) -> bytes:
 class LinkChannel:
     """One channel of a link connection (``Links.open_channel``)."""
 
-    __slots__ = ("closed", "link", "number", "receiver", "run", "target")
+    __slots__ = ("closed", "link", "number", "receiver", "relay", "run", "target")
 
     def __init__(self, link: LinkConnection, number: int, receiver: LinkReceiver, target: str):
         self.link = link
         self.number = number
         self.receiver = receiver
         self.target = target
+        self.relay = target.startswith(RELAY_TARGET)  # deliveries come in relay frames
         self.closed = False
         # a receiver's ``link_run(ch, src, starts, first, stop)``: a run of frames as a span
         # of the read (``amqp/spans.py``), in place of ``link_frames``' pairs
@@ -155,7 +162,7 @@ class LinkConnection(asyncio.Protocol):
         self.vhost = vhost
         self.loop = links.loop
         self.transport: asyncio.Transport | None = None
-        self.reader = SpanReader(FRAME_MAX, 4 * FRAME_MAX)
+        self.reader = SpanReader(FRAME_MAX, 4 * FRAME_MAX, relay=True)
         self.frame_max = FRAME_MAX
         self.channel_max = CHANNEL_MAX
         self.channels: dict[int, LinkChannel] = {}
@@ -173,8 +180,13 @@ class LinkConnection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- channels
 
-    def open_channel(self, receiver: LinkReceiver, target: str, prefer: int = 0) -> LinkChannel:
-        """A channel numbered ``prefer`` when that one is free, else the next free one."""
+    def open_channel(
+        self, receiver: LinkReceiver, target: str, prefer: int = 0, relay: bool = False
+    ) -> LinkChannel:
+        """A channel numbered ``prefer`` when that one is free, else the next free one; with
+        ``relay``, a relay channel whose deliveries are numbered ``prefer``."""
+        if relay:
+            target = f"{RELAY_TARGET}{prefer}"
         if 0 < prefer <= self.channel_max and not (
             prefer in self.channels or prefer in self._closing_numbers
         ):
@@ -468,16 +480,23 @@ class Links:
         self.closed = False
 
     def open_channel(
-        self, node: str, vhost: str, receiver: LinkReceiver, target: str = "", number: int = 0
+        self,
+        node: str,
+        vhost: str,
+        receiver: LinkReceiver,
+        target: str = "",
+        number: int = 0,
+        relay: bool = False,
     ) -> LinkChannel:
         """A channel to ``node`` in ``vhost`` (see the module docstring), numbered
         ``number`` when that one is free (a relay whose client channel has the same number
-        writes the leader's frames without patching them); never raises for a peer that
-        cannot be reached: its receiver hears ``link_closed`` instead."""
+        writes the leader's frames without patching them; with ``relay``, the leader wraps
+        them in relay frames); never raises for a peer that cannot be reached: its receiver
+        hears ``link_closed`` instead."""
         link = self._links.get((node, vhost))
         if link is None or link.failed:
             link = self._connect(node, vhost)
-        return link.open_channel(receiver, target, number)
+        return link.open_channel(receiver, target, number, relay)
 
     def why_down(self, node: str) -> str:
         down = self._down.get(node)

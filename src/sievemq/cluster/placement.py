@@ -150,13 +150,14 @@ class Placement:
         return self.replies is not None and self.replies.forward(vhost, name, props, body)
 
     def open_link(
-        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0, relay: bool = False
     ) -> LinkChannel:
         """A channel on the link to the queue's leader (consume, get, ack... through this
-        node: ``gateway.session.remote``), numbered ``number`` when that one is free."""
+        node: ``gateway.session.remote``), numbered ``number`` when that one is free; with
+        ``relay``, a relay channel whose deliveries are numbered ``number``."""
         assert self.links is not None, "the link is made when the node joins"
         leader = self.leader_elsewhere(vhost, name) or ""
-        return self.links.open_channel(leader, vhost, receiver, number=number)
+        return self.links.open_channel(leader, vhost, receiver, number=number, relay=relay)
 
     def remote_queue(self, vhost: str, name: str) -> ForwardedQueue | None:
         """The queue as publishes through this node see it when another node leads it."""

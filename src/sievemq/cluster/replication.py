@@ -12,14 +12,20 @@ leader stored it, Bloom bits and all) and appends every chunk as it came
 follower that loses its connection, or a node that restarts, resumes from its copy's end. A
 stream deleted (its record deleted) loses its copies.
 
-What this is not yet (docs/cluster.md): a confirm does not wait for the replicas, nothing
-fails over to a replica, and no epoch fences an old leader.
+Before each subscription a follower brings its copy to the cluster's epoch history (the
+record's ``epochs``, ``cluster.epochs``): what it holds past the last offset of the epochs it
+shares with the leader is cut (``Stream.truncate``: an old leader's chunks no majority took),
+and the record's history is written beside the segments. A record whose epoch changes (a
+failover: ``cluster.failover``) ends the follower's connection; it follows the new leader.
+
+What this is not yet (docs/cluster.md): a confirm does not wait for the replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import struct
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.cluster.coordination import Event
+from sievemq.cluster.epochs import common_end, history_of, read_history, write_history
 from sievemq.cluster.placement import Placement, queue_of
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value
@@ -64,6 +71,7 @@ class Follower:
         queue: StreamQueue,
         leader: Callable[[], tuple[str, int] | None],
         credentials: Callable[[], tuple[str, str]],
+        record: Callable[[], dict[str, Any]] = dict,
     ) -> None:
         self.queue = queue  # the copy as Stream-protocol subscribers on this node read it
         self.stream = queue.stream
@@ -71,6 +79,10 @@ class Follower:
         self.name = queue.name
         self._leader = leader  # the leader's stream listener now (None: not running)
         self._credentials = credentials  # read at each login: the secret may change
+        self._record = record  # the stream's etcd record now (its epoch and history)
+        self.epoch = 0  # the record's epoch this follower last followed
+        self.hold = False  # an election is on (``cluster.failover``): follow nobody
+        self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
@@ -89,7 +101,7 @@ class Follower:
 
     async def _run(self) -> None:
         while True:
-            where = self._leader()
+            where = None if self.hold else self._leader()
             if where is not None:
                 try:
                     await self._follow(*where)
@@ -99,8 +111,38 @@ class Follower:
                     self.connected.clear()
             await asyncio.sleep(RETRY_S)
 
+    def retarget(self) -> None:
+        """The record changed (a new leader, a new epoch): drop the connection now; the
+        next one goes where the record says, after the copy is brought to its history."""
+        if self._writer is not None:
+            self._writer.close()
+
+    def prepare(self) -> None:
+        """Cut the copy back to the history it shares with the record's, and keep that."""
+        record = self._record()
+        self.epoch = int(record.get("epoch", 1))
+        cluster = history_of(record.get("epochs"))
+        directory = self.stream.directory
+        end = self.stream.end_offset
+        cut = common_end(read_history(directory), cluster, end)
+        if cut < end:
+            dropped = self.stream.truncate(cut)
+            log.warning(
+                "replica of '%s' in vhost '%s': %d messages past offset %d were never "
+                "taken by the leader of epoch %d; dropped",
+                self.name,
+                self.vhost,
+                dropped,
+                cut,
+                self.epoch,
+            )
+        if read_history(directory) != cluster:
+            write_history(directory, cluster)
+
     async def _follow(self, host: str, port: int) -> None:
+        self.prepare()
         reader, writer = await asyncio.open_connection(host, port)
+        self._writer = writer
         try:
             await self._open(reader, writer)
             body = (
@@ -129,6 +171,7 @@ class Follower:
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
                     raise ReplicaError("the leader ended the subscription")
         finally:
+            self._writer = None
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
@@ -224,7 +267,7 @@ class Replication:
         self.broker = broker
         self.me = placement.me
         self.followers: dict[tuple[str, str], Follower] = {}
-        self._dropping: set[asyncio.Future[None]] = set()
+        self._dropping: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._secret = secret
 
     def _credentials(self) -> tuple[str, str]:
@@ -243,6 +286,7 @@ class Replication:
             and self.me in record.get("replicas", ())
             and record.get("leader") != self.me
             and not record.get("delete")
+            and not self._held(*queue)  # led here until the failover hands it over
         }
         for queue in [q for q in self.followers if q not in wanted]:
             follower = self.followers.pop(queue)
@@ -250,16 +294,40 @@ class Replication:
             # this node taken off its members (``replica_ops``)
             remove = queue in deleted or self._removed(queue)
             task = asyncio.ensure_future(self._drop(follower, remove))
-            self._dropping.add(task)
-            task.add_done_callback(self._dropping.discard)
+            self._dropping[queue] = task
+            task.add_done_callback(functools.partial(self._dropped, queue))
         if reset:
             self._sweep()
         for queue, record in wanted.items():
-            if queue not in self.followers:
+            current = self.followers.get(queue)
+            if current is not None and current.epoch != int(record.get("epoch", 1)):
+                current.retarget()
+            if queue not in self.followers and queue not in self._dropping:
                 try:
                     self.followers[queue] = self._follower(queue, record)
                 except (StorageError, OSError, ValueError) as error:
                     log.error("cannot keep a replica of '%s': %s", queue[1], error)
+
+    def _held(self, vhost: str, name: str) -> bool:
+        local = self.broker.vhosts.get(vhost)
+        return local is not None and name in local.queues
+
+    def _dropped(self, queue: tuple[str, str], task: asyncio.Future[None]) -> None:
+        """A follower stopped (``_drop``): forget the drop; follow again if wanted."""
+        if self._dropping.get(queue) is task:
+            del self._dropping[queue]
+            self.apply([], False)  # wanted again meanwhile (a failover and back)
+
+    async def release(self, queue: tuple[str, str]) -> None:
+        """Stop following the stream and close the copy (this node leads it now), or wait
+        for that when the watch began it."""
+        follower = self.followers.pop(queue, None)
+        if follower is not None:
+            await follower.stop()
+        dropping = self._dropping.get(queue)
+        if dropping is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(dropping)
 
     def _removed(self, queue: tuple[str, str] | None) -> bool:
         record = self.placement.records.get(queue) if queue is not None else None
@@ -294,7 +362,12 @@ class Replication:
             current = self.placement.records.get(queue, {})
             return self.placement.stream_listener(str(current.get("leader")), False)
 
-        return Follower(StreamQueue(name, vhost, arguments, stream), leader, self._credentials)
+        def current() -> dict[str, Any]:
+            return self.placement.records.get(queue, {})
+
+        return Follower(
+            StreamQueue(name, vhost, arguments, stream), leader, self._credentials, current
+        )
 
     def queue(self, vhost: str, name: str) -> StreamQueue | None:
         """This node's replica of a stream, to read (``Placement.replica_of``)."""

@@ -44,6 +44,7 @@ from sievemq.storage.segment import (
     index_name,
     list_indexes,
     list_segments,
+    read_all_entries,
     read_entry,
     read_header,
     segment_name,
@@ -585,6 +586,66 @@ class Stream:
             os.lseek(idx_fd, idx_end, os.SEEK_SET)
         except OSError:
             pass  # recovery on the next open cuts the tail anyway
+
+    def truncate(self, offset: int) -> int:
+        """Drop every chunk from ``offset`` on (the first offset of one of its chunks), index
+        entries and segment files with them, durably; returns how many messages went. A
+        copy of a replicated stream that returns after a failover keeps only the history
+        it shares with the new leader (``cluster.failover``). An offset at or past the end
+        drops nothing; one inside a chunk, or before the first retained offset, is refused
+        (StorageError) and nothing changes. No append may run meanwhile (the caller owns
+        the writer); readers past the new end see it once appends reach their position."""
+        if offset >= self.end_offset:
+            return 0
+        if self._closed:
+            raise StorageError(f"stream {self.directory} is closed")
+        if offset < self.first_offset:
+            raise StorageError(
+                f"{self.directory}: cannot truncate to offset {offset}, before the first "
+                f"retained offset {self.first_offset}"
+            )
+        at = max(i for i, s in enumerate(self._segments) if s.first_offset <= offset)
+        seg = self._segments[at]
+        idx_path = self.directory / index_name(seg.first_offset)
+        idx_fd = os.open(idx_path, os.O_RDWR)
+        try:
+            entries = read_all_entries(idx_fd)
+            keep = next((i for i, e in enumerate(entries) if e.offset == offset), None)
+            if keep is None:
+                raise StorageError(
+                    f"{self.directory}: offset {offset} is not the first offset of a chunk"
+                )
+            dropped = self.end_offset - offset
+            self._close_files()
+            for gone in self._segments[at + 1 :]:
+                (self.directory / segment_name(gone.first_offset)).unlink(missing_ok=True)
+                (self.directory / index_name(gone.first_offset)).unlink(missing_ok=True)
+            del self._segments[at + 1 :]
+            if keep == 0 and at > 0:  # the whole segment goes: the one before is the last
+                (self.directory / segment_name(seg.first_offset)).unlink(missing_ok=True)
+                idx_path.unlink(missing_ok=True)
+                del self._segments[at:]
+            else:
+                os.ftruncate(idx_fd, FILE_HEADER_SIZE + keep * INDEX_ENTRY_SIZE)
+                os.fsync(idx_fd)
+                seg_fd = os.open(self.directory / segment_name(seg.first_offset), os.O_RDWR)
+                try:
+                    os.ftruncate(seg_fd, entries[keep].position)
+                    os.fsync(seg_fd)
+                finally:
+                    os.close(seg_fd)
+                seg.size, seg.chunks, seg.end_offset = entries[keep].position, keep, offset
+                seg.last_ts = entries[keep - 1].timestamp_ms if keep else None
+                seg.first_ts = seg.first_ts if keep else None
+        finally:
+            os.close(idx_fd)
+        fsync_dir(self.directory)
+        last = self._segments[-1]
+        self.end_offset = offset
+        self._last_chunk = None
+        self._last_ts = next((s.last_ts for s in reversed(self._segments) if s.last_ts), 0)
+        self._open_files(last.first_offset)
+        return dropped
 
     def sync(self) -> None:
         """fdatasync the current segment and index now.

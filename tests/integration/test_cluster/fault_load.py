@@ -29,13 +29,17 @@ from sievemq.testing import ServerProcess
 READ_TIMEOUT_S = 60.0  # generous: a loaded machine; returns as soon as all arrived
 
 
-def declare(node: ServerProcess, queue: str, kind: str, copies: int = 0) -> None:
+def declare(node: ServerProcess, queue: str, kind: str, copies: int = 1) -> None:
     """Declare a durable ``kind`` (stream or classic) queue through ``node`` (its leader);
-    ``copies``: its ``x-initial-cluster-size`` (0: the default)."""
+    ``copies``: a stream's ``x-initial-cluster-size``. One by default: these faults test a
+    node's own queues through outages; a replicated stream fails over (and is fenced while
+    its leader's lease is late), which ``test_failover.py`` and the chaos suite test, and
+    until confirms wait for a majority a failover loses what the dead leader confirmed
+    last, which this checker would report."""
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     try:
         arguments: dict[str, Any] = {"x-queue-type": kind}
-        if copies:
+        if kind == "stream":
             arguments["x-initial-cluster-size"] = copies
         conn.channel().queue_declare(queue, durable=True, arguments=arguments)
     finally:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
+import aiormq
 import kombu
 import pika
 import pytest
@@ -378,3 +379,181 @@ def test_a_connection_error_of_one_client_leaves_the_link_to_the_others(
     publish(on_a, "tape", [b"t1"], [{}])  # the watcher's link channel was not touched
     until(lambda: conn.process_data_events(0.1) or len(got) == 2, "the watcher goes on")
     assert got == [b"t0", b"t1"] and not cancelled
+
+
+# ---------------------------------------------------------------------------- direct relay
+# A consumer on a fresh channel through b: the leader numbers its deliveries for the client
+# and b passes them on as they came; another source of deliveries on that channel (a get, a
+# second consume) makes b number them again, with no tag given twice.
+
+
+def _collect(conn: Any, got: list[Any], n: int, what: str) -> None:
+    until(lambda: conn.process_data_events(0.1) or len(got) >= n, what)
+
+
+def _consuming(node: ServerProcess, queue: str, prefetch: int) -> tuple[Any, Any, list[Any]]:
+    """A consumer on a fresh channel of a new connection: (connection, channel, deliveries)."""
+    conn = connect(node)
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=prefetch)
+    got: list[tuple[Any, bytes]] = []
+    ch.basic_consume(queue, lambda _c, m, _p, body: got.append((m, body)))
+    return conn, ch, got
+
+
+def test_a_direct_consumer_then_a_local_get_and_a_second_consume_on_its_channel(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    on_a = declared_on_a(nodes, "direct-jobs")
+    publish(on_a, "direct-jobs", [f"d{i}".encode() for i in range(8)], [{}] * 8)
+    declared_on_a(nodes, "direct-more")
+    publish(on_a, "direct-more", [b"m0", b"m1"], [{}] * 2)
+    on_b = connect(nodes["b"]).channel()
+    on_b.queue_declare("local-on-b", durable=True)
+    publish(on_b, "local-on-b", [b"l0"], [{}])
+
+    conn, ch, got = _consuming(nodes["b"], "direct-jobs", 3)
+    _collect(conn, got, 3, "three deliveries")
+    assert [(m.delivery_tag, b) for m, b in got] == [(1, b"d0"), (2, b"d1"), (3, b"d2")]
+    ch.basic_ack(2)  # one by one, out of order
+    _collect(conn, got, 4, "a fourth")
+    ch.basic_nack(1, requeue=True)  # d0 back to the queue, redelivered by a
+    _collect(conn, got, 5, "d0 again")
+    assert got[4][1] == b"d0" and got[4][0].redelivered
+
+    method, _, body = ch.basic_get("local-on-b")  # a second source: b numbers from now on
+    assert body == b"l0"
+    seen = [m.delivery_tag for m, _ in got]
+    assert method.delivery_tag not in seen and method.delivery_tag > max(seen)
+    ch.basic_consume("direct-more", lambda _c, m, _p, body: got.append((m, body)))
+    ch.basic_ack(3)  # d2: a tag a gave, acked after the switch
+    ch.basic_ack(method.delivery_tag)
+
+    acked = [max(m.delivery_tag for m, _ in got)]
+
+    def ack_what_came() -> bool:
+        conn.process_data_events(0.1)
+        top = max(m.delivery_tag for m, _ in got)
+        if top > acked[-1]:  # one multiple ack over both link channels' (and a's tags)
+            ch.basic_ack(top, multiple=True)
+            acked.append(top)
+        return len(got) >= 11
+
+    until(ack_what_came, "the rest of both queues")
+    conn.process_data_events(0.3)
+    tags = [m.delivery_tag for m, _ in got]
+    assert len(set(tags)) == len(tags) and method.delivery_tag not in tags
+    expected = [f"d{i}".encode() for i in range(8)] + [b"d0", b"m0", b"m1"]
+    assert sorted(b for _, b in got) == sorted(expected)
+    ch.close()
+    for name in ("direct-jobs", "direct-more"):
+        left = until(lambda n=name: _ready(nodes["a"], n, 0), f"{name} drained on a")
+        assert left["messages_unacknowledged"] == 0
+    assert on_b.queue_declare("local-on-b", passive=True).method.message_count == 0
+
+
+def test_a_direct_consumer_acking_a_tag_twice_gets_the_leaders_406(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    on_a = declared_on_a(nodes, "direct-unknown")
+    publish(on_a, "direct-unknown", [b"u0", b"u1"], [{}] * 2)
+
+    async def ack_twice() -> BaseException | None:
+        conn = await aiormq.connect(nodes["b"].url)
+        try:
+            ch = await conn.channel()
+            await ch.basic_qos(prefetch_count=10)
+            got: list[Any] = []
+            await ch.basic_consume("direct-unknown", got.append)
+            async with asyncio.timeout(30):
+                while len(got) < 2:
+                    await asyncio.sleep(0.05)
+                await ch.basic_ack(1)
+                await ch.basic_ack(1)  # unknown now, as on a single node
+                try:
+                    await ch.closing
+                except aiormq.exceptions.AMQPError as error:
+                    return error
+            return None
+        finally:
+            await conn.close()
+
+    closed = asyncio.run(ack_twice())
+    assert isinstance(closed, aiormq.exceptions.ChannelPreconditionFailed)
+    assert "unknown delivery tag 1" in str(closed)
+    until(lambda: _ready(nodes["a"], "direct-unknown", 1), "u1 requeued on a")
+
+
+def test_a_direct_consumer_of_large_messages_and_basic_recover(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Turns larger than the link's frame_max reach the client whole (relay frames that go
+    on in the next one); basic.recover redelivers what the client held."""
+    on_a = declared_on_a(nodes, "direct-large")
+    bodies = [bytes([65 + i]) * (300_000 + i) for i in range(4)]
+    publish(on_a, "direct-large", bodies, [{}] * 4)
+    conn, ch, got = _consuming(nodes["b"], "direct-large", 10)
+    _collect(conn, got, 4, "four large messages")
+    assert [b for _, b in got] == bodies
+    assert [m.delivery_tag for m, _ in got] == [1, 2, 3, 4]
+    ch.basic_ack(2, multiple=True)
+    ch.basic_recover(requeue=True)  # the two held come again, redelivered
+    _collect(conn, got, 6, "the held two again")
+    assert [b for _, b in got[4:]] == bodies[2:]
+    assert all(m.redelivered for m, _ in got[4:])
+    ch.basic_ack(got[-1][0].delivery_tag, multiple=True)
+    conn.process_data_events(0.3)
+    left = until(lambda: _ready(nodes["a"], "direct-large", 0), "drained on a")
+    assert left["messages_unacknowledged"] == 0
+
+
+def test_two_clients_consuming_on_their_channel_1_through_one_link(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Both consumers' link channels cannot be numbered 1 on b's one link to a: the leader
+    frames each one's deliveries for its client's channel all the same."""
+    on_a = declared_on_a(nodes, "direct-one")
+    declared_on_a(nodes, "direct-two")
+    publish(on_a, "direct-one", [f"o{i}".encode() for i in range(5)], [{}] * 5)
+    publish(on_a, "direct-two", [f"t{i}".encode() for i in range(5)], [{}] * 5)
+    first = _consuming(nodes["b"], "direct-one", 10)
+    second = _consuming(nodes["b"], "direct-two", 10)
+    for (conn, ch, got), prefix in ((first, "o"), (second, "t")):
+        assert ch.channel_number == 1
+        _collect(conn, got, 5, f"{prefix}'s five")
+        assert [(m.delivery_tag, b) for m, b in got] == [
+            (i + 1, f"{prefix}{i}".encode()) for i in range(5)
+        ]
+        ch.basic_ack(5, multiple=True)
+        conn.process_data_events(0.2)
+    for name in ("direct-one", "direct-two"):
+        left = until(lambda n=name: _ready(nodes["a"], n, 0), f"{name} drained on a")
+        assert left["messages_unacknowledged"] == 0
+
+
+def test_a_direct_consumer_cancelled_while_holding_then_another_consume_on_its_channel(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    on_a = declared_on_a(nodes, "direct-cancelled")
+    declared_on_a(nodes, "direct-next")
+    publish(on_a, "direct-cancelled", [f"c{i}".encode() for i in range(5)], [{}] * 5)
+    publish(on_a, "direct-next", [b"n0", b"n1"], [{}] * 2)
+    conn, ch, got = _consuming(nodes["b"], "direct-cancelled", 3)
+    _collect(conn, got, 3, "three")
+    ch.basic_cancel(got[0][0].consumer_tag)  # the three stay held, and can be acked
+    ch.basic_consume("direct-next", lambda _c, m, _p, body: got.append((m, body)))
+    _collect(conn, got, 5, "the next queue's two")
+    assert [(m.delivery_tag, b) for m, b in got] == [
+        (1, b"c0"),
+        (2, b"c1"),
+        (3, b"c2"),
+        (4, b"n0"),
+        (5, b"n1"),
+    ]
+    ch.basic_ack(2, multiple=True)  # c0, c1 on the cancelled consumer's link channel
+    ch.basic_ack(5, multiple=True)  # c2 and the next queue's two
+    conn.process_data_events(0.3)
+    left = until(lambda: _ready(nodes["a"], "direct-cancelled", 2), "c3, c4 still on a")
+    assert left["messages_unacknowledged"] == 0
+    left = until(lambda: _ready(nodes["a"], "direct-next", 0), "direct-next drained")
+    assert left["messages_unacknowledged"] == 0

@@ -12,10 +12,11 @@ from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
 from sievemq.admin_api.changes import saved
 from sievemq.admin_api.deps import Facade, User
-from sievemq.admin_api.errors import not_found
+from sievemq.admin_api.errors import bad_request, not_found
 from sievemq.admin_api.pagination import paginate
 from sievemq.admin_api.paths import exchange_name, name
 from sievemq.admin_api.rabbit.common import TAG, Body, need_vhost, readable_vhost
+from sievemq.gateway.admin.views import AMQPError
 
 router = APIRouter(tags=[TAG])
 
@@ -79,8 +80,15 @@ async def post_binding(
     require_vhost(who, v, write=True)
     require(who, v, "write", k, d)
     require(who, v, "read", "exchange", s)
-    with f.unsynced():  # answered once the change is fdatasynced, in a worker thread
-        key = f.bind(v, s, k, d, body.routing_key, body.arguments)
+    try:
+        with f.unsynced():  # answered once the change is fdatasynced, in a worker thread
+            key = f.bind(v, s, k, d, body.routing_key, body.arguments)
+    except AMQPError as error:
+        if error.reply_code != 405:
+            raise
+        # another cluster node's exclusive queue: RabbitMQ's management API answers a
+        # channel error as 400 with its code and text
+        raise bad_request(f"{error.reply_code} {error.reply_text}") from None
     await f.synced()
     return Response(status_code=201, headers={"location": key})
 

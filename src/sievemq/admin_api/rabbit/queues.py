@@ -13,6 +13,7 @@ from sievemq.admin_api import shapes
 from sievemq.admin_api.auth import require, require_vhost
 from sievemq.admin_api.bodies import json_body, parse_int
 from sievemq.admin_api.changes import saved
+from sievemq.admin_api.cluster_relay import led_elsewhere, on_leader
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import ApiError, bad_request
 from sievemq.admin_api.pagination import is_paged, paginate
@@ -66,10 +67,19 @@ def _with_members(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str,
 
 def _remote(f: BrokerFacade, vhost: str, queue: str) -> RemoteQueueView:
     """The queue another cluster node leads under this name; NotFound when none does."""
-    for remote in f.cluster.remote_queues(vhost) if f.cluster is not None else []:
-        if remote.name == queue:
-            return remote
-    raise NotFound(f"no queue '{queue}' in vhost '{vhost}'")
+    remote = led_elsewhere(f, vhost, queue)
+    if remote is None:
+        raise NotFound(f"no queue '{queue}' in vhost '{vhost}'")
+    return remote
+
+
+async def _on_leader(request: Request, f: BrokerFacade, who: Principal, v: str, q: str) -> Response:
+    """A get or purge of a queue another cluster node leads: done there
+    (``cluster_relay.py``); 404 when no node leads it."""
+    try:
+        return await on_leader(request, f, who, v, q)
+    except NotFound:
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
 
 
 # sorted by these (or not at all), a page needs the views of its own rows only
@@ -162,22 +172,25 @@ async def put_queue(f: Facade, vhost: str, queue: str, body: QueueBody, who: Use
 
 
 @router.delete("/queues/{vhost}/{queue}", status_code=204)
-async def delete_queue(f: Facade, vhost: str, queue: str, who: User) -> Response:
+async def delete_queue(request: Request, f: Facade, vhost: str, queue: str, who: User) -> Response:
     v, q = name(vhost), name(queue)
     require_vhost(who, v, write=True)
     require(who, v, "configure", "queue", q)
-    return await saved(f, lambda: f.delete_queue(v, q))
+    try:
+        return await saved(f, lambda: f.delete_queue(v, q))
+    except NotFound:  # another cluster node's queue: deleted by it (everywhere, with its record)
+        return await on_leader(request, f, who, v, q)
 
 
 @router.delete("/queues/{vhost}/{queue}/contents")
-async def purge_queue(f: Facade, vhost: str, queue: str, who: User) -> Response:
+async def purge_queue(request: Request, f: Facade, vhost: str, queue: str, who: User) -> Response:
     v, q = name(vhost), name(queue)
     require_vhost(who, v, write=True)
     require(who, v, "read", "queue", q)  # queue.purge needs read, as on AMQP
     try:
         f.purge_queue(v, q)
     except NotFound:
-        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+        return await _on_leader(request, f, who, v, q)
     except AMQPError as error:  # a stream (540) or an exclusive queue (405)
         raise bad_request(f"{error.reply_code} {error.explanation}") from None
     return Response(status_code=204)
@@ -207,7 +220,7 @@ async def get_messages(request: Request, f: Facade, vhost: str, queue: str, who:
     try:
         got = f.get_messages(v, q, count, str(body["ackmode"]), body["encoding"], truncate)
     except NotFound:
-        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{q}' in vhost '{v}'") from None
+        return await _on_leader(request, f, who, v, q)
     except AMQPError as error:
         raise bad_request(f"{error.reply_code} {error.explanation}") from None
     # RabbitMQ shows an empty property table as [] (an empty Erlang proplist)

@@ -37,6 +37,12 @@ class AccessAdmin(AdminBase):
             return None
         return _principal(user)
 
+    def principal_of(self, username: str) -> Principal | None:
+        """A user by name, without a password: a request another cluster node relays for
+        its logged-in user (``admin_api/cluster_relay.py``); None when there is no such user."""
+        user = self.broker.users.get(username)
+        return None if user is None else _principal(user)
+
     def list_vhosts(self) -> list[VhostView]:
         conns = self._connections()
         views = []

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import hashlib
 import json
+from functools import partial
 from typing import Any
 
 from sievemq.amqp.errors import NotFound, PreconditionFailed
@@ -121,16 +122,21 @@ class TopologyAdmin(AdminBase):
         body: bytes,
         properties: dict[str, Any] | None = None,
     ) -> bool:
-        """Route and store one message; returns once every routed stream confirmed it
-        stored (False when nothing routed). ``x-stream-filter-value`` in the headers is
-        the message's filter value, as on AMQP. 406 for bad properties."""
+        """Route and store one message; returns once every routed queue, here or on
+        another cluster node, confirmed it stored (False when nothing routed).
+        ``x-stream-filter-value`` in the headers is the message's filter value, as on
+        AMQP. 406 for bad properties."""
         if self.node is None:
             raise PreconditionFailed("publishing needs a running node")
         v = self.broker.vhost(vhost)
         props = encode_properties(properties or {})
         headers = dict((properties or {}).get("headers") or {})
         values = parse_filter_values(headers.get("x-stream-filter-value"))
-        queues = v.route(exchange, routing_key, lambda: headers)
+        # a queue another cluster node leads takes the message over the link, as an AMQP
+        # publish routed to it does: stored (and confirmed) by its leader
+        directory = self.broker.directory
+        remote = None if directory is None else partial(directory.remote_queue, vhost)
+        queues = v.route(exchange, routing_key, lambda: headers, remote)
         counters = self.broker.counters
         counters.received += 1
         if not queues:

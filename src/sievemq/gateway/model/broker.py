@@ -356,6 +356,7 @@ class Broker:
             )
             vhost.on_deleted = self._retire
             vhost.elsewhere = lambda queue: self._led_elsewhere(name, queue)
+            vhost.locked_elsewhere = lambda queue: self._owned_elsewhere(name, queue)
             if name == self.settings.default_vhost:
                 vhost.description = DEFAULT_VHOST_DESCRIPTION
             self.vhosts[name] = vhost
@@ -365,6 +366,10 @@ class Broker:
     def _led_elsewhere(self, vhost: str, queue: str) -> bool:
         directory = self.directory
         return directory is not None and directory.leader_elsewhere(vhost, queue) is not None
+
+    def _owned_elsewhere(self, vhost: str, queue: str) -> bool:
+        directory = self.directory
+        return directory is not None and directory.exclusive_elsewhere(vhost, queue) is not None
 
     def _retire(self, queue: StreamQueue | ClassicQueue) -> None:
         """A queue is being deleted: its counts stay in the node's totals (a stream whose

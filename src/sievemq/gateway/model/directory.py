@@ -46,6 +46,12 @@ class LinkChannel(Protocol):
         """The link's frame size: no frame the leader sends on it is larger."""
         ...
 
+    @property
+    def relay(self) -> bool:
+        """The leader wraps its deliveries on this channel in relay frames, numbered as
+        the client's channel (``open_link`` with ``relay``)."""
+        ...
+
     def write(self, data: bytes) -> None:
         """Whole encoded frames for this channel, sent after what was written before."""
         ...
@@ -96,12 +102,14 @@ class QueueDirectory(Protocol):
         ...
 
     def open_link(
-        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0, relay: bool = False
     ) -> LinkChannel:
         """A new channel on the link to the leader of the queue (frames may be written at
         once: they follow the channel.open); a leader that cannot be reached closes it
         (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
-        wanted when it is free (a client's: what the leader sends needs no other)."""
+        wanted when it is free (a client's: what the leader sends needs no other);
+        ``relay``: the leader sends its deliveries as relay frames (``amqp/spans.py``),
+        framed for the client's channel ``number``, which pass to the client as they are."""
         ...
 
     def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:

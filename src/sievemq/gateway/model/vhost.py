@@ -14,7 +14,7 @@ from sievemq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
 from sievemq.gateway.model import policies
 from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.classic.vhost import ClassicQueues
+from sievemq.gateway.model.classic.vhost import ClassicQueues, locked
 from sievemq.gateway.model.exchanges import (
     DEFAULT_EXCHANGE,
     STANDARD_EXCHANGES,
@@ -96,6 +96,10 @@ class VirtualHost:
         # whether another cluster node leads a queue of this name (the broker sets it from
         # its directory): a binding to such a queue is accepted and routes through it
         self.elsewhere: Callable[[str], bool] = lambda name: False
+        # whether another cluster node's client connection owns an exclusive queue of this
+        # name (the broker sets it): a binding to it is 405, as to any connection's but
+        # its owner's
+        self.locked_elsewhere: Callable[[str], bool] = lambda name: False
         self.touched: list[tuple[str, Any]] = []
         # RabbitMQ's vhost limits: max-connections, max-queues (absent or < 0: none)
         self.limits: dict[str, int] = {}
@@ -307,6 +311,23 @@ class VirtualHost:
         self._remove_stream(queue)
         return count
 
+    def detach_queue(self, name: str) -> StreamQueue | None:
+        """Another cluster node leads the stream now (a failover): forget it here as a
+        delete does (its consumers and publishers are told it is gone) but keep its
+        bindings (cluster-wide: they route to the new leader) and its files, closed,
+        for the caller (they become this node's replica of it)."""
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return None
+        self.on_deleted(queue)
+        self.touched.append(("queue", name))
+        queue.notify_deleted()
+        self._on_change()
+        stream = queue.opened_stream
+        if stream is not None:
+            stream.close()
+        return queue
+
     def drop_queue_bindings(self, name: str) -> None:
         """Every binding to the queue goes (it is being deleted)."""
         for binding in list(self._inbound.get(("queue", name), ())):
@@ -327,6 +348,8 @@ class VirtualHost:
         if kind == "queue" and destination in self.classic.queues:
             known = self.classic.queues
         if destination not in known and not (kind == "queue" and self.elsewhere(destination)):
+            if kind == "queue" and self.locked_elsewhere(destination):
+                raise locked(destination, self.name)
             raise NotFound(f"no {rs(kind, destination, self.name)}")
         return exchange
 

@@ -180,6 +180,7 @@ class Node:
                     self.executor,
                 )
             else:
+                fenced = queue  # (a replicated stream's leader may be fenced: failover)
                 appender = StreamAppender(
                     queue.stream,
                     self.loop,
@@ -187,6 +188,7 @@ class Node:
                     self.limits.sync_interval_ms,
                     self.latencies,
                     self.storage_exhausted,
+                    lambda: fenced.fenced,
                 )
             self._appenders[id(queue)] = appender
             self.watch(queue)

@@ -37,6 +37,7 @@ from sievemq.amqp.states import (
     ConnectionState,
     Next,
 )
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.users import User
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime import descriptors
@@ -79,6 +80,10 @@ class Connection:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.id = node.next_id()
+        # where this connection's publishes and confirms are counted: the node's figures
+        # (a cluster link's connection counts apart: its messages were counted where the
+        # client published them, docs/cluster.md)
+        self.counters: MessageCounters = node.broker.counters
         limits = node.limits
         self.channel_max = limits.channel_max
         self.frame_max = limits.frame_max
@@ -280,7 +285,7 @@ class Connection:
         finally:
             self._in_frames = False
             if fast:
-                self.node.broker.counters.received += fast
+                self.counters.received += fast
             if self.node.alarm_reasons and not self.blocked:
                 # cold: only while an alarm is on
                 self.read_under_alarm += sum(len(f[2]) for f in got)

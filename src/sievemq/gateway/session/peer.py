@@ -7,6 +7,8 @@ and the stream's group-commit appender exactly as a client's does. What differs:
 - **Login.** PLAIN with the connecting node's name as user and the cluster secret as password;
   anything else is 403 ACCESS_REFUSED (the node's users cannot log in here, and the secret is
   never logged). A node that has no secret yet (still joining) refuses every link.
+- **Counted once.** Its publishes and confirms are not the node's (``self.counters``): the
+  node the client published to counted them.
 - **Trust.** The link acts for clients whose permissions the other node already checked: it
   may open any vhost, with every permission in it, and no vhost or user connection limit
   counts it. It is not listed among the node's client connections (``internal``).
@@ -16,6 +18,11 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
+- **Relay channels.** A channel opened with ``RELAY_TARGET`` and a client's channel number
+  (``amqp/spans.py``) carries that client's consumer on the other node: its deliveries are
+  framed with the client's channel number (``delivery_id``) and each turn of them goes out
+  wrapped in relay frames, so the other node passes them to its client as they are (its
+  delivery tags are the client's too, on a channel that has no other deliveries).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import pamqp.commands as spec
 
 from sievemq.amqp import errors, frames, negotiation, states
 from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.amqp.spans import RELAY_TARGET, relay_frames
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
@@ -58,6 +67,14 @@ def channel_target(payload: bytes) -> str:
         raise errors.FrameError("channel.open: the target queue is not UTF-8", 20, 10) from None
 
 
+def relay_number(target: str) -> int:
+    """The client channel number a relay channel's target names (0: none)."""
+    digits = target[len(RELAY_TARGET) :]
+    if not digits.isdigit() or not 0 < int(digits) < 65536:
+        raise errors.FrameError("channel.open: a bad relay channel number", 20, 10)
+    return int(digits)
+
+
 class PeerConnection(Connection):
     """A link connection from another node (see the module docstring)."""
 
@@ -66,6 +83,11 @@ class PeerConnection(Connection):
     def __init__(self, node: Node, secret: Callable[[], str | None]) -> None:
         super().__init__(node)
         self._secret = secret
+        # what the link carries was counted on the node its client published to (received,
+        # confirmed, unroutable there), as RabbitMQ counts a publish at its channel's node:
+        # counted here too, the cluster's totals would count each forwarded message twice.
+        # The queue's own figures (its ``published``) still count it, on this node.
+        self.counters = MessageCounters()
 
     def _start_ok(self, method: Any) -> None:
         self.client_properties = dict(method.client_properties or {})
@@ -106,9 +128,31 @@ class PeerConnection(Connection):
 
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
-        channel = PinnedChannel(self, state, target) if target else Channel(self, state)
+        channel: Channel
+        if target.startswith(RELAY_TARGET):
+            channel = RelayChannel(self, state, relay_number(target))
+        elif target:
+            channel = PinnedChannel(self, state, target)
+        else:
+            channel = Channel(self, state)
         channel.forwards = False  # the other node routed: nothing goes on to a third
         return channel
+
+
+class RelayChannel(Channel):
+    """A link channel whose deliveries the other node passes to its client as they are: each
+    turn's frames go in relay frames that also carry the last delivery tag given so far
+    (the other node's own count of what its client holds)."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState, number: int):
+        super().__init__(connection, state)
+        self.delivery_id = number or self.id
+
+    def write_deliveries(self, data: bytes) -> None:
+        connection = self.connection
+        connection.write_frames(
+            relay_frames(self.id, data, self.next_delivery_tag - 1, connection.frame_max)
+        )
 
 
 class PinnedChannel(Channel):

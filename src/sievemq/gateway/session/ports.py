@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import LeaderQueue
 from sievemq.gateway.model.stream.queue import ConsumerInfo, StreamQueue
@@ -56,7 +57,13 @@ class DeliveryTarget(Protocol):
 
     @property
     def id(self) -> int:
-        """The channel number the deliveries are framed for."""
+        """The channel's number."""
+        ...
+
+    @property
+    def delivery_id(self) -> int:
+        """The channel number the deliveries are framed for: its own, but a link channel
+        relaying to a client on another node frames them for the client's channel."""
         ...
 
     @property
@@ -105,6 +112,8 @@ class ChannelHost(Protocol):
     """What a channel needs of its connection (``session.connection.Connection``)."""
 
     node: Node
+    # where its publishes and confirms are counted (the node's, or a cluster link's own)
+    counters: MessageCounters
     vhost: VirtualHost | None
     vhost_name: str
     user: Any  # the authenticated model.users.User (its permissions are checked per method)

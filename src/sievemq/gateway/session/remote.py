@@ -38,7 +38,7 @@ import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, hotcodec
 from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
-from sievemq.amqp.spans import frames_of
+from sievemq.amqp.spans import FRAME_RELAY, RELAY_AT, client_frames, frames_of
 from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, QueueDirectory
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
@@ -61,6 +61,8 @@ _GET_EMPTY = (60, 72)
 _PURGE_OK = (50, 31)
 _DELETE_OK = (50, 41)
 _GET_TAG_AT = 4  # basic.get-ok: the delivery tag follows the class and method ids
+_MORE_AT = RELAY_AT - 1  # a relay frame's "the turn goes on" octet
+_LAST_AT = 7  # a relay frame's last delivery tag
 
 
 class Channel(Protocol):
@@ -125,12 +127,21 @@ class RemoteDeliveries:
     """The link users of one channel (its remote consumers and ``RemoteOps``) and the
     settling of their deliveries."""
 
-    __slots__ = ("channel", "ops", "users")
+    __slots__ = ("channel", "direct", "ops", "users")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.users: list[LinkUser] = []
         self.ops: dict[str, RemoteOps] = {}  # per queue name
+        # the channel's only source of deliveries, whose tags are the leader's (``direct``)
+        self.direct: RemoteConsumer | None = None
+
+    def leave_direct(self) -> None:
+        """Another source of deliveries comes to the channel (a consume, a get): from now on
+        the direct consumer's deliveries are numbered by this channel too."""
+        direct = self.direct
+        if direct is not None:
+            direct.leave_direct()
 
     def settle(self, tag: int, multiple: bool, finished: bool, method_id: int) -> None:
         """The client settled ``tag`` (and, with ``multiple``, every tag before it; 0: all):
@@ -156,6 +167,7 @@ class RemoteDeliveries:
 
     def release(self) -> None:
         """The channel closed: every link channel closes (the leader requeues)."""
+        self.direct = None
         for user in self.users:
             user.out.clear()
             user.close_link()
@@ -175,6 +187,7 @@ class LinkUser:
     link tag, in order) and the settles it sends once per loop turn."""
 
     tracker = None
+    direct = False  # a consumer whose tags are the leader's (``RemoteConsumer``)
 
     def __init__(self, channel: Channel, queue: LeaderQueue) -> None:
         self.channel = channel
@@ -203,18 +216,24 @@ class LinkUser:
 
     def flush(self) -> None:
         """Send the settles of this turn: one multiple ack when they are all acks and
-        nothing older is outstanding, else one frame each."""
+        nothing older is outstanding (direct: when they are all multiple acks), else one
+        frame each."""
         self._scheduled = False
         settles, self._settles = self._settles, []
         link = self.link
         if link is None or not settles:
             return
         number = link.number
-        first_out = next(iter(self.out.values()), None)
-        top = max(s[0] for s in settles)
-        if (first_out is None or first_out > top) and all(
-            f and m == METHOD_ACK for _, _, f, m in settles
-        ):
+        acks = all(f and m == METHOD_ACK for _, _, f, m in settles)
+        if self.direct:
+            one = acks and all(multi for _, multi, _, _ in settles)
+            tags = [t for t, _, _, _ in settles]
+            top = 0 if 0 in tags else max(tags)
+        else:
+            first_out = next(iter(self.out.values()), None)
+            top = max(s[0] for s in settles)
+            one = acks and (first_out is None or first_out > top)
+        if one:
             link.write(hotcodec.encode_basic_ack(number, top, True))
         else:
             link.write(
@@ -321,6 +340,15 @@ class RemoteConsumer(LinkUser):
         self._deliver_prefix = _DELIVER + ctag
         self._cancel_sent = False
         self._nowait = False
+        # direct: the leader's relay frames pass to the client as they came (its channel
+        # number and delivery tags are the client's); the client's settles go as sent.
+        # What the client holds: the tags after ``acked_upto`` up to ``high`` (the last one
+        # written to it) but ``singles`` (settled one by one)
+        self.direct = False
+        self.high = 0
+        self.acked_upto = 0
+        self.singles: set[int] = set()
+        self._pending: list[bytes] = []  # the pieces of a relayed turn not complete yet
 
     # ---------------------------------------------------------------- ConsumerInfo
 
@@ -409,6 +437,10 @@ class RemoteConsumer(LinkUser):
         may need a body split (the client's frame_max is smaller than the link's), or that
         arrives after a cancel, takes ``link_frames``."""
         channel = self.channel
+        if link.relay:
+            if self.direct and self.active and not channel.closing:
+                return self._pass(link, src, starts, first, stop)
+            return self.link_frames(link, self._unwrap(frames_of(src, starts, first, stop)))
         if not self.active or channel.closing or channel.connection.frame_max < link.frame_max:
             return self.link_frames(link, frames_of(src, starts, first, stop))
         base = starts[first]
@@ -455,6 +487,126 @@ class RemoteConsumer(LinkUser):
             channel.connection.write_joined(bytes(buf) if not done else bytes(buf[done:]))
         return None
 
+    def _pass(
+        self, link: LinkChannel, src: bytes, starts: list[int], first: int, stop: int
+    ) -> None:
+        """HOT PATH (direct): each relayed turn is written as it came, with no walk of its
+        frames; only the last tag it carries is kept. A method (consume-ok, cancel...) is
+        handled in order; a plain delivery (none from a SieveMQ leader) passes with only its
+        channel number patched."""
+        out: list[bytes] = []
+        pending = self._pending
+        high = self.high
+        for i in range(first, stop):
+            o = starts[i]
+            end = starts[i + 1] - 1
+            ftype = src[o]
+            if ftype == FRAME_RELAY:
+                if src[o + _MORE_AT]:
+                    pending.append(src[o + RELAY_AT : end])
+                    continue
+                if pending:
+                    pending.append(src[o + RELAY_AT : end])
+                    out.append(b"".join(pending))
+                    pending.clear()
+                else:
+                    out.append(src[o + RELAY_AT : end])
+                high = _Q.unpack_from(src, o + _LAST_AT)[0]
+                continue
+            if ftype == 1:
+                if src[o + 7 : o + 11] != _DELIVER:
+                    self._passed(out, high)
+                    out = []
+                    self._method(src[o + 7 : end])
+                    if not self.direct or not self.active or self.channel.closing:
+                        rest = self._unwrap(frames_of(src, starts, i + 1, stop))
+                        return self.link_frames(link, rest)
+                    high = self.high
+                    continue
+                high = _Q.unpack_from(src, o + 7 + self._tag_at)[0]
+            frame = src[o : end + 1]
+            if link.number != self.channel.id:
+                patched = bytearray(frame)
+                _H.pack_into(patched, 1, self.channel.id)
+                frame = bytes(patched)
+            out.append(frame)
+        self._passed(out, high)
+        return None
+
+    def _passed(self, out: list[bytes], high: int) -> None:
+        if out:
+            self.delivered += high - self.high
+            self.high = high
+            write = self.channel.connection.write_joined
+            write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _unwrap(self, got: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """Relay frames as the client frames in them (a turn split over several frames is
+        kept until its last): the slow path, after the relay stopped being direct."""
+        if not any(ftype == FRAME_RELAY for ftype, _ in got):
+            return got
+        out: list[tuple[int, bytes]] = []
+        for ftype, payload in got:
+            if ftype != FRAME_RELAY:
+                out.append((ftype, payload))
+                continue
+            self._pending.append(payload[RELAY_AT - 7 :])
+            if payload[_MORE_AT - 7]:
+                continue
+            data = b"".join(self._pending)
+            self._pending.clear()
+            out += client_frames(data)
+        return out
+
+    # ---------------------------------------------------------------- direct settles
+
+    def settle_direct(self, tag: int, multiple: bool, finished: bool, method_id: int) -> None:
+        """The client settled ``tag`` (its tags are the leader's): to the link as it is; the
+        leader answers an unknown tag (406, which closes the client's channel)."""
+        if multiple:
+            top = tag or self.high
+            if top > self.acked_upto:
+                self.acked_upto = top
+                if self.singles:
+                    self.singles = {t for t in self.singles if t > top}
+        elif tag == self.acked_upto + 1:
+            upto = tag
+            singles = self.singles
+            while upto + 1 in singles:
+                upto += 1
+                singles.discard(upto)
+            self.acked_upto = upto
+        elif tag > self.acked_upto:
+            self.singles.add(tag)
+        self.settle(tag, multiple, finished, method_id)
+
+    def owes(self) -> bool:
+        """Whether the client holds deliveries of this consumer not settled yet."""
+        if self.no_ack:
+            return False
+        if self.direct:
+            return self.high > self.acked_upto + len(self.singles)
+        return bool(self.out)
+
+    def leave_direct(self) -> None:
+        """From now on this channel numbers the deliveries (another source came, or the
+        link ended): what the client holds is recorded as every remote delivery is."""
+        if not self.direct:
+            return
+        if self._settles:
+            self.flush()
+        self.direct = False
+        channel = self.channel
+        remote = channel.remote
+        if remote is not None and remote.direct is self:
+            remote.direct = None
+        singles, self.singles = self.singles, set()
+        start = self.high + 1 if self.no_ack else self.acked_upto + 1
+        held = [t for t in range(start, self.high + 1) if t not in singles]
+        self.out.update(zip(held, held, strict=True))
+        channel.unacked.update(dict.fromkeys(held, self))
+        channel.next_delivery_tag = max(channel.next_delivery_tag, self.high + 1)
+
     def _write(self, out: list[bytes]) -> None:
         """The pieces of whole frames, each header led by the frame end of the one before:
         the first's is dropped, the last frame's added."""
@@ -495,6 +647,11 @@ class RemoteConsumer(LinkUser):
             self.after_settle()
         # basic.qos-ok and anything else: the answers to what we sent
 
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        self.leave_direct()  # the client's later settles of what it holds are ignored
+        self._pending.clear()
+        super().link_closed(channel, code, text)
+
     def closed(self, error: errors.AMQPError) -> None:
         """A consume the leader refused fails the client's consume with its reply; a
         consumer whose link dropped is cancelled (basic.cancel, when the client asked for
@@ -525,14 +682,15 @@ class RemoteConsumer(LinkUser):
         if not self.active:
             return
         self.active = False
-        if not self._cancel_sent and self.link is not None and self.out:
+        if not self._cancel_sent and self.link is not None and self.owes():
             self._cancel_sent = True
             self.send(spec.Basic.Cancel(consumer_tag=self.tag, nowait=True))
             return
         self.after_settle()
 
     def after_settle(self) -> None:
-        if not self.active and not self.out and not self._settles:
+        if not self.active and not self._settles and not self.owes():
+            self.leave_direct()
             self.close_link()
             remote = self.channel.remote
             if remote is not None and self in remote.users:
@@ -611,9 +769,16 @@ def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) ->
     vhost = channel.connection.vhost_name
     queue = LeaderQueue(vhost, m.queue, leader)
     consumer = RemoteConsumer(channel, tag, queue, channel.prefetch, bool(m.no_ack))
-    consumer.link = directory.open_link(vhost, m.queue, consumer, channel.id)
+    remote = deliveries_of(channel)
+    remote.leave_direct()
+    # the channel's first source of deliveries: the leader's tags can be the client's
+    fresh = channel.next_delivery_tag == 1 and not channel.unacked and not remote.users
+    link = consumer.link = directory.open_link(vhost, m.queue, consumer, channel.id, fresh)
+    if link.relay and channel.connection.frame_max >= link.frame_max:
+        consumer.direct = True
+        remote.direct = consumer
     consumer._nowait = bool(m.nowait)
-    deliveries_of(channel).users.append(consumer)
+    remote.users.append(consumer)
     channel.consumers[tag] = consumer
     queue.consumers.add(consumer)
     if channel.prefetch:
@@ -647,6 +812,7 @@ def _ops(channel: Channel, directory: QueueDirectory, leader: str, name: str) ->
 
 def get(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
     """basic.get through the leader: get-ok (the tag is this channel's) or get-empty."""
+    deliveries_of(channel).leave_direct()
     _ops(channel, directory, leader, m.queue).ask(
         spec.Basic.Get(queue=m.queue, no_ack=bool(m.no_ack)), no_ack=bool(m.no_ack)
     )

@@ -224,6 +224,7 @@ class StreamPublisher:
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
             self.errored += len(seqs)
-            code = wire.STREAM_NOT_AVAILABLE if self.queue.deleted else wire.INTERNAL_ERROR
+            gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
+            code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
             self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
         self.conn.return_publish_credits(len(seqs))

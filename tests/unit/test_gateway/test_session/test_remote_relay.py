@@ -16,9 +16,16 @@ from typing import Any
 import pamqp.commands as spec
 import pytest
 
-from sievemq.amqp import codec, frames, hotcodec
+from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
-from sievemq.amqp.spans import SpanReader, frames_of
+from sievemq.amqp.spans import (
+    FRAME_RELAY,
+    RELAY_AT,
+    SpanReader,
+    client_frames,
+    frames_of,
+    relay_frames,
+)
 from sievemq.gateway.model.directory import LeaderQueue
 from sievemq.gateway.session.remote import RemoteConsumer, RemoteDeliveries
 
@@ -76,6 +83,7 @@ class Channel:
 class Link:
     number = LINK_CHANNEL
     frame_max = 131072
+    relay = False
 
     def __init__(self) -> None:
         self.written: list[bytes] = []
@@ -231,3 +239,119 @@ def test_a_span_after_the_cancel_requeues_as_the_frames_do() -> None:
     relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
     channel.connection.node.loop.run()
     assert channel.connection.written == []
+
+
+# ---------------------------------------------------------------------------- relay frames
+
+
+def direct_consumer(frame_max: int = 131072) -> tuple[Channel, RemoteConsumer, Link]:
+    """A consumer on a fresh channel whose link channel is a relay channel numbered as the
+    client's: the leader's relay frames pass as they are."""
+    channel, relay, link = consumer(frame_max)
+    link.number = CLIENT_CHANNEL
+    link.relay = True
+    relay.direct = True
+    assert channel.remote is not None
+    channel.remote.direct = relay
+    return channel, relay, link
+
+
+def relayed(first_tag: int, bodies: list[bytes], frame_max: int = 131072) -> tuple[bytes, bytes]:
+    """(what the client must read, the relay frames a leader's RelayChannel sends for it)."""
+    data = leader_bytes(first_tag, bodies, CLIENT_CHANNEL)
+    last = first_tag + len(bodies) - 1
+    return data, b"".join(relay_frames(CLIENT_CHANNEL, data, last, frame_max))
+
+
+def feed(relay: RemoteConsumer, link: Link, wire: bytes, reader: SpanReader) -> None:
+    src, starts, _ = reader.feed(wire)
+    if len(starts) > 1:
+        relay.link_run(link, src, starts, 0, len(starts) - 1)  # type: ignore[arg-type]
+
+
+def test_a_direct_consumer_writes_each_relayed_turn_as_it_came() -> None:
+    channel, relay, link = direct_consumer()
+    reader = SpanReader(131072, 1 << 20, relay=True)
+    first, wire1 = relayed(1, [b"a" * 10, b"", b"c" * 300])
+    big = [bytes([i]) * 50_000 for i in range(5)]  # one turn over three relay frames
+    second, wire2 = relayed(4, big)
+    wire = wire1 + wire2
+    feed(relay, link, wire[:100], reader)  # no whole frame yet
+    feed(relay, link, wire[100:-70_000], reader)  # the first turn, part of the second
+    assert b"".join(channel.connection.written) == first
+    feed(relay, link, wire[-70_000:], reader)
+    assert b"".join(channel.connection.written) == first + second
+    assert relay.high == 8 and relay.delivered == 8 and channel.unacked == {}
+    assert channel.next_delivery_tag == 1  # the tags are the leader's
+    relay.settle_direct(2, False, True, METHOD_ACK)
+    relay.settle_direct(1, False, True, METHOD_ACK)
+    relay.settle_direct(5, True, True, METHOD_ACK)
+    channel.connection.node.loop.run()
+    assert link.written == [
+        hotcodec.encode_basic_ack(CLIENT_CHANNEL, 2, False)
+        + hotcodec.encode_basic_ack(CLIENT_CHANNEL, 1, False)
+        + hotcodec.encode_basic_ack(CLIENT_CHANNEL, 5, True)
+    ]
+    assert (relay.acked_upto, relay.singles, relay.owes()) == (5, set(), True)
+
+
+def test_leaving_direct_mid_turn_records_what_the_client_holds_and_numbers_the_rest() -> None:
+    """A get on the channel while a split turn is half read: the tags written so far stay
+    the leader's (and outstanding), the rest of the turn is numbered by the channel."""
+    channel, relay, link = direct_consumer()
+    reader = SpanReader(131072, 1 << 20, relay=True)
+    first, wire1 = relayed(1, [b"x", b"y", b"z"])
+    _, wire2 = relayed(4, [bytes([i]) * 60_000 for i in range(4)])
+    feed(relay, link, wire1 + wire2[:140_000], reader)
+    assert b"".join(channel.connection.written) == first
+    relay.settle_direct(2, False, True, METHOD_ACK)
+    assert channel.remote is not None
+    channel.remote.leave_direct()
+    assert channel.remote.direct is None and not relay.direct
+    assert channel.unacked == dict.fromkeys((1, 3), relay) and relay.out == {1: 1, 3: 3}
+    assert channel.next_delivery_tag == 4
+    channel.next_delivery_tag = 5  # the get took 4
+    feed(relay, link, wire2[140_000:], reader)
+    rest = frames.FrameReader(131072, 1 << 20).feed(b"".join(channel.connection.written[1:]))
+    tags = [
+        struct.unpack_from(">Q", p, 5 + len(TAG))[0]
+        for t, _, p in rest
+        if t == frames.FRAME_METHOD and p[:4] == b"\x00\x3c\x00\x3c"
+    ]
+    assert tags == [5, 6, 7, 8]
+    assert relay.out == {1: 1, 3: 3, 5: 4, 6: 5, 7: 6, 8: 7}
+    channel.connection.node.loop.run()
+    relay.settle(7, True, True, METHOD_ACK)  # as RemoteDeliveries.settle maps tag 8
+    channel.connection.node.loop.run()
+    assert link.written[-1] == hotcodec.encode_basic_ack(CLIENT_CHANNEL, 7, True)
+
+
+def test_a_direct_consumer_cancelled_requeues_what_crossed_the_cancel() -> None:
+    channel, relay, link = direct_consumer()
+    reader = SpanReader(131072, 1 << 20, relay=True)
+    _, wire = relayed(1, [b"x", b"y"])
+    feed(relay, link, wire, reader)
+    relay.settle_direct(2, True, True, METHOD_ACK)
+    relay.stop()  # nothing held: the link channel closes, the channel numbers again
+    channel.connection.node.loop.run()
+    assert link.closed and channel.next_delivery_tag == 3
+    assert channel.remote is not None and channel.remote.direct is None
+    _, late = relayed(3, [b"late"])
+    feed(relay, link, late, reader)
+    channel.connection.node.loop.run()
+    assert len(channel.connection.written) == 1  # nothing after the cancel reached it
+
+
+def test_relay_frames_round_trip_through_the_slow_path() -> None:
+    data = leader_bytes(1, [b"q" * 200_000, b"r"], CLIENT_CHANNEL)
+    wire = b"".join(relay_frames(CLIENT_CHANNEL, data, 2, 4096))
+    src, starts, _ = SpanReader(4096, 1 << 20, relay=True).feed(wire)
+    pieces = frames_of(src, starts, 0, len(starts) - 1)
+    assert all(t == FRAME_RELAY for t, _ in pieces) and len(pieces) > 40
+    joined = b"".join(p[RELAY_AT - 7 :] for _, p in pieces)
+    assert joined == data
+    assert client_frames(joined) == [
+        (t, p) for t, _, p in frames.FrameReader(131072, 1 << 20).feed(data)
+    ]
+    with pytest.raises(errors.FrameError):
+        SpanReader(4096, 1 << 20).feed(wire)  # a client's reader takes no relay frame

@@ -96,6 +96,9 @@ class StreamMemberView:
 
 # the header a node's request to another node's admin API carries the cluster secret in
 PEER_HEADER = "x-sievemq-cluster-secret"
+# the header a relayed request (a get, purge or browse of a queue the receiving node leads)
+# names the user it is done for in; it comes with the cluster secret only
+RELAY_USER_HEADER = "x-sievemq-cluster-user"
 # the header naming the nodes a cluster-wide listing left out (they did not answer in time)
 PARTIAL_HEADER = "x-sievemq-partial"
 
@@ -126,6 +129,30 @@ class AdminPeersPort(Protocol):
     async def delete(self, node: str, path: str, reason: str | None) -> int:
         """``DELETE path`` on ``node``; its HTTP status (503: not reached)."""
         ...
+
+    async def relay(self, node: str, request: RelayedRequest) -> RelayedAnswer | None:
+        """``request`` done on ``node`` for its user; its answer (None: not reached)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RelayedRequest:
+    """A client's HTTP request about a queue another node leads, as sent there."""
+
+    method: str
+    path: str  # as the client sent it, percent-encoded
+    query: str
+    body: bytes
+    user: str
+
+
+@dataclass(frozen=True)
+class RelayedAnswer:
+    """What the queue's leader answered a relayed request: passed on as it is."""
+
+    status: int
+    body: bytes
+    content_type: str
 
 
 @dataclass

@@ -138,6 +138,9 @@ class StreamQueue:
         self.filter_stats = FilterStats()
         self.acked = 0  # deliveries AMQP consumers acknowledged with basic.ack (RabbitMQ's ack)
         self.deleted = False
+        # a replicated stream whose leadership this node may have lost (its etcd lease
+        # lapsed or is late: ``cluster.failover``): publishes are nacked, none confirmed
+        self.fenced = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
 

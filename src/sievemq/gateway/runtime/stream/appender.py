@@ -44,6 +44,7 @@ class StreamAppender:
         "_closed",
         "_dirty",
         "_executor",
+        "_fenced",
         "_in_flight",
         "_in_flight_done",
         "_in_flight_tokens",
@@ -69,8 +70,12 @@ class StreamAppender:
         sync_interval_ms: int | None = None,
         latencies: WriteLatencies | None = None,
         on_exhausted: Callable[[OSError], None] | None = None,
+        fenced: Callable[[], bool] | None = None,
     ) -> None:
         self.stream = stream
+        # a replicated stream's leader that may have been replaced (``cluster.failover``):
+        # while it says so, nothing is confirmed, every batch is nacked unwritten
+        self._fenced = fenced
         self.latencies = latencies or WriteLatencies()
         self._sync_started = 0.0
         # told when an append failed for want of disk space or descriptors (the node raises
@@ -149,6 +154,9 @@ class StreamAppender:
         if not self._buffer or self._in_flight is not None or self._closed:
             return
         batch, sinks, tokens = self._take()
+        if self._fenced is not None and self._fenced():
+            _settle(tokens, False)
+            return
         if self.durability is Durability.ALWAYS and self._executor is not None:
             extra = self._extra(batch)
             self._start(
@@ -236,9 +244,10 @@ class StreamAppender:
     ) -> None:
         error = future.exception()
         if error is None:
-            # durability always: the worker appended and fdatasynced the batch
+            # durability always: the worker appended and fdatasynced the batch (fenced
+            # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
-            _settle(tokens, True)
+            _settle(tokens, self._fenced is None or not self._fenced())
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
         if len(batch) == 1 or self._exhausted(error):

@@ -31,6 +31,7 @@ class Channel(Protocol):
     """What classic-queue consuming needs of its channel (``session.channel.Channel``)."""
 
     id: int
+    delivery_id: int
     connection: ChannelHost
     prefetch: int
     global_prefetch: int
@@ -46,6 +47,7 @@ class Channel(Protocol):
     def vhost(self) -> VirtualHost: ...
     def wake_consumers(self) -> None: ...
     def cancel_consumer_by_server(self, consumer: Any) -> None: ...
+    def write_deliveries(self, data: bytes) -> None: ...
 
 
 _BUDGET = 512  # deliveries per dispatch turn before yielding to the loop
@@ -178,7 +180,9 @@ class ClassicConsumer:
         encoder = self._encoder
         frame_max = channel.connection.frame_max
         if encoder is None or encoder.frame_max != frame_max:
-            encoder = self._encoder = ClassicDeliveryEncoder(channel.id, self.tag, frame_max)
+            encoder = self._encoder = ClassicDeliveryEncoder(
+                channel.delivery_id, self.tag, frame_max
+            )
         props = msg.properties
         if self.queue.kind == "quorum" and msg.delivery_count:
             props = _with_delivery_count(props, msg.delivery_count)
@@ -343,7 +347,7 @@ class _Dispatcher:
             queue.ack(settled, client=False)
         for channel, out in outs.items():
             if out:
-                channel.connection.write_frames([b"".join(out)])
+                channel.write_deliveries(b"".join(out))
         if not budget:
             self.schedule()
         self._arm_expiry()

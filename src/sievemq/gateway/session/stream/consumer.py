@@ -114,7 +114,7 @@ class StreamConsumer(CommitWaker):
         self._reader = reader
         self._batch = batch
         # frame_max is fixed once a channel is open (tune-ok comes before connection.open-ok)
-        self._encoder = hotcodec.DeliveryEncoder(target.id, tag, target.frame_max)
+        self._encoder = hotcodec.DeliveryEncoder(target.delivery_id, tag, target.frame_max)
         self.sql = sql
         self.predicate = predicate
         self.chunk_filter = chunk_filter

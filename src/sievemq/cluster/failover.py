@@ -1,0 +1,438 @@
+"""Stream failover: a new leader from a majority of the copies, by compare-and-swap of the
+epoch in etcd; the old leader fenced, and brought back as a replica.
+
+**Election.** When a stream's leader stops being listed (its node record went with its
+lease: killed, stopped, cut off from etcd for the TTL), each of its replicas that runs stops
+following it, cuts its copy back to the history it shares with the record (as before it
+follows anyone) and writes its tail to ``sievemq/tails/VHOST/NAME/NODE`` under its own
+lease: the record's epoch it saw, the epoch that wrote its copy's last chunk and its copy's
+end offset. Once the tails of every live member are in (or after ``TAIL_WAIT_S``), and only if
+they come from a majority of the stream's members (leader included: the members are the
+record's ``leader`` and ``replicas``), the member with the highest (epoch, end), ties to
+the first name, writes the record by compare-and-swap on its revision, and on the old
+leader's node key being absent: ``leader`` itself, ``epoch`` + 1, ``epochs`` (the history,
+``cluster.epochs``) with the new epoch starting at its end, ``replicas`` the other members
+with the old leader last. Without a majority nothing is chosen (no unclean election): the
+stream takes no writes until its leader or enough replicas come back. The winner moves its
+copy from ``DATA_DIR/replicas/...`` to its own streams and declares the stream there: it
+takes publishes (AMQP publishes through any node are forwarded to it as the record says;
+Stream-protocol clients' Metadata names it). The other replicas follow it
+(``cluster.replication`` reconnects to whoever the record names, truncating first to the
+history it shares).
+
+**Fencing.** A leader stops confirming as soon as it may have been replaced: when the last
+keep-alive etcd answered was sent a TTL ago or more (``Lease.renewed_at``, checked by a
+timer every ``WATCHDOG_S``, which also runs before the publishes read in the same turn are
+written after a SIGSTOP), every replicated stream it leads is fenced (``StreamQueue.fenced``:
+the appender nacks every publish, AMQP 0-9-1 and Stream protocol alike, and confirms
+nothing; nothing is written). A lease renewed after all (a slow etcd) lifts the fence: the
+lease never lapsed, so no election could have succeeded (it needs the node key gone). A
+lease lost: once registered again, the node reads each fenced stream's record: still its
+own, the fence is lifted; another leader's, the stream is handed over. Handing over (also
+at start, for a stream this node held when a failover moved it): the stream is detached here
+(its consumers and publishers are told it is gone, as by a delete; its bindings stay), its
+files become this node's replica, cut back to the shared history, and it follows the new
+leader. A node shutting down fences its streams before it leaves the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sievemq.cluster.coordination import (
+    EtcdClient,
+    EtcdError,
+    EtcdUnavailable,
+    Event,
+    Lease,
+    key_missing,
+    mod_revision_is,
+    put_op,
+)
+from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
+from sievemq.cluster.membership import NODES, ROOT, Membership
+from sievemq.cluster.placement import CREATING, Placement, queue_key
+from sievemq.cluster.replication import Replication, replica_directory
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.definitions import decode_value
+from sievemq.storage import layout
+from sievemq.storage.durable import fsync_dir
+from sievemq.storage.layout import stream_directory
+
+log = logging.getLogger("sievemq.cluster")
+
+TAILS = ROOT + "tails/"
+WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
+TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
+RETRY_S = 0.5  # between election rounds that chose nobody
+
+Queue = tuple[str, str]
+
+
+def tail_prefix(vhost: str, name: str) -> str:
+    return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
+
+
+class Failover:
+    """This node's part in its streams' failovers: elections, fencing, handing over."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        membership: Membership,
+        placement: Placement,
+        replication: Replication,
+        broker: Broker,
+    ) -> None:
+        self.client = client
+        self.membership = membership
+        self.placement = placement
+        self.replication = replication
+        self.broker = broker
+        self.me = placement.me
+        self.fenced: set[Queue] = set()
+        self._fenced_under: Lease | None = None
+        self._elections: dict[Queue, asyncio.Task[None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._stopped = False
+
+    # ---------------------------------------------------------------- watched changes
+
+    def apply_nodes(self, events: list[Event], reset: bool) -> None:
+        """A node came or went (the membership folds the events in after its listeners)."""
+        asyncio.get_running_loop().call_soon(self._check)
+
+    def apply_queues(self, events: list[Event], reset: bool) -> None:
+        """After the placement, before the replication: hand over what another node leads
+        now, so that the replication follows it from this node's copy."""
+        for queue, record in list(self.placement.records.items()):
+            if self._moved(record) and self._held(queue):
+                self._hand_over(queue, record)
+        asyncio.get_running_loop().call_soon(self._check)
+
+    def _moved(self, record: dict[str, Any]) -> bool:
+        """A failover gave the stream to another node (epoch 1 names the node that first
+        recorded it: a local stream of that name is another declare's, left alone)."""
+        return (
+            record.get("type", "stream") == "stream"
+            and record.get("leader") != self.me
+            and int(record.get("epoch", 1)) > 1
+            and not record.get("delete")
+        )
+
+    def _orphaned(self, record: dict[str, Any]) -> bool:
+        """A stream this node replicates whose leader is not running."""
+        leader = record.get("leader")
+        return (
+            record.get("type", "stream") == "stream"
+            and leader != self.me
+            and self.me in record.get("replicas", ())
+            and leader not in self.membership.records
+            and not record.get("delete")
+            and record.get("state") != CREATING
+        )
+
+    def _check(self) -> None:
+        if self._stopped or not self.membership.registered.is_set():
+            return
+        for queue, record in list(self.placement.records.items()):
+            if queue not in self._elections and self._orphaned(record):
+                task = asyncio.ensure_future(self._elect(queue))
+                self._elections[queue] = task
+                task.add_done_callback(functools.partial(self._elected, queue))
+
+    def _elected(self, queue: Queue, task: asyncio.Future[None]) -> None:
+        if self._elections.get(queue) is task:
+            del self._elections[queue]
+
+    def _held(self, queue: Queue) -> bool:
+        local = self.broker.vhosts.get(queue[0])
+        return local is not None and queue[1] in local.queues
+
+    # ---------------------------------------------------------------- election
+
+    async def _elect(self, queue: Queue) -> None:
+        tail = tail_prefix(*queue) + quote(self.me, safe="")
+        try:
+            while not self._stopped:
+                record = self.placement.records.get(queue)
+                follower = self.replication.followers.get(queue)
+                if record is None or follower is None or not self._orphaned(record):
+                    return
+                follower.hold = True  # its copy's end stays put while the members compare
+                follower.retarget()
+                try:
+                    if await self._round(queue, record, tail):
+                        return
+                except (EtcdUnavailable, EtcdError) as error:
+                    log.info("electing a leader of '%s': %s", queue[1], error)
+                finally:
+                    follower.hold = False
+                await asyncio.sleep(RETRY_S)
+        except Exception:
+            log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
+        finally:
+            with contextlib.suppress(EtcdUnavailable, EtcdError):
+                await self.client.delete(tail)
+
+    async def _round(self, queue: Queue, record: dict[str, Any], tail_key: str) -> bool:
+        """One round: True when the record changed (this node won, or saw another win)."""
+        lease = self.membership.lease
+        if lease is None or lease.lost:
+            return False
+        epoch = int(record.get("epoch", 1))
+        leader = str(record.get("leader"))
+        members = [leader, *map(str, record.get("replicas", ()))]
+        directory = replica_directory(self.broker.data_dir, *queue)
+        follower = self.replication.followers[queue]
+        # the copy cut back to the history it shares with the record first: a copy that
+        # never followed since an epoch passed it by must not offer chunks that epoch
+        # replaced (it would win with them, and its history would not say so)
+        follower.prepare()
+        end = follower.stream.end_offset
+        mine = {
+            "node": self.me,
+            "record_epoch": epoch,
+            "epoch": last_epoch(read_history(directory), end),
+            "end": end,
+        }
+        await self.client.put(tail_key, json.dumps(mine), lease.id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TAIL_WAIT_S
+        while True:
+            kvs, _ = await self.client.get_prefix(tail_prefix(*queue))
+            tails = {}
+            for kv in kvs:
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    got = json.loads(kv.value)
+                    if got.get("record_epoch") == epoch and got.get("node") in members:
+                        tails[str(got["node"])] = (int(got["epoch"]), int(got["end"]))
+            live = {m for m in members if m in self.membership.records or m == self.me}
+            if live <= set(tails) or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        if not self._current(queue, record):
+            return True
+        majority = len(members) // 2 + 1
+        if len(tails) < majority:
+            log.warning(
+                "stream '%s' in vhost '%s': its leader %s is not running and only %d of its "
+                "%d members answered (%s): no leader is chosen without a majority",
+                queue[1],
+                queue[0],
+                leader,
+                len(tails),
+                len(members),
+                ", ".join(sorted(tails)) or "none",
+            )
+            return False
+        best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
+        if best != self.me:
+            return await self._await_change(queue, record)
+        return await self._take(queue, record, end)
+
+    def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
+        now = self.placement.records.get(queue, {})
+        return now.get("mod_revision") == record.get("mod_revision")
+
+    async def _await_change(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """Another member is to win: give it the TTL to write the record."""
+        deadline = asyncio.get_running_loop().time() + self.membership.ttl_s
+        while asyncio.get_running_loop().time() < deadline:
+            if not self._current(queue, record):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def _take(self, queue: Queue, record: dict[str, Any], end: int) -> bool:
+        key = queue_key(*queue)
+        old = str(record.get("leader"))
+        epoch = int(record.get("epoch", 1)) + 1
+        history = [*history_of(record.get("epochs")), (epoch, end)]
+        won = {k: v for k, v in record.items() if k != "mod_revision"}
+        won.update(
+            leader=self.me,
+            epoch=epoch,
+            epochs=[list(pair) for pair in history],
+            replicas=[*(str(r) for r in record.get("replicas", ()) if r != self.me), old],
+        )
+        result = await self.client.txn(
+            [mod_revision_is(key, int(record["mod_revision"])), key_missing(NODES + old)],
+            [put_op(key, json.dumps(won))],
+        )
+        if not result.succeeded:
+            return False  # changed meanwhile, or the leader is back: the next round sees
+        self.placement.records[queue] = {**won, "mod_revision": result.revision}
+        await self._promote(queue, won, history)
+        log.warning(
+            "stream '%s' in vhost '%s': leader %s stopped; this node leads it now "
+            "(epoch %d, from offset %d)",
+            queue[1],
+            queue[0],
+            old,
+            epoch,
+            end,
+        )
+        return True
+
+    async def _promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+        """This node's copy becomes the stream it leads."""
+        vhost, name = queue
+        await self.replication.release(queue)
+        source = replica_directory(self.broker.data_dir, vhost, name)
+        target = stream_directory(self.broker.data_dir, vhost, name)
+        _move(source, target)
+        write_history(target, history)
+        local = self.broker.vhosts.get(vhost)
+        if local is None:
+            log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
+            return
+        arguments = decode_value(record.get("arguments") or {})
+        local.declare_queue(name, durable=True, arguments=dict(arguments))
+
+    # ---------------------------------------------------------------- handing over
+
+    def _hand_over(self, queue: Queue, record: dict[str, Any]) -> None:
+        """Another node leads the stream this node holds: its copy becomes a replica."""
+        vhost, name = queue
+        local = self.broker.vhosts.get(vhost)
+        if local is None or local.detach_queue(name) is None:
+            return
+        self.fenced.discard(queue)
+        directory = stream_directory(self.broker.data_dir, vhost, name)
+        member = self.me in record.get("replicas", ())
+        if member:
+            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
+        else:  # no longer one of its members: the copy goes
+            tombstone = layout.bury(directory)
+            if tombstone is not None:
+                layout.remove_later(tombstone)
+        log.warning(
+            "stream '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
+            name,
+            vhost,
+            record.get("leader"),
+            record.get("epoch"),
+            "becomes its replica" if member else "is removed (this node is no member)",
+        )
+
+    # ---------------------------------------------------------------- fencing
+
+    def start(self) -> None:
+        self.membership.on_registered_again.append(self._registered_again)
+        self._tick()
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(WATCHDOG_S, self._tick)
+        lease = self.membership.lease
+        fresh = (
+            lease is not None
+            and not lease.lost
+            and loop.time() - lease.renewed_at < self.membership.ttl_s
+        )
+        if not fresh:
+            self._fence_all(lease)
+        elif self.fenced and lease is self._fenced_under:
+            self._lift(set(self.fenced), "its etcd lease was renewed after all")
+
+    def _led_replicated(self) -> list[Queue]:
+        return [
+            queue
+            for queue, record in self.placement.records.items()
+            if record.get("leader") == self.me and record.get("replicas") and self._held(queue)
+        ]
+
+    def _fence_all(self, lease: Lease | None) -> None:
+        new = [q for q in self._led_replicated() if q not in self.fenced]
+        for vhost, name in new:
+            self.broker.vhosts[vhost].queues[name].fenced = True
+            self.fenced.add((vhost, name))
+        if new:
+            self._fenced_under = lease
+            log.warning(
+                "node %s cannot be sure it still leads %d replicated stream(s) (its etcd "
+                "lease was last renewed over %d s ago): their publishes are nacked until "
+                "it is",
+                self.me,
+                len(new),
+                self.membership.ttl_s,
+            )
+
+    def _lift(self, queues: set[Queue], why: str) -> None:
+        for vhost, name in queues:
+            self.fenced.discard((vhost, name))
+            local = self.broker.vhosts.get(vhost)
+            queue = None if local is None else local.queues.get(name)
+            if queue is not None:
+                queue.fenced = False
+        if queues:
+            log.warning("node %s takes publishes to its streams again: %s", self.me, why)
+
+    def _registered_again(self) -> None:
+        task = asyncio.ensure_future(self._reaffirm())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reaffirm(self) -> None:
+        """Registered again after a lost lease: no election can succeed from now on (this
+        node's key is back), so the records read now say who leads each fenced stream;
+        again until etcd answered for each (or the lease is lost again)."""
+        lease = self.membership.lease
+        while self.fenced and not self._stopped and lease is self.membership.lease:
+            still: set[Queue] = set()
+            for queue in list(self.fenced):
+                try:
+                    found = await self.client.get(queue_key(*queue))
+                except (EtcdUnavailable, EtcdError) as error:
+                    log.info("cannot read the record of '%s' yet: %s", queue[1], error)
+                    continue
+                record = {} if found is None else json.loads(found.value)
+                if record.get("leader") == self.me:
+                    still.add(queue)
+                elif found is not None:
+                    self.placement.records[queue] = {**record, "mod_revision": found.mod_revision}
+                    self._hand_over(queue, record)
+                    self.replication.apply([], False)
+                elif not self._held(queue):
+                    self.fenced.discard(queue)  # deleted here meanwhile
+                # (no record, the stream still here: etcd lost its data, and this node
+                # records its streams again, as their leader: ``Placement.place_again``)
+            self._lift(still, "it registered again and still leads them")
+            if self.fenced:
+                await asyncio.sleep(RETRY_S)
+
+    async def stop(self) -> None:
+        """Leaving: fence every stream led here (the lease is revoked next, the others
+        elect), end the elections."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._fence_all(self.membership.lease)
+        for task in [*self._elections.values(), *self._tasks]:
+            task.cancel()
+        for task in [*self._elections.values(), *self._tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _move(source: Path, target: Path) -> None:
+    """Rename a stream's directory (a copy changing hands), replacing what was there."""
+    if not source.is_dir():
+        return
+    tombstone = layout.bury(target)
+    if tombstone is not None:
+        layout.remove_later(tombstone)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(source, target)
+    fsync_dir(target.parent)
+    fsync_dir(source.parent)

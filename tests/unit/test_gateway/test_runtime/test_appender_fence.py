@@ -1,0 +1,73 @@
+"""A fenced stream's appender (``cluster.failover``: its leader may have been replaced)
+confirms nothing: every batch is nacked unwritten, and an append already running in a
+worker thread when the fence came is nacked though written."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sievemq.gateway.runtime.stream.appender import StreamAppender
+from sievemq.storage import Durability, Message, Stream, StreamConfig
+
+from .test_appender import FlakyStream, Sink, _settled
+
+
+def _msg(body: bytes) -> Message:
+    return Message((), "", "rk", b"\x00\x00", body)
+
+
+@pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
+async def test_fenced_batches_are_nacked_and_not_written(
+    tmp_path: Path, durability: Durability
+) -> None:
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
+    fenced = False
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(
+        stream, asyncio.get_running_loop(), executor, 1000, fenced=lambda: fenced
+    )
+    sink = Sink()
+    appender.submit(_msg(b"before"), sink, 1)
+    await _settled(sink, 1)
+    fenced = True
+    appender.submit(_msg(b"while fenced"), sink, 2)
+    appender.submit(_msg(b"while fenced too"), sink, 3)
+    await _settled(sink, 3)
+    fenced = False
+    appender.submit(_msg(b"after"), sink, 4)
+    await _settled(sink, 4)
+    assert sink.outcomes == {1: True, 2: False, 3: False, 4: True}
+    assert stream.end_offset == 2  # "before" and "after" only
+    appender.close()
+    executor.shutdown()
+    stream.close()
+
+
+async def test_an_append_in_flight_when_fenced_is_nacked(tmp_path: Path) -> None:
+    real = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
+    stream = FlakyStream(real)
+    stream.release.clear()
+    fenced = False
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(
+        stream,  # type: ignore[arg-type]
+        asyncio.get_running_loop(),
+        executor,
+        1000,
+        fenced=lambda: fenced,
+    )
+    sink = Sink()
+    appender.submit(_msg(b"m1"), sink, 1)
+    await asyncio.sleep(0)
+    assert stream.started.wait(5)  # in the worker's append
+    fenced = True
+    stream.release.set()
+    await _settled(sink, 1)
+    assert sink.outcomes == {1: False}
+    appender.close()
+    executor.shutdown()
+    real.close()
