@@ -3,9 +3,9 @@ heal it. ``Chaos.fault`` records when it began and healed, waits until the clust
 recovered (every node listed running by every node, every publisher confirming again) and
 measures the longest pause in the confirms of the publishers the fault should not touch.
 
-Every stream of the workload is led by node a, with replicas on b and c (a follower is b
-or c). Faults of the leader (SIGKILL, SIGSTOP past the lease, isolation, cut from etcd)
-need failover and are added here once it exists.
+Every stream of the workload is declared on node a, with replicas on b and c; a follower
+is a node that leads none of them now. The leader's faults (SIGKILL, SIGSTOP past the
+lease, isolation, cut from etcd only) wait until another node leads (failover).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .netns import Network
 
 LEADER = "a"  # where the workload's streams are declared (and led, until a failover)
 NODES = ("a", "b", "c")
+LEADER_VICTIM = "leader"  # among a fault's victims: the streams' leader is faulted
 STEP = 10  # confirms each publisher adds to count as going on
 PROGRESS_S = 120.0  # generous: a loaded machine; returns as soon as it holds
 
@@ -68,8 +69,17 @@ class Chaos:
         return self.rng.choice(others)
 
     def untouched(self, victims: tuple[str, ...]) -> list[Any]:
-        """Publishers connected to a node the fault leaves alone."""
-        return [p for p in self.publishers if self.via[id(p)] not in victims]
+        """Publishers the fault leaves alone: not connected to a victim node. With etcd
+        among the victims, only the classic queue's: a replicated stream takes no publishes
+        while its leader cannot renew its lease (it fences them). With the leader among
+        them, only the streams' through the other nodes (failed over; the classic queue
+        lives on node a)."""
+        if "etcd" in victims:
+            return [p for p in self.publishers if getattr(p, "kind", "stream") == "classic"]
+        alive = [p for p in self.publishers if self.via[id(p)] not in victims]
+        if LEADER_VICTIM in victims and LEADER in victims:
+            alive = [p for p in alive if getattr(p, "kind", "stream") != "classic"]
+        return alive
 
     def hold(self, victims: tuple[str, ...]) -> None:
         """The rest of the cluster is seen going on, then the fault lasts a while longer."""
@@ -211,6 +221,72 @@ def clock_jump(ch: Chaos) -> None:
             clock.write_text("+0\n")
 
 
+def the_leader(ch: Chaos) -> str:
+    """The node leading the workload's first stream now."""
+    return str(ch.cluster.queues(LEADER)[ch.streams[0]]["leader"])
+
+
+def new_leader(ch: Chaos, old: str) -> None:
+    """Another node leads the workload's first stream (the failover happened)."""
+    judge = next(n for n in NODES if n != old)
+    until(
+        lambda: ch.cluster.queues(judge)[ch.streams[0]]["leader"] != old,
+        f"a node other than {old} leads {ch.streams[0]}",
+    )
+
+
+def kill_leader(ch: Chaos) -> None:
+    """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
+    comes back on its data as a replica."""
+    victim = the_leader(ch)
+    with ch.fault("kill-leader", victim, LEADER_VICTIM):
+        ch.cluster.nodes[victim].kill()
+        new_leader(ch, victim)
+        ch.hold((victim, LEADER_VICTIM))
+        ch.cluster.nodes[victim].restart()
+
+
+def stop_leader(ch: Chaos) -> None:
+    """SIGSTOP of the leader past its lease: a replica takes over; on SIGCONT the old one
+    fences and hands over."""
+    victim = the_leader(ch)
+    pid = ch.cluster.nodes[victim].pid
+    with ch.fault("stop-leader", victim, LEADER_VICTIM):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def isolate_leader(ch: Chaos) -> None:
+    """The leader cut from the other nodes and etcd (its clients still reach it): it
+    fences, a replica takes over."""
+    victim = the_leader(ch)
+    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    with ch.fault("isolate-leader", victim, LEADER_VICTIM):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            ch.net.heal()
+
+
+def leader_cut_from_etcd(ch: Chaos) -> None:
+    """The leader reaches the other nodes but not etcd: its lease lapses, it fences, a
+    replica takes over."""
+    victim = the_leader(ch)
+    with ch.fault("leader-cut-from-etcd", victim, LEADER_VICTIM):
+        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            ch.net.heal()
+
+
 SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "kill-follower": kill_follower,
     "stop-follower": stop_follower,
@@ -220,4 +296,11 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "follower-cut-from-etcd": follower_cut_from_etcd,
     "ring": ring,
     "clock-jump": clock_jump,
+    "kill-leader": kill_leader,
+    "stop-leader": stop_leader,
+    "isolate-leader": isolate_leader,
+    "leader-cut-from-etcd": leader_cut_from_etcd,
 }
+# the faults that need no failover; the leader's lose confirmed messages and show readers
+# offsets that a failover rewrites until confirms wait for a majority (issue 20)
+FOLLOWER_SCENARIOS = tuple(name for name in SCENARIOS if "leader" not in name)
