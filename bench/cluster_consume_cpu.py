@@ -8,13 +8,17 @@ the machine's load hits both alike:
   loadgen, confirms, window 1000), then consumed with manual acks (prefetch 1000, ack
   multiple every 500) through the path's node; the CPU of both node processes (utime + stime
   from /proc) over the consume phase, divided by the messages;
-* stream: one stream of N messages (published once through ``a``), read from the first
-  offset through the path's node the same way.
+* stream: one stream of N messages (published once through ``a``, no replica:
+  ``x-initial-cluster-size`` 1), read from the first offset through the path's node the same
+  way (through ``b``: relayed over the link from ``a``);
+* replica: the same with a replica on ``b`` (``x-initial-cluster-size`` 2): through ``b`` a
+  consumer reads ``b``'s copy; through ``a``, the leader's stream.
 
 Prints one JSON document: the medians per path and kind, every round, and the ratio b/a (the
 issue's aim: at most 1.3).
 
     python -m bench.cluster_consume_cpu [--n 50000] [--size 100] [--rounds 3]
+        [--kinds classic,stream,replica]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pika
 from bench import kit
 from bench._util import git_commit, machine, proc_cpu_s
 from bench.classic_work_queue import consume_args, publish
+from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import running_etcd
 
@@ -56,12 +61,22 @@ def _node(base: Path, name: str, etcd_url: str) -> ServerProcess:
     ).start()
 
 
-def _declare(node: ServerProcess, queue: str, kind: str) -> None:
+def _declare(node: ServerProcess, queue: str, kind: str, copies: int | None = None) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     ch = conn.channel()
     ch.queue_delete(queue)
-    ch.queue_declare(queue, durable=True, arguments={"x-queue-type": kind})
+    arguments: dict[str, Any] = {"x-queue-type": kind}
+    if copies is not None:
+        arguments["x-initial-cluster-size"] = copies
+    ch.queue_declare(queue, durable=True, arguments=arguments)
     conn.close()
+
+
+def _copied(node: ServerProcess, queue: str, n: int) -> bool:
+    """``node``'s replica of stream ``queue`` holds ``n`` messages (its StreamStats)."""
+    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
+    with StreamClient(uri) as client:
+        return int(client.stream_stats(queue).end) >= n
 
 
 def _known(node: ServerProcess, queue: str) -> bool:
@@ -102,11 +117,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kinds", default="classic,stream,replica")
     args = parser.parse_args()
+    kinds = [k for k in ("classic", "stream", "replica") if k in args.kinds.split(",")]
     kit.loadgen()
     runs: dict[str, list[dict[str, Any]]] = {
-        f"{kind}_via_{via}": [] for kind in ("classic", "stream") for via in ("a", "b")
+        f"{kind}_via_{via}": [] for kind in kinds for via in ("a", "b")
     }
+    streams = {"stream": ("bench-stream", 1), "replica": ("bench-replicated", 2)}
     with tempfile.TemporaryDirectory(prefix="sievemq-cluster-cpu-") as tmp:
         base = Path(tmp)
         with running_etcd(base / "etcd") as etcd:
@@ -114,23 +132,34 @@ def main() -> None:
             b = _node(base, "b", etcd.url)
             nodes = [a, b]
             try:
-                _declare(a, "bench-stream", "stream")
-                publish(a.amqp_port, a.pid, "bench-stream", args.n, args.size)
-                _wait_known(b, "bench-stream")
+                for kind, (name, copies) in streams.items():
+                    if kind in kinds:
+                        _declare(a, name, "stream", copies)
+                        publish(a.amqp_port, a.pid, name, args.n, args.size)
+                        _wait_known(b, name)
+                if "replica" in kinds:
+                    deadline = time.monotonic() + 120
+                    while not _copied(b, streams["replica"][0], args.n):
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("b's replica did not catch up")
+                        time.sleep(0.2)
                 for i in range(args.rounds):
                     order = ("a", "b") if i % 2 == 0 else ("b", "a")
                     for via in order:
                         node = a if via == "a" else b
-                        _declare(a, "bench-classic", "classic")
-                        _wait_known(b, "bench-classic")
-                        publish(a.amqp_port, a.pid, "bench-classic", args.n, args.size)
-                        time.sleep(0.3)
-                        got = _consume(node, nodes, "bench-classic", args.n, "")
-                        runs[f"classic_via_{via}"].append(got)
-                        print(f"classic via {via}", json.dumps(got), file=sys.stderr, flush=True)
-                        got = _consume(node, nodes, "bench-stream", args.n, "first")
-                        runs[f"stream_via_{via}"].append(got)
-                        print(f"stream via {via}", json.dumps(got), file=sys.stderr, flush=True)
+                        if "classic" in kinds:
+                            _declare(a, "bench-classic", "classic")
+                            _wait_known(b, "bench-classic")
+                            publish(a.amqp_port, a.pid, "bench-classic", args.n, args.size)
+                            time.sleep(0.3)
+                            got = _consume(node, nodes, "bench-classic", args.n, "")
+                            runs[f"classic_via_{via}"].append(got)
+                            print(f"classic via {via}", json.dumps(got), file=sys.stderr)
+                        for kind, (name, _) in streams.items():
+                            if kind in kinds:
+                                got = _consume(node, nodes, name, args.n, "first")
+                                runs[f"{kind}_via_{via}"].append(got)
+                                print(f"{kind} via {via}", json.dumps(got), file=sys.stderr)
             finally:
                 for node in nodes:
                     node.stop()
@@ -149,7 +178,7 @@ def main() -> None:
                 "median_server_cpu_us_per_msg": medians,
                 "ratio_b_over_a": {
                     kind: round(medians[f"{kind}_via_b"] / medians[f"{kind}_via_a"], 3)
-                    for kind in ("classic", "stream")
+                    for kind in kinds
                 },
                 "runs": runs,
             },

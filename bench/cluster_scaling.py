@@ -22,8 +22,10 @@ Reported: the median of ``--repeats`` runs, and the cluster's figures over one n
 over RabbitMQ's.
 
 ``--via other`` connects each stream's load generators to a node that is not its leader
-(node *i+1 mod N*): publishes and consumes then go through the inter-node link (a node
-without forwarding refuses them: the run reports the load generator's error). ``--via both``
+(node *i+1 mod N*): publishes then go through the inter-node link, and consumes too unless
+that node holds a replica of the stream (``x-initial-cluster-size``, default 3: with at most
+three nodes every node does), whose copy it then reads (docs/cluster.md); a node without
+forwarding refuses them: the run reports the load generator's error. ``--via both``
 measures the two beside each other and reports what forwarding costs (server CPU per message,
 all nodes, through another node over through the leader).
 """

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sievemq.cluster.commit import Commits
 from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
@@ -76,6 +77,10 @@ async def join(
     placement.stopping.append(failover.stop)
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
+    commits = Commits(name, broker, lambda: placement.records)
+    membership.subscribe(QUEUES, commits.apply)  # after placement: records current
+    placement.led = commits.lead
+    placement.holds = commits.held
     exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
     placement.exclusive = exclusive
     membership.subscribe(EXCLUSIVE, exclusive.apply)

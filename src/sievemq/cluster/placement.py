@@ -125,6 +125,10 @@ class Placement:
         self.stopping: list[Callable[[], Awaitable[None]]] = []  # (replication's stop)
         # this node's replica of a stream, to read (set by replication)
         self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
+        # commit by majority (``cluster/commit.py``, set at join): told of each record of a
+        # queue this node starts to lead, and of the replicas' acknowledgements
+        self.led: Callable[[tuple[str, str], dict[str, Any]], None] = lambda queue, record: None
+        self.holds: Callable[[str, str, str, int, int], None] = lambda *ack: None
         self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
         self.replies: ReplyForwarder | None = None  # direct replies to other nodes (join)
 
@@ -224,6 +228,9 @@ class Placement:
 
     def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
         return self.replica_of(vhost, name)
+
+    def replica_holds(self, vhost: str, name: str, node: str, epoch: int, offset: int) -> None:
+        self.holds(vhost, name, node, epoch, offset)
 
     def epoch(self, vhost: str, name: str) -> int | None:
         record = self.records.get((vhost, name))
@@ -386,6 +393,7 @@ class Placement:
             else:
                 arguments = decode_value(record.get("arguments") or {})
                 local.declare_queue(name, durable=True, arguments=dict(arguments))
+                self.led(queue, record)  # gated before the declaring node hears of it
         except Exception as failure:  # a 406's text or storage's: back to the declaring node
             error = str(getattr(failure, "explanation", failure))
             log.warning("cannot create queue '%s' placed on this node: %s", name, error)
@@ -515,6 +523,7 @@ class Placement:
             raise _NoAnswer(str(error)) from error
         if result.succeeded:
             self.records[(vhost, name)] = {**record, "mod_revision": result.revision}
+            self.led((vhost, name), record)  # gated before its declare-ok
             return
         found = result.ranges()
         held = json.loads(found[0].value) if found else {}

@@ -12,13 +12,24 @@ leader stored it, Bloom bits and all) and appends every chunk as it came
 follower that loses its connection, or a node that restarts, resumes from its copy's end. A
 stream deleted (its record deleted) loses its copies.
 
+The stream's named-consumer offsets and registered SQL subscriptions come on the same
+subscription (``gateway/streamproto_session/tracking``: the whole of each, then each change;
+kept in the copy's own ``offsets.log`` and ``subscriptions.json``), and a
+StoreOffset a client sends to this node goes to the leader on it (``store_offset``), so the
+copy answers QueryOffset; its publisher sequences are in the data it copies.
+
 Before each subscription a follower brings its copy to the cluster's epoch history (the
 record's ``epochs``, ``cluster.epochs``): what it holds past the last offset of the epochs it
 shares with the leader is cut (``Stream.truncate``: an old leader's chunks no majority took),
 and the record's history is written beside the segments. A record whose epoch changes (a
 failover: ``cluster.failover``) ends the follower's connection; it follows the new leader.
 
-What this is not yet (docs/cluster.md): a confirm does not wait for the replicas.
+After each appended chunk (after its fdatasync under ``--fsync always``) the follower tells
+the leader what its copy holds (``wire.REPLICA_HOLDS``: the epoch it follows, the copy's
+end): the leader commits a chunk once a majority holds it (``cluster/commit.py``) and sends
+its committed offset on the subscription (``wire.COMMITTED``): the copy is gated
+(``Stream.gate``), so its readers here (AMQP consumers, Stream-protocol subscribers, the
+Spark network mode) read up to what the leader committed, not up to the copy's end.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from sievemq.gateway.model.definitions import decode_value
 from sievemq.gateway.model.stream.arguments import stream_arguments_from_table
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
+from sievemq.gateway.streamproto_session import tracking
 from sievemq.storage import StorageError, layout
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
@@ -85,6 +97,9 @@ class Follower:
         self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
+        queue.leader_of_copy = self  # StoreOffset on this node goes to the leader
+        # its readers read what the leader committed (``wire.COMMITTED``), not its end
+        self.stream.gate()
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if self.stream.config.durability is Durability.BATCH:
@@ -105,10 +120,11 @@ class Follower:
             if where is not None:
                 try:
                     await self._follow(*where)
-                except (OSError, EOFError, ReplicaError, StorageError) as error:
+                except (OSError, EOFError, ReplicaError, StorageError, ValueError) as error:
                     log.info("replica of '%s' in vhost '%s': %s", self.name, self.vhost, error)
                 finally:
                     self.connected.clear()
+                    self._writer = None
             await asyncio.sleep(RETRY_S)
 
     def retarget(self) -> None:
@@ -152,6 +168,8 @@ class Follower:
                 + wire.enc_properties({"sievemq-replica": "true"})
             )
             await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
+            # what it holds already (a leader that restarted learns it so)
+            writer.write(wire.replica_holds(0, self.epoch, self.stream.end_offset))
             self.connected.set()
             log.info(
                 "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
@@ -165,7 +183,13 @@ class Follower:
                 key, version, frame = await _frame(reader)
                 if key == wire.DELIVER:
                     await self._append(frame, version)
-                    writer.write(wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1)))
+                    # held (and synced under always): the leader may commit it; one more chunk
+                    writer.write(
+                        wire.replica_holds(0, self.epoch, self.stream.end_offset)
+                        + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
+                    )
+                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS, wire.COMMITTED):
+                    tracking.apply(self.stream, key, frame)  # offsets, SQL subscriptions
                 elif key == wire.HEARTBEAT:
                     writer.write(wire.heartbeat())
                 elif key in (wire.METADATA_UPDATE, wire.CLOSE):
@@ -186,6 +210,16 @@ class Follower:
             await asyncio.to_thread(self.stream.append_stored, chunk)
         else:
             self.stream.append_stored(chunk)
+
+    def store_offset(self, reference: str, offset: int) -> bool:
+        """A client's StoreOffset on this node: sent to the leader on the subscription's
+        connection (the cluster login may store any); it comes back as a tracking change."""
+        writer = self._writer
+        if writer is None or writer.is_closing() or not self.connected.is_set():
+            return False  # (not subscribed yet: nothing but the handshake may go first)
+        body = wire.enc_string(reference) + wire.enc_string(self.name) + struct.pack(">Q", offset)
+        writer.write(wire.frame(wire.STORE_OFFSET, body))
+        return True
 
     async def _sync_loop(self) -> None:
         """fdatasync as ``--fsync`` says: each append under ``always`` (the writer does

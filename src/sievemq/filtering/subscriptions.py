@@ -70,6 +70,9 @@ class SubscriptionRegistry:
         self._by_id: dict[str, int] = {}
         self._predicates: list[Callable[[StoredMessage], bool] | None] = []
         self.disabled = False  # subscriptions.json unreadable: no bits, no skipping
+        # told the file's new bytes after each save (a cluster leader ships them to its
+        # stream's replicas: the bits in the chunks they copy mean these slots)
+        self.listeners: list[Callable[[bytes], None]] = []
         self._load()
 
     def _load(self) -> None:
@@ -118,19 +121,10 @@ class SubscriptionRegistry:
 
     def _save(self) -> None:
         data = {"version": 1, "slots": [vars(s) for s in self.slots]}
-        tmp = self.path.with_name(FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps(data).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        raw = json.dumps(data).encode()
+        write_file(self.path.parent, raw)
+        for listener in self.listeners:
+            listener(raw)
 
     # ------------------------------------------------------------------ registration
 
@@ -218,6 +212,25 @@ class SubscriptionRegistry:
             return bool(extra[byte] & mask)
 
         return may_match
+
+
+def write_file(directory: Path, raw: bytes) -> None:
+    """Write ``subscriptions.json`` durably (write, fsync, rename, fsync of the directory):
+    the registry's own saves, and a replica taking its leader's registry as it is."""
+    path = directory / FILE
+    tmp = path.with_name(FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, raw)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 _registries: weakref.WeakKeyDictionary[Stream, SubscriptionRegistry] = weakref.WeakKeyDictionary()

@@ -4,6 +4,9 @@ Each record is ``crc32 u32 | offset i64 | name length u16 | name``, the CRC cove
 offset -1 deletes the name. Loading stops at the first torn or bad record (a SIGKILL mid-write
 leaves at most one) and cuts it off. When the log holds far more records than live names it
 is rewritten to a temporary file and renamed over the old one.
+
+``listeners`` hear every change (name, offset; None for a delete): a cluster leader ships
+them to its stream's replicas, which keep their own copy of this log (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from sievemq.storage.durable import fsync_dir
@@ -19,6 +23,8 @@ from sievemq.storage.handles import CachedFile, shared
 _HEAD = struct.Struct(">IqH")
 _DELETED = -1
 _COMPACT_MIN = 1024
+
+OffsetListener = Callable[[str, "int | None"], None]
 
 
 def _record(name: str, offset: int) -> bytes:
@@ -66,6 +72,7 @@ class OffsetStore:
         self._offsets: dict[str, int] = {}
         self._records = 0
         self._dirty = False  # written since the last fsync
+        self.listeners: list[OffsetListener] = []  # told of each change, once written
         tmp = path.with_name(path.name + ".tmp")
         if tmp.exists():
             tmp.unlink()  # a compaction that died before its rename
@@ -93,12 +100,24 @@ class OffsetStore:
         # memory first: a compaction triggered by this write rewrites the log from memory
         self._offsets[name] = offset
         self._write(_record(name, offset))
+        for listener in self.listeners:
+            listener(name, offset)
 
     def delete(self, name: str) -> None:
         if name not in self._offsets:
             return
         del self._offsets[name]
         self._write(_record(name, _DELETED))
+        for listener in self.listeners:
+            listener(name, None)
+
+    def replace_all(self, offsets: dict[str, int]) -> None:
+        """Make the store hold exactly ``offsets`` (a replica taking its leader's whole
+        set): names it lacks are deleted, the others set."""
+        for name in [n for n in self._offsets if n not in offsets]:
+            self.delete(name)
+        for name, offset in offsets.items():
+            self.set(name, offset)
 
     def items(self) -> dict[str, int]:
         return dict(self._offsets)

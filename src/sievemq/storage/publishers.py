@@ -90,7 +90,7 @@ class PublisherSequences:
     def _scan(self, stream: Stream, start: int) -> int:
         if start >= stream.end_offset:
             return stream.end_offset
-        reader = stream.reader()
+        reader = stream.reader(tail=True)  # every stored id, committed or not (dedup)
         try:
             reader.seek_offset(start)
             last = self._last

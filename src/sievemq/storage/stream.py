@@ -368,6 +368,10 @@ class Stream:
         self.config = config
         self._segments = segments
         self._listeners: list[Callable[[int], None]] = []
+        # a replicated stream's leader (``gate``): readers and ``_listeners`` see only what
+        # ``commit`` allows; ``_tail_listeners`` hear of every append (its replicas' feed)
+        self.gated = False
+        self._tail_listeners: list[Callable[[int], None]] = []
         self._seg: handles.CachedFile | None = None  # the last segment and its index, for appending
         self._idx: handles.CachedFile | None = None
         self._closed = False
@@ -388,6 +392,8 @@ class Stream:
             self._compress = zstandard.ZstdCompressor(level=3).compress
         last = segments[-1]
         self.end_offset = last.end_offset
+        # what readers may read below: the end, or on a gated stream what ``commit`` allowed
+        self.committed_offset = self.end_offset
         self._last_chunk: int | None = None  # first offset of the newest chunk (lazy)
         self._last_ts = last.last_ts if last.last_ts is not None else 0
         self._open_files(last.first_offset)
@@ -417,7 +423,7 @@ class Stream:
         if self._last_chunk is None:
             if self.end_offset <= self.first_offset:
                 return -1
-            reader = self.reader()
+            reader = self.reader(tail=True)
             try:
                 reader.seek_last()
                 self._last_chunk = reader.position
@@ -572,8 +578,13 @@ class Stream:
         end = self.end_offset = first + count
         seg.end_offset = end
         self._last_chunk = first
-        for cb in self._listeners:
-            cb(end)
+        if self.gated:
+            for cb in self._tail_listeners:
+                cb(end)
+        else:
+            self.committed_offset = end
+            for cb in self._listeners:
+                cb(end)
         return first
 
     def _undo(self, seg_fd: int, idx_fd: int, pos: int, chunks: int) -> None:
@@ -669,16 +680,45 @@ class Stream:
             return []
         return [self._seg.dup(), self._idx.dup()]
 
-    def add_listener(self, cb: Callable[[int], None]) -> None:
-        """cb(new end_offset) is called after every commit, on the appending thread."""
+    def add_listener(self, cb: Callable[[int], None], tail: bool = False) -> None:
+        """cb(new committed offset) is called after every commit, on the appending thread
+        (on a gated stream: in ``commit``'s thread). With ``tail``, cb(new end offset) after
+        every append even on a gated stream (what a replica's feed reads)."""
         self._listeners = [*self._listeners, cb]
+        if tail:
+            self._tail_listeners = [*self._tail_listeners, cb]
 
     def remove_listener(self, cb: Callable[[int], None]) -> None:
         self._listeners = [c for c in self._listeners if c != cb]
+        self._tail_listeners = [c for c in self._tail_listeners if c != cb]
 
-    def reader(self) -> StreamReader:
-        """A reader with its own file handles, bounded by this stream's committed end."""
-        return StreamReader(self.directory, bound=lambda: self.end_offset)
+    def gate(self) -> None:
+        """From now on readers and commit listeners see only what ``commit`` allows: a
+        replicated stream's leader, where a chunk is committed once a majority holds it
+        (``cluster/commit.py``). What is stored now stays readable."""
+        self.gated = True
+
+    def ungate(self) -> None:
+        """Back to every append being committed at once (a stream without replicas)."""
+        self.gated = False
+        self.commit(self.end_offset)
+
+    def commit(self, offset: int) -> None:
+        """Let readers read below ``offset`` (at most the end; never backwards) and wake
+        the commit listeners."""
+        offset = min(offset, self.end_offset)
+        if offset <= self.committed_offset:
+            return
+        self.committed_offset = offset
+        for cb in self._listeners:
+            cb(offset)
+
+    def reader(self, tail: bool = False) -> StreamReader:
+        """A reader with its own file handles, bounded by this stream's committed offset
+        (with ``tail``: by its end, committed or not: a replica's feed)."""
+        if tail:
+            return StreamReader(self.directory, bound=lambda: self.end_offset)
+        return StreamReader(self.directory, bound=lambda: self.committed_offset)
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete whole old segments by max_bytes / max_age_ms; returns how many went."""

@@ -45,6 +45,12 @@ CREATE_SUPER_STREAM = 29
 DELETE_SUPER_STREAM = 30
 RESOLVE_OFFSET_SPEC = 31
 RESPONSE = 0x8000
+# SieveMQ's own commands, between its cluster nodes only: keys from 0x7E00 (RabbitMQ's count
+# up from 1). REPLICA_HOLDS: a stream replica tells its leader, on its subscription, what its
+# copy holds: u8 subscription id, u64 epoch, u64 next offset (everything below it is
+# written, and fdatasynced under --fsync always). No response. Commit by majority reads it
+# (``cluster/commit.py``); from a connection that is no cluster node's it closes with 13.
+REPLICA_HOLDS = 0x7E01
 
 # ---------------------------------------------------------------------------- codes
 OK = 1
@@ -521,3 +527,59 @@ def parse_publish(body: bytes, version: int) -> tuple[int, list[PublishedEntry]]
     except (struct.error, UnicodeDecodeError) as error:
         raise FrameError(f"malformed Publish frame: {error}") from error
     return publisher_id, entries
+
+
+def replica_holds(subscription: int, epoch: int, next_offset: int) -> bytes:
+    """A replica's acknowledgement of what its copy holds (``REPLICA_HOLDS``)."""
+    return frame(REPLICA_HOLDS, struct.pack(">BQQ", subscription, epoch, next_offset))
+
+
+# --------------------------------------------- SieveMQ's own frame: a replica's tracking
+# A cluster leader sends it on a replica's subscription (``sievemq-replica=true``): the
+# stream's named-consumer offsets, so that the replica's copy holds them too
+# (docs/cluster.md). ``u8 flags | i32 count | count × (string name | i64 offset)``; offset
+# -1: the name was deleted; flag TRACKING_SNAPSHOT: the whole set (names it lacks are gone).
+TRACKING = 0x7F01
+TRACKING_SNAPSHOT = 0x01
+# and the stream's registered SQL subscriptions (``subscriptions.json``, whose slots the bits
+# in the chunks' extra blobs mean): ``bytes`` (i32 length | the file as the leader wrote it)
+SUBSCRIPTIONS = 0x7F02
+
+
+# and the leader's committed offset (commit by majority): ``u64`` everything below it is
+# held by a majority; the replica's readers read up to it
+COMMITTED = 0x7F03
+
+
+def committed(offset: int) -> bytes:
+    return frame(COMMITTED, _U64.pack(offset))
+
+
+def parse_committed(body: bytes) -> int:
+    return Cursor(body).u64()
+
+
+def subscriptions(raw: bytes) -> bytes:
+    return frame(SUBSCRIPTIONS, _I32.pack(len(raw)) + raw)
+
+
+def parse_subscriptions(body: bytes) -> bytes:
+    return Cursor(body).bytes_()
+
+
+def tracking(snapshot: bool, offsets: Iterable[tuple[str, int | None]]) -> bytes:
+    items = [enc_string(name) + _I64.pack(-1 if at is None else at) for name, at in offsets]
+    flags = TRACKING_SNAPSHOT if snapshot else 0
+    return frame(TRACKING, _U8.pack(flags) + _I32.pack(len(items)) + b"".join(items))
+
+
+def parse_tracking(body: bytes) -> tuple[bool, list[tuple[str, int | None]]]:
+    """(whole set?, [(name, offset or None when deleted)]) of a TRACKING frame's body."""
+    cur = Cursor(body)
+    snapshot = bool(cur.u8() & TRACKING_SNAPSHOT)
+    items: list[tuple[str, int | None]] = []
+    for _ in range(cur.i32()):
+        name = cur.string()
+        at = cur.i64()
+        items.append((name, None if at < 0 else at))
+    return snapshot, items

@@ -1,4 +1,4 @@
-"""The cluster tests' etcd: one per test module, on free loopback ports."""
+"""The cluster tests' etcd (one per test module, on free loopback ports) and nodes."""
 
 from __future__ import annotations
 
@@ -6,15 +6,27 @@ from collections.abc import Iterator
 
 import pytest
 
+from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
-from .cluster_helpers import close_open
+from .cluster_helpers import close_open, started_nodes
 
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
     with running_etcd(tmp_path_factory.mktemp("etcd")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def nodes(
+    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, ServerProcess]]:
+    """The test module's nodes, joined through its etcd and started once for its tests: named
+    by the module's ``NAMES`` (nodes a and b without it)."""
+    names = getattr(request.module, "NAMES", ("a", "b"))
+    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), names) as procs:
+        yield procs
 
 
 @pytest.fixture(autouse=True)

@@ -9,28 +9,21 @@ the client sees RabbitMQ's 320 CONNECTION_FORCED with the reason given.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pika
-import pytest
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import OPEN, get, started_nodes, until
+from .cluster_helpers import OPEN, get, until
 
 ETCD_SECRET_KEY = "sievemq/cluster_secret"
 
 
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("l1", "l2")) as procs:
-        yield procs
+NAMES = ("l1", "l2")  # the nodes of this module (conftest.nodes)
 
 
 def cluster_secret(etcd: EtcdProcess) -> str:

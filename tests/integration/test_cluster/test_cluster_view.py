@@ -8,26 +8,17 @@ figures, and every series of a node's /metrics carries its ``node`` label, with
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pika
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import get, started_nodes, until
+from .cluster_helpers import get, until
 
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("v1", "v2")) as procs:
-        yield procs
+NAMES = ("v1", "v2")  # the nodes of this module (conftest.nodes)
 
 
 def publish(node: ServerProcess, queue: str, count: int, stream: bool) -> pika.BlockingConnection:

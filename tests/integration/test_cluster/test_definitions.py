@@ -27,18 +27,10 @@ from pika.exceptions import ConnectionClosedByBroker
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import cluster_args, get, started_nodes, until
+from .cluster_helpers import cluster_args, get, until
 
 NAMES = ("a", "b", "c")
 ALICE = ("alice", "wonderland")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), NAMES) as procs:
-        yield procs
 
 
 OPEN: list[pika.BlockingConnection] = []

@@ -8,24 +8,15 @@ is forwarded over the link and reaches the client on `a`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pika
-import pytest
 
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import channel, queues, started_nodes, until
+from .cluster_helpers import channel, queues, until
 
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def test_replies_reach_the_requester_on_another_node(nodes: dict[str, ServerProcess]) -> None:

@@ -9,7 +9,7 @@ held under the node's lease).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -19,15 +19,7 @@ from pika.exceptions import ChannelClosedByBroker
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import OPEN, channel, cluster_args, queues, started_nodes, until
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
+from .cluster_helpers import OPEN, channel, cluster_args, queues, until
 
 
 def reply_code(node: ServerProcess, use: Callable[[Any], object]) -> int:

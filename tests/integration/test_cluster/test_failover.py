@@ -84,6 +84,22 @@ def publish(node: ServerProcess, name: str, bodies: list[bytes]) -> None:
     asyncio.run(_publish(node, name, bodies))
 
 
+async def _unconfirmed(node: ServerProcess, name: str, bodies: list[bytes], wait_s: float) -> int:
+    connection = await aiormq.connect(node.url)
+    try:
+        ch = await connection.channel(publisher_confirms=True)
+        confirms = [asyncio.ensure_future(ch.basic_publish(b, routing_key=name)) for b in bodies]
+        done, _ = await asyncio.wait(confirms, timeout=wait_s)
+        return len(done)
+    finally:
+        await connection.close()
+
+
+def publish_held(node: ServerProcess, name: str, bodies: list[bytes], wait_s: float) -> int:
+    """Publish with confirms through ``node``; how many confirms came within ``wait_s``."""
+    return asyncio.run(_unconfirmed(node, name, bodies, wait_s))
+
+
 def read_all(node: ServerProcess, name: str, expect: int) -> list[bytes]:
     """The stream's messages from its first offset, consumed through ``node``."""
     ch = channel(node)
@@ -207,8 +223,10 @@ def test_returning_leader_truncates_what_no_replica_took(
         until(lambda r=replica: copy_of(r, "cut") == led_by(a, "cut"), "replicas hold it all")
     b.kill()
     c.kill()
-    # confirmed by a alone (no majority commit yet): lost in the failover below
-    publish(a, "cut", [f"alone {i}".encode() for i in range(300)])
+    # written by a alone: never confirmed (no majority holds them), lost in the failover below
+    written = led_by(a, "cut")
+    assert publish_held(a, "cut", [f"alone {i}".encode() for i in range(300)], 3.0) == 0
+    until(lambda: led_by(a, "cut") != written, "a wrote them")
     a.kill()
     b.start()
     # b alone is one of three members: no unclean election, the stream takes no publishes

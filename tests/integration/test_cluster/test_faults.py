@@ -34,13 +34,12 @@ from typing import Any
 
 import httpx
 import pika
-import pytest
 from pika.exceptions import AMQPError, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import cluster_args, get, running, started_nodes, until
+from .cluster_helpers import cluster_args, get, running, until
 from .fault_load import (
     Publisher,
     check_nothing_confirmed_lost,
@@ -54,14 +53,6 @@ ROUNDS = int(os.environ.get("SIEVEMQ_CLUSTER_FAULT_ROUNDS", "1"))
 REPORT = os.environ.get("SIEVEMQ_CLUSTER_FAULT_REPORT", "")
 STEP = 20  # confirms each publisher must add to count as progress
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), NAMES) as procs:
-        yield procs
 
 
 def report(figure: str, value: float, **labels: Any) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -23,18 +22,10 @@ from pika.exceptions import AMQPConnectionError, ProbableAccessDeniedError
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import OPEN, WAIT_S, channel, get, started_nodes, until
+from .cluster_helpers import OPEN, WAIT_S, channel, get, until
 
 STREAM = {"x-queue-type": "stream"}
 FILTER = "x-stream-filter-value"
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
 
 
 def confirming(node: ServerProcess) -> Any:

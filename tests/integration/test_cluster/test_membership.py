@@ -9,7 +9,6 @@ waits for it. The lease TTL is 2 s so the whole module takes a few tens of secon
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,9 @@ from sievemq.cluster.local import free_port
 from sievemq.testing import ServerProcess, ServerStartError
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import WAIT_S, cluster_args, get, running, started_nodes, until
+from .cluster_helpers import WAIT_S, cluster_args, get, running, until
 
 NAMES = ("n1", "n2", "n3")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), NAMES) as procs:
-        yield procs
 
 
 def test_the_ready_line_names_the_node_and_its_cluster_port(

@@ -7,25 +7,15 @@ a client may bind it through that node (bindings are cluster-wide).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import channel, queues, started_nodes, until
+from .cluster_helpers import channel, queues, until
 
 STREAM = {"x-queue-type": "stream"}
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
 
 
 def test_a_queue_is_led_by_the_node_that_declared_it(nodes: dict[str, ServerProcess]) -> None:

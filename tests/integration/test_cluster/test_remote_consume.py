@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -20,20 +19,13 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.pika_client import consume_expected
 
-from .cluster_helpers import OPEN, queues, started_nodes, until
+from .cluster_helpers import OPEN, queues, until
 
-STREAM = {"x-queue-type": "stream"}
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
+# no replica on b: its consumers of a stream go through the link (test_replica_reads.py
+# covers those that read a replica)
+STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 1}
 
 
 def connect(node: ServerProcess, params: pika.URLParameters | None = None) -> Any:

@@ -9,7 +9,6 @@ inter-node link does). That login with any other password is refused.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
 import pika
@@ -17,20 +16,11 @@ import pytest
 
 from sievemq.spark.stream_client import StreamClient, StreamProtocolError, StreamURI
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import OPEN, started_nodes, until
+from .cluster_helpers import OPEN, until
 from .test_replication import identical
 
 ADMIN = ("admin", "not-guest")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
 
 
 def _admin(node: ServerProcess, method: str, path: str, auth: tuple[str, str], **kw: object) -> int:

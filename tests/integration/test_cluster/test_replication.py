@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiormq
@@ -28,19 +27,14 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, close_open, cluster_args, queues, started_nodes, until
+from .cluster_helpers import channel, close_open, cluster_args, queues, until
 
 STREAM = {"x-queue-type": "stream"}
 MESSAGES = 10_000
 FILTERS = 20
 
 
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def _files(directory: Path) -> dict[str, bytes]:

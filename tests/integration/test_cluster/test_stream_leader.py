@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -31,18 +30,13 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client, producer, send_confirmed
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, get, queues, started_nodes, until
+from .cluster_helpers import channel, get, queues, until
 
 STREAM = {"x-queue-type": "stream"}
 STREAM_NOT_AVAILABLE = 6
 
 
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def known_everywhere(nodes: dict[str, ServerProcess], name: str, leader: str) -> None:

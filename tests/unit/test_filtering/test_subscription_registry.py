@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from sievemq.amqp import errors
-from sievemq.filtering.subscriptions import FILE, RegistryError, SubscriptionRegistry, registry
+from sievemq.filtering.subscriptions import (
+    FILE,
+    RegistryError,
+    SubscriptionRegistry,
+    registry,
+    write_file,
+)
 from sievemq.gateway.model.stream.arguments import parse_consumer_arguments
 from sievemq.gateway.session.stream.consume_setup import consumer_extras
 from sievemq.storage import Stream, StreamConfig
@@ -70,3 +76,22 @@ def test_an_unreadable_registry_disables_skipping_and_is_kept(tmp_path: Path) ->
     reg.forget("billing")
     assert path.read_text() == '{"version": 1, "slots": [{"id": "x", "na'  # left for an operator
     stream.close()
+
+
+def test_listeners_get_each_saved_file_and_a_copy_written_so_loads_the_same(
+    tmp_path: Path,
+) -> None:
+    reg = SubscriptionRegistry(tmp_path / "leader")
+    (tmp_path / "leader").mkdir()
+    heard: list[bytes] = []
+    reg.listeners.append(heard.append)
+    reg.register("a", "x = 1")
+    reg.register("a", "x = 1")  # unchanged: no save, nothing told
+    reg.register("b", EXPR)
+    assert len(heard) == 2 and heard[-1] == (tmp_path / "leader" / FILE).read_bytes()
+    (tmp_path / "copy").mkdir()
+    write_file(tmp_path / "copy", heard[-1])  # a replica taking the leader's registry
+    copy = SubscriptionRegistry(tmp_path / "copy")
+    assert [(s.id, s.name, s.active) for s in copy.slots] == [
+        (s.id, s.name, s.active) for s in reg.slots
+    ]

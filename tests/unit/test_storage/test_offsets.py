@@ -85,3 +85,20 @@ def test_every_write_survives_a_reopen_even_when_it_compacts(
         assert (reopened.get("gone") is None) == (i >= 20)
         reopened.close()
     store.close()
+
+
+def test_listeners_hear_changes_and_replace_all_makes_the_set(tmp_path: Path) -> None:
+    store = OffsetStore(tmp_path / "o.log")
+    heard: list[tuple[str, int | None]] = []
+    store.listeners.append(lambda name, at: heard.append((name, at)))
+    store.set("a", 1)
+    store.set("a", 1)  # unchanged: not written, not told
+    store.set("b", 2)
+    store.delete("b")
+    store.replace_all({"c": 3, "a": 4})
+    assert heard == [("a", 1), ("b", 2), ("b", None), ("c", 3), ("a", 4)]
+    store.replace_all({"c": 3})
+    assert store.items() == {"c": 3}
+    assert heard[-1] == ("a", None)
+    store.close()
+    assert OffsetStore(tmp_path / "o.log").items() == {"c": 3}

@@ -86,7 +86,7 @@ class BrowseAdmin(AdminBase):
         if filter_values:
             spec = FilterSpec(tuple(filter_values), match_unfiltered, False)
         stream = queue.stream
-        end = stream.end_offset
+        end = stream.committed_offset  # a replicated stream shows what a majority holds
         reader = stream.reader()
         try:
             if position is not None:

@@ -9,7 +9,9 @@ as a publish sees it, a ``RemoteQueue`` that is its own writer (the channel subm
 it submits to a local queue's appender). It also opens link channels to a queue's leader
 (``open_link``): consumers, gets, acks and purges through any node are served by the
 leader's session code, relayed by ``gateway.session.remote``. Protocols only: the gateway
-never imports ``sievemq.cluster``.
+never imports ``sievemq.cluster``. ``QueueDirectory`` is the whole; each use names the part
+it asks for (``Leaders``, ``Placement``, ``ExclusiveQueues``, ``Replies``, ``Links``,
+``Forwarding``, ``StreamReplicas``).
 """
 
 from __future__ import annotations
@@ -77,61 +79,26 @@ class LinkReceiver(Protocol):
         ...
 
 
-class QueueDirectory(Protocol):
+class Leaders(Protocol):
+    """Which node leads a queue this node does not hold (placement, declares, Stream Metadata)."""
+
     def leader_elsewhere(self, vhost: str, name: str) -> str | None:
         """The name of the node that leads the queue when it is another node, else None."""
-        ...
-
-    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
-        """The node whose client connection owns exclusive queue ``name`` when it is another
-        node, else None (405 RESOURCE_LOCKED for any use of it through this node)."""
-        ...
-
-    def claim_exclusive(self, vhost: str, name: str) -> Pending | None:
-        """Record a new exclusive queue of this node cluster-wide: the declare-ok waits for
-        the future (``ReplicationFailed`` when etcd did not record it)."""
-        ...
-
-    def release_exclusive(self, vhost: str, name: str) -> None:
-        """This node's exclusive queue is gone: the cluster forgets it."""
-        ...
-
-    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
-        """Send a direct reply to the node whose requester made reply name ``name``; False
-        when no other live node made it (``cluster/replies.py``)."""
-        ...
-
-    def open_link(
-        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0, relay: bool = False
-    ) -> LinkChannel:
-        """A new channel on the link to the leader of the queue (frames may be written at
-        once: they follow the channel.open); a leader that cannot be reached closes it
-        (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
-        wanted when it is free (a client's: what the leader sends needs no other);
-        ``relay``: the leader sends its deliveries as relay frames (``amqp/spans.py``),
-        framed for the client's channel ``number``, which pass to the client as they are."""
-        ...
-
-    def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
-        """The queue as a publish routed to it through this node sees it, when another node
-        leads it; None when no other node does (then this node holds it, or nobody)."""
         ...
 
     def queue_type(self, vhost: str, name: str) -> str | None:
         """The recorded type (stream, classic, quorum) of a queue another node leads."""
         ...
 
-    def stream_listener(self, node: str, tls: bool) -> tuple[str, int] | None:
-        """A live node's Stream-protocol listener as it advertises it (host, port), or
-        None when the node is not running (or has no such listener)."""
-        ...
 
-    def replicas(self, vhost: str, name: str) -> list[str]:
-        """The nodes holding a replica of the stream (its record's, running or not)."""
-        ...
+class Placement(Leaders, Protocol):
+    """Queues made and deleted on another node, through their etcd records (``balanced``
+    placement, a Delete through a non-leader)."""
 
-    def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
-        """This node's replica of the stream, for reading (None when it holds none)."""
+    def replica_holds(self, vhost: str, name: str, node: str, epoch: int, offset: int) -> None:
+        """Replica ``node`` of a stream this node leads holds every offset below ``offset``
+        (its acknowledgement, in ``epoch``): the committed offset may move (commit by
+        majority, ``cluster/commit.py``)."""
         ...
 
     def choose_leader(self) -> str | None:
@@ -152,8 +119,85 @@ class QueueDirectory(Protocol):
         ...
 
 
+class ExclusiveQueues(Protocol):
+    """Exclusive queues cluster-wide: another node's is locked here (405)."""
+
+    def exclusive_elsewhere(self, vhost: str, name: str) -> str | None:
+        """The node whose client connection owns exclusive queue ``name`` when it is another
+        node, else None (405 RESOURCE_LOCKED for any use of it through this node)."""
+        ...
+
+    def claim_exclusive(self, vhost: str, name: str) -> Pending | None:
+        """Record a new exclusive queue of this node cluster-wide: the declare-ok waits for
+        the future (``ReplicationFailed`` when etcd did not record it)."""
+        ...
+
+    def release_exclusive(self, vhost: str, name: str) -> None:
+        """This node's exclusive queue is gone: the cluster forgets it."""
+        ...
+
+
+class Replies(Protocol):
+    """Direct replies whose requester is on another node."""
+
+    def forward_reply(self, vhost: str, name: str, props: bytes, body: bytes) -> bool:
+        """Send a direct reply to the node whose requester made reply name ``name``; False
+        when no other live node made it (``cluster/replies.py``)."""
+        ...
+
+
+class Links(Protocol):
+    """Channels of the inter-node link to a queue's leader (``gateway.session.remote``)."""
+
+    def open_link(
+        self, vhost: str, name: str, receiver: LinkReceiver, number: int = 0, relay: bool = False
+    ) -> LinkChannel:
+        """A new channel on the link to the leader of the queue (frames may be written at
+        once: they follow the channel.open); a leader that cannot be reached closes it
+        (``link_closed`` with code 0, on a later loop turn). ``number``: the channel number
+        wanted when it is free (a client's: what the leader sends needs no other);
+        ``relay``: the leader sends its deliveries as relay frames (``amqp/spans.py``),
+        framed for the client's channel ``number``, which pass to the client as they are."""
+        ...
+
+
+class Forwarding(Protocol):
+    """Publishes routed through this node to a queue another node leads."""
+
+    def remote_queue(self, vhost: str, name: str) -> RemoteQueue | None:
+        """The queue as a publish routed to it through this node sees it, when another node
+        leads it; None when no other node does (then this node holds it, or nobody)."""
+        ...
+
+
+class StreamReplicas(Protocol):
+    """Where a stream's copies are: the nodes' stream listeners, its replicas, this node's
+    copy (Stream Metadata and Subscribe)."""
+
+    def stream_listener(self, node: str, tls: bool) -> tuple[str, int] | None:
+        """A live node's Stream-protocol listener as it advertises it (host, port), or
+        None when the node is not running (or has no such listener)."""
+        ...
+
+    def replicas(self, vhost: str, name: str) -> list[str]:
+        """The nodes holding a replica of the stream (its record's, running or not)."""
+        ...
+
+    def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
+        """This node's replica of the stream, for reading (None when it holds none)."""
+        ...
+
+
+class QueueDirectory(
+    Placement, ExclusiveQueues, Replies, Links, Forwarding, StreamReplicas, Protocol
+):
+    """All of it, as ``Broker.directory`` holds it (``cluster.placement.Placement``); each use
+    takes the part it asks (``place_elsewhere`` a ``Placement``, ``session.remote`` the
+    ``Links``, ...)."""
+
+
 def place_elsewhere(
-    directory: QueueDirectory | None,
+    directory: Placement | None,
     vhost: VirtualHost,
     name: str,
     durable: bool,

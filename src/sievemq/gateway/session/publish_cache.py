@@ -103,7 +103,13 @@ def new_property_filter_values(
         return None
     try:
         at = properties.check_properties(props, _FILTER_HEADER_BYTES, limits)
-        values = _values_at(props, at) if at >= 0 else ()
+        if at < 0:
+            values: tuple[str, ...] = ()
+        elif props[at] == _LONGSTR:  # a value seen before: its parse, without a call
+            seen = _longstr_values.get(props[at + 5 : at + 5 + _U32(props, at + 1)[0]])
+            values = _values_at(props, at) if seen is None else seen
+        else:
+            values = _values_at(props, at)
     except errors.AMQPError:
         return None
     memo = properties_memo(limits)

@@ -32,16 +32,19 @@ import secrets
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pamqp.commands as spec
 
 from sievemq.amqp import codec, errors, hotcodec
 from sievemq.amqp.methods import METHOD_ACK, METHOD_NACK
 from sievemq.amqp.spans import FRAME_RELAY, RELAY_AT, client_frames, frames_of
-from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, QueueDirectory
+from sievemq.gateway.model.directory import LeaderQueue, LinkChannel, Links, StreamReplicas
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.storage import FilterSpec, FilterStats
+
+if TYPE_CHECKING:
+    from sievemq.gateway.model.stream.queue import StreamQueue
 
 _HEAD = struct.Struct(">BHI")
 _END_HEAD = struct.Struct(">BBHI")  # the frame end of the frame before, this one's header
@@ -761,7 +764,19 @@ class RemoteOps(LinkUser):
 # ---------------------------------------------------------------------------- methods
 
 
-def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+def local_copy(
+    directory: StreamReplicas, vhost: str, name: str, arguments: dict[str, Any] | None
+) -> StreamQueue | None:
+    """This node's replica of stream ``name`` when a consume of it reads here rather than
+    through the leader (RabbitMQ's consumers read their node's member): every consumer but a
+    named one (``x-stream-consumer-name``), whose one-writer-per-name rule, offset commits
+    and SQL subscription are the leader's, so it goes to the leader as before."""
+    if arguments and "x-stream-consumer-name" in arguments:
+        return None
+    return directory.replica_queue(vhost, name)
+
+
+def consume(channel: Channel, directory: Links, leader: str, m: Any) -> None:
     """basic.consume of a queue ``leader`` leads: the same consume on a link channel."""
     tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
     if tag in channel.consumers:
@@ -798,7 +813,7 @@ def consume(channel: Channel, directory: QueueDirectory, leader: str, m: Any) ->
     consumer._waiting = hold(channel)
 
 
-def _ops(channel: Channel, directory: QueueDirectory, leader: str, name: str) -> RemoteOps:
+def _ops(channel: Channel, directory: Links, leader: str, name: str) -> RemoteOps:
     remote = deliveries_of(channel)
     ops = remote.ops.get(name)
     if ops is None or ops.link is None:
@@ -810,7 +825,7 @@ def _ops(channel: Channel, directory: QueueDirectory, leader: str, name: str) ->
     return ops
 
 
-def get(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+def get(channel: Channel, directory: Links, leader: str, m: Any) -> None:
     """basic.get through the leader: get-ok (the tag is this channel's) or get-empty."""
     deliveries_of(channel).leave_direct()
     _ops(channel, directory, leader, m.queue).ask(
@@ -818,13 +833,13 @@ def get(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> Non
     )
 
 
-def purge(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+def purge(channel: Channel, directory: Links, leader: str, m: Any) -> None:
     _ops(channel, directory, leader, m.queue).ask(
         spec.Queue.Purge(queue=m.queue), nowait=bool(m.nowait)
     )
 
 
-def delete(channel: Channel, directory: QueueDirectory, leader: str, m: Any) -> None:
+def delete(channel: Channel, directory: Links, leader: str, m: Any) -> None:
     """queue.delete of a queue another node leads: deleted on its leader."""
     _ops(channel, directory, leader, m.queue).ask(
         spec.Queue.Delete(queue=m.queue, if_unused=bool(m.if_unused), if_empty=bool(m.if_empty)),

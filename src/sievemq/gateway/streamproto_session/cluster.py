@@ -3,7 +3,7 @@ hold its replicas, and what a client is told about a stream another node leads.
 
 Moved out of ``streamproto_session.connection`` (which keeps the handshake, the commands'
 framing and the publishers and subscriptions). Every function takes the node's
-``QueueDirectory`` (None on a single node: then no stream is elsewhere and nothing here
+directory (None on a single node: then no stream is elsewhere and nothing here
 reaches the cluster) and the connection's vhost name.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sievemq.gateway.model.directory import LeaderUnavailable, QueueDirectory
+from sievemq.gateway.model.directory import Leaders, LeaderUnavailable, Placement, StreamReplicas
 from sievemq.streamproto import wire
 
 if TYPE_CHECKING:
@@ -26,20 +26,24 @@ Where = tuple[str, int]  # a stream listener as advertised: host, port
 MetadataItem = tuple[str, int, int, tuple[int, ...]]  # name, code, leader index, replicas
 
 
-def replica(directory: QueueDirectory | None, vhost: str, name: str) -> StreamQueue | None:
+class StreamDirectory(Leaders, StreamReplicas, Protocol):
+    """What Metadata asks of the cluster: a stream's leader and its replicas."""
+
+
+def replica(directory: StreamReplicas | None, vhost: str, name: str) -> StreamQueue | None:
     """This node's replica of stream ``name`` (a cluster; read-only): subscribers read
     it here, as RabbitMQ's stream clients read a replica Metadata names."""
     return None if directory is None else directory.replica_queue(vhost, name)
 
 
-def led_elsewhere(directory: QueueDirectory | None, vhost: str, name: str) -> str | None:
+def led_elsewhere(directory: Leaders | None, vhost: str, name: str) -> str | None:
     """The cluster node that leads stream ``name`` when it is another one, else None."""
     if directory is None or directory.queue_type(vhost, name) != "stream":
         return None
     return directory.leader_elsewhere(vhost, name)
 
 
-def missing_code(directory: QueueDirectory | None, vhost: str, name: str) -> int:
+def missing_code(directory: Leaders | None, vhost: str, name: str) -> int:
     """The code for a stream this node does not hold: 6 (STREAM_NOT_AVAILABLE) when
     another cluster node leads it, as RabbitMQ answers a Subscribe on a node without a
     member of the stream (Metadata names the leader to connect to), else 2."""
@@ -48,7 +52,7 @@ def missing_code(directory: QueueDirectory | None, vhost: str, name: str) -> int
     return wire.STREAM_DOES_NOT_EXIST
 
 
-def create_refused(directory: QueueDirectory | None, vhost: str, name: str) -> int | None:
+def create_refused(directory: Leaders | None, vhost: str, name: str) -> int | None:
     """The answer to a Create of a name this node does not hold when another cluster node
     leads a queue of that name (a stream: already exists; another type: precondition
     failed), else None."""
@@ -59,7 +63,7 @@ def create_refused(directory: QueueDirectory | None, vhost: str, name: str) -> i
 
 
 def delete_elsewhere(
-    directory: QueueDirectory, vhost: str, name: str, answer: Callable[[int], None]
+    directory: Placement, vhost: str, name: str, answer: Callable[[int], None]
 ) -> None:
     """Delete a stream another node leads: asked of it through its etcd record (no
     frame is forwarded); ``answer(code)`` once its record is gone or the ask failed."""
@@ -80,7 +84,7 @@ def delete_elsewhere(
 
 
 def metadata(
-    directory: QueueDirectory | None,
+    directory: StreamDirectory | None,
     vhost: str,
     names: Iterable[str],
     here: Callable[[str], bool],

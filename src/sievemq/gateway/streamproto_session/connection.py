@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sievemq.amqp.errors import AccessRefused, AMQPError, NotAllowed
 from sievemq.gateway.model.directory import place_elsewhere
 from sievemq.gateway.model.stream import super_streams
-from sievemq.gateway.model.users import Permission, User, cluster_user
+from sievemq.gateway.model.users import CLUSTER_USER_PREFIX, Permission, User, cluster_user
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.definitions_sync import failure_text, when_synced
 from sievemq.gateway.runtime.stream.appender import StreamAppender
@@ -29,6 +29,7 @@ from sievemq.gateway.streamproto_session import cluster, super_stream_commands
 from sievemq.gateway.streamproto_session.node import SERVER_PROPERTIES, StreamNode
 from sievemq.gateway.streamproto_session.publisher import StreamPublisher
 from sievemq.gateway.streamproto_session.subscription import Subscription, WholeChunks, seek
+from sievemq.gateway.streamproto_session.tracking import SideFileShipping
 from sievemq.storage import FilterSpec, StorageError
 from sievemq.streamproto import osiris, wire
 from sievemq.streamproto.wire import Cursor, FrameError
@@ -292,7 +293,7 @@ class StreamConnection:
         command being handled (DeclarePublisher, QueryPublisherSequence) is handled again
         once they are, then the frames this connection sent after it, in order: its
         reading stops meanwhile; other connections go on."""
-        if queue.loaded_sequences is not None:
+        if queue.current_sequences() is not None:
             return False
         frame = self._current
         self._waiting = []
@@ -677,7 +678,8 @@ class StreamConnection:
             self.write(wire.stream_stats_response(corr, wire.STREAM_DOES_NOT_EXIST, {}))
             return
         stream = queue.stream
-        if stream.end_offset <= stream.first_offset:
+        # what is committed (a replicated stream's leader: held by a majority)
+        if stream.committed_offset <= stream.first_offset:
             stats = {
                 "first_chunk_id": -1,
                 "committed_chunk_id": -1,
@@ -697,7 +699,7 @@ class StreamConnection:
                 "first_chunk_id": first_chunk,
                 "committed_chunk_id": last_chunk,
                 "last_chunk_id": last_chunk,
-                "committed_offset": stream.end_offset - 1,
+                "committed_offset": stream.committed_offset - 1,
             }
         self.write(wire.stream_stats_response(corr, wire.OK, stats))
 
@@ -799,7 +801,9 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        queue = self._readable(name, lambda c: wire.query_publisher_sequence_response(corr, c, 0))
+        queue = self._readable(
+            name, lambda c: wire.query_publisher_sequence_response(corr, c, 0), replica=True
+        )
         if queue is None:
             return
         if reference and self._await_sequences(queue):
@@ -846,7 +850,10 @@ class StreamConnection:
             unfiltered = props.get("match-unfiltered") == "true"
             whole = props.get("sievemq-whole-chunks") == "true" or stored
             spec = (WholeChunks if whole else FilterSpec)(values, match_unfiltered=unfiltered)
-        reader = queue.stream.reader()
+        # another node's replica (its cluster login only): chunks as stored, and what is not
+        # committed yet (its acknowledgements are what commits it)
+        verbatim = self.trusted and props.get("sievemq-replica") == "true"
+        reader = queue.stream.reader(tail=verbatim)
         try:
             seek(reader, offset)
         except (StorageError, OSError) as error:
@@ -854,12 +861,13 @@ class StreamConnection:
             log.error("subscribe to %s failed: %s", queue.name, error)
             self.write(wire.response(wire.SUBSCRIBE, corr, wire.INTERNAL_ERROR))
             return
-        verbatim = props.get("sievemq-replica") == "true"
         sub = Subscription(self, sid, queue, reader, credit, spec, offset, stored, verbatim)
         sub.properties = props
         self.subscriptions[sid] = sub
         self._watch(queue)
         self.write(wire.response(wire.SUBSCRIBE, corr, wire.OK))
+        if verbatim and self.trusted:  # another node's replica: the side files follow too
+            sub.tracking = SideFileShipping(self, queue.stream)
         if single_active:
             assert self.vhost is not None
             super_stream = props.get("super-stream", "")
@@ -871,6 +879,21 @@ class StreamConnection:
             # held until the group activates it (ConsumerUpdate answered)
             self.snode.sac.register(self, sub, (self.vhost.name, queue.name, group_name), index)
         sub.start()
+
+    def _replica_holds(self, cur: Cursor) -> None:
+        """A replica's acknowledgement of what its copy holds (``wire.REPLICA_HOLDS``): the
+        cluster's commit by majority takes it. Only another cluster node may send it."""
+        sid = cur.u8()
+        epoch = cur.u64()
+        offset = cur.u64()
+        sub = self.subscriptions.get(sid)
+        directory = self.node.broker.directory
+        if not self.trusted or self.user is None or sub is None or not sub.verbatim:
+            self.close(wire.UNKNOWN_FRAME, f"unknown frame: key {wire.REPLICA_HOLDS}")
+            return
+        if directory is not None and self.vhost is not None:
+            node = self.user.name.removeprefix(CLUSTER_USER_PREFIX)
+            directory.replica_holds(self.vhost.name, sub.queue.name, node, epoch, offset)
 
     def _consumer_update_reply(self, cur: Cursor) -> None:
         self.snode.sac.on_reply(self, wire.parse_consumer_update_reply(cur.data))
@@ -909,10 +932,14 @@ class StreamConnection:
         reference = cur.string()
         name = cur.string()
         offset = cur.u64()
-        queue = self._queue(name)
+        queue = self._queue(name) or self._replica(name)
         if queue is None or not reference or len(reference.encode()) > MAX_REFERENCE_BYTES:
             return  # StoreOffset has no reply, even on error (as RabbitMQ)
         if not self.may("read", name):
+            return
+        if queue.leader_of_copy is not None:  # a replica: the leader stores it, ships it back
+            if not queue.leader_of_copy.store_offset(reference, offset):
+                log.info("store offset %s on %s: its leader is not reached", reference, name)
             return
         try:
             queue.stream.offsets.set(reference, offset)
@@ -923,7 +950,7 @@ class StreamConnection:
         corr = cur.u32()
         reference = cur.string()
         name = cur.string()
-        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0))
+        queue = self._readable(name, lambda c: wire.query_offset_response(corr, c, 0), replica=True)
         if queue is None:
             return
         stored = queue.stream.offsets.get(reference)
@@ -964,4 +991,5 @@ _HANDLERS: dict[int, Callable[[StreamConnection, Cursor], None]] = {
     wire.CONSUMER_UPDATE | wire.RESPONSE: StreamConnection._consumer_update_reply,
     wire.STORE_OFFSET: StreamConnection._store_offset,
     wire.QUERY_OFFSET: StreamConnection._query_offset,
+    wire.REPLICA_HOLDS: StreamConnection._replica_holds,
 }

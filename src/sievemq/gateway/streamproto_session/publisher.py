@@ -207,9 +207,13 @@ class StreamPublisher:
             self.conn.take_publish_credits(len(pids))
             self.appender.submit_many(messages, sinks, self, pids)
         if duplicates:
-            self.confirmed += len(duplicates)
-            counters.stream_confirmed += len(duplicates)
-            self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
+            if self.appender.stream.gated:  # confirmed once their first copy is committed
+                self.conn.take_publish_credits(len(duplicates))
+                self.appender.confirm_duplicates(self, duplicates)
+            else:
+                self.confirmed += len(duplicates)
+                counters.stream_confirmed += len(duplicates)
+                self.conn.write(wire.publish_confirm(self.publisher_id, duplicates))
         if errors:
             self.errored += len(errors)
             self.conn.write(wire.publish_error(self.publisher_id, errors))

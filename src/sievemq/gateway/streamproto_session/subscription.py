@@ -39,6 +39,7 @@ from sievemq.streamproto import convert, osiris, wire
 if TYPE_CHECKING:
     from sievemq.gateway.model.stream.queue import StreamQueue
     from sievemq.gateway.streamproto_session.ports import ConnectionPort, GroupMember
+    from sievemq.gateway.streamproto_session.tracking import SideFileShipping
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class Subscription(CommitWaker):
         "stats",
         "stored",
         "subscription_id",
+        "tracking",
         "verbatim",
     )
 
@@ -225,6 +227,7 @@ class Subscription(CommitWaker):
         # whole-chunk subscriptions (no filter, or WholeChunks) read undecoded chunks
         self._by_chunk = stored or verbatim or spec is None or isinstance(spec, WholeChunks)
         self.verbatim = verbatim  # sievemq-replica: chunks as stored, one per Deliver
+        self.tracking: SideFileShipping | None = None  # a replica's: side files shipped too
         self.stored = stored  # sievemq-stored-chunks: the record-table layout on the wire
         self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
@@ -238,7 +241,7 @@ class Subscription(CommitWaker):
         return self.stats.snapshot()
 
     def start(self) -> None:
-        self.listen()
+        self.listen(self.verbatim)  # a replica's feed reads past the committed offset
         self.wake()
 
     def add_credit(self, n: int) -> None:
@@ -298,7 +301,9 @@ class Subscription(CommitWaker):
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
         version = conn.deliver_version
-        committed = stream.last_chunk_id if version >= 2 else 0
+        # v2's committed chunk id; on a gated stream (commit by majority) the newest chunk may
+        # not be committed: then the chunk delivered (committed, since it was read) says it
+        committed = stream.last_chunk_id if version >= 2 and not stream.gated else 0
         out: list[bytes | memoryview] = []
         written = 0
         delivered = self.delivered
@@ -437,6 +442,8 @@ class Subscription(CommitWaker):
         self.active = False
         if self.sac is not None:
             self.sac.leave()  # the group picks another member
+        if self.tracking is not None:
+            self.tracking.detach()
         self.unlisten()
         with contextlib.suppress(StorageError, OSError):
             self._reader.close()

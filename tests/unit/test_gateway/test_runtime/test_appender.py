@@ -140,3 +140,63 @@ async def test_shutdown_waits_for_the_append_in_flight_then_writes_the_buffer(
     assert _stored(reopened) == [b"m1", b"m2"]
     reopened.close()
     executor.shutdown()
+
+
+@pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
+async def test_a_gated_stream_confirms_once_committed(
+    tmp_path: Path, durability: Durability
+) -> None:
+    """A replicated stream's leader: a written batch is confirmed only once the committed
+    offset passes its end; a delete nacks what is still held."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
+    stream.gate()
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)
+    sink = Sink()
+    try:
+        appender.submit(_msg(b"a"), sink, 1)
+        appender.submit(_msg(b"b"), sink, 2)
+        while stream.end_offset < 2 or appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.submit(_msg(b"c"), sink, 3)
+        while stream.end_offset < 3 or appender.held < 2:
+            await asyncio.sleep(0.01)
+        assert sink.outcomes == {}
+        stream.commit(2)  # the first batch's end: its two confirms go
+        assert sink.outcomes == {1: True, 2: True}
+        stream.commit(3)
+        assert sink.outcomes == {1: True, 2: True, 3: True}
+        appender.submit(_msg(b"d"), sink, 4)
+        while appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.close()
+        assert sink.outcomes[4] is False
+    finally:
+        executor.shutdown()
+        stream.close()
+
+
+async def test_a_gated_stream_confirms_a_duplicate_once_its_first_copy_is_committed(
+    tmp_path: Path,
+) -> None:
+    """Dedup: a publish the stream already holds is confirmed at once on an ungated stream,
+    and on a gated one only once what was submitted before it is committed."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.NEVER))
+    appender = StreamAppender(stream, asyncio.get_running_loop(), None, 1000)
+    sink = Sink()
+    try:
+        appender.confirm_duplicates(sink, [1])
+        assert sink.outcomes == {1: True}
+        stream.gate()
+        appender.submit(_msg(b"first copy"), sink, 2)
+        appender.confirm_duplicates(sink, [3])  # its first copy is in the buffer
+        while appender.held == 0:
+            await asyncio.sleep(0.01)
+        appender.confirm_duplicates(sink, [4])  # written, not committed
+        assert sink.outcomes == {1: True}
+        stream.commit(1)
+        assert sink.outcomes == {1: True, 2: True, 3: True, 4: True}
+        appender.confirm_duplicates(sink, [5])  # everything committed
+        assert sink.outcomes[5] is True
+    finally:
+        stream.close()

@@ -8,6 +8,7 @@ take no credit; an alarm and a credit hold are independent reasons not to read."
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -53,6 +54,7 @@ class Appender:
 
     def __init__(self) -> None:
         self.sinks: list[tuple[Any, int]] = []
+        self.stream = SimpleNamespace(gated=False)  # (a cluster's replicated leader: True)
 
     def submit_many(self, messages: Any, sinks: Any, sink: Any, seqs: list[int]) -> None:
         assert len(messages) == len(sinks) and sum(s is sink for s in sinks) == len(seqs)

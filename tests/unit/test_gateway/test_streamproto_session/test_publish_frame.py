@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ class Conn:
 class Appender:
     def __init__(self) -> None:
         self.calls: list[tuple[list[Any], list[Any], list[int]]] = []
+        self.stream = SimpleNamespace(gated=False)  # (a cluster's replicated leader: True)
 
     def submit_many(self, messages: Any, sinks: Any, sink: Any, seqs: list[int]) -> None:
         self.calls.append((list(messages), [s is sink for s in sinks], list(seqs)))

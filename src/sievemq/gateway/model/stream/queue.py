@@ -27,6 +27,19 @@ from sievemq.storage.publishers import PublisherSequences
 log = logging.getLogger(__name__)
 
 DeleteListener = Callable[["StreamQueue"], None]
+# a copy's publisher sequences read at most this many new records on the event loop (more
+# are read in a worker thread)
+CATCH_UP_HERE = 4096
+
+
+class LeaderOfCopy(Protocol):
+    """What a cluster node's copy of another node's stream reaches its leader by (the
+    follower, ``cluster/replication.py``)."""
+
+    def store_offset(self, reference: str, offset: int) -> bool:
+        """Send a named consumer's offset to the leader, which stores it and ships it back
+        to every copy; False when the leader is not reached now (nothing is stored)."""
+        ...
 
 
 class ConsumerInfo(Protocol):
@@ -77,7 +90,7 @@ class _Unopened:
     (made on first need and kept: nothing changes its files until it opens), and what its
     policy does to it once it opens (with the filter size it will have meanwhile)."""
 
-    __slots__ = ("filter_size_bytes", "on_open", "opener", "summary", "survey")
+    __slots__ = ("filter_size_bytes", "hooks", "on_open", "opener", "summary", "survey")
 
     def __init__(
         self, opener: Callable[[], Stream], survey: Callable[[], StreamSurvey | None] | None
@@ -86,6 +99,7 @@ class _Unopened:
         self.survey = survey
         self.summary: StreamSurvey | None = None
         self.on_open: Callable[[Stream], None] | None = None
+        self.hooks: list[Callable[[Stream], None]] = []  # (``on_first_open``)
         self.filter_size_bytes: int | None = None
 
     def surveyed(self) -> StreamSurvey | None:
@@ -143,6 +157,9 @@ class StreamQueue:
         self.fenced = False
         self._delete_listeners: list[DeleteListener] = []
         self._sequences: PublisherSequences | None = None
+        # a cluster node's copy of a stream another node leads (appended by its follower,
+        # never published to here), or None: the node's own stream
+        self.leader_of_copy: LeaderOfCopy | None = None
 
     @property
     def stream(self) -> Stream:
@@ -155,7 +172,18 @@ class StreamQueue:
             self._unopened = None
             if unopened.on_open is not None:
                 unopened.on_open(stream)
+            for hook in unopened.hooks:
+                hook(stream)
         return stream
+
+    def on_first_open(self, hook: Callable[[Stream], None]) -> None:
+        """Run ``hook`` on the storage stream when it opens (now if it is open): the
+        cluster gates a replicated stream without opening an idle one."""
+        unopened = self._unopened
+        if unopened is None:
+            hook(self.stream)
+        else:
+            unopened.hooks.append(hook)
 
     def when_open(self, change: Callable[[Stream], None], filter_size_bytes: int) -> None:
         """Run ``change`` on the storage stream now if it is open, else when it is first
@@ -196,17 +224,37 @@ class StreamQueue:
     def sequences_builder(self) -> Callable[[], PublisherSequences]:
         """The rebuild of ``publisher_sequences`` (snapshot + scan of the stream after it),
         as a call to run in a worker thread; give its result to ``adopt_sequences`` on the
-        loop. Opens the stream now (on the caller's thread) if it is not open yet."""
+        loop. Opens the stream now (on the caller's thread) if it is not open yet. A copy's
+        loaded sequences are brought up to its end instead (its follower appends without
+        them: the tags are in the data it copies)."""
         stream = self.stream
+        loaded = self._sequences
+        if loaded is not None:
+            return lambda: _caught_up(loaded, stream)
         return lambda: PublisherSequences(stream, dedup.stored_tag)
 
     def adopt_sequences(self, sequences: PublisherSequences) -> PublisherSequences:
         """Take sequences built by ``sequences_builder`` (reading what was appended since),
-        unless some were loaded meanwhile; returns the ones in use."""
-        if self._sequences is None:
+        unless others were loaded meanwhile; returns the ones in use."""
+        if self._sequences is None or self._sequences is sequences:
             sequences.catch_up(self.stream)
             self._sequences = sequences
         return self._sequences
+
+    def current_sequences(self) -> PublisherSequences | None:
+        """The loaded sequences once they cover the whole stream, else None (load them
+        with ``sequences_builder``, in a worker thread). A node's own stream's are kept
+        current by its publishes; a copy's are brought up to its end by reading what its
+        follower appended: here when that is a few records, else None."""
+        loaded = self._sequences
+        if loaded is None or self.leader_of_copy is None:
+            return loaded
+        behind = self.stream.end_offset - loaded.scanned
+        if behind > CATCH_UP_HERE:
+            return None
+        if behind > 0:
+            loaded.catch_up(self.stream)
+        return loaded
 
     @property
     def loaded_sequences(self) -> PublisherSequences | None:
@@ -297,3 +345,8 @@ class StreamQueue:
                 listener(self)
             except Exception:  # a broken consumer must not keep the stream alive
                 log.exception("delete listener of %r failed", self)
+
+
+def _caught_up(sequences: PublisherSequences, stream: Stream) -> PublisherSequences:
+    sequences.catch_up(stream)
+    return sequences

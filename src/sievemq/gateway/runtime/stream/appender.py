@@ -10,6 +10,11 @@ confirms are settled. Durability decides where the write runs:
   worker thread (on duplicated descriptors) so the loop never waits for the disk.
 - ``never``: append inline.
 
+A replicated stream's leader gates its stream (``Stream.gate``, ``cluster/commit.py``): the
+confirms of a written batch are then held until the stream's committed offset (what a
+majority of its members holds) reaches the batch's end. An ungated stream (a single node,
+a stream with one member) settles at once, as before: one attribute test per batch.
+
 When the stream has registered SQL subscriptions, each batch is evaluated against them here,
 before ``Stream.append``, and the answer travels as the chunk's opaque extra blob (storage
 stays protocol-free; see ``filtering.subscriptions``).
@@ -21,7 +26,9 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
 
@@ -40,15 +47,19 @@ class StreamAppender:
     """The single writer of one stream on the event loop."""
 
     __slots__ = (
+        "_after_next",
         "_buffer",
         "_closed",
         "_dirty",
         "_executor",
         "_fenced",
+        "_held",
         "_in_flight",
         "_in_flight_done",
         "_in_flight_tokens",
+        "_listening",
         "_loop",
+        "_loop_thread",
         "_on_exhausted",
         "_scheduled",
         "_sinks",
@@ -99,6 +110,66 @@ class StreamAppender:
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
         self._subscriptions = registry(stream)
+        # a gated stream's written batches whose confirms wait for the committed offset:
+        # (the batch's end offset, its confirms), oldest first
+        self._held: deque[tuple[int, Tokens]] = deque()
+        # duplicates' confirms that go with the next written batch (their first copy may
+        # be in it: submitted, not written yet)
+        self._after_next: Tokens = {}
+        self._listening = False
+        self._loop_thread = threading.get_ident()
+
+    def confirm_duplicates(self, sink: ConfirmSink, seqs: list[int]) -> None:
+        """Publishes this stream already holds (dedup): confirmed at once, but on a gated
+        stream only once what was submitted before them is committed (their first copy may
+        still wait for the majority)."""
+        if not self.stream.gated:
+            sink.settle_confirms(seqs, True)
+            return
+        if self._buffer or self._in_flight is not None:
+            self._after_next.setdefault(sink, []).extend(seqs)
+            return
+        self._confirm({sink: seqs})
+
+    def _confirm(self, tokens: Tokens) -> None:
+        """A batch is written (and synced as ``--fsync`` says): confirm it, or on a gated
+        stream hold it until the committed offset reaches its end."""
+        if self._after_next:
+            tokens = _merged(tokens, self._after_next)
+            self._after_next = {}
+        stream = self.stream
+        if not stream.gated:
+            _settle(tokens, True)
+            return
+        end = stream.end_offset
+        if end <= stream.committed_offset:
+            _settle(tokens, True)
+            return
+        if not tokens:
+            return
+        self._held.append((end, tokens))
+        if not self._listening:
+            self._listening = True
+            stream.add_listener(self._on_committed)
+
+    def _on_committed(self, committed: int) -> None:
+        """The stream's committed offset moved (in ``Stream.commit``'s thread, or in the
+        appending worker's once the stream is ungated)."""
+        if threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._on_committed, committed)
+            return
+        held = self._held
+        ok = self._fenced is None or not self._fenced()  # a fenced leader confirms nothing
+        while held and held[0][0] <= committed:
+            _settle(held.popleft()[1], ok)
+        if not held and self._listening:
+            self._listening = False
+            self.stream.remove_listener(self._on_committed)
+
+    @property
+    def held(self) -> int:
+        """Written batches whose confirms wait for the committed offset."""
+        return len(self._held)
 
     @property
     def pending(self) -> int:
@@ -177,11 +248,11 @@ class StreamAppender:
                 _settle(tokens, False)
                 return
             oks = _append_each(self.stream, batch, self._extras(batch))
-            _settle_each(sinks, tokens, oks)
+            _settle_each(sinks, tokens, oks, self._confirm)
             ok = any(oks)
         else:
             self.latencies.append.observe(time.perf_counter() - started)
-            _settle(tokens, True)
+            self._confirm(tokens)
             ok = True
         if ok and self.durability is Durability.BATCH:
             self._dirty = True
@@ -247,7 +318,10 @@ class StreamAppender:
             # durability always: the worker appended and fdatasynced the batch (fenced
             # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
-            _settle(tokens, self._fenced is None or not self._fenced())
+            if self._fenced is not None and self._fenced():
+                _settle(tokens, False)
+            else:
+                self._confirm(tokens)
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
         if len(batch) == 1 or self._exhausted(error):
@@ -257,7 +331,7 @@ class StreamAppender:
         # worker thread, and nack only what fails again
         self._start(
             tokens,
-            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch))),
+            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch)), self._confirm),
             _append_each,
             self.stream,
             batch,
@@ -310,9 +384,10 @@ class StreamAppender:
                 self.stream.append(batch, None, self._extra(batch))
             except _APPEND_ERRORS as error:
                 log.error("append to %s failed: %s", self.stream.directory, error)
-                _settle_each(sinks, tokens, _append_each(self.stream, batch, self._extras(batch)))
+                oks = _append_each(self.stream, batch, self._extras(batch))
+                _settle_each(sinks, tokens, oks, self._confirm)
             else:
-                _settle(tokens, True)
+                self._confirm(tokens)
         if self._sync_handle is not None:
             self._sync_handle.cancel()
             self._sync_handle = None
@@ -342,6 +417,13 @@ class StreamAppender:
             _settle(tokens, False)
         _, _, tokens = self._take()
         _settle(tokens, False)
+        while self._held:  # written, never committed: the stream goes
+            _settle(self._held.popleft()[1], False)
+        _settle(self._after_next, False)
+        self._after_next = {}
+        if self._listening:
+            self._listening = False
+            self.stream.remove_listener(self._on_committed)
 
 
 _APPEND_ERRORS = (StorageError, OSError, ValueError)
@@ -390,18 +472,31 @@ def _sync_fds(fds: list[int]) -> None:
             os.close(fd)
 
 
+def _merged(tokens: Tokens, more: Tokens) -> Tokens:
+    merged = {sink: list(seqs) for sink, seqs in tokens.items()}
+    for sink, seqs in more.items():
+        merged.setdefault(sink, []).extend(seqs)
+    return merged
+
+
 def _settle(tokens: Tokens, ok: bool) -> None:
     for sink, seqs in tokens.items():
         sink.settle_confirms(seqs, ok)
 
 
-def _settle_each(sinks: Sequence[ConfirmSink | None], tokens: Tokens, oks: Sequence[bool]) -> None:
-    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list."""
+def _settle_each(
+    sinks: Sequence[ConfirmSink | None],
+    tokens: Tokens,
+    oks: Sequence[bool],
+    confirm: Callable[[Tokens], None],
+) -> None:
+    """Settle a batch message by message: ``sinks[i]`` owes the next seq of its token list;
+    ``confirm`` takes those stored."""
     pending = {sink: iter(seqs) for sink, seqs in tokens.items()}
     good: Tokens = {}
     bad: Tokens = {}
     for sink, ok in zip(sinks, oks, strict=True):
         if sink is not None:
             (good if ok else bad).setdefault(sink, []).append(next(pending[sink]))
-    _settle(good, True)
+    confirm(good)
     _settle(bad, False)

@@ -32,8 +32,9 @@ class CommitWaker:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
 
-    def listen(self) -> None:
-        self._stream.add_listener(self._on_commit)
+    def listen(self, tail: bool = False) -> None:
+        """Be woken by commits (with ``tail``: by every append, committed or not)."""
+        self._stream.add_listener(self._on_commit, tail)
 
     def unlisten(self) -> None:
         with contextlib.suppress(ValueError, KeyError):

@@ -1,0 +1,127 @@
+"""What commit by majority costs a publisher: confirm latency and publish rate, 3 members vs 1.
+
+A real etcd and three real nodes (a, b, c) on this machine. Per round, interleaved: a stream
+declared on a with ``x-initial-cluster-size`` 1 (confirmed once on a's disk) and one with 3
+(confirmed once a and one replica hold the chunk). For each:
+
+- confirm latency: one aiormq publisher on a sends one 100 B message, waits for its
+  basic.ack, and again, ``--samples`` times (p50, p99, max);
+- publish rate: ``--n`` messages with confirms, pipelined in windows of 1000 (the
+  ``stream_replication`` bench's publisher).
+
+    python -m bench.commit_latency [--samples 1000] [--n 20000] [--rounds 3] [--out FILE.json]
+
+The client runs on the same cores as the three nodes (a 2-core machine shared with other
+work here): the figures are this machine's, to compare with each other, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiormq
+
+from bench._util import git_commit, machine
+from bench.stream_replication import _args, _declare, _members_online, _publish, _wait
+from sievemq.testing import ServerProcess
+from sievemq.testing.etcd import running_etcd
+
+
+async def _latencies(node: ServerProcess, name: str, samples: int) -> list[float]:
+    """Seconds from each publish to its basic.ack, one message in flight at a time."""
+    connection = await aiormq.connect(node.url)
+    try:
+        ch = await connection.channel(publisher_confirms=True)
+        body = b"x" * 100
+        out: list[float] = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            confirm = await ch.basic_publish(body, routing_key=name)
+            out.append(time.perf_counter() - t0)
+            assert isinstance(confirm, aiormq.spec.Basic.Ack), confirm
+        return out
+    finally:
+        await connection.close()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _case(
+    nodes: dict[str, ServerProcess], name: str, size: int, samples: int, n: int
+) -> dict[str, float]:
+    a = nodes["a"]
+    asyncio.run(_declare(a, name, size))
+    _wait(lambda: _members_online(a, name, size))
+    latencies = asyncio.run(_latencies(a, name, samples))
+    t0 = time.perf_counter()
+    asyncio.run(_publish(a, name, n))
+    rate = n / (time.perf_counter() - t0)
+    return {
+        "confirm_p50_ms": _quantile(latencies, 0.50) * 1e3,
+        "confirm_p99_ms": _quantile(latencies, 0.99) * 1e3,
+        "confirm_max_ms": max(latencies) * 1e3,
+        "publish_rate": rate,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fsync", default="batch", choices=["always", "batch", "never"])
+    parser.add_argument("--out", type=Path)
+    opts = parser.parse_args()
+    runs: dict[str, list[dict[str, float]]] = {"one_member": [], "three_members": []}
+    with tempfile.TemporaryDirectory(prefix="sievemq-commit-bench-") as tmp:
+        base = Path(tmp)
+        with running_etcd(base / "etcd") as etcd:
+            flags = ("--fsync", opts.fsync)
+            nodes = {
+                n: ServerProcess(base / n, (*_args(etcd.url, n), *flags)) for n in ("a", "b", "c")
+            }
+            try:
+                for proc in nodes.values():
+                    proc.start()
+                for r in range(opts.rounds):
+                    for case, size in (("one_member", 1), ("three_members", 3)):
+                        runs[case].append(_case(nodes, f"{case}-{r}", size, opts.samples, opts.n))
+            finally:
+                for proc in nodes.values():
+                    if proc.running:
+                        proc.stop()
+    medians: dict[str, Any] = {
+        case: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
+        for case, rs in runs.items()
+    }
+    result = {
+        "bench": "commit_latency",
+        "commit": git_commit(),
+        "machine": machine(),
+        "load_average": os.getloadavg(),
+        "fsync": opts.fsync,
+        "samples": opts.samples,
+        "n": opts.n,
+        "rounds": opts.rounds,
+        "medians": medians,
+        "runs": runs,
+    }
+    text = json.dumps(result, indent=2)
+    if opts.out:
+        opts.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

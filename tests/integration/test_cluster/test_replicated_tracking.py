@@ -1,0 +1,251 @@
+"""Named-consumer offsets and publisher dedup sequences travel with a stream's replicas.
+
+Two real nodes and a real etcd: a stream led by ``a`` with a replica on ``b``. Offsets stored
+on the leader (StoreOffset, an AMQP named consumer's acks) and the last publishing ids of
+its publishers (rstream's named Producer, AMQP dedup headers) are answered by the replica
+itself, through the Stream protocol on ``b``'s own listener; a StoreOffset on ``b`` reaches
+the leader; an offset changed while the replica was down is there once it is back; a named
+SQL consumer's registered subscription (what the chunks' bits mean) is in the replica's copy
+too; and a batch republished with old ids to the leader after it was SIGKILLed and
+restarted is still deduplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from rstream import OffsetNotFound
+
+from sievemq.cluster.replication import replica_directory
+from sievemq.filtering.subscriptions import FILE
+from sievemq.spark.stream_client import StreamClient, StreamURI
+from sievemq.storage.layout import stream_directory
+from sievemq.testing import ServerProcess
+from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.stream_client import open_client, producer
+
+from .cluster_helpers import channel, queues, started_nodes, until
+
+STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 2}
+
+
+@pytest.fixture(scope="module")
+def nodes(
+    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
+        yield procs
+
+
+def declare_replicated(a: ServerProcess, b: ServerProcess, name: str) -> None:
+    channel(a).queue_declare(name, durable=True, arguments=dict(STREAM))
+    until(lambda: queues(b).get(name, {}).get("online") == ["a", "b"], "a leads, b replicates")
+
+
+def publish_deduplicated(node: ServerProcess, name: str, reference: str, ids: range) -> None:
+    """AMQP 0-9-1 publishes with confirms and SieveMQ's dedup headers."""
+    ch = channel(node)
+    ch.confirm_delivery()
+    for i in ids:
+        headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": i}
+        ch.basic_publish(
+            "",
+            name,
+            b"dedup %d" % i,
+            pika.BasicProperties(headers=headers),
+            mandatory=True,
+        )
+
+
+def end_offset(node: ServerProcess, name: str) -> int:
+    """The stream's end (next offset) as ``node``'s StreamStats answers it."""
+    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
+    with StreamClient(uri) as client:
+        return int(client.stream_stats(name).end)
+
+
+def consume_named(
+    node: ServerProcess, name: str, consumer_name: str, count: int, **extra: str
+) -> None:
+    """An AMQP named consumer on ``node`` that takes and acks ``count`` messages."""
+    ch = channel(node)
+    ch.basic_qos(prefetch_count=100)
+    got: list[int] = []
+
+    def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+        got.append(props.headers["x-stream-offset"])
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            ch.stop_consuming()
+
+    arguments = {"x-stream-offset": "first", "x-stream-consumer-name": consumer_name, **extra}
+    ch.basic_consume(name, on_message, arguments=arguments)
+    ch.start_consuming()
+    assert got == list(range(count))
+    ch.close()
+
+
+async def offset_on(node: ServerProcess, name: str, reference: str) -> int | None:
+    client = await open_client(node)
+    try:
+        return int(await client.query_offset(name, reference))
+    except OffsetNotFound:
+        return None
+    finally:
+        await client.close()
+
+
+async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:
+    client = await open_client(node)
+    try:
+        return int(await client.query_publisher_sequence(name, reference))
+    finally:
+        await client.close()
+
+
+async def test_the_replica_answers_the_leader_s_offsets_and_sequences(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare_replicated(a, b, "tracked")
+    async with producer(a) as p:  # a named Stream-protocol publisher: ids 1..20
+        for i in range(20):
+            await p.send_wait("tracked", b"stream %d" % i, publisher_name="rstream-ref")
+    publish_deduplicated(a, "tracked", "amqp-ref", range(10))  # ids 0..9
+    consume_named(a, "tracked", "amqp-named", 30)  # acks every offset: commit 29
+    leader = await open_client(a)
+    try:
+        await leader.store_offset("tracked", "stored", 7)
+    finally:
+        await leader.close()
+    until(lambda: end_offset(b, "tracked") == 30, "b holds 30 messages")
+
+    # b answers from its own copy (b does not lead the stream)
+    async def replica_has_them() -> bool:
+        return (
+            await offset_on(b, "tracked", "stored") == 7
+            and await offset_on(b, "tracked", "amqp-named") == 29
+        )
+
+    await _eventually_async(replica_has_them, "b answers the leader's offsets")
+    assert await offset_on(b, "tracked", "nobody") is None  # NO_OFFSET, as on the leader
+    assert await sequence_on(b, "tracked", "rstream-ref") == 20
+    assert await sequence_on(b, "tracked", "amqp-ref") == 9
+    assert await sequence_on(b, "tracked", "unknown") == 0
+
+    # a StoreOffset on the replica's node is stored by the leader and comes back
+    replica = await open_client(b)
+    try:
+        await replica.store_offset("tracked", "via-b", 12)
+    finally:
+        await replica.close()
+
+    async def stored_everywhere() -> bool:
+        return (
+            await offset_on(a, "tracked", "via-b") == 12
+            and await offset_on(b, "tracked", "via-b") == 12
+        )
+
+    await _eventually_async(stored_everywhere, "the leader stored b's offset, b has it")
+
+    # more publishes: the replica's sequences follow what it copies
+    publish_deduplicated(a, "tracked", "amqp-ref", range(10, 15))
+    until(lambda: end_offset(b, "tracked") == 35, "b holds 35 messages")
+    assert await sequence_on(b, "tracked", "amqp-ref") == 14
+
+
+async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare_replicated(a, b, "away")
+    publish_deduplicated(a, "away", "ref", range(5))
+    leader = await open_client(a)
+    try:
+        await leader.store_offset("away", "kept", 1)
+        await leader.store_offset("away", "moved", 2)
+
+        async def replica_has_them() -> bool:
+            return await offset_on(b, "away", "moved") == 2
+
+        await _eventually_async(replica_has_them, "b has the offsets")
+        b.kill()
+        await leader.store_offset("away", "moved", 4)
+        await leader.store_offset("away", "new", 3)
+    finally:
+        await leader.close()
+    b.restart()
+
+    async def caught_up() -> bool:
+        return (
+            await offset_on(b, "away", "kept") == 1
+            and await offset_on(b, "away", "moved") == 4
+            and await offset_on(b, "away", "new") == 3
+        )
+
+    await _eventually_async(caught_up, "b has the offsets changed while it was down")
+    assert await sequence_on(b, "away", "ref") == 4
+
+
+def registries(a: ServerProcess, b: ServerProcess, name: str) -> tuple[bytes, bytes]:
+    """The leader's ``subscriptions.json`` of stream ``name`` and the replica's copy of it."""
+
+    def read(path: Path) -> bytes:
+        return path.read_bytes() if path.exists() else b""
+
+    return (
+        read(stream_directory(a.data_dir, "/", name) / FILE),
+        read(replica_directory(b.data_dir, "/", name) / FILE),
+    )
+
+
+def test_registered_sql_subscriptions_are_in_the_replica_s_copy(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare_replicated(a, b, "subscribed")
+    publish_deduplicated(a, "subscribed", "ref", range(10))
+    sql = {"x-stream-filter-sql": "properties.message_id IS NULL"}
+    consume_named(a, "subscribed", "auditor", 10, **sql)
+    leader, _ = registries(a, b, "subscribed")
+    assert b"auditor" in leader
+    until(lambda: registries(a, b, "subscribed")[1] == leader, "b's copy of the registry")
+    b.kill()  # a registration while the replica is away reaches it when it is back
+    consume_named(a, "subscribed", "second", 10, **sql)
+    b.restart()
+    until(
+        lambda: len(set(registries(a, b, "subscribed"))) == 1,
+        "b has the registry changed while it was down",
+    )
+    assert b"second" in registries(a, b, "subscribed")[1]
+
+
+async def test_old_ids_republished_after_the_leader_restarts_are_deduplicated(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare_replicated(a, b, "once")
+    publish_deduplicated(a, "once", "batch", range(10))
+    a.kill()  # SIGKILL: no snapshot of the sequences, they are rebuilt from the data
+    a.restart()
+    until(lambda: queues(b).get("once", {}).get("online") == ["a", "b"], "a is back")
+    publish_deduplicated(a, "once", "batch", range(5, 15))  # 5..9 again, then 10..14
+    assert end_offset(a, "once") == 15
+    until(lambda: end_offset(b, "once") == 15, "b holds 15 messages")
+    assert await sequence_on(a, "once", "batch") == 14
+    assert await sequence_on(b, "once", "batch") == 14
+
+
+async def _eventually_async(check: Any, what: str, timeout: float = 30.0) -> None:
+    """Await ``check()`` until it is true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await asyncio.sleep(0.1)
