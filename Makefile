@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,13 @@ cluster-faults: setup etcd faketime
 	SIEVEMQ_CLUSTER_FAULT_ROUNDS=$(ROUNDS) SIEVEMQ_CLUSTER_FAULT_REPORT=$(CURDIR)/cluster-faults.jsonl \
 		$(VENV)/bin/python -m pytest tests/integration/test_cluster/test_faults.py -p no:cacheprovider \
 		-o timeout=$$(( 300 * $(ROUNDS) )) -v
+
+# the chaos suite (tests/chaos/): three nodes and etcd in a network namespace of their own
+# (unshare -n: root), faults in rounds for MINUTES under load, then the checkers; JSON out, the
+# history and the nodes' logs in .chaos/<run>/, exit 1 on any finding (`make chaos MINUTES=30`;
+# one short round runs in `make test`)
+chaos: setup etcd faketime
+	$(VENV)/bin/python -m tests.chaos.run --minutes $(MINUTES)
 
 # promtool checks deploy/prometheus.yml (tests/test_compose.py): taken out of Debian's
 # prometheus package without installing it (no daemon, no postinst)

@@ -28,7 +28,7 @@ def _close_leftover_raw_clients() -> Iterator[None]:
     close_leftover_clients()
 
 
-FOLDER_MARKERS = ("unit", "integration", "recovery", "spark", "browser")
+FOLDER_MARKERS = ("unit", "integration", "recovery", "spark", "browser", "chaos")
 # tests/integration/test_<area>/: each area is a marker too (``pytest -m "integration and not
 # clients"``); registered in pyproject.toml like the folder markers
 AREA_MARKERS = (

@@ -552,7 +552,15 @@ class Placement:
         return local is not None and (name in local.queues or name in local.classic.queues)
 
     async def _release(self, vhost: str, name: str) -> None:
-        """Remove the record of a queue this node led and deleted."""
+        """Remove the record of a queue this node led and deleted (once etcd answers, when
+        it does not now: the queue is gone here, its record must not outlive it)."""
+        try:
+            await self._remove_record(vhost, name)
+        except _NoAnswer as error:
+            self._track(self._release_later(vhost, name), wait=False)
+            raise ReplicationFailed(f"etcd did not remove queue '{name}': {error}") from error
+
+    async def _remove_record(self, vhost: str, name: str) -> None:
         key = queue_key(vhost, name)
         try:
             found = await self.client.get(key)
@@ -560,8 +568,19 @@ class Placement:
                 return
             await self.client.txn([mod_revision_is(key, found.mod_revision)], [delete_op(key)])
         except (EtcdUnavailable, EtcdError) as error:
-            raise ReplicationFailed(f"etcd did not remove queue '{name}': {error}") from error
+            raise _NoAnswer(str(error)) from error
         self.records.pop((vhost, name), None)
+
+    async def _release_later(self, vhost: str, name: str) -> None:
+        """A queue deleted here while etcd did not answer: remove its record once etcd
+        does (unless the queue was made here again meanwhile)."""
+        while not self._holds(vhost, name):
+            await asyncio.sleep(1.0)
+            try:
+                await self._remove_record(vhost, name)
+                return
+            except _NoAnswer as error:
+                log.debug("record of deleted queue '%s' not removed yet: %s", name, error)
 
     async def place_local_queues(self) -> None:
         """At join: record the durable queues this node already holds (a node that joins

@@ -19,7 +19,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import pika
 from pika.exceptions import AMQPError, NackError, UnroutableError
@@ -29,41 +29,36 @@ from sievemq.testing import ServerProcess
 READ_TIMEOUT_S = 60.0  # generous: a loaded machine; returns as soon as all arrived
 
 
-def declare(node: ServerProcess, queue: str, kind: str) -> None:
-    """Declare a durable ``kind`` (stream or classic) queue through ``node`` (its leader).
-    A stream has no replica here: these faults test a node's own queues through outages;
-    a replicated stream fails over (and is fenced while its leader's lease is late), which
-    ``test_failover.py`` tests, and until confirms wait for a majority a failover loses
-    what the dead leader confirmed last, which this checker would report."""
+def declare(node: ServerProcess, queue: str, kind: str, copies: int = 1) -> None:
+    """Declare a durable ``kind`` (stream or classic) queue through ``node`` (its leader);
+    ``copies``: a stream's ``x-initial-cluster-size``. One by default: these faults test a
+    node's own queues through outages; a replicated stream fails over (and is fenced while
+    its leader's lease is late), which ``test_failover.py`` and the chaos suite test, and
+    until confirms wait for a majority a failover loses what the dead leader confirmed
+    last, which this checker would report."""
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     try:
         arguments: dict[str, Any] = {"x-queue-type": kind}
         if kind == "stream":
-            arguments["x-initial-cluster-size"] = 1
+            arguments["x-initial-cluster-size"] = copies
         conn.channel().queue_declare(queue, durable=True, arguments=arguments)
     finally:
         conn.close()
 
 
 @dataclass
-class Publisher:
-    """Publishes ``QUEUE:SEQ`` with confirms to ``queue`` through ``node`` until stopped."""
+class Background:
+    """A client running in a thread of its own (``_run``) until ``stop``."""
 
-    node: ServerProcess
-    queue: str
-    kind: str = "stream"
-    confirmed: list[int] = field(default_factory=list)
-    confirm_times: list[float] = field(default_factory=list)  # time.monotonic() of each
-    in_doubt: list[int] = field(default_factory=list)
-    rejected: list[int] = field(default_factory=list)  # nacked or returned unroutable
-    drops: int = 0  # connections lost (or refused) while publishing
-    errors: list[str] = field(default_factory=list)
-    _next: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
-    def start(self) -> Publisher:
-        self._thread = threading.Thread(target=self._run, name=f"pub-{self.queue}", daemon=True)
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        name = f"{type(self).__name__}-{id(self):x}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         return self
 
@@ -71,7 +66,30 @@ class Publisher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            assert not self._thread.is_alive(), f"publisher of {self.queue} did not stop"
+            assert not self._thread.is_alive(), f"{self!r} did not stop"
+
+
+@dataclass
+class Publisher(Background):
+    """Publishes ``QUEUE:SEQ`` with confirms to ``queue`` through ``node`` until stopped."""
+
+    node: ServerProcess
+    queue: str
+    kind: str = "stream"
+    label: str = ""  # the bodies' prefix (default the queue): several publishers, one queue
+    filter_values: tuple[str, ...] = ()  # x-stream-filter-value of SEQ: [SEQ % len]
+    pause_s: float = 0.0  # between publishes (the chaos suite's steady rate)
+    confirmed: list[int] = field(default_factory=list)
+    confirm_times: list[float] = field(default_factory=list)  # time.monotonic() of each
+    in_doubt: list[int] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)  # nacked or returned unroutable
+    drops: int = 0  # connections lost (or refused) while publishing
+    errors: list[str] = field(default_factory=list)
+    _next: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.label or self.queue
 
     def count(self) -> int:
         return len(self.confirmed)
@@ -99,13 +117,18 @@ class Publisher:
     def _publish(self, conn: pika.BlockingConnection) -> None:
         ch = conn.channel()
         ch.confirm_delivery()
-        persistent = pika.BasicProperties(delivery_mode=2)
         while not self._stop.is_set():
             seq = self._next
             self._next += 1
-            body = f"{self.queue}:{seq}".encode()
+            body = f"{self.name}:{seq}".encode()
+            headers = (
+                {"x-stream-filter-value": self.filter_values[seq % len(self.filter_values)]}
+                if self.filter_values
+                else None
+            )
+            props = pika.BasicProperties(delivery_mode=2, headers=headers)
             try:
-                ch.basic_publish("", self.queue, body, persistent, mandatory=True)
+                ch.basic_publish("", self.queue, body, props, mandatory=True)
             except (NackError, UnroutableError):
                 self.rejected.append(seq)
                 continue
@@ -114,6 +137,8 @@ class Publisher:
                 raise
             self.confirmed.append(seq)
             self.confirm_times.append(time.monotonic())
+            if self.pause_s:
+                self._stop.wait(self.pause_s)
 
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time in [start, end] (monotonic) without a confirm, in seconds."""
@@ -127,36 +152,56 @@ def wait_for_progress(publishers: list[Publisher], more: int, timeout: float = 6
     base = {id(p): p.count() for p in publishers}
     deadline = time.monotonic() + timeout
     while True:
-        slow = [p.queue for p in publishers if p.count() < base[id(p)] + more]
+        slow = [p.name for p in publishers if p.count() < base[id(p)] + more]
         if not slow:
             return
         if time.monotonic() > deadline:
-            details = {p.queue: (p.count(), p.drops, p.errors[-1:]) for p in publishers}
+            details = {p.name: (p.count(), p.drops, p.errors[-1:]) for p in publishers}
             raise AssertionError(f"no progress within {timeout} s on {slow}: {details}")
         time.sleep(0.05)
 
 
-def read_back(node: ServerProcess, queue: str, kind: str, confirmed: list[int]) -> set[int]:
-    """Every ``QUEUE:SEQ`` number a consumer on ``node`` gets (a stream from first), read
-    until all of ``confirmed`` arrived or nothing more came for a while."""
-    want = set(confirmed)
-    got: set[int] = set()
+def read_messages(
+    node: ServerProcess,
+    queue: str,
+    kind: str,
+    want: set[bytes],
+    idle_s: float = 0.0,
+    timeout_s: float = READ_TIMEOUT_S,
+) -> list[tuple[int, bytes]]:
+    """(offset, body) of every message a consumer on ``node`` gets (a stream from its first
+    offset, -1 for a classic queue's), in order, read until every body of ``want`` arrived
+    and then nothing more for ``idle_s``, or for ``timeout_s`` at most."""
+    messages: list[tuple[int, bytes]] = []
+    missing = set(want)
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     try:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=1000)
         arguments: dict[str, Any] = {"x-stream-offset": "first"} if kind == "stream" else {}
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        for method, _props, body in ch.consume(queue, arguments=arguments, inactivity_timeout=0.5):
+        deadline = time.monotonic() + timeout_s
+        idle_since = time.monotonic()
+        for method, props, body in ch.consume(queue, arguments=arguments, inactivity_timeout=0.2):
+            now = time.monotonic()
             if method is not None:
-                got.add(int(body.rsplit(b":", 1)[1]))
+                idle_since = now
+                offset = int(props.headers["x-stream-offset"]) if kind == "stream" else -1
+                messages.append((offset, body))
+                missing.discard(body)
                 ch.basic_ack(method.delivery_tag)
-            if want <= got or time.monotonic() > deadline:
+            if (not missing and now - idle_since >= idle_s) or now > deadline:
                 break
         ch.cancel()
     finally:
         conn.close()
-    return got
+    return messages
+
+
+def read_back(node: ServerProcess, queue: str, kind: str, confirmed: list[int]) -> set[int]:
+    """Every ``QUEUE:SEQ`` number a consumer on ``node`` gets (a stream from first), read
+    until all of ``confirmed`` arrived or nothing more came for a while."""
+    want = {f"{queue}:{seq}".encode() for seq in confirmed}
+    return {int(body.rsplit(b":", 1)[1]) for _, body in read_messages(node, queue, kind, want)}
 
 
 def check_nothing_confirmed_lost(leaders: dict[str, ServerProcess], pubs: list[Publisher]) -> None:

@@ -66,3 +66,23 @@ def test_a_declare_fails_while_etcd_is_away_and_is_recorded_once_it_is_back(
         etcd.start()
     seen = until(lambda: queues(nodes["b"]).get("late"), "b lists it once etcd is back")
     assert seen["node"] == "a"
+
+
+def test_a_delete_while_etcd_is_away_fails_and_the_record_goes_once_etcd_is_back(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+) -> None:
+    """The queue is gone on its leader at once; its record must not outlive it (it did: the
+    cluster listed a queue nobody held, and its replicas followed it for ever)."""
+    channel(nodes["a"]).queue_declare("gone", durable=True, arguments=STREAM)
+    until(lambda: queues(nodes["b"]).get("gone"), "b lists a's stream")
+    on_a = channel(nodes["a"])
+    etcd.stop()
+    try:
+        with pytest.raises(ConnectionClosedByBroker) as refused:
+            on_a.queue_delete("gone")
+        assert refused.value.reply_code == 541
+        assert "etcd did not remove queue 'gone'" in refused.value.reply_text
+    finally:
+        etcd.start()
+    until(lambda: "gone" not in queues(nodes["b"]), "b forgets it once etcd is back")
+    until(lambda: "gone" not in queues(nodes["a"]), "a forgets it too")

@@ -1,0 +1,306 @@
+"""The faults, one small function each: make the fault, hold it while the workload runs,
+heal it. ``Chaos.fault`` records when it began and healed, waits until the cluster has
+recovered (every node listed running by every node, every publisher confirming again) and
+measures the longest pause in the confirms of the publishers the fault should not touch.
+
+Every stream of the workload is declared on node a, with replicas on b and c; a follower
+is a node that leads none of them now. The leader's faults (SIGKILL, SIGSTOP past the
+lease, isolation, cut from etcd only) wait until another node leads (failover).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from tests.integration.test_cluster.fault_load import wait_for_progress
+
+from .checkers import longest_gap
+from .cluster import ChaosCluster, until
+from .netns import Network
+
+LEADER = "a"  # where the workload's streams are declared (and led, until a failover)
+NODES = ("a", "b", "c")
+LEADER_VICTIM = "leader"  # among a fault's victims: the streams' leader is faulted
+STEP = 10  # confirms each publisher adds to count as going on
+PROGRESS_S = 120.0  # generous: a loaded machine; returns as soon as it holds
+
+
+@dataclass
+class Chaos:
+    """What a scenario works with: the cluster, its network, the clients, the record."""
+
+    cluster: ChaosCluster
+    net: Network
+    publishers: list[Any]  # fault_load.Publisher and workload.StreamPublisher
+    streams: tuple[str, ...]  # the workload's streams (a follower leads none of them)
+    via: dict[int, str]  # id(publisher) -> the node it is connected to
+    rng: random.Random
+    hold_s: float  # a fault is held half to all of this once the others are seen going on
+    log: IO[str] | None = None  # history.jsonl, written as it happens
+    t0: float = field(default_factory=time.monotonic)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, event: str, **fields: Any) -> None:
+        entry = {"t": round(time.monotonic() - self.t0, 3), "event": event, **fields}
+        self.history.append(entry)
+        if self.log is not None:
+            self.log.write(json.dumps(entry) + "\n")
+            self.log.flush()
+
+    def leaders(self) -> set[str]:
+        """The nodes leading the workload's streams now, as b lists them."""
+        listed = self.cluster.queues("b")
+        return {listed[s]["leader"] for s in self.streams}
+
+    def follower(self) -> str:
+        """A node that holds copies of the workload's streams but leads none (after a
+        failover that split them, any node but one leader)."""
+        leaders = self.leaders()
+        others = sorted(set(NODES) - leaders) or sorted(set(NODES) - {min(leaders)})
+        return self.rng.choice(others)
+
+    def untouched(self, victims: tuple[str, ...]) -> list[Any]:
+        """Publishers the fault leaves alone: not connected to a victim node. With etcd
+        among the victims, only the classic queue's: a replicated stream takes no publishes
+        while its leader cannot renew its lease (it fences them). With the leader among
+        them, only the streams' through the other nodes (failed over; the classic queue
+        lives on node a)."""
+        if "etcd" in victims:
+            return [p for p in self.publishers if getattr(p, "kind", "stream") == "classic"]
+        alive = [p for p in self.publishers if self.via[id(p)] not in victims]
+        if LEADER_VICTIM in victims and LEADER in victims:
+            alive = [p for p in alive if getattr(p, "kind", "stream") != "classic"]
+        return alive
+
+    def hold(self, victims: tuple[str, ...]) -> None:
+        """The rest of the cluster is seen going on, then the fault lasts a while longer."""
+        wait_for_progress(self.untouched(victims), STEP, timeout=PROGRESS_S)
+        time.sleep(self.rng.uniform(self.hold_s / 2, self.hold_s))
+
+    def listed_stopped(self, victim: str) -> None:
+        judge = next(n for n in NODES if n != victim)
+        until(
+            lambda: self.cluster.running(judge).get(victim) is False,
+            f"{judge} lists {victim} stopped",
+        )
+
+    @contextlib.contextmanager
+    def fault(self, name: str, *victims: str) -> Iterator[None]:
+        start = time.monotonic()
+        self.record("fault", fault=name, victims=list(victims))
+        yield
+        healed = time.monotonic()
+        self.record("healed", fault=name)
+        self.cluster.wait_all_running()
+        wait_for_progress(self.publishers, STEP, timeout=PROGRESS_S)
+        end = time.monotonic()
+        gap = max(
+            (longest_gap(p.confirm_times, start, end) for p in self.untouched(victims)),
+            default=0.0,
+        )
+        figures = {
+            "fault": name,
+            "victims": list(victims),
+            "held_s": round(healed - start, 3),
+            "recovered_s": round(end - healed, 3),
+            "longest_confirm_gap_s": round(gap, 3),
+        }
+        self.faults.append(figures)
+        self.record("recovered", **figures)
+
+
+def kill_follower(ch: Chaos) -> None:
+    victim = ch.follower()
+    with ch.fault("kill-follower", victim):
+        ch.cluster.nodes[victim].kill()
+        ch.listed_stopped(victim)
+        ch.hold((victim,))
+        ch.cluster.nodes[victim].restart()  # on its data
+
+
+def stop_follower(ch: Chaos) -> None:
+    """SIGSTOP past the lease TTL: listed stopped, then SIGCONT (the same process)."""
+    victim = ch.follower()
+    pid = ch.cluster.nodes[victim].pid
+    with ch.fault("stop-follower", victim):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ch.listed_stopped(victim)
+            ch.hold((victim,))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def kill_etcd(ch: Chaos) -> None:
+    with ch.fault("kill-etcd", "etcd"):
+        ch.cluster.etcd.kill()
+        try:
+            ch.hold(("etcd",))
+        finally:
+            ch.cluster.etcd.start()  # on its data
+
+
+def isolate_follower(ch: Chaos) -> None:
+    """A follower cut from the other nodes and from etcd (its clients still reach it)."""
+    victim = ch.follower()
+    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    with ch.fault("isolate-follower", victim):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            ch.listed_stopped(victim)
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def follower_cut_from_nodes(ch: Chaos) -> None:
+    """A follower that reaches etcd (its lease lives on: it is listed running) but no
+    other node: its links and its copies' subscriptions stall until the cut heals."""
+    victim = ch.follower()
+    others = [ch.cluster.host(n) for n in NODES if n != victim]
+    with ch.fault("follower-cut-from-nodes", victim):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def follower_cut_from_etcd(ch: Chaos) -> None:
+    """A follower that still reaches the other nodes but not etcd: it loses its lease."""
+    victim = ch.follower()
+    before = ch.cluster.lease_losses(victim)
+    with ch.fault("follower-cut-from-etcd", victim):
+        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        try:
+            until(lambda: ch.cluster.lease_losses(victim) > before, f"{victim} loses its lease")
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def ring(ch: Chaos) -> None:
+    """The leader and one follower cannot reach each other, the third node reaches both:
+    every node still sees a majority (itself and one other), etcd sees everyone."""
+    victim = ch.follower()
+    leader = min(ch.leaders())
+    with ch.fault("ring", victim):
+        ch.net.cut(ch.cluster.host(leader), ch.cluster.host(victim))
+        try:
+            ch.hold((victim,))
+        finally:
+            ch.net.heal()
+
+
+def clock_jump(ch: Chaos) -> None:
+    """A node's wall clock stepped an hour forward, then an hour back, then right again
+    (the monotonic clock untouched, as an NTP step): each step is seen in its etcd record."""
+    victim = ch.rng.choice(NODES)
+    clock = ch.cluster.clocks[victim]
+    with ch.fault("clock-jump", victim):
+        try:
+            for jump, later in (("+3600", True), ("-3600", False)):
+                clock.write_text(jump + "\n")
+
+                def stepped(later: bool = later) -> bool:
+                    skew = ch.cluster.published_at(victim) - time.time()
+                    return skew > 1800 if later else skew < -1800
+
+                until(stepped, f"{victim}'s record stamped {jump} s off")
+                ch.hold(())
+        finally:
+            clock.write_text("+0\n")
+
+
+def the_leader(ch: Chaos) -> str:
+    """The node leading the workload's first stream now."""
+    return str(ch.cluster.queues(LEADER)[ch.streams[0]]["leader"])
+
+
+def new_leader(ch: Chaos, old: str) -> None:
+    """Another node leads the workload's first stream (the failover happened)."""
+    judge = next(n for n in NODES if n != old)
+    until(
+        lambda: ch.cluster.queues(judge)[ch.streams[0]]["leader"] != old,
+        f"a node other than {old} leads {ch.streams[0]}",
+    )
+
+
+def kill_leader(ch: Chaos) -> None:
+    """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
+    comes back on its data as a replica."""
+    victim = the_leader(ch)
+    with ch.fault("kill-leader", victim, LEADER_VICTIM):
+        ch.cluster.nodes[victim].kill()
+        new_leader(ch, victim)
+        ch.hold((victim, LEADER_VICTIM))
+        ch.cluster.nodes[victim].restart()
+
+
+def stop_leader(ch: Chaos) -> None:
+    """SIGSTOP of the leader past its lease: a replica takes over; on SIGCONT the old one
+    fences and hands over."""
+    victim = the_leader(ch)
+    pid = ch.cluster.nodes[victim].pid
+    with ch.fault("stop-leader", victim, LEADER_VICTIM):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def isolate_leader(ch: Chaos) -> None:
+    """The leader cut from the other nodes and etcd (its clients still reach it): it
+    fences, a replica takes over."""
+    victim = the_leader(ch)
+    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    with ch.fault("isolate-leader", victim, LEADER_VICTIM):
+        ch.net.isolate(ch.cluster.host(victim), others)
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            ch.net.heal()
+
+
+def leader_cut_from_etcd(ch: Chaos) -> None:
+    """The leader reaches the other nodes but not etcd: its lease lapses, it fences, a
+    replica takes over."""
+    victim = the_leader(ch)
+    with ch.fault("leader-cut-from-etcd", victim, LEADER_VICTIM):
+        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        try:
+            new_leader(ch, victim)
+            ch.hold((victim, LEADER_VICTIM))
+        finally:
+            ch.net.heal()
+
+
+SCENARIOS: dict[str, Callable[[Chaos], None]] = {
+    "kill-follower": kill_follower,
+    "stop-follower": stop_follower,
+    "kill-etcd": kill_etcd,
+    "isolate-follower": isolate_follower,
+    "follower-cut-from-nodes": follower_cut_from_nodes,
+    "follower-cut-from-etcd": follower_cut_from_etcd,
+    "ring": ring,
+    "clock-jump": clock_jump,
+    "kill-leader": kill_leader,
+    "stop-leader": stop_leader,
+    "isolate-leader": isolate_leader,
+    "leader-cut-from-etcd": leader_cut_from_etcd,
+}
+# the faults that need no failover; the leader's lose confirmed messages and show readers
+# offsets that a failover rewrites until confirms wait for a majority (issue 20)
+FOLLOWER_SCENARIOS = tuple(name for name in SCENARIOS if "leader" not in name)

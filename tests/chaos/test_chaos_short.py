@@ -1,0 +1,87 @@
+"""The chaos suite in short (``make test``): one round of every follower and etcd fault,
+each held briefly, in a network namespace of its own, with every checker over the whole
+history. The leader's faults (failover) join it once confirms wait for a majority: until
+then they find confirmed messages lost and offsets rewritten (docs/cluster.md).
+
+The long run is ``make chaos MINUTES=N`` (``python -m tests.chaos.run``; docs/testing.md).
+Also here: the checkers themselves, on input broken on purpose, so that a run without
+findings means something.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .checkers import Stored, check_declared, check_publisher, check_reader, replicas_equal
+from .scenarios import FOLLOWER_SCENARIOS
+from .workload import Delivery
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(900)
+def test_one_round_of_every_fault_loses_nothing() -> None:
+    """Its artifacts stay in .chaos/ when it fails (the history and the nodes' logs)."""
+    artifacts = ROOT / ".chaos" / f"short-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    command = [sys.executable, "-m", "tests.chaos.run", "--rounds", "1", "--minutes", "0"]
+    command += ["--hold-s", "3", "--artifacts", str(artifacts)]
+    command += ["--scenarios", ",".join(FOLLOWER_SCENARIOS)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    summary_file = artifacts / "summary.json"
+    assert summary_file.exists(), f"no summary (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    summary = json.loads(summary_file.read_text())
+    assert done.returncode == 0 and summary["findings"] == [], summary
+    assert set(summary["per_fault"]) == set(FOLLOWER_SCENARIOS), summary["per_fault"]
+    assert summary["lost"] == 0 and summary["unexpected"] == 0, summary
+    assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
+    assert summary["confirmed"] > 500 and summary["deliveries"] > 500, summary
+    assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    assert json.loads(done.stdout) == summary
+    history = [json.loads(line) for line in (artifacts / "history.jsonl").read_text().splitlines()]
+    assert sum(e["event"] == "recovered" for e in history) == len(FOLLOWER_SCENARIOS)
+    for name in ("a", "b", "c"):
+        assert (artifacts / "nodes" / f"{name}.stderr.1").exists()
+    shutil.rmtree(artifacts)
+
+
+def test_the_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
+    stored = Stored([(0, "p", 0), (1, "p", 2), (2, "p", 2), (3, "q", 0), (4, "p", 9)])
+    result = check_publisher("p", [0, 1, 2], {0, 1, 2, 3}, stored, dedup=True)
+    assert result.figures["lost"] == 1 and result.figures["unexpected"] == 1
+    assert result.figures["duplicates"] == 1 and len(result.findings) == 3
+    assert check_publisher("p", [0, 2], {0, 2, 9}, stored, dedup=False).findings == []
+
+    gap = [Delivery(1, 0, "p", 0), Delivery(1, 2, "p", 2)]
+    assert check_reader("r", gap, stored).figures["gaps"] == 1
+    resumed_past = [Delivery(1, 0, "p", 0), Delivery(2, 2, "p", 2)]
+    assert check_reader("r", resumed_past, stored).figures["gaps"] == 1
+    again = [Delivery(1, 0, "p", 0), Delivery(1, 1, "p", 2), Delivery(2, 1, "p", 2)]
+    assert check_reader("r", again, stored).findings == []  # at least once across a reconnect
+    wrong = [Delivery(1, 0, "p", 1)]
+    assert "the stream holds" in check_reader("r", wrong, stored).findings[0]
+    only_q = [Delivery(1, 3, "q", 0)]
+    assert check_reader("f", only_q, stored, lambda lab, _seq: lab == "q").findings == []
+    p_too = [Delivery(1, 0, "p", 0), Delivery(1, 3, "q", 0)]
+    assert check_reader("f", p_too, stored, lambda lab, _seq: lab == "q").findings
+    missed = [Delivery(1, 4, "p", 9)]
+    assert check_reader("f", missed, stored, lambda lab, _seq: lab == "p").figures["gaps"] == 3
+
+    assert check_declared({"x", "y"}, {"x"}).findings == ["declared-ok queues gone: ['y']"]
+
+    leader, replica = tmp_path / "a", tmp_path / "b"
+    copy = replica / "replicas" / "streams" / "%2F" / "s"
+    for directory in (leader / "streams" / "%2F" / "s", copy):
+        directory.mkdir(parents=True)
+        (directory / "00000000000000000000.segment").write_bytes(b"chunk")
+    assert replicas_equal(leader, {"b": replica}, "/", "s") == {"b": ""}
+    (copy / "00000000000000000000.segment").write_bytes(b"chunK!")
+    assert "differ" in replicas_equal(leader, {"b": replica}, "/", "s")["b"]
+    assert replicas_equal(leader, {"c": tmp_path / "c"}, "/", "s") == {"c": "no copy"}
