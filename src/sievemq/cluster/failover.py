@@ -298,6 +298,10 @@ class Failover:
             return
         arguments = decode_value(record.get("arguments") or {})
         local.declare_queue(name, durable=True, arguments=dict(arguments))
+        # gated for commit by majority now, in the same turn as the declare: the watch
+        # may have brought the new record before the queue existed here, and an ungated
+        # leader would confirm what no replica holds (lost in the next failover)
+        self.placement.led(queue, record)
 
     # ---------------------------------------------------------------- handing over
 

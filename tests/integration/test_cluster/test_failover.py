@@ -206,6 +206,12 @@ def test_leader_killed_a_replica_takes_over(nodes: dict[str, ServerProcess]) -> 
     assert got == [*before, b"first after", *after]  # all of it, in order, once
 
     until(lambda: copy_of(other, "fo") == led_by(new, "fo"), "the other survivor follows it")
+    # the new leader commits by majority too: with its only live replica stopped, it holds
+    os.kill(other.pid, signal.SIGSTOP)
+    try:
+        assert publish_held(new, "fo", [b"held"], 3.0) == 0
+    finally:
+        os.kill(other.pid, signal.SIGCONT)
     a.start()  # the old leader returns: its copy becomes a replica of the new leader
     until(lambda: copy_of(a, "fo") == led_by(new, "fo"), "the old leader's copy = the leader's")
     assert not led_by(a, "fo")
