@@ -63,6 +63,7 @@ from sievemq.gateway.session import (
     direct_reply,
     publish_cache,
     queue_methods,
+    raw_publish,
     remote,
     transactions,
 )
@@ -142,6 +143,8 @@ class Channel:
         "id",
         "next_delivery_tag",
         "prefetch",
+        "raw_route",
+        "raw_tried",
         "remote",
         "reply_consumer",
         "state",
@@ -196,6 +199,10 @@ class Channel:
             if directory is not None
             else None
         )
+        # in a cluster: this channel's publishes passed to one remote queue's leader as they
+        # came (``session.raw_publish``), and the publish method last found not to route so
+        self.raw_route: raw_publish.RawRoute | None = None
+        self.raw_tried = b""
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
         self.backlog: list[tuple[int, bytes]] | None = None
@@ -286,6 +293,7 @@ class Channel:
 
     def _cold_method(self, cid: int, mid: int, payload: bytes) -> None:
         """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
+        self.connection.route_stamp += 1  # it may change routing (``session.raw_publish``)
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
         method = codec.decode_method(payload, self._table_limits)
@@ -384,6 +392,9 @@ class Channel:
             return False  # not class 60, several body frames, or a size mismatch to report
         if size > self._max_message_size:
             return False
+        raw = self.raw_route
+        if raw is not None and method == raw.method and raw.forward(hpayload, bpayload):
+            return True  # to one remote queue, as it came (the leader checks it)
         # the memo lookups inline (a repeated publish or property list costs a dict get,
         # not a call); a miss decodes and checks, and None sends us the slow way
         pub = _known_publish(method) or publish_cache.publish_args(method)
@@ -398,6 +409,10 @@ class Channel:
         self._pub = pub
         self._props = props
         self._complete(bpayload, values)
+        remote_lookup = self._remote
+        if remote_lookup is not None and raw is None and method != self.raw_tried:
+            self.raw_tried = method  # (tried once: a cluster's local publishes pay one compare)
+            self.raw_route = raw_publish.enter(self, method, pub, remote_lookup)
         return True
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
@@ -705,6 +720,8 @@ class Channel:
             self.classic.release()  # unacked classic deliveries go back to their queues
         if self.remote is not None:
             self.remote.release()  # the link channels close: their leaders requeue
+        if self.raw_route is not None:
+            self.raw_route.end()
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0

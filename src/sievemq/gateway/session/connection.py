@@ -123,6 +123,9 @@ class Connection:
         self._close_timer: asyncio.TimerHandle | None = None
         self.frame_reader: frames.FrameReader | None = None
         self._offer: Any = None
+        # moved by every read and every cold channel method: a channel's raw route checks
+        # its routing again when it moved (``session.raw_publish``)
+        self.route_stamp = 0
 
     # ----------------------------------------------------------------------- output
 
@@ -246,6 +249,7 @@ class Connection:
 
     def on_frames(self, got: list[tuple[int, int, bytes]]) -> None:
         self._received = True
+        self.route_stamp += 1
         self._in_frames = True
         channels = self.channels
         state = self.state
