@@ -42,7 +42,6 @@ log = logging.getLogger("sievemq.cluster")
 _METHOD_HEAD = struct.Struct(">BHIHH")
 _CONTENT_HEAD = struct.Struct(">BHIHHQ").pack  # frame head + class + weight + body size
 _BODY_HEAD = struct.Struct(">BHI").pack
-_FRAME_HEAD = _BODY_HEAD  # type, channel, size
 _NO_TICKET: Final = b"\x00\x00"
 _NOT_MANDATORY: Final = b"\x00" + frames.FRAME_END_BYTE
 _END: Final = frames.FRAME_END_BYTE
@@ -279,7 +278,8 @@ class RawForward(ForwardedQueue):
     a link channel of their own, pinned to the queue, with only the frame heads written
     anew (the channel number). The header's weight stays the client's 0 (``MARK_UNKNOWN``),
     so the leader checks the property list, as it does for its own clients, and answers
-    what is wrong with it:
+    what is wrong with it. The client channel frames each run of publishes of one read
+    itself (``framing``) and hands it over in one call (``send_run``):
 
     - a message the leader refuses (a malformed property list, filter value or publisher
       id) closes this link channel with the leader's reply; ``sink.raw_refused`` closes the
@@ -309,31 +309,30 @@ class RawForward(ForwardedQueue):
         self._routing_key = routing_key
         self._method = b""
 
-    def forward(self, header: bytes, body: bytes, confirmed: bool, seq: int) -> bool:
-        """Forward one publish: its content header payload (weight 0) and its one body
-        frame's payload. False, having done nothing, when the body needs more than one of
-        the link's body frames (the channel's ordinary path takes it)."""
+    def framing(self) -> tuple[bytes, int, int]:
+        """What the client channel frames a run with: the link channel's basic.publish frame,
+        its number and the largest body one of its body frames takes (the link channel
+        opens on first use, and again after the link dropped)."""
         channel = self._channel
         if channel is None:
             channel = self._open()
             self._method = self._publish_frame(channel.number, self._exchange, self._routing_key)
-        size = len(body)
-        if size > self._body_max:
-            return False
-        self._track(self._sink if confirmed else None, seq)
-        number = channel.number
-        channel.writelines(
-            (
-                self._method,
-                _FRAME_HEAD(_FRAME_HEADER, number, len(header)),
-                header,
-                _END,
-                _FRAME_HEAD(_FRAME_BODY, number, size),
-                body,
-                _END,
-            )
-        )
-        return True
+        return self._method, channel.number, self._body_max
+
+    def send_run(self, frames_out: list[bytes], count: int, confirmed: bool, first: int) -> None:
+        """HOT PATH (once per run): ``count`` publishes framed with ``framing()``, numbered
+        ``first``... on the client's channel when ``confirmed``, out in the turn's write."""
+        channel = self._channel
+        assert channel is not None, "framing() opened it"
+        sink = self._sink if confirmed else None
+        self._next += count
+        runs = self._runs
+        last = runs[-1] if runs else None
+        if last is not None and last[0] is sink and (sink is None or last[1] + last[2] == first):
+            last[2] += count
+        else:
+            runs.append([sink, first, count])
+        channel.writelines(frames_out)
 
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
         """The leader refused a message (``code``: its reply) or the link dropped (0)."""

@@ -31,9 +31,14 @@ class RawPublisher(Protocol):
     """One client channel's publishes to a remote queue, passed on without being checked,
     routed or decoded here (the leader checks them: ``cluster.forwarding.RawForward``)."""
 
-    def forward(self, header: bytes, body: bytes, confirmed: bool, seq: int) -> bool:
-        """Pass on one publish (its content header and one body frame's payloads); False,
-        having done nothing, when it cannot go so (the channel's ordinary path takes it)."""
+    def framing(self) -> tuple[bytes, int, int]:
+        """The link's basic.publish frame, channel number and largest one-frame body: the
+        client channel frames a run of publishes with them (``send_run``)."""
+        ...
+
+    def send_run(self, frames_out: list[bytes], count: int, confirmed: bool, first: int) -> None:
+        """``count`` publishes framed with ``framing()`` (their sequence numbers from
+        ``first`` when ``confirmed``): out to the leader in this turn's write."""
         ...
 
     def retire(self) -> None:

@@ -392,9 +392,6 @@ class Channel:
             return False  # not class 60, several body frames, or a size mismatch to report
         if size > self._max_message_size:
             return False
-        raw = self.raw_route
-        if raw is not None and method == raw.method and raw.forward(hpayload, bpayload):
-            return True  # to one remote queue, as it came (the leader checks it)
         # the memo lookups inline (a repeated publish or property list costs a dict get,
         # not a call); a miss decodes and checks, and None sends us the slow way
         pub = _known_publish(method) or publish_cache.publish_args(method)
@@ -410,7 +407,7 @@ class Channel:
         self._props = props
         self._complete(bpayload, values)
         remote_lookup = self._remote
-        if remote_lookup is not None and raw is None and method != self.raw_tried:
+        if remote_lookup is not None and self.raw_route is None and method != self.raw_tried:
             self.raw_tried = method  # (tried once: a cluster's local publishes pay one compare)
             self.raw_route = raw_publish.enter(self, method, pub, remote_lookup)
         return True

@@ -35,10 +35,14 @@ neither.
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Final, Protocol
 
-from sievemq.amqp import errors
+from sievemq.amqp import errors, frames
+from sievemq.amqp.frames import Frame
+from sievemq.amqp.hotcodec import BASIC_CONTENT_CLASS, CONTENT_HEADER_FIELDS
 from sievemq.amqp.methods import BASIC_PUBLISH
+from sievemq.amqp.states import ChannelPhase, ChannelState
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.remote import RawPublisher, RemoteQueue
 from sievemq.gateway.model.stream.queue import StreamQueue
@@ -48,7 +52,17 @@ from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.ports import ChannelHost
 from sievemq.gateway.session.remote import RelayedError
 
-_CLIENT_WEIGHT: Final = b"\x00\x00"  # a content header's weight as clients send it
+# a content header's class (60) and weight (0) as clients send it: the weight is the mark a
+# forwarding node may set for the leader (``publish_cache.MARK_*``), 0 is "check it"
+_CLIENT_CLASS_WEIGHT: Final = BASIC_CONTENT_CLASS + b"\x00\x00"
+_MIN_HEADER: Final = CONTENT_HEADER_FIELDS + 2  # + the first property flag word
+_BODY_SIZE = struct.Struct(">Q").unpack_from
+_FRAME_HEAD = struct.Struct(">BHI").pack  # type, channel, size
+_FRAME_METHOD: Final = frames.FRAME_METHOD
+_FRAME_HEADER: Final = frames.FRAME_HEADER
+_FRAME_BODY: Final = frames.FRAME_BODY
+_END: Final = frames.FRAME_END_BYTE
+_OPEN: Final = ChannelPhase.OPEN
 
 Publish = tuple[str, str, bool]  # exchange, routing key, mandatory
 
@@ -57,11 +71,14 @@ class RawHost(Protocol):
     """The client channel a raw route serves (``session.channel.Channel``)."""
 
     connection: ChannelHost
+    state: ChannelState
     confirm: ConfirmTracker | None
     tx: Any
     raw_route: RawRoute | None
     raw_tried: bytes
 
+    @property
+    def id(self) -> int: ...
     @property
     def closing(self) -> bool: ...
     def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
@@ -75,6 +92,7 @@ class RawRoute:
     __slots__ = (
         "_channel",
         "_connection",
+        "_max_size",
         "_queue",
         "_remote",
         "method",
@@ -95,29 +113,66 @@ class RawRoute:
     ) -> None:
         self._channel = channel
         self._connection = channel.connection
+        self._max_size = channel.connection.node.limits.max_message_size
         self.method = method
         self.pub = pub
         self._queue = queue
         self._remote = remote
         self.stamp = channel.connection.route_stamp  # the connection's, when last checked
 
-    def forward(self, header: bytes, body: bytes) -> bool:
-        """HOT PATH: pass one publish on (``header``: its content header's payload, class 60
-        and the body size checked; ``body``: its one body frame's). False, having changed
-        nothing, when it must take the ordinary path (the route changed, a reply-to the
-        ordinary path rewrites, a weight that is not a client's)."""
-        if self.stamp != self._connection.route_stamp and not self._still_routes():
-            return False
-        if header[2:4] != _CLIENT_WEIGHT or _REPLY_TO_PSEUDO in header:
-            return False
-        confirm = self._channel.confirm
-        if confirm is None:
-            return self.publisher.forward(header, body, False, 0)
-        seq = confirm.next_seq
-        if not self.publisher.forward(header, body, True, seq):
-            return False
-        confirm.next_seq = seq + 1
-        return True
+    def forward_run(self, got: list[Frame], i: int, n: int) -> int:
+        """HOT PATH: pass on the run of publishes of this route that starts at ``got[i]``
+        (a basic.publish with this route's bytes), each a publish, one content header and
+        one body frame on the channel, up to the first frame that is anything else; the
+        number of publishes taken (0: the ordinary path takes the publish: the route
+        changed, a reply-to it rewrites, a body larger than allowed or than one of the
+        link's frames, a header the client did not send as clients do)."""
+        channel = self._channel
+        if channel.state.phase is not _OPEN or (
+            self.stamp != self._connection.route_stamp and not self._still_routes()
+        ):
+            return 0
+        method, number, body_max = self.publisher.framing()
+        body_max = min(body_max, self._max_size)
+        chid = channel.id
+        own = self.method
+        out: list[bytes] = []
+        add = out.extend
+        head = _FRAME_HEAD
+        size_at = _BODY_SIZE
+        count = 0
+        while i + 2 < n:
+            ftype, mchannel, payload = got[i]
+            if ftype != _FRAME_METHOD or mchannel != chid or payload != own:
+                break
+            htype, hchannel, header = got[i + 1]
+            btype, bchannel, body = got[i + 2]
+            size = len(body)
+            if (
+                htype != _FRAME_HEADER
+                or btype != _FRAME_BODY
+                or hchannel != chid
+                or bchannel != chid
+                or size > body_max
+                or len(header) < _MIN_HEADER
+                or header[:4] != _CLIENT_CLASS_WEIGHT
+                or size_at(header, 4)[0] != size
+                or _REPLY_TO_PSEUDO in header
+            ):
+                break
+            add((method, head(_FRAME_HEADER, number, len(header)), header, _END))
+            add((head(_FRAME_BODY, number, size), body, _END))
+            count += 1
+            i += 3
+        if count:
+            confirm = channel.confirm
+            if confirm is None:
+                self.publisher.send_run(out, count, False, 0)
+            else:
+                first = confirm.next_seq
+                confirm.next_seq = first + count
+                self.publisher.send_run(out, count, True, first)
+        return count
 
     def _still_routes(self) -> bool:
         """The connection may have seen a routing change: does the publish still route to
