@@ -46,6 +46,9 @@ _NO_TICKET: Final = b"\x00\x00"
 _NOT_MANDATORY: Final = b"\x00" + frames.FRAME_END_BYTE
 _END: Final = frames.FRAME_END_BYTE
 _METHODS_MAX: Final = 1024
+# a client channel gets a raw link channel of its own while the link has fewer open than
+# this (of its 2,047); past it, its publishes take the shared pinned channel
+_RAW_CHANNELS_MAX: Final = 1024
 _encode_content = hotcodec.encode_content
 _FRAME_HEADER: Final = frames.FRAME_HEADER
 _FRAME_BODY: Final = frames.FRAME_BODY
@@ -143,9 +146,10 @@ class ForwardedQueue:
     def open_raw(self, sink: RawSink, exchange: str, routing_key: str) -> RawForward | None:
         """A link channel of its own for one client channel whose publishes of
         (``exchange``, ``routing_key``) all route to this queue (``RawForward``); None once
-        this queue is retired (its leader changed: route again)."""
-        if self._retired:
-            return None
+        this queue is retired (its leader changed: route again), or while the link has
+        ``_RAW_CHANNELS_MAX`` channels open (the publishes go the ordinary way)."""
+        if self._retired or self._links.channels_open(self.leader, self.vhost) >= _RAW_CHANNELS_MAX:
+            return None  # (the link keeps channels for consumers and this shared one)
         return RawForward(
             self._links, self.vhost, self.name, self.leader, sink, exchange, routing_key
         )

@@ -160,8 +160,17 @@ class RawRoute:
                 or _REPLY_TO_PSEUDO in header
             ):
                 break
-            add((method, head(_FRAME_HEADER, number, len(header)), header, _END))
-            add((head(_FRAME_BODY, number, size), body, _END))
+            add(
+                (
+                    method,
+                    head(_FRAME_HEADER, number, len(header)),
+                    header,
+                    _END,
+                    head(_FRAME_BODY, number, size),
+                    body,
+                    _END,
+                )
+            )
             count += 1
             i += 3
         if count:
