@@ -143,6 +143,7 @@ class Channel:
         "id",
         "next_delivery_tag",
         "prefetch",
+        "raw_misses",
         "raw_route",
         "raw_tried",
         "remote",
@@ -203,6 +204,7 @@ class Channel:
         # came (``session.raw_publish``), and the publish method last found not to route so
         self.raw_route: raw_publish.RawRoute | None = None
         self.raw_tried = b""
+        self.raw_misses = 0  # publishes found not to route so (tries stop at RAW_TRIES)
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
         self.backlog: list[tuple[int, bytes]] | None = None
@@ -408,9 +410,19 @@ class Channel:
         self._complete(bpayload, values)
         remote_lookup = self._remote
         if remote_lookup is not None and self.raw_route is None and method != self.raw_tried:
-            self.raw_tried = method  # (tried once: a cluster's local publishes pay one compare)
-            self.raw_route = raw_publish.enter(self, method, pub, remote_lookup)
+            self._try_raw(method, pub, remote_lookup)
         return True
+
+    def _try_raw(self, method: bytes, pub: tuple[str, str, bool], remote: RemoteLookup) -> None:
+        """In a cluster, after an ordinary publish of new method bytes: may the next ones go
+        raw (``session.raw_publish``)? A channel stops asking after ``RAW_TRIES`` publishes
+        that did not route so (a publisher of ever new routing keys to local queues would
+        route each one twice), and asks once per method bytes."""
+        if self.raw_misses < raw_publish.RAW_TRIES:
+            self.raw_tried = method
+            self.raw_route = raw_publish.enter(self, method, pub, remote)
+            if self.raw_route is None:
+                self.raw_misses += 1
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Route and store a whole message (the channel is back in the open phase)."""

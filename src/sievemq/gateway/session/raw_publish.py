@@ -65,6 +65,7 @@ _END: Final = frames.FRAME_END_BYTE
 _OPEN: Final = ChannelPhase.OPEN
 
 Publish = tuple[str, str, bool]  # exchange, routing key, mandatory
+RAW_TRIES: Final = 8  # ordinary publishes a channel routes again to see if they may go raw
 
 
 class RawHost(Protocol):
