@@ -4,9 +4,10 @@
         [--failover-rounds 3] [--kinds stream,quorum] [--sievemq-quorum] [--out FILE.json]
 
 Both clusters run at once on this machine, on 127.0.0.1, their state under /tmp: an etcd
-and three SieveMQ nodes (``--cluster-lease-ttl`` 5 s, the default; ``--fsync batch``, the
-default), and three RabbitMQ nodes with their own names, AMQP and distribution ports, one
-private epmd and a shared cookie, joined with ``rabbitmqctl join_cluster``
+and three SieveMQ nodes (``--cluster-lease-ttl`` 5 s, the default, or ``--lease-ttl``;
+``--fsync batch``, the default), and three RabbitMQ nodes with their own names, AMQP and
+distribution ports, one private epmd and a shared cookie, joined with
+``rabbitmqctl join_cluster``
 (``bench/rabbitmq_cluster.py``; default settings). Everything is stopped at the end, after
 an error too.
 
@@ -183,9 +184,10 @@ Side = SieveSide | RabbitSide
 
 
 @contextmanager
-def sievemq_cluster(base: Path) -> Iterator[SieveSide]:
+def sievemq_cluster(base: Path, lease_ttl: int) -> Iterator[SieveSide]:
     with running_etcd(base / "etcd") as etcd:
         flags = ("--cluster-etcd", etcd.url, "--cluster-port", "0")
+        flags += ("--cluster-lease-ttl", str(lease_ttl))
         nodes = [ServerProcess(base / n, ("--node-name", n, *flags)) for n in NAMES]
         try:
             for node in nodes:
@@ -452,6 +454,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000, help="pipelined messages")
     parser.add_argument("--failover-rounds", type=int, default=3)
     parser.add_argument("--kinds", default="stream,quorum")
+    parser.add_argument("--lease-ttl", type=int, default=5, help="SieveMQ's --cluster-lease-ttl")
     parser.add_argument(
         "--same-channel-timeout",
         type=float,
@@ -479,7 +482,7 @@ def main() -> None:
     failovers: list[dict[str, Any]] = []
     with ExitStack() as stack:
         base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sievemq-repl-rmq-")))
-        sides: list[Side] = [stack.enter_context(sievemq_cluster(base))]
+        sides: list[Side] = [stack.enter_context(sievemq_cluster(base, opts.lease_ttl))]
         sides.append(stack.enter_context(rabbit_cluster()))
         for r in range(opts.rounds):
             for kind in kinds:
@@ -509,6 +512,8 @@ def main() -> None:
         "compared with SieveMQ's replicated stream",
         "samples": opts.samples,
         "n": opts.n,
+        "sievemq_lease_ttl_s": opts.lease_ttl,
+        "sievemq_fsync": "batch",
         "medians": medians(rows),
         "ratios_sievemq_over_rabbitmq": ratios(rows, kinds),
         "failover": failover_medians(failovers),
