@@ -270,11 +270,7 @@ class QueueLog:
         return {v for (v,) in _U64.iter_unpack(data[:usable])}
 
     def _read_mark(self, name: str) -> int:
-        try:
-            data = (self.directory / name).read_bytes()
-        except FileNotFoundError:
-            return 0
-        return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
+        return _read_mark_of(self.directory, name)
 
     def _rewrite_acks(self, acked: set[int]) -> None:
         """Keep only the acks of segments that still exist (temp + rename)."""
@@ -594,6 +590,42 @@ class QueueLog:
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""
         return (self._segments[f].path for f in self._order)
+
+
+def last_id_of(directory: Path) -> int:
+    """The highest id a log holds or held (its last whole record, its delivered mark, its
+    purge floor), read without opening it for writing: a failover compares copies that
+    their followers may still hold open."""
+    directory = Path(directory)
+    found = max(_read_mark_of(directory, DELIVERED_FILE), _read_mark_of(directory, FLOOR_FILE))
+    firsts = sorted(
+        (
+            int(p.name[: -len(SEGMENT_SUFFIX)])
+            for p in directory.glob("*" + SEGMENT_SUFFIX)
+            if p.name[: -len(SEGMENT_SUFFIX)].isdigit()
+        ),
+        reverse=True,
+    )
+    for first in firsts:
+        path = directory / f"{first:020d}{SEGMENT_SUFFIX}"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # dropped meanwhile (acked whole)
+            continue
+        last = 0
+        for found_record in _iter_segment(data):
+            last = found_record.message.id
+        if last:
+            return max(found, last)
+    return found
+
+
+def _read_mark_of(directory: Path, name: str) -> int:
+    try:
+        data = (directory / name).read_bytes()
+    except FileNotFoundError:
+        return 0
+    return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
 
 
 def _count_entry(msg_id: int, count: int, out: bool) -> bytes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from sievemq.storage.queue_log import COUNTS_FILE, QueueLog, read_counts
+from sievemq.storage.queue_log import COUNTS_FILE, QueueLog, last_id_of, read_counts
 
 SEGMENT = 300  # bytes: a handful of records per segment
 
@@ -118,3 +118,26 @@ def test_entry_layout(tmp_path: Path) -> None:
     data = (tmp_path / COUNTS_FILE).read_bytes()
     msg_id, word, _crc = struct.unpack(">QII", data)
     assert (msg_id, word) == (ids[0], 5 << 1 | 1)
+
+
+def test_last_id_of_a_copy_read_without_opening_it(tmp_path: Path) -> None:
+    """An election compares copies by the highest id they hold or held, read while their
+    followers may hold the logs open."""
+    assert last_id_of(tmp_path) == 0
+    log, _ = opened(tmp_path)
+    ids = fill(log, 30)  # several segments
+    assert last_id_of(tmp_path) == ids[-1]
+    log.mark_delivered(ids[-1])
+    log.ack(ids)  # settled: the last segment stays (it is being written)
+    assert last_id_of(tmp_path) == ids[-1]
+    log.purge()  # every segment gone: the floor says how far it went
+    assert last_id_of(tmp_path) == ids[-1]
+    log.close()
+    last = max(tmp_path.glob("*.qseg"), default=None)
+    assert last is None
+    log, _ = opened(tmp_path)
+    more = fill(log, 3)
+    log.close()
+    whole = max(tmp_path.glob("*.qseg"))
+    whole.write_bytes(whole.read_bytes()[:-3])  # the last record torn
+    assert last_id_of(tmp_path) == more[-2]

@@ -285,6 +285,9 @@ class ClassicQueue:
         self.log = log_store
         self.consumers: ConsumerList = ConsumerList()
         self.deleted = False
+        # a replicated quorum queue's leader that may have been replaced (``cluster.failover``):
+        # its publishes are nacked, nothing is written
+        self.fenced = False
         self.on_ready: Callable[[], None] = _nothing
         self.on_unused: Callable[[ClassicQueue], None] = _nothing_q
         self.dead_letter: DeadLetter = _no_dead_letter
