@@ -448,7 +448,7 @@ class Failover:
         if new:
             self._fenced_under = lease
             log.warning(
-                "node %s cannot be sure it still leads %d replicated stream(s) (its etcd "
+                "node %s cannot be sure it still leads %d replicated queue(s) (its etcd "
                 "lease was last renewed over %d s ago): their publishes are nacked until "
                 "it is",
                 self.me,
@@ -463,7 +463,7 @@ class Failover:
             if queue is not None:
                 queue.fenced = False
         if queues:
-            log.warning("node %s takes publishes to its streams again: %s", self.me, why)
+            log.warning("node %s takes publishes to its replicated queues again: %s", self.me, why)
 
     def _registered_again(self) -> None:
         task = asyncio.ensure_future(self._reaffirm())

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
+from pika.exceptions import NackError
 
 from sievemq.cluster.coordination import EtcdClient
 from sievemq.cluster.placement import queue_key
@@ -48,31 +52,46 @@ def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess
         yield procs
 
 
-async def _with_replicas(etcd: EtcdProcess, replicas: list[str]) -> None:
+async def _with_replicas(etcd: EtcdProcess, name: str, replicas: list[str]) -> None:
     client = EtcdClient([etcd.url])
     try:
-        found = await client.get(queue_key("/", QUEUE))
+        found = await client.get(queue_key("/", name))
         assert found is not None
         record = json.loads(found.value)
         if not record.get("replicas"):  # the quorum replication's declare names them
             record["replicas"] = replicas
             assert await client.compare_and_swap(
-                queue_key("/", QUEUE), found.mod_revision, json.dumps(record)
+                queue_key("/", name), found.mod_revision, json.dumps(record)
             )
     finally:
         await client.close()
+
+
+def confirmed(ch: Any, name: str, body: bytes) -> None:
+    """Publish ``body`` with a confirm, again after each nack, until it is confirmed."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            ch.basic_publish("", name, body, PERSISTENT)
+            return
+        except NackError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def count_of(props: pika.BasicProperties) -> Any:
     return (props.headers or {}).get("x-delivery-count")
 
 
-def consume_all(node: ServerProcess, expect: int) -> list[tuple[bytes, Any, bool]]:
+def consume_all(
+    node: ServerProcess, expect: int, name: str = QUEUE
+) -> list[tuple[bytes, Any, bool]]:
     """Every message of the queue through ``node``: (body, x-delivery-count, redelivered)."""
     ch = channel(node)
     ch.basic_qos(prefetch_count=200)
     got: list[tuple[bytes, Any, bool]] = []
-    for method, props, body in ch.consume(QUEUE, inactivity_timeout=WAIT_S):
+    for method, props, body in ch.consume(name, inactivity_timeout=WAIT_S):
         assert method is not None, f"only {len(got)} of {expect} arrived"
         got.append((body, count_of(props), method.redelivered))
         ch.basic_ack(method.delivery_tag)
@@ -100,7 +119,7 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
         method, _, _ = ch.basic_get(QUEUE)
         ch.basic_ack(method.delivery_tag)
     ch.queue_declare(QUEUE, passive=True)  # a round trip: the acks were processed
-    asyncio.run(_with_replicas(etcd, ["b", "c"]))
+    asyncio.run(_with_replicas(etcd, QUEUE, ["b", "c"]))
     for replica in (b, c):
         assert replica.stop() == 0, replica.stderr()
     a.kill()
@@ -146,3 +165,37 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
 
 def leader_of_is(node: ServerProcess, name: str) -> bool:
     return queues(node).get(QUEUE, {}).get("leader") == name
+
+
+def test_leader_cut_from_etcd_fences_its_quorum_queue(
+    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+) -> None:
+    """A leader that cannot renew its lease for a TTL may have been replaced: it nacks every
+    publish to its replicated quorum queues (nothing written) until etcd answers and the
+    record says it still leads."""
+    a = nodes["a"]
+    assert etcd.proc is not None
+    channel(a).queue_declare("fenced", durable=True, arguments=ARGS)
+    asyncio.run(_with_replicas(etcd, "fenced", ["b", "c"]))
+    assert a.stop() == 0, a.stderr()
+    a.start()  # joins reading the record, its replicas named
+    ch = channel(a)
+    ch.confirm_delivery()
+    # (a node busy starting on a loaded machine may find its 2 s lease stale and fence
+    # for a moment: a publish is retried until confirmed)
+    confirmed(ch, "fenced", b"before")
+    fences = a.stderr().count("cannot be sure it still leads")
+    os.kill(etcd.proc.pid, signal.SIGSTOP)
+    try:
+        until(
+            lambda: a.stderr().count("cannot be sure it still leads") > fences,
+            "a fences its queue",
+        )
+        with pytest.raises(NackError):
+            ch.basic_publish("", "fenced", b"while etcd is away", PERSISTENT)
+    finally:
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+    confirmed(ch, "fenced", b"after")
+    assert consume_all(a, 2, "fenced") == [(b"before", None, False), (b"after", None, False)]
+    # the nacked one was never written
+    assert channel(a).queue_declare("fenced", passive=True).method.message_count == 0
