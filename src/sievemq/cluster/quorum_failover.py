@@ -23,6 +23,7 @@ leader's counts differ), and a quorum queue is small, so a fresh copy is the saf
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,14 +40,12 @@ Queue = tuple[str, str]
 
 
 class QuorumFollowing(Protocol):
-    """The quorum replication's followers, as a failover needs them."""
+    """The quorum replication (``cluster/quorum_replication.py``'s ``QuorumReplication``), as
+    a failover needs it: its followers by queue, and stopping one."""
 
-    def follows(self, queue: Queue) -> bool:
-        """A follower keeps this node's copy of the queue."""
-        ...
-
-    def hold(self, queue: Queue, held: bool) -> None:
-        """Stop applying the leader's operations (an election compares copies), or go on."""
+    @property
+    def followers(self) -> Mapping[Queue, Any]:
+        """The followers keeping this node's copies, by queue."""
         ...
 
     async def release(self, queue: Queue) -> None:
@@ -62,19 +61,22 @@ class QuorumCopies:
     ) -> None:
         self.placement = placement
         self.broker = broker
-        self.following = following  # set once the quorum replication runs
+        # the quorum replication, once it runs on this node: without it, a copy is whatever
+        # the queue's directory holds
+        self.following = following
 
     def _directory(self, queue: Queue) -> Path:
         return layout.queue_directory(self.broker.data_dir, *queue)
 
     def holds_copy(self, queue: Queue) -> bool:
-        if self.following is not None and self.following.follows(queue):
+        if self.following is not None and queue in self.following.followers:
             return True
         return self._directory(queue).is_dir()
 
     def hold(self, queue: Queue, held: bool) -> None:
-        if self.following is not None and self.following.follows(queue):
-            self.following.hold(queue, held)
+        """Nothing to do: a quorum follower feeds only from a running leader, and an election
+        runs only while the leader is not running (a leader back meanwhile ends it: the
+        compare-and-swap needs its node key absent)."""
 
     def tail(self, queue: Queue) -> tuple[int, int]:
         directory = self._directory(queue)

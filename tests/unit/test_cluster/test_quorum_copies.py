@@ -76,3 +76,30 @@ def test_tail_promotion_and_hand_over(tmp_path: Path) -> None:
     assert not queue_directory(tmp_path / "b", *Q).exists()  # copied afresh from c
     assert not copies.hand_over(Q, moved)
     replica.close()
+
+
+class FakeReplication:
+    """The quorum replication's face to a failover: followers by queue, ``release``."""
+
+    def __init__(self) -> None:
+        self.followers: dict[tuple[str, str], object] = {}
+        self.released: list[tuple[str, str]] = []
+
+    async def release(self, queue: tuple[str, str]) -> None:
+        self.followers.pop(queue, None)
+        self.released.append(queue)
+
+
+def test_a_follower_is_released_before_its_copy_opens(tmp_path: Path) -> None:
+    leader_log(tmp_path / "a", 2, 0)
+    replica = Broker(tmp_path / "b")
+    following = FakeReplication()
+    copies = QuorumCopies(cast(Placement, FakePlacement()), replica, following)
+    following.followers[Q] = object()  # following, its copy not written yet
+    assert copies.holds_copy(Q)
+    shutil.copytree(queue_directory(tmp_path / "a", *Q), queue_directory(tmp_path / "b", *Q))
+    record = {"leader": "b", "epoch": 2, "type": "quorum", "arguments": encode_value(ARGS)}
+    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 3)]))
+    assert following.released == [Q] and not following.followers
+    assert replica.vhost("/").classic.queues["q"].message_count == 2
+    replica.close()
