@@ -158,6 +158,10 @@ class Failover:
         local = self.broker.vhosts.get(queue[0])
         return local is not None and queue[1] in local.queues
 
+    def holds(self, vhost: str, name: str) -> bool:
+        """Whether this node has the queue open (``Membership.holds_queue``)."""
+        return self._held((vhost, name))
+
     # ---------------------------------------------------------------- election
 
     async def _elect(self, queue: Queue) -> None:

@@ -90,6 +90,7 @@ async def join(
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
     membership.queue_epoch = placement.epoch
+    membership.holds_queue = failover.holds
     replica_ops = ReplicaOps(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )
