@@ -12,7 +12,9 @@ kept) and c is started again. Measured:
   the start is reported too);
 - **the publisher's stall while c catches up**: its longest time without a confirm and its
   confirm latency p50/p99 over that time, against **no catch-up**: the same publisher for as
-  long right after, with every replica following.
+  long right after, with every replica following;
+- each node's CPU (cores busy, utime + stime from /proc) over both windows: what the
+  catch-up takes from the leader (its shipping) and what the replica spends appending.
 
     python -m bench.replica_catch_up [--n 200000] [--rounds 3] [--out FILE.json]
 
@@ -35,7 +37,7 @@ from typing import Any
 
 import aiormq
 
-from bench._util import report
+from bench._util import proc_cpu_s, report
 from bench.stream_replication import (
     _declare,
     _members_online,
@@ -125,18 +127,27 @@ def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> d
     started = time.monotonic()
     c.start()
     ready = time.monotonic()
+    cpu = {k: proc_cpu_s(p.pid) for k, p in nodes.items()}
     _wait(lambda: _bytes(copy) >= target)
     done = time.monotonic()
+    cpu_during = {k: (proc_cpu_s(p.pid) - cpu[k]) / (done - ready) for k, p in nodes.items()}
     time.sleep(0.5)  # the copy follows the steady publisher from here
     baseline_start = time.monotonic()
+    cpu = {k: proc_cpu_s(p.pid) for k, p in nodes.items()}
     time.sleep(max(done - started, 2.0))
     baseline_end = time.monotonic()
+    cpu_after = {
+        k: (proc_cpu_s(p.pid) - cpu[k]) / (baseline_end - baseline_start) for k, p in nodes.items()
+    }
     steady.stop()
     return {
         **catch_up_figures(n, target - before, started, ready, done),
         "publisher_during_catch_up": steady.figures(started, done),
         "publisher_during_catch_up_from_ready": steady.figures(ready, done),
         "publisher_no_catch_up": steady.figures(baseline_start, baseline_end),
+        # each node's CPU (cores busy) from c's ready line to caught up, and without
+        "cpu_during_catch_up": cpu_during,
+        "cpu_no_catch_up": cpu_after,
     }
 
 
