@@ -21,6 +21,7 @@ from sievemq.cluster.failover import Failover
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
 from sievemq.cluster.replies import ReplyForwarder
@@ -81,6 +82,10 @@ async def join(
     membership.subscribe(QUEUES, commits.apply)  # after placement: records current
     placement.led = commits.lead
     placement.holds = commits.held
+    placement.open_feed = QuorumFeeds(broker, commits.held).quorum_feed
+    quorum = QuorumReplication(placement, broker, placement.links)
+    membership.subscribe(QUEUES, quorum.apply)  # after placement: records current
+    placement.stopping.append(quorum.stop)
     exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
     placement.exclusive = exclusive
     membership.subscribe(EXCLUSIVE, exclusive.apply)

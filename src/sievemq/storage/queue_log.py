@@ -40,7 +40,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from sievemq.storage import handles, layout
 
@@ -133,6 +133,20 @@ def decode_record(data: bytes | memoryview, pos: int = 0) -> LoggedMessage | Non
     return None if parts is None else LoggedMessage(*parts)
 
 
+class LogObserver(Protocol):
+    """Told of every change a ``QueueLog`` makes, after it is written (a replicated quorum
+    queue's leader ships them to its replicas in the same order: ``cluster/
+    quorum_replication.py``)."""
+
+    def records_written(self, records: list[bytes]) -> None:
+        """Encoded records (``encode_record``), exactly as just written to the segment."""
+        ...
+
+    def acked(self, ids: list[int]) -> None: ...
+    def delivered(self, msg_id: int) -> None: ...
+    def purged(self, floor: int) -> None: ...
+
+
 class Located(NamedTuple):
     """A recovered message and where its record sits in its segment."""
 
@@ -183,6 +197,7 @@ class QueueLog:
         self.last_id = 0
         self.dirty = False
         self._staged: list[bytes] = []  # encoded records not written yet (``stage``)
+        self.observer: LogObserver | None = None  # told of each change once written
 
     # ------------------------------------------------------------------ recovery
 
@@ -235,20 +250,10 @@ class QueueLog:
         self._delivered_file = _cached(self.directory / DELIVERED_FILE, os.O_WRONLY)
 
     def _read_acks(self) -> set[int]:
-        path = self.directory / ACK_FILE
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return set()
-        usable = len(data) - len(data) % 8
-        return {v for (v,) in _U64.iter_unpack(data[:usable])}
+        return _read_acks(self.directory)
 
     def _read_mark(self, name: str) -> int:
-        try:
-            data = (self.directory / name).read_bytes()
-        except FileNotFoundError:
-            return 0
-        return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
+        return _read_mark(self.directory, name)
 
     def _rewrite_acks(self, acked: set[int]) -> None:
         """Keep only the acks of segments that still exist (temp + rename)."""
@@ -320,6 +325,8 @@ class QueueLog:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+        if self.observer is not None:
+            self.observer.records_written(parts)
 
     def read(self, wanted: list[tuple[int, int, int]]) -> list[LoggedMessage | None]:
         """Messages read back by (id, position, size), in the order given; adjacent records
@@ -384,6 +391,8 @@ class QueueLog:
         with self._ack_file.pinned() as fd:
             os.write(fd, struct.pack(f">{len(ids)}Q", *ids))
         self._ack_entries += len(ids)
+        if self.observer is not None:
+            self.observer.acked(ids)
         emptied = False
         # ids mostly come in runs of one segment: look the segment up once per run
         seg: _Segment | None = None
@@ -433,6 +442,8 @@ class QueueLog:
             assert self._delivered_file is not None
             with self._delivered_file.pinned() as fd:
                 os.pwrite(fd, _U64.pack(self.delivered), 0)
+            if self.observer is not None:
+                self.observer.delivered(self.delivered)
 
     def purge(self) -> None:
         """Forget every message: all segments go, the ack record restarts empty. The floor
@@ -455,6 +466,8 @@ class QueueLog:
         self._order.clear()
         self._current = None
         self._rewrite_acks(set())
+        if self.observer is not None:
+            self.observer.purged(self.floor)
 
     def sync(self) -> None:
         """fdatasync the segment being written and the ack record."""
@@ -499,6 +512,84 @@ class QueueLog:
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""
         return (self._segments[f].path for f in self._order)
+
+
+class Snapshot:
+    """A read-only look at a queue's log while its writer goes on (a replica catching up:
+    ``cluster/quorum_replication.py``), taken in a worker thread, one segment at a time.
+
+    ``open`` reads the floor, the delivered mark and the acks (in that order, before any
+    segment: an ack file compacted later only loses acks of segments deleted by then, and a
+    deleted segment's ids are settled), then lists the segments; ``segment`` reads one and
+    returns its live ids at or below ``after`` (as runs) and the encoded records of its live
+    ids in (``after``, ``through``]. What changes after ``open`` may or may not show: the
+    caller sends the changes made since it began as well, and the replica applies each
+    change once."""
+
+    def __init__(self, directory: Path, after: int, through: int) -> None:
+        self.directory = Path(directory)
+        self.after = after
+        self.through = through
+        self.floor = 0
+        self.delivered = 0
+        self.firsts: list[int] = []
+        self._acked: set[int] = set()
+
+    def open(self) -> None:
+        self.floor = _read_mark(self.directory, FLOOR_FILE)
+        self.delivered = _read_mark(self.directory, DELIVERED_FILE)
+        self._acked = _read_acks(self.directory)
+        self.firsts = sorted(
+            int(p.name[: -len(SEGMENT_SUFFIX)])
+            for p in self.directory.glob("*" + SEGMENT_SUFFIX)
+            if p.name[: -len(SEGMENT_SUFFIX)].isdigit()
+        )
+
+    def segment(self, first: int) -> tuple[list[tuple[int, int]], list[bytes]]:
+        """(runs [first id, last id] of live ids at or below ``after``, encoded records of
+        live ids above it up to ``through``) of one segment; nothing for one deleted
+        meanwhile (every id in it was settled)."""
+        runs: list[tuple[int, int]] = []
+        records: list[bytes] = []
+        if first > self.through:
+            return runs, records
+        try:
+            data = (self.directory / f"{first:020d}{SEGMENT_SUFFIX}").read_bytes()
+        except FileNotFoundError:
+            return runs, records
+        acked, floor, after = self._acked, self.floor, self.after
+        for found in _iter_segment(data):
+            msg_id = found.message.id
+            if msg_id > self.through:
+                break
+            if msg_id in acked or msg_id <= floor:
+                continue
+            if msg_id <= after:
+                if runs and runs[-1][1] == msg_id - 1:
+                    runs[-1] = (runs[-1][0], msg_id)
+                else:
+                    runs.append((msg_id, msg_id))
+            else:
+                records.append(data[found.position : found.position + found.size])
+        return runs, records
+
+
+def _read_acks(directory: Path) -> set[int]:
+    """The acked ids of the ack record (a torn last entry ignored)."""
+    try:
+        data = (directory / ACK_FILE).read_bytes()
+    except FileNotFoundError:
+        return set()
+    usable = len(data) - len(data) % 8
+    return {v for (v,) in _U64.iter_unpack(data[:usable])}
+
+
+def _read_mark(directory: Path, name: str) -> int:
+    try:
+        data = (directory / name).read_bytes()
+    except FileNotFoundError:
+        return 0
+    return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
 
 
 def _cached(path: Path, flags: int) -> handles.CachedFile:
