@@ -375,6 +375,7 @@ class Follower:
         copy: Copy,
         links: Links,
         record: Callable[[], dict[str, Any]],
+        running: Callable[[str], bool],
         durability: Durability,
         sync_interval_ms: int,
     ) -> None:
@@ -383,6 +384,9 @@ class Follower:
         self.copy = copy
         self._links = links
         self._record = record  # the queue's etcd record now (leader, epoch)
+        # whether a node runs now: a leader that does not is not tried (each failed try
+        # lengthens the link's backoff to that node for every other user of the link)
+        self._running = running
         self.durability = durability
         self._sync_s = sync_interval_ms / 1000
         self._channel: LinkChannel | None = None
@@ -400,7 +404,7 @@ class Follower:
         while True:
             record = self._record()
             leader = record.get("leader")
-            if leader and not record.get("delete"):
+            if leader and not record.get("delete") and self._running(str(leader)):
                 self._epoch = int(record.get("epoch", 1))
                 self._ended.clear()
                 self._ops, self._remaining = None, 0
@@ -548,6 +552,10 @@ class QuorumReplication:
         def record() -> dict[str, Any]:
             return self.placement.records.get(queue, {})
 
+        def running(node: str) -> bool:
+            found = self.placement.members(vhost, name)
+            return found is not None and node in found[1]
+
         log.info("replica of quorum queue '%s' in vhost '%s' in %s", name, vhost, directory)
         return Follower(
             vhost,
@@ -555,6 +563,7 @@ class QuorumReplication:
             Copy(directory),
             self.links,
             record,
+            running,
             settings.durability,
             settings.sync_interval_ms,
         )
