@@ -26,8 +26,18 @@ import pytest
 from sievemq.storage import layout
 from sievemq.storage.queue_log import Snapshot, decode_record
 from sievemq.testing import ServerProcess
+from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import WAIT_S, channel, queues, running, stopped, until
+from .cluster_helpers import (
+    WAIT_S,
+    channel,
+    close_open,
+    cluster_args,
+    queues,
+    running,
+    stopped,
+    until,
+)
 
 NAMES = ("a", "b", "c")
 QUIET_S = 3.0  # how long a held confirm or delivery must stay away
@@ -207,3 +217,30 @@ def test_group_size_one_has_no_replica_and_zero_is_a_406(nodes: dict[str, Server
         declare(a, "zero", **{"x-quorum-initial-group-size": 0})
     assert closed.value.reply_code == 406
     assert "x-quorum-initial-group-size" in closed.value.reply_text
+
+
+def test_two_members_under_fsync_always(
+    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two more nodes with ``--fsync always``: the replica fdatasyncs each batch (in a worker
+    thread) before it says it holds it; with two members both hold every confirmed message
+    when its confirm comes. (y holds no queue yet, so it is x's replica beside a, b, c.)"""
+    base = tmp_path_factory.mktemp("always")
+    procs = {
+        n: ServerProcess(base / n, (*cluster_args(etcd, n), "--fsync", "always"))
+        for n in ("x", "y")
+    }
+    try:
+        for proc in procs.values():
+            proc.start()
+        x, y = procs["x"], procs["y"]
+        declare(x, "synced", **{"x-quorum-initial-group-size": 2})
+        until(lambda: queues(y).get("synced", {}).get("online") == ["x", "y"], "y replica")
+        confirmed(x, "synced", [f"s{i}" for i in range(200)])
+        assert bodies(y, "synced") == [f"s{i}".encode() for i in range(200)]
+        assert copy_of(y, "synced") == copy_of(x, "synced")
+    finally:
+        close_open()  # (before the nodes go)
+        for proc in procs.values():
+            if proc.running:
+                assert proc.stop() == 0, proc.stderr()
