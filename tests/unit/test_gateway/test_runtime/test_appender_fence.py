@@ -71,3 +71,49 @@ async def test_an_append_in_flight_when_fenced_is_nacked(tmp_path: Path) -> None
     appender.close()
     executor.shutdown()
     real.close()
+
+
+class DedupSink(Sink):
+    """A deduplicating publisher's sink: it is told which refusals were written (their ids
+    stay seen) apart from those never written (a resend is no duplicate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written_refused: list[int] = []
+
+    def refuse_written(self, seqs: list[int]) -> None:
+        self.written_refused.extend(seqs)
+        self.settle_confirms(seqs, False)
+
+
+async def test_a_written_batch_held_for_the_majority_then_fenced_is_refused_as_written(
+    tmp_path: Path,
+) -> None:
+    """The chaos suite's finding: a batch written on a gated leader, waiting for its
+    replicas, then fenced (its lease lapsed), was nacked as if never written; the publisher
+    forgot its dedup ids, sent them again, and once the lease was renewed after all both
+    copies were committed (stored twice despite dedup)."""
+    stream = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.NEVER))
+    stream.gate()
+    fenced = False
+    executor = ThreadPoolExecutor(1)
+    appender = StreamAppender(
+        stream, asyncio.get_running_loop(), executor, 1000, fenced=lambda: fenced
+    )
+    sink = DedupSink()
+    appender.submit(_msg(b"held"), sink, 1)
+    for _ in range(500):
+        if appender.held:
+            break
+        await asyncio.sleep(0.01)
+    assert appender.held == 1 and not sink.outcomes  # written, waiting for the majority
+    fenced = True
+    appender.submit(_msg(b"refused unwritten"), sink, 2)
+    await _settled(sink, 1)
+    stream.commit(stream.end_offset)  # the replicas' acknowledgements come in anyway
+    await _settled(sink, 2)
+    assert sink.outcomes == {1: False, 2: False}
+    assert sink.written_refused == [1]  # 2 was never written: a resend is no duplicate
+    appender.close()
+    executor.shutdown()
+    stream.close()
