@@ -1,14 +1,15 @@
 """Quorum queues replicated: three real nodes, a real etcd; pika, aiormq and the HTTP API.
 
-A quorum queue declared on ``a`` gets ``b`` and ``c`` as replicas (``x-quorum-initial-group-size``,
-default 3); each keeps the queue's log in the directory a local quorum queue of that name
-would use (``DATA_DIR/queues/VHOST/NAME``), read here through ``storage.queue_log.Snapshot``
-(read-only, while the node runs). Confirmed publishes (through the leader, forwarded through
-another node, and over HTTP) are on a majority when confirmed and on every replica soon
-after; acks and a purge on the leader settle them on the replicas; with both replicas
-SIGSTOPped a publish is not confirmed (nor delivered) until one returns; a replica SIGKILLed
-while messages are published and acked catches up once restarted. (A negative check waits a
-fixed while: a slow machine can only make it pass more slowly, never fail it.)
+A quorum queue declared on ``a`` gets ``b`` and ``c`` as replicas
+(``x-quorum-initial-group-size``, default 3); each keeps the queue's log in the directory a
+local quorum queue of that name would use (``DATA_DIR/queues/VHOST/NAME``), read here
+through ``storage.queue_log.Snapshot`` (read-only, while the node runs). Confirmed publishes
+(through the leader, forwarded through another node, and over HTTP) are on a majority when
+confirmed and on every replica soon after; acks and a purge on the leader settle them on
+the replicas, and a delete removes their copies; with both replicas SIGSTOPped a publish is
+not confirmed (nor delivered) until one returns; a replica SIGKILLed while messages are
+published and acked catches up once restarted. (A negative check waits a fixed while: a
+slow machine can only make it pass more slowly, never fail it.)
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ def test_acks_and_a_purge_on_the_leader_settle_on_the_replicas(
     confirmed(a, "acked", ["after"])
     for node in (b, c):
         until(lambda n=node: bodies(n, "acked") == [b"after"], "a publish after the purge")
+    channel(c).queue_delete("acked")  # through a replica's node: the copies go too
+    for node in (b, c):
+        copy = layout.queue_directory(node.data_dir, "/", "acked")
+        until(lambda d=copy: not d.exists(), "a deleted queue's copy is removed")
 
 
 async def test_no_majority_no_confirm_until_a_replica_returns(
