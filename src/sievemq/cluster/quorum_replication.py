@@ -286,10 +286,12 @@ class Feed:
                     if size >= CATCH_UP_BYTES:
                         self._send_now(encode_records(batch))
                         batch, size = [], 0
+            # the mark as far as the records sent go: a mark read past them would make a
+            # copy that restarts before the changes that follow skip those records (a
+            # delivery past them is among the changes kept meanwhile, sent next)
+            delivered = min(snapshot.delivered, snapshot.through)
             self._send_now(
-                encode_records(batch)
-                + encode_keep(after, runs)
-                + encode_delivered(snapshot.delivered)
+                encode_records(batch) + encode_keep(after, runs) + encode_delivered(delivered)
             )
         except OSError as error:
             log.error("catching up replica on %s of '%s': %s", self.node, self.name, error)
