@@ -226,21 +226,11 @@ class StreamPublisher:
             self.confirmed += len(seqs)
             self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
-            self.conn.return_publish_credits(len(seqs))
         else:
+            self.errored += len(seqs)
             if self.sequences is not None and seqs:  # not stored: a resend is no duplicate
                 self.sequences.rewind(self.reference, min(seqs))
-            self._refused(seqs)
-
-    def refuse_written(self, seqs: list[int]) -> None:
-        """Stored, but refused (a fenced leader): the ids stay seen (the appender's
-        ``_refuse_written``)."""
-        if self.conn.alive:
-            self._refused(seqs)
-
-    def _refused(self, seqs: list[int]) -> None:
-        self.errored += len(seqs)
-        gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
-        code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
-        self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
+            gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
+            code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
+            self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
         self.conn.return_publish_credits(len(seqs))

@@ -159,13 +159,9 @@ class StreamAppender:
             self._loop.call_soon_threadsafe(self._on_committed, committed)
             return
         held = self._held
-        fenced = self._fenced is not None and self._fenced()  # it confirms nothing
+        ok = self._fenced is None or not self._fenced()  # a fenced leader confirms nothing
         while held and held[0][0] <= committed:
-            tokens = held.popleft()[1]
-            if fenced:
-                _refuse_written(tokens)
-            else:
-                _settle(tokens, True)
+            _settle(held.popleft()[1], ok)
         if not held and self._listening:
             self._listening = False
             self.stream.remove_listener(self._on_committed)
@@ -323,7 +319,7 @@ class StreamAppender:
             # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
             if self._fenced is not None and self._fenced():
-                _refuse_written(tokens)
+                _settle(tokens, False)
             else:
                 self._confirm(tokens)
             return
@@ -486,19 +482,6 @@ def _merged(tokens: Tokens, more: Tokens) -> Tokens:
 def _settle(tokens: Tokens, ok: bool) -> None:
     for sink, seqs in tokens.items():
         sink.settle_confirms(seqs, ok)
-
-
-def _refuse_written(tokens: Tokens) -> None:
-    """Written, yet not to be confirmed (the leader was fenced meanwhile): nacked, but the
-    copy may live on (this node leads again, or a replica took it), so a deduplicating
-    publisher keeps these ids as seen: sent again, they are duplicates of this copy if it
-    lives, and stored anew by a leader whose history lacks it."""
-    for sink, seqs in tokens.items():
-        refuse = getattr(sink, "refuse_written", None)
-        if refuse is not None:
-            refuse(seqs)
-        else:
-            sink.settle_confirms(seqs, False)
 
 
 def _settle_each(
