@@ -21,7 +21,10 @@ operations (``encode_*``, applied by ``apply_ops``):
 - ``D``: ``u64 id``: the delivered mark (``QueueLog.flush_delivered``);
 - ``P``: ``u64 floor``: a purge (every id at or below ``floor`` is gone);
 - ``K``: ``u64 through | u32 n | n × (u64 first, u64 last)``: of the copy's ids at or below
-  ``through``, only those in these runs are live (a catch-up: settlements it missed).
+  ``through``, only those in these runs are live (a catch-up: settlements it missed);
+- ``C``: ``u32 n | n × (u64 id, u32 count << 1 | out)``: delivery counts (``QueueLog``'s
+  ``counts`` record: a promoted copy keeps each message's ``x-delivery-count``); a
+  catch-up sends the leader's whole record.
 
 Every operation is idempotent on the copy (a record at or below its last id is skipped, an id
 it does not hold live is not acked again), so what the catch-up and the changes both carry is
@@ -53,7 +56,7 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
 from sievemq.storage import Durability, layout
-from sievemq.storage.queue_log import QueueLog, Snapshot, decode_parts
+from sievemq.storage.queue_log import QueueLog, Snapshot, decode_parts, read_counts
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -63,7 +66,8 @@ CATCH_UP_BYTES = 1 << 20  # records per OPS batch while catching up
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _RUN = struct.Struct(">QQ")
-ENQUEUE, ACK, DELIVERED, PURGE, KEEP = b"E", b"A", b"D", b"P", b"K"
+ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
+_COUNT = struct.Struct(">QI")
 
 Queue = tuple[str, str]
 
@@ -89,6 +93,14 @@ def encode_purge(floor: int) -> bytes:
 
 def encode_keep(through: int, runs: list[tuple[int, int]]) -> bytes:
     return KEEP + _U64.pack(through) + _U32.pack(len(runs)) + b"".join(_RUN.pack(*r) for r in runs)
+
+
+def encode_counts(entries: list[tuple[int, int, bool]]) -> bytes:
+    return (
+        COUNTS
+        + _U32.pack(len(entries))
+        + b"".join(_COUNT.pack(msg_id, count << 1 | out) for msg_id, count, out in entries)
+    )
 
 
 class Copy:
@@ -140,6 +152,18 @@ class Copy:
                     (floor,) = _U64.unpack_from(data, pos)
                     pos += 8
                     self._purge(floor)
+                elif op == COUNTS:
+                    (n,) = _U32.unpack_from(data, pos)
+                    pos += 4
+                    entries = []
+                    for _ in range(n):
+                        msg_id, word = _COUNT.unpack_from(data, pos)
+                        pos += _COUNT.size
+                        if msg_id in live:
+                            entries.append((msg_id, word >> 1, bool(word & 1)))
+                    if entries:
+                        qlog.write_staged()
+                        qlog.record_counts(entries)
                 elif op == KEEP:
                     through, n = struct.unpack_from(">QI", data, pos)
                     pos += 12
@@ -210,6 +234,9 @@ class Shipper:
 
     def purged(self, floor: int) -> None:
         self._add(encode_purge(floor))
+
+    def counted(self, entries: list[tuple[int, int, bool]]) -> None:
+        self._add(encode_counts(entries))
 
     def _add(self, op: bytes) -> None:
         if not self.feeds:
@@ -290,8 +317,12 @@ class Feed:
             # copy that restarts before the changes that follow skip those records (a
             # delivery past them is among the changes kept meanwhile, sent next)
             delivered = min(snapshot.delivered, snapshot.through)
+            counts = await asyncio.to_thread(read_counts, qlog.directory)
             self._send_now(
-                encode_records(batch) + encode_keep(after, runs) + encode_delivered(delivered)
+                encode_records(batch)
+                + encode_keep(after, runs)
+                + encode_delivered(delivered)
+                + encode_counts([(i, c, out) for i, (c, out) in sorted(counts.items())])
             )
         except OSError as error:
             log.error("catching up replica on %s of '%s': %s", self.node, self.name, error)

@@ -162,6 +162,9 @@ class LogObserver(Protocol):
     def acked(self, ids: list[int]) -> None: ...
     def delivered(self, msg_id: int) -> None: ...
     def purged(self, floor: int) -> None: ...
+    def counted(self, entries: list[tuple[int, int, bool]]) -> None:
+        """Delivery-count entries (id, count, out), as just written to ``counts``."""
+        ...
 
 
 class Located(NamedTuple):
@@ -508,6 +511,8 @@ class QueueLog:
             self._counts_file = _cached(self.directory / COUNTS_FILE, os.O_WRONLY | os.O_APPEND)
         with self._counts_file.pinned() as fd:
             os.write(fd, b"".join(staged))
+        if self.observer is not None:
+            self.observer.counted([_decode_count(entry) for entry in staged])
         self._count_entries += len(staged)
         if self._count_entries > max(_COMPACT_ENTRIES, 2 * self._counts_kept):
             acked = self._read_acks()
@@ -718,6 +723,11 @@ def _read_mark(directory: Path, name: str) -> int:
 def _count_entry(msg_id: int, count: int, out: bool) -> bytes:
     head = _COUNT.pack(msg_id, count << 1 | out)
     return head + _U32.pack(zlib.crc32(head))
+
+
+def _decode_count(entry: bytes) -> tuple[int, int, bool]:
+    msg_id, word = _COUNT.unpack_from(entry)
+    return msg_id, word >> 1, bool(word & 1)
 
 
 def read_counts(directory: Path) -> dict[int, tuple[int, bool]]:
