@@ -2,14 +2,17 @@
 
 A real etcd and three real nodes (a, b, c) on this machine. Per round, interleaved: a stream
 declared on a with ``x-initial-cluster-size`` 1 (confirmed once on a's disk) and one with 3
-(confirmed once a and one replica hold the chunk). For each:
+(confirmed once a and one replica hold the chunk); with ``--queue-type quorum``, quorum
+queues with ``x-quorum-initial-group-size`` 1 and 3 and persistent messages (confirmed once
+a and one replica hold the log record). For each:
 
 - confirm latency: one aiormq publisher on a sends one 100 B message, waits for its
   basic.ack, and again, ``--samples`` times (p50, p99, max);
 - publish rate: ``--n`` messages with confirms, pipelined in windows of 1000 (the
   ``stream_replication`` bench's publisher).
 
-    python -m bench.commit_latency [--samples 1000] [--n 20000] [--rounds 3] [--out FILE.json]
+    python -m bench.commit_latency [--queue-type stream|quorum] [--samples 1000] [--n 20000]
+        [--rounds 3] [--out FILE.json]
 
 The client runs on the same cores as the three nodes (a 2-core machine shared with other
 work here): the figures are this machine's, to compare with each other, not absolutes.
@@ -35,16 +38,19 @@ from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import running_etcd
 
 
-async def _latencies(node: ServerProcess, name: str, samples: int) -> list[float]:
+async def _latencies(
+    node: ServerProcess, name: str, samples: int, mode: int | None = None
+) -> list[float]:
     """Seconds from each publish to its basic.ack, one message in flight at a time."""
     connection = await aiormq.connect(node.url)
     try:
         ch = await connection.channel(publisher_confirms=True)
         body = b"x" * 100
+        props = aiormq.spec.Basic.Properties(delivery_mode=mode)
         out: list[float] = []
         for _ in range(samples):
             t0 = time.perf_counter()
-            confirm = await ch.basic_publish(body, routing_key=name)
+            confirm = await ch.basic_publish(body, routing_key=name, properties=props)
             out.append(time.perf_counter() - t0)
             assert isinstance(confirm, aiormq.spec.Basic.Ack), confirm
         return out
@@ -58,14 +64,15 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _case(
-    nodes: dict[str, ServerProcess], name: str, size: int, samples: int, n: int
+    nodes: dict[str, ServerProcess], name: str, size: int, samples: int, n: int, kind: str
 ) -> dict[str, float]:
     a = nodes["a"]
-    asyncio.run(_declare(a, name, size))
+    mode = 2 if kind == "quorum" else None  # a quorum queue logs persistent messages
+    asyncio.run(_declare(a, name, size, kind))
     _wait(lambda: _members_online(a, name, size))
-    latencies = asyncio.run(_latencies(a, name, samples))
+    latencies = asyncio.run(_latencies(a, name, samples, mode))
     t0 = time.perf_counter()
-    asyncio.run(_publish(a, name, n))
+    asyncio.run(_publish(a, name, n, mode))
     rate = n / (time.perf_counter() - t0)
     return {
         "confirm_p50_ms": _quantile(latencies, 0.50) * 1e3,
@@ -81,6 +88,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fsync", default="batch", choices=["always", "batch", "never"])
+    parser.add_argument("--queue-type", default="stream", choices=["stream", "quorum"])
     parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"one_member": [], "three_members": []}
@@ -96,7 +104,9 @@ def main() -> None:
                     proc.start()
                 for r in range(opts.rounds):
                     for case, size in (("one_member", 1), ("three_members", 3)):
-                        runs[case].append(_case(nodes, f"{case}-{r}", size, opts.samples, opts.n))
+                        name = f"{case}-{r}"
+                        got = _case(nodes, name, size, opts.samples, opts.n, opts.queue_type)
+                        runs[case].append(got)
             finally:
                 for proc in nodes.values():
                     if proc.running:
@@ -110,6 +120,7 @@ def main() -> None:
         "commit": git_commit(),
         "machine": machine(),
         "load_average": os.getloadavg(),
+        "queue_type": opts.queue_type,
         "fsync": opts.fsync,
         "samples": opts.samples,
         "n": opts.n,

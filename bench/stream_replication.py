@@ -83,7 +83,9 @@ def _wait(check: Any, timeout: float = 600.0) -> None:
         time.sleep(0.02)
 
 
-async def _publish(node: ServerProcess, name: str, n: int) -> None:
+async def _publish(node: ServerProcess, name: str, n: int, mode: int | None = None) -> None:
+    """``n`` messages with confirms, in windows; ``mode``: their delivery-mode (2 for a
+    quorum queue: only persistent messages are logged, and replicated)."""
     connection = await aiormq.connect(node.url)
     try:
         ch = await connection.channel(publisher_confirms=True)
@@ -95,7 +97,8 @@ async def _publish(node: ServerProcess, name: str, n: int) -> None:
                         body,
                         routing_key=name,
                         properties=aiormq.spec.Basic.Properties(
-                            headers={"x-stream-filter-value": f"f{i % FILTERS}"}
+                            headers={"x-stream-filter-value": f"f{i % FILTERS}"},
+                            delivery_mode=mode,
                         ),
                     )
                 )
@@ -106,11 +109,14 @@ async def _publish(node: ServerProcess, name: str, n: int) -> None:
         await connection.close()
 
 
-async def _declare(node: ServerProcess, name: str, size: int) -> None:
+async def _declare(node: ServerProcess, name: str, size: int, kind: str = "stream") -> None:
+    """A stream (or a quorum queue) with ``size`` members."""
     connection = await aiormq.connect(node.url)
     try:
         ch = await connection.channel()
-        arguments = {"x-queue-type": "stream", "x-initial-cluster-size": size}
+        arguments: dict[str, Any] = {"x-queue-type": kind, "x-initial-cluster-size": size}
+        if kind == "quorum":
+            arguments = {"x-queue-type": kind, "x-quorum-initial-group-size": size}
         await ch.queue_declare(name, durable=True, arguments=arguments)
     finally:
         await connection.close()

@@ -11,6 +11,10 @@ publisher confirms until the committed offset passes their chunk
 (``gateway/runtime/stream/appender.py``). A stream with no replica is never gated: it
 commits each chunk as it is written, exactly as a single node does.
 
+A quorum queue with replicas commits the same way (``cluster/quorum_replication.py``): its
+replicas acknowledge the next log id they lack, and its ``ClassicQueue`` is gated as a stream
+is (deliveries and publisher confirms wait for the committed id).
+
 An acknowledgement carries the epoch of the record the replica follows; one from another
 epoch than the leader's record is ignored (failover, ``cluster/failover.py``, moves
 epochs). A replica that disconnects keeps counting with what it acknowledged last: those
@@ -22,11 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sievemq.cluster.coordination import Event
 from sievemq.cluster.placement import queue_of
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import Stream
 
@@ -51,12 +56,20 @@ def committed_offset(held: list[int], members: int) -> int | None:
     return sorted(held, reverse=True)[needed - 1]
 
 
+class Gated(Protocol):
+    """What is gated for commit by majority: a ``Stream`` (offsets) or a quorum queue's
+    ``ClassicQueue`` (log ids)."""
+
+    def ungate(self) -> None: ...
+    def commit(self, end: int) -> None: ...
+
+
 class StreamCommit:
-    """One gated stream: its replicas and what each acknowledged."""
+    """One gated stream (or quorum queue): its replicas and what each acknowledged."""
 
     __slots__ = ("acks", "epoch", "replicas", "stream")
 
-    def __init__(self, stream: Stream, replicas: tuple[str, ...], epoch: int) -> None:
+    def __init__(self, stream: Gated, replicas: tuple[str, ...], epoch: int) -> None:
         self.stream = stream
         self.replicas = replicas
         self.epoch = epoch
@@ -95,11 +108,11 @@ class Commits:
         """The record of a stream (re)read: gate it when this node leads it with replicas,
         ungate it when it no longer has any (or is no longer this node's)."""
         replicas = tuple(str(n) for n in record.get("replicas", ()) if n != self.me)
-        mine = (
-            record.get("leader") == self.me
-            and record.get("type", "stream") == "stream"
-            and not record.get("delete")
-        )
+        mine = record.get("leader") == self.me and not record.get("delete")
+        if record.get("type", "stream") == "quorum":
+            self._lead_quorum(queue, replicas, int(record.get("epoch", 1)), mine)
+            return
+        mine = mine and record.get("type", "stream") == "stream"
         local = self._local(queue)
         if not mine or local is None:
             self.drop(queue)  # another leader's now, or deleted: no confirm from here
@@ -122,6 +135,30 @@ class Commits:
                 local.on_first_open(lambda stream: self._opened(queue, stream))
             return
         self._gate(queue, local.stream, replicas, epoch)
+
+    def _lead_quorum(self, queue: Queue, replicas: tuple[str, ...], epoch: int, mine: bool) -> None:
+        """``lead`` for a quorum queue: its ``ClassicQueue`` is gated as a stream is."""
+        vhost = self.broker.vhosts.get(queue[0])
+        local = None if vhost is None else vhost.classic.queues.get(queue[1])
+        if not mine or local is None or local.log is None:
+            self.drop(queue)
+            return
+        if not replicas:
+            self.forget(queue)
+            return
+        found = self.streams.get(queue)
+        if found is not None and found.stream is local:
+            found.replicas, found.epoch = replicas, epoch
+            found.advance()
+            return
+        local.gate()
+        self.streams[queue] = StreamCommit(local, replicas, epoch)
+
+    def quorum_commit_end(self, vhost: str, name: str) -> int | None:
+        """Where a gated quorum queue's committed ids end (None: not gated here)."""
+        found = self.streams.get((vhost, name))
+        target = None if found is None else found.stream
+        return target.commit_end if isinstance(target, ClassicQueue) else None
 
     def _opened(self, queue: Queue, stream: Stream) -> None:
         wanted = self._pending.pop(queue, None)

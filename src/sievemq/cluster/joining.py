@@ -22,6 +22,7 @@ from sievemq.cluster.link import Links
 from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
+from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.reconcile import Reconciler
 from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
@@ -73,8 +74,6 @@ async def join(
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
     failover = Failover(client, membership, placement, replication, broker)
-    # quorum queues' copies (the quorum replication gives them their follower hooks)
-    failover.copies["quorum"] = QuorumCopies(placement, broker)
     membership.subscribe(QUEUES, failover.apply_queues)  # hands over what others lead now
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     membership.subscribe(NODES, failover.apply_nodes)
@@ -85,6 +84,13 @@ async def join(
     membership.subscribe(QUEUES, commits.apply)  # after placement: records current
     placement.led = commits.lead
     placement.holds = commits.held
+    placement.open_feed = QuorumFeeds(broker, commits.held).quorum_feed
+    quorum = QuorumReplication(placement, broker, placement.links)
+    membership.subscribe(QUEUES, quorum.apply)  # after placement: records current
+    placement.stopping.append(quorum.stop)
+    # quorum queues' copies: the quorum replication's followers are released before a
+    # promoted copy opens
+    failover.copies["quorum"] = QuorumCopies(placement, broker, quorum)
     exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
     placement.exclusive = exclusive
     membership.subscribe(EXCLUSIVE, exclusive.apply)

@@ -58,7 +58,13 @@ from sievemq.cluster.membership import ROOT
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value, encode_value
-from sievemq.gateway.model.directory import LeaderUnavailable, LinkChannel, LinkReceiver
+from sievemq.gateway.model.directory import (
+    FeedChannelEnd,
+    FeedPeer,
+    LeaderUnavailable,
+    LinkChannel,
+    LinkReceiver,
+)
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.runtime.definitions_sync import ReplicationFailed
 
@@ -68,7 +74,8 @@ QUEUES = ROOT + "queues/"
 # how long a declare waits for the node it placed a queue on, and a delete for the leader
 REMOTE_WAIT_S = 15.0
 CREATING, READY, FAILED = "creating", "ready", "failed"
-DEFAULT_CLUSTER_SIZE = 3  # a stream's copies, leader included (RabbitMQ's default)
+DEFAULT_CLUSTER_SIZE = 3  # a stream's or quorum queue's copies, leader included (RabbitMQ's)
+REPLICATED = ("stream", "quorum")  # the queue types with replicas
 
 
 class _NoAnswer(Exception):
@@ -79,10 +86,17 @@ def queue_key(vhost: str, name: str) -> str:
     return QUEUES + quote(vhost, safe="") + "/" + quote(name, safe="")
 
 
-def cluster_size(arguments: dict[str, Any], policy: dict[str, Any] | None = None) -> int:
+def cluster_size(
+    arguments: dict[str, Any], policy: dict[str, Any] | None = None, kind: str = "stream"
+) -> int:
     """A stream's ``x-initial-cluster-size`` (checked by its declare), else its policy's
-    ``initial-cluster-size`` (the argument wins, as in RabbitMQ), else the default."""
-    value = arguments.get("x-initial-cluster-size")
+    ``initial-cluster-size`` (the argument wins, as in RabbitMQ), else the default; a
+    quorum queue's ``x-quorum-initial-group-size`` (RabbitMQ's, no policy key)."""
+    if kind == "quorum":
+        policy = None
+        value = arguments.get("x-quorum-initial-group-size")
+    else:
+        value = arguments.get("x-initial-cluster-size")
     if value is None and policy:
         value = policy.get("initial-cluster-size") or None  # (0: not a size; the default)
     try:
@@ -129,6 +143,8 @@ class Placement:
         # queue this node starts to lead, and of the replicas' acknowledgements
         self.led: Callable[[tuple[str, str], dict[str, Any]], None] = lambda queue, record: None
         self.holds: Callable[[str, str, str, int, int], None] = lambda *ack: None
+        # the log feeds of the quorum queues this node leads (``cluster/quorum_replication``)
+        self.open_feed: Callable[[str, str, FeedChannelEnd], FeedPeer] | None = None
         self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
         self.replies: ReplyForwarder | None = None  # direct replies to other nodes (join)
 
@@ -208,15 +224,17 @@ class Placement:
     ) -> list[str]:
         """A new stream's replicas: ``x-initial-cluster-size`` (else its policy's
         ``initial-cluster-size``) - 1 live nodes other than ``leader``, those leading and
-        following the fewest streams first (ties: the first name); fewer when fewer nodes
-        run. Other queue types have none (not built yet)."""
-        if kind != "stream":
+        following the fewest streams and quorum queues first (ties: the first name); fewer
+        when fewer nodes run. A quorum queue's: ``x-quorum-initial-group-size`` - 1 so.
+        Classic queues have none (as in RabbitMQ 4)."""
+        if kind not in REPLICATED:
             return []
         local = self.broker.vhosts.get(vhost) if vhost else None
-        size = cluster_size(arguments, local.policy_definition(kind, name) if local else None)
+        policy = local.policy_definition(kind, name) if local else None
+        size = cluster_size(arguments, policy, kind)
         counts = dict.fromkeys(sorted({*self._live(), self.me} - {leader}), 0)
         for record in self.records.values():
-            if record.get("type", "stream") != "stream":
+            if record.get("type", "stream") not in REPLICATED:
                 continue
             for node in (record.get("leader"), *record.get("replicas", ())):
                 if node in counts:
@@ -231,6 +249,11 @@ class Placement:
 
     def replica_holds(self, vhost: str, name: str, node: str, epoch: int, offset: int) -> None:
         self.holds(vhost, name, node, epoch, offset)
+
+    def quorum_feed(self, vhost: str, node: str, end: FeedChannelEnd) -> FeedPeer:
+        if self.open_feed is None:
+            raise LeaderUnavailable("this node feeds no quorum queue replica yet")
+        return self.open_feed(vhost, node, end)
 
     def epoch(self, vhost: str, name: str) -> int | None:
         record = self.records.get((vhost, name))

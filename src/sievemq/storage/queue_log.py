@@ -52,7 +52,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from sievemq.storage import handles, layout
 
@@ -150,6 +150,23 @@ def decode_record(data: bytes | memoryview, pos: int = 0) -> LoggedMessage | Non
     return None if parts is None else LoggedMessage(*parts)
 
 
+class LogObserver(Protocol):
+    """Told of every change a ``QueueLog`` makes, after it is written (a replicated quorum
+    queue's leader ships them to its replicas in the same order: ``cluster/
+    quorum_replication.py``)."""
+
+    def records_written(self, records: list[bytes]) -> None:
+        """Encoded records (``encode_record``), exactly as just written to the segment."""
+        ...
+
+    def acked(self, ids: list[int]) -> None: ...
+    def delivered(self, msg_id: int) -> None: ...
+    def purged(self, floor: int) -> None: ...
+    def counted(self, entries: list[tuple[int, int, bool]]) -> None:
+        """Delivery-count entries (id, count, out), as just written to ``counts``."""
+        ...
+
+
 class Located(NamedTuple):
     """A recovered message and where its record sits in its segment."""
 
@@ -206,6 +223,7 @@ class QueueLog:
         self._counts_staged: list[bytes] = []
         self._count_entries = 0
         self._counts_kept = 0  # entries the last rewrite kept
+        self.observer: LogObserver | None = None  # told of each change once written
 
     # ------------------------------------------------------------------ recovery
 
@@ -261,16 +279,10 @@ class QueueLog:
         self._delivered_file = _cached(self.directory / DELIVERED_FILE, os.O_WRONLY)
 
     def _read_acks(self) -> set[int]:
-        path = self.directory / ACK_FILE
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return set()
-        usable = len(data) - len(data) % 8
-        return {v for (v,) in _U64.iter_unpack(data[:usable])}
+        return _read_acks(self.directory)
 
     def _read_mark(self, name: str) -> int:
-        return _read_mark_of(self.directory, name)
+        return _read_mark(self.directory, name)
 
     def _rewrite_acks(self, acked: set[int]) -> None:
         """Keep only the acks of segments that still exist (temp + rename)."""
@@ -342,6 +354,8 @@ class QueueLog:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+        if self.observer is not None:
+            self.observer.records_written(parts)
 
     def read(self, wanted: list[tuple[int, int, int]]) -> list[LoggedMessage | None]:
         """Messages read back by (id, position, size), in the order given; adjacent records
@@ -406,6 +420,8 @@ class QueueLog:
         with self._ack_file.pinned() as fd:
             os.write(fd, struct.pack(f">{len(ids)}Q", *ids))
         self._ack_entries += len(ids)
+        if self.observer is not None:
+            self.observer.acked(ids)
         emptied = False
         # ids mostly come in runs of one segment: look the segment up once per run
         seg: _Segment | None = None
@@ -457,6 +473,8 @@ class QueueLog:
             assert self._delivered_file is not None
             with self._delivered_file.pinned() as fd:
                 os.pwrite(fd, _U64.pack(self.delivered), 0)
+            if self.observer is not None:
+                self.observer.delivered(self.delivered)
 
     # ------------------------------------------------------------------ delivery counts
 
@@ -493,6 +511,8 @@ class QueueLog:
             self._counts_file = _cached(self.directory / COUNTS_FILE, os.O_WRONLY | os.O_APPEND)
         with self._counts_file.pinned() as fd:
             os.write(fd, b"".join(staged))
+        if self.observer is not None:
+            self.observer.counted([_decode_count(entry) for entry in staged])
         self._count_entries += len(staged)
         if self._count_entries > max(_COMPACT_ENTRIES, 2 * self._counts_kept):
             acked = self._read_acks()
@@ -543,6 +563,8 @@ class QueueLog:
         self.counts = {}
         if self._counts_file is not None or (self.directory / COUNTS_FILE).exists():
             self._rewrite_counts({})
+        if self.observer is not None:
+            self.observer.purged(self.floor)
 
     def sync(self) -> None:
         """fdatasync the segment being written and the ack record."""
@@ -597,7 +619,7 @@ def last_id_of(directory: Path) -> int:
     purge floor), read without opening it for writing: a failover compares copies that
     their followers may still hold open."""
     directory = Path(directory)
-    found = max(_read_mark_of(directory, DELIVERED_FILE), _read_mark_of(directory, FLOOR_FILE))
+    found = max(_read_mark(directory, DELIVERED_FILE), _read_mark(directory, FLOOR_FILE))
     firsts = sorted(
         (
             int(p.name[: -len(SEGMENT_SUFFIX)])
@@ -620,7 +642,77 @@ def last_id_of(directory: Path) -> int:
     return found
 
 
-def _read_mark_of(directory: Path, name: str) -> int:
+class Snapshot:
+    """A read-only look at a queue's log while its writer goes on (a replica catching up:
+    ``cluster/quorum_replication.py``), taken in a worker thread, one segment at a time.
+
+    ``open`` reads the floor, the delivered mark and the acks (in that order, before any
+    segment: an ack file compacted later only loses acks of segments deleted by then, and a
+    deleted segment's ids are settled), then lists the segments; ``segment`` reads one and
+    returns its live ids at or below ``after`` (as runs) and the encoded records of its live
+    ids in (``after``, ``through``]. What changes after ``open`` may or may not show: the
+    caller sends the changes made since it began as well, and the replica applies each
+    change once."""
+
+    def __init__(self, directory: Path, after: int, through: int) -> None:
+        self.directory = Path(directory)
+        self.after = after
+        self.through = through
+        self.floor = 0
+        self.delivered = 0
+        self.firsts: list[int] = []
+        self._acked: set[int] = set()
+
+    def open(self) -> None:
+        self.floor = _read_mark(self.directory, FLOOR_FILE)
+        self.delivered = _read_mark(self.directory, DELIVERED_FILE)
+        self._acked = _read_acks(self.directory)
+        self.firsts = sorted(
+            int(p.name[: -len(SEGMENT_SUFFIX)])
+            for p in self.directory.glob("*" + SEGMENT_SUFFIX)
+            if p.name[: -len(SEGMENT_SUFFIX)].isdigit()
+        )
+
+    def segment(self, first: int) -> tuple[list[tuple[int, int]], list[bytes]]:
+        """(runs [first id, last id] of live ids at or below ``after``, encoded records of
+        live ids above it up to ``through``) of one segment; nothing for one deleted
+        meanwhile (every id in it was settled)."""
+        runs: list[tuple[int, int]] = []
+        records: list[bytes] = []
+        if first > self.through:
+            return runs, records
+        try:
+            data = (self.directory / f"{first:020d}{SEGMENT_SUFFIX}").read_bytes()
+        except FileNotFoundError:
+            return runs, records
+        acked, floor, after = self._acked, self.floor, self.after
+        for found in _iter_segment(data):
+            msg_id = found.message.id
+            if msg_id > self.through:
+                break
+            if msg_id in acked or msg_id <= floor:
+                continue
+            if msg_id <= after:
+                if runs and runs[-1][1] == msg_id - 1:
+                    runs[-1] = (runs[-1][0], msg_id)
+                else:
+                    runs.append((msg_id, msg_id))
+            else:
+                records.append(data[found.position : found.position + found.size])
+        return runs, records
+
+
+def _read_acks(directory: Path) -> set[int]:
+    """The acked ids of the ack record (a torn last entry ignored)."""
+    try:
+        data = (directory / ACK_FILE).read_bytes()
+    except FileNotFoundError:
+        return set()
+    usable = len(data) - len(data) % 8
+    return {v for (v,) in _U64.iter_unpack(data[:usable])}
+
+
+def _read_mark(directory: Path, name: str) -> int:
     try:
         data = (directory / name).read_bytes()
     except FileNotFoundError:
@@ -631,6 +723,11 @@ def _read_mark_of(directory: Path, name: str) -> int:
 def _count_entry(msg_id: int, count: int, out: bool) -> bytes:
     head = _COUNT.pack(msg_id, count << 1 | out)
     return head + _U32.pack(zlib.crc32(head))
+
+
+def _decode_count(entry: bytes) -> tuple[int, int, bool]:
+    msg_id, word = _COUNT.unpack_from(entry)
+    return msg_id, word >> 1, bool(word & 1)
 
 
 def read_counts(directory: Path) -> dict[int, tuple[int, bool]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -93,3 +95,16 @@ def close_open() -> None:
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
     """``node``'s /api/queues by queue name."""
     return {q["name"]: q for q in get(node, "/api/queues")}
+
+
+@contextmanager
+def stopped(*procs: ServerProcess) -> Iterator[None]:
+    """The nodes SIGSTOPped for the block (SIGCONTed after it, whatever happens)."""
+    pids = [p.pid for p in procs]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)

@@ -13,10 +13,8 @@ it pass more slowly, never fail it.)
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiormq
@@ -29,7 +27,7 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import RawStreamClient, open_client, producer
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, until
+from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, stopped, until
 
 Channel = aiormq.abc.AbstractChannel
 QUIET_S = 3.0  # how long a held confirm or delivery must stay away
@@ -42,19 +40,6 @@ def nodes(
 ) -> Iterator[dict[str, ServerProcess]]:
     with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
         yield procs
-
-
-@contextmanager
-def stopped(*procs: ServerProcess) -> Iterator[None]:
-    """The nodes SIGSTOPped for the block (SIGCONTed after it, whatever happens)."""
-    pids = [p.pid for p in procs]
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
 
 
 def declare(nodes: dict[str, ServerProcess], name: str, size: int) -> None:

@@ -8,19 +8,14 @@ the held ones redelivered with their counts (one more return: their consumer wen
 ``a``), the rest as they were; publishes go on to the new leader. ``a`` restarted gives the
 queue up (its copy goes, to be copied afresh) and forwards to the new leader.
 
-The replicas' copies: the quorum replication (``cluster/quorum_replication.py``, built beside
-this) keeps each replica's copy of the log in the directory a local queue of the name uses.
-Until it runs here, the test stands in for it: it stops ``b`` and ``c`` cleanly before the
-kill, copies ``a``'s log directory (as ``a`` left it) into theirs, and starts them again,
-so that the election, the rebuild and the clients are what is tested.
+The replicas' copies are the quorum replication's (``cluster/quorum_replication.py``):
+the log, its settlements, its delivered mark and its delivery counts, shipped as ``a`` wrote
+them; the test only waits until both replicas hold everything before the kill.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -31,9 +26,8 @@ import pika
 import pytest
 from pika.exceptions import NackError
 
-from sievemq.cluster.coordination import EtcdClient
-from sievemq.cluster.placement import queue_key
 from sievemq.storage.layout import queue_directory
+from sievemq.storage.queue_log import Snapshot, read_counts
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
@@ -50,21 +44,6 @@ pytestmark = pytest.mark.timeout(300)
 def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
     with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
         yield procs
-
-
-async def _with_replicas(etcd: EtcdProcess, name: str, replicas: list[str]) -> None:
-    client = EtcdClient([etcd.url])
-    try:
-        found = await client.get(queue_key("/", name))
-        assert found is not None
-        record = json.loads(found.value)
-        if not record.get("replicas"):  # the quorum replication's declare names them
-            record["replicas"] = replicas
-            assert await client.compare_and_swap(
-                queue_key("/", name), found.mod_revision, json.dumps(record)
-            )
-    finally:
-        await client.close()
 
 
 def confirmed(ch: Any, name: str, body: bytes) -> None:
@@ -119,16 +98,8 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
         method, _, _ = ch.basic_get(QUEUE)
         ch.basic_ack(method.delivery_tag)
     ch.queue_declare(QUEUE, passive=True)  # a round trip: the acks were processed
-    asyncio.run(_with_replicas(etcd, QUEUE, ["b", "c"]))
-    for replica in (b, c):
-        assert replica.stop() == 0, replica.stderr()
+    until(lambda: _copies_caught_up(a, (b, c)), "b and c hold a's log, counts and acks")
     a.kill()
-    for replica in (b, c):  # the replicas' copies: what a's log held at the kill
-        target = queue_directory(replica.data_dir, "/", QUEUE)
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(queue_directory(a.data_dir, "/", QUEUE), target)
-    b.start()
-    c.start()
 
     def leader() -> str | None:
         got = queues(c).get(QUEUE, {})
@@ -160,7 +131,27 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
     again.basic_publish("", QUEUE, b"through a", PERSISTENT)
     assert consume_all(a, 1) == [(b"through a", None, False)]
     assert queues(a)[QUEUE]["node"] == new_name  # listed as the new leader's, not a's own
-    assert not any(queue_directory(a.data_dir, "/", QUEUE).glob("*.qseg"))  # its copy went
+
+
+def _copies_caught_up(leader: ServerProcess, replicas: tuple[ServerProcess, ...]) -> bool:
+    """Every replica's copy has the leader's live ids and delivery counts (read from the
+    files, as a promotion reads them)."""
+    want = _live_and_counts(leader)
+    return all(_live_and_counts(replica) == want for replica in replicas)
+
+
+def _live_and_counts(node: ServerProcess) -> tuple[set[int], dict[int, tuple[int, bool]]]:
+    directory = queue_directory(node.data_dir, "/", QUEUE)
+    if not directory.is_dir():
+        return set(), {}
+    snapshot = Snapshot(directory, 1 << 62, 1 << 62)
+    snapshot.open()
+    live: set[int] = set()
+    for first in snapshot.firsts:
+        for low, high in snapshot.segment(first)[0]:
+            live.update(range(low, high + 1))
+    counts = {i: c for i, c in read_counts(directory).items() if i in live}
+    return live, counts
 
 
 def leader_of_is(node: ServerProcess, name: str) -> bool:
@@ -175,10 +166,7 @@ def test_leader_cut_from_etcd_fences_its_quorum_queue(
     record says it still leads."""
     a = nodes["a"]
     assert etcd.proc is not None
-    channel(a).queue_declare("fenced", durable=True, arguments=ARGS)
-    asyncio.run(_with_replicas(etcd, "fenced", ["b", "c"]))
-    assert a.stop() == 0, a.stderr()
-    a.start()  # joins reading the record, its replicas named
+    channel(a).queue_declare("fenced", durable=True, arguments=ARGS)  # replicas b and c
     ch = channel(a)
     ch.confirm_delivery()
     # (a node busy starting on a loaded machine may find its 2 s lease stale and fence

@@ -34,11 +34,30 @@ def test_the_default_is_three_copies_on_the_nodes_holding_fewest_streams() -> No
     assert p.choose_replicas("a", "stream", {"x-initial-cluster-size": 1}) == []
 
 
-def test_fewer_nodes_than_asked_give_fewer_replicas_and_queues_none() -> None:
+def test_fewer_nodes_than_asked_give_fewer_replicas_and_classic_queues_none() -> None:
     p = placement(["a", "b"], [])
     assert p.choose_replicas("a", "stream", {"x-initial-cluster-size": 5}) == ["b"]
     assert p.choose_replicas("b", "stream", {}) == ["a"]  # placed elsewhere: this node too
-    assert p.choose_replicas("a", "quorum", {}) == []
+    assert p.choose_replicas("a", "classic", {}) == []
+    assert p.choose_replicas("a", "quorum", {}) == ["b"]
+
+
+def test_quorum_queues_take_x_quorum_initial_group_size_and_count_with_streams() -> None:
+    records = [
+        {"leader": "b", "replicas": ["c"], "type": "quorum"},
+        {"leader": "c", "replicas": ["d"], "type": "stream"},
+    ]
+    p = placement(["a", "b", "c", "d", "e"], records)
+    # b 1, c 2, d 1, e 0 (quorum queues and streams alike)
+    assert p.choose_replicas("a", "quorum", {}) == ["e", "b"]
+    assert p.choose_replicas("a", "quorum", {"x-quorum-initial-group-size": 4}) == [
+        "e",
+        "b",
+        "d",
+    ]
+    assert p.choose_replicas("a", "quorum", {"x-quorum-initial-group-size": 1}) == []
+    # the stream argument is not the quorum queue's
+    assert p.choose_replicas("a", "quorum", {"x-initial-cluster-size": 1}) == ["e", "b"]
 
 
 def test_members_and_online_follow_the_live_nodes() -> None:

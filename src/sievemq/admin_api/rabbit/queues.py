@@ -56,12 +56,14 @@ async def _queues(f: BrokerFacade, who: Principal, vhost: str | None, slicer: Sl
 
 
 def _with_members(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """In a cluster, a stream's ``members`` (leader, then replicas) and those ``online``."""
+    """In a cluster, a stream's or quorum queue's ``members`` (leader, then replicas),
+    those ``online`` and its ``leader`` (RabbitMQ 3.10+'s fields)."""
     if f.cluster is not None:
         for row in rows:
             found = f.cluster.queue_members(row["vhost"], row["name"])
-            if found is not None and row.get("type") == "stream":
+            if found is not None and row.get("type") in ("stream", "quorum"):
                 row["members"], row["online"] = found
+                row.setdefault("leader", found[0][0])
     return rows
 
 

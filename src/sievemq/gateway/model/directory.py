@@ -11,11 +11,12 @@ it submits to a local queue's appender). It also opens link channels to a queue'
 leader's session code, relayed by ``gateway.session.remote``. Protocols only: the gateway
 never imports ``sievemq.cluster``. ``QueueDirectory`` is the whole; each use names the part
 it asks for (``Leaders``, ``Placement``, ``ExclusiveQueues``, ``Replies``, ``Links``,
-``Forwarding``, ``StreamReplicas``).
+``Forwarding``, ``StreamReplicas``, ``QuorumFeeds``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -188,8 +189,39 @@ class StreamReplicas(Protocol):
         ...
 
 
+class FeedPeer(Protocol):
+    """The leader's end of one replica's quorum-queue log feed (``amqp/queue_feed.py``)."""
+
+    def frame(self, payload: bytes) -> None:
+        """A feed method frame from the replica (HELLO, HOLDS)."""
+        ...
+
+    def close(self) -> None:
+        """The feed's link channel is gone."""
+        ...
+
+
+@dataclass(frozen=True)
+class FeedChannelEnd:
+    """A feed's link channel as the leader writes to it: ``write`` sends whole frames
+    (numbered ``channel``, at most ``frame_max``), ``close`` closes it (404 and the text)."""
+
+    write: Callable[[list[bytes]], None]
+    close: Callable[[str], None]
+    channel: int
+    frame_max: int
+
+
+class QuorumFeeds(Protocol):
+    """The log feeds of the quorum queues this node leads (``cluster/quorum_replication.py``)."""
+
+    def quorum_feed(self, vhost: str, node: str, end: FeedChannelEnd) -> FeedPeer:
+        """The leader's end of a feed channel that replica ``node`` opened in ``vhost``."""
+        ...
+
+
 class QueueDirectory(
-    Placement, ExclusiveQueues, Replies, Links, Forwarding, StreamReplicas, Protocol
+    Placement, ExclusiveQueues, Replies, Links, Forwarding, StreamReplicas, QuorumFeeds, Protocol
 ):
     """All of it, as ``Broker.directory`` holds it (``cluster.placement.Placement``); each use
     takes the part it asks (``place_elsewhere`` a ``Placement``, ``session.remote`` the

@@ -18,6 +18,8 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
+- **Feed channels.** A channel opened with ``queue_feed.FEED_TARGET`` carries the log of a
+  quorum queue this node leads to the other node's replica of it (``FeedChannel``).
 - **Relay channels.** A channel opened with ``RELAY_TARGET`` and a client's channel number
   (``amqp/spans.py``) carries that client's consumer on the other node: its deliveries are
   framed with the client's channel number (``delivery_id``) and each turn of them goes out
@@ -33,10 +35,11 @@ from typing import Any
 
 import pamqp.commands as spec
 
-from sievemq.amqp import errors, frames, negotiation, states
+from sievemq.amqp import errors, frames, negotiation, queue_feed, states
 from sievemq.amqp.methods import BASIC_PUBLISH
 from sievemq.amqp.spans import RELAY_TARGET, relay_frames
 from sievemq.gateway.model.broker import MessageCounters
+from sievemq.gateway.model.directory import FeedChannelEnd, FeedPeer
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
@@ -129,7 +132,9 @@ class PeerConnection(Connection):
     def new_channel(self, state: states.ChannelState, payload: bytes) -> Channel:
         target = channel_target(payload)
         channel: Channel
-        if target.startswith(RELAY_TARGET):
+        if target == queue_feed.FEED_TARGET:
+            channel = FeedChannel(self, state)
+        elif target.startswith(RELAY_TARGET):
             channel = RelayChannel(self, state, relay_number(target))
         elif target:
             channel = PinnedChannel(self, state, target)
@@ -137,6 +142,43 @@ class PeerConnection(Connection):
             channel = Channel(self, state)
         channel.forwards = False  # the other node routed: nothing goes on to a third
         return channel
+
+
+class FeedChannel(Channel):
+    """A link channel on which another node's replica of a quorum queue this node leads
+    takes the queue's log (``amqp/queue_feed.py``): its feed frames go to the cluster's
+    shipper (``QuorumFeeds``), every other frame (channel.close) is a channel's."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState) -> None:
+        super().__init__(connection, state)
+        directory = connection.node.broker.directory
+        node = connection.username[len(LINK_USER_PREFIX) :]
+        self.feed: FeedPeer | None = None
+        if directory is not None:
+            end = FeedChannelEnd(self._write, self._close_feed, self.id, connection.frame_max)
+            self.feed = directory.quorum_feed(connection.vhost_name, node, end)
+
+    def _write(self, parts: list[bytes]) -> None:
+        if not self.closing:
+            self.connection.write_frames(parts)
+
+    def _close_feed(self, text: str) -> None:
+        if not self.closing:
+            self.close_by_server(errors.NotFound(text))
+
+    def on_frame(self, ftype: int, payload: bytes) -> None:
+        if ftype == frames.FRAME_METHOD and queue_feed.is_feed(payload):
+            if self.feed is None:
+                raise errors.NotFound("this node is not in a cluster: no quorum feed")
+            self.feed.frame(payload)
+            return
+        super().on_frame(ftype, payload)
+
+    def teardown(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
+            self.feed = None
+        super().teardown()
 
 
 class RelayChannel(Channel):

@@ -45,6 +45,8 @@ _NOT_FOR = {
     ),
 }
 
+GROUP_SIZE = "x-quorum-initial-group-size"  # kept with the queue, not compared on redeclare
+
 # compared on redeclare, in RabbitMQ's order (rabbit_amqqueue:assert_args_equivalence)
 EQUIVALENCE_KEYS = (
     "x-queue-type",
@@ -144,6 +146,8 @@ def validate_declare(
             )
         sac = raw
     limit = _int(args, "x-delivery-limit", q, v)
+    # a quorum queue's copies in a cluster, leader included (``cluster/placement.py``)
+    _int(args, GROUP_SIZE, q, v, positive=True)
     locator.check_argument(args, q, v)
     type_name = TYPE_NAMES[kind]
     for key in _NOT_FOR[kind]:
@@ -164,7 +168,7 @@ def validate_declare(
                 raise PreconditionFailed(f"invalid property '{prop}' for {rs('queue', q, v)}")
         if not durable:
             raise PreconditionFailed(f"invalid property 'non-durable' for {rs('queue', q, v)}")
-    table = {k: _plain(args[k]) for k in EQUIVALENCE_KEYS if k in args}
+    table = {k: _plain(args[k]) for k in (*EQUIVALENCE_KEYS, GROUP_SIZE) if k in args}
     return QueueArguments(
         kind=kind,
         message_ttl=ttl,

@@ -311,6 +311,10 @@ class ClassicQueue:
         self.paged = 0  # ready messages whose bodies are in the log only
         self.outstanding = 0
         self._next_id = log_store.last_id if log_store is not None else 0
+        # a replicated quorum queue's leader (``gate``): the logged messages with ids below
+        # it are held by a majority; None: not gated (every message is committed as written)
+        self.commit_end: int | None = None
+        self.on_commit: Callable[[int], None] = _nothing_end  # its appender's confirms
         self._delete_listeners: list[DeleteListener] = []
         # RabbitMQ's per-queue message_stats (the admin API shows them)
         self.published = 0  # messages enqueued
@@ -349,6 +353,64 @@ class ClassicQueue:
     @property
     def exclusive(self) -> bool:
         return self.owner is not None
+
+    # ------------------------------------------------------------------ commit by majority
+
+    def gate(self) -> None:
+        """From now on a logged message is delivered, and its publish confirmed, only once
+        ``commit`` passes its id (a quorum queue with replicas: ``cluster/commit.py``); what
+        the log holds already counts as committed."""
+        if self.commit_end is None:
+            self.commit_end = (self.log.last_id if self.log is not None else 0) + 1
+
+    def ungate(self) -> None:
+        """No replica any more: everything written is committed (what was held goes now)."""
+        if self.commit_end is not None:
+            self.commit_end = None
+            self.on_commit(1 << 64)
+            if self._ready:
+                self.on_ready()
+
+    def commit(self, end: int) -> None:
+        """A majority holds every logged message with an id below ``end``."""
+        if self.commit_end is not None and end > self.commit_end:
+            self.commit_end = end
+            self.on_commit(end)
+            if self._ready:
+                self.on_ready()
+
+    def uncommitted(self) -> bool:
+        """Whether a logged message is not committed yet (its confirm waits)."""
+        return (
+            self.commit_end is not None
+            and self.log is not None
+            and self.log.last_id >= self.commit_end
+        )
+
+    def _held_back(self, level: _Level) -> bool:
+        """The head of ``level`` is a logged message no majority holds yet."""
+        end = self.commit_end
+        if end is None or level.requeued:  # (a requeued one was delivered: committed)
+            return False
+        if level.fresh:
+            head = level.fresh[0]
+            return head.logged and head.id >= end
+        if not level.tail:
+            return False
+        entry = level.tail[0]
+        if isinstance(entry, _PagedRun):
+            return entry.ids[entry.start] >= end
+        return entry.logged and entry.id >= end
+
+    def _pop_committed(self) -> QueueMessage | None:
+        """``_pop_any`` for a gated queue: the highest priority whose head is committed."""
+        for priority in range(len(self._levels) - 1, -1, -1):
+            level = self._levels[priority]
+            if len(level) and not self._held_back(level):
+                msg = self._take_from(priority)
+                if msg is not None:
+                    return msg
+        return None
 
     # ------------------------------------------------------------------ enqueue
 
@@ -696,7 +758,7 @@ class ClassicQueue:
             self.expire()
             if not self._ready:
                 return None
-        msg = self._pop_any()
+        msg = self._pop_any() if self.commit_end is None else self._pop_committed()
         while msg is not None and msg.delivery_count and self.kind == "quorum":
             limit = self.arguments.delivery_limit
             if limit is None or msg.delivery_count <= limit:
@@ -706,7 +768,7 @@ class ClassicQueue:
                 break
             # recovered (or a limit lowered by a policy) past the limit: never delivered
             self._discard([msg], "delivery_limit")
-            msg = self._pop_any()
+            msg = self._pop_any() if self.commit_end is None else self._pop_committed()
         if msg is None:
             return None
         self.outstanding += 1
@@ -917,6 +979,10 @@ def message_stats(q: Any) -> dict[str, int]:
 
 
 def _nothing() -> None:
+    return None
+
+
+def _nothing_end(end: int) -> None:
     return None
 
 

@@ -5,7 +5,9 @@ a durable queue go to its log in one write), then their confirms are settled. Du
 ``always`` fdatasyncs the log before confirming; ``batch`` fdatasyncs every
 ``sync_interval_ms`` while the log is dirty; ``never`` leaves it to the OS. Messages refused by
 ``x-overflow`` reject-publish are nacked, and so is every publish to a fenced quorum queue
-leader (``ClassicQueue.fenced``: ``cluster.failover``).
+leader (``ClassicQueue.fenced``: ``cluster.failover``). A replicated quorum queue's leader
+(``ClassicQueue.gate``) holds the confirms of a batch until a majority holds its logged
+messages (``cluster/commit.py``), in order; a queue deleted meanwhile nacks them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
@@ -31,6 +34,7 @@ class ClassicAppender:
         "_closed",
         "_executor",
         "_expiry_handle",
+        "_held",
         "_loop",
         "_scheduled",
         "_sinks",
@@ -61,6 +65,10 @@ class ClassicAppender:
         self._closed = False
         self._sync_handle: asyncio.TimerHandle | None = None
         self._expiry_handle: asyncio.TimerHandle | None = None
+        # confirms waiting for a majority (a replicated quorum queue): (the log's last id
+        # when the batch was written, its sinks, its results), in order
+        self._held: deque[tuple[int, list[tuple[ConfirmSink | None, int]], list[bool]]] = deque()
+        queue.on_commit = self._committed
 
     @property
     def pending(self) -> int:
@@ -91,7 +99,7 @@ class ClassicAppender:
             return
         queue = self.queue
         if queue.fenced:  # a leader that may have been replaced: nothing written, all nacked
-            self._settle(sinks, [False] * len(batch))
+            self._confirm(sinks, [False] * len(batch))
             return
         try:
             results = queue.enqueue(batch)
@@ -127,6 +135,22 @@ class ClassicAppender:
             log.error("sync of %r failed: %s", self.queue, error)
 
     def _settle(self, sinks: list[tuple[ConfirmSink | None, int]], results: list[bool]) -> None:
+        queue = self.queue
+        if queue.uncommitted() and queue.log is not None:
+            self._held.append((queue.log.last_id, sinks, results))  # until a majority holds it
+            return
+        self._confirm(sinks, results)
+
+    def _committed(self, end: int) -> None:
+        """The queue's committed end moved: the batches wholly below it are confirmed."""
+        held = self._held
+        while held and held[0][0] < end:
+            _, sinks, results = held.popleft()
+            if self.queue.fenced:  # a fenced leader confirms nothing (as a stream's)
+                results = [False] * len(results)
+            self._confirm(sinks, results)
+
+    def _confirm(self, sinks: list[tuple[ConfirmSink | None, int]], results: list[bool]) -> None:
         settled: dict[tuple[ConfirmSink, bool], list[int]] = {}
         for (sink, seq), ok in zip(sinks, results, strict=True):
             if sink is not None:
@@ -182,6 +206,8 @@ class ClassicAppender:
             self._sync_handle.cancel()
             self._sync_handle = None
         sinks, self._sinks, self._batch = self._sinks, [], []
+        while self._held:  # never held by a majority: nacked
+            sinks += self._held.popleft()[1]
         for sink, seq in sinks:
             if sink is not None:
                 sink.settle_confirms([seq], False)

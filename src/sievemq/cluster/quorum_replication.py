@@ -1,0 +1,645 @@
+"""Quorum queue replicas: the leader ships its queue's log to each replica over the link.
+
+A quorum queue's etcd record names its ``replicas`` (``x-quorum-initial-group-size``, default 3
+or the number of nodes when fewer: ``Placement.choose_replicas``). Each replica node keeps a
+**copy** of the queue's log in exactly the directory and format of a local durable quorum
+queue of that name and vhost on that node (``layout.queue_directory``: ``DATA_DIR/queues/
+VHOST/NAME``, a ``storage.queue_log.QueueLog``), written only through ``QueueLog``'s own
+methods: promoting it is opening that queue there, whose recovery rebuilds its state.
+
+**The feed.** A replica (``Follower``) opens a link channel to the leader
+(``amqp/queue_feed.py``: ``FEED_TARGET``) and says HELLO with the next log id its copy lacks.
+The leader (``Feed``, made by ``QuorumFeeds.quorum_feed``) first catches it up from the
+queue's files (``storage.queue_log.Snapshot``, read in worker threads, one segment at a time:
+the live records it lacks, then which of the ids it has are still live), then sends every
+change of the log as the leader writes it (``Shipper``, the ``QueueLog``'s observer), batched
+per event-loop turn, in order. What changes while it catches up is kept and sent after. The
+operations (``encode_*``, applied by ``apply_ops``):
+
+- ``E``: ``u32 size | record``: an enqueued record, the bytes the leader's segment holds;
+- ``A``: ``u32 n | n × u64 id``: settled (acked, rejected, expired, dead-lettered) ids;
+- ``D``: ``u64 id``: the delivered mark (``QueueLog.flush_delivered``);
+- ``P``: ``u64 floor``: a purge (every id at or below ``floor`` is gone);
+- ``K``: ``u64 through | u32 n | n × (u64 first, u64 last)``: of the copy's ids at or below
+  ``through``, only those in these runs are live (a catch-up: settlements it missed);
+- ``C``: ``u32 n | n × (u64 id, u32 count << 1 | out)``: delivery counts (``QueueLog``'s
+  ``counts`` record: a promoted copy keeps each message's ``x-delivery-count``); a
+  catch-up sends the leader's whole record.
+
+Every operation is idempotent on the copy (a record at or below its last id is skipped, an id
+it does not hold live is not acked again), so what the catch-up and the changes both carry is
+applied once. After each batch (fdatasynced first under ``--fsync always``; under ``batch``
+within the sync interval) the replica answers HOLDS with the next id it lacks: it holds every
+live record below. The leader counts an enqueue committed once a majority holds it
+(``cluster/commit.py``, which gates the ``ClassicQueue``: deliveries and confirms wait).
+
+Only the messages a quorum queue logs are replicated (persistent ones: a transient message
+lives in the leader's memory only, as on a single node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from sievemq.amqp import frames, queue_feed
+from sievemq.amqp.errors import NotFound
+from sievemq.cluster.coordination import Event
+from sievemq.cluster.link import LinkChannel, Links
+from sievemq.cluster.placement import Placement, queue_of
+from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic.queue import ClassicQueue
+from sievemq.gateway.model.directory import FeedChannelEnd
+from sievemq.storage import Durability, layout
+from sievemq.storage.queue_log import QueueLog, Snapshot, decode_parts, read_counts
+
+log = logging.getLogger("sievemq.cluster")
+
+RETRY_S = 1.0  # between attempts to reach the leader
+CATCH_UP_BYTES = 1 << 20  # records per OPS batch while catching up
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_RUN = struct.Struct(">QQ")
+ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
+_COUNT = struct.Struct(">QI")
+
+Queue = tuple[str, str]
+
+
+# ---------------------------------------------------------------------------- operations
+
+
+def encode_records(records: list[bytes]) -> bytes:
+    return b"".join(ENQUEUE + _U32.pack(len(r)) + r for r in records)
+
+
+def encode_ack(ids: list[int]) -> bytes:
+    return ACK + _U32.pack(len(ids)) + struct.pack(f">{len(ids)}Q", *ids)
+
+
+def encode_delivered(msg_id: int) -> bytes:
+    return DELIVERED + _U64.pack(msg_id)
+
+
+def encode_purge(floor: int) -> bytes:
+    return PURGE + _U64.pack(floor)
+
+
+def encode_keep(through: int, runs: list[tuple[int, int]]) -> bytes:
+    return KEEP + _U64.pack(through) + _U32.pack(len(runs)) + b"".join(_RUN.pack(*r) for r in runs)
+
+
+def encode_counts(entries: list[tuple[int, int, bool]]) -> bytes:
+    return (
+        COUNTS
+        + _U32.pack(len(entries))
+        + b"".join(_COUNT.pack(msg_id, count << 1 | out) for msg_id, count, out in entries)
+    )
+
+
+class Copy:
+    """A replica's copy of a quorum queue's log and the ids it holds live."""
+
+    def __init__(self, directory: Any) -> None:
+        self.log = QueueLog(directory)
+        self.live = {found.message.id for found in self.log.scan()}
+
+    @property
+    def next_id(self) -> int:
+        """The first log id the copy lacks (it holds every live record below it)."""
+        return self.log.last_id + 1
+
+    def apply_ops(self, data: bytes) -> None:
+        """Apply a batch of operations (module docstring) in order; raises ValueError for a
+        damaged batch (what came before it in the batch is applied)."""
+        qlog = self.log
+        live = self.live
+        pos = 0
+        end = len(data)
+        try:
+            while pos < end:
+                op = data[pos : pos + 1]
+                pos += 1
+                if op == ENQUEUE:
+                    (size,) = _U32.unpack_from(data, pos)
+                    pos += 4
+                    parts = decode_parts(data[pos : pos + size])
+                    pos += size
+                    if parts is None:
+                        raise ValueError("a damaged record")
+                    if parts[0] > qlog.last_id:
+                        qlog.last_id = parts[0]
+                        qlog.stage(*parts)
+                        live.add(parts[0])
+                elif op == ACK:
+                    (n,) = _U32.unpack_from(data, pos)
+                    ids = struct.unpack_from(f">{n}Q", data, pos + 4)
+                    pos += 4 + 8 * n
+                    self._settle([i for i in ids if i in live])
+                elif op == DELIVERED:
+                    (msg_id,) = _U64.unpack_from(data, pos)
+                    pos += 8
+                    qlog.write_staged()
+                    qlog.note_delivered(msg_id)
+                    qlog.flush_delivered()
+                elif op == PURGE:
+                    (floor,) = _U64.unpack_from(data, pos)
+                    pos += 8
+                    self._purge(floor)
+                elif op == COUNTS:
+                    (n,) = _U32.unpack_from(data, pos)
+                    pos += 4
+                    entries = []
+                    for _ in range(n):
+                        msg_id, word = _COUNT.unpack_from(data, pos)
+                        pos += _COUNT.size
+                        if msg_id in live:
+                            entries.append((msg_id, word >> 1, bool(word & 1)))
+                    if entries:
+                        qlog.write_staged()
+                        qlog.record_counts(entries)
+                elif op == KEEP:
+                    through, n = struct.unpack_from(">QI", data, pos)
+                    pos += 12
+                    runs = [_RUN.unpack_from(data, pos + 16 * i) for i in range(n)]
+                    pos += 16 * n
+                    self._keep(through, runs)
+                else:
+                    raise ValueError(f"unknown operation {op!r}")
+        except struct.error as error:
+            raise ValueError(f"a damaged batch: {error}") from None
+        finally:
+            qlog.write_staged()
+
+    def _settle(self, ids: list[int]) -> None:
+        if ids:
+            self.log.write_staged()
+            self.live.difference_update(ids)
+            self.log.ack(ids)
+
+    def _purge(self, floor: int) -> None:
+        qlog = self.log
+        qlog.write_staged()
+        if floor >= qlog.last_id:
+            qlog.last_id = floor
+            qlog.purge()
+            self.live.clear()
+        else:  # (never from a leader in order: its purge takes all it wrote)
+            self._settle(sorted(i for i in self.live if i <= floor))
+
+    def _keep(self, through: int, runs: list[tuple[int, int]]) -> None:
+        firsts = [r[0] for r in runs]
+        gone = []
+        for msg_id in sorted(self.live):
+            if msg_id > through:
+                break
+            i = bisect.bisect_right(firsts, msg_id) - 1
+            if i < 0 or runs[i][1] < msg_id:
+                gone.append(msg_id)
+        self._settle(gone)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------- the leader
+
+
+class Shipper:
+    """The log observer of one quorum queue this node leads: each turn's changes, encoded
+    once, go to every feed (``storage.queue_log.LogObserver``)."""
+
+    def __init__(self, queue: ClassicQueue, qlog: QueueLog) -> None:
+        self.queue = queue
+        self.log = qlog
+        self.feeds: set[Feed] = set()
+        self._pending: list[bytes] = []
+        self._scheduled = False
+        qlog.observer = self
+
+    def records_written(self, records: list[bytes]) -> None:
+        self._add(encode_records(records))
+
+    def acked(self, ids: list[int]) -> None:
+        self._add(encode_ack(ids))
+
+    def delivered(self, msg_id: int) -> None:
+        self._add(encode_delivered(msg_id))
+
+    def purged(self, floor: int) -> None:
+        self._add(encode_purge(floor))
+
+    def counted(self, entries: list[tuple[int, int, bool]]) -> None:
+        self._add(encode_counts(entries))
+
+    def _add(self, op: bytes) -> None:
+        if not self.feeds:
+            return
+        self._pending.append(op)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        data = b"".join(self._pending)
+        self._pending = []
+        if data:
+            for feed in list(self.feeds):
+                feed.send(data)
+
+    def detach(self) -> None:
+        if self.log.observer is self:
+            self.log.observer = None
+        for feed in list(self.feeds):
+            feed.end()
+
+
+class Feed:
+    """The leader's end of one replica's feed channel (``directory.FeedPeer``)."""
+
+    def __init__(self, feeds: QuorumFeeds, vhost: str, node: str, end: FeedChannelEnd) -> None:
+        self.feeds = feeds
+        self.vhost = vhost
+        self.node = node
+        self.name = ""
+        self.end_of_channel = end
+        self.shipper: Shipper | None = None
+        self._buffer: list[bytes] | None = None  # changes made while catching up
+        self._task: asyncio.Task[None] | None = None
+
+    def frame(self, payload: bytes) -> None:
+        method = queue_feed.method_of(payload)
+        if method == queue_feed.HELLO and self.shipper is None:
+            _epoch, next_id, self.name = queue_feed.parse_hello(payload)
+            shipper = self.feeds.shipper(self.vhost, self.name)
+            if shipper is None:  # (the replica asks again after a while)
+                raise NotFound(f"no quorum queue '{self.name}' in vhost '{self.vhost}' here")
+            self.shipper = shipper
+            self._buffer = []
+            shipper.feeds.add(self)
+            self._task = asyncio.ensure_future(self._catch_up(shipper, next_id - 1))
+        elif method == queue_feed.HOLDS and self.shipper is not None:
+            epoch, next_id = queue_feed.parse_holds(payload)
+            self.feeds.held(self.vhost, self.name, self.node, epoch, next_id)
+
+    def send(self, data: bytes) -> None:
+        if self._buffer is not None:
+            self._buffer.append(data)
+        else:
+            self._send_now(data)
+
+    async def _catch_up(self, shipper: Shipper, after: int) -> None:
+        qlog = shipper.log
+        qlog.write_staged()
+        snapshot = Snapshot(qlog.directory, after, qlog.last_id)
+        try:
+            await asyncio.to_thread(snapshot.open)
+            runs: list[tuple[int, int]] = []
+            batch: list[bytes] = []
+            size = 0
+            for first in snapshot.firsts:
+                kept, records = await asyncio.to_thread(snapshot.segment, first)
+                runs += kept
+                for record in records:
+                    batch.append(record)
+                    size += len(record)
+                    if size >= CATCH_UP_BYTES:
+                        self._send_now(encode_records(batch))
+                        batch, size = [], 0
+            # the mark as far as the records sent go: a mark read past them would make a
+            # copy that restarts before the changes that follow skip those records (a
+            # delivery past them is among the changes kept meanwhile, sent next)
+            delivered = min(snapshot.delivered, snapshot.through)
+            counts = await asyncio.to_thread(read_counts, qlog.directory)
+            self._send_now(
+                encode_records(batch)
+                + encode_keep(after, runs)
+                + encode_delivered(delivered)
+                + encode_counts([(i, c, out) for i, (c, out) in sorted(counts.items())])
+            )
+        except OSError as error:
+            log.error("catching up replica on %s of '%s': %s", self.node, self.name, error)
+            self.end()
+            return
+        buffered, self._buffer = self._buffer or [], None
+        if buffered:
+            self._send_now(b"".join(buffered))
+        log.info(
+            "replica on %s of quorum queue '%s' in vhost '%s' caught up from id %d",
+            self.node,
+            self.name,
+            self.vhost,
+            after + 1,
+        )
+
+    def _send_now(self, data: bytes) -> None:
+        end = self.end_of_channel
+        end.write(queue_feed.ops(end.channel, data, end.frame_max))
+
+    def end(self) -> None:
+        """Stop feeding (the queue is gone here): the replica asks again later."""
+        self.close()
+        self.end_of_channel.close(
+            f"quorum queue '{self.name}' in vhost '{self.vhost}' is gone here"
+        )
+
+    def close(self) -> None:
+        if self.shipper is not None:
+            self.shipper.feeds.discard(self)
+            self.shipper = None
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+class QuorumFeeds:
+    """The shippers of the quorum queues this node leads (``directory.QuorumFeeds``)."""
+
+    def __init__(self, broker: Broker, held: Callable[[str, str, str, int, int], None]) -> None:
+        self.broker = broker
+        self.held = held  # a replica's HOLDS: commit by majority (``Commits.held``)
+        self.shippers: dict[Queue, Shipper] = {}
+
+    def quorum_feed(self, vhost: str, node: str, end: FeedChannelEnd) -> Feed:
+        return Feed(self, vhost, node, end)
+
+    def shipper(self, vhost: str, name: str) -> Shipper | None:
+        """The shipper of a durable quorum queue this node holds (made on first use)."""
+        local = self.broker.vhosts.get(vhost)
+        queue = None if local is None else local.classic.queues.get(name)
+        if queue is None or queue.kind != "quorum" or queue.log is None or queue.deleted:
+            return None
+        found = self.shippers.get((vhost, name))
+        if found is not None and found.queue is queue:
+            return found
+        if found is not None:
+            found.detach()
+        shipper = self.shippers[(vhost, name)] = Shipper(queue, queue.log)
+        queue.add_delete_listener(lambda q: self._deleted((vhost, name), shipper))
+        return shipper
+
+    def _deleted(self, key: Queue, shipper: Shipper) -> None:
+        shipper.detach()
+        if self.shippers.get(key) is shipper:
+            del self.shippers[key]
+
+    def stop(self) -> None:
+        for shipper in self.shippers.values():
+            shipper.detach()
+        self.shippers.clear()
+
+
+# ---------------------------------------------------------------------------- a replica
+
+
+class Follower:
+    """This node's copy of one quorum queue, fed by its leader until stopped."""
+
+    def __init__(
+        self,
+        vhost: str,
+        name: str,
+        copy: Copy,
+        links: Links,
+        record: Callable[[], dict[str, Any]],
+        running: Callable[[str], bool],
+        durability: Durability,
+        sync_interval_ms: int,
+    ) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.copy = copy
+        self._links = links
+        self._record = record  # the queue's etcd record now (leader, epoch)
+        # whether a node runs now: a leader that does not is not tried (each failed try
+        # lengthens the link's backoff to that node for every other user of the link)
+        self._running = running
+        self.durability = durability
+        self._sync_s = sync_interval_ms / 1000
+        self._channel: LinkChannel | None = None
+        self._ended: asyncio.Event = asyncio.Event()
+        self._ops: list[bytes] | None = None  # the OPS batch being received
+        self._remaining = 0
+        self._epoch = 1
+        self._syncing: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
+        self._syncer: asyncio.Task[None] | None = None
+        if durability is Durability.BATCH:
+            self._syncer = asyncio.ensure_future(self._sync_loop())
+
+    async def _run(self) -> None:
+        while True:
+            record = self._record()
+            leader = record.get("leader")
+            if leader and not record.get("delete") and self._running(str(leader)):
+                self._epoch = int(record.get("epoch", 1))
+                self._ended.clear()
+                self._ops, self._remaining = None, 0
+                channel = self._links.open_channel(
+                    str(leader), self.vhost, self, target=queue_feed.FEED_TARGET
+                )
+                self._channel = channel
+                channel.write(
+                    queue_feed.hello(channel.number, self._epoch, self.copy.next_id, self.name)
+                )
+                await self._ended.wait()
+                self._channel = None
+            await asyncio.sleep(RETRY_S)
+
+    def retarget(self) -> None:
+        """The record changed (a new leader): feed from where it says."""
+        if self._channel is not None:
+            self._channel.close()
+            self._ended.set()
+
+    # the link's receiver
+
+    def link_frames(self, channel: LinkChannel, got: list[tuple[int, bytes]]) -> None:
+        if channel is not self._channel:
+            return
+        applied = False
+        for ftype, payload in got:
+            if ftype == frames.FRAME_METHOD and queue_feed.is_feed(payload):
+                if queue_feed.method_of(payload) == queue_feed.OPS:
+                    self._ops, self._remaining = [], queue_feed.parse_ops_size(payload)
+                continue
+            if ftype != frames.FRAME_BODY or self._ops is None:
+                continue
+            self._ops.append(payload)
+            self._remaining -= len(payload)
+            if self._remaining <= 0:
+                data = b"".join(self._ops)
+                self._ops = None
+                try:
+                    self.copy.apply_ops(data)
+                except (ValueError, OSError) as error:
+                    log.error("replica of quorum queue '%s': %s", self.name, error)
+                    self.retarget()
+                    return
+                applied = True
+        if applied:
+            self._acknowledge()
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        if channel is self._channel:
+            if code:
+                log.info("replica of quorum queue '%s': %d %s", self.name, code, text)
+            self._ended.set()
+
+    def _acknowledge(self) -> None:
+        """HOLDS: at once, or after the fdatasync under ``always`` (one at a time)."""
+        if self.durability is not Durability.ALWAYS:
+            self._send_holds()
+        elif self._syncing is None:
+            self._syncing = asyncio.ensure_future(self._sync_then_hold())
+
+    async def _sync_then_hold(self) -> None:
+        try:
+            while True:
+                next_id = self.copy.next_id
+                await asyncio.to_thread(self.copy.log.sync)
+                self._send_holds(next_id)
+                if self.copy.next_id == next_id:
+                    return
+        finally:
+            self._syncing = None
+
+    def _send_holds(self, next_id: int | None = None) -> None:
+        channel = self._channel
+        if channel is not None:
+            held = self.copy.next_id if next_id is None else next_id
+            channel.write(queue_feed.holds(channel.number, self._epoch, held))
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._sync_s)
+            if self.copy.log.dirty:
+                self.copy.log.dirty = False
+                await asyncio.to_thread(self.copy.log.sync)
+
+    async def stop(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        for task in (self.task, self._syncer, self._syncing):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        with contextlib.suppress(OSError):
+            self.copy.log.sync()
+        self.copy.close()
+
+
+class QuorumReplication:
+    """This node's quorum-queue copies: one ``Follower`` per queue whose record names it a
+    replica (a watch subscriber of ``sievemq/queues/``, after ``Placement.apply``)."""
+
+    def __init__(self, placement: Placement, broker: Broker, links: Links) -> None:
+        self.placement = placement
+        self.broker = broker
+        self.links = links
+        self.me = placement.me
+        self.followers: dict[Queue, Follower] = {}
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def apply(self, events: list[Event], reset: bool) -> None:
+        deleted = {queue_of(e.kv.key) for e in events if e.kind == "delete"}
+        wanted = {
+            queue: record
+            for queue, record in self.placement.records.items()
+            if record.get("type") == "quorum"
+            and self.me in record.get("replicas", ())
+            and record.get("leader") != self.me
+            and not record.get("delete")
+            and not self._held(*queue)
+        }
+        dropped = [q for q in self.followers if q not in wanted]
+        for queue in dropped:
+            follower = self.followers.pop(queue)
+            remove = queue in deleted or self._removed(queue)
+            self._track(self._drop(follower, remove))
+        for gone in deleted - {*dropped, *wanted}:
+            if gone is not None and not self._held(*gone):
+                self._track(self._discard(gone))
+        for queue, record in wanted.items():
+            current = self.followers.get(queue)
+            if current is not None and current._epoch != int(record.get("epoch", 1)):
+                current.retarget()
+            if queue not in self.followers:
+                try:
+                    self.followers[queue] = self._follower(queue)
+                except OSError as error:
+                    log.error("cannot keep a replica of quorum queue '%s': %s", queue[1], error)
+
+    def _follower(self, queue: Queue) -> Follower:
+        vhost, name = queue
+        directory = layout.queue_directory(self.broker.data_dir, vhost, name)
+        settings = self.broker.settings
+
+        def record() -> dict[str, Any]:
+            return self.placement.records.get(queue, {})
+
+        def running(node: str) -> bool:
+            found = self.placement.members(vhost, name)
+            return found is not None and node in found[1]
+
+        log.info("replica of quorum queue '%s' in vhost '%s' in %s", name, vhost, directory)
+        return Follower(
+            vhost,
+            name,
+            Copy(directory),
+            self.links,
+            record,
+            running,
+            settings.durability,
+            settings.sync_interval_ms,
+        )
+
+    def _held(self, vhost: str, name: str) -> bool:
+        local = self.broker.vhosts.get(vhost)
+        return local is not None and name in local.classic.queues
+
+    def _removed(self, queue: Queue) -> bool:
+        record = self.placement.records.get(queue)
+        return (
+            record is None
+            or bool(record.get("delete"))
+            or self.me
+            not in (
+                record.get("leader"),
+                *record.get("replicas", ()),
+            )
+        )
+
+    async def _drop(self, follower: Follower, remove: bool) -> None:
+        await follower.stop()
+        if remove:
+            follower.copy.log.delete()
+
+    async def _discard(self, queue: Queue) -> None:
+        """A deleted queue's copy left from before this node started following it."""
+        directory = layout.queue_directory(self.broker.data_dir, *queue)
+        if directory.exists() and queue not in self.followers:
+            layout.discard(directory)
+
+    def _track(self, work: Any) -> None:
+        task: asyncio.Future[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def release(self, queue: Queue) -> None:
+        """Stop following the queue and close the copy (to open it as this node's)."""
+        follower = self.followers.pop(queue, None)
+        if follower is not None:
+            await follower.stop()
+
+    async def stop(self) -> None:
+        for follower in self.followers.values():
+            await follower.stop()
+        self.followers.clear()
