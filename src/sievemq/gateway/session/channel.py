@@ -789,15 +789,7 @@ class Channel:
     def _basic_get(self, m: Any) -> None:
         if self.remote is not None:  # a remote consumer's tags stop being the leader's
             self.remote.leave_direct()
-        queue_methods.locked_elsewhere(self, m.queue)
-        led = queue_methods.led_by(self, m.queue)
-        if led is not None:
-            self.allow("read", "queue", m.queue)
-            return remote.get(self, *led, m)
-        queue = self.vhost.find_queue(m.queue)
-        if isinstance(queue, ClassicQueue):
-            return classic_consumer.get(self, queue, m)
-        raise get_not_supported(queue.name, self.connection.vhost_name)
+        queue_methods.on_classic_queue(self, m, remote.get, classic_consumer.get, get_not_supported)
 
     def _basic_qos(self, m: Any) -> None:
         if m.global_:
