@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -54,6 +53,7 @@ from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
 from sievemq.gateway.streamproto_session import tracking
 from sievemq.storage import StorageError, layout
+from sievemq.storage.durable import sync_and_close
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
 from sievemq.streamproto import wire
@@ -262,7 +262,7 @@ class Follower:
             end = self.stream.end_offset
             if end != synced:
                 fds = self.stream.sync_handles()
-                await asyncio.to_thread(_fdatasync, fds)
+                await asyncio.to_thread(sync_and_close, fds)
                 synced = end
 
     async def _open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -317,15 +317,6 @@ _ON_FRAME: dict[
     wire.METADATA_UPDATE: Follower._on_end,
     wire.CLOSE: Follower._on_end,
 }
-
-
-def _fdatasync(fds: list[int]) -> None:
-    try:
-        for fd in fds:
-            os.fdatasync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 async def _frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
