@@ -40,16 +40,28 @@ def running_cluster(
     directory; every node still running is stopped on the way out."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         base = Path(tmp)
-        with running_etcd(base / "etcd") as etcd:
-            nodes = {n: ServerProcess(base / n, node_args(etcd.url, n, *flags)) for n in names}
-            try:
-                for proc in nodes.values():
-                    proc.start()
-                yield nodes
-            finally:
-                for proc in nodes.values():
-                    if proc.running:
-                        proc.stop()
+        with (
+            running_etcd(base / "etcd") as etcd,
+            started_nodes(base, etcd.url, names, flags) as nodes,
+        ):
+            yield nodes
+
+
+@contextmanager
+def started_nodes(
+    base: Path, etcd_url: str, names: Iterable[str], flags: tuple[str, ...] = ()
+) -> Iterator[dict[str, ServerProcess]]:
+    """One node per name joined through ``etcd_url`` (data in ``base / NAME``, each with
+    ``flags``), started in turn; every node still running is stopped on the way out."""
+    nodes = {n: ServerProcess(base / n, node_args(etcd_url, n, *flags)) for n in names}
+    try:
+        for proc in nodes.values():
+            proc.start()
+        yield nodes
+    finally:
+        for proc in nodes.values():
+            if proc.running:
+                proc.stop()
 
 
 def medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -77,14 +89,18 @@ def report(bench: str, out: Path | None, **figures: Any) -> None:
 
 
 def wait_for(
-    check: Callable[[], bool], what: str = "replicas did not catch up", timeout: float = 600.0
+    check: Callable[[], bool],
+    what: str = "replicas did not catch up",
+    timeout: float = 600.0,
+    every: float = 0.02,
 ) -> None:
-    """Poll ``check`` until it holds; TimeoutError(``what``) after ``timeout`` seconds."""
+    """Poll ``check`` every ``every`` seconds until it holds; TimeoutError(``what``) after
+    ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise TimeoutError(what)
-        time.sleep(0.02)
+        time.sleep(every)
 
 
 def segment_sizes(directory: Path) -> dict[str, int]:
