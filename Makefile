@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults rolling-restart chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-replication-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool faketime valgrind bench-instructions cluster-faults chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-replication-vs-rabbitmq bench-spark bench-spark-latency soak clean rolling-restart
 
 setup: $(STAMP)
 
@@ -67,6 +67,11 @@ etcd:
 faketime:
 	@test -x /usr/bin/faketime || { export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq faketime; }
+
+# bench.publish_path_instructions counts instructions with Debian's valgrind (callgrind)
+valgrind:
+	@test -x /usr/bin/valgrind || { export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq valgrind; }
 
 # the cluster's fault tests, each fault repeated ROUNDS times (`make cluster-faults ROUNDS=10`);
 # the measured figures (longest gap in the other nodes' confirms...) go to cluster-faults.jsonl
@@ -147,6 +152,12 @@ soak: setup
 # publish -> streaming query (1 s trigger) -> foreachBatch sink, through a real gateway
 bench-spark-latency: setup
 	$(VENV)/bin/python -m bench spark_stream_latency
+
+# instructions per AMQP message through the publish path, this tree against TREES' commits
+# (`make bench-instructions TREES=HEAD,8c1ff56`): load-independent, several minutes per tree
+TREES ?= HEAD
+bench-instructions: setup valgrind
+	$(VENV)/bin/python -m bench.publish_path_instructions --trees $(TREES)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

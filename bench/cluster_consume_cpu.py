@@ -29,36 +29,18 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pika
 
 from bench import kit
+from bench._cluster import running_cluster
 from bench._util import git_commit, machine, proc_cpu_s
 from bench.classic_work_queue import consume_args, publish
 from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import running_etcd
-
-
-def _node(base: Path, name: str, etcd_url: str) -> ServerProcess:
-    return ServerProcess(
-        base / name,
-        (
-            "--node-name",
-            name,
-            "--cluster-etcd",
-            etcd_url,
-            "--cluster-port",
-            "0",
-            "--fsync",
-            "batch",
-        ),
-    ).start()
 
 
 def _declare(node: ServerProcess, queue: str, kind: str, copies: int | None = None) -> None:
@@ -125,44 +107,37 @@ def main() -> None:
         f"{kind}_via_{via}": [] for kind in kinds for via in ("a", "b")
     }
     streams = {"stream": ("bench-stream", 1), "replica": ("bench-replicated", 2)}
-    with tempfile.TemporaryDirectory(prefix="sievemq-cluster-cpu-") as tmp:
-        base = Path(tmp)
-        with running_etcd(base / "etcd") as etcd:
-            a = _node(base, "a", etcd.url)
-            b = _node(base, "b", etcd.url)
-            nodes = [a, b]
-            try:
-                for kind, (name, copies) in streams.items():
+    with running_cluster("sievemq-cluster-cpu-", ("a", "b"), ("--fsync", "batch")) as cluster:
+        a, b = cluster["a"], cluster["b"]
+        nodes = [a, b]
+        for kind, (name, copies) in streams.items():
+            if kind in kinds:
+                _declare(a, name, "stream", copies)
+                publish(a.amqp_port, a.pid, name, args.n, args.size)
+                _wait_known(b, name)
+        if "replica" in kinds:
+            deadline = time.monotonic() + 120
+            while not _copied(b, streams["replica"][0], args.n):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("b's replica did not catch up")
+                time.sleep(0.2)
+        for i in range(args.rounds):
+            order = ("a", "b") if i % 2 == 0 else ("b", "a")
+            for via in order:
+                node = a if via == "a" else b
+                if "classic" in kinds:
+                    _declare(a, "bench-classic", "classic")
+                    _wait_known(b, "bench-classic")
+                    publish(a.amqp_port, a.pid, "bench-classic", args.n, args.size)
+                    time.sleep(0.3)
+                    got = _consume(node, nodes, "bench-classic", args.n, "")
+                    runs[f"classic_via_{via}"].append(got)
+                    print(f"classic via {via}", json.dumps(got), file=sys.stderr)
+                for kind, (name, _) in streams.items():
                     if kind in kinds:
-                        _declare(a, name, "stream", copies)
-                        publish(a.amqp_port, a.pid, name, args.n, args.size)
-                        _wait_known(b, name)
-                if "replica" in kinds:
-                    deadline = time.monotonic() + 120
-                    while not _copied(b, streams["replica"][0], args.n):
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("b's replica did not catch up")
-                        time.sleep(0.2)
-                for i in range(args.rounds):
-                    order = ("a", "b") if i % 2 == 0 else ("b", "a")
-                    for via in order:
-                        node = a if via == "a" else b
-                        if "classic" in kinds:
-                            _declare(a, "bench-classic", "classic")
-                            _wait_known(b, "bench-classic")
-                            publish(a.amqp_port, a.pid, "bench-classic", args.n, args.size)
-                            time.sleep(0.3)
-                            got = _consume(node, nodes, "bench-classic", args.n, "")
-                            runs[f"classic_via_{via}"].append(got)
-                            print(f"classic via {via}", json.dumps(got), file=sys.stderr)
-                        for kind, (name, _) in streams.items():
-                            if kind in kinds:
-                                got = _consume(node, nodes, name, args.n, "first")
-                                runs[f"{kind}_via_{via}"].append(got)
-                                print(f"{kind} via {via}", json.dumps(got), file=sys.stderr)
-            finally:
-                for node in nodes:
-                    node.stop()
+                        got = _consume(node, nodes, name, args.n, "first")
+                        runs[f"{kind}_via_{via}"].append(got)
+                        print(f"{kind} via {via}", json.dumps(got), file=sys.stderr)
     medians = {
         name: statistics.median(r["server_cpu_us_per_msg"] for r in rounds)
         for name, rounds in runs.items()

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,20 +28,11 @@ import httpx
 import pika
 from pika.exceptions import AMQPError, NackError, UnroutableError
 
+from bench._cluster import caught_up, running_cluster, wait_for
 from bench._util import git_commit, machine
-from bench.stream_replication import _caught_up as _equal
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import running_etcd
 
 NAMES = ("a", "b", "c")
-
-
-def _wait(check: Any, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 async def _publish(node: ServerProcess, name: str, n: int) -> None:
@@ -107,16 +97,16 @@ def _round(nodes: dict[str, ServerProcess], r: int, n: int) -> dict[str, Any]:
     asyncio.run(_publish(victim, name, n))
     for replica in nodes.values():
         if replica is not victim:
-            _wait(lambda rep=replica: _equal(victim, rep, name), "replicas")
+            wait_for(lambda rep=replica: caught_up(victim, rep, name), "replicas", 120.0)
     victim.kill()
     killed = time.monotonic()
     acked = _first_confirm(other, name, 120.0)
-    _wait(lambda: _leader(other, name) not in (None, victim.data_dir.name), "record")
+    wait_for(lambda: _leader(other, name) not in (None, victim.data_dir.name), "record", 120.0)
     elected = time.monotonic()
     leader = nodes[str(_leader(other, name))]
     victim.start()
     ready = time.monotonic()
-    _wait(lambda: _equal(leader, victim, name), "the old leader rejoins as replica")
+    wait_for(lambda: caught_up(leader, victim, name), "the old leader rejoins as replica", 120.0)
     return {
         "round": r,
         "killed": victim.data_dir.name,
@@ -129,23 +119,12 @@ def _round(nodes: dict[str, ServerProcess], r: int, n: int) -> dict[str, Any]:
 
 def run(rounds: int, n: int, ttl: int) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="sievemq-failover-") as tmp,
-        running_etcd(Path(tmp) / "etcd") as etcd,
-    ):
-        flags = ("--cluster-etcd", etcd.url, "--cluster-port", "0", "--cluster-lease-ttl", str(ttl))
-        nodes = {n: ServerProcess(Path(tmp) / n, ("--node-name", n, *flags)) for n in NAMES}
-        try:
-            for node in nodes.values():
-                node.start()
-            for r in range(rounds):
-                row = _round(nodes, r, n)
-                print(json.dumps(row), flush=True)
-                out.append(row)
-        finally:
-            for node in nodes.values():
-                if node.running:
-                    node.stop()
+    flags = ("--cluster-lease-ttl", str(ttl))
+    with running_cluster("sievemq-failover-", NAMES, flags) as nodes:
+        for r in range(rounds):
+            row = _round(nodes, r, n)
+            print(json.dumps(row), flush=True)
+            out.append(row)
     figures = [row["failover_s"] for row in out]
     return {
         "bench": "cluster_failover",

@@ -22,20 +22,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import statistics
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiormq
 
-from bench._util import git_commit, machine
-from bench.stream_replication import _args, _declare, _members_online, _publish, _wait
+from bench._cluster import (
+    declare_stream,
+    medians,
+    members_online,
+    publish_confirmed,
+    report,
+    running_cluster,
+    wait_for,
+)
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import running_etcd
 
 
 async def _latencies(
@@ -68,11 +69,11 @@ def _case(
 ) -> dict[str, float]:
     a = nodes["a"]
     mode = 2 if kind == "quorum" else None  # a quorum queue logs persistent messages
-    asyncio.run(_declare(a, name, size, kind))
-    _wait(lambda: _members_online(a, name, size))
+    asyncio.run(declare_stream(a, name, size, kind))
+    wait_for(lambda: members_online(a, name, size))
     latencies = asyncio.run(_latencies(a, name, samples, mode))
     t0 = time.perf_counter()
-    asyncio.run(_publish(a, name, n, mode))
+    asyncio.run(publish_confirmed(a, name, n, mode))
     rate = n / (time.perf_counter() - t0)
     return {
         "confirm_p50_ms": _quantile(latencies, 0.50) * 1e3,
@@ -92,46 +93,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"one_member": [], "three_members": []}
-    with tempfile.TemporaryDirectory(prefix="sievemq-commit-bench-") as tmp:
-        base = Path(tmp)
-        with running_etcd(base / "etcd") as etcd:
-            flags = ("--fsync", opts.fsync)
-            nodes = {
-                n: ServerProcess(base / n, (*_args(etcd.url, n), *flags)) for n in ("a", "b", "c")
-            }
-            try:
-                for proc in nodes.values():
-                    proc.start()
-                for r in range(opts.rounds):
-                    for case, size in (("one_member", 1), ("three_members", 3)):
-                        name = f"{case}-{r}"
-                        got = _case(nodes, name, size, opts.samples, opts.n, opts.queue_type)
-                        runs[case].append(got)
-            finally:
-                for proc in nodes.values():
-                    if proc.running:
-                        proc.stop()
-    medians: dict[str, Any] = {
-        case: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
-        for case, rs in runs.items()
-    }
-    result = {
-        "bench": "commit_latency",
-        "commit": git_commit(),
-        "machine": machine(),
-        "load_average": os.getloadavg(),
-        "queue_type": opts.queue_type,
-        "fsync": opts.fsync,
-        "samples": opts.samples,
-        "n": opts.n,
-        "rounds": opts.rounds,
-        "medians": medians,
-        "runs": runs,
-    }
-    text = json.dumps(result, indent=2)
-    if opts.out:
-        opts.out.write_text(text + "\n")
-    print(text)
+    with running_cluster("sievemq-commit-bench-", flags=("--fsync", opts.fsync)) as nodes:
+        for r in range(opts.rounds):
+            for case, size in (("one_member", 1), ("three_members", 3)):
+                runs[case].append(
+                    _case(nodes, f"{case}-{r}", size, opts.samples, opts.n, opts.queue_type)
+                )
+    report(
+        "commit_latency",
+        opts.out,
+        queue_type=opts.queue_type,
+        fsync=opts.fsync,
+        samples=opts.samples,
+        n=opts.n,
+        rounds=opts.rounds,
+        medians=medians(runs),
+        runs=runs,
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ instrumentation is switched on by ``callgrind_control`` after the imports (which
 minutes under it). The difference
 of the two counts over ``--extra`` is the instructions of one message: what both runs share (the
 node's start, the warmup, the teardown) cancels out. Slow: a few minutes of CPU per tree
-and kind. Needs ``valgrind`` (Debian's package) and a CPython with symbols (pyenv's has).
+and kind. Needs ``valgrind`` (Debian's package: ``make valgrind``; ``make bench-instructions``
+installs it and runs this) and a CPython with symbols (pyenv's has).
 """
 
 from __future__ import annotations
@@ -100,8 +101,13 @@ def main() -> None:
         "--trees", default="HEAD", help="commits, comma-separated (HEAD: this tree)"
     )
     args = parser.parse_args()
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    if missing:
+        raise SystemExit(
+            f"{' and '.join(missing)} not found: this count needs valgrind's callgrind "
+            "(Debian's valgrind package: `make valgrind` installs it, `make bench-instructions` "
+            "installs it and runs this)"
+        )
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="sievemq-instructions-") as tmp:
         work = Path(tmp)

@@ -37,16 +37,16 @@ from typing import Any
 
 import aiormq
 
-from bench._util import proc_cpu_s, report
-from bench.stream_replication import (
-    _declare,
-    _members_online,
-    _publish,
-    _sizes,
-    _wait,
-    catch_up_figures,
-    three_nodes,
+from bench._cluster import (
+    declare_stream,
+    members_online,
+    publish_confirmed,
+    running_cluster,
+    segment_sizes,
+    wait_for,
 )
+from bench._util import proc_cpu_s, report
+from bench.stream_replication import catch_up_figures
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
@@ -110,17 +110,17 @@ class Steady:
 
 
 def _bytes(directory: Path) -> int:
-    return sum(_sizes(directory).values())
+    return sum(segment_sizes(directory).values())
 
 
 def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> dict[str, Any]:
     a, c = nodes["a"], nodes["c"]
-    asyncio.run(_declare(a, name, 3))
-    _wait(lambda: _members_online(a, name, 3))
+    asyncio.run(declare_stream(a, name, 3))
+    wait_for(lambda: members_online(a, name, 3))
     assert c.stop() == 0, c.stderr()
     copy = replica_directory(c.data_dir, "/", name)
     before = _bytes(copy)
-    asyncio.run(_publish(a, name, n))
+    asyncio.run(publish_confirmed(a, name, n))
     steady = Steady(a, name, window).start()
     time.sleep(1.0)  # its first windows: connected and confirming
     target = _bytes(stream_directory(a.data_dir, "/", name))
@@ -128,7 +128,7 @@ def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> d
     c.start()
     ready = time.monotonic()
     cpu = {k: proc_cpu_s(p.pid) for k, p in nodes.items()}
-    _wait(lambda: _bytes(copy) >= target)
+    wait_for(lambda: _bytes(copy) >= target)
     done = time.monotonic()
     cpu_during = {k: (proc_cpu_s(p.pid) - cpu[k]) / (done - ready) for k, p in nodes.items()}
     time.sleep(0.5)  # the copy follows the steady publisher from here
@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
     runs = []
-    with three_nodes("sievemq-catch-up-bench-") as nodes:
+    with running_cluster("sievemq-catch-up-bench-") as nodes:
         for r in range(opts.rounds):
             runs.append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
             print(json.dumps(runs[-1]), flush=True)

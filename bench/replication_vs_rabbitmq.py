@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,9 @@ import aiormq
 import pika
 
 from bench import kit, rabbitmq_cluster
+from bench._cluster import caught_up, members_online, started_nodes, wait_for
 from bench._util import git_commit, machine, proc_cpu_s
 from bench.cluster_failover import _leader as sievemq_leader
-from bench.stream_replication import _caught_up, _members_online
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
@@ -79,12 +80,8 @@ ARGUMENTS = {
 }
 
 
-def _wait(check: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
+# (slower polls than the other benches': the members' /api/queues during a measured round)
+_wait = functools.partial(wait_for, timeout=180.0, every=0.05)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -118,7 +115,7 @@ class SieveSide:
 
     def settled(self, queue: str, kind: str) -> bool:
         """Every member of a stream is online (a quorum queue has one: its declare-ok)."""
-        return kind != "stream" or _members_online(self.nodes[0], queue, 3)
+        return kind != "stream" or members_online(self.nodes[0], queue, 3)
 
     def leader(self, queue: str, via: int) -> str:
         return str(sievemq_leader(self.nodes[via], queue))
@@ -135,7 +132,7 @@ class SieveSide:
         leader = {n.data_dir.name: n for n in self.nodes}[
             str(sievemq_leader(self.nodes[via], queue))
         ]
-        _wait(lambda: _caught_up(leader, victim, queue), "the old leader's copy catches up")
+        _wait(lambda: caught_up(leader, victim, queue), "the old leader's copy catches up")
 
 
 @dataclass
@@ -185,18 +182,12 @@ Side = SieveSide | RabbitSide
 
 @contextmanager
 def sievemq_cluster(base: Path, lease_ttl: int) -> Iterator[SieveSide]:
-    with running_etcd(base / "etcd") as etcd:
-        flags = ("--cluster-etcd", etcd.url, "--cluster-port", "0")
-        flags += ("--cluster-lease-ttl", str(lease_ttl))
-        nodes = [ServerProcess(base / n, ("--node-name", n, *flags)) for n in NAMES]
-        try:
-            for node in nodes:
-                node.start()
-            yield SieveSide(nodes, etcd)
-        finally:
-            for node in nodes:
-                if node.running:
-                    node.stop()
+    flags = ("--cluster-lease-ttl", str(lease_ttl))
+    with (
+        running_etcd(base / "etcd") as etcd,
+        started_nodes(base, etcd.url, NAMES, flags) as nodes,
+    ):
+        yield SieveSide(list(nodes.values()), etcd)
 
 
 @contextmanager

@@ -20,124 +20,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import aiormq
-import httpx
-
-from bench._util import git_commit, machine, proc_cpu_s
-from sievemq.cluster.replication import replica_directory
+from bench._cluster import (
+    caught_up,
+    declare_stream,
+    medians,
+    members_online,
+    publish_confirmed,
+    report,
+    running_cluster,
+    segment_sizes,
+    wait_for,
+)
+from bench._util import proc_cpu_s
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import running_etcd
-
-WINDOW = 1000
-FILTERS = 50
-
-
-def _args(etcd_url: str, name: str) -> tuple[str, ...]:
-    return ("--node-name", name, "--cluster-etcd", etcd_url, "--cluster-port", "0")
-
-
-@contextmanager
-def three_nodes(prefix: str) -> Iterator[dict[str, ServerProcess]]:
-    """An etcd and nodes a, b, c in a temporary folder, started for the block."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        base = Path(tmp)
-        with running_etcd(base / "etcd") as etcd:
-            nodes = {n: ServerProcess(base / n, _args(etcd.url, n)) for n in ("a", "b", "c")}
-            try:
-                for proc in nodes.values():
-                    proc.start()
-                yield nodes
-            finally:
-                for proc in nodes.values():
-                    if proc.running:
-                        proc.stop()
-
-
-def _sizes(directory: Path) -> dict[str, int]:
-    if not directory.is_dir():
-        return {}
-    return {p.name: p.stat().st_size for p in directory.glob("*.segment")}
-
-
-def _caught_up(leader: ServerProcess, replica: ServerProcess, name: str) -> bool:
-    mine = _sizes(replica_directory(replica.data_dir, "/", name))
-    return bool(mine) and mine == _sizes(stream_directory(leader.data_dir, "/", name))
-
-
-def _wait(check: Any, timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError("replicas did not catch up")
-        time.sleep(0.02)
-
-
-async def _publish(node: ServerProcess, name: str, n: int, mode: int | None = None) -> None:
-    """``n`` messages with confirms, in windows; ``mode``: their delivery-mode (2 for a
-    quorum queue: only persistent messages are logged, and replicated)."""
-    connection = await aiormq.connect(node.url)
-    try:
-        ch = await connection.channel(publisher_confirms=True)
-        body = b"x" * 100
-        for start in range(0, n, WINDOW):
-            confirms = [
-                asyncio.ensure_future(
-                    ch.basic_publish(
-                        body,
-                        routing_key=name,
-                        properties=aiormq.spec.Basic.Properties(
-                            headers={"x-stream-filter-value": f"f{i % FILTERS}"},
-                            delivery_mode=mode,
-                        ),
-                    )
-                )
-                for i in range(start, min(start + WINDOW, n))
-            ]
-            await asyncio.gather(*confirms)
-    finally:
-        await connection.close()
-
-
-async def _declare(node: ServerProcess, name: str, size: int, kind: str = "stream") -> None:
-    """A stream (or a quorum queue) with ``size`` members."""
-    connection = await aiormq.connect(node.url)
-    try:
-        ch = await connection.channel()
-        arguments: dict[str, Any] = {"x-queue-type": kind, "x-initial-cluster-size": size}
-        if kind == "quorum":
-            arguments = {"x-queue-type": kind, "x-quorum-initial-group-size": size}
-        await ch.queue_declare(name, durable=True, arguments=arguments)
-    finally:
-        await connection.close()
-
-
-def _members_online(node: ServerProcess, name: str, count: int) -> bool:
-    rows = httpx.get(node.admin_url + "/api/queues", auth=("guest", "guest"), timeout=10).json()
-    return any(q["name"] == name and len(q.get("online", [])) == count for q in rows)
 
 
 def _case(nodes: dict[str, ServerProcess], name: str, size: int, n: int) -> dict[str, float]:
     a = nodes["a"]
-    asyncio.run(_declare(a, name, size))
-    _wait(lambda: _members_online(a, name, size))
+    asyncio.run(declare_stream(a, name, size))
+    wait_for(lambda: members_online(a, name, size))
     cpu0 = {k: proc_cpu_s(p.pid) for k, p in nodes.items()}
     t0 = time.perf_counter()
-    asyncio.run(_publish(a, name, n))
+    asyncio.run(publish_confirmed(a, name, n))
     publish_s = time.perf_counter() - t0
     leader_cpu = proc_cpu_s(a.pid) - cpu0["a"]
     if size > 1:
-        _wait(lambda: all(_caught_up(a, nodes[r], name) for r in ("b", "c")))
+        wait_for(lambda: all(caught_up(a, nodes[r], name) for r in ("b", "c")))
     replicated_s = time.perf_counter() - t0
     total_cpu = sum(proc_cpu_s(p.pid) - cpu0[k] for k, p in nodes.items())
     return {
@@ -150,16 +62,16 @@ def _case(nodes: dict[str, ServerProcess], name: str, size: int, n: int) -> dict
 
 def _catch_up(nodes: dict[str, ServerProcess], n: int) -> dict[str, float]:
     a, c = nodes["a"], nodes["c"]
-    asyncio.run(_declare(a, "catch-up", 3))
-    _wait(lambda: _members_online(a, "catch-up", 3))
+    asyncio.run(declare_stream(a, "catch-up", 3))
+    wait_for(lambda: members_online(a, "catch-up", 3))
     c.kill()
-    asyncio.run(_publish(a, "catch-up", n))
+    asyncio.run(publish_confirmed(a, "catch-up", n))
     started = time.perf_counter()
     c.restart()  # (its follower starts at the join, just before the ready line)
     ready = time.perf_counter()
-    _wait(lambda: _caught_up(a, c, "catch-up"))
+    wait_for(lambda: caught_up(a, c, "catch-up"))
     done = time.perf_counter()
-    size = sum(_sizes(stream_directory(a.data_dir, "/", "catch-up")).values())
+    size = sum(segment_sizes(stream_directory(a.data_dir, "/", "catch-up")).values())
     return catch_up_figures(n, size, started, ready, done)
 
 
@@ -186,31 +98,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--catch-up-factor", type=int, default=10, help="x N messages")
     opts = parser.parse_args()
-    with three_nodes("sievemq-repl-bench-") as nodes:
+    with running_cluster("sievemq-repl-bench-") as nodes:
         runs: dict[str, list[dict[str, float]]] = {"no_replica": [], "two_replicas": []}
         for r in range(opts.rounds):
             runs["no_replica"].append(_case(nodes, f"alone-{r}", 1, opts.n))
             runs["two_replicas"].append(_case(nodes, f"replicated-{r}", 3, opts.n))
         catch_up = _catch_up(nodes, opts.n * opts.catch_up_factor)
-    medians = {
-        case: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
-        for case, rs in runs.items()
-    }
-    result = {
-        "bench": "stream_replication",
-        "commit": git_commit(),
-        "machine": machine(),
-        "load_average": os.getloadavg(),
-        "n": opts.n,
-        "rounds": opts.rounds,
-        "medians": medians,
-        "runs": runs,
-        "catch_up": catch_up,
-    }
-    text = json.dumps(result, indent=2)
-    if opts.out:
-        opts.out.write_text(text + "\n")
-    print(text)
+    report(
+        "stream_replication",
+        opts.out,
+        n=opts.n,
+        rounds=opts.rounds,
+        medians=medians(runs),
+        runs=runs,
+        catch_up=catch_up,
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
-from sievemq.storage.segment import list_segments, segment_name
+from sievemq.testing.stream_files import segment_files
 
 from .workload import Delivery
 
@@ -137,15 +137,6 @@ def check_declared(expected: set[str], listed: set[str]) -> Result:
     if missing:
         result.findings.append(f"declared-ok queues gone: {missing[:10]}")
     return result
-
-
-def segment_files(directory: Path) -> dict[str, bytes]:
-    if not directory.is_dir():
-        return {}
-    return {
-        segment_name(first): (directory / segment_name(first)).read_bytes()
-        for first in list_segments(directory)
-    }
 
 
 def replicas_equal(

@@ -160,6 +160,15 @@ class Commits:
         target = None if found is None else found.stream
         return target.commit_end if isinstance(target, ClassicQueue) else None
 
+    def declared(self, vhost: str, name: str) -> None:
+        """The broker's hook (``Broker.stream_declared``): a stream declared here whose
+        record says this node leads it (a promoted leader's, one another node placed here)
+        is gated in the declare's own turn; the watch may have brought the record before
+        the stream existed, and an ungated leader would confirm what no replica holds."""
+        record = self.records().get((vhost, name))
+        if record is not None and record.get("leader") == self.me:
+            self.lead((vhost, name), record)
+
     def _opened(self, queue: Queue, stream: Stream) -> None:
         wanted = self._pending.pop(queue, None)
         if wanted is not None:

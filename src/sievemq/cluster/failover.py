@@ -156,11 +156,9 @@ class StreamCopies:
             log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
             return
         arguments = decode_value(record.get("arguments") or {})
+        # gated for commit by majority in the declare's own turn (``Commits.declared``, the
+        # broker's hook: placement's record, written just before, says this node leads)
         local.declare_queue(name, durable=True, arguments=dict(arguments))
-        # gated for commit by majority now, in the same turn as the declare: the watch
-        # may have brought the new record before the queue existed here, and an ungated
-        # leader would confirm what no replica holds (lost in the next failover)
-        self.placement.led(queue, record)
 
     def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
         """Another node leads the stream this node holds: its copy becomes a replica."""

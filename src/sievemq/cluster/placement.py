@@ -415,8 +415,8 @@ class Placement:
                 error = f"no vhost '{vhost}' on node '{self.me}'"
             else:
                 arguments = decode_value(record.get("arguments") or {})
+                # gated before the declaring node hears of it (``Commits.declared``)
                 local.declare_queue(name, durable=True, arguments=dict(arguments))
-                self.led(queue, record)  # gated before the declaring node hears of it
         except Exception as failure:  # a 406's text or storage's: back to the declaring node
             error = str(getattr(failure, "explanation", failure))
             log.warning("cannot create queue '%s' placed on this node: %s", name, error)

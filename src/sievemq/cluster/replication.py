@@ -38,9 +38,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import CLUSTER_USER_PREFIX
 from sievemq.gateway.streamproto_session import tracking
 from sievemq.storage import StorageError, layout
+from sievemq.storage.durable import sync_and_close
 from sievemq.storage.layout import stream_directory
 from sievemq.storage.stream import Durability, Stream
 from sievemq.streamproto import wire
@@ -182,30 +182,54 @@ class Follower:
             )
             while True:
                 key, version, frame = await _frame(reader)
-                if key == wire.DELIVER:
-                    await self._append(frame, version)
-                    # what the leader committed may reach past the copy's end (a copy
-                    # catching up): commit clamps to the end, so commit again as it grows
-                    self.stream.commit(self._leader_committed)
-                    # held (and synced under always): the leader may commit it; one more chunk
-                    writer.write(
-                        wire.replica_holds(0, self.epoch, self.stream.end_offset)
-                        + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
-                    )
-                elif key == wire.COMMITTED:
-                    self._leader_committed = wire.parse_committed(frame)
-                    self.stream.commit(self._leader_committed)
-                elif key in (wire.TRACKING, wire.SUBSCRIPTIONS):
-                    tracking.apply(self.stream, key, frame)  # offsets, SQL subscriptions
-                elif key == wire.HEARTBEAT:
-                    writer.write(wire.heartbeat())
-                elif key in (wire.METADATA_UPDATE, wire.CLOSE):
-                    raise ReplicaError("the leader ended the subscription")
+                handler = _ON_FRAME.get(key)  # (other frames: nothing to do)
+                if handler is not None:
+                    await handler(self, writer, key, version, frame)
         finally:
             self._writer = None
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    # ------------------------------------------- the subscription's frames (``_ON_FRAME``)
+
+    async def _on_deliver(
+        self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
+    ) -> None:
+        """A chunk: appended as the leader stored it, then the leader told what the copy
+        holds (synced under always: the leader may commit it) with credit for one more."""
+        await self._append(frame, version)
+        # what the leader committed may reach past the copy's end (a copy catching up):
+        # commit clamps to the end, so commit again as it grows
+        self.stream.commit(self._leader_committed)
+        writer.write(
+            wire.replica_holds(0, self.epoch, self.stream.end_offset)
+            + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
+        )
+
+    async def _on_committed(
+        self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
+    ) -> None:
+        """The leader's committed offset: the copy's readers here may read up to it."""
+        self._leader_committed = wire.parse_committed(frame)
+        self.stream.commit(self._leader_committed)
+
+    async def _on_tracking(
+        self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
+    ) -> None:
+        """Named-consumer offsets or registered SQL subscriptions: kept in the copy."""
+        tracking.apply(self.stream, key, frame)
+
+    async def _on_heartbeat(
+        self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
+    ) -> None:
+        writer.write(wire.heartbeat())
+
+    async def _on_end(
+        self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
+    ) -> None:
+        """MetadataUpdate or Close: the leader ended the subscription (``_run`` retries)."""
+        raise ReplicaError("the leader ended the subscription")
 
     async def _append(self, frame: bytes, version: int) -> None:
         """Append the Deliver's chunk as stored; under ``--fsync always`` the write and its
@@ -238,7 +262,7 @@ class Follower:
             end = self.stream.end_offset
             if end != synced:
                 fds = self.stream.sync_handles()
-                await asyncio.to_thread(_fdatasync, fds)
+                await asyncio.to_thread(sync_and_close, fds)
                 synced = end
 
     async def _open(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -281,13 +305,18 @@ class Follower:
                 raise ReplicaError(f"the leader closed the connection during {what}")
 
 
-def _fdatasync(fds: list[int]) -> None:
-    try:
-        for fd in fds:
-            os.fdatasync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
+# what the follower does with each kind of frame on its subscription (others are ignored)
+_ON_FRAME: dict[
+    int, Callable[[Follower, asyncio.StreamWriter, int, int, bytes], Awaitable[None]]
+] = {
+    wire.DELIVER: Follower._on_deliver,
+    wire.COMMITTED: Follower._on_committed,
+    wire.TRACKING: Follower._on_tracking,
+    wire.SUBSCRIPTIONS: Follower._on_tracking,
+    wire.HEARTBEAT: Follower._on_heartbeat,
+    wire.METADATA_UPDATE: Follower._on_end,
+    wire.CLOSE: Follower._on_end,
+}
 
 
 async def _frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:

@@ -14,3 +14,14 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_and_close(fds: list[int]) -> None:
+    """fdatasync each descriptor, then close them all (``Stream.sync_handles``'s duplicates,
+    in a worker thread: what the writer's thread rolls over or closes meanwhile is apart)."""
+    try:
+        for fd in fds:
+            os.fdatasync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)

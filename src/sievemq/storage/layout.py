@@ -130,16 +130,9 @@ def settle_tombstones(data_dir: Path, live: set[tuple[str, str, str]]) -> tuple[
 def remove_empty_vhost_dirs(data_dir: Path, vhosts: set[str]) -> None:
     """Remove the empty directories of vhosts not in ``vhosts`` (a deleted vhost's: its
     queues' tombstones are gone by then). Only at start, once the definitions are read."""
-    for kind in (STREAMS_DIR, QUEUES_DIR):
-        try:
-            vhost_dirs = list((Path(data_dir) / kind).iterdir())
-        except OSError:
-            continue
-        for vhost_dir in vhost_dirs:
-            name = name_of(vhost_dir.name)
-            if name is not None and name not in vhosts:
-                with contextlib.suppress(OSError):  # not empty (or not a directory): kept
-                    vhost_dir.rmdir()
+    for vhost_dir in _other_vhost_dirs(data_dir, vhosts):
+        with contextlib.suppress(OSError):  # not empty (or not a directory): kept
+            vhost_dir.rmdir()
 
 
 def remove_deleted_vhost_dirs(data_dir: Path, vhosts: set[str]) -> int:
@@ -150,6 +143,17 @@ def remove_deleted_vhost_dirs(data_dir: Path, vhosts: set[str]) -> int:
     once the definitions are read, and only when there are stored definitions. Returns how
     many vhost directories were removed."""
     removed = 0
+    for vhost_dir in _other_vhost_dirs(data_dir, vhosts):
+        if vhost_dir.is_dir():
+            shutil.rmtree(vhost_dir, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _other_vhost_dirs(data_dir: Path, vhosts: set[str]) -> list[Path]:
+    """The vhost directories (of streams and of classic/quorum queues) whose vhost is not
+    in ``vhosts``."""
+    found: list[Path] = []
     for kind in (STREAMS_DIR, QUEUES_DIR):
         try:
             vhost_dirs = list((Path(data_dir) / kind).iterdir())
@@ -157,10 +161,9 @@ def remove_deleted_vhost_dirs(data_dir: Path, vhosts: set[str]) -> int:
             continue
         for vhost_dir in vhost_dirs:
             name = name_of(vhost_dir.name)
-            if name is not None and name not in vhosts and vhost_dir.is_dir():
-                shutil.rmtree(vhost_dir, ignore_errors=True)
-                removed += 1
-    return removed
+            if name is not None and name not in vhosts:
+                found.append(vhost_dir)
+    return found
 
 
 class _Remover:

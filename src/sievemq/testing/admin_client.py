@@ -1,11 +1,14 @@
 """The admin API of a gateway under test through httpx (a test dependency).
 
 ``client(server)`` is an ``httpx.Client`` on the admin port, logged in (guest by default);
-``q(name)`` quotes a vhost or queue name as one path segment, as RabbitMQ's clients do.
+``q(name)`` quotes a vhost or queue name as one path segment, as RabbitMQ's clients do;
+``streams_cli(server, ...)`` runs `sievemq streams ...` against it, as a user does.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from urllib.parse import quote
 
 import httpx
@@ -13,7 +16,7 @@ import httpx
 from sievemq.testing.gateway import RunningGateway
 from sievemq.testing.process import ServerProcess
 
-__all__ = ["client", "q"]
+__all__ = ["client", "q", "streams_cli"]
 
 
 def client(
@@ -26,3 +29,15 @@ def client(
 def q(name: str) -> str:
     """A path segment as RabbitMQ's clients send it (``/`` -> ``%2F``)."""
     return quote(name, safe="")
+
+
+def streams_cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sievemq streams ARGS` against ``server``'s admin API (as guest), in a process of its
+    own as a user runs it: its exit status and output."""
+    url = server.admin_url.replace("http://", "http://guest:guest@")
+    return subprocess.run(
+        [sys.executable, "-m", "sievemq", "streams", *args, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -3,21 +3,9 @@ operations"): the stream's only member is the node itself, over HTTP and `sievem
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+from sievemq.client.replicas import COLUMNS
 from sievemq.testing import ServerProcess
-from sievemq.testing.admin_client import client, q
-
-
-def streams_cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    url = server.admin_url.replace("http://", "http://guest:guest@")
-    return subprocess.run(
-        [sys.executable, "-m", "sievemq", "streams", *args, "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from sievemq.testing.admin_client import client, q, streams_cli
 
 
 def test_a_single_node_is_its_streams_only_member(server: ServerProcess, qname: str) -> None:
@@ -57,17 +45,7 @@ def test_a_single_node_is_its_streams_only_member(server: ServerProcess, qname: 
     status = streams_cli(server, "stream_status", "--vhost", "/", qname)
     assert status.returncode == 0, status.stderr
     header, row = status.stdout.strip().splitlines()
-    assert header.split() == [
-        "role",
-        "node",
-        "epoch",
-        "offset",
-        "committed_offset",
-        "first_offset",
-        "readers",
-        "segments",
-        "online",
-    ]
+    assert header.split() == list(COLUMNS)  # RabbitMQ's, then whether the node answered
     assert row.split() == ["writer", node, "1", "2", "2", "0", "0", "1", "true"]
     added = streams_cli(server, "add_replica", qname, node)
     assert (added.returncode, added.stdout.strip()) == (

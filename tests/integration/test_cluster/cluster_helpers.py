@@ -1,21 +1,29 @@
-"""Helpers of the cluster tests: node flags, polling, the admin API of a node."""
+"""Helpers of the cluster tests: node flags, polling, the admin API of a node, and what the
+replication tests ask a stream on a node (its end, its files, its offsets and sequences)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pika
+from rstream.exceptions import OffsetNotFound, StreamNotAvailable
 
+from sievemq.cluster.replication import replica_directory
+from sievemq.spark.stream_client import StreamClient, StreamURI
+from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.stream_client import open_client
+from sievemq.testing.stream_files import segment_files
 
 TTL_S = 2
 WAIT_S = 30.0  # generous: a loaded machine; every wait returns as soon as it holds
@@ -44,6 +52,18 @@ def until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout} s: {what}")
         time.sleep(0.1)
+
+
+async def until_async(
+    check: Callable[[], Awaitable[Any]], what: str, timeout: float = WAIT_S
+) -> None:
+    """Await ``check()`` until it is truthy; fail naming ``what`` (``until`` for checks
+    that talk to a node through an async client)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await asyncio.sleep(0.1)
 
 
 def get(node: ServerProcess, path: str) -> Any:
@@ -108,3 +128,69 @@ def stopped(*procs: ServerProcess) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+
+
+def declare_replicated(
+    leader: ServerProcess, seen_by: ServerProcess, name: str, members: tuple[str, ...]
+) -> None:
+    """A stream declared on ``leader`` with one member per name in ``members`` (the leader
+    first), once ``seen_by``'s /api/queues shows them all online."""
+    arguments = {"x-queue-type": "stream", "x-initial-cluster-size": len(members)}
+    channel(leader).queue_declare(name, durable=True, arguments=arguments)
+    until(
+        lambda: queues(seen_by).get(name, {}).get("online") == list(members),
+        f"{members[0]} leads {name}, {', '.join(members[1:])} replicate it",
+    )
+
+
+def end_offset(node: ServerProcess, name: str) -> int:
+    """The stream's end (next offset) as ``node``'s StreamStats answers it."""
+    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
+    with StreamClient(uri) as client:
+        return int(client.stream_stats(name).end)
+
+
+def publish_deduplicated(node: ServerProcess, name: str, reference: str, ids: range) -> None:
+    """AMQP 0-9-1 publishes with confirms and SieveMQ's dedup headers."""
+    ch = channel(node)
+    ch.confirm_delivery()
+    for i in ids:
+        headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": i}
+        ch.basic_publish(
+            "",
+            name,
+            b"dedup %d" % i,
+            pika.BasicProperties(headers=headers),
+            mandatory=True,
+        )
+
+
+async def offset_on(node: ServerProcess, name: str, reference: str) -> int | None:
+    """The offset stored for ``reference`` as ``node`` answers QueryOffset; None when none
+    is stored (or, during a failover, no member answers: 6)."""
+    client = await open_client(node)
+    try:
+        return int(await client.query_offset(name, reference))
+    except (OffsetNotFound, StreamNotAvailable):
+        return None
+    finally:
+        await client.close()
+
+
+async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:
+    """The publisher ``reference``'s last sequence as ``node`` answers it."""
+    client = await open_client(node)
+    try:
+        return int(await client.query_publisher_sequence(name, reference))
+    finally:
+        await client.close()
+
+
+def copy_of(node: ServerProcess, name: str) -> dict[str, bytes]:
+    """``node``'s replica of stream ``name``: its segment files."""
+    return segment_files(replica_directory(node.data_dir, "/", name))
+
+
+def led_by(node: ServerProcess, name: str) -> dict[str, bytes]:
+    """Stream ``name`` as ``node`` leads it: its segment files."""
+    return segment_files(stream_directory(node.data_dir, "/", name))

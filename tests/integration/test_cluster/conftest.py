@@ -1,8 +1,10 @@
-"""The cluster tests' etcd (one per test module, on free loopback ports) and nodes."""
+"""The cluster tests' etcd (one per test module, on free loopback ports) and nodes (a
+module's, or three fresh ones per test)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,13 @@ def nodes(
     by the module's ``NAMES`` (nodes a and b without it)."""
     names = getattr(request.module, "NAMES", ("a", "b"))
     with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), names) as procs:
+        yield procs
+
+
+@pytest.fixture
+def fresh_nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    """Three nodes a, b and c started anew for each test: for tests that kill or stop one."""
+    with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
         yield procs
 
 

@@ -13,33 +13,24 @@ it pass more slowly, never fail it.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiormq
-import pytest
 from rstream import AMQPMessage, schema
 
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import RawStreamClient, open_client, producer
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import WAIT_S, channel, get, queues, started_nodes, stopped, until
+from .cluster_helpers import WAIT_S, channel, get, queues, stopped, until
 
 Channel = aiormq.abc.AbstractChannel
 QUIET_S = 3.0  # how long a held confirm or delivery must stay away
 LONG_S = 120  # rstream's send_wait gives up after 5 s unless told otherwise
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def declare(nodes: dict[str, ServerProcess], name: str, size: int) -> None:

@@ -20,51 +20,20 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import aiormq
 import pika
 import pytest
 from pika.exceptions import AMQPError, NackError, UnroutableError
 
-from sievemq.cluster.replication import replica_directory
-from sievemq.storage.layout import stream_directory
-from sievemq.storage.segment import list_segments, segment_name
 from sievemq.streamproto import wire
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import RawStreamClient, open_client
 
-from .cluster_helpers import TTL_S, WAIT_S, channel, queues, started_nodes, until
+from .cluster_helpers import TTL_S, WAIT_S, channel, copy_of, led_by, queues, until
 
 STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 3}
-
-
-@pytest.fixture
-def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
-    """Three fresh nodes per test: each test kills one."""
-    with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
-        yield procs
-
-
-def _files(directory: Path) -> dict[str, bytes]:
-    if not directory.is_dir():
-        return {}
-    return {
-        segment_name(s): (directory / segment_name(s)).read_bytes()
-        for s in list_segments(directory)
-    }
-
-
-def copy_of(node: ServerProcess, name: str) -> dict[str, bytes]:
-    """``node``'s replica of stream ``name``: its segment files."""
-    return _files(replica_directory(node.data_dir, "/", name))
-
-
-def led_by(node: ServerProcess, name: str) -> dict[str, bytes]:
-    """Stream ``name`` as ``node`` leads it: its segment files."""
-    return _files(stream_directory(node.data_dir, "/", name))
 
 
 async def _publish(node: ServerProcess, name: str, bodies: list[bytes]) -> None:
@@ -177,8 +146,8 @@ def first_confirm(node: ServerProcess, name: str, body: bytes) -> float:
     raise AssertionError(f"no confirm through {node.url} within {WAIT_S + TTL_S} s")
 
 
-def test_leader_killed_a_replica_takes_over(nodes: dict[str, ServerProcess]) -> None:
-    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+def test_leader_killed_a_replica_takes_over(fresh_nodes: dict[str, ServerProcess]) -> None:
+    a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
     channel(a).queue_declare("fo", durable=True, arguments=STREAM)
     before = [f"before {i}".encode() for i in range(3000)]
     publish(a, "fo", before)
@@ -193,7 +162,7 @@ def test_leader_killed_a_replica_takes_over(nodes: dict[str, ServerProcess]) -> 
     assert failover_s < TTL_S + 10
     leader = leader_of(b, "fo")
     assert leader in ("b", "c")
-    new = nodes[leader]
+    new = fresh_nodes[leader]
     other = c if new is b else b
     assert queues(other)["fo"]["leader_epoch"] == 2
     assert queues(other)["fo"]["members"] == [leader, other.data_dir.name, "a"]
@@ -219,9 +188,9 @@ def test_leader_killed_a_replica_takes_over(nodes: dict[str, ServerProcess]) -> 
 
 
 def test_returning_leader_truncates_what_no_replica_took(
-    nodes: dict[str, ServerProcess],
+    fresh_nodes: dict[str, ServerProcess],
 ) -> None:
-    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
     channel(a).queue_declare("cut", durable=True, arguments=STREAM)
     shared = [f"shared {i}".encode() for i in range(500)]
     publish(a, "cut", shared)
@@ -244,7 +213,7 @@ def test_returning_leader_truncates_what_no_replica_took(
         ch.basic_publish("", "cut", b"without a majority")
     c.start()
     until(lambda: leader_of(b, "cut") in ("b", "c"), "b or c leads the stream", WAIT_S * 2)
-    leader = nodes[leader_of(b, "cut")]
+    leader = fresh_nodes[leader_of(b, "cut")]
     publish(b, "cut", [b"new epoch"])
     a.start()
     until(lambda: copy_of(a, "cut") == led_by(leader, "cut"), "a's copy, cut back, = the leader's")
@@ -252,8 +221,8 @@ def test_returning_leader_truncates_what_no_replica_took(
     assert "were never taken by the leader of epoch 2; dropped" in a.stderr()
 
 
-def test_leader_stopped_past_the_ttl_is_fenced(nodes: dict[str, ServerProcess]) -> None:
-    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+def test_leader_stopped_past_the_ttl_is_fenced(fresh_nodes: dict[str, ServerProcess]) -> None:
+    a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
     channel(a).queue_declare("zombie", durable=True, arguments=STREAM)
     publish(a, "zombie", [f"m {i}".encode() for i in range(200)])
     for replica in (b, c):
@@ -295,7 +264,7 @@ def test_leader_stopped_past_the_ttl_is_fenced(nodes: dict[str, ServerProcess]) 
     finally:
         continued.set()
         os.kill(a.pid, signal.SIGCONT)
-    leader = nodes[leader_of(b, "zombie")]
+    leader = fresh_nodes[leader_of(b, "zombie")]
     until(lambda: copy_of(a, "zombie") == led_by(leader, "zombie") != {}, "a follows it")
     until(lambda: len(after_continue) > 20, "publishing through a goes on (forwarded)")
     stop.set()
@@ -307,11 +276,11 @@ def test_leader_stopped_past_the_ttl_is_fenced(nodes: dict[str, ServerProcess]) 
 
 
 def test_replicated_streams_take_no_publishes_while_etcd_is_away(
-    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+    etcd: EtcdProcess, fresh_nodes: dict[str, ServerProcess]
 ) -> None:
     """A leader cut off from etcd cannot know it still leads: it nacks; once etcd answers
     (and the stream stayed its own, or moved), publishes are confirmed again."""
-    a, b = nodes["a"], nodes["b"]
+    a, b = fresh_nodes["a"], fresh_nodes["b"]
     assert etcd.proc is not None
     channel(a).queue_declare("away", durable=True, arguments=STREAM)
     publish(a, "away", [f"m {i}".encode() for i in range(100)])
@@ -341,7 +310,7 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
         os.kill(etcd.proc.pid, signal.SIGCONT)
         raw.close()
     first_confirm(a, "away", b"etcd is back")
-    leader = nodes[
+    leader = fresh_nodes[
         until(lambda: leader_of(b, "away") in ("a", "b", "c") and leader_of(b, "away"), "a leader")
     ]
     again = RawStreamClient(leader)  # the refused id 9 again, to the leader: stored

@@ -9,77 +9,26 @@ deduplicated (only the new ids are stored).
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import pika
-import pytest
-
-from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client
 
-from .cluster_helpers import channel, queues, started_nodes, until
-
-STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 3}
-
-
-@pytest.fixture
-def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
-        yield procs
-
-
-def publish_deduplicated(node: ServerProcess, name: str, reference: str, ids: range) -> None:
-    ch = channel(node)
-    ch.confirm_delivery()
-    for i in ids:
-        headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": i}
-        ch.basic_publish("", name, b"dedup %d" % i, pika.BasicProperties(headers=headers))
-
-
-def end_offset(node: ServerProcess, name: str) -> int:
-    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
-    with StreamClient(uri) as client:
-        return int(client.stream_stats(name).end)
-
-
-async def offset_on(node: ServerProcess, name: str, reference: str) -> int | None:
-    client = await open_client(node)
-    try:
-        return int(await client.query_offset(name, reference))
-    except Exception:  # OffsetNotFound, or 6 while no member answers
-        return None
-    finally:
-        await client.close()
-
-
-async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:
-    client = await open_client(node)
-    try:
-        return int(await client.query_publisher_sequence(name, reference))
-    finally:
-        await client.close()
-
-
-async def _eventually(check: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.2)
+from .cluster_helpers import (
+    declare_replicated,
+    end_offset,
+    offset_on,
+    publish_deduplicated,
+    queues,
+    sequence_on,
+    until,
+    until_async,
+)
 
 
 async def test_the_new_leader_has_the_offsets_and_deduplicates_old_ids(
-    nodes: dict[str, ServerProcess],
+    fresh_nodes: dict[str, ServerProcess],
 ) -> None:
-    a, b, c = nodes["a"], nodes["b"], nodes["c"]
-    channel(a).queue_declare("kept", durable=True, arguments=dict(STREAM))
-    until(lambda: queues(b).get("kept", {}).get("online") == ["a", "b", "c"], "3 members")
+    a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
+    declare_replicated(a, b, "kept", ("a", "b", "c"))
     publish_deduplicated(a, "kept", "batch", range(10))
     leader = await open_client(a)
     try:
@@ -92,7 +41,7 @@ async def test_the_new_leader_has_the_offsets_and_deduplicates_old_ids(
         async def has_offset(r: ServerProcess = replica) -> bool:
             return await offset_on(r, "kept", "reader") == 6
 
-        await _eventually(has_offset, "the replicas have the offset")
+        await until_async(has_offset, "the replicas have the offset", timeout=60)
     a.kill()
     new = until(
         lambda: (
@@ -106,7 +55,7 @@ async def test_the_new_leader_has_the_offsets_and_deduplicates_old_ids(
     async def answers() -> bool:
         return await offset_on(now, "kept", "reader") == 6
 
-    await _eventually(answers, "the new leader answers the stored offset")
+    await until_async(answers, "the new leader answers the stored offset", timeout=60)
     assert await sequence_on(now, "kept", "batch") == 9
     publish_deduplicated(now, "kept", "batch", range(5, 15))  # 5..9 again, then 10..14
     assert end_offset(now, "kept") == 15

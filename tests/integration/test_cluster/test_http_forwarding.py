@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,19 +21,11 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker
 
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import channel, get, running, started_nodes, until
+from .cluster_helpers import channel, get, running, until
 
 AUTH = ("guest", "guest")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b", "c")) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def api(node: ServerProcess, method: str, path: str, **kwargs: Any) -> httpx.Response:

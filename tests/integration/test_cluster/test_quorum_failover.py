@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -31,19 +29,13 @@ from sievemq.storage.queue_log import Snapshot, read_counts
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import WAIT_S, channel, queues, started_nodes, until
+from .cluster_helpers import WAIT_S, channel, queues, until
 
 QUEUE = "qq"
 ARGS = {"x-queue-type": "quorum", "x-delivery-limit": 5}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
-        yield procs
 
 
 def confirmed(ch: Any, name: str, body: bytes) -> None:
@@ -81,9 +73,9 @@ def consume_all(
 
 
 def test_leader_killed_a_replica_rebuilds_the_queue(
-    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+    etcd: EtcdProcess, fresh_nodes: dict[str, ServerProcess]
 ) -> None:
-    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
     ch = channel(a)
     ch.queue_declare(QUEUE, durable=True, arguments=ARGS)
     ch.confirm_delivery()
@@ -107,7 +99,7 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
 
     new_name = until(leader, "a replica leads the quorum queue (epoch 2)")
     assert new_name in ("b", "c")
-    new = nodes[new_name]
+    new = fresh_nodes[new_name]
     other = c if new is b else b
     assert queues(other)[QUEUE]["leader"] == new_name
     assert "rebuilt from this node's copy: 90 ready" in new.stderr()
@@ -159,12 +151,12 @@ def leader_of_is(node: ServerProcess, name: str) -> bool:
 
 
 def test_leader_cut_from_etcd_fences_its_quorum_queue(
-    etcd: EtcdProcess, nodes: dict[str, ServerProcess]
+    etcd: EtcdProcess, fresh_nodes: dict[str, ServerProcess]
 ) -> None:
     """A leader that cannot renew its lease for a TTL may have been replaced: it nacks every
     publish to its replicated quorum queues (nothing written) until etcd answers and the
     record says it still leads."""
-    a = nodes["a"]
+    a = fresh_nodes["a"]
     assert etcd.proc is not None
     channel(a).queue_declare("fenced", durable=True, arguments=ARGS)  # replicas b and c
     ch = channel(a)

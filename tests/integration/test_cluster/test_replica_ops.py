@@ -8,32 +8,21 @@ members and those online after each change, with a node down and back; a policy'
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from sievemq.cluster.replication import replica_directory
 from sievemq.testing import ServerProcess
+from sievemq.testing.admin_client import streams_cli
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client
 
-from .cluster_helpers import channel, queues, started_nodes, until
+from .cluster_helpers import channel, queues, until
 from .test_cluster_listings import cluster_secret
 from .test_replication import declare, identical, publish
 
-NODES = ("a", "b", "c")
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), NODES) as procs:
-        yield procs
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def replicas_path(name: str, node: str | None = None) -> str:
@@ -51,17 +40,6 @@ def members(node: ServerProcess, name: str) -> tuple[list[str], list[str]] | Non
     return None if row is None else (row["members"], row["online"])
 
 
-def streams_cli(node: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """`sievemq streams ...` against ``node``'s admin API, as a user runs it."""
-    url = node.admin_url.replace("http://", "http://guest:guest@")
-    return subprocess.run(
-        [sys.executable, "-m", "sievemq", "streams", *args, "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def status_table(output: str) -> list[dict[str, str]]:
     lines = output.strip().splitlines()
     header = lines[0].split()
@@ -75,7 +53,7 @@ async def test_a_replica_added_catches_up_and_removed_goes(
     declare(a, "grow", 2)
     first = until(lambda: members(a, "grow"), "a lists the stream")[0]
     assert first[0] == "a" and len(first) == 2
-    third = next(n for n in NODES if n not in first)
+    third = next(n for n in NAMES if n not in first)
     await publish(a, "grow", 0, 3000)  # before the replica exists: it copies from the start
 
     # added through a node that is not the leader: its own view shows it at once
@@ -139,11 +117,11 @@ def test_refusals_name_the_problem(etcd: EtcdProcess, nodes: dict[str, ServerPro
     declare(a, "refusals", 2)
     until(lambda: members(b, "refusals"), "b lists the stream")
     replica = members(a, "refusals")[0][1]  # type: ignore[index]
-    outsider = next(n for n in NODES if n not in members(a, "refusals")[0])  # type: ignore[index]
+    outsider = next(n for n in NAMES if n not in members(a, "refusals")[0])  # type: ignore[index]
 
     # the cluster secret reads one node's part of the status, and changes nothing
     secret = {"x-sievemq-cluster-secret": cluster_secret(etcd)}
-    for node in NODES:
+    for node in NAMES:
         part = httpx.get(
             nodes[node].admin_url + replicas_path("refusals"), headers=secret, timeout=30
         )

@@ -9,34 +9,15 @@ reads ``b``'s copy, so it goes on reading it while ``a`` is stopped; a named con
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pika
-import pytest
 
-from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import channel, queues, started_nodes, until
+from .cluster_helpers import channel, declare_replicated, end_offset, queues, until
 
-STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 2}
 FILTERS = 5
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
-
-
-def end_offset(node: ServerProcess, name: str) -> int:
-    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
-    with StreamClient(uri) as client:
-        return int(client.stream_stats(name).end)
 
 
 def publish(node: ServerProcess, name: str, ids: range) -> None:
@@ -49,8 +30,7 @@ def publish(node: ServerProcess, name: str, ids: range) -> None:
 
 
 def replicated(a: ServerProcess, b: ServerProcess, name: str, count: int) -> None:
-    channel(a).queue_declare(name, durable=True, arguments=dict(STREAM))
-    until(lambda: queues(b).get(name, {}).get("online") == ["a", "b"], "a leads, b replicates")
+    declare_replicated(a, b, name, ("a", "b"))
     publish(a, name, range(count))
     until(lambda: end_offset(b, name) == count, f"b's copy holds {count} messages")
 

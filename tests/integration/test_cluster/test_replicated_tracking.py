@@ -12,62 +12,26 @@ restarted is still deduplicated.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
-import pytest
-from rstream import OffsetNotFound
-
 from sievemq.cluster.replication import replica_directory
 from sievemq.filtering.subscriptions import FILE
-from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
-from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client, producer
 
-from .cluster_helpers import channel, queues, started_nodes, until
-
-STREAM = {"x-queue-type": "stream", "x-initial-cluster-size": 2}
-
-
-@pytest.fixture(scope="module")
-def nodes(
-    etcd: EtcdProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
-    with started_nodes(etcd, tmp_path_factory.mktemp("nodes"), ("a", "b")) as procs:
-        yield procs
-
-
-def declare_replicated(a: ServerProcess, b: ServerProcess, name: str) -> None:
-    channel(a).queue_declare(name, durable=True, arguments=dict(STREAM))
-    until(lambda: queues(b).get(name, {}).get("online") == ["a", "b"], "a leads, b replicates")
-
-
-def publish_deduplicated(node: ServerProcess, name: str, reference: str, ids: range) -> None:
-    """AMQP 0-9-1 publishes with confirms and SieveMQ's dedup headers."""
-    ch = channel(node)
-    ch.confirm_delivery()
-    for i in ids:
-        headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": i}
-        ch.basic_publish(
-            "",
-            name,
-            b"dedup %d" % i,
-            pika.BasicProperties(headers=headers),
-            mandatory=True,
-        )
-
-
-def end_offset(node: ServerProcess, name: str) -> int:
-    """The stream's end (next offset) as ``node``'s StreamStats answers it."""
-    uri = StreamURI.parse(f"rabbitmq-stream://guest:guest@{node.host}:{node.stream_port}/%2F")
-    with StreamClient(uri) as client:
-        return int(client.stream_stats(name).end)
+from .cluster_helpers import (
+    channel,
+    declare_replicated,
+    end_offset,
+    offset_on,
+    publish_deduplicated,
+    queues,
+    sequence_on,
+    until,
+    until_async,
+)
 
 
 def consume_named(
@@ -91,29 +55,11 @@ def consume_named(
     ch.close()
 
 
-async def offset_on(node: ServerProcess, name: str, reference: str) -> int | None:
-    client = await open_client(node)
-    try:
-        return int(await client.query_offset(name, reference))
-    except OffsetNotFound:
-        return None
-    finally:
-        await client.close()
-
-
-async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:
-    client = await open_client(node)
-    try:
-        return int(await client.query_publisher_sequence(name, reference))
-    finally:
-        await client.close()
-
-
 async def test_the_replica_answers_the_leader_s_offsets_and_sequences(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declare_replicated(a, b, "tracked")
+    declare_replicated(a, b, "tracked", ("a", "b"))
     async with producer(a) as p:  # a named Stream-protocol publisher: ids 1..20
         for i in range(20):
             await p.send_wait("tracked", b"stream %d" % i, publisher_name="rstream-ref")
@@ -133,7 +79,7 @@ async def test_the_replica_answers_the_leader_s_offsets_and_sequences(
             and await offset_on(b, "tracked", "amqp-named") == 29
         )
 
-    await _eventually_async(replica_has_them, "b answers the leader's offsets")
+    await until_async(replica_has_them, "b answers the leader's offsets")
     assert await offset_on(b, "tracked", "nobody") is None  # NO_OFFSET, as on the leader
     assert await sequence_on(b, "tracked", "rstream-ref") == 20
     assert await sequence_on(b, "tracked", "amqp-ref") == 9
@@ -152,7 +98,7 @@ async def test_the_replica_answers_the_leader_s_offsets_and_sequences(
             and await offset_on(b, "tracked", "via-b") == 12
         )
 
-    await _eventually_async(stored_everywhere, "the leader stored b's offset, b has it")
+    await until_async(stored_everywhere, "the leader stored b's offset, b has it")
 
     # more publishes: the replica's sequences follow what it copies
     publish_deduplicated(a, "tracked", "amqp-ref", range(10, 15))
@@ -164,7 +110,7 @@ async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declare_replicated(a, b, "away")
+    declare_replicated(a, b, "away", ("a", "b"))
     publish_deduplicated(a, "away", "ref", range(5))
     leader = await open_client(a)
     try:
@@ -174,7 +120,7 @@ async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
         async def replica_has_them() -> bool:
             return await offset_on(b, "away", "moved") == 2
 
-        await _eventually_async(replica_has_them, "b has the offsets")
+        await until_async(replica_has_them, "b has the offsets")
         b.kill()
         await leader.store_offset("away", "moved", 4)
         await leader.store_offset("away", "new", 3)
@@ -189,7 +135,7 @@ async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
             and await offset_on(b, "away", "new") == 3
         )
 
-    await _eventually_async(caught_up, "b has the offsets changed while it was down")
+    await until_async(caught_up, "b has the offsets changed while it was down")
     assert await sequence_on(b, "away", "ref") == 4
 
 
@@ -209,7 +155,7 @@ def test_registered_sql_subscriptions_are_in_the_replica_s_copy(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declare_replicated(a, b, "subscribed")
+    declare_replicated(a, b, "subscribed", ("a", "b"))
     publish_deduplicated(a, "subscribed", "ref", range(10))
     sql = {"x-stream-filter-sql": "properties.message_id IS NULL"}
     consume_named(a, "subscribed", "auditor", 10, **sql)
@@ -230,7 +176,7 @@ async def test_old_ids_republished_after_the_leader_restarts_are_deduplicated(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declare_replicated(a, b, "once")
+    declare_replicated(a, b, "once", ("a", "b"))
     publish_deduplicated(a, "once", "batch", range(10))
     a.kill()  # SIGKILL: no snapshot of the sequences, they are rebuilt from the data
     a.restart()
@@ -240,12 +186,3 @@ async def test_old_ids_republished_after_the_leader_restarts_are_deduplicated(
     until(lambda: end_offset(b, "once") == 15, "b holds 15 messages")
     assert await sequence_on(a, "once", "batch") == 14
     assert await sequence_on(b, "once", "batch") == 14
-
-
-async def _eventually_async(check: Any, what: str, timeout: float = 30.0) -> None:
-    """Await ``check()`` until it is true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.1)

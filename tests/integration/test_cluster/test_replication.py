@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 import aiormq
 import pytest
@@ -20,14 +19,12 @@ from rstream import AMQPMessage, Consumer, MessageContext, amqp_decoder, excepti
 
 from sievemq.cluster.replication import replica_directory
 from sievemq.spark.stream_client import StreamClient, StreamURI
-from sievemq.storage.layout import stream_directory
-from sievemq.storage.segment import list_segments, segment_name
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, close_open, cluster_args, queues, until
+from .cluster_helpers import channel, close_open, cluster_args, copy_of, led_by, queues, until
 
 STREAM = {"x-queue-type": "stream"}
 MESSAGES = 10_000
@@ -37,21 +34,10 @@ FILTERS = 20
 NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
-def _files(directory: Path) -> dict[str, bytes]:
-    """A stream directory's segment files by name, with their bytes."""
-    if not directory.is_dir():
-        return {}
-    return {
-        segment_name(first): (directory / segment_name(first)).read_bytes()
-        for first in list_segments(directory)
-    }
-
-
 def identical(leader: ServerProcess, replica: ServerProcess, name: str) -> bool:
     """``replica``'s copy of stream ``name`` has the leader's segment files, byte for byte."""
-    theirs = _files(stream_directory(leader.data_dir, "/", name))
-    mine = _files(replica_directory(replica.data_dir, "/", name))
-    return bool(theirs) and mine == theirs
+    theirs = led_by(leader, name)
+    return bool(theirs) and copy_of(replica, name) == theirs
 
 
 async def publish(node: ServerProcess, name: str, first: int, count: int) -> None:

@@ -17,6 +17,18 @@ from sievemq.testing.raw import RawClient
 MIB = 1 << 20
 
 
+def _unroutable_mib() -> bytes:
+    """The frames of one mandatory publish of 1 MiB to a routing key no queue is bound to
+    (channel 1, bodies in frames of 100,000 bytes)."""
+    body = b"x" * MIB
+    message = frame.marshal(
+        commands.Basic.Publish(exchange="", routing_key="nowhere", mandatory=True), 1
+    ) + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
+    for i in range(0, len(body), 100_000):
+        message += frame.marshal(pbody.ContentBody(body[i : i + 100_000]), 1)
+    return message
+
+
 def _rss_mib(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("VmRSS:")[1].split()[0]) // 1024
@@ -30,12 +42,7 @@ def test_unread_returns_stop_the_server_reading_and_nothing_is_lost(tmp_path: Pa
         client.handshake()
         client.open_channel()
         rss_before = _rss_mib(srv.proc.pid)
-        body = b"x" * MIB
-        message = frame.marshal(
-            commands.Basic.Publish(exchange="", routing_key="nowhere", mandatory=True), 1
-        ) + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
-        for i in range(0, len(body), 100_000):
-            message += frame.marshal(pbody.ContentBody(body[i : i + 100_000]), 1)
+        message = _unroutable_mib()
         total = 60
         sent = [0]
 
@@ -107,12 +114,7 @@ def test_a_client_held_back_by_backpressure_is_not_dropped_for_missed_heartbeats
         client = RawClient(srv.host, srv.amqp_port, receive_buffer=16384)
         client.handshake(heartbeat=1)
         client.open_channel()
-        body = b"x" * MIB
-        message = frame.marshal(
-            commands.Basic.Publish(exchange="", routing_key="nowhere", mandatory=True), 1
-        ) + frame.marshal(header.ContentHeader(0, len(body), commands.Basic.Properties()), 1)
-        for i in range(0, len(body), 100_000):
-            message += frame.marshal(pbody.ContentBody(body[i : i + 100_000]), 1)
+        message = _unroutable_mib()
         total = 30
         sender = threading.Thread(
             target=lambda: [client.send(message) for _ in range(total)], daemon=True

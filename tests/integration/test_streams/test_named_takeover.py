@@ -15,7 +15,7 @@ import aio_pika
 import pytest
 
 from sievemq.amqp import errors
-from sievemq.gateway.session import channel as channel_module
+from sievemq.gateway.session import consume_methods
 from sievemq.testing import running_gateway
 from sievemq.testing.wait import eventually
 
@@ -58,7 +58,7 @@ async def test_failed_takeover_leaves_the_old_consumer_delivering(
             def broken(reader: Any, spec: Any) -> None:
                 raise errors.PreconditionFailed("positioning failed (test)", 60, 20)
 
-            monkeypatch.setattr(channel_module, "position_reader", broken)
+            monkeypatch.setattr(consume_methods, "position_reader", broken)
             new_ch = await new_conn.channel()
             await new_ch.set_qos(prefetch_count=10)
             new_queue = await new_ch.get_queue("s", ensure=False)

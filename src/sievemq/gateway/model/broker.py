@@ -110,6 +110,9 @@ class Broker:
         self.stream_writer: Callable[[StreamQueue, Message], None] | None = None
         # where a queue this node does not hold lives (a cluster sets it; None: single node)
         self.directory: QueueDirectory | None = None
+        # told of each stream a declare creates here, (vhost, name), in the declare's own
+        # turn (a cluster sets it: commit by majority gates a stream this node leads)
+        self.stream_declared: Callable[[str, str], None] = lambda vhost, name: None
         self._loading = True
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # the replay and the restore make no cyclic garbage, only live objects (hundreds of
@@ -355,6 +358,7 @@ class Broker:
                 self._new_stream,
             )
             vhost.on_deleted = self._retire
+            vhost.on_declared = lambda queue: self.stream_declared(name, queue)
             vhost.elsewhere = lambda queue: self._led_elsewhere(name, queue)
             vhost.locked_elsewhere = lambda queue: self._owned_elsewhere(name, queue)
             if name == self.settings.default_vhost:

@@ -93,6 +93,8 @@ class VirtualHost:
         self._on_change = on_change
         # called with a stream about to be deleted (the broker keeps its counts)
         self.on_deleted: Callable[[Any], None] = lambda q: None
+        # called with the name of a stream a declare just created (the broker's hook)
+        self.on_declared: Callable[[str], None] = lambda name: None
         # whether another cluster node leads a queue of this name (the broker sets it from
         # its directory): a binding to such a queue is accepted and routes through it
         self.elsewhere: Callable[[str], bool] = lambda name: False
@@ -222,6 +224,7 @@ class VirtualHost:
         )
         queue = self._create_queue(name, stream_args)
         self._on_change()
+        self.on_declared(name)
         return queue, queue.message_count, queue.consumer_count
 
     def validate_new_queue(

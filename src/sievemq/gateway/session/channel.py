@@ -1,5 +1,6 @@
 """One AMQP channel: content assembly, publishing, confirms, consumers and the cold methods
-(the queue methods are ``session.queue_methods``).
+(the queue methods are ``session.queue_methods``, basic.consume and basic.cancel
+``session.consume_methods``).
 
 HOT PATH: Basic.Publish + content header + body frames, Basic.Ack/Nack/Reject are decoded by
 the hand codec (no pamqp), a finished message is routed and handed to the stream's group-commit
@@ -18,7 +19,6 @@ replies.
 from __future__ import annotations
 
 import logging
-import secrets
 import struct
 from bisect import bisect_right
 from collections import Counter
@@ -40,15 +40,10 @@ from sievemq.amqp.methods import (
     METHOD_REJECT,
 )
 from sievemq.amqp.states import ChannelPhase, ChannelState, Next
-from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.remote import RemoteQueue
 from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.arguments import (
-    auto_ack_not_supported,
     get_not_supported,
-    global_qos_not_supported,
-    parse_consumer_arguments,
-    prefetch_not_set,
 )
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.vhost import AnyQueue, RemoteLookup, VirtualHost
@@ -56,10 +51,10 @@ from sievemq.gateway.runtime.classic.appender import ClassicAppender
 from sievemq.gateway.runtime.definitions_sync import sync_failure, when_synced
 from sievemq.gateway.runtime.direct_replies import NAME_PREFIX as REPLY_NAME_PREFIX
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as REPLY_PSEUDO_BYTES
-from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE as REPLY_PSEUDO_QUEUE
 from sievemq.gateway.runtime.stream.appender import StreamAppender
 from sievemq.gateway.session import (
     access,
+    consume_methods,
     direct_reply,
     publish_cache,
     queue_methods,
@@ -70,9 +65,6 @@ from sievemq.gateway.session import (
 from sievemq.gateway.session.classic import consumer as classic_consumer
 from sievemq.gateway.session.confirms import ConfirmTracker
 from sievemq.gateway.session.ports import ChannelConsumer, ChannelHost
-from sievemq.gateway.session.stream import named_consumers
-from sievemq.gateway.session.stream.consume_setup import consumer_extras
-from sievemq.gateway.session.stream.consumer import StreamConsumer, filter_spec, position_reader
 from sievemq.storage import Message
 from sievemq.storage.types import KIND_AMQP091
 
@@ -815,15 +807,7 @@ class Channel:
     def _basic_get(self, m: Any) -> None:
         if self.remote is not None:  # a remote consumer's tags stop being the leader's
             self.remote.leave_direct()
-        queue_methods.locked_elsewhere(self, m.queue)
-        led = queue_methods.led_by(self, m.queue)
-        if led is not None:
-            self.allow("read", "queue", m.queue)
-            return remote.get(self, *led, m)
-        queue = self.vhost.find_queue(m.queue)
-        if isinstance(queue, ClassicQueue):
-            return classic_consumer.get(self, queue, m)
-        raise get_not_supported(queue.name, self.connection.vhost_name)
+        queue_methods.on_classic_queue(self, m, remote.get, classic_consumer.get, get_not_supported)
 
     def _basic_qos(self, m: Any) -> None:
         if m.global_:
@@ -831,95 +815,6 @@ class Channel:
         else:
             self.prefetch = int(m.prefetch_count)
         self.connection.send_method(self.id, spec.Basic.QosOk())
-
-    def _basic_consume(self, m: Any) -> None:
-        if self.remote is not None:  # a remote consumer's tags stop being the leader's
-            self.remote.leave_direct()
-        if m.queue == REPLY_PSEUDO_QUEUE:  # before the read check, as RabbitMQ
-            return direct_reply.consume(self, m)
-        vhost_name = self.connection.vhost_name
-        self.allow("read", "queue", m.queue)
-        queue_methods.locked_elsewhere(self, m.queue)
-        led = queue_methods.led_by(self, m.queue)
-        copy = None if led is None else remote.local_copy(led[0], vhost_name, m.queue, m.arguments)
-        if led is not None and copy is None:
-            return remote.consume(self, *led, m)
-        found = copy or self.vhost.find_queue(m.queue)  # a replica's copy: read here
-        if isinstance(found, ClassicQueue):
-            return classic_consumer.consume(self, found, m)
-        queue = found
-        options = parse_consumer_arguments(dict(m.arguments or {}), queue.name, vhost_name)
-        if self.prefetch <= 0:
-            raise prefetch_not_set(queue.name, vhost_name)
-        if m.no_ack:
-            raise auto_ack_not_supported(queue.name, vhost_name)
-        if self.global_prefetch > 0:
-            raise global_qos_not_supported(queue.name, vhost_name)
-        tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-        if tag in self.consumers:
-            raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-        stream = queue.stream
-        node = self.connection.node
-        extras = consumer_extras(  # 406 on bad SQL
-            options, stream, node.loop, (node.limits.max_sql_length, node.limits.max_sql_depth)
-        )
-        # newest wins, but only once the new consumer is positioned: a consume that fails
-        # leaves the old one delivering. Its progress is saved first (resume reads it).
-        previous: list[StreamConsumer] = []
-        if options.consumer_name is not None:
-            ours = [c for c in queue.consumers if isinstance(c, StreamConsumer)]
-            previous = named_consumers.holders(ours, options.consumer_name)
-            for old in previous:
-                if old.tracker is not None:
-                    old.tracker.flush()
-        reader = stream.reader()
-        try:
-            position_reader(reader, extras.start(options.offset))
-        except BaseException:
-            reader.close()
-            raise
-        self._take_over_name(previous)
-        consumer = StreamConsumer(
-            self,
-            tag,
-            queue,
-            stream,
-            reader,
-            self.prefetch,
-            filter_spec(options),
-            self.connection.node.limits.delivery_batch,
-            sql=extras.sql,
-            predicate=extras.predicate,
-            chunk_filter=extras.chunk_filter,
-            tracker=extras.tracker(reader),
-        )
-        self.consumers[tag] = consumer
-        queue.consumers.add(consumer)
-        self.connection.node.watch(queue)
-        if not m.nowait:
-            self.connection.send_method(self.id, spec.Basic.ConsumeOk(consumer_tag=tag))
-        consumer.start()
-
-    @staticmethod
-    def _take_over_name(previous: list[StreamConsumer]) -> None:
-        """Newest wins, once the new consumer is positioned (at their saved commit when it
-        resumes): the older consumers of the name retire and are cancelled."""
-        for old in previous:
-            tracker = old.tracker
-            if tracker is not None:
-                log.info("consumer %s: name %r taken over by a new consume", old.tag, tracker.name)
-                tracker.retire()
-            old.cancel_by_server()
-
-    def _basic_cancel(self, m: Any) -> None:
-        consumer = self.consumers.pop(m.consumer_tag, None)
-        if consumer is None:
-            direct_reply.cancel(self, m.consumer_tag)
-        else:
-            consumer.stop()
-            consumer.queue.consumers.discard(consumer)
-        if not m.nowait:
-            self.connection.send_method(self.id, spec.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     def _basic_recover(self, m: Any) -> None:
         if not m.requeue and self.classic is not None:
@@ -1009,8 +904,8 @@ _COLD: dict[type[Any], Any] = {
     spec.Queue.Purge: queue_methods.purge,
     spec.Basic.Get: Channel._basic_get,
     spec.Basic.Qos: Channel._basic_qos,
-    spec.Basic.Consume: Channel._basic_consume,
-    spec.Basic.Cancel: Channel._basic_cancel,
+    spec.Basic.Consume: consume_methods.consume,
+    spec.Basic.Cancel: consume_methods.cancel,
     spec.Basic.Recover: Channel._basic_recover,
     spec.Basic.RecoverAsync: Channel._basic_recover_async,
     spec.Confirm.Select: Channel._confirm_select,

@@ -3,8 +3,9 @@
 Moved out of ``session.channel`` (the channel keeps publishing, confirms, consumers and the
 other cold methods): what a queue method means on a single node is the broker model's
 (``VirtualHost``), in a cluster a queue another node leads is declared, deleted and purged
-on its leader (``session.remote``) and another node's exclusive queue is locked. ``led_by``
-and ``locked_elsewhere`` are used by the channel's basic.get and basic.consume as well.
+on its leader (``session.remote``) and another node's exclusive queue is locked. ``led_by``,
+``locked_elsewhere`` and ``on_classic_queue`` serve the channel's basic.get and basic.consume
+as well.
 
 Each handler takes the channel and the decoded method, as the channel's dispatch table
 (``channel._COLD``) calls it.
@@ -12,14 +13,16 @@ Each handler takes the channel and the decoded method, as the channel's dispatch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pamqp.commands as spec
 
 from sievemq.amqp import codec
+from sievemq.amqp.errors import AMQPError
 from sievemq.gateway.model.classic import vhost as classic_vhost
 from sievemq.gateway.model.classic.queue import ClassicQueue
-from sievemq.gateway.model.directory import QueueDirectory, place_elsewhere
+from sievemq.gateway.model.directory import Links, QueueDirectory, place_elsewhere
 from sievemq.gateway.model.stream.arguments import purge_not_supported
 from sievemq.gateway.session import direct_reply, remote
 from sievemq.gateway.session.classic import consumer as classic_consumer
@@ -158,12 +161,26 @@ def unbind(channel: QueueChannel, m: Any) -> None:
 
 
 def purge(channel: QueueChannel, m: Any) -> None:
+    on_classic_queue(channel, m, remote.purge, classic_consumer.purge, purge_not_supported)
+
+
+def on_classic_queue(
+    channel: QueueChannel,
+    m: Any,
+    through_leader: Callable[[QueueChannel, Links, str, Any], None],
+    here: Callable[[QueueChannel, ClassicQueue, Any], None],
+    refusal: Callable[[str, str], AMQPError],
+) -> None:
+    """A method on the messages of a classic or quorum queue ``m.queue`` (queue.purge,
+    basic.get): another node's exclusive queue is locked; one another node leads goes to
+    its leader (read permission checked here); this node's is ``here``'s; a stream's is
+    ``refusal`` (540: not on streams)."""
     locked_elsewhere(channel, m.queue)
     led = led_by(channel, m.queue)
     if led is not None:
         channel.allow("read", "queue", m.queue)
-        return remote.purge(channel, *led, m)
+        return through_leader(channel, *led, m)
     queue = channel.vhost.find_queue(m.queue)
     if isinstance(queue, ClassicQueue):
-        return classic_consumer.purge(channel, queue, m)
-    raise purge_not_supported(queue.name, channel.connection.vhost_name)
+        return here(channel, queue, m)
+    raise refusal(queue.name, channel.connection.vhost_name)

@@ -1,97 +1,40 @@
 """The group-commit appender when an append fails or is still running in a worker thread.
 
-A real Stream is wrapped so that one chosen message makes ``Stream.append`` fail (the way a
-storage-level rejection or an I/O error would), or so that an append blocks in the worker
-thread until the test lets it go.
+A real Stream is wrapped (``appender_helpers.FlakyStream``) so that one chosen message makes
+``Stream.append`` fail (the way a storage-level rejection or an I/O error would), or so that
+an append blocks in the worker thread until the test lets it go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.storage import Durability, Message, StorageError, Stream, StreamConfig, layout
+from sievemq.storage import Durability, Stream, StreamConfig, layout
 
-
-def _msg(body: bytes) -> Message:
-    return Message((), "", "rk", b"\x00\x00", body)
-
-
-class FlakyStream:
-    """A real stream whose append refuses any batch holding a body of b"bad"."""
-
-    def __init__(self, stream: Stream) -> None:
-        self.real = stream
-        self.release = threading.Event()
-        self.release.set()
-        self.started = threading.Event()
-        self.appends = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def append(self, messages: Sequence[Message], ts: int | None = None, extra: bytes = b"") -> int:
-        self.started.set()
-        self.release.wait(5)
-        self.appends += 1
-        if any(m.body == b"bad" for m in messages):
-            raise StorageError("refused")
-        return self.real.append(messages, ts, extra)
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.outcomes: dict[int, bool] = {}
-
-    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
-        for seq in seqs:
-            assert seq not in self.outcomes, f"seq {seq} settled twice"
-            self.outcomes[seq] = ok
-
-
-def _stored(stream: Stream) -> list[bytes]:
-    reader = stream.reader()
-    reader.seek_first()
-    out = [r.body for r in reader.read(1000, None)]
-    reader.close()
-    return out
-
-
-async def _settled(sink: Sink, n: int) -> None:
-    for _ in range(500):
-        if len(sink.outcomes) >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"only {sink.outcomes} settled")
+from .appender_helpers import FlakyStream, Sink, appender_on, msg, settled, stored
 
 
 @pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
 async def test_one_bad_message_nacks_only_itself(tmp_path: Path, durability: Durability) -> None:
     real = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
-    stream = FlakyStream(real)
-    executor = ThreadPoolExecutor(1)
-    appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
-    a, b = Sink(), Sink()
-    for seq, (sink, body) in enumerate(
-        [(a, b"a1"), (b, b"b1"), (a, b"bad"), (b, b"b2"), (a, b"a2")], start=1
-    ):
-        appender.submit(_msg(body), sink, seq)
-    appender.submit(_msg(b"no-confirm"), None, 0)
-    await _settled(a, 3)
-    await _settled(b, 2)
-    assert a.outcomes == {1: True, 3: False, 5: True}
-    assert b.outcomes == {2: True, 4: True}
-    assert _stored(real) == [b"a1", b"b1", b"b2", b"a2", b"no-confirm"]
-    appender.close()
-    executor.shutdown()
-    real.close()
+    with appender_on(FlakyStream(real)) as appender:
+        a, b = Sink(), Sink()
+        for seq, (sink, body) in enumerate(
+            [(a, b"a1"), (b, b"b1"), (a, b"bad"), (b, b"b2"), (a, b"a2")], start=1
+        ):
+            appender.submit(msg(body), sink, seq)
+        appender.submit(msg(b"no-confirm"), None, 0)
+        await settled(a, 3)
+        await settled(b, 2)
+        assert a.outcomes == {1: True, 3: False, 5: True}
+        assert b.outcomes == {2: True, 4: True}
+        assert stored(real) == [b"a1", b"b1", b"b2", b"a2", b"no-confirm"]
 
 
 async def test_delete_nacks_the_append_in_flight_without_waiting_for_it(tmp_path: Path) -> None:
@@ -101,10 +44,10 @@ async def test_delete_nacks_the_append_in_flight_without_waiting_for_it(tmp_path
     executor = ThreadPoolExecutor(1)
     appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
     sink = Sink()
-    appender.submit(_msg(b"m1"), sink, 1)
+    appender.submit(msg(b"m1"), sink, 1)
     await asyncio.sleep(0)  # the flush hands m1 to the worker, which blocks in append
     assert stream.started.wait(5)
-    appender.submit(_msg(b"m2"), sink, 2)  # buffered behind the append in flight
+    appender.submit(msg(b"m2"), sink, 2)  # buffered behind the append in flight
     appender.close()  # queue.delete: returns while the worker is still in append
     assert stream.appends == 0
     assert sink.outcomes == {1: False, 2: False}  # never an ack for a deleted stream
@@ -128,16 +71,16 @@ async def test_shutdown_waits_for_the_append_in_flight_then_writes_the_buffer(
     executor = ThreadPoolExecutor(1)
     appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)  # type: ignore[arg-type]
     sink = Sink()
-    appender.submit(_msg(b"m1"), sink, 1)
+    appender.submit(msg(b"m1"), sink, 1)
     await asyncio.sleep(0)
     assert stream.started.wait(5)
-    appender.submit(_msg(b"m2"), sink, 2)
+    appender.submit(msg(b"m2"), sink, 2)
     threading.Timer(0.2, stream.release.set).start()
     appender.flush_now()
     assert sink.outcomes == {1: True, 2: True}
     real.close()
     reopened = Stream.open(tmp_path / "s", StreamConfig())
-    assert _stored(reopened) == [b"m1", b"m2"]
+    assert stored(reopened) == [b"m1", b"m2"]
     reopened.close()
     executor.shutdown()
 
@@ -154,11 +97,11 @@ async def test_a_gated_stream_confirms_once_committed(
     appender = StreamAppender(stream, asyncio.get_running_loop(), executor, 1000)
     sink = Sink()
     try:
-        appender.submit(_msg(b"a"), sink, 1)
-        appender.submit(_msg(b"b"), sink, 2)
+        appender.submit(msg(b"a"), sink, 1)
+        appender.submit(msg(b"b"), sink, 2)
         while stream.end_offset < 2 or appender.held == 0:
             await asyncio.sleep(0.01)
-        appender.submit(_msg(b"c"), sink, 3)
+        appender.submit(msg(b"c"), sink, 3)
         while stream.end_offset < 3 or appender.held < 2:
             await asyncio.sleep(0.01)
         assert sink.outcomes == {}
@@ -166,7 +109,7 @@ async def test_a_gated_stream_confirms_once_committed(
         assert sink.outcomes == {1: True, 2: True}
         stream.commit(3)
         assert sink.outcomes == {1: True, 2: True, 3: True}
-        appender.submit(_msg(b"d"), sink, 4)
+        appender.submit(msg(b"d"), sink, 4)
         while appender.held == 0:
             await asyncio.sleep(0.01)
         appender.close()
@@ -188,7 +131,7 @@ async def test_a_gated_stream_confirms_a_duplicate_once_its_first_copy_is_commit
         appender.confirm_duplicates(sink, [1])
         assert sink.outcomes == {1: True}
         stream.gate()
-        appender.submit(_msg(b"first copy"), sink, 2)
+        appender.submit(msg(b"first copy"), sink, 2)
         appender.confirm_duplicates(sink, [3])  # its first copy is in the buffer
         while appender.held == 0:
             await asyncio.sleep(0.01)

@@ -5,19 +5,13 @@ worker thread when the fence came is nacked though written."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.storage import Durability, Message, Stream, StreamConfig
+from sievemq.storage import Durability, Stream, StreamConfig
 
-from .test_appender import FlakyStream, Sink, _settled
-
-
-def _msg(body: bytes) -> Message:
-    return Message((), "", "rk", b"\x00\x00", body)
+from .appender_helpers import FlakyStream, Sink, appender_on, msg, settled
 
 
 @pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
@@ -26,48 +20,31 @@ async def test_fenced_batches_are_nacked_and_not_written(
 ) -> None:
     stream = Stream.open(tmp_path / "s", StreamConfig(durability=durability))
     fenced = False
-    executor = ThreadPoolExecutor(1)
-    appender = StreamAppender(
-        stream, asyncio.get_running_loop(), executor, 1000, fenced=lambda: fenced
-    )
-    sink = Sink()
-    appender.submit(_msg(b"before"), sink, 1)
-    await _settled(sink, 1)
-    fenced = True
-    appender.submit(_msg(b"while fenced"), sink, 2)
-    appender.submit(_msg(b"while fenced too"), sink, 3)
-    await _settled(sink, 3)
-    fenced = False
-    appender.submit(_msg(b"after"), sink, 4)
-    await _settled(sink, 4)
-    assert sink.outcomes == {1: True, 2: False, 3: False, 4: True}
-    assert stream.end_offset == 2  # "before" and "after" only
-    appender.close()
-    executor.shutdown()
-    stream.close()
+    with appender_on(stream, fenced=lambda: fenced) as appender:
+        sink = Sink()
+        appender.submit(msg(b"before"), sink, 1)
+        await settled(sink, 1)
+        fenced = True
+        appender.submit(msg(b"while fenced"), sink, 2)
+        appender.submit(msg(b"while fenced too"), sink, 3)
+        await settled(sink, 3)
+        fenced = False
+        appender.submit(msg(b"after"), sink, 4)
+        await settled(sink, 4)
+        assert sink.outcomes == {1: True, 2: False, 3: False, 4: True}
+        assert stream.end_offset == 2  # "before" and "after" only
 
 
 async def test_an_append_in_flight_when_fenced_is_nacked(tmp_path: Path) -> None:
-    real = Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS))
-    stream = FlakyStream(real)
+    stream = FlakyStream(Stream.open(tmp_path / "s", StreamConfig(durability=Durability.ALWAYS)))
     stream.release.clear()
     fenced = False
-    executor = ThreadPoolExecutor(1)
-    appender = StreamAppender(
-        stream,  # type: ignore[arg-type]
-        asyncio.get_running_loop(),
-        executor,
-        1000,
-        fenced=lambda: fenced,
-    )
-    sink = Sink()
-    appender.submit(_msg(b"m1"), sink, 1)
-    await asyncio.sleep(0)
-    assert stream.started.wait(5)  # in the worker's append
-    fenced = True
-    stream.release.set()
-    await _settled(sink, 1)
-    assert sink.outcomes == {1: False}
-    appender.close()
-    executor.shutdown()
-    real.close()
+    with appender_on(stream, fenced=lambda: fenced) as appender:
+        sink = Sink()
+        appender.submit(msg(b"m1"), sink, 1)
+        await asyncio.sleep(0)
+        assert stream.started.wait(5)  # in the worker's append
+        fenced = True
+        stream.release.set()
+        await settled(sink, 1)
+        assert sink.outcomes == {1: False}

@@ -8,28 +8,17 @@ the stream exactly once, in order, readable.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sievemq.gateway.runtime.alarms import DISK, ResourceAlarms
-from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.storage import Durability, Message, Stream, StreamConfig
+from sievemq.storage import Durability, Stream, StreamConfig
 
-
-class Sink:
-    def __init__(self) -> None:
-        self.outcomes: dict[int, bool] = {}
-
-    def settle_confirms(self, seqs: list[int], ok: bool) -> None:
-        for seq in seqs:
-            assert seq not in self.outcomes
-            self.outcomes[seq] = ok
+from .appender_helpers import Sink, appender_on, msg, settled
 
 
 class Probe:
@@ -40,18 +29,6 @@ class Probe:
         return 10**12
 
 
-def msg(i: int) -> Message:
-    return Message((), "", "rk", b"\x00\x00", b"m%d" % i)
-
-
-async def settled(sink: Sink, n: int) -> None:
-    for _ in range(500):
-        if len(sink.outcomes) >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"settled: {sink.outcomes}")
-
-
 @pytest.mark.parametrize("durability", [Durability.NEVER, Durability.ALWAYS])
 async def test_enospc_nacks_raises_the_disk_alarm_and_loses_nothing_confirmed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: Durability
@@ -60,40 +37,30 @@ async def test_enospc_nacks_raises_the_disk_alarm_and_loses_nothing_confirmed(
     alarms = ResourceAlarms(Probe(), memory_limit=10**12, disk_free_limit=1000)
     heard: list[tuple[str, ...]] = []
     alarms.add_listener(heard.append)
-    executor = ThreadPoolExecutor(1)
-    appender = StreamAppender(
-        stream,
-        asyncio.get_running_loop(),
-        executor,
-        1000,
-        on_exhausted=alarms.storage_write_failed,
-    )
-    sink = Sink()
-    for i in range(3):
-        appender.submit(msg(i), sink, i)
-    await settled(sink, 3)
-    real_writev = os.writev
+    with appender_on(stream, on_exhausted=alarms.storage_write_failed) as appender:
+        sink = Sink()
+        for i in range(3):
+            appender.submit(msg(b"m%d" % i), sink, i)
+        await settled(sink, 3)
+        real_writev = os.writev
 
-    def full(fd: int, buffers: Any) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
+        def full(fd: int, buffers: Any) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "writev", full)
-    for i in range(3, 8):
-        appender.submit(msg(i), sink, i)
-    await settled(sink, 8)
-    assert [sink.outcomes[i] for i in range(3, 8)] == [False] * 5
-    assert heard == [(DISK,)]  # on at the first failed write
-    assert alarms.check() == (DISK,)  # held through the next check
-    monkeypatch.setattr(os, "writev", real_writev)
-    assert alarms.check() == ()  # the disk has room: cleared by itself
-    assert heard == [(DISK,), ()]
-    for i in range(8, 11):
-        appender.submit(msg(i), sink, i)
-    await settled(sink, 11)
-    assert all(sink.outcomes[i] for i in (*range(3), *range(8, 11)))
-    appender.close()
-    stream.close()
-    executor.shutdown()
+        monkeypatch.setattr(os, "writev", full)
+        for i in range(3, 8):
+            appender.submit(msg(b"m%d" % i), sink, i)
+        await settled(sink, 8)
+        assert [sink.outcomes[i] for i in range(3, 8)] == [False] * 5
+        assert heard == [(DISK,)]  # on at the first failed write
+        assert alarms.check() == (DISK,)  # held through the next check
+        monkeypatch.setattr(os, "writev", real_writev)
+        assert alarms.check() == ()  # the disk has room: cleared by itself
+        assert heard == [(DISK,), ()]
+        for i in range(8, 11):
+            appender.submit(msg(b"m%d" % i), sink, i)
+        await settled(sink, 11)
+        assert all(sink.outcomes[i] for i in (*range(3), *range(8, 11)))
     again = Stream.open(tmp_path / "s", StreamConfig())
     reader = again.reader()
     bodies = [r.body for r in reader.read(100)]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -36,6 +35,7 @@ from sievemq.filtering.subscriptions import registry
 from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.gateway.runtime.ports import ConfirmSink
 from sievemq.storage import Durability, Message, StorageError, Stream
+from sievemq.storage.durable import sync_and_close
 
 log = logging.getLogger(__name__)
 
@@ -362,7 +362,7 @@ class StreamAppender:
             log.error("sync of %s failed: %s", self.stream.directory, error)
             return
         self._sync_started = time.perf_counter()
-        future = self._loop.run_in_executor(self._executor, _sync_fds, fds)
+        future = self._loop.run_in_executor(self._executor, sync_and_close, fds)
         future.add_done_callback(self._after_sync)
 
     def _after_sync(self, future: asyncio.Future[None]) -> None:
@@ -460,16 +460,6 @@ def _oks(future: Future[object], n: int) -> list[bool]:
     result = future.result()
     assert isinstance(result, list)
     return result
-
-
-def _sync_fds(fds: list[int]) -> None:
-    """fdatasync and close descriptors (in a worker thread)."""
-    try:
-        for fd in fds:
-            os.fdatasync(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 def _merged(tokens: Tokens, more: Tokens) -> Tokens:
