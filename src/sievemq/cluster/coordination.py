@@ -7,7 +7,11 @@ Keys and values travel base64-encoded; 64-bit integers arrive as JSON strings; f
 their zero value are left out of the answers.
 
 Several endpoints (``URL,URL,...``) are tried in turn: a request that cannot reach one moves
-on to the next, and ``EtcdUnavailable`` says none answered. etcd's leases are not locks
+on to the next, and ``EtcdUnavailable`` says none answered. Every request asks for a member
+with a leader (the gRPC metadata ``hasleader``, sent through the gateway as a
+``Grpc-Metadata-`` header): a member cut from its peers answers 503 ``no leader`` at once
+instead of holding the request for etcd's 7 s, and that too moves on to the next endpoint
+(a watch on it is ended by etcd when it loses its leader). etcd's leases are not locks
 (Jepsen, etcd 3.4.3): every decision that can race is a compare-and-swap on a revision.
 """
 
@@ -28,6 +32,10 @@ log = logging.getLogger("sievemq.cluster")
 
 # how long one request may take before the endpoint counts as unreachable
 REQUEST_TIMEOUT_S = 2.0
+# how often a silent watch checks whether its endpoint failed another request meanwhile
+WATCH_CHECK_S = 0.5
+# gRPC metadata through etcd's gateway: refuse at once on a member without a leader
+REQUIRE_LEADER = {"Grpc-Metadata-hasleader": "true"}
 # a watch with no answer for this long is reconnected (resuming from its revision): a
 # half-open connection to a vanished etcd never ends by itself
 WATCH_IDLE_S = 30.0
@@ -165,8 +173,9 @@ class EtcdClient:
             raise ValueError("no etcd endpoint")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._current = 0
+        self._failed_at: dict[str, float] = {}  # endpoint -> when a request to it last failed
         self._timeout = timeout_s
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        self._http = httpx.AsyncClient(timeout=timeout_s, headers=REQUIRE_LEADER)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -176,23 +185,39 @@ class EtcdClient:
         """The endpoint the next request tries first (the last one that answered)."""
         return self.endpoints[self._current]
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST to the current endpoint, then to each other in turn."""
+    async def _post(
+        self, path: str, body: dict[str, Any], hurry_s: float | None = None
+    ) -> dict[str, Any]:
+        """POST to the current endpoint, then to each other in turn. ``hurry_s``: how long
+        to wait for an endpoint while another remains to be tried (the last one gets the
+        whole timeout)."""
         problems: list[str] = []
-        for step in range(len(self.endpoints)):
-            index = (self._current + step) % len(self.endpoints)
+        count = len(self.endpoints)
+        for step in range(count):
+            index = (self._current + step) % count
             url = self.endpoints[index] + path
+            timeout = self._timeout
+            if hurry_s is not None and step < count - 1:
+                timeout = min(timeout, hurry_s)
             try:
-                response = await self._http.post(url, json=body)
+                response = await self._http.post(url, json=body, timeout=timeout)
             except httpx.TransportError as error:
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")
+                self._failed(index)
+                continue
+            answer: dict[str, Any] = response.json() if response.content else {}
+            if response.status_code == 503:  # no leader there (cut from its peers): next
+                problems.append(f"{self.endpoints[index]}: {_message(answer, response)}")
+                self._failed(index)
                 continue
             self._current = index
-            answer: dict[str, Any] = response.json() if response.content else {}
             if response.status_code != 200:
-                raise EtcdError(answer.get("message") or answer.get("error") or response.text)
+                raise EtcdError(_message(answer, response))
             return answer
         raise EtcdUnavailable("no etcd endpoint answered: " + "; ".join(problems))
+
+    def _failed(self, index: int) -> None:
+        self._failed_at[self.endpoints[index]] = asyncio.get_running_loop().time()
 
     # ---------------------------------------------------------------- key-value
 
@@ -263,9 +288,10 @@ class EtcdClient:
             raise EtcdError(str(answer["error"]))
         return int(answer["ID"])
 
-    async def keep_alive(self, lease: int) -> int:
-        """Renew ``lease``; returns its TTL afresh, 0 when etcd no longer has it."""
-        answer = await self._post("/v3/lease/keepalive", {"ID": str(lease)})
+    async def keep_alive(self, lease: int, hurry_s: float | None = None) -> int:
+        """Renew ``lease``; returns its TTL afresh, 0 when etcd no longer has it.
+        ``hurry_s``: move on to the next endpoint after that long (``_post``)."""
+        answer = await self._post("/v3/lease/keepalive", {"ID": str(lease)}, hurry_s)
         return int(answer.get("result", answer).get("TTL", 0))
 
     async def revoke(self, lease: int) -> None:
@@ -324,14 +350,15 @@ class EtcdClient:
             "start_revision": str(start_revision),
         }
         timeout = httpx.Timeout(self._timeout, read=WATCH_IDLE_S)
-        url = self.endpoint + "/v3/watch"
+        endpoint = self.endpoint
+        url = endpoint + "/v3/watch"
         try:
             async with self._http.stream(
                 "POST", url, json={"create_request": create}, timeout=timeout
             ) as response:
                 if response.status_code != 200:
                     raise EtcdError(f"watch refused: HTTP {response.status_code}")
-                async for line in _json_lines(response.aiter_text()):
+                async for line in self._lines_while_healthy(response, endpoint):
                     result = line.get("result", {})
                     if "error" in line:
                         raise EtcdError(str(line["error"]))
@@ -352,6 +379,54 @@ class EtcdClient:
         except httpx.TransportError:
             self._current = (self._current + 1) % len(self.endpoints)
             raise
+
+    async def _lines_while_healthy(
+        self, response: httpx.Response, endpoint: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch's lines, until a request to the same endpoint fails meanwhile (timed
+        out, or 503: no leader there). A member cut off from this node (its packets
+        dropped) or from its peers would leave the watch silent until ``WATCH_IDLE_S``: the
+        keep-alives, every TTL/3, notice first, and the watch moves on with them."""
+        opened = asyncio.get_running_loop().time()
+        lines: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for line in _json_lines(response.aiter_text()):
+                    await lines.put(line)
+                await lines.put(None)
+            except Exception as error:  # handed to the reader below
+                await lines.put(error)
+
+        pumping = asyncio.ensure_future(pump())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(lines.get(), WATCH_CHECK_S)
+                except TimeoutError:
+                    if self._failed_at.get(endpoint, -1.0) > opened:
+                        if self.endpoint == endpoint:
+                            self._current = (self._current + 1) % len(self.endpoints)
+                        raise EtcdUnavailable(
+                            f"{endpoint} failed a request: watching elsewhere"
+                        ) from None
+                    continue
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
+
+
+def _message(answer: dict[str, Any], response: httpx.Response) -> str:
+    error = answer.get("error")
+    if isinstance(error, dict):  # the lease gateway nests it
+        error = error.get("message")
+    return str(answer.get("message") or error or response.text)
 
 
 async def _json_lines(chunks: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
@@ -397,7 +472,9 @@ class Lease:
             await asyncio.sleep(self.ttl_s / 3)
             sent = self._clock()
             try:
-                ttl = await self.client.keep_alive(self.id)
+                # an endpoint that holds the keep-alive longer than TTL/3 (a member just cut
+                # from its peers, not yet aware) must not cost the lease: try the next
+                ttl = await self.client.keep_alive(self.id, hurry_s=self.ttl_s / 3)
             except (EtcdUnavailable, EtcdError) as error:
                 if self._clock() - last_ok >= self.ttl_s:
                     self._lose(f"etcd unreachable for {self.ttl_s} s ({error})")
