@@ -201,11 +201,18 @@ class EtcdClient:
                 timeout = min(timeout, hurry_s)
             try:
                 response = await self._http.post(url, json=body, timeout=timeout)
-            except httpx.TransportError as error:
+                answer: Any = response.json() if response.content else {}
+            except (httpx.HTTPError, ValueError) as error:
+                # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page):
+                # that endpoint is unusable now; an unexpected error here would end the
+                # caller's loop for good (a lease keeper that dies renews nothing)
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")
                 self._failed(index)
                 continue
-            answer: dict[str, Any] = response.json() if response.content else {}
+            if not isinstance(answer, dict):
+                problems.append(f"{self.endpoints[index]}: not a JSON object: {answer!r:.80}")
+                self._failed(index)
+                continue
             if response.status_code == 503:  # no leader there (cut from its peers): next
                 problems.append(f"{self.endpoints[index]}: {_message(answer, response)}")
                 self._failed(index)
@@ -475,7 +482,9 @@ class Lease:
                 # an endpoint that holds the keep-alive longer than TTL/3 (a member just cut
                 # from its peers, not yet aware) must not cost the lease: try the next
                 ttl = await self.client.keep_alive(self.id, hurry_s=self.ttl_s / 3)
-            except (EtcdUnavailable, EtcdError) as error:
+            except Exception as error:  # whatever fails, the keeper goes on until the TTL
+                if not isinstance(error, (EtcdUnavailable, EtcdError)):
+                    log.warning("renewing etcd lease %x failed: %r", self.id, error)
                 if self._clock() - last_ok >= self.ttl_s:
                     self._lose(f"etcd unreachable for {self.ttl_s} s ({error})")
                     return
