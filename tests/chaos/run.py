@@ -200,8 +200,10 @@ class Run:
                 chaos.record("scenario", scenario=name, round=done)
                 try:
                     SCENARIOS[name](chaos)
-                except AssertionError as error:  # the cluster did not come back in time
-                    text = f"scenario {name} (round {done}): {error}"
+                # the cluster did not come back in time (AssertionError), or the harness
+                # could not make or heal the fault: a finding, then heal and check
+                except Exception as error:
+                    text = f"scenario {name} (round {done}): {type(error).__name__}: {error}"
                     chaos.record("scenario failed", scenario=name, error=str(error))
                     self.results[f"scenario {name}"] = Result({}, [text])
                     return done  # heal, then check what there is
