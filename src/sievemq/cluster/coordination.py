@@ -365,7 +365,11 @@ class EtcdClient:
             ) as response:
                 if response.status_code != 200:
                     raise EtcdError(f"watch refused: HTTP {response.status_code}")
-                async for line in self._lines_while_healthy(response, endpoint):
+                if len(self.endpoints) > 1:  # another member to watch on when this one fails
+                    lines = self._lines_while_healthy(response, endpoint)
+                else:
+                    lines = _json_lines(response.aiter_text())
+                async for line in lines:
                     result = line.get("result", {})
                     if "error" in line:
                         raise EtcdError(str(line["error"]))
