@@ -81,7 +81,7 @@ cluster-faults: setup etcd faketime
 # (unshare -n: root), faults in rounds for MINUTES under load, then the checkers; JSON out, the
 # history and the nodes' logs in .chaos/<run>/, exit 1 on any finding (`make chaos MINUTES=30`;
 # three etcd members and the nodes' default 5 s lease unless ETCD_MEMBERS=1, LEASE_TTL=2; one
-# short round, one member and 2 s leases, runs in `make test`)
+# short round, one member and 5 s leases, runs in `make test`)
 ETCD_MEMBERS ?= 3
 LEASE_TTL ?= 5
 chaos: setup etcd faketime
