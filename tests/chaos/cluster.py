@@ -36,6 +36,7 @@ ETCD_UID = 61000  # member i runs as uid ETCD_UID + i (three members)
 HOSTS = {"a": "127.0.0.11", "b": "127.0.0.12", "c": "127.0.0.13"}
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SHIM = Path(__file__).resolve().parent / "source_address"
+RESTART_S = 240.0
 WAIT_S = 60.0  # generous: a loaded machine; every wait returns as soon as it holds
 
 
@@ -111,6 +112,11 @@ class ChaosCluster:
             at = args.index("--cluster-etcd") + 1
             args = (*args[:at], ",".join(urls), *args[at + 1 :])
             self.nodes[name] = ServerProcess(self.base / "nodes" / name, args, env=env)
+
+    def restart(self, name: str) -> None:
+        """Node ``name`` again on its data; it may take minutes on a loaded machine (its
+        streams' recovery): the 30-minute run's restart once missed the usual 60 s."""
+        self.nodes[name].start(timeout=RESTART_S)
 
     def start_etcd(self, members: list[EtcdProcess] | None = None) -> None:
         """Start ``members`` (default: every one) on their data, then wait until each serves

@@ -218,12 +218,12 @@ class Run:
         chaos.net.heal()
         for clock in self.cluster.clocks.values():
             clock.write_text("+0\n")
-        for node in self.cluster.nodes.values():
+        for name, node in self.cluster.nodes.items():
             if node.running:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.pid, signal.SIGCONT)
             else:
-                node.restart()
+                self.cluster.restart(name)
         if self.cluster.etcd_down():
             self.cluster.start_etcd(self.cluster.etcd_down())
 

@@ -135,7 +135,7 @@ def kill_follower(ch: Chaos) -> None:
         ch.cluster.nodes[victim].kill()
         ch.listed_stopped(victim)
         ch.hold((victim,))
-        ch.cluster.nodes[victim].restart()  # on its data
+        ch.cluster.restart(victim)  # on its data
 
 
 def stop_follower(ch: Chaos) -> None:
@@ -258,7 +258,7 @@ def kill_leader(ch: Chaos) -> None:
         ch.cluster.nodes[victim].kill()
         new_leader(ch, victim)
         ch.hold((victim, LEADER_VICTIM))
-        ch.cluster.nodes[victim].restart()
+        ch.cluster.restart(victim)
 
 
 def stop_leader(ch: Chaos) -> None:
