@@ -1,5 +1,9 @@
-"""Stream failover: a new leader from a majority of the copies, by compare-and-swap of the
-epoch in etcd; the old leader fenced, and brought back as a replica.
+"""Failover of replicated queues: a new leader from a majority of the copies, by
+compare-and-swap of the epoch in etcd; the old leader fenced, and brought back as a replica.
+
+Said below for streams; quorum queues go the same way (``Failover.copies`` holds what
+differs per queue type: how a copy's tail is read, how the winner opens it, how the old
+leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), each of its replicas that runs stops
@@ -44,7 +48,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from sievemq.cluster.coordination import (
@@ -62,7 +66,9 @@ from sievemq.cluster.membership import NODES, ROOT, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
 from sievemq.cluster.replication import Replication, replica_directory
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.definitions import decode_value
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import layout
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import stream_directory
@@ -81,8 +87,100 @@ def tail_prefix(vhost: str, name: str) -> str:
     return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
 
 
+class Copies(Protocol):
+    """This node's copies of one queue type's queues, as an election sees them (streams:
+    ``StreamCopies`` below; quorum queues: ``cluster.quorum_failover``)."""
+
+    def holds_copy(self, queue: Queue) -> bool:
+        """This node keeps a copy of the queue (it may run for its leader)."""
+        ...
+
+    def hold(self, queue: Queue, held: bool) -> None:
+        """Stop following (its end stays put while the members compare), or follow again."""
+        ...
+
+    def tail(self, queue: Queue) -> tuple[int, int]:
+        """(the epoch that wrote the copy's last entry, the copy's end), once the copy is
+        cut back to the history it shares with the record."""
+        ...
+
+    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+        """This node won: its copy becomes the queue it leads (the record is written)."""
+        ...
+
+    def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """Another node leads the queue this node holds: give it up here (True when it was
+        held), its files becoming a replica's copy (or going)."""
+        ...
+
+
+class StreamCopies:
+    """Streams' copies: ``cluster.replication``'s followers, ``DATA_DIR/replicas/...``."""
+
+    def __init__(self, replication: Replication, placement: Placement, broker: Broker) -> None:
+        self.replication = replication
+        self.placement = placement
+        self.broker = broker
+        self.me = placement.me
+
+    def holds_copy(self, queue: Queue) -> bool:
+        return queue in self.replication.followers
+
+    def hold(self, queue: Queue, held: bool) -> None:
+        follower = self.replication.followers.get(queue)
+        if follower is not None:
+            follower.hold = held
+            if held:
+                follower.retarget()
+
+    def tail(self, queue: Queue) -> tuple[int, int]:
+        follower = self.replication.followers[queue]
+        # the copy cut back to the history it shares with the record first: a copy that
+        # never followed since an epoch passed it by must not offer chunks that epoch
+        # replaced (it would win with them, and its history would not say so)
+        follower.prepare()
+        end = follower.stream.end_offset
+        directory = replica_directory(self.broker.data_dir, *queue)
+        return last_epoch(read_history(directory), end), end
+
+    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+        """This node's copy becomes the stream it leads."""
+        vhost, name = queue
+        await self.replication.release(queue)
+        source = replica_directory(self.broker.data_dir, vhost, name)
+        target = stream_directory(self.broker.data_dir, vhost, name)
+        _move(source, target)
+        write_history(target, history)
+        local = self.broker.vhosts.get(vhost)
+        if local is None:
+            log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
+            return
+        arguments = decode_value(record.get("arguments") or {})
+        local.declare_queue(name, durable=True, arguments=dict(arguments))
+        # gated for commit by majority now, in the same turn as the declare: the watch
+        # may have brought the new record before the queue existed here, and an ungated
+        # leader would confirm what no replica holds (lost in the next failover)
+        self.placement.led(queue, record)
+
+    def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """Another node leads the stream this node holds: its copy becomes a replica."""
+        vhost, name = queue
+        local = self.broker.vhosts.get(vhost)
+        if local is None or local.detach_queue(name) is None:
+            return False
+        directory = stream_directory(self.broker.data_dir, vhost, name)
+        if self.me in record.get("replicas", ()):
+            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
+        else:  # no longer one of its members: the copy goes
+            tombstone = layout.bury(directory)
+            if tombstone is not None:
+                layout.remove_later(tombstone)
+        return True
+
+
 class Failover:
-    """This node's part in its streams' failovers: elections, fencing, handing over."""
+    """This node's part in its replicated queues' failovers: elections, fencing, handing
+    over; what differs between queue types is in ``copies`` (by the record's ``type``)."""
 
     def __init__(
         self,
@@ -98,6 +196,7 @@ class Failover:
         self.replication = replication
         self.broker = broker
         self.me = placement.me
+        self.copies: dict[str, Copies] = {"stream": StreamCopies(replication, placement, broker)}
         self.fenced: set[Queue] = set()
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
@@ -120,20 +219,20 @@ class Failover:
         asyncio.get_running_loop().call_soon(self._check)
 
     def _moved(self, record: dict[str, Any]) -> bool:
-        """A failover gave the stream to another node (epoch 1 names the node that first
-        recorded it: a local stream of that name is another declare's, left alone)."""
+        """A failover gave the queue to another node (epoch 1 names the node that first
+        recorded it: a local queue of that name is another declare's, left alone)."""
         return (
-            record.get("type", "stream") == "stream"
+            record.get("type", "stream") in self.copies
             and record.get("leader") != self.me
             and int(record.get("epoch", 1)) > 1
             and not record.get("delete")
         )
 
     def _orphaned(self, record: dict[str, Any]) -> bool:
-        """A stream this node replicates whose leader is not running."""
+        """A queue this node replicates whose leader is not running."""
         leader = record.get("leader")
         return (
-            record.get("type", "stream") == "stream"
+            record.get("type", "stream") in self.copies
             and leader != self.me
             and self.me in record.get("replicas", ())
             and leader not in self.membership.records
@@ -155,8 +254,18 @@ class Failover:
             del self._elections[queue]
 
     def _held(self, queue: Queue) -> bool:
+        return self._local(queue) is not None
+
+    def _local(self, queue: Queue) -> StreamQueue | ClassicQueue | None:
+        """The stream or quorum queue this node holds under that name."""
         local = self.broker.vhosts.get(queue[0])
-        return local is not None and queue[1] in local.queues
+        if local is None:
+            return None
+        stream = local.queues.get(queue[1])
+        return stream if stream is not None else local.classic.queues.get(queue[1])
+
+    def _copies(self, record: dict[str, Any]) -> Copies | None:
+        return self.copies.get(str(record.get("type", "stream")))
 
     # ---------------------------------------------------------------- election
 
@@ -165,18 +274,22 @@ class Failover:
         try:
             while not self._stopped:
                 record = self.placement.records.get(queue)
-                follower = self.replication.followers.get(queue)
-                if record is None or follower is None or not self._orphaned(record):
+                copies = None if record is None else self._copies(record)
+                if (
+                    record is None
+                    or copies is None
+                    or not copies.holds_copy(queue)
+                    or not self._orphaned(record)
+                ):
                     return
-                follower.hold = True  # its copy's end stays put while the members compare
-                follower.retarget()
+                copies.hold(queue, True)  # its copy's end stays put while the members compare
                 try:
-                    if await self._round(queue, record, tail):
+                    if await self._round(queue, record, tail, copies):
                         return
                 except (EtcdUnavailable, EtcdError) as error:
                     log.info("electing a leader of '%s': %s", queue[1], error)
                 finally:
-                    follower.hold = False
+                    copies.hold(queue, False)
                 await asyncio.sleep(RETRY_S)
         except Exception:
             log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
@@ -184,7 +297,9 @@ class Failover:
             with contextlib.suppress(EtcdUnavailable, EtcdError):
                 await self.client.delete(tail)
 
-    async def _round(self, queue: Queue, record: dict[str, Any], tail_key: str) -> bool:
+    async def _round(
+        self, queue: Queue, record: dict[str, Any], tail_key: str, copies: Copies
+    ) -> bool:
         """One round: True when the record changed (this node won, or saw another win)."""
         lease = self.membership.lease
         if lease is None or lease.lost:
@@ -192,19 +307,8 @@ class Failover:
         epoch = int(record.get("epoch", 1))
         leader = str(record.get("leader"))
         members = [leader, *map(str, record.get("replicas", ()))]
-        directory = replica_directory(self.broker.data_dir, *queue)
-        follower = self.replication.followers[queue]
-        # the copy cut back to the history it shares with the record first: a copy that
-        # never followed since an epoch passed it by must not offer chunks that epoch
-        # replaced (it would win with them, and its history would not say so)
-        follower.prepare()
-        end = follower.stream.end_offset
-        mine = {
-            "node": self.me,
-            "record_epoch": epoch,
-            "epoch": last_epoch(read_history(directory), end),
-            "end": end,
-        }
+        last, end = copies.tail(queue)
+        mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
         await self.client.put(tail_key, json.dumps(mine), lease.id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TAIL_WAIT_S
@@ -225,8 +329,9 @@ class Failover:
         majority = len(members) // 2 + 1
         if len(tails) < majority:
             log.warning(
-                "stream '%s' in vhost '%s': its leader %s is not running and only %d of its "
+                "%s '%s' in vhost '%s': its leader %s is not running and only %d of its "
                 "%d members answered (%s): no leader is chosen without a majority",
+                _kind(record),
                 queue[1],
                 queue[0],
                 leader,
@@ -238,7 +343,7 @@ class Failover:
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        return await self._take(queue, record, end)
+        return await self._take(queue, record, end, copies)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
@@ -253,7 +358,7 @@ class Failover:
             await asyncio.sleep(0.05)
         return False
 
-    async def _take(self, queue: Queue, record: dict[str, Any], end: int) -> bool:
+    async def _take(self, queue: Queue, record: dict[str, Any], end: int, copies: Copies) -> bool:
         key = queue_key(*queue)
         old = str(record.get("leader"))
         epoch = int(record.get("epoch", 1)) + 1
@@ -272,56 +377,33 @@ class Failover:
         if not result.succeeded:
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
-        await self._promote(queue, won, history)
+        await copies.promote(queue, won, history)
         log.warning(
-            "stream '%s' in vhost '%s': leader %s stopped; this node leads it now "
-            "(epoch %d, from offset %d)",
+            "%s '%s' in vhost '%s': leader %s stopped; this node leads it now "
+            "(epoch %d, from %s %d)",
+            _kind(record),
             queue[1],
             queue[0],
             old,
             epoch,
+            "offset" if _kind(record) == "stream" else "log id",
             end,
         )
         return True
 
-    async def _promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
-        """This node's copy becomes the stream it leads."""
-        vhost, name = queue
-        await self.replication.release(queue)
-        source = replica_directory(self.broker.data_dir, vhost, name)
-        target = stream_directory(self.broker.data_dir, vhost, name)
-        _move(source, target)
-        write_history(target, history)
-        local = self.broker.vhosts.get(vhost)
-        if local is None:
-            log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
-            return
-        arguments = decode_value(record.get("arguments") or {})
-        local.declare_queue(name, durable=True, arguments=dict(arguments))
-        # gated for commit by majority now, in the same turn as the declare: the watch
-        # may have brought the new record before the queue existed here, and an ungated
-        # leader would confirm what no replica holds (lost in the next failover)
-        self.placement.led(queue, record)
-
     # ---------------------------------------------------------------- handing over
 
     def _hand_over(self, queue: Queue, record: dict[str, Any]) -> None:
-        """Another node leads the stream this node holds: its copy becomes a replica."""
+        """Another node leads the queue this node holds: its copy becomes a replica."""
         vhost, name = queue
-        local = self.broker.vhosts.get(vhost)
-        if local is None or local.detach_queue(name) is None:
+        copies = self._copies(record)
+        if copies is None or not copies.hand_over(queue, record):
             return
         self.fenced.discard(queue)
-        directory = stream_directory(self.broker.data_dir, vhost, name)
         member = self.me in record.get("replicas", ())
-        if member:
-            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
-        else:  # no longer one of its members: the copy goes
-            tombstone = layout.bury(directory)
-            if tombstone is not None:
-                layout.remove_later(tombstone)
         log.warning(
-            "stream '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
+            "%s '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
+            _kind(record),
             name,
             vhost,
             record.get("leader"),
@@ -358,13 +440,15 @@ class Failover:
 
     def _fence_all(self, lease: Lease | None) -> None:
         new = [q for q in self._led_replicated() if q not in self.fenced]
-        for vhost, name in new:
-            self.broker.vhosts[vhost].queues[name].fenced = True
-            self.fenced.add((vhost, name))
+        for queue in new:
+            held = self._local(queue)
+            if held is not None:
+                held.fenced = True
+            self.fenced.add(queue)
         if new:
             self._fenced_under = lease
             log.warning(
-                "node %s cannot be sure it still leads %d replicated stream(s) (its etcd "
+                "node %s cannot be sure it still leads %d replicated queue(s) (its etcd "
                 "lease was last renewed over %d s ago): their publishes are nacked until "
                 "it is",
                 self.me,
@@ -375,12 +459,11 @@ class Failover:
     def _lift(self, queues: set[Queue], why: str) -> None:
         for vhost, name in queues:
             self.fenced.discard((vhost, name))
-            local = self.broker.vhosts.get(vhost)
-            queue = None if local is None else local.queues.get(name)
+            queue = self._local((vhost, name))
             if queue is not None:
                 queue.fenced = False
         if queues:
-            log.warning("node %s takes publishes to its streams again: %s", self.me, why)
+            log.warning("node %s takes publishes to its replicated queues again: %s", self.me, why)
 
     def _registered_again(self) -> None:
         task = asyncio.ensure_future(self._reaffirm())
@@ -427,6 +510,10 @@ class Failover:
         for task in [*self._elections.values(), *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _kind(record: dict[str, Any]) -> str:
+    return "quorum queue" if record.get("type") == "quorum" else "stream"
 
 
 def _move(source: Path, target: Path) -> None:
