@@ -154,11 +154,16 @@ class ChaosCluster:
         return self
 
     def stop(self) -> dict[str, int]:
-        """Every node SIGTERMed (its exit status), then etcd."""
+        """Every node SIGTERMed (its exit status), then etcd; one that does not stop is
+        killed and the others are still stopped (a run once left a node and etcd running)."""
         codes: dict[str, int] = {}
         for name, node in self.nodes.items():
             if node.running:
-                codes[name] = node.stop()
+                try:
+                    codes[name] = node.stop()
+                except (AssertionError, OSError):
+                    node.kill()
+                    codes[name] = -9
         for member in self.etcds:
             member.stop()
         return codes
