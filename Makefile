@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-replication-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults rolling-restart chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-replication-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -76,6 +76,13 @@ cluster-faults: setup etcd faketime
 	SIEVEMQ_CLUSTER_FAULT_ROUNDS=$(ROUNDS) SIEVEMQ_CLUSTER_FAULT_REPORT=$(CURDIR)/cluster-faults.jsonl \
 		$(VENV)/bin/python -m pytest tests/integration/test_cluster/test_faults.py -p no:cacheprovider \
 		-o timeout=$$(( 300 * $(ROUNDS) )) -v
+
+# the rolling restart under load (tests/integration/test_cluster/test_rolling_restart.py),
+# every node stopped and started in turn ROUNDS times (`make rolling-restart ROUNDS=5`)
+rolling-restart: setup etcd
+	SIEVEMQ_ROLLING_ROUNDS=$(ROUNDS) $(VENV)/bin/python -m pytest \
+		tests/integration/test_cluster/test_rolling_restart.py -p no:cacheprovider \
+		-o timeout=$$(( 120 + 90 * $(ROUNDS) )) -v -s
 
 # the chaos suite (tests/chaos/): three nodes and etcd in a network namespace of their own
 # (unshare -n: root), faults in rounds for MINUTES under load, then the checkers; JSON out, the

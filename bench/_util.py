@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import platform
 import signal
@@ -31,6 +32,22 @@ def git_commit() -> str:
         text=True,
     )
     return got.stdout.strip()
+
+
+def report(bench: str, out: Path | None, **fields: Any) -> None:
+    """Print a bench's JSON result (and write it to ``out``): its name, the commit, the
+    machine and its load, then ``fields``."""
+    result = {
+        "bench": bench,
+        "commit": git_commit(),
+        "machine": machine(),
+        "load_average": os.getloadavg(),
+        **fields,
+    }
+    text = json.dumps(result, indent=2)
+    if out:
+        out.write_text(text + "\n")
+    print(text)
 
 
 def export_src(rev: str, into: Path) -> Path:

@@ -25,6 +25,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,23 @@ FILTERS = 50
 
 def _args(etcd_url: str, name: str) -> tuple[str, ...]:
     return ("--node-name", name, "--cluster-etcd", etcd_url, "--cluster-port", "0")
+
+
+@contextmanager
+def three_nodes(prefix: str) -> Iterator[dict[str, ServerProcess]]:
+    """An etcd and nodes a, b, c in a temporary folder, started for the block."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        base = Path(tmp)
+        with running_etcd(base / "etcd") as etcd:
+            nodes = {n: ServerProcess(base / n, _args(etcd.url, n)) for n in ("a", "b", "c")}
+            try:
+                for proc in nodes.values():
+                    proc.start()
+                yield nodes
+            finally:
+                for proc in nodes.values():
+                    if proc.running:
+                        proc.stop()
 
 
 def _sizes(directory: Path) -> dict[str, int]:
@@ -135,6 +154,13 @@ def _catch_up(nodes: dict[str, ServerProcess], n: int) -> dict[str, float]:
     _wait(lambda: _caught_up(a, c, "catch-up"))
     done = time.perf_counter()
     size = sum(_sizes(stream_directory(a.data_dir, "/", "catch-up")).values())
+    return catch_up_figures(n, size, started, ready, done)
+
+
+def catch_up_figures(
+    n: int, size: int, started: float, ready: float, done: float
+) -> dict[str, float]:
+    """A catch-up of ``n`` messages (``size`` bytes): started, ready line, caught up."""
     return {
         "messages": n,
         "bytes": size,
@@ -143,6 +169,7 @@ def _catch_up(nodes: dict[str, ServerProcess], n: int) -> dict[str, float]:
         "start_to_ready_s": ready - started,
         "msg_per_s_from_ready": n / (done - ready),
         "mb_per_s_from_ready": size / (done - ready) / 1e6,
+        "msg_per_s_from_start": n / (done - started),
     }
 
 
@@ -153,22 +180,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--catch-up-factor", type=int, default=10, help="x N messages")
     opts = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sievemq-repl-bench-") as tmp:
-        base = Path(tmp)
-        with running_etcd(base / "etcd") as etcd:
-            nodes = {n: ServerProcess(base / n, _args(etcd.url, n)) for n in ("a", "b", "c")}
-            try:
-                for proc in nodes.values():
-                    proc.start()
-                runs: dict[str, list[dict[str, float]]] = {"no_replica": [], "two_replicas": []}
-                for r in range(opts.rounds):
-                    runs["no_replica"].append(_case(nodes, f"alone-{r}", 1, opts.n))
-                    runs["two_replicas"].append(_case(nodes, f"replicated-{r}", 3, opts.n))
-                catch_up = _catch_up(nodes, opts.n * opts.catch_up_factor)
-            finally:
-                for proc in nodes.values():
-                    if proc.running:
-                        proc.stop()
+    with three_nodes("sievemq-repl-bench-") as nodes:
+        runs: dict[str, list[dict[str, float]]] = {"no_replica": [], "two_replicas": []}
+        for r in range(opts.rounds):
+            runs["no_replica"].append(_case(nodes, f"alone-{r}", 1, opts.n))
+            runs["two_replicas"].append(_case(nodes, f"replicated-{r}", 3, opts.n))
+        catch_up = _catch_up(nodes, opts.n * opts.catch_up_factor)
     medians = {
         case: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
         for case, rs in runs.items()

@@ -22,9 +22,10 @@ from sievemq.gateway.admin.views import NotFound, Principal, RelayedRequest, Rem
 
 
 def led_elsewhere(f: BrokerFacade, vhost: str, queue: str) -> RemoteQueueView | None:
-    """The queue another cluster node leads under this name (None: none does)."""
+    """The queue another cluster node leads under this name (None: none does; a stream
+    this node was just elected to lead is listed as remote until its copy is open)."""
     for remote in f.cluster.remote_queues(vhost) if f.cluster is not None else []:
-        if remote.name == queue:
+        if remote.name == queue and remote.leader != f.node_name:
             return remote
     return None
 

@@ -267,6 +267,10 @@ class Failover:
     def _copies(self, record: dict[str, Any]) -> Copies | None:
         return self.copies.get(str(record.get("type", "stream")))
 
+    def holds(self, vhost: str, name: str) -> bool:
+        """Whether this node has the queue open (``Membership.holds_queue``)."""
+        return self._held((vhost, name))
+
     # ---------------------------------------------------------------- election
 
     async def _elect(self, queue: Queue) -> None:

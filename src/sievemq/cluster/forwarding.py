@@ -33,7 +33,7 @@ import pamqp.commands as spec
 from sievemq.amqp import frames, hotcodec
 from sievemq.amqp.methods import BASIC_PUBLISH, CLASS_BASIC, METHOD_ACK, METHOD_NACK
 from sievemq.cluster.link import LinkChannel, Links
-from sievemq.gateway.model.remote import PublishSink
+from sievemq.gateway.model.remote import PublishSink, RawSink
 from sievemq.gateway.session import publish_cache
 from sievemq.storage import Message
 
@@ -46,6 +46,9 @@ _NO_TICKET: Final = b"\x00\x00"
 _NOT_MANDATORY: Final = b"\x00" + frames.FRAME_END_BYTE
 _END: Final = frames.FRAME_END_BYTE
 _METHODS_MAX: Final = 1024
+# a client channel gets a raw link channel of its own while the link has fewer open than
+# this (of its 2,047); past it, its publishes take the shared pinned channel
+_RAW_CHANNELS_MAX: Final = 1024
 _encode_content = hotcodec.encode_content
 _FRAME_HEADER: Final = frames.FRAME_HEADER
 _FRAME_BODY: Final = frames.FRAME_BODY
@@ -100,16 +103,7 @@ class ForwardedQueue:
         channel = self._channel
         if channel is None:
             channel = self._open()
-        self._next += 1
-        runs = self._runs
-        if runs:
-            last = runs[-1]
-            if last[0] is sink and (sink is None or last[1] + last[2] == seq):
-                last[2] += 1
-            else:
-                runs.append([sink, seq, 1])
-        else:
-            runs.append([sink, seq, 1])
+        self._track(sink, seq)
         values, exchange, routing_key, props, body, _ = message
         method = self._methods.get((exchange, routing_key))
         if method is None:
@@ -137,6 +131,28 @@ class ForwardedQueue:
             )
         else:  # empty, or more than one body frame
             channel.writelines(_encode_content([method], number, props, body, channel.frame_max))
+
+    def _track(self, sink: PublishSink | None, seq: int) -> None:
+        """One more publish outstanding on the link channel (its runs, see the class)."""
+        self._next += 1
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            if last[0] is sink and (sink is None or last[1] + last[2] == seq):
+                last[2] += 1
+                return
+        runs.append([sink, seq, 1])
+
+    def open_raw(self, sink: RawSink, exchange: str, routing_key: str) -> RawForward | None:
+        """A link channel of its own for one client channel whose publishes of
+        (``exchange``, ``routing_key``) all route to this queue (``RawForward``); None once
+        this queue is retired (its leader changed: route again), or while the link has
+        ``_RAW_CHANNELS_MAX`` channels open (the publishes go the ordinary way)."""
+        if self._retired or self._links.channels_open(self.leader, self.vhost) >= _RAW_CHANNELS_MAX:
+            return None  # (the link keeps channels for consumers and this shared one)
+        return RawForward(
+            self._links, self.vhost, self.name, self.leader, sink, exchange, routing_key
+        )
 
     def _publish_frame(self, number: int, exchange: str, routing_key: str) -> bytes:
         ex = hotcodec.encode_shortstr(exchange)
@@ -255,3 +271,81 @@ class ForwardedQueue:
 
     def describe(self) -> dict[str, Any]:
         return {"queue": self.name, "leader": self.leader, "unconfirmed": self.unconfirmed}
+
+
+class RawForward(ForwardedQueue):
+    """One client channel's publishes to a queue another node leads, passed on as they came.
+
+    A client channel whose publishes of one (exchange, routing key) route to exactly one
+    queue another node leads (``gateway.session.raw_publish``) forwards them here without
+    checking, routing or decoding them: each publish's content header and body frame go to
+    a link channel of their own, pinned to the queue, with only the frame heads written
+    anew (the channel number). The header's weight stays the client's 0 (``MARK_UNKNOWN``),
+    so the leader checks the property list, as it does for its own clients, and answers
+    what is wrong with it. The client channel frames each run of publishes of one read
+    itself (``framing``) and hands it over in one call (``send_run``):
+
+    - a message the leader refuses (a malformed property list, filter value or publisher
+      id) closes this link channel with the leader's reply; ``sink.raw_refused`` closes the
+      client's channel with that reply code and text, as a single node would, and nothing
+      else (the link channel is this client channel's alone, and what the client sent after
+      the refused message is dropped by the leader, as a closed channel drops it);
+    - confirms come in runs from the leader (after its commit, for a replicated stream) and
+      settle the client's sequence numbers through ``sink.settle_confirms``, as for
+      ``ForwardedQueue``; a nack (the queue gone on the leader) or a lost link nacks.
+    """
+
+    __slots__ = ("_exchange", "_method", "_routing_key", "_sink")
+
+    def __init__(
+        self,
+        links: Links,
+        vhost: str,
+        name: str,
+        leader: str,
+        sink: RawSink,
+        exchange: str,
+        routing_key: str,
+    ) -> None:
+        super().__init__(links, vhost, name, leader)
+        self._sink = sink
+        self._exchange = exchange
+        self._routing_key = routing_key
+        self._method = b""
+
+    def framing(self) -> tuple[bytes, int, int]:
+        """What the client channel frames a run with: the link channel's basic.publish frame,
+        its number and the largest body one of its body frames takes (the link channel
+        opens on first use, and again after the link dropped)."""
+        channel = self._channel
+        if channel is None:
+            channel = self._open()
+            self._method = self._publish_frame(channel.number, self._exchange, self._routing_key)
+        return self._method, channel.number, self._body_max
+
+    def send_run(self, frames_out: list[bytes], count: int, confirmed: bool, first: int) -> None:
+        """HOT PATH (once per run): ``count`` publishes framed with ``framing()``, numbered
+        ``first``... on the client's channel when ``confirmed``, out in the turn's write."""
+        channel = self._channel
+        assert channel is not None, "framing() opened it"
+        sink = self._sink if confirmed else None
+        self._next += count
+        runs = self._runs
+        last = runs[-1] if runs else None
+        if last is not None and last[0] is sink and (sink is None or last[1] + last[2] == first):
+            last[2] += count
+        else:
+            runs.append([sink, first, count])
+        channel.writelines(frames_out)
+
+    def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
+        """The leader refused a message (``code``: its reply) or the link dropped (0)."""
+        if channel is not self._channel:
+            return
+        if not code:
+            super().link_closed(channel, code, text)
+            return
+        self._channel = None
+        self._runs.clear()  # the client's channel closes: its confirms are void
+        self._first = self._next
+        self._sink.raw_refused(code, text)

@@ -19,9 +19,10 @@ from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.failover import Failover
 from sievemq.cluster.link import Links
-from sievemq.cluster.membership import NODES, Identity, Membership, node_id_for
+from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
+from sievemq.cluster.reconcile import Reconciler
 from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
 from sievemq.cluster.replies import ReplyForwarder
@@ -94,10 +95,14 @@ async def join(
     membership.queue_records = lambda: list(placement.records.values())
     membership.queue_members = placement.members
     membership.queue_epoch = placement.epoch
+    membership.holds_queue = failover.holds
     replica_ops = ReplicaOps(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )
     membership.add_replica, membership.delete_replica = replica_ops.add, replica_ops.delete
+    reconciler = Reconciler(membership, placement, replica_ops, broker)
+    membership.subscribe(MEMBERS, reconciler.apply)  # joins and forgets re-choose replicas
+    placement.stopping.append(reconciler.stop)
     membership.on_registered_again.append(placement.place_again)
     membership.on_registered_again.append(secret.restore)
     mirror = DefinitionsMirror(

@@ -479,6 +479,11 @@ class Links:
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
 
+    def channels_open(self, node: str, vhost: str) -> int:
+        """How many channels the link to ``node`` in ``vhost`` has open now."""
+        link = self._links.get((node, vhost))
+        return 0 if link is None or link.failed else len(link.channels)
+
     def open_channel(
         self,
         node: str,

@@ -121,6 +121,9 @@ class Membership:
         # a recorded queue's epoch (``Placement.epoch``) and the changes of a stream's
         # replicas (``ReplicaOps``), set at the join
         self.queue_epoch: Callable[[str, str], int | None] = lambda vhost, name: None
+        # whether this node holds a queue it leads (a failover's winner leads the stream
+        # in etcd a moment before its copy is opened as the stream: listed meanwhile)
+        self.holds_queue: Callable[[str, str], bool] = lambda vhost, name: True
         self.add_replica: Callable[[str, str, str], Awaitable[bool]] = _not_joined
         self.delete_replica: Callable[[str, str, str], Awaitable[None]] = _not_joined
         self.on_registered_again: list[Callable[[], None]] = []
@@ -338,7 +341,7 @@ class Membership:
         published = self._published_queues()
         out = []
         for r in self.queue_records():
-            if r.get("leader") == self.me.name or (vhost is not None and r.get("vhost") != vhost):
+            if (vhost is not None and r.get("vhost") != vhost) or self._listed_here(r):
                 continue
             leader = str(r.get("leader"))
             key = (str(r.get("vhost")), str(r.get("name")))
@@ -357,6 +360,15 @@ class Membership:
                 )
             )
         return sorted(out, key=lambda q: (q.vhost, q.name))
+
+    def _listed_here(self, record: dict[str, Any]) -> bool:
+        """A queue this node leads is listed as its own, unless it is not open here yet
+        (promoted by a failover); one being created or deleted here is left out."""
+        if record.get("leader") != self.me.name:
+            return False
+        if record.get("state", "ready") == "creating" or record.get("delete"):
+            return True
+        return self.holds_queue(str(record.get("vhost")), str(record.get("name")))
 
     # ---------------------------------------------------------------- leaving
 

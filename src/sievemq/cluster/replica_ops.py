@@ -83,6 +83,20 @@ class ReplicaOps:
 
         await self._change(vhost, name, change)
 
+    async def replace(self, vhost: str, name: str, gone: str, instead: str | None) -> bool:
+        """Put ``instead`` (a running node, or nobody) in the place of replica ``gone``
+        (a forgotten node: ``cluster/reconcile.py``); False when ``gone`` is no replica."""
+
+        def change(record: dict[str, Any]) -> list[str] | None:
+            replicas = [str(n) for n in record.get("replicas", ())]
+            if gone not in replicas:
+                return None
+            if instead is None or instead in replicas or instead == record.get("leader"):
+                return [n for n in replicas if n != gone]
+            return [instead if n == gone else n for n in replicas]
+
+        return await self._change(vhost, name, change)
+
     async def _change(
         self,
         vhost: str,

@@ -94,3 +94,21 @@ def test_a_listener_that_fails_does_not_stop_the_view(caplog: pytest.LogCaptureF
     assert [n.name for n in view.node_views()] == ["a", "b", "me"]
     assert seen == [1]
     assert "applying the etcd events under sievemq/queues/ failed" in caplog.text
+
+
+def test_a_stream_this_node_was_elected_to_lead_is_listed_until_it_is_open_here() -> None:
+    view = membership()
+    view.records["me"] = {"name": "me"}
+    records = [
+        {"vhost": "/", "name": "promoted", "type": "stream", "leader": "me", "epoch": 2},
+        {"vhost": "/", "name": "open", "type": "stream", "leader": "me", "epoch": 1},
+        {"vhost": "/", "name": "made", "leader": "me", "state": "creating"},
+        {"vhost": "/", "name": "going", "leader": "me", "delete": True},
+        {"vhost": "/", "name": "theirs", "type": "classic", "leader": "b", "epoch": 1},
+    ]
+    view.queue_records = lambda: records
+    view.holds_queue = lambda vhost, name: name == "open"
+    listed = {q.name: q for q in view.remote_queues("/")}
+    assert sorted(listed) == ["promoted", "theirs"]
+    assert listed["promoted"].leader == "me" and listed["promoted"].leader_running
+    assert listed["promoted"].epoch == 2

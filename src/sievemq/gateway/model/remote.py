@@ -18,6 +18,34 @@ class PublishSink(Protocol):
     def settle_confirms(self, seqs: list[int], ok: bool) -> None: ...
 
 
+class RawSink(PublishSink, Protocol):
+    """A client channel whose publishes go to one remote queue as they came (``RawPublisher``)."""
+
+    def raw_refused(self, code: int, text: str) -> None:
+        """The leader refused one of them with this reply (a malformed property list...):
+        the client's channel closes with it, as on a single node."""
+        ...
+
+
+class RawPublisher(Protocol):
+    """One client channel's publishes to a remote queue, passed on without being checked,
+    routed or decoded here (the leader checks them: ``cluster.forwarding.RawForward``)."""
+
+    def framing(self) -> tuple[bytes, int, int]:
+        """The link's basic.publish frame, channel number and largest one-frame body: the
+        client channel frames a run of publishes with them (``send_run``)."""
+        ...
+
+    def send_run(self, frames_out: list[bytes], count: int, confirmed: bool, first: int) -> None:
+        """``count`` publishes framed with ``framing()`` (their sequence numbers from
+        ``first`` when ``confirmed``): out to the leader in this turn's write."""
+        ...
+
+    def retire(self) -> None:
+        """No more publishes: close the link channel once what went is answered."""
+        ...
+
+
 class RemoteQueue(Protocol):
     """A queue another node leads, as this node's publishes see it (``cluster.forwarding``)."""
 
@@ -27,4 +55,9 @@ class RemoteQueue(Protocol):
     def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
         """Forward one routed message; ``sink`` hears of ``seq`` once the leader stored it
         (or nacked it, or the link to the leader was lost before it answered)."""
+        ...
+
+    def open_raw(self, sink: RawSink, exchange: str, routing_key: str) -> RawPublisher | None:
+        """A ``RawPublisher`` for one channel's publishes of (``exchange``, ``routing_key``),
+        which route to this queue alone; None when this queue is no longer the leader's."""
         ...

@@ -63,6 +63,7 @@ from sievemq.gateway.session import (
     direct_reply,
     publish_cache,
     queue_methods,
+    raw_publish,
     remote,
     transactions,
 )
@@ -142,6 +143,9 @@ class Channel:
         "id",
         "next_delivery_tag",
         "prefetch",
+        "raw_misses",
+        "raw_route",
+        "raw_tried",
         "remote",
         "reply_consumer",
         "state",
@@ -196,6 +200,11 @@ class Channel:
             if directory is not None
             else None
         )
+        # in a cluster: this channel's publishes passed to one remote queue's leader as they
+        # came (``session.raw_publish``), and the publish method last found not to route so
+        self.raw_route: raw_publish.RawRoute | None = None
+        self.raw_tried = b""
+        self.raw_misses = 0  # publishes found not to route so (tries stop at RAW_TRIES)
         # while a definitions change of this channel is being fdatasynced (in a worker
         # thread): the frames received since, handled once it is on disk (``_cold_method``)
         self.backlog: list[tuple[int, bytes]] | None = None
@@ -286,6 +295,7 @@ class Channel:
 
     def _cold_method(self, cid: int, mid: int, payload: bytes) -> None:
         """Every method but the hot publish/ack/nack/reject: the channel table decides first."""
+        self.connection.route_stamp += 1  # it may change routing (``session.raw_publish``)
         if self.state.receive_method((cid, mid)) is Next.DISCARD:
             return  # we closed the channel and wait for close-ok
         method = codec.decode_method(payload, self._table_limits)
@@ -398,7 +408,21 @@ class Channel:
         self._pub = pub
         self._props = props
         self._complete(bpayload, values)
+        remote_lookup = self._remote
+        if remote_lookup is not None and self.raw_route is None and method != self.raw_tried:
+            self._try_raw(method, pub, remote_lookup)
         return True
+
+    def _try_raw(self, method: bytes, pub: tuple[str, str, bool], remote: RemoteLookup) -> None:
+        """In a cluster, after an ordinary publish of new method bytes: may the next ones go
+        raw (``session.raw_publish``)? A channel stops asking after ``RAW_TRIES`` publishes
+        that did not route so (a publisher of ever new routing keys to local queues would
+        route each one twice), and asks once per method bytes."""
+        if self.raw_misses < raw_publish.RAW_TRIES:
+            self.raw_tried = method
+            self.raw_route = raw_publish.enter(self, method, pub, remote)
+            if self.raw_route is None:
+                self.raw_misses += 1
 
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Route and store a whole message (the channel is back in the open phase)."""
@@ -705,6 +729,8 @@ class Channel:
             self.classic.release()  # unacked classic deliveries go back to their queues
         if self.remote is not None:
             self.remote.release()  # the link channels close: their leaders requeue
+        if self.raw_route is not None:
+            self.raw_route.end()
         self.unacked.clear()
         self.connection.pending_content -= self._buffered
         self._buffered = 0

@@ -123,6 +123,9 @@ class Connection:
         self._close_timer: asyncio.TimerHandle | None = None
         self.frame_reader: frames.FrameReader | None = None
         self._offer: Any = None
+        # moved by every read and every cold channel method: a channel's raw route checks
+        # its routing again when it moved (``session.raw_publish``)
+        self.route_stamp = 0
 
     # ----------------------------------------------------------------------- output
 
@@ -246,6 +249,7 @@ class Connection:
 
     def on_frames(self, got: list[tuple[int, int, bytes]]) -> None:
         self._received = True
+        self.route_stamp += 1
         self._in_frames = True
         channels = self.channels
         state = self.state
@@ -266,14 +270,19 @@ class Connection:
                             self.backlog_bytes += len(payload)
                             if self.backlog_bytes > _BACKLOG_PAUSE_BYTES:
                                 self._pause_for_backlog(True)
-                        elif (
-                            ftype == 1
-                            and i + 1 < n
-                            and payload[:4] == _PUBLISH_ID
-                            and channel.publish_fast(payload, got[i], got[i + 1])
-                        ):
-                            i += 2
-                            fast += 1
+                        elif ftype == 1 and i + 1 < n and payload[:4] == _PUBLISH_ID:
+                            raw = channel.raw_route  # (in a cluster: ``session.raw_publish``)
+                            if raw is not None and payload == raw.method:
+                                taken = raw.forward_run(got, i - 1, n)
+                                if taken:
+                                    i += 3 * taken - 1
+                                    fast += taken
+                                    continue
+                            if channel.publish_fast(payload, got[i], got[i + 1]):
+                                i += 2
+                                fast += 1
+                            else:
+                                channel.on_frame(ftype, payload)
                         else:
                             channel.on_frame(ftype, payload)
                     else:

@@ -121,6 +121,8 @@ class ChannelHost(Protocol):
     writing_paused: bool
     # body bytes of unfinished messages over all channels (max_pending_content_bytes)
     pending_content: int
+    # moved by every read and every cold channel method (``session.raw_publish``)
+    route_stamp: int
 
     @property
     def id(self) -> int: ...
