@@ -92,9 +92,13 @@ rolling-restart: setup etcd
 # the chaos suite (tests/chaos/): three nodes and etcd in a network namespace of their own
 # (unshare -n: root), faults in rounds for MINUTES under load, then the checkers; JSON out, the
 # history and the nodes' logs in .chaos/<run>/, exit 1 on any finding (`make chaos MINUTES=30`;
-# one short round runs in `make test`)
+# three etcd members and the nodes' default 5 s lease unless ETCD_MEMBERS=1, LEASE_TTL=2; one
+# short round, one member and 5 s leases, runs in `make test`)
+ETCD_MEMBERS ?= 3
+LEASE_TTL ?= 5
 chaos: setup etcd faketime
-	$(VENV)/bin/python -m tests.chaos.run --minutes $(MINUTES)
+	$(VENV)/bin/python -m tests.chaos.run --minutes $(MINUTES) --etcd-members $(ETCD_MEMBERS) \
+		--lease-ttl $(LEASE_TTL)
 
 # promtool checks deploy/prometheus.yml (tests/test_compose.py): taken out of Debian's
 # prometheus package without installing it (no daemon, no postinst)

@@ -1,6 +1,13 @@
-"""The chaos suite's cluster: one etcd on 127.0.0.10 and nodes a, b, c on 127.0.0.11-13,
-real processes inside the run's network namespace, their data and logs in the run's
-artifacts directory.
+"""The chaos suite's cluster: etcd (one member on 127.0.0.10, or three on 127.0.0.10, .20,
+.30) and nodes a, b, c on 127.0.0.11-13, real processes inside the run's network namespace,
+their data and logs in the run's artifacts directory.
+
+Three etcd members run as three users of their own (uid 61000-61002, etcd's data folders
+theirs): etcd dials its peers from 127.0.0.1 whatever it listens on, so a cut between members
+is made by the sender's uid (``netns.Network.cut_user``). Each node is given every member,
+first the one its index names (a: 1st, b: 2nd, c: 3rd), so a member's loss is the first
+endpoint of one node. The members run with ``--pre-vote`` (a member back from a partition
+does not unseat the leader), as etcd 3.5 does by default.
 
 Every node runs with Debian's libfaketime preloaded (the monotonic clock left alone, as an
 NTP step would) and its own offset file, so a scenario can step any node's wall clock; and
@@ -22,12 +29,14 @@ import httpx
 
 from sievemq.cluster.local import EtcdProcess, free_port
 from sievemq.testing import ServerProcess
-from tests.integration.test_cluster.cluster_helpers import cluster_args
+from tests.integration.test_cluster.cluster_helpers import TTL_S, cluster_args
 
-ETCD_HOST = "127.0.0.10"
+ETCD_HOSTS = ("127.0.0.10", "127.0.0.20", "127.0.0.30")
+ETCD_UID = 61000  # member i runs as uid ETCD_UID + i (three members)
 HOSTS = {"a": "127.0.0.11", "b": "127.0.0.12", "c": "127.0.0.13"}
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 SHIM = Path(__file__).resolve().parent / "source_address"
+RESTART_S = 240.0
 WAIT_S = 60.0  # generous: a loaded machine; every wait returns as soon as it holds
 
 
@@ -49,16 +58,37 @@ def until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
 @dataclass
 class ChaosCluster:
     base: Path
-    etcd: EtcdProcess = field(init=False)
+    etcd_members: int = 1
+    lease_ttl_s: int = TTL_S
+    etcds: list[EtcdProcess] = field(init=False)
     nodes: dict[str, ServerProcess] = field(default_factory=dict)
     clocks: dict[str, Path] = field(default_factory=dict)  # faketime offset file per node
 
     def __post_init__(self) -> None:
         if not FAKETIME_LIB.exists():
             raise RuntimeError(f"{FAKETIME_LIB} missing: install faketime (make faketime)")
-        self.etcd = EtcdProcess(self.base / "etcd", host=ETCD_HOST, unsafe_no_fsync=True)
-        self.etcd.client_port = free_port(ETCD_HOST)  # known before the nodes' flags name it
-        for name, host in HOSTS.items():
+        if self.etcd_members not in (1, 3):
+            raise ValueError("etcd runs one member or three")
+        if self.etcd_members == 1:
+            self.etcds = [EtcdProcess(self.base / "etcd", host=ETCD_HOSTS[0], unsafe_no_fsync=True)]
+        else:
+            self.etcds = [
+                EtcdProcess(
+                    self.base / f"etcd{i + 1}",
+                    host=host,
+                    unsafe_no_fsync=True,
+                    name=f"etcd{i + 1}",
+                    extra_args=("--pre-vote",),
+                    uid=ETCD_UID + i,
+                )
+                for i, host in enumerate(ETCD_HOSTS)
+            ]
+            everyone = ",".join(f"{m.name}={m.peer_url}" for m in self.etcds)
+            for member in self.etcds:
+                member.initial_cluster = everyone
+        for member in self.etcds:  # known before the nodes' flags name them
+            member.client_port = free_port(member.host)
+        for index, (name, host) in enumerate(HOSTS.items()):
             clock = self.base / f"{name}.faketime"
             clock.write_text("+0\n")
             self.clocks[name] = clock
@@ -70,33 +100,83 @@ class ChaosCluster:
                 "FAKETIME_CACHE_DURATION": "1",
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             }
+            first = index % len(self.etcds)
+            urls = [m.url for m in (*self.etcds[first:], *self.etcds[:first])]
             args = (
-                *cluster_args(self.etcd, name),
+                *cluster_args(self.etcds[0], name, self.lease_ttl_s),
                 "--amqp-host",
                 host,
                 "--admin-host",
                 host,
             )
+            at = args.index("--cluster-etcd") + 1
+            args = (*args[:at], ",".join(urls), *args[at + 1 :])
             self.nodes[name] = ServerProcess(self.base / "nodes" / name, args, env=env)
 
+    def restart(self, name: str) -> None:
+        """Node ``name`` again on its data; it may take minutes on a loaded machine (its
+        streams' recovery): the 30-minute run's restart once missed the usual 60 s."""
+        self.nodes[name].start(timeout=RESTART_S)
+
+    def start_etcd(self, members: list[EtcdProcess] | None = None) -> None:
+        """Start ``members`` (default: every one) on their data, then wait until each serves
+        (none does before a majority runs)."""
+        members = self.etcds if members is None else members
+        for member in members:
+            member.launch()
+        for member in members:
+            member.wait_healthy()
+
+    def etcd_down(self) -> list[EtcdProcess]:
+        return [m for m in self.etcds if not m.running]
+
+    def etcd_leader(self) -> int | None:
+        """The index of the member etcd's raft leader is now (None: none answered)."""
+        ids = {}
+        leader = None
+        for index, member in enumerate(self.etcds):
+            if not member.running:
+                continue
+            try:
+                answer = httpx.post(member.url + "/v3/maintenance/status", json={}, timeout=2)
+                status = answer.json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            ids[status.get("header", {}).get("member_id")] = index
+            leader = status.get("leader") or leader
+        return ids.get(leader)
+
     def start(self) -> ChaosCluster:
-        self.etcd.start()
+        self.start_etcd()
         for node in self.nodes.values():
             node.start()
         self.wait_all_running()
         return self
 
     def stop(self) -> dict[str, int]:
-        """Every node SIGTERMed (its exit status), then etcd."""
+        """Every node SIGTERMed (its exit status), then etcd; one that does not stop is
+        killed and the others are still stopped (a run once left a node and etcd running)."""
         codes: dict[str, int] = {}
         for name, node in self.nodes.items():
             if node.running:
-                codes[name] = node.stop()
-        self.etcd.stop()
+                try:
+                    codes[name] = node.stop()
+                except (AssertionError, OSError):
+                    node.kill()
+                    codes[name] = -9
+        for member in self.etcds:
+            member.stop()
         return codes
 
     def host(self, name: str) -> str:
-        return ETCD_HOST if name == "etcd" else HOSTS[name]
+        return HOSTS[name]
+
+    def hosts(self, *names: str) -> list[str]:
+        """The addresses of nodes and of etcd (``etcd``: every member)."""
+        return [h for n in names for h in (self.etcd_hosts() if n == "etcd" else [HOSTS[n]])]
+
+    def etcd_hosts(self) -> list[str]:
+        return [m.host for m in self.etcds]
 
     def get(self, name: str, path: str) -> Any:
         node = self.nodes[name]
@@ -122,10 +202,15 @@ class ChaosCluster:
     def lease_losses(self, name: str) -> int:
         return self.nodes[name].stderr().count(f"{name} lost its etcd lease")
 
+    def fences(self, name: str) -> int:
+        """How often ``name`` fenced its streams (its lease not renewed for a TTL)."""
+        return self.nodes[name].stderr().count("cannot be sure it still leads")
+
     def published_at(self, name: str) -> float:
         """When ``name`` last rewrote its etcd record, by its own (perhaps skewed) clock."""
         key = base64.b64encode(f"sievemq/nodes/{name}".encode()).decode()
-        url = self.etcd.url + "/v3/kv/range"
+        member = next(m for m in self.etcds if m.running)
+        url = member.url + "/v3/kv/range"
         kvs = httpx.post(url, json={"key": key}, timeout=10).json().get("kvs") or []
         if not kvs:
             return 0.0

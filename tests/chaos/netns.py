@@ -8,7 +8,9 @@ own loopback alias (etcd 127.0.0.10, nodes 127.0.0.11-13) and its connections le
 ``from A to B prohibit`` and ``from B to A prohibit``, placed before the local table (moved
 from preference 0 to 200 once, when the namespace is set up): a connect fails at once with
 EACCES, and an open connection's packets are dropped until the cut heals (TCP then delivers
-what it held).
+what it held). etcd members dial each other from 127.0.0.1, so a cut between members is made
+by user instead (``cut_user``: ``uidrange U-U to B prohibit``; each member runs as its own
+user): what a member sends to the other's address, on connections it opened or accepted.
 """
 
 from __future__ import annotations
@@ -52,24 +54,33 @@ def set_up() -> None:
 
 @dataclass
 class Network:
-    """The cuts in force, as pairs of addresses; ``heal`` removes them all."""
+    """The cuts in force, as each rule's selector; ``heal`` removes them all."""
 
-    cuts: set[tuple[str, str]] = field(default_factory=set)
+    cuts: set[tuple[str, ...]] = field(default_factory=set)
+
+    def _rule(self, *selector: str) -> None:
+        if selector not in self.cuts:
+            ip("rule", "add", "pref", str(CUT_PREF), *selector, "prohibit")
+            self.cuts.add(selector)
 
     def cut(self, a: str, b: str) -> None:
         """No packet from ``a`` to ``b`` nor back."""
-        for src, dst in ((a, b), (b, a)):
-            if (src, dst) not in self.cuts:
-                ip("rule", "add", "pref", str(CUT_PREF), "from", src, "to", dst, "prohibit")
-                self.cuts.add((src, dst))
+        self._rule("from", a, "to", b)
+        self._rule("from", b, "to", a)
+
+    def cut_user(self, uid_a: int, a: str, uid_b: int, b: str) -> None:
+        """No packet from the processes of user ``uid_a`` to ``b`` nor from ``uid_b``'s to
+        ``a`` (``a`` and ``b``: the addresses each listens on)."""
+        self._rule("uidrange", f"{uid_a}-{uid_a}", "to", b)
+        self._rule("uidrange", f"{uid_b}-{uid_b}", "to", a)
 
     def isolate(self, a: str, others: list[str]) -> None:
         for other in others:
             self.cut(a, other)
 
     def heal(self) -> None:
-        for src, dst in sorted(self.cuts):
-            ip("rule", "del", "pref", str(CUT_PREF), "from", src, "to", dst, "prohibit")
+        for selector in sorted(self.cuts):
+            ip("rule", "del", "pref", str(CUT_PREF), *selector, "prohibit")
         self.cuts.clear()
         left = [r for r in rules() if r.startswith(f"{CUT_PREF}:")]
         assert not left, f"cut rules left after healing: {left}"

@@ -41,6 +41,7 @@ from typing import Any
 from pika.exceptions import AMQPError
 
 from sievemq.testing import ServerProcess
+from tests.integration.test_cluster.cluster_helpers import TTL_S
 from tests.integration.test_cluster.fault_load import (
     Publisher,
     declare,
@@ -59,7 +60,7 @@ from .checkers import (
     replicas_equal,
 )
 from .cluster import ChaosCluster, until
-from .scenarios import LEADER, PROGRESS_S, SCENARIOS, STEP, Chaos
+from .scenarios import ETCD_MEMBER_SCENARIOS, LEADER, PROGRESS_S, SCENARIOS, STEP, Chaos
 from .workload import Declarer, StreamProtocolReader, StreamPublisher, StreamReader, parse
 
 STREAMS = ("cs-1", "cs-2")
@@ -75,14 +76,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=0, help="stop after R rounds (0: none)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--scenarios", default=None, help="default: every one that applies to --etcd-members"
+    )
+    parser.add_argument("--etcd-members", type=int, choices=(1, 3), default=1)
+    parser.add_argument("--lease-ttl", type=int, default=TTL_S, help="the nodes' (seconds)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hold-s", type=float, default=5.0)
     parser.add_argument("--artifacts", type=Path, default=None)
     args = parser.parse_args(argv)
-    unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
+    usable = [s for s in SCENARIOS if args.etcd_members == 3 or s not in ETCD_MEMBER_SCENARIOS]
+    args.scenarios = args.scenarios or ",".join(usable)
+    unknown = set(args.scenarios.split(",")) - set(usable)
     if unknown:
-        parser.error(f"unknown scenarios {sorted(unknown)}; known: {', '.join(SCENARIOS)}")
+        parser.error(
+            f"unknown scenarios {sorted(unknown)} with {args.etcd_members} etcd member(s); "
+            f"known: {', '.join(usable)}"
+        )
     if args.artifacts is None:
         args.artifacts = Path(".chaos") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return args
@@ -110,7 +120,7 @@ class Run:
         self.args = args
         self.base: Path = args.artifacts.resolve()
         self.base.mkdir(parents=True, exist_ok=True)
-        self.cluster = ChaosCluster(self.base)
+        self.cluster = ChaosCluster(self.base, args.etcd_members, args.lease_ttl)
         self.rng = random.Random(args.seed)
         self.amqp: list[Publisher] = []
         self.streams: list[StreamPublisher] = []
@@ -190,8 +200,10 @@ class Run:
                 chaos.record("scenario", scenario=name, round=done)
                 try:
                     SCENARIOS[name](chaos)
-                except AssertionError as error:  # the cluster did not come back in time
-                    text = f"scenario {name} (round {done}): {error}"
+                # the cluster did not come back in time (AssertionError), or the harness
+                # could not make or heal the fault: a finding, then heal and check
+                except Exception as error:
+                    text = f"scenario {name} (round {done}): {type(error).__name__}: {error}"
                     chaos.record("scenario failed", scenario=name, error=str(error))
                     self.results[f"scenario {name}"] = Result({}, [text])
                     return done  # heal, then check what there is
@@ -206,14 +218,14 @@ class Run:
         chaos.net.heal()
         for clock in self.cluster.clocks.values():
             clock.write_text("+0\n")
-        for node in self.cluster.nodes.values():
+        for name, node in self.cluster.nodes.items():
             if node.running:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.pid, signal.SIGCONT)
             else:
-                node.restart()
-        if not self.cluster.etcd.running:
-            self.cluster.etcd.start()
+                self.cluster.restart(name)
+        if self.cluster.etcd_down():
+            self.cluster.start_etcd(self.cluster.etcd_down())
 
     def stop_workload(self) -> None:
         self.stopped = self.stopped or time.monotonic()
@@ -272,6 +284,8 @@ class Run:
             )
             if "Traceback" in logs:
                 self.results[f"{name}/log"] = Result({}, [f"node {name} logged a traceback"])
+        if chaos.findings:
+            self.results["during faults"] = Result({}, list(chaos.findings))
         for name, result in self.results.items():
             chaos.record("checked", check=name, **result.figures, findings=result.findings)
 
@@ -314,11 +328,15 @@ class Run:
                 row["longest_confirm_gap_s"], f["longest_confirm_gap_s"]
             )
             row["recovered_s_max"] = max(row["recovered_s_max"], f["recovered_s"])
+            if "failover_s" in f:
+                row.setdefault("failover_s", []).append(f["failover_s"])
         dedup = [self.results[s.name].figures["duplicates"] for s in self.streams if s.dedup]
         return {
             "run": self.base.name,
             "artifacts": str(self.base),
             "elapsed_s": round(elapsed, 1),
+            "etcd_members": self.args.etcd_members,
+            "lease_ttl_s": self.args.lease_ttl,
             "rounds": rounds,
             "faults": len(chaos.faults),
             "confirmed": sum(f.get("confirmed", 0) for f in figures),
@@ -382,8 +400,12 @@ class Run:
                 done = self.rounds(chaos)
             finally:
                 self.heal(chaos)
-            self.cluster.wait_all_running()
-            wait_for_progress(chaos.publishers, STEP, timeout=PROGRESS_S)
+            try:
+                self.cluster.wait_all_running()
+                wait_for_progress(chaos.publishers, STEP, timeout=PROGRESS_S)
+            except AssertionError as error:  # a finding; what the clients hold is checked
+                chaos.record("not recovered", error=str(error))
+                self.results["recovery"] = Result({}, [f"after the heal: {error}"])
             self.stop_workload()
             self.check(chaos)
             summary = self.summary(chaos, done, time.monotonic() - start)

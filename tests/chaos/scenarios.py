@@ -6,6 +6,11 @@ measures the longest pause in the confirms of the publishers the fault should no
 Every stream of the workload is declared on node a, with replicas on b and c; a follower
 is a node that leads none of them now. The leader's faults (SIGKILL, SIGSTOP past the
 lease, isolation, cut from etcd only) wait until another node leads (failover).
+
+With three etcd members (``--etcd-members 3``) three more: one member SIGKILLed, one cut
+from the other two (the nodes still reach it: it answers them "no leader"), and two of three
+SIGKILLed (etcd's majority lost, then regained). The first two must cost no node its lease:
+a lease lost, or a stream fenced, during them is a finding.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class Chaos:
     t0: float = field(default_factory=time.monotonic)
     history: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)  # seen during a fault (run.py reports)
+    notes: dict[str, Any] = field(default_factory=dict)  # the current fault's own figures
+    started: float = 0.0  # when the current fault began (monotonic)
 
     def record(self, event: str, **fields: Any) -> None:
         entry = {"t": round(time.monotonic() - self.t0, 3), "event": event, **fields}
@@ -71,13 +79,13 @@ class Chaos:
     def untouched(self, victims: tuple[str, ...]) -> list[Any]:
         """Publishers the fault leaves alone: not connected to a victim node. With etcd
         among the victims, only the classic queue's: a replicated stream takes no publishes
-        while its leader cannot renew its lease (it fences them). With the leader among
-        them, only the streams' through the other nodes (failed over; the classic queue
-        lives on node a)."""
+        while its leader cannot renew its lease (it fences them). With node a among them
+        (the leader, or a follower after a failover), only the streams' through the other
+        nodes: the classic queue lives on a, and those through b are forwarded to it."""
         if "etcd" in victims:
             return [p for p in self.publishers if getattr(p, "kind", "stream") == "classic"]
         alive = [p for p in self.publishers if self.via[id(p)] not in victims]
-        if LEADER_VICTIM in victims and LEADER in victims:
+        if LEADER in victims:
             alive = [p for p in alive if getattr(p, "kind", "stream") != "classic"]
         return alive
 
@@ -94,9 +102,10 @@ class Chaos:
         )
 
     @contextlib.contextmanager
-    def fault(self, name: str, *victims: str) -> Iterator[None]:
-        start = time.monotonic()
-        self.record("fault", fault=name, victims=list(victims))
+    def fault(self, name: str, *victims: str, **details: Any) -> Iterator[None]:
+        start = self.started = time.monotonic()
+        self.notes = {}
+        self.record("fault", fault=name, victims=list(victims), **details)
         yield
         healed = time.monotonic()
         self.record("healed", fault=name)
@@ -110,6 +119,8 @@ class Chaos:
         figures = {
             "fault": name,
             "victims": list(victims),
+            **details,
+            **self.notes,
             "held_s": round(healed - start, 3),
             "recovered_s": round(end - healed, 3),
             "longest_confirm_gap_s": round(gap, 3),
@@ -124,7 +135,7 @@ def kill_follower(ch: Chaos) -> None:
         ch.cluster.nodes[victim].kill()
         ch.listed_stopped(victim)
         ch.hold((victim,))
-        ch.cluster.nodes[victim].restart()  # on its data
+        ch.cluster.restart(victim)  # on its data
 
 
 def stop_follower(ch: Chaos) -> None:
@@ -141,18 +152,20 @@ def stop_follower(ch: Chaos) -> None:
 
 
 def kill_etcd(ch: Chaos) -> None:
+    """Every etcd member SIGKILLed, then restarted on its data."""
     with ch.fault("kill-etcd", "etcd"):
-        ch.cluster.etcd.kill()
+        for member in ch.cluster.etcds:
+            member.kill()
         try:
             ch.hold(("etcd",))
         finally:
-            ch.cluster.etcd.start()  # on its data
+            ch.cluster.start_etcd()
 
 
 def isolate_follower(ch: Chaos) -> None:
     """A follower cut from the other nodes and from etcd (its clients still reach it)."""
     victim = ch.follower()
-    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    others = ch.cluster.hosts(*(n for n in (*NODES, "etcd") if n != victim))
     with ch.fault("isolate-follower", victim):
         ch.net.isolate(ch.cluster.host(victim), others)
         try:
@@ -180,7 +193,7 @@ def follower_cut_from_etcd(ch: Chaos) -> None:
     victim = ch.follower()
     before = ch.cluster.lease_losses(victim)
     with ch.fault("follower-cut-from-etcd", victim):
-        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        ch.net.isolate(ch.cluster.host(victim), ch.cluster.etcd_hosts())
         try:
             until(lambda: ch.cluster.lease_losses(victim) > before, f"{victim} loses its lease")
             ch.hold((victim,))
@@ -233,6 +246,8 @@ def new_leader(ch: Chaos, old: str) -> None:
         lambda: ch.cluster.queues(judge)[ch.streams[0]]["leader"] != old,
         f"a node other than {old} leads {ch.streams[0]}",
     )
+    # from the fault to another node listed leading (polled every 0.2 s)
+    ch.notes["failover_s"] = round(time.monotonic() - ch.started, 3)
 
 
 def kill_leader(ch: Chaos) -> None:
@@ -243,7 +258,7 @@ def kill_leader(ch: Chaos) -> None:
         ch.cluster.nodes[victim].kill()
         new_leader(ch, victim)
         ch.hold((victim, LEADER_VICTIM))
-        ch.cluster.nodes[victim].restart()
+        ch.cluster.restart(victim)
 
 
 def stop_leader(ch: Chaos) -> None:
@@ -264,7 +279,7 @@ def isolate_leader(ch: Chaos) -> None:
     """The leader cut from the other nodes and etcd (its clients still reach it): it
     fences, a replica takes over."""
     victim = the_leader(ch)
-    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    others = ch.cluster.hosts(*(n for n in (*NODES, "etcd") if n != victim))
     with ch.fault("isolate-leader", victim, LEADER_VICTIM):
         ch.net.isolate(ch.cluster.host(victim), others)
         try:
@@ -279,12 +294,112 @@ def leader_cut_from_etcd(ch: Chaos) -> None:
     replica takes over."""
     victim = the_leader(ch)
     with ch.fault("leader-cut-from-etcd", victim, LEADER_VICTIM):
-        ch.net.cut(ch.cluster.host(victim), ch.cluster.host("etcd"))
+        ch.net.isolate(ch.cluster.host(victim), ch.cluster.etcd_hosts())
         try:
             new_leader(ch, victim)
             ch.hold((victim, LEADER_VICTIM))
         finally:
             ch.net.heal()
+
+
+def halves(ch: Chaos) -> None:
+    """The cluster cut in two: one node (the leader or a follower, at random), with one
+    etcd member when there are three, against the other two nodes and the rest of etcd.
+    The minority's node cannot renew its lease (its member has no leader, or none is
+    there); the majority goes on, failing the streams over when the leader is cut off."""
+    victim = ch.rng.choice(NODES)
+    leading = victim == the_leader(ch)
+    victims = (victim, LEADER_VICTIM) if leading else (victim,)
+    cluster = ch.cluster
+    members = list(range(len(cluster.etcds)))
+    with_victim = [ch.rng.choice(members)] if len(members) == 3 else []
+    minority = [cluster.host(victim), *(cluster.etcds[i].host for i in with_victim)]
+    majority_members = [i for i in members if i not in with_victim]
+    majority = cluster.hosts(*(n for n in NODES if n != victim))
+    majority += [cluster.etcds[i].host for i in majority_members]
+    with ch.fault("halves", *victims, etcd_with_victim=[i + 1 for i in with_victim]):
+        for host in minority:
+            ch.net.isolate(host, majority)
+        for i in with_victim:  # etcd members dial each other from 127.0.0.1: by user
+            for j in majority_members:
+                ch.net.cut_user(*member_address(ch, i), *member_address(ch, j))
+        try:
+            if leading:
+                new_leader(ch, victim)
+            else:
+                ch.listed_stopped(victim)
+            ch.hold(victims)
+        finally:
+            ch.net.heal()
+
+
+def member_address(ch: Chaos, index: int) -> tuple[int, str]:
+    """(uid, address) of etcd member ``index`` (three members: each its own user)."""
+    member = ch.cluster.etcds[index]
+    assert member.uid is not None, "a cut between etcd members needs three members"
+    return member.uid, member.host
+
+
+@contextlib.contextmanager
+def no_lease_lost(ch: Chaos, fault: str) -> Iterator[None]:
+    """The fault must cost no node its lease, nor make it fence its streams."""
+    losses = {n: ch.cluster.lease_losses(n) for n in NODES}
+    fences = {n: ch.cluster.fences(n) for n in NODES}
+    yield
+    for n in NODES:
+        lost = ch.cluster.lease_losses(n) - losses[n]
+        fenced = ch.cluster.fences(n) - fences[n]
+        if lost or fenced:
+            finding = f"{fault}: node {n} lost its lease {lost} time(s), fenced {fenced} time(s)"
+            ch.findings.append(finding)
+            ch.record("finding", finding=finding)
+
+
+def kill_etcd_member(ch: Chaos) -> None:
+    """One of three etcd members SIGKILLed (at random: the raft leader or not), restarted
+    on its data: the nodes go on with the other two, no lease lost."""
+    index = ch.rng.randrange(len(ch.cluster.etcds))
+    was_leader = ch.cluster.etcd_leader() == index
+    with (
+        no_lease_lost(ch, "kill-etcd-member"),
+        ch.fault("kill-etcd-member", "etcd-member", member=index + 1, raft_leader=was_leader),
+    ):
+        ch.cluster.etcds[index].kill()
+        try:
+            ch.hold(("etcd-member",))
+        finally:
+            ch.cluster.start_etcd([ch.cluster.etcds[index]])
+
+
+def partition_etcd_member(ch: Chaos) -> None:
+    """One of three etcd members cut from the other two (the nodes still reach it; it has
+    no leader, so it answers them 503 "no leader" and they move to another member)."""
+    index = ch.rng.randrange(len(ch.cluster.etcds))
+    was_leader = ch.cluster.etcd_leader() == index
+    others = [i for i in range(len(ch.cluster.etcds)) if i != index]
+    with (
+        no_lease_lost(ch, "partition-etcd-member"),
+        ch.fault("partition-etcd-member", "etcd-member", member=index + 1, raft_leader=was_leader),
+    ):
+        for other in others:
+            ch.net.cut_user(*member_address(ch, index), *member_address(ch, other))
+        try:
+            ch.hold(("etcd-member",))
+        finally:
+            ch.net.heal()
+
+
+def etcd_majority_lost(ch: Chaos) -> None:
+    """Two of three etcd members SIGKILLed: etcd serves nobody (as with all of it down),
+    then both restarted on their data and etcd serves again."""
+    lost = ch.rng.sample(range(len(ch.cluster.etcds)), 2)
+    with ch.fault("etcd-majority-lost", "etcd", members=[i + 1 for i in lost]):
+        for index in lost:
+            ch.cluster.etcds[index].kill()
+        try:
+            ch.hold(("etcd",))
+        finally:
+            ch.cluster.start_etcd([ch.cluster.etcds[i] for i in lost])
 
 
 SCENARIOS: dict[str, Callable[[Chaos], None]] = {
@@ -300,7 +415,17 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "stop-leader": stop_leader,
     "isolate-leader": isolate_leader,
     "leader-cut-from-etcd": leader_cut_from_etcd,
+    "halves": halves,
+    "kill-etcd-member": kill_etcd_member,
+    "partition-etcd-member": partition_etcd_member,
+    "etcd-majority-lost": etcd_majority_lost,
 }
-# the faults that need no failover; the leader's lose confirmed messages and show readers
-# offsets that a failover rewrites until confirms wait for a majority (issue 20)
-FOLLOWER_SCENARIOS = tuple(name for name in SCENARIOS if "leader" not in name)
+# only with three etcd members (--etcd-members 3)
+ETCD_MEMBER_SCENARIOS = ("kill-etcd-member", "partition-etcd-member", "etcd-majority-lost")
+# the faults that need no failover (the short round runs them and the leader's)
+FOLLOWER_SCENARIOS = tuple(
+    name
+    for name in SCENARIOS
+    if "leader" not in name and name != "halves" and name not in ETCD_MEMBER_SCENARIOS
+)
+LEADER_SCENARIOS = ("kill-leader", "stop-leader", "isolate-leader", "leader-cut-from-etcd")

@@ -7,7 +7,11 @@ Keys and values travel base64-encoded; 64-bit integers arrive as JSON strings; f
 their zero value are left out of the answers.
 
 Several endpoints (``URL,URL,...``) are tried in turn: a request that cannot reach one moves
-on to the next, and ``EtcdUnavailable`` says none answered. etcd's leases are not locks
+on to the next, and ``EtcdUnavailable`` says none answered. Every request asks for a member
+with a leader (the gRPC metadata ``hasleader``, sent through the gateway as a
+``Grpc-Metadata-`` header): a member cut from its peers answers 503 ``no leader`` at once
+instead of holding the request for etcd's 7 s, and that too moves on to the next endpoint
+(a watch on it is ended by etcd when it loses its leader). etcd's leases are not locks
 (Jepsen, etcd 3.4.3): every decision that can race is a compare-and-swap on a revision.
 """
 
@@ -28,6 +32,10 @@ log = logging.getLogger("sievemq.cluster")
 
 # how long one request may take before the endpoint counts as unreachable
 REQUEST_TIMEOUT_S = 2.0
+# how often a silent watch checks whether its endpoint failed another request meanwhile
+WATCH_CHECK_S = 0.5
+# gRPC metadata through etcd's gateway: refuse at once on a member without a leader
+REQUIRE_LEADER = {"Grpc-Metadata-hasleader": "true"}
 # a watch with no answer for this long is reconnected (resuming from its revision): a
 # half-open connection to a vanished etcd never ends by itself
 WATCH_IDLE_S = 30.0
@@ -165,8 +173,9 @@ class EtcdClient:
             raise ValueError("no etcd endpoint")
         self.endpoints = [e.rstrip("/") for e in endpoints]
         self._current = 0
+        self._failed_at: dict[str, float] = {}  # endpoint -> when a request to it last failed
         self._timeout = timeout_s
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        self._http = httpx.AsyncClient(timeout=timeout_s, headers=REQUIRE_LEADER)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -176,29 +185,46 @@ class EtcdClient:
         """The endpoint the next request tries first (the last one that answered)."""
         return self.endpoints[self._current]
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST to the current endpoint, then to each other in turn."""
+    async def _post(
+        self, path: str, body: dict[str, Any], hurry_s: float | None = None
+    ) -> dict[str, Any]:
+        """POST to the current endpoint, then to each other in turn. ``hurry_s``: how long
+        to wait for an endpoint while another remains to be tried (the last one gets the
+        whole timeout)."""
         problems: list[str] = []
-        for step in range(len(self.endpoints)):
-            index = (self._current + step) % len(self.endpoints)
+        count = len(self.endpoints)
+        for step in range(count):
+            index = (self._current + step) % count
             url = self.endpoints[index] + path
+            timeout = self._timeout
+            if hurry_s is not None and step < count - 1:
+                timeout = min(timeout, hurry_s)
             try:
-                response = await self._http.post(url, json=body)
+                response = await self._http.post(url, json=body, timeout=timeout)
                 answer: Any = response.json() if response.content else {}
             except (httpx.HTTPError, ValueError) as error:
                 # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page):
                 # that endpoint is unusable now; an unexpected error here would end the
                 # caller's loop for good (a lease keeper that dies renews nothing)
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")
+                self._failed(index)
                 continue
             if not isinstance(answer, dict):
                 problems.append(f"{self.endpoints[index]}: not a JSON object: {answer!r:.80}")
+                self._failed(index)
+                continue
+            if response.status_code == 503:  # no leader there (cut from its peers): next
+                problems.append(f"{self.endpoints[index]}: {_message(answer, response)}")
+                self._failed(index)
                 continue
             self._current = index
             if response.status_code != 200:
-                raise EtcdError(answer.get("message") or answer.get("error") or response.text)
+                raise EtcdError(_message(answer, response))
             return answer
         raise EtcdUnavailable("no etcd endpoint answered: " + "; ".join(problems))
+
+    def _failed(self, index: int) -> None:
+        self._failed_at[self.endpoints[index]] = asyncio.get_running_loop().time()
 
     # ---------------------------------------------------------------- key-value
 
@@ -269,9 +295,10 @@ class EtcdClient:
             raise EtcdError(str(answer["error"]))
         return int(answer["ID"])
 
-    async def keep_alive(self, lease: int) -> int:
-        """Renew ``lease``; returns its TTL afresh, 0 when etcd no longer has it."""
-        answer = await self._post("/v3/lease/keepalive", {"ID": str(lease)})
+    async def keep_alive(self, lease: int, hurry_s: float | None = None) -> int:
+        """Renew ``lease``; returns its TTL afresh, 0 when etcd no longer has it.
+        ``hurry_s``: move on to the next endpoint after that long (``_post``)."""
+        answer = await self._post("/v3/lease/keepalive", {"ID": str(lease)}, hurry_s)
         return int(answer.get("result", answer).get("TTL", 0))
 
     async def revoke(self, lease: int) -> None:
@@ -330,14 +357,19 @@ class EtcdClient:
             "start_revision": str(start_revision),
         }
         timeout = httpx.Timeout(self._timeout, read=WATCH_IDLE_S)
-        url = self.endpoint + "/v3/watch"
+        endpoint = self.endpoint
+        url = endpoint + "/v3/watch"
         try:
             async with self._http.stream(
                 "POST", url, json={"create_request": create}, timeout=timeout
             ) as response:
                 if response.status_code != 200:
                     raise EtcdError(f"watch refused: HTTP {response.status_code}")
-                async for line in _json_lines(response.aiter_text()):
+                if len(self.endpoints) > 1:  # another member to watch on when this one fails
+                    lines = self._lines_while_healthy(response, endpoint)
+                else:
+                    lines = _json_lines(response.aiter_text())
+                async for line in lines:
                     result = line.get("result", {})
                     if "error" in line:
                         raise EtcdError(str(line["error"]))
@@ -358,6 +390,54 @@ class EtcdClient:
         except httpx.TransportError:
             self._current = (self._current + 1) % len(self.endpoints)
             raise
+
+    async def _lines_while_healthy(
+        self, response: httpx.Response, endpoint: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch's lines, until a request to the same endpoint fails meanwhile (timed
+        out, or 503: no leader there). A member cut off from this node (its packets
+        dropped) or from its peers would leave the watch silent until ``WATCH_IDLE_S``: the
+        keep-alives, every TTL/3, notice first, and the watch moves on with them."""
+        opened = asyncio.get_running_loop().time()
+        lines: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for line in _json_lines(response.aiter_text()):
+                    await lines.put(line)
+                await lines.put(None)
+            except Exception as error:  # handed to the reader below
+                await lines.put(error)
+
+        pumping = asyncio.ensure_future(pump())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(lines.get(), WATCH_CHECK_S)
+                except TimeoutError:
+                    if self._failed_at.get(endpoint, -1.0) > opened:
+                        if self.endpoint == endpoint:
+                            self._current = (self._current + 1) % len(self.endpoints)
+                        raise EtcdUnavailable(
+                            f"{endpoint} failed a request: watching elsewhere"
+                        ) from None
+                    continue
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
+
+
+def _message(answer: dict[str, Any], response: httpx.Response) -> str:
+    error = answer.get("error")
+    if isinstance(error, dict):  # the lease gateway nests it
+        error = error.get("message")
+    return str(answer.get("message") or error or response.text)
 
 
 async def _json_lines(chunks: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
@@ -403,7 +483,9 @@ class Lease:
             await asyncio.sleep(self.ttl_s / 3)
             sent = self._clock()
             try:
-                ttl = await self.client.keep_alive(self.id)
+                # an endpoint that holds the keep-alive longer than TTL/3 (a member just cut
+                # from its peers, not yet aware) must not cost the lease: try the next
+                ttl = await self.client.keep_alive(self.id, hurry_s=self.ttl_s / 3)
             except Exception as error:  # whatever fails, the keeper goes on until the TTL
                 if not isinstance(error, (EtcdUnavailable, EtcdError)):
                     log.warning("renewing etcd lease %x failed: %r", self.id, error)

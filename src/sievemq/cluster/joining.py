@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sievemq.cluster.commit import Commits
-from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
+from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable, Event
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.failover import Failover
@@ -69,7 +69,7 @@ async def join(
         definitions_sync.also_wait,
         lambda: membership.records,
     )
-    placement.links = Links(name, secret.get, membership.cluster_address)
+    links = placement.links = Links(name, secret.get, membership.cluster_address)
     placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
@@ -77,6 +77,7 @@ async def join(
     membership.subscribe(QUEUES, failover.apply_queues)  # hands over what others lead now
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     membership.subscribe(NODES, failover.apply_nodes)
+    membership.subscribe(NODES, lambda events, _reset: _nodes_gone(links, events))
     placement.stopping.append(failover.stop)
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
@@ -144,6 +145,13 @@ async def join(
     except BaseException:
         await membership.leave()
         raise
+
+
+def _nodes_gone(links: Links, events: list[Event]) -> None:
+    """Links to a node whose record went fail at once (``Links.node_gone``)."""
+    for event in events:
+        if event.kind == "delete":
+            links.node_gone(event.kv.key[len(NODES) :])
 
 
 def _lease_id(membership: Membership) -> int:

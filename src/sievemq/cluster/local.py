@@ -38,13 +38,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 @dataclass
 class EtcdProcess:
     """One etcd member on ``host``: started, stopped, killed and started again on its data
-    directory (or, with ``wipe``, on an empty one: etcd that lost everything)."""
+    directory (or, with ``wipe``, on an empty one: etcd that lost everything).
+
+    Alone by default; a member of several (the chaos suite's three) is given its
+    ``name``, the ``initial_cluster`` (``NAME=PEER_URL,...``) and started with ``launch``
+    on every member before ``wait_healthy``: none is healthy before a majority runs."""
 
     data_dir: Path
     host: str = "127.0.0.1"
     client_port: int = 0  # 0: a free one, chosen at the first start and kept
     peer_port: int = 0
     unsafe_no_fsync: bool = False  # tests: etcd skips fsync (its data is thrown away anyway)
+    name: str = "sievemq-etcd"
+    initial_cluster: str = ""  # empty: this member alone
+    extra_args: tuple[str, ...] = ()
+    uid: int | None = None  # run as this user (the chaos suite cuts a member by its uid)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
@@ -57,21 +65,32 @@ class EtcdProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def peer_url(self) -> str:
+        self.peer_port = self.peer_port or free_port(self.host)
+        return f"http://{self.host}:{self.peer_port}"
+
     def start(self, timeout_s: float = START_TIMEOUT_S, wipe: bool = False) -> EtcdProcess:
         """Start etcd and wait until it says it is healthy."""
+        self.launch(wipe)
+        return self.wait_healthy(timeout_s)
+
+    def launch(self, wipe: bool = False) -> EtcdProcess:
+        """Start the process, without waiting for it to serve."""
         if not os.access(ETCD, os.X_OK):
             raise RuntimeError(f"{ETCD} not found: install etcd-server (make etcd)")
         self.client_port = self.client_port or free_port(self.host)
-        self.peer_port = self.peer_port or free_port(self.host)
         member_dir = self.data_dir / "member-data"
         if wipe:
             shutil.rmtree(member_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        peer = f"http://{self.host}:{self.peer_port}"
+        if self.uid is not None:
+            os.chown(self.data_dir, self.uid, -1)
+        peer = self.peer_url
         cmd = [
             ETCD,
             "--name",
-            "sievemq-etcd",
+            self.name,
             "--data-dir",
             str(member_dir),
             "--listen-client-urls",
@@ -83,17 +102,25 @@ class EtcdProcess:
             "--initial-advertise-peer-urls",
             peer,
             "--initial-cluster",
-            f"sievemq-etcd={peer}",
+            self.initial_cluster or f"{self.name}={peer}",
             # nodes rewrite their records every few seconds: keep an hour of history only
             "--auto-compaction-mode",
             "periodic",
             "--auto-compaction-retention",
             "1h",
             *(["--unsafe-no-fsync"] if self.unsafe_no_fsync else []),
+            *self.extra_args,
         ]
         self.log_path = self.data_dir / "etcd.log"
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, user=self.uid, group=self.uid
+        )
+        return self
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> EtcdProcess:
+        """Wait until the member says it is healthy (it serves: a majority runs)."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while not self._healthy():
             if self.proc.poll() is not None or time.monotonic() > deadline:

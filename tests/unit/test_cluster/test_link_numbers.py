@@ -29,3 +29,33 @@ def test_the_number_asked_for_is_given_when_free_else_the_next_free_one() -> Non
         assert link.open_channel(receiver, "", prefer=99999).number not in (0, 99999)
     finally:
         loop.close()
+
+
+class Closed:
+    def __init__(self) -> None:
+        self.why: list[str] = []
+
+    def link_frames(self, channel: object, got: list[tuple[int, bytes]]) -> None:
+        raise AssertionError("no frames expected")
+
+    def link_closed(self, channel: object, code: int, text: str) -> None:
+        self.why.append(text)
+
+
+def test_a_node_gone_from_etcd_fails_its_links_at_once() -> None:
+    """Not after two missed heartbeats: the chaos suite's publishers through b paused 20-30 s
+    when the leader they were forwarded to was frozen or cut off."""
+    loop = asyncio.new_event_loop()
+    try:
+        links = Links("b", lambda: "secret", lambda node: None, loop)
+        to_a, to_c = links._connect("a", "/"), links._connect("c", "/")
+        to_a.failed = to_c.failed = False  # as if connected (no address here)
+        on_a, on_c = Closed(), Closed()
+        to_a.open_channel(on_a, "")
+        to_c.open_channel(on_c, "")
+        links.node_gone("a")
+        assert to_a.failed and on_a.why == ["node 'a' left the cluster (its etcd lease ended)"]
+        assert not to_c.failed and on_c.why == []
+        assert "left the cluster" in links.why_down("a")
+    finally:
+        loop.close()

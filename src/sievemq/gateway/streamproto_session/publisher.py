@@ -220,6 +220,10 @@ class StreamPublisher:
 
     # gateway.runtime.ports.ConfirmSink
     def settle_confirms(self, seqs: list[int], ok: bool) -> None:
+        if not ok and self.sequences is not None and seqs:
+            # not stored: a resend is no duplicate (also when the connection is gone: the
+            # publisher resends on its next one)
+            self.sequences.rewind(self.reference, min(seqs))
         if not self.conn.alive:
             return
         if ok:
@@ -227,10 +231,20 @@ class StreamPublisher:
             self.counters.stream_confirmed += len(seqs)
             self.conn.write(wire.publish_confirm(self.publisher_id, seqs))
         else:
-            self.errored += len(seqs)
-            if self.sequences is not None and seqs:  # not stored: a resend is no duplicate
-                self.sequences.rewind(self.reference, min(seqs))
-            gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
-            code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
-            self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))
+            self._error(seqs)
         self.conn.return_publish_credits(len(seqs))
+
+    def nack_written(self, seqs: list[int]) -> None:
+        """Written to the log but never to be confirmed here (fenced, the stream gone): a
+        PublishError, and the sequence stays, so a resend with the same id is a duplicate
+        (it is in the log; rewinding would store it twice)."""
+        if not self.conn.alive:
+            return
+        self._error(seqs)
+        self.conn.return_publish_credits(len(seqs))
+
+    def _error(self, seqs: list[int]) -> None:
+        self.errored += len(seqs)
+        gone = self.queue.deleted or self.queue.fenced  # (fenced: cluster.failover)
+        code = wire.STREAM_NOT_AVAILABLE if gone else wire.INTERNAL_ERROR
+        self.conn.write(wire.publish_error(self.publisher_id, [(s, code) for s in seqs]))

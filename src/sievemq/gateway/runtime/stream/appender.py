@@ -161,7 +161,11 @@ class StreamAppender:
         held = self._held
         ok = self._fenced is None or not self._fenced()  # a fenced leader confirms nothing
         while held and held[0][0] <= committed:
-            _settle(held.popleft()[1], ok)
+            tokens = held.popleft()[1]
+            if ok:
+                _settle(tokens, True)
+            else:
+                _nack_written(tokens)
         if not held and self._listening:
             self._listening = False
             self.stream.remove_listener(self._on_committed)
@@ -319,7 +323,7 @@ class StreamAppender:
             # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
             if self._fenced is not None and self._fenced():
-                _settle(tokens, False)
+                _nack_written(tokens)
             else:
                 self._confirm(tokens)
             return
@@ -418,7 +422,7 @@ class StreamAppender:
         _, _, tokens = self._take()
         _settle(tokens, False)
         while self._held:  # written, never committed: the stream goes
-            _settle(self._held.popleft()[1], False)
+            _nack_written(self._held.popleft()[1])
         _settle(self._after_next, False)
         self._after_next = {}
         if self._listening:
@@ -472,6 +476,18 @@ def _merged(tokens: Tokens, more: Tokens) -> Tokens:
 def _settle(tokens: Tokens, ok: bool) -> None:
     for sink, seqs in tokens.items():
         sink.settle_confirms(seqs, ok)
+
+
+def _nack_written(tokens: Tokens) -> None:
+    """Nack what was written but cannot be confirmed (a fenced leader; the stream goes):
+    unlike a refused publish it is in the log, so a deduplicating publisher must still
+    take its resend for a duplicate (``nack_written``, where the sink has it)."""
+    for sink, seqs in tokens.items():
+        nack = getattr(sink, "nack_written", None)
+        if nack is not None:
+            nack(seqs)
+        else:
+            sink.settle_confirms(seqs, False)
 
 
 def _settle_each(

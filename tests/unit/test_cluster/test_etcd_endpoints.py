@@ -1,0 +1,51 @@
+"""The etcd client over several members: every request asks for a member with a leader, and
+a member that answers 503 (``no leader``: cut from its peers) is passed over for the next,
+as one that does not answer is (etcd's gateway answers as the fake below does)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
+
+
+def _client(answers: dict[str, httpx.Response], seen: list[httpx.Request]) -> EtcdClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answers[request.url.host]
+
+    client = EtcdClient(["http://e1:2379", "http://e2:2379"])
+    client._http = httpx.AsyncClient(
+        transport=httpx.MockTransport(handler), headers=client._http.headers
+    )
+    return client
+
+
+NO_LEADER = httpx.Response(
+    503, json={"error": {"grpc_code": 14, "http_code": 503, "message": "etcdserver: no leader"}}
+)
+TTL = httpx.Response(200, json={"result": {"ID": "7", "TTL": "5"}})
+
+
+async def test_a_member_without_a_leader_is_passed_over() -> None:
+    seen: list[httpx.Request] = []
+    client = _client({"e1": NO_LEADER, "e2": TTL}, seen)
+    assert await client.keep_alive(7) == 5
+    assert [r.url.host for r in seen] == ["e1", "e2"] and client.endpoint == "http://e2:2379"
+    assert all(r.headers["grpc-metadata-hasleader"] == "true" for r in seen)
+    await client.close()
+
+
+async def test_no_member_with_a_leader_is_unavailable() -> None:
+    seen: list[httpx.Request] = []
+    client = _client({"e1": NO_LEADER, "e2": NO_LEADER}, seen)
+    try:
+        await client.keep_alive(7)
+    except EtcdUnavailable as error:
+        assert "no leader" in str(error) and "e1" in str(error) and "e2" in str(error)
+    else:
+        raise AssertionError("no member had a leader")
+    assert json.loads(seen[0].content) == {"ID": "7"}
+    await client.close()
