@@ -260,18 +260,23 @@ def stop_leader(ch: Chaos) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
-def isolate_leader(ch: Chaos) -> None:
-    """The leader cut from the other nodes and etcd (its clients still reach it): it
-    fences, a replica takes over."""
+def _cut_leader(ch: Chaos, fault: str, *others: str) -> None:
+    """The leader cut from ``others`` (its clients still reach it) until another node
+    leads, and a while longer."""
     victim = the_leader(ch)
-    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
-    with ch.fault("isolate-leader", victim, LEADER_VICTIM):
-        ch.net.isolate(ch.cluster.host(victim), others)
+    with ch.fault(fault, victim, LEADER_VICTIM):
+        ch.net.isolate(ch.cluster.host(victim), [ch.cluster.host(n) for n in others if n != victim])
         try:
             new_leader(ch, victim)
             ch.hold((victim, LEADER_VICTIM))
         finally:
             ch.net.heal()
+
+
+def isolate_leader(ch: Chaos) -> None:
+    """The leader cut from the other nodes and etcd (its clients still reach it): it
+    fences, a replica takes over."""
+    _cut_leader(ch, "isolate-leader", *NODES, "etcd")
 
 
 def leader_cut_from_etcd(ch: Chaos) -> None:
@@ -287,6 +292,14 @@ def leader_cut_from_etcd(ch: Chaos) -> None:
             ch.net.heal()
 
 
+def leader_cut_from_nodes(ch: Chaos) -> None:
+    """The leader reaches etcd (its lease holds: it is listed running) but neither replica:
+    they hear nothing from it past the lease's TTL and elect one of them (a majority), the
+    old leader reads the new record from etcd and hands over; once the cut heals it follows
+    the new leader, its copy cut back to what the new epoch kept."""
+    _cut_leader(ch, "leader-cut-from-nodes", *NODES)
+
+
 SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "kill-follower": kill_follower,
     "stop-follower": stop_follower,
@@ -300,6 +313,7 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "stop-leader": stop_leader,
     "isolate-leader": isolate_leader,
     "leader-cut-from-etcd": leader_cut_from_etcd,
+    "leader-cut-from-nodes": leader_cut_from_nodes,
 }
 # the faults that need no failover; the leader's lose confirmed messages and show readers
 # offsets that a failover rewrites until confirms wait for a majority (issue 20)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from sievemq.cluster.commit import committed_offset
 from sievemq.cluster.coordination import (
     EtcdClient,
     EtcdError,
@@ -60,7 +61,7 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
 from sievemq.cluster.membership import NODES, ROOT, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
-from sievemq.cluster.replication import Replication, replica_directory
+from sievemq.cluster.replication import HEARTBEAT_S, Follower, Replication, replica_directory
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value
 from sievemq.storage import layout
@@ -129,26 +130,56 @@ class Failover:
             and not record.get("delete")
         )
 
-    def _orphaned(self, record: dict[str, Any]) -> bool:
-        """A stream this node replicates whose leader is not running."""
+    def _orphaned(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """A stream this node replicates whose leader is not running, or is lost to this
+        copy (``_lost``)."""
         leader = record.get("leader")
         return (
             record.get("type", "stream") == "stream"
             and leader != self.me
             and self.me in record.get("replicas", ())
-            and leader not in self.membership.records
             and not record.get("delete")
             and record.get("state") != CREATING
+            and (leader not in self.membership.records or self._lost(queue))
         )
+
+    def silence_s(self) -> float:
+        """How long a copy hears nothing from its running leader before it counts it lost:
+        the lease's TTL (at least three of the heartbeats the follower asks for)."""
+        return float(max(self.membership.ttl_s, 3 * HEARTBEAT_S))
+
+    def _lost(self, queue: Queue) -> bool:
+        """This node's copy heard nothing from its leader (no frame, no connection) for
+        ``silence_s``: the leader runs (its lease holds) but this copy cannot follow it. An
+        election needs a majority of the members to have lost it (each writes a tail only
+        then), and then the leader cannot commit either: they hold its majority."""
+        follower = self.replication.followers.get(queue)
+        return follower is not None and follower.silent_for() > self.silence_s()
 
     def _check(self) -> None:
         if self._stopped or not self.membership.registered.is_set():
             return
         for queue, record in list(self.placement.records.items()):
-            if queue not in self._elections and self._orphaned(record):
-                task = asyncio.ensure_future(self._elect(queue))
-                self._elections[queue] = task
-                task.add_done_callback(functools.partial(self._elected, queue))
+            if queue not in self._elections and self._orphaned(queue, record):
+                self._start_election(queue)
+
+    def _check_silent(self) -> None:
+        """The copies whose running leader went silent (checked by the timer: nothing in
+        etcd changes when a leader is cut from its replicas only)."""
+        if self._stopped or not self.membership.registered.is_set():
+            return
+        silence = self.silence_s()
+        for queue, follower in list(self.replication.followers.items()):
+            if queue in self._elections or follower.silent_for() <= silence:
+                continue
+            record = self.placement.records.get(queue)
+            if record is not None and self._orphaned(queue, record):
+                self._start_election(queue)
+
+    def _start_election(self, queue: Queue) -> None:
+        task = asyncio.ensure_future(self._elect(queue))
+        self._elections[queue] = task
+        task.add_done_callback(functools.partial(self._elected, queue))
 
     def _elected(self, queue: Queue, task: asyncio.Future[None]) -> None:
         if self._elections.get(queue) is task:
@@ -162,35 +193,70 @@ class Failover:
 
     async def _elect(self, queue: Queue) -> None:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
+        follower: Follower | None = None
+        warned: list[bool] = []  # the no-majority warning, once per election
         try:
             while not self._stopped:
                 record = self.placement.records.get(queue)
                 follower = self.replication.followers.get(queue)
-                if record is None or follower is None or not self._orphaned(record):
+                if record is None or follower is None or not self._orphaned(queue, record):
                     return
                 follower.hold = True  # its copy's end stays put while the members compare
                 follower.retarget()
                 try:
-                    if await self._round(queue, record, tail):
+                    if await self._round(queue, record, tail, warned):
                         return
                 except (EtcdUnavailable, EtcdError) as error:
                     log.info("electing a leader of '%s': %s", queue[1], error)
                 finally:
                     follower.hold = False
-                await asyncio.sleep(RETRY_S)
+                if record.get("leader") in self.membership.records:
+                    await self._listen(follower)  # the leader runs: it may answer again
+                else:
+                    await asyncio.sleep(RETRY_S)
         except Exception:
             log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
         finally:
-            with contextlib.suppress(EtcdUnavailable, EtcdError):
-                await self.client.delete(tail)
+            await self._withdraw(queue, tail, follower)
 
-    async def _round(self, queue: Queue, record: dict[str, Any], tail_key: str) -> bool:
+    async def _listen(self, follower: Follower) -> None:
+        """Between rounds for a leader that runs: the follower tries it at once, and has a
+        moment to hear from it (then the election ends)."""
+        follower.wake()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TAIL_WAIT_S
+        while loop.time() < deadline and follower.silent_for() > RETRY_S:
+            await asyncio.sleep(0.05)
+
+    async def _withdraw(self, queue: Queue, tail: str, follower: Follower | None) -> None:
+        """The election ended: remove this copy's tail, then lift its acknowledgement cap
+        once no election can count that tail any more: after the delete, a read of the
+        record (linearizable) that shows no new epoch means no compare-and-swap that read
+        the tail can succeed (it compares the tail's revision); one that shows a new epoch
+        makes the cap moot (it caps the old epoch only)."""
+        while True:
+            try:
+                await self.client.delete(tail)
+                if follower is not None and follower.cap is not None:
+                    await self.client.get(queue_key(*queue))
+                    follower.cap = None
+                return
+            except (EtcdUnavailable, EtcdError) as error:
+                if self._stopped or follower is None or follower.cap is None:
+                    return
+                log.info("withdrawing from the election of '%s': %s", queue[1], error)
+            await asyncio.sleep(RETRY_S)
+
+    async def _round(
+        self, queue: Queue, record: dict[str, Any], tail_key: str, warned: list[bool]
+    ) -> bool:
         """One round: True when the record changed (this node won, or saw another win)."""
         lease = self.membership.lease
         if lease is None or lease.lost:
             return False
         epoch = int(record.get("epoch", 1))
         leader = str(record.get("leader"))
+        running = leader in self.membership.records  # lost to this copy, not stopped
         members = [leader, *map(str, record.get("replicas", ()))]
         directory = replica_directory(self.broker.data_dir, *queue)
         follower = self.replication.followers[queue]
@@ -205,18 +271,29 @@ class Failover:
             "epoch": last_epoch(read_history(directory), end),
             "end": end,
         }
+        # no acknowledgement of this epoch past the tail while it stands: the leader (if
+        # it runs) cannot commit what the election may not count
+        cap = follower.cap
+        kept = cap[1] if cap is not None and cap[0] == epoch else end
+        follower.cap = (epoch, min(kept, end))
         await self.client.put(tail_key, json.dumps(mine), lease.id)
+        follower.cap = (epoch, end)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TAIL_WAIT_S
         while True:
             kvs, _ = await self.client.get_prefix(tail_prefix(*queue))
-            tails = {}
+            tails: dict[str, tuple[int, int]] = {}
+            revisions: dict[str, int] = {}  # tail key -> revision: the swap compares them
             for kv in kvs:
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     got = json.loads(kv.value)
                     if got.get("record_epoch") == epoch and got.get("node") in members:
                         tails[str(got["node"])] = (int(got["epoch"]), int(got["end"]))
-            live = {m for m in members if m in self.membership.records or m == self.me}
+                        revisions[kv.key] = kv.mod_revision
+            # the leader never offers a tail; the members still hearing it offer none
+            live = {
+                m for m in members if m != leader and (m in self.membership.records or m == self.me)
+            }
             if live <= set(tails) or loop.time() > deadline:
                 break
             await asyncio.sleep(0.05)
@@ -224,21 +301,28 @@ class Failover:
             return True
         majority = len(members) // 2 + 1
         if len(tails) < majority:
-            log.warning(
-                "stream '%s' in vhost '%s': its leader %s is not running and only %d of its "
-                "%d members answered (%s): no leader is chosen without a majority",
+            (log.info if warned else log.warning)(
+                "stream '%s' in vhost '%s': its leader %s %s and only %d of its %d members "
+                "answered (%s): no leader is chosen without a majority",
                 queue[1],
                 queue[0],
                 leader,
+                f"was not heard from for {self.silence_s():g} s" if running else "is not running",
                 len(tails),
                 len(members),
                 ", ".join(sorted(tails)) or "none",
             )
+            warned.append(True)
             return False
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        return await self._take(queue, record, end)
+        # committed from the start: what the tails show a majority holds (this copy and
+        # the next highest others), or what the old leader said it committed
+        others = [e for n, (_, e) in tails.items() if n != self.me]
+        held = committed_offset(others, len(members)) or 0
+        floor = min(end, max(held, follower.stream.committed_offset))
+        return await self._take(queue, record, end, revisions, running, floor)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
@@ -253,7 +337,21 @@ class Failover:
             await asyncio.sleep(0.05)
         return False
 
-    async def _take(self, queue: Queue, record: dict[str, Any], end: int) -> bool:
+    async def _take(
+        self,
+        queue: Queue,
+        record: dict[str, Any],
+        end: int,
+        tails: dict[str, int],
+        running: bool,
+        floor: int,
+    ) -> bool:
+        """Write the record as this node's, compared with the revisions of the record and
+        of every tail counted (a member that withdrew its tail, to acknowledge the old
+        leader again, voids the swap); for a leader that stopped, also with its node key
+        absent (it did not come back meanwhile). A leader that runs, cut from a majority of
+        its members, is not asked: it commits nothing without them (their acknowledgements
+        are capped at their tails) and hands over when it reads the record."""
         key = queue_key(*queue)
         old = str(record.get("leader"))
         epoch = int(record.get("epoch", 1)) + 1
@@ -265,27 +363,32 @@ class Failover:
             epochs=[list(pair) for pair in history],
             replicas=[*(str(r) for r in record.get("replicas", ()) if r != self.me), old],
         )
-        result = await self.client.txn(
-            [mod_revision_is(key, int(record["mod_revision"])), key_missing(NODES + old)],
-            [put_op(key, json.dumps(won))],
-        )
+        compares = [mod_revision_is(key, int(record["mod_revision"]))]
+        compares += [mod_revision_is(tail, revision) for tail, revision in tails.items()]
+        if not running:
+            compares.append(key_missing(NODES + old))
+        result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
         if not result.succeeded:
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
-        await self._promote(queue, won, history)
+        await self._promote(queue, won, history, floor)
         log.warning(
-            "stream '%s' in vhost '%s': leader %s stopped; this node leads it now "
-            "(epoch %d, from offset %d)",
+            "stream '%s' in vhost '%s': leader %s %s; this node leads it now "
+            "(epoch %d, from offset %d, committed up to %d)",
             queue[1],
             queue[0],
             old,
+            "was lost to a majority of its members" if running else "stopped",
             epoch,
             end,
+            floor,
         )
         return True
 
-    async def _promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
-        """This node's copy becomes the stream it leads."""
+    async def _promote(
+        self, queue: Queue, record: dict[str, Any], history: History, floor: int
+    ) -> None:
+        """This node's copy becomes the stream it leads, committed up to ``floor``."""
         vhost, name = queue
         await self.replication.release(queue)
         source = replica_directory(self.broker.data_dir, vhost, name)
@@ -301,7 +404,7 @@ class Failover:
         # gated for commit by majority now, in the same turn as the declare: the watch
         # may have brought the new record before the queue existed here, and an ungated
         # leader would confirm what no replica holds (lost in the next failover)
-        self.placement.led(queue, record)
+        self.placement.promoted(queue, record, floor)
 
     # ---------------------------------------------------------------- handing over
 
@@ -348,6 +451,8 @@ class Failover:
             self._fence_all(lease)
         elif self.fenced and lease is self._fenced_under:
             self._lift(set(self.fenced), "its etcd lease was renewed after all")
+        if fresh and self.replication.followers:
+            self._check_silent()
 
     def _led_replicated(self) -> list[Queue]:
         return [

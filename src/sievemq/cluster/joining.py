@@ -80,6 +80,7 @@ async def join(
     commits = Commits(name, broker, lambda: placement.records)
     membership.subscribe(QUEUES, commits.apply)  # after placement: records current
     placement.led = commits.lead
+    placement.promoted = commits.promoted
     placement.holds = commits.held
     exclusive = ExclusiveQueues(client, name, lambda: _lease_id(membership))
     placement.exclusive = exclusive

@@ -128,6 +128,10 @@ class Placement:
         # commit by majority (``cluster/commit.py``, set at join): told of each record of a
         # queue this node starts to lead, and of the replicas' acknowledgements
         self.led: Callable[[tuple[str, str], dict[str, Any]], None] = lambda queue, record: None
+        # a stream this node leads since an election, with its committed floor
+        self.promoted: Callable[[tuple[str, str], dict[str, Any], int], None] = (
+            lambda queue, record, floor: None
+        )
         self.holds: Callable[[str, str, str, int, int], None] = lambda *ack: None
         self.exclusive: ExclusiveQueues | None = None  # the cluster's (set at join)
         self.replies: ReplyForwarder | None = None  # direct replies to other nodes (join)

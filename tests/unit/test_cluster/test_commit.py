@@ -33,3 +33,24 @@ def test_acknowledgements_move_the_committed_offset(tmp_path: Path) -> None:
         assert stream.committed_offset == 3
         commit.held("d", 2, 5)
         assert stream.committed_offset == 5
+
+
+def test_a_promoted_copy_commits_only_what_a_majority_is_known_to_hold(tmp_path: Path) -> None:
+    """A new leader's copy may end with an old leader's chunks no majority took: gated with
+    the election's floor, its readers see below it only, the rest once a replica holds it."""
+    with Stream.open(tmp_path / "s", StreamConfig()) as stream:
+        stream.append([Message((), "", "rk", b"\x00\x00", b"x")] * 5)
+        stream.append([Message((), "", "rk", b"\x00\x00", b"y")] * 3)  # a chunk from 5
+        assert stream.committed_offset == 8  # ungated: everything written counts
+        stream.gate(committed=5)
+        assert stream.committed_offset == 5
+        reader = stream.reader()
+        reader.seek_offset(0)
+        assert len(reader.read(100)) == 5
+        commit = StreamCommit(stream, ("b", "c"), epoch=2)
+        commit.held("b", 2, 8)
+        assert stream.committed_offset == 8
+        assert len(reader.read(100)) == 3
+        reader.close()
+        stream.gate(committed=99)  # never past the end
+        assert stream.committed_offset == 8
