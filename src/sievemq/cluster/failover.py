@@ -72,6 +72,7 @@ log = logging.getLogger("sievemq.cluster")
 
 TAILS = ROOT + "tails/"
 WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
+STALLED_S = 1.0  # a timer this late: this node was frozen (SIGSTOP, a stalled loop)
 TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
 RETRY_S = 0.5  # between election rounds that chose nobody
 
@@ -103,6 +104,7 @@ class Failover:
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._ticked = 0.0  # when the timer last ran (loop time)
         self._tasks: set[asyncio.Future[None]] = set()
         self._stopped = False
 
@@ -441,6 +443,12 @@ class Failover:
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(WATCHDOG_S, self._tick)
+        now = loop.time()
+        if self._ticked and now - self._ticked > STALLED_S:
+            # this node was frozen, not its leaders silent: each copy hears anew
+            for follower in self.replication.followers.values():
+                follower.heard_at = max(follower.heard_at, now)
+        self._ticked = now
         lease = self.membership.lease
         fresh = (
             lease is not None
