@@ -184,11 +184,17 @@ class EtcdClient:
             url = self.endpoints[index] + path
             try:
                 response = await self._http.post(url, json=body)
-            except httpx.TransportError as error:
+                answer: Any = response.json() if response.content else {}
+            except (httpx.HTTPError, ValueError) as error:
+                # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page):
+                # that endpoint is unusable now; an unexpected error here would end the
+                # caller's loop for good (a lease keeper that dies renews nothing)
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")
                 continue
+            if not isinstance(answer, dict):
+                problems.append(f"{self.endpoints[index]}: not a JSON object: {answer!r:.80}")
+                continue
             self._current = index
-            answer: dict[str, Any] = response.json() if response.content else {}
             if response.status_code != 200:
                 raise EtcdError(answer.get("message") or answer.get("error") or response.text)
             return answer
@@ -398,7 +404,9 @@ class Lease:
             sent = self._clock()
             try:
                 ttl = await self.client.keep_alive(self.id)
-            except (EtcdUnavailable, EtcdError) as error:
+            except Exception as error:  # whatever fails, the keeper goes on until the TTL
+                if not isinstance(error, (EtcdUnavailable, EtcdError)):
+                    log.warning("renewing etcd lease %x failed: %r", self.id, error)
                 if self._clock() - last_ok >= self.ttl_s:
                     self._lose(f"etcd unreachable for {self.ttl_s} s ({error})")
                     return

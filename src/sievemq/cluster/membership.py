@@ -231,6 +231,10 @@ class Membership:
                 log.error("cannot register again: %s", error)
                 await asyncio.sleep(self.ttl_s)
                 continue
+            except Exception:  # a bug must not leave this node out of the cluster for good
+                log.exception("registering %s again failed; trying again", self.me.name)
+                await asyncio.sleep(min(1.0, self.ttl_s / 3))
+                continue
             with contextlib.suppress(EtcdUnavailable, EtcdError):
                 await self.client.create(CLUSTER_NAME, self.cluster_name)
             log.warning("node %s registered again in the cluster", self.me.name)
@@ -249,10 +253,14 @@ class Membership:
             lease = self.lease
             if lease is None or lease.lost:
                 continue
-            with contextlib.suppress(EtcdUnavailable, EtcdError):
+            try:
                 await self.client.txn(
                     [lease_is(key, lease.id)], [put_op(key, json.dumps(self.record()), lease.id)]
                 )
+            except (EtcdUnavailable, EtcdError):
+                pass
+            except Exception:  # the figures go stale, the loop must not end
+                log.exception("publishing %s's record failed", self.me.name)
 
     # ---------------------------------------------------------------- watching the others
 

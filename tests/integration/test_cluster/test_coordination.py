@@ -135,3 +135,62 @@ async def test_a_watch_resumes_from_its_revision_and_resets_when_history_is_gone
         task.cancel()
     finally:
         await client.close()
+
+
+class _GarbageEndpoint:
+    """An HTTP endpoint that answers 200 with a body that is not etcd's JSON."""
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b"<html>not etcd</html>"
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+
+
+async def test_an_endpoint_answering_garbage_is_skipped_like_a_dead_one(
+    etcd: EtcdProcess,
+) -> None:
+    async with _GarbageEndpoint() as garbage:
+        client = EtcdClient([garbage, etcd.url])
+        try:
+            await client.put("k", "v")
+            assert client.endpoint == etcd.url
+        finally:
+            await client.close()
+        alone = EtcdClient([garbage])
+        try:
+            with pytest.raises(EtcdUnavailable, match="JSONDecodeError"):
+                await alone.get("k")
+        finally:
+            await alone.close()
+
+
+async def test_a_lease_keeper_fed_garbage_loses_the_lease_instead_of_dying(
+    etcd: EtcdProcess,
+) -> None:
+    """A keeper that died on an unexpected answer would neither renew nor report the loss:
+    the node would stay registered nowhere and never register again."""
+    lost: asyncio.Queue[str] = asyncio.Queue()
+    async with _GarbageEndpoint() as garbage:
+        granting = EtcdClient([etcd.url])
+        client = EtcdClient([garbage])
+        try:
+            lease = Lease(client, await granting.grant(2), 2, lost.put_nowait)
+            lease.start()
+            why = await asyncio.wait_for(lost.get(), WAIT_S)
+            assert "etcd unreachable for 2 s" in why and lease.lost
+            await lease.stop()
+        finally:
+            await client.close()
+            await granting.close()
