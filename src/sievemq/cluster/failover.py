@@ -2,18 +2,25 @@
 epoch in etcd; the old leader fenced, and brought back as a replica.
 
 **Election.** When a stream's leader stops being listed (its node record went with its
-lease: killed, stopped, cut off from etcd for the TTL), each of its replicas that runs stops
-following it, cuts its copy back to the history it shares with the record (as before it
-follows anyone) and writes its tail to ``sievemq/tails/VHOST/NAME/NODE`` under its own
-lease: the record's epoch it saw, the epoch that wrote its copy's last chunk and its copy's
-end offset. Once the tails of every live member are in (or after ``TAIL_WAIT_S``), and only if
-they come from a majority of the stream's members (leader included: the members are the
-record's ``leader`` and ``replicas``), the member with the highest (epoch, end), ties to
-the first name, writes the record by compare-and-swap on its revision, and on the old
-leader's node key being absent: ``leader`` itself, ``epoch`` + 1, ``epochs`` (the history,
+lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
+heard from it for ``silence_s``: cut from its replicas while its lease holds), each such
+replica that runs stops following it, cuts its copy back to the history it shares with the
+record (as before it follows anyone) and writes its tail to
+``sievemq/tails/VHOST/NAME/NODE`` under its own lease: the record's epoch it saw, the epoch
+that wrote its copy's last chunk and its copy's end offset; while that tail stands, the
+copy acknowledges nothing of that epoch past it (``Follower.cap``), so a leader that still
+runs commits nothing the election may not count. Once the tails of every live member but
+the leader are in (or after ``TAIL_WAIT_S``), and only if they come from a majority of the
+stream's members (leader included: the members are the record's ``leader`` and
+``replicas``), the member with the highest (epoch, end), ties to the first name, writes the
+record by compare-and-swap on its revision and every counted tail's, and (for a leader that
+stopped) on its node key being absent: ``leader`` itself, ``epoch`` + 1, ``epochs`` (the history,
 ``cluster.epochs``) with the new epoch starting at its end, ``replicas`` the other members
 with the old leader last. Without a majority nothing is chosen (no unclean election): the
-stream takes no writes until its leader or enough replicas come back. The winner moves its
+stream takes no writes until its leader or enough replicas come back. An election that ends
+without a new epoch (the leader heard again) deletes the tail and reads the record again
+before it lifts the cap (``_withdraw``). The winner starts with committed what the tails
+show a majority holds (``Commits.promoted``), not its whole copy. The winner moves its
 copy from ``DATA_DIR/replicas/...`` to its own streams and declares the stream there: it
 takes publishes (AMQP publishes through any node are forwarded to it as the record says;
 Stream-protocol clients' Metadata names it). The other replicas follow it
@@ -32,7 +39,10 @@ own, the fence is lifted; another leader's, the stream is handed over. Handing o
 at start, for a stream this node held when a failover moved it): the stream is detached here
 (its consumers and publishers are told it is gone, as by a delete; its bindings stay), its
 files become this node's replica, cut back to the shared history, and it follows the new
-leader. A node shutting down fences its streams before it leaves the cluster.
+leader. A node shutting down fences its streams before it leaves the cluster. A leader
+whose replicas elected another while its lease held (it was cut from them, not from etcd)
+is not fenced: it cannot commit (their acknowledgements are capped), so its publishes are
+held, and its watch brings the new record: it hands over, its held publishes nacked.
 """
 
 from __future__ import annotations

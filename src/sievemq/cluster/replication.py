@@ -30,6 +30,11 @@ end): the leader commits a chunk once a majority holds it (``cluster/commit.py``
 its committed offset on the subscription (``wire.COMMITTED``): the copy is gated
 (``Stream.gate``), so its readers here (AMQP consumers, Stream-protocol subscribers, the
 Spark network mode) read up to what the leader committed, not up to the copy's end.
+
+The follower asks the leader for a heartbeat every ``HEARTBEAT_S`` (Tune) and notes when it
+last heard anything (``heard_at``): a copy that hears nothing from its running leader for
+the lease's TTL counts it lost and stands in an election (``cluster.failover``); while its
+tail stands it acknowledges no more than the tail (``cap``).
 """
 
 from __future__ import annotations
