@@ -72,12 +72,15 @@ class Chaos:
         """Publishers the fault leaves alone: not connected to a victim node. With etcd
         among the victims, only the classic queue's: a replicated stream takes no publishes
         while its leader cannot renew its lease (it fences them). With the leader among
-        them, only the streams' through the other nodes (failed over; the classic queue
-        lives on node a)."""
+        them, only the streams' through the other nodes (failed over). With node a among
+        them, never the classic queue's: it lives on a, whichever node leads the streams
+        (after a failover a is a follower, and a follower's faults held on for the classic
+        queue's publishers through b, which cannot go on while a is down: the chaos run of
+        2026-11-27 23:44 waited 120 s for them and ended with a finding)."""
         if "etcd" in victims:
             return [p for p in self.publishers if getattr(p, "kind", "stream") == "classic"]
         alive = [p for p in self.publishers if self.via[id(p)] not in victims]
-        if LEADER_VICTIM in victims and LEADER in victims:
+        if LEADER in victims:
             alive = [p for p in alive if getattr(p, "kind", "stream") != "classic"]
         return alive
 
