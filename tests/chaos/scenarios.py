@@ -72,15 +72,12 @@ class Chaos:
         """Publishers the fault leaves alone: not connected to a victim node. With etcd
         among the victims, only the classic queue's: a replicated stream takes no publishes
         while its leader cannot renew its lease (it fences them). With the leader among
-        them, only the streams' through the other nodes (failed over). With node a among
-        them, never the classic queue's: it lives on a, whichever node leads the streams
-        (after a failover a is a follower, and a follower's faults held on for the classic
-        queue's publishers through b, which cannot go on while a is down: the chaos run of
-        2026-11-27 23:44 waited 120 s for them and ended with a finding)."""
+        them, only the streams' through the other nodes (failed over; the classic queue
+        lives on node a)."""
         if "etcd" in victims:
             return [p for p in self.publishers if getattr(p, "kind", "stream") == "classic"]
         alive = [p for p in self.publishers if self.via[id(p)] not in victims]
-        if LEADER in victims:
+        if LEADER_VICTIM in victims and LEADER in victims:
             alive = [p for p in alive if getattr(p, "kind", "stream") != "classic"]
         return alive
 
@@ -238,6 +235,31 @@ def new_leader(ch: Chaos, old: str) -> None:
     )
 
 
+@contextlib.contextmanager
+def _partitioned(ch: Chaos, node: str, others: list[str]) -> Iterator[None]:
+    """``node`` cut from ``others`` for the block, healed after it."""
+    ch.net.isolate(ch.cluster.host(node), [ch.cluster.host(n) for n in others])
+    try:
+        yield
+    finally:
+        ch.net.heal()
+
+
+def leader_cut_from_nodes(ch: Chaos) -> None:
+    """The leader reaches etcd (its lease holds: it is listed running) but neither replica:
+    they hear nothing from it past the lease's TTL and elect one of them (a majority), the
+    old leader reads the new record from etcd and hands over; once the cut heals it follows
+    the new leader, its copy cut back to what the new epoch kept."""
+    victim = the_leader(ch)
+    replicas = [n for n in NODES if n != victim]
+    with (
+        ch.fault("leader-cut-from-nodes", victim, LEADER_VICTIM),
+        _partitioned(ch, victim, replicas),  # (healed first, then the fault waits)
+    ):
+        new_leader(ch, victim)
+        ch.hold((victim, LEADER_VICTIM))
+
+
 def kill_leader(ch: Chaos) -> None:
     """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
     comes back on its data as a replica."""
@@ -263,23 +285,18 @@ def stop_leader(ch: Chaos) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
-def _cut_leader(ch: Chaos, fault: str, *others: str) -> None:
-    """The leader cut from ``others`` (its clients still reach it) until another node
-    leads, and a while longer."""
+def isolate_leader(ch: Chaos) -> None:
+    """The leader cut from the other nodes and etcd (its clients still reach it): it
+    fences, a replica takes over."""
     victim = the_leader(ch)
-    with ch.fault(fault, victim, LEADER_VICTIM):
-        ch.net.isolate(ch.cluster.host(victim), [ch.cluster.host(n) for n in others if n != victim])
+    others = [ch.cluster.host(n) for n in (*NODES, "etcd") if n != victim]
+    with ch.fault("isolate-leader", victim, LEADER_VICTIM):
+        ch.net.isolate(ch.cluster.host(victim), others)
         try:
             new_leader(ch, victim)
             ch.hold((victim, LEADER_VICTIM))
         finally:
             ch.net.heal()
-
-
-def isolate_leader(ch: Chaos) -> None:
-    """The leader cut from the other nodes and etcd (its clients still reach it): it
-    fences, a replica takes over."""
-    _cut_leader(ch, "isolate-leader", *NODES, "etcd")
 
 
 def leader_cut_from_etcd(ch: Chaos) -> None:
@@ -295,14 +312,6 @@ def leader_cut_from_etcd(ch: Chaos) -> None:
             ch.net.heal()
 
 
-def leader_cut_from_nodes(ch: Chaos) -> None:
-    """The leader reaches etcd (its lease holds: it is listed running) but neither replica:
-    they hear nothing from it past the lease's TTL and elect one of them (a majority), the
-    old leader reads the new record from etcd and hands over; once the cut heals it follows
-    the new leader, its copy cut back to what the new epoch kept."""
-    _cut_leader(ch, "leader-cut-from-nodes", *NODES)
-
-
 SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "kill-follower": kill_follower,
     "stop-follower": stop_follower,
@@ -312,11 +321,11 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "follower-cut-from-etcd": follower_cut_from_etcd,
     "ring": ring,
     "clock-jump": clock_jump,
+    "leader-cut-from-nodes": leader_cut_from_nodes,
     "kill-leader": kill_leader,
     "stop-leader": stop_leader,
     "isolate-leader": isolate_leader,
     "leader-cut-from-etcd": leader_cut_from_etcd,
-    "leader-cut-from-nodes": leader_cut_from_nodes,
 }
 # the faults that need no failover; the leader's lose confirmed messages and show readers
 # offsets that a failover rewrites until confirms wait for a majority (issue 20)
