@@ -89,6 +89,17 @@ RETRY_S = 0.5  # between election rounds that chose nobody
 Queue = tuple[str, str]
 
 
+def committed_floor(ends: dict[str, int], me: str, members: int, heard: int) -> int:
+    """What an election's winner (``me``) counts as committed from the start: what the
+    candidates' tails (``ends``: node -> its copy's end) show a majority of ``members``
+    holds (this copy and the next highest others), or what the old leader said it had
+    committed (``heard``: the copy's committed offset), whichever is higher; never past
+    this copy's end."""
+    others = [end for node, end in ends.items() if node != me]
+    held = committed_offset(others, members) or 0
+    return min(ends[me], max(held, heard))
+
+
 def tail_prefix(vhost: str, name: str) -> str:
     return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
 
@@ -329,11 +340,8 @@ class Failover:
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        # committed from the start: what the tails show a majority holds (this copy and
-        # the next highest others), or what the old leader said it committed
-        others = [e for n, (_, e) in tails.items() if n != self.me]
-        held = committed_offset(others, len(members)) or 0
-        floor = min(end, max(held, follower.stream.committed_offset))
+        ends = {n: e for n, (_, e) in tails.items()}
+        floor = committed_floor(ends, self.me, len(members), follower.stream.committed_offset)
         return await self._take(queue, record, end, revisions, running, floor)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
