@@ -16,7 +16,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 NODE_DIR := tests/integration/data/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-spark bench-spark-latency soak clean
+.PHONY: setup node-deps chromium etcd promtool faketime cluster-faults chaos run test lint docs screenshots bench bench-filter bench-vs-rabbitmq bench-replication-vs-rabbitmq bench-spark bench-spark-latency soak clean
 
 setup: $(STAMP)
 
@@ -121,6 +121,11 @@ bench-filter: setup
 
 bench-vs-rabbitmq: setup
 	$(VENV)/bin/python -m bench.vs_rabbitmq
+
+# three SieveMQ nodes (with etcd) beside a three-node RabbitMQ cluster: replicated streams
+# and quorum queues, confirm latency, publish rate, CPU per message, failover (JSON out)
+bench-replication-vs-rabbitmq: setup etcd
+	$(VENV)/bin/python -m bench.replication_vs_rabbitmq
 
 # Spark export on local[2] beside the raw read and the Arrow decode (needs Java)
 bench-spark: setup

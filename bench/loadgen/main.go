@@ -44,7 +44,7 @@ import (
 
 type options struct {
 	host, uri, mode, queue, offset, filter, matchUnfiltered string
-	port, size, window, prefetch, ackEvery, filterValues, procs int
+	port, size, window, prefetch, ackEvery, filterValues, procs, sampleEvery int
 	n, m                                                        int64
 	rate                                                        float64
 	idle, startTimeout                                          time.Duration
@@ -62,6 +62,7 @@ func parseOptions() options {
 	flag.Int64Var(&o.m, "m", 0, "messages to consume (default: -n)")
 	flag.IntVar(&o.size, "size", 100, "body bytes (at least 16: send time and sequence)")
 	flag.IntVar(&o.window, "window", 1000, "unconfirmed messages at most")
+	flag.IntVar(&o.sampleEvery, "sample-every", 16, "publish: time the confirm of one message in N (1: every one)")
 	flag.Float64Var(&o.rate, "rate", 0, "messages a second (0: as fast as confirms allow)")
 	flag.IntVar(&o.prefetch, "prefetch", 1000, "basic.qos prefetch count")
 	flag.IntVar(&o.ackEvery, "ack-every", 0, "ack (multiple) every N deliveries (default prefetch/2)")
@@ -86,6 +87,9 @@ func parseOptions() options {
 		if o.ackEvery < 1 {
 			o.ackEvery = 1
 		}
+	}
+	if o.sampleEvery < 1 {
+		o.sampleEvery = 1
 	}
 	if o.size < 16 {
 		o.size = 16
@@ -243,7 +247,7 @@ func publish(conn *amqp.Connection, o options, count int64, rate float64) (publi
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, o.window+16))
 	slots := make(chan struct{}, o.window)
-	var sampled sync.Map // delivery tag -> send time, one message in 16
+	var sampled sync.Map // delivery tag -> send time, one message in -sample-every
 	var nacked int64
 	done := make(chan struct{})
 	go func() {
@@ -295,7 +299,7 @@ func publish(conn *amqp.Connection, o options, count int64, rate float64) (publi
 			msg.Headers["x-stream-filter-value"] = "v" + strconv.Itoa(int(i%int64(o.filterValues)))
 		}
 		tag++
-		if tag%16 == 1 {
+		if tag%uint64(o.sampleEvery) == 1%uint64(o.sampleEvery) {
 			sampled.Store(tag, now)
 		}
 		if err := ch.Publish("", o.queue, false, false, msg); err != nil {

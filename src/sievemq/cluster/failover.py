@@ -1,5 +1,9 @@
-"""Stream failover: a new leader from a majority of the copies, by compare-and-swap of the
-epoch in etcd; the old leader fenced, and brought back as a replica.
+"""Failover of replicated queues: a new leader from a majority of the copies, by
+compare-and-swap of the epoch in etcd; the old leader fenced, and brought back as a replica.
+
+Said below for streams; quorum queues go the same way (``Failover.copies`` holds what
+differs per queue type: how a copy's tail is read, how the winner opens it, how the old
+leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
@@ -54,7 +58,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from sievemq.cluster.commit import committed_offset
@@ -73,7 +77,9 @@ from sievemq.cluster.membership import NODES, ROOT, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
 from sievemq.cluster.replication import HEARTBEAT_S, Follower, Replication, replica_directory
 from sievemq.gateway.model.broker import Broker
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.definitions import decode_value
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.storage import layout
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.layout import stream_directory
@@ -104,8 +110,106 @@ def tail_prefix(vhost: str, name: str) -> str:
     return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
 
 
+class Copies(Protocol):
+    """This node's copies of one queue type's queues, as an election sees them (streams:
+    ``StreamCopies`` below; quorum queues: ``cluster.quorum_failover``)."""
+
+    def holds_copy(self, queue: Queue) -> bool:
+        """This node keeps a copy of the queue (it may run for its leader)."""
+        ...
+
+    def hold(self, queue: Queue, held: bool) -> None:
+        """Stop following (its end stays put while the members compare), or follow again."""
+        ...
+
+    def tail(self, queue: Queue) -> tuple[int, int]:
+        """(the epoch that wrote the copy's last entry, the copy's end), once the copy is
+        cut back to the history it shares with the record."""
+        ...
+
+    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+        """This node won: its copy becomes the queue it leads (the record is written)."""
+        ...
+
+    def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """Another node leads the queue this node holds: give it up here (True when it was
+        held), its files becoming a replica's copy (or going)."""
+        ...
+
+
+class StreamCopies:
+    """Streams' copies: ``cluster.replication``'s followers, ``DATA_DIR/replicas/...``."""
+
+    def __init__(self, replication: Replication, placement: Placement, broker: Broker) -> None:
+        self.replication = replication
+        self.placement = placement
+        self.broker = broker
+        self.me = placement.me
+        self.floors: dict[Queue, int] = {}  # an election's committed floor, for promote
+
+    def holds_copy(self, queue: Queue) -> bool:
+        return queue in self.replication.followers
+
+    def hold(self, queue: Queue, held: bool) -> None:
+        follower = self.replication.followers.get(queue)
+        if follower is not None:
+            follower.hold = held
+            if held:
+                follower.retarget()
+
+    def tail(self, queue: Queue) -> tuple[int, int]:
+        follower = self.replication.followers[queue]
+        # the copy cut back to the history it shares with the record first: a copy that
+        # never followed since an epoch passed it by must not offer chunks that epoch
+        # replaced (it would win with them, and its history would not say so)
+        follower.prepare()
+        end = follower.stream.end_offset
+        directory = replica_directory(self.broker.data_dir, *queue)
+        return last_epoch(read_history(directory), end), end
+
+    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+        """This node's copy becomes the stream it leads."""
+        vhost, name = queue
+        await self.replication.release(queue)
+        source = replica_directory(self.broker.data_dir, vhost, name)
+        target = stream_directory(self.broker.data_dir, vhost, name)
+        _move(source, target)
+        write_history(target, history)
+        local = self.broker.vhosts.get(vhost)
+        if local is None:
+            log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
+            return
+        arguments = decode_value(record.get("arguments") or {})
+        local.declare_queue(name, durable=True, arguments=dict(arguments))
+        # gated for commit by majority now, in the same turn as the declare: the watch
+        # may have brought the new record before the queue existed here, and an ungated
+        # leader would confirm what no replica holds (lost in the next failover); committed
+        # up to what the election knows a majority holds, not its whole copy
+        floor = self.floors.pop(queue, None)
+        if floor is None:
+            self.placement.led(queue, record)
+        else:
+            self.placement.promoted(queue, record, floor)
+
+    def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """Another node leads the stream this node holds: its copy becomes a replica."""
+        vhost, name = queue
+        local = self.broker.vhosts.get(vhost)
+        if local is None or local.detach_queue(name) is None:
+            return False
+        directory = stream_directory(self.broker.data_dir, vhost, name)
+        if self.me in record.get("replicas", ()):
+            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
+        else:  # no longer one of its members: the copy goes
+            tombstone = layout.bury(directory)
+            if tombstone is not None:
+                layout.remove_later(tombstone)
+        return True
+
+
 class Failover:
-    """This node's part in its streams' failovers: elections, fencing, handing over."""
+    """This node's part in its replicated queues' failovers: elections, fencing, handing
+    over; what differs between queue types is in ``copies`` (by the record's ``type``)."""
 
     def __init__(
         self,
@@ -121,6 +225,7 @@ class Failover:
         self.replication = replication
         self.broker = broker
         self.me = placement.me
+        self.copies: dict[str, Copies] = {"stream": StreamCopies(replication, placement, broker)}
         self.fenced: set[Queue] = set()
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
@@ -144,21 +249,21 @@ class Failover:
         asyncio.get_running_loop().call_soon(self._check)
 
     def _moved(self, record: dict[str, Any]) -> bool:
-        """A failover gave the stream to another node (epoch 1 names the node that first
-        recorded it: a local stream of that name is another declare's, left alone)."""
+        """A failover gave the queue to another node (epoch 1 names the node that first
+        recorded it: a local queue of that name is another declare's, left alone)."""
         return (
-            record.get("type", "stream") == "stream"
+            record.get("type", "stream") in self.copies
             and record.get("leader") != self.me
             and int(record.get("epoch", 1)) > 1
             and not record.get("delete")
         )
 
     def _orphaned(self, queue: Queue, record: dict[str, Any]) -> bool:
-        """A stream this node replicates whose leader is not running, or is lost to this
-        copy (``_lost``)."""
+        """A queue this node replicates whose leader is not running, or is lost to this
+        stream copy (``_lost``)."""
         leader = record.get("leader")
         return (
-            record.get("type", "stream") == "stream"
+            record.get("type", "stream") in self.copies
             and leader != self.me
             and self.me in record.get("replicas", ())
             and not record.get("delete")
@@ -209,31 +314,46 @@ class Failover:
             del self._elections[queue]
 
     def _held(self, queue: Queue) -> bool:
+        return self._local(queue) is not None
+
+    def _local(self, queue: Queue) -> StreamQueue | ClassicQueue | None:
+        """The stream or quorum queue this node holds under that name."""
         local = self.broker.vhosts.get(queue[0])
-        return local is not None and queue[1] in local.queues
+        if local is None:
+            return None
+        stream = local.queues.get(queue[1])
+        return stream if stream is not None else local.classic.queues.get(queue[1])
+
+    def _copies(self, record: dict[str, Any]) -> Copies | None:
+        return self.copies.get(str(record.get("type", "stream")))
 
     # ---------------------------------------------------------------- election
 
     async def _elect(self, queue: Queue) -> None:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
-        follower: Follower | None = None
+        follower: Follower | None = None  # a stream's (its acknowledgements are capped)
         warned: list[bool] = []  # the no-majority warning, once per election
         try:
             while not self._stopped:
                 record = self.placement.records.get(queue)
-                follower = self.replication.followers.get(queue)
-                if record is None or follower is None or not self._orphaned(queue, record):
+                copies = None if record is None else self._copies(record)
+                if (
+                    record is None
+                    or copies is None
+                    or not copies.holds_copy(queue)
+                    or not self._orphaned(queue, record)
+                ):
                     return
-                follower.hold = True  # its copy's end stays put while the members compare
-                follower.retarget()
+                follower = self.replication.followers.get(queue)
+                copies.hold(queue, True)  # its copy's end stays put while the members compare
                 try:
-                    if await self._round(queue, record, tail, warned):
+                    if await self._round(queue, record, tail, copies, warned):
                         return
                 except (EtcdUnavailable, EtcdError) as error:
                     log.info("electing a leader of '%s': %s", queue[1], error)
                 finally:
-                    follower.hold = False
-                if record.get("leader") in self.membership.records:
+                    copies.hold(queue, False)
+                if follower is not None and record.get("leader") in self.membership.records:
                     await self._listen(follower)  # the leader runs: it may answer again
                 else:
                     await asyncio.sleep(RETRY_S)
@@ -271,7 +391,12 @@ class Failover:
             await asyncio.sleep(RETRY_S)
 
     async def _round(
-        self, queue: Queue, record: dict[str, Any], tail_key: str, warned: list[bool]
+        self,
+        queue: Queue,
+        record: dict[str, Any],
+        tail_key: str,
+        copies: Copies,
+        warned: list[bool],
     ) -> bool:
         """One round: True when the record changed (this node won, or saw another win)."""
         lease = self.membership.lease
@@ -281,26 +406,18 @@ class Failover:
         leader = str(record.get("leader"))
         running = leader in self.membership.records  # lost to this copy, not stopped
         members = [leader, *map(str, record.get("replicas", ()))]
-        directory = replica_directory(self.broker.data_dir, *queue)
-        follower = self.replication.followers[queue]
-        # the copy cut back to the history it shares with the record first: a copy that
-        # never followed since an epoch passed it by must not offer chunks that epoch
-        # replaced (it would win with them, and its history would not say so)
-        follower.prepare()
-        end = follower.stream.end_offset
-        mine = {
-            "node": self.me,
-            "record_epoch": epoch,
-            "epoch": last_epoch(read_history(directory), end),
-            "end": end,
-        }
-        # no acknowledgement of this epoch past the tail while it stands: the leader (if
-        # it runs) cannot commit what the election may not count
-        cap = follower.cap
-        kept = cap[1] if cap is not None and cap[0] == epoch else end
-        follower.cap = (epoch, min(kept, end))
+        last, end = copies.tail(queue)
+        mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
+        follower = self.replication.followers.get(queue)  # a stream's copy
+        if follower is not None:
+            # no acknowledgement of this epoch past the tail while it stands: the leader
+            # (if it runs) cannot commit what the election may not count
+            cap = follower.cap
+            kept = cap[1] if cap is not None and cap[0] == epoch else end
+            follower.cap = (epoch, min(kept, end))
         await self.client.put(tail_key, json.dumps(mine), lease.id)
-        follower.cap = (epoch, end)
+        if follower is not None:
+            follower.cap = (epoch, end)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TAIL_WAIT_S
         while True:
@@ -325,8 +442,9 @@ class Failover:
         majority = len(members) // 2 + 1
         if len(tails) < majority:
             (log.info if warned else log.warning)(
-                "stream '%s' in vhost '%s': its leader %s %s and only %d of its %d members "
+                "%s '%s' in vhost '%s': its leader %s %s and only %d of its %d members "
                 "answered (%s): no leader is chosen without a majority",
+                _kind(record),
                 queue[1],
                 queue[0],
                 leader,
@@ -340,9 +458,11 @@ class Failover:
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        ends = {n: e for n, (_, e) in tails.items()}
-        floor = committed_floor(ends, self.me, len(members), follower.stream.committed_offset)
-        return await self._take(queue, record, end, revisions, running, floor)
+        if follower is not None and isinstance(copies, StreamCopies):
+            ends = {n: e for n, (_, e) in tails.items()}
+            heard = follower.stream.committed_offset
+            copies.floors[queue] = committed_floor(ends, self.me, len(members), heard)
+        return await self._take(queue, record, end, copies, revisions, running)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
@@ -362,16 +482,16 @@ class Failover:
         queue: Queue,
         record: dict[str, Any],
         end: int,
+        copies: Copies,
         tails: dict[str, int],
         running: bool,
-        floor: int,
     ) -> bool:
         """Write the record as this node's, compared with the revisions of the record and
         of every tail counted (a member that withdrew its tail, to acknowledge the old
         leader again, voids the swap); for a leader that stopped, also with its node key
         absent (it did not come back meanwhile). A leader that runs, cut from a majority of
         its members, is not asked: it commits nothing without them (their acknowledgements
-        are capped at their tails) and hands over when it reads the record."""
+        are capped) and hands over when it reads the record."""
         key = queue_key(*queue)
         old = str(record.get("leader"))
         epoch = int(record.get("epoch", 1)) + 1
@@ -389,62 +509,37 @@ class Failover:
             compares.append(key_missing(NODES + old))
         result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
         if not result.succeeded:
+            if isinstance(copies, StreamCopies):
+                copies.floors.pop(queue, None)
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
-        await self._promote(queue, won, history, floor)
+        await copies.promote(queue, won, history)
         log.warning(
-            "stream '%s' in vhost '%s': leader %s %s; this node leads it now "
-            "(epoch %d, from offset %d, committed up to %d)",
+            "%s '%s' in vhost '%s': leader %s %s; this node leads it now (epoch %d, from %s %d)",
+            _kind(record),
             queue[1],
             queue[0],
             old,
             "was lost to a majority of its members" if running else "stopped",
             epoch,
+            "offset" if _kind(record) == "stream" else "log id",
             end,
-            floor,
         )
         return True
-
-    async def _promote(
-        self, queue: Queue, record: dict[str, Any], history: History, floor: int
-    ) -> None:
-        """This node's copy becomes the stream it leads, committed up to ``floor``."""
-        vhost, name = queue
-        await self.replication.release(queue)
-        source = replica_directory(self.broker.data_dir, vhost, name)
-        target = stream_directory(self.broker.data_dir, vhost, name)
-        _move(source, target)
-        write_history(target, history)
-        local = self.broker.vhosts.get(vhost)
-        if local is None:
-            log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
-            return
-        arguments = decode_value(record.get("arguments") or {})
-        local.declare_queue(name, durable=True, arguments=dict(arguments))
-        # gated for commit by majority now, in the same turn as the declare: the watch
-        # may have brought the new record before the queue existed here, and an ungated
-        # leader would confirm what no replica holds (lost in the next failover)
-        self.placement.promoted(queue, record, floor)
 
     # ---------------------------------------------------------------- handing over
 
     def _hand_over(self, queue: Queue, record: dict[str, Any]) -> None:
-        """Another node leads the stream this node holds: its copy becomes a replica."""
+        """Another node leads the queue this node holds: its copy becomes a replica."""
         vhost, name = queue
-        local = self.broker.vhosts.get(vhost)
-        if local is None or local.detach_queue(name) is None:
+        copies = self._copies(record)
+        if copies is None or not copies.hand_over(queue, record):
             return
         self.fenced.discard(queue)
-        directory = stream_directory(self.broker.data_dir, vhost, name)
         member = self.me in record.get("replicas", ())
-        if member:
-            _move(directory, replica_directory(self.broker.data_dir, vhost, name))
-        else:  # no longer one of its members: the copy goes
-            tombstone = layout.bury(directory)
-            if tombstone is not None:
-                layout.remove_later(tombstone)
         log.warning(
-            "stream '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
+            "%s '%s' in vhost '%s' is led by %s since epoch %s: this node's copy %s",
+            _kind(record),
             name,
             vhost,
             record.get("leader"),
@@ -489,13 +584,15 @@ class Failover:
 
     def _fence_all(self, lease: Lease | None) -> None:
         new = [q for q in self._led_replicated() if q not in self.fenced]
-        for vhost, name in new:
-            self.broker.vhosts[vhost].queues[name].fenced = True
-            self.fenced.add((vhost, name))
+        for queue in new:
+            held = self._local(queue)
+            if held is not None:
+                held.fenced = True
+            self.fenced.add(queue)
         if new:
             self._fenced_under = lease
             log.warning(
-                "node %s cannot be sure it still leads %d replicated stream(s) (its etcd "
+                "node %s cannot be sure it still leads %d replicated queue(s) (its etcd "
                 "lease was last renewed over %d s ago): their publishes are nacked until "
                 "it is",
                 self.me,
@@ -506,12 +603,11 @@ class Failover:
     def _lift(self, queues: set[Queue], why: str) -> None:
         for vhost, name in queues:
             self.fenced.discard((vhost, name))
-            local = self.broker.vhosts.get(vhost)
-            queue = None if local is None else local.queues.get(name)
+            queue = self._local((vhost, name))
             if queue is not None:
                 queue.fenced = False
         if queues:
-            log.warning("node %s takes publishes to its streams again: %s", self.me, why)
+            log.warning("node %s takes publishes to its replicated queues again: %s", self.me, why)
 
     def _registered_again(self) -> None:
         task = asyncio.ensure_future(self._reaffirm())
@@ -558,6 +654,10 @@ class Failover:
         for task in [*self._elections.values(), *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _kind(record: dict[str, Any]) -> str:
+    return "quorum queue" if record.get("type") == "quorum" else "stream"
 
 
 def _move(source: Path, target: Path) -> None:

@@ -21,6 +21,7 @@ from sievemq.cluster.failover import Failover
 from sievemq.cluster.link import Links
 from sievemq.cluster.membership import NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
+from sievemq.cluster.quorum_failover import QuorumCopies
 from sievemq.cluster.replica_ops import ReplicaOps
 from sievemq.cluster.replication import Replication
 from sievemq.cluster.replies import ReplyForwarder
@@ -71,6 +72,8 @@ async def join(
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
     failover = Failover(client, membership, placement, replication, broker)
+    # quorum queues' copies (the quorum replication gives them their follower hooks)
+    failover.copies["quorum"] = QuorumCopies(placement, broker)
     membership.subscribe(QUEUES, failover.apply_queues)  # hands over what others lead now
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     membership.subscribe(NODES, failover.apply_nodes)

@@ -9,13 +9,25 @@ highest id ever handed to a consumer, written before the delivery goes out, so a
 messages at or below it come back with the redelivered flag (never twice without it).
 ``floor`` holds the id at or below which every message is gone: a purge writes it before it
 deletes the segments, so a crash half way through a purge brings nothing back.
+``counts`` (quorum queues) keeps delivery counts: a compact append-only record of
+``(id, count, out)`` written when a message is returned to the queue (``out`` false: it waits
+ready, returned ``count`` times) and when a message returned before is handed out again
+(``out`` true: a consumer holds it). The latest entry of an id wins; the file is rewritten
+without the ids that are gone, as the ack record is. ``delivered`` says which messages were
+handed out at least once, so a message at or below it with no entry was held by a consumer
+when the log was last written: ``QueueLog.returned_count`` turns both into the count a
+recovered message comes back with (``x-delivery-count``, ``x-delivery-limit``).
 
 Crash windows (tests/recovery/test_queue_log_recovery.py): a record torn at the tail of a
 segment is cut off (never confirmed); an ack entry torn at the end of ``acks`` is ignored (the
 message comes back, redelivered); a segment whose every message was acked but that was not
 deleted yet is deleted at recovery; ack ids of segments already deleted are dropped when the
 ack file is rewritten (temp + rename); ids never go back below ``delivered`` or ``floor``, so
-a new message is never taken for one delivered before.
+a new message is never taken for one delivered before; a ``counts`` entry torn at the end (or
+failing its checksum) is ignored: that message comes back with the count of its previous entry.
+
+A ``counts`` entry (big-endian, 16 bytes): ``u64 id | u32 count << 1 | out | u32 crc32 of the
+first 12 bytes``.
 
 Record layout (big-endian): ``u32 length of the rest | u32 crc32 of the rest | rest`` where rest
 is ``u64 id | u64 enqueue time ms | u8 len + exchange | u8 len + routing key | u32 len +
@@ -52,6 +64,11 @@ SEGMENT_SUFFIX = ".qseg"
 ACK_FILE = "acks"
 DELIVERED_FILE = "delivered"
 FLOOR_FILE = "floor"
+COUNTS_FILE = "counts"
+_COUNT = struct.Struct(">QI")
+_COUNT_SIZE = 16
+_COMPACT_ENTRIES = 4096  # a record file is rewritten past this many entries (and past
+# twice what its last rewrite kept)
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
@@ -179,10 +196,16 @@ class QueueLog:
         self._delivered_file: handles.CachedFile | None = None
         self.delivered = 0
         self._delivered_written = 0
+        self.recovered_delivered = 0  # ``delivered`` as recovery found it
         self.floor = 0
         self.last_id = 0
         self.dirty = False
         self._staged: list[bytes] = []  # encoded records not written yet (``stage``)
+        self.counts: dict[int, tuple[int, bool]] = {}  # recovered: id -> (count, out)
+        self._counts_file: handles.CachedFile | None = None
+        self._counts_staged: list[bytes] = []
+        self._count_entries = 0
+        self._counts_kept = 0  # entries the last rewrite kept
 
     # ------------------------------------------------------------------ recovery
 
@@ -197,9 +220,10 @@ class QueueLog:
         returns; the log is ready for writing once the iterator is exhausted."""
         acked = self._read_acks()
         self.delivered = self._read_mark(DELIVERED_FILE)
-        self._delivered_written = self.delivered
+        self._delivered_written = self.recovered_delivered = self.delivered
         self.floor = self._read_mark(FLOOR_FILE)
         self.last_id = max(self.last_id, self.delivered, self.floor)
+        self.counts = {i: got for i, got in read_counts(self.directory).items() if i not in acked}
         return self._scan(acked)
 
     def _scan(self, acked: set[int]) -> Iterator[Located]:
@@ -232,6 +256,8 @@ class QueueLog:
             self._order.append(first)
             yield from survivors
         self._rewrite_acks(acked)
+        if self.counts or (self.directory / COUNTS_FILE).exists():
+            self._rewrite_counts(self.counts)
         self._delivered_file = _cached(self.directory / DELIVERED_FILE, os.O_WRONLY)
 
     def _read_acks(self) -> set[int]:
@@ -244,11 +270,7 @@ class QueueLog:
         return {v for (v,) in _U64.iter_unpack(data[:usable])}
 
     def _read_mark(self, name: str) -> int:
-        try:
-            data = (self.directory / name).read_bytes()
-        except FileNotFoundError:
-            return 0
-        return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
+        return _read_mark_of(self.directory, name)
 
     def _rewrite_acks(self, acked: set[int]) -> None:
         """Keep only the acks of segments that still exist (temp + rename)."""
@@ -427,12 +449,74 @@ class QueueLog:
             self.delivered = msg_id
 
     def flush_delivered(self) -> None:
-        """Write the delivered mark if it moved since the last write."""
+        """Write the delivered mark if it moved since the last write (and the count entries
+        noted with it)."""
+        self.write_counts()
         if self.delivered > self._delivered_written:
             self._delivered_written = self.delivered
             assert self._delivered_file is not None
             with self._delivered_file.pinned() as fd:
                 os.pwrite(fd, _U64.pack(self.delivered), 0)
+
+    # ------------------------------------------------------------------ delivery counts
+
+    def returned_count(self, msg_id: int) -> int:
+        """How many times a recovered message was returned to the queue: its last entry's
+        count, plus one when a consumer held it then (its consumer is gone with the
+        process, as a closed channel returns what it held); with no entry, one when it was
+        handed out (at or below the ``delivered`` recovery found: held when the log was last
+        written), else none."""
+        got = self.counts.get(msg_id)
+        if got is None:
+            return 1 if msg_id <= self.recovered_delivered else 0
+        count, out = got
+        return count + 1 if out else count
+
+    def record_counts(self, entries: list[tuple[int, int, bool]]) -> None:
+        """Record (id, count, out) entries now (messages returned: ``out`` false)."""
+        self.note_counts(entries)
+        self.write_counts()
+
+    def note_counts(self, entries: list[tuple[int, int, bool]]) -> None:
+        """Like ``record_counts`` without the write: ``write_counts`` (or
+        ``flush_delivered``) writes them before the deliveries they describe are sent."""
+        self._counts_staged.extend(_count_entry(*entry) for entry in entries)
+
+    def write_counts(self) -> None:
+        """One write of the noted count entries (the record is rewritten once it grew)."""
+        staged = self._counts_staged
+        if not staged:
+            return
+        self._counts_staged = []
+        self.dirty = True
+        if self._counts_file is None:  # the first entry of this queue's life
+            self._counts_file = _cached(self.directory / COUNTS_FILE, os.O_WRONLY | os.O_APPEND)
+        with self._counts_file.pinned() as fd:
+            os.write(fd, b"".join(staged))
+        self._count_entries += len(staged)
+        if self._count_entries > max(_COMPACT_ENTRIES, 2 * self._counts_kept):
+            acked = self._read_acks()
+            self._rewrite_counts(
+                {i: c for i, c in read_counts(self.directory).items() if i not in acked}
+            )
+
+    def _rewrite_counts(self, counts: dict[int, tuple[int, bool]]) -> None:
+        """Keep the latest entry of the ids still in a segment (temp + rename)."""
+        if self._counts_file is not None:
+            self._counts_file.close()
+        parts = [
+            _count_entry(msg_id, *counts[msg_id])
+            for msg_id in sorted(counts)
+            if msg_id > self.floor and self._segment_of(msg_id) is not None
+        ]
+        temp = self.directory / (COUNTS_FILE + ".tmp")
+        with open(temp, "wb") as handle:
+            handle.write(b"".join(parts))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, self.directory / COUNTS_FILE)
+        self._counts_file = _cached(self.directory / COUNTS_FILE, os.O_WRONLY | os.O_APPEND)
+        self._count_entries = self._counts_kept = len(parts)
 
     def purge(self) -> None:
         """Forget every message: all segments go, the ack record restarts empty. The floor
@@ -455,11 +539,16 @@ class QueueLog:
         self._order.clear()
         self._current = None
         self._rewrite_acks(set())
+        self._counts_staged = []
+        self.counts = {}
+        if self._counts_file is not None or (self.directory / COUNTS_FILE).exists():
+            self._rewrite_counts({})
 
     def sync(self) -> None:
         """fdatasync the segment being written and the ack record."""
         self.dirty = False
-        for handle in (self._seg_file, self._ack_file):
+        self.write_counts()
+        for handle in (self._seg_file, self._ack_file, self._counts_file):
             if handle is not None:
                 try:
                     with handle.pinned() as fd:
@@ -475,14 +564,15 @@ class QueueLog:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.write_staged()
+            self.write_counts()
         for seg in self._segments.values():
             if seg.reader is not None:
                 seg.reader.close()
-        for handle in (self._seg_file, self._ack_file, self._delivered_file):
+        for handle in (self._seg_file, self._ack_file, self._delivered_file, self._counts_file):
             if handle is not None:
                 with contextlib.suppress(OSError):
                     handle.close()
-        self._seg_file = self._ack_file = self._delivered_file = None
+        self._seg_file = self._ack_file = self._delivered_file = self._counts_file = None
 
     def delete(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Close the log and remove its files without waiting for them: what is staged is
@@ -491,6 +581,7 @@ class QueueLog:
         waits for the delete to be durable): a queue.delete, or the exclusive queues of a
         closing connection, never unlink segments on the event loop."""
         self._staged = []
+        self._counts_staged = []
         self.close()
         tombstone = layout.bury(self.directory)
         if tombstone is not None:
@@ -499,6 +590,65 @@ class QueueLog:
     def records(self) -> Iterator[Path]:
         """The segment files (tests and tools)."""
         return (self._segments[f].path for f in self._order)
+
+
+def last_id_of(directory: Path) -> int:
+    """The highest id a log holds or held (its last whole record, its delivered mark, its
+    purge floor), read without opening it for writing: a failover compares copies that
+    their followers may still hold open."""
+    directory = Path(directory)
+    found = max(_read_mark_of(directory, DELIVERED_FILE), _read_mark_of(directory, FLOOR_FILE))
+    firsts = sorted(
+        (
+            int(p.name[: -len(SEGMENT_SUFFIX)])
+            for p in directory.glob("*" + SEGMENT_SUFFIX)
+            if p.name[: -len(SEGMENT_SUFFIX)].isdigit()
+        ),
+        reverse=True,
+    )
+    for first in firsts:
+        path = directory / f"{first:020d}{SEGMENT_SUFFIX}"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # dropped meanwhile (acked whole)
+            continue
+        last = 0
+        for found_record in _iter_segment(data):
+            last = found_record.message.id
+        if last:
+            return max(found, last)
+    return found
+
+
+def _read_mark_of(directory: Path, name: str) -> int:
+    try:
+        data = (directory / name).read_bytes()
+    except FileNotFoundError:
+        return 0
+    return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
+
+
+def _count_entry(msg_id: int, count: int, out: bool) -> bytes:
+    head = _COUNT.pack(msg_id, count << 1 | out)
+    return head + _U32.pack(zlib.crc32(head))
+
+
+def read_counts(directory: Path) -> dict[int, tuple[int, bool]]:
+    """A ``counts`` record: the latest (count, out) of each id; a torn tail or an entry
+    failing its checksum is left out."""
+    try:
+        data = (Path(directory) / COUNTS_FILE).read_bytes()
+    except FileNotFoundError:
+        return {}
+    out: dict[int, tuple[int, bool]] = {}
+    unpack = _COUNT.unpack_from
+    for pos in range(0, len(data) - _COUNT_SIZE + 1, _COUNT_SIZE):
+        (crc,) = _U32.unpack_from(data, pos + 12)
+        if zlib.crc32(data[pos : pos + 12]) != crc:
+            continue
+        msg_id, word = unpack(data, pos)
+        out[msg_id] = (word >> 1, bool(word & 1))
+    return out
 
 
 def _cached(path: Path, flags: int) -> handles.CachedFile:

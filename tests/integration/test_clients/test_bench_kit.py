@@ -11,7 +11,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from bench import kit
+from bench import kit, rabbitmq_cluster
 from sievemq.testing import ServerProcess
 from sievemq.testing.pika_client import connect
 
@@ -73,3 +73,23 @@ def test_rabbitmq_sh_runs_a_private_node_and_cleans_up() -> None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert b"beam" in cmdline or b"erl" in cmdline
     assert not Path(f"/proc/{pid}").exists(), "the node outlived the block"
+
+
+def test_rabbitmq_cluster_joins_three_nodes_and_leaves_nothing_running() -> None:
+    """bench/rabbitmq_cluster.py: three Erlang nodes joined into one cluster, a quorum queue
+    with a member on each; after the block no beam or epmd of it runs and its folder is gone."""
+    with rabbitmq_cluster.rabbitmq_cluster(3) as cluster:
+        names = [node.name for node in cluster.nodes]
+        status = json.loads(cluster.nodes[0].ctl("cluster_status", "--formatter", "json"))
+        assert sorted(status["running_nodes"]) == sorted(names)
+        second = cluster.nodes[1]
+        with pika.BlockingConnection(pika.URLParameters(second.url)) as conn:
+            args = {"x-queue-type": "quorum", "x-quorum-initial-group-size": 3}
+            conn.channel().queue_declare("qq", durable=True, arguments=args)
+        assert cluster.leader("qq") == second.name  # client-local: the declaring node
+        members = cluster.nodes[0].ctl("list_queues", "name", "members")
+        assert all(name in members for name in names)
+        pids = [*cluster.pids(), cluster.epmd.pid]
+        base = cluster.base
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "outlived the block"
+    assert not base.exists()

@@ -285,6 +285,9 @@ class ClassicQueue:
         self.log = log_store
         self.consumers: ConsumerList = ConsumerList()
         self.deleted = False
+        # a replicated quorum queue's leader that may have been replaced (``cluster.failover``):
+        # its publishes are nacked, nothing is written
+        self.fenced = False
         self.on_ready: Callable[[], None] = _nothing
         self.on_unused: Callable[[ClassicQueue], None] = _nothing_q
         self.dead_letter: DeadLetter = _no_dead_letter
@@ -351,8 +354,12 @@ class ClassicQueue:
 
     def restore(self, messages: Iterable[Any], delivered_through: int) -> None:
         """Messages recovered from the log (``queue_log.Located``: message, position, size),
-        in id order; past the memory window only their index is kept."""
+        in id order; past the memory window only their index is kept. A quorum queue's
+        messages come back with their delivery counts (``QueueLog.returned_count``: what
+        a consumer held then counts as returned); one past ``x-delivery-limit`` is
+        dead-lettered when it reaches the head (``take``)."""
         ttl = self.arguments.message_ttl
+        counted = self._returned_count()
         for found in messages:
             rec = found.message
             facts = publish_facts(rec.properties)
@@ -368,8 +375,16 @@ class ClassicQueue:
                 logged=True,
             )
             msg.redelivered = rec.id <= delivered_through
+            if counted is not None:
+                msg.delivery_count = counted(rec.id)
             self._push(msg, found.position, found.size, delivered_through)
         self._next_id = max(self._next_id, self.log.last_id if self.log is not None else 0)
+
+    def _returned_count(self) -> Callable[[int], int] | None:
+        """How a recovered message's delivery count is found (quorum queues with a log)."""
+        if self.kind != "quorum" or self.log is None:
+            return None
+        return self.log.returned_count
 
     def _message(
         self,
@@ -572,6 +587,7 @@ class ClassicQueue:
             lost: list[int] = []
             expires = entry.expires
             through = entry.redelivered_through
+            counted = self._returned_count()
             fresh = level.fresh
             loaded_bytes = 0
             for i, rec in zip(range(start, stop), got, strict=True):
@@ -587,6 +603,8 @@ class ClassicQueue:
                 )
                 if rec_id <= through:
                     msg.redelivered = True
+                if counted is not None:
+                    msg.delivery_count = counted(rec_id)
                 fresh.append(msg)
                 loaded_bytes += len(body)
             self.loaded += len(got) - len(lost)
@@ -679,6 +697,16 @@ class ClassicQueue:
             if not self._ready:
                 return None
         msg = self._pop_any()
+        while msg is not None and msg.delivery_count and self.kind == "quorum":
+            limit = self.arguments.delivery_limit
+            if limit is None or msg.delivery_count <= limit:
+                if msg.logged and self.log is not None:
+                    # handed out again: a crash from now on returns it once more
+                    self.log.note_counts([(msg.id, msg.delivery_count, True)])
+                break
+            # recovered (or a limit lowered by a policy) past the limit: never delivered
+            self._discard([msg], "delivery_limit")
+            msg = self._pop_any()
         if msg is None:
             return None
         self.outstanding += 1
@@ -745,6 +773,12 @@ class ClassicQueue:
             self.budget.used += size
         if over:
             self._discard(over, "delivery_limit")
+        if self.kind == "quorum" and self.log is not None:
+            kept = [
+                m for m in messages if m.logged and (limit is None or m.delivery_count <= limit)
+            ]
+            if kept:
+                self.log.record_counts([(m.id, m.delivery_count, False) for m in kept])
         if self._ready:
             self.on_ready()
 

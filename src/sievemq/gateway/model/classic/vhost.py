@@ -243,6 +243,36 @@ class ClassicQueues:
         )
         return self._create(name, queue_arguments, True, auto_delete, None)
 
+    def open_copy(self, name: str, table: dict[str, Any]) -> ClassicQueue:
+        """A replica's copy of a durable quorum queue's log, kept where this node's own
+        queue of that name keeps its log, opened as the live queue (a failover made this
+        node its leader): recovery rebuilds its state as after a restart. Every message not
+        settled is ready; what the old leader had handed out (at or below the copy's
+        delivered mark) comes back redelivered, counted as returned once more (its consumers
+        went with that leader), with the counts the copy holds. The queue is stored in this
+        node's definitions, as a declare stores it."""
+        if name in self.queues:
+            raise PreconditionFailed(
+                f"{rs('queue', name, self.vhost_name)} is already open on this node"
+            )
+        queue = self.restore(name, "quorum", table, False)
+        self._on_change(name)
+        return queue
+
+    def detach(self, name: str) -> ClassicQueue | None:
+        """Another node leads the queue now (a failover): forget it here as a delete does
+        (its consumers are cancelled, the definitions forget it) but keep its bindings
+        (cluster-wide) and leave its files, closed, to the caller."""
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return None
+        self.on_deleted(queue)
+        queue.notify_deleted()
+        self._on_change(name)
+        queue.release_memory()
+        queue.close()
+        return queue
+
     # ------------------------------------------------------------------ access
 
     def check_owner(self, queue: ClassicQueue, owner: object | None) -> None:

@@ -4,7 +4,8 @@ Publishes that arrive during one event-loop tick are enqueued together (persiste
 a durable queue go to its log in one write), then their confirms are settled. Durability:
 ``always`` fdatasyncs the log before confirming; ``batch`` fdatasyncs every
 ``sync_interval_ms`` while the log is dirty; ``never`` leaves it to the OS. Messages refused by
-``x-overflow`` reject-publish are nacked.
+``x-overflow`` reject-publish are nacked, and so is every publish to a fenced quorum queue
+leader (``ClassicQueue.fenced``: ``cluster.failover``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ class ClassicAppender:
         if not batch:
             return
         queue = self.queue
+        if queue.fenced:  # a leader that may have been replaced: nothing written, all nacked
+            self._settle(sinks, [False] * len(batch))
+            return
         try:
             results = queue.enqueue(batch)
             qlog = queue.log
