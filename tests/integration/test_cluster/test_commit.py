@@ -25,7 +25,7 @@ from sievemq.testing import ServerProcess
 from sievemq.testing.stream_client import RawStreamClient, open_client, producer
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import WAIT_S, channel, get, queues, stopped, until
+from .cluster_helpers import WAIT_S, channel, get, queues, running, stopped, until
 
 Channel = aiormq.abc.AbstractChannel
 QUIET_S = 3.0  # how long a held confirm or delivery must stay away
@@ -34,7 +34,15 @@ NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 
 def declare(nodes: dict[str, ServerProcess], name: str, size: int) -> None:
-    """A stream on ``a`` with ``size`` members, each of them online on ``a``'s listing."""
+    """A stream on ``a`` with ``size`` members, each of them online on ``a``'s listing.
+
+    Waits first until ``a`` sees every node running: an earlier test's SIGSTOP outlasts the
+    lease, and a stream declared before a stopped node has registered again is given fewer
+    replicas (as RabbitMQ picks a new stream's members among the running nodes)."""
+    until(
+        lambda: all(running(nodes["a"]).get(n) for n in NAMES),
+        f"a sees {', '.join(NAMES)} running",
+    )
     arguments = {"x-queue-type": "stream", "x-initial-cluster-size": size}
     channel(nodes["a"]).queue_declare(name, durable=True, arguments=arguments)
     until(
