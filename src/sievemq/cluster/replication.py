@@ -96,6 +96,7 @@ class Follower:
         self.hold = False  # an election is on (``cluster.failover``): follow nobody
         self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
+        self._owed = 0  # chunks appended and not acknowledged yet (``_acknowledge``)
         self.connected = asyncio.Event()  # subscribed to the leader now
         queue.leader_of_copy = self  # StoreOffset on this node goes to the leader
         # its readers read what the leader committed (``wire.COMMITTED``), not its end
@@ -158,6 +159,7 @@ class Follower:
 
     async def _follow(self, host: str, port: int) -> None:
         self.prepare()
+        self._owed = 0  # (what the last connection owed is moot: acknowledged anew below)
         reader, writer = await asyncio.open_connection(host, port)
         self._writer = writer
         try:
@@ -197,15 +199,27 @@ class Follower:
         self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes
     ) -> None:
         """A chunk: appended as the leader stored it, then the leader told what the copy
-        holds (synced under always: the leader may commit it) with credit for one more."""
+        holds (synced under always: the leader may commit it) with credit for one more:
+        once for every chunk that came in the same read (``_acknowledge``)."""
         await self._append(frame, version)
         # what the leader committed may reach past the copy's end (a copy catching up):
         # commit clamps to the end, so commit again as it grows
         self.stream.commit(self._leader_committed)
-        writer.write(
-            wire.replica_holds(0, self.epoch, self.stream.end_offset)
-            + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
-        )
+        self._owed += 1
+        if self._owed == 1:
+            asyncio.get_running_loop().call_soon(self._acknowledge, writer)
+
+    def _acknowledge(self, writer: asyncio.StreamWriter) -> None:
+        """What the copy holds, and credit for as many chunks as were appended since the
+        last acknowledgement: one write when the follower has read every chunk that came
+        (a copy catching up gets them many at a time: one write, and one wake of the
+        leader, for all), not one per chunk."""
+        owed, self._owed = self._owed, 0
+        if owed and not writer.is_closing():
+            writer.write(
+                wire.replica_holds(0, self.epoch, self.stream.end_offset)
+                + wire.frame(wire.CREDIT, struct.pack(">BH", 0, owed))
+            )
 
     async def _on_committed(
         self, writer: asyncio.StreamWriter, key: int, version: int, frame: bytes

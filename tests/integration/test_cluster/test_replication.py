@@ -24,7 +24,16 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, close_open, cluster_args, copy_of, led_by, queues, until
+from .cluster_helpers import (
+    channel,
+    close_open,
+    cluster_args,
+    copy_of,
+    led_by,
+    queues,
+    stopped,
+    until,
+)
 
 STREAM = {"x-queue-type": "stream"}
 MESSAGES = 10_000
@@ -171,6 +180,27 @@ async def test_a_replica_killed_while_publishing_catches_up(
     assert done == [None]
     until(lambda: identical(a, c, "survivor"), "the restarted replica caught up, byte-identical")
     until(lambda: identical(a, nodes["b"], "survivor"), "the other replica too")
+
+
+async def test_a_returning_replica_is_not_waited_for_while_it_catches_up(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """A replica that comes back to a backlog copies it in the background (paced: the
+    backlog is committed already); the leader's confirms need only the replica that holds
+    each chunk, so they go on even while the returning one is stopped mid-way, and the
+    returning copy ends byte-identical, backlog and new messages alike."""
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    declare(a, "returning")
+    until(lambda: queues(a).get("returning", {}).get("online") == ["a", "b", "c"], "3 members")
+    c.stop()
+    await publish(a, "returning", 0, MESSAGES)  # the backlog: a and b are the majority
+    c.start()
+    until(lambda: queues(a).get("returning", {}).get("online") == ["a", "b", "c"], "c back")
+    with stopped(c):  # however far its copy got: confirms go on without it
+        await publish(a, "returning", MESSAGES, 1_000)
+    await publish(a, "returning", MESSAGES + 1_000, 1_000)
+    until(lambda: identical(a, c, "returning"), "the returning replica caught up")
+    until(lambda: identical(a, b, "returning"), "the other replica holds the same")
 
 
 async def test_cluster_size_one_has_no_replica(nodes: dict[str, ServerProcess]) -> None:

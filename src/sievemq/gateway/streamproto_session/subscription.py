@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -46,6 +48,15 @@ log = logging.getLogger(__name__)
 READ_BATCH = 4096  # records per reader call
 MAX_TURN_BYTES = 4 * 1024 * 1024  # Deliver bytes written per turn before yielding
 MAX_ENTRIES = 0xFFFF  # entries per chunk (u16 in the header)
+# A replica's feed sending chunks a majority holds already (a copy catching up) works in the
+# background: turns of at most CATCH_UP_TURN_BYTES (read CATCH_UP_READ chunks at a time),
+# each followed by a pause, so that those turns take at most CATCH_UP_SHARE of the event
+# loop's time and the leader's live work (publishes, the replicas that commit them,
+# confirms) is not queued behind megabytes of history (``Subscription._run``). The
+# environment variables are for measuring (bench/replica_catch_up.py), not for tuning.
+CATCH_UP_SHARE = float(os.environ.get("SIEVEMQ_CATCH_UP_SHARE", "0.25"))
+CATCH_UP_TURN_BYTES = int(os.environ.get("SIEVEMQ_CATCH_UP_TURN_BYTES", str(256 * 1024)))
+CATCH_UP_READ = 4
 
 
 class WholeChunks(FilterSpec):
@@ -183,6 +194,7 @@ class Subscription(CommitWaker):
         "_marked",
         "_pending",
         "_reader",
+        "_resume_at",
         "conn",
         "credit",
         "delivered",
@@ -232,6 +244,7 @@ class Subscription(CommitWaker):
         self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
+        self._resume_at = 0.0  # a copy catching up: its next turn not before (loop time)
         # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
         # consumer's: the reader's work plus what was delivered, folded in once per turn
         self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
@@ -298,6 +311,21 @@ class Subscription(CommitWaker):
             return
         reader = self._reader
         stream = self._stream
+        turn_bytes = MAX_TURN_BYTES
+        read_chunks = 64
+        started = 0.0
+        # a replica's copy catching up: what it lacks is committed already (a majority
+        # holds it), so it goes in the background, paced (``CATCH_UP_SHARE``)
+        behind = self.verbatim and self.next_offset < stream.committed_offset
+        if behind:
+            loop = self._loop
+            if loop.time() < self._resume_at:
+                self._scheduled = True
+                loop.call_at(self._resume_at, self._run)
+                return
+            turn_bytes = CATCH_UP_TURN_BYTES
+            read_chunks = CATCH_UP_READ
+            started = time.perf_counter()
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
         version = conn.deliver_version
@@ -311,7 +339,7 @@ class Subscription(CommitWaker):
         reads = 0
         try:
             chunks = self._chunks
-            while credit > 0 and written < MAX_TURN_BYTES:
+            while credit > 0 and written < turn_bytes:
                 records = self._pending
                 if records:
                     self._pending = []
@@ -360,7 +388,7 @@ class Subscription(CommitWaker):
                 elif reads < 2:
                     reads += 1
                     if self.verbatim:
-                        got = reader.read_stored()
+                        got = reader.read_stored(min(credit, read_chunks))
                         if not got:
                             break
                         got.reverse()
@@ -433,6 +461,9 @@ class Subscription(CommitWaker):
         if out:
             conn.write_parts(out)
         self.stats.account(self.delivered - delivered, written)
+        if behind:
+            spent = time.perf_counter() - started
+            self._resume_at = self._loop.time() + spent * (1 - CATCH_UP_SHARE) / CATCH_UP_SHARE
         if credit > 0 and (self._pending or self._chunks or not reader.at_end):
             self.wake()
 
