@@ -17,6 +17,12 @@ kept) and c is started again. Measured:
   catch-up takes from the leader (its shipping) and what the replica spends appending.
 
     python -m bench.replica_catch_up [--n 200000] [--rounds 3] [--out FILE.json]
+        [--before SRC]
+
+``--before SRC`` compares another version of the code (a ``src`` folder, for example
+``git archive main src | tar -x -C /tmp/before``) with this one: each round runs twice, in
+turn, on a fresh cluster whose nodes import SRC first (``PYTHONPATH``), then on one of
+this checkout's; the report has ``before`` and ``after``, each with its medians and runs.
 
 The load generator runs on the same cores as the nodes (a 2-core machine here): the figures
 are this machine's; medians of the rounds are reported with each round's figures.
@@ -26,11 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,21 +176,46 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=int, default=20, help="the steady publisher's")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--before", type=Path, help="a src folder to compare, in turn")
     opts = parser.parse_args()
-    runs = []
-    with running_cluster("sievemq-catch-up-bench-") as nodes:
-        for r in range(opts.rounds):
-            runs.append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
-            print(json.dumps(runs[-1]), flush=True)
+    settings = {"n": opts.n, "window": opts.window, "rounds": opts.rounds}
+    if opts.before is None:
+        runs = []
+        with running_cluster("sievemq-catch-up-bench-") as nodes:
+            for r in range(opts.rounds):
+                runs.append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
+                print(json.dumps(runs[-1]), flush=True)
+        report("replica_catch_up", opts.out, **settings, medians=_median(runs), runs=runs)
+        return
+    compared: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for r in range(opts.rounds):
+        for case, src in (("before", str(opts.before.resolve())), ("after", None)):
+            with _python_path(src), running_cluster("sievemq-catch-up-bench-") as nodes:
+                compared[case].append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
+            print(case, json.dumps(compared[case][-1]), flush=True)
     report(
         "replica_catch_up",
         opts.out,
-        n=opts.n,
-        window=opts.window,
-        rounds=opts.rounds,
-        medians=_median(runs),
-        runs=runs,
+        **settings,
+        before_src=str(opts.before),
+        **{case: {"medians": _median(runs), "runs": runs} for case, runs in compared.items()},
     )
+
+
+@contextlib.contextmanager
+def _python_path(src: str | None) -> Iterator[None]:
+    """The nodes started inside import ``src`` first (None: this checkout's code)."""
+    saved = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        yield
+    finally:
+        if src is not None:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
 
 
 if __name__ == "__main__":
