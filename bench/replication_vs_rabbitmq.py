@@ -5,9 +5,9 @@
 
 Both clusters run at once on this machine, on 127.0.0.1, their state under /tmp: an etcd
 and three SieveMQ nodes (``--cluster-lease-ttl`` 5 s, the default, or ``--lease-ttl``;
-``--fsync batch``, the default), and three RabbitMQ nodes with their own names, AMQP and
-distribution ports, one private epmd and a shared cookie, joined with
-``rabbitmqctl join_cluster``
+``--fsync batch``, the default, or ``--sievemq-fsync always``), and three RabbitMQ nodes
+with their own names, AMQP and distribution ports, one private epmd and a shared cookie,
+joined with ``rabbitmqctl join_cluster``
 (``bench/rabbitmq_cluster.py``; default settings). Everything is stopped at the end, after
 an error too.
 
@@ -37,7 +37,8 @@ up before the next round (a SieveMQ stream's segment files, a quorum queue's liv
 equal to the new leader's; RabbitMQ: its member online again).
 
 Both systems' quorum queues have three members that commit by majority (SieveMQ:
-``cluster/quorum_replication.py``, ``--fsync batch``: a replica fdatasyncs within 200 ms;
+``cluster/quorum_replication.py``; under ``--fsync batch`` every node fdatasyncs within
+200 ms, under ``always`` the leader and each replica before they count a message held;
 RabbitMQ: Raft, its log fsynced before a confirm).
 """
 
@@ -189,8 +190,8 @@ Side = SieveSide | RabbitSide
 
 
 @contextmanager
-def sievemq_cluster(base: Path, lease_ttl: int) -> Iterator[SieveSide]:
-    flags = ("--cluster-lease-ttl", str(lease_ttl))
+def sievemq_cluster(base: Path, lease_ttl: int, fsync: str = "batch") -> Iterator[SieveSide]:
+    flags = ("--cluster-lease-ttl", str(lease_ttl), "--fsync", fsync)
     with (
         running_etcd(base / "etcd") as etcd,
         started_nodes(base, etcd.url, NAMES, flags) as nodes,
@@ -468,6 +469,9 @@ def main() -> None:
         default=30.0,
         help="seconds the failover client that keeps its channel after nacks waits for an ack",
     )
+    parser.add_argument(
+        "--sievemq-fsync", choices=("batch", "always"), default="batch", help="SieveMQ's --fsync"
+    )
     parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
     kinds = [k for k in opts.kinds.split(",") if k]
@@ -481,7 +485,8 @@ def main() -> None:
     failovers: list[dict[str, Any]] = []
     with ExitStack() as stack:
         base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sievemq-repl-rmq-")))
-        sides: list[Side] = [stack.enter_context(sievemq_cluster(base, opts.lease_ttl))]
+        sieve = sievemq_cluster(base, opts.lease_ttl, opts.sievemq_fsync)
+        sides: list[Side] = [stack.enter_context(sieve)]
         sides.append(stack.enter_context(rabbit_cluster()))
         for r in range(opts.rounds):
             for kind in kinds:
@@ -506,7 +511,7 @@ def main() -> None:
         "samples": opts.samples,
         "n": opts.n,
         "sievemq_lease_ttl_s": opts.lease_ttl,
-        "sievemq_fsync": "batch",
+        "sievemq_fsync": opts.sievemq_fsync,
         "medians": medians(rows),
         "ratios_sievemq_over_rabbitmq": ratios(rows, kinds),
         "failover": failover_medians(failovers),
