@@ -15,7 +15,6 @@ from typing import Any
 import aiormq
 import httpx
 
-from bench._util import report as report  # (re-exported: the cluster benches end with it)
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess

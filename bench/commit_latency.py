@@ -32,10 +32,10 @@ from bench._cluster import (
     medians,
     members_online,
     publish_confirmed,
-    report,
     running_cluster,
     wait_for,
 )
+from bench._util import report
 from sievemq.testing import ServerProcess
 
 

@@ -29,12 +29,11 @@ from bench._cluster import (
     medians,
     members_online,
     publish_confirmed,
-    report,
     running_cluster,
     segment_sizes,
     wait_for,
 )
-from bench._util import proc_cpu_s
+from bench._util import proc_cpu_s, report
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
 
