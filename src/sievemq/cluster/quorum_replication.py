@@ -56,7 +56,15 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
 from sievemq.storage import Durability, layout
-from sievemq.storage.queue_log import QueueLog, Snapshot, decode_parts, read_counts
+from sievemq.storage.queue_log import (
+    COUNT,
+    QueueLog,
+    Snapshot,
+    decode_parts,
+    pack_count,
+    read_counts,
+    unpack_count,
+)
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -67,7 +75,6 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _RUN = struct.Struct(">QQ")
 ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
-_COUNT = struct.Struct(">QI")
 
 Queue = tuple[str, str]
 
@@ -96,11 +103,7 @@ def encode_keep(through: int, runs: list[tuple[int, int]]) -> bytes:
 
 
 def encode_counts(entries: list[tuple[int, int, bool]]) -> bytes:
-    return (
-        COUNTS
-        + _U32.pack(len(entries))
-        + b"".join(_COUNT.pack(msg_id, count << 1 | out) for msg_id, count, out in entries)
-    )
+    return COUNTS + _U32.pack(len(entries)) + b"".join(pack_count(*entry) for entry in entries)
 
 
 class Copy:
@@ -157,10 +160,10 @@ class Copy:
                     pos += 4
                     entries = []
                     for _ in range(n):
-                        msg_id, word = _COUNT.unpack_from(data, pos)
-                        pos += _COUNT.size
-                        if msg_id in live:
-                            entries.append((msg_id, word >> 1, bool(word & 1)))
+                        entry = unpack_count(data, pos)
+                        pos += COUNT.size
+                        if entry[0] in live:
+                            entries.append(entry)
                     if entries:
                         qlog.write_staged()
                         qlog.record_counts(entries)
