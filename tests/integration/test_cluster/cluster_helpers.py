@@ -117,6 +117,21 @@ def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
     return {q["name"]: q for q in get(node, "/api/queues")}
 
 
+def new_leader(seen_by: ServerProcess, name: str, candidates: tuple[str, ...]) -> str:
+    """The node among ``candidates`` that leads ``name``, once ``seen_by``'s /api/queues says
+    one does (after a failover: the lease TTL, then an election)."""
+    return str(
+        until(
+            lambda: (
+                queues(seen_by).get(name, {}).get("leader") in candidates
+                and queues(seen_by)[name]["leader"]
+            ),
+            f"one of {', '.join(candidates)} leads {name}",
+            timeout=60,
+        )
+    )
+
+
 @contextmanager
 def stopped(*procs: ServerProcess) -> Iterator[None]:
     """The nodes SIGSTOPped for the block (SIGCONTed after it, whatever happens)."""
@@ -175,6 +190,35 @@ async def offset_on(node: ServerProcess, name: str, reference: str) -> int | Non
         return None
     finally:
         await client.close()
+
+
+async def until_offset(
+    node: ServerProcess, name: str, reference: str, offset: int, what: str, timeout: float = WAIT_S
+) -> None:
+    """Wait until ``node`` answers ``offset`` for ``reference`` (QueryOffset); fail naming
+    ``what``."""
+
+    async def answers() -> bool:
+        return await offset_on(node, name, reference) == offset
+
+    await until_async(answers, what, timeout)
+
+
+async def store_offset(node: ServerProcess, name: str, reference: str, offset: int) -> None:
+    """A StoreOffset of ``reference`` on ``node`` (through a client of its own)."""
+    client = await open_client(node)
+    try:
+        await client.store_offset(name, reference, offset)
+    finally:
+        await client.close()
+
+
+async def republish_old_ids(node: ServerProcess, name: str, reference: str) -> None:
+    """Ids 5..14 of ``reference`` published to ``node`` after 0..9 were stored: 5..9 are
+    deduplicated (the stream holds 15) and the publisher's sequence is 14."""
+    publish_deduplicated(node, name, reference, range(5, 15))
+    assert end_offset(node, name) == 15
+    assert await sequence_on(node, name, reference) == 14
 
 
 async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:
