@@ -1,5 +1,6 @@
-"""Helpers of the cluster tests: node flags, polling, the admin API of a node, and what the
-replication tests ask a stream on a node (its end, its files, its offsets and sequences)."""
+"""Helpers of the cluster tests: node flags, polling, the admin API of a node, publishes, and
+what the replication tests ask a stream on a node (its end, its files, its offsets and
+sequences, who leads it after a failover)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import httpx
 import pika
 from rstream.exceptions import OffsetNotFound, StreamNotAvailable
@@ -110,6 +112,43 @@ def close_open() -> None:
         if conn.is_open:
             with contextlib.suppress(pika.exceptions.AMQPError):  # its node was killed
                 conn.close()
+
+
+def numbered(prefix: str, count: int) -> list[bytes]:
+    """Bodies ``PREFIX 0`` .. ``PREFIX count-1``: published, then looked for in order."""
+    return [f"{prefix} {i}".encode() for i in range(count)]
+
+
+def publish_each(
+    on: Any,
+    routing_key: str,
+    bodies: list[bytes],
+    exchange: str = "",
+    properties: pika.BasicProperties | None = None,
+    mandatory: bool = True,
+) -> None:
+    """Each of ``bodies`` published on pika channel ``on`` in turn (in confirm mode each
+    waits for its confirm: pika raises on a nack, and on a return when ``mandatory``)."""
+    for body in bodies:
+        on.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+
+
+def publish_pipelined(
+    node: ServerProcess, messages: list[tuple[str, aio_pika.Message]]
+) -> list[str]:
+    """Each (routing key, message) published to the default exchange through ``node`` on one
+    aio-pika channel with confirms, all in flight at once: each confirm's kind (``Ack``)."""
+
+    async def publish() -> list[str]:
+        conn = await aio_pika.connect(node.url)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            confirms = await asyncio.gather(
+                *(ch.default_exchange.publish(message, key) for key, message in messages)
+            )
+        return [type(c).__name__ for c in confirms]
+
+    return asyncio.run(publish())
 
 
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
