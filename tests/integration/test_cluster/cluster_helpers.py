@@ -81,16 +81,18 @@ def running(node: ServerProcess) -> dict[str, bool]:
 
 @contextmanager
 def started_nodes(
-    etcd: EtcdProcess, base: Path, names: tuple[str, ...]
+    etcd: EtcdProcess, base: Path, names: tuple[str, ...], flags: tuple[str, ...] = ()
 ) -> Iterator[dict[str, ServerProcess]]:
-    """Nodes joined through ``etcd``, started one at a time (each start is seconds of CPU),
-    each stopped after the block with exit status 0."""
-    procs = {n: ServerProcess(base / n, cluster_args(etcd, n)) for n in names}
+    """Nodes joined through ``etcd`` (each with ``flags``), started one at a time (each start
+    is seconds of CPU), each stopped after the block with exit status 0 (the test's
+    connections closed first)."""
+    procs = {n: ServerProcess(base / n, (*cluster_args(etcd, n), *flags)) for n in names}
     try:
         for proc in procs.values():
             proc.start()
         yield procs
     finally:
+        close_open()
         for proc in procs.values():
             if proc.running:
                 assert proc.stop() == 0, proc.stderr()
