@@ -42,7 +42,7 @@ from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from bench._util import export_src, git_commit
+from bench._util import export_src, git_commit, profiled, shut_down
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-publish-path"
@@ -164,23 +164,15 @@ async def publish_run(
             protocol.data_received(chunk)
             await _handled(protocol)
         await asyncio.sleep(0.05)
-        profiler = None
-        if profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
         cpus = []
-        for _ in range(passes):
-            cpu = time.process_time()
-            for chunk in timed:
-                protocol.data_received(chunk)
-                await _handled(protocol)  # the appender's flush and the confirms run here
-            await asyncio.sleep(0)
-            cpus.append((time.process_time() - cpu) / n * 1e6)
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(profile)
+        with profiled(profile):
+            for _ in range(passes):
+                cpu = time.process_time()
+                for chunk in timed:
+                    protocol.data_received(chunk)
+                    await _handled(protocol)  # the appender's flush and the confirms run here
+                await asyncio.sleep(0)
+                cpus.append((time.process_time() - cpu) / n * 1e6)
         stored = broker.vhost("/").get_queue(QUEUE).message_count
         if stored < WARMUP + n * passes:
             raise SystemExit(f"only {stored} of {WARMUP + n * passes} messages were stored")
@@ -188,11 +180,7 @@ async def publish_run(
             raise SystemExit("no confirm was written")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
     finally:
-        protocol.connection_lost(None)
-        for vhost in broker.vhosts.values():
-            vhost.close()
-        node.executor.shutdown(wait=True)
-        shutil.rmtree(data, ignore_errors=True)
+        shut_down(protocol, broker, node, data)
 
 
 async def _handled(protocol: Any) -> None:

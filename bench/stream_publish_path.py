@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import publish_path
-from bench._util import export_src, git_commit
+from bench._util import export_src, git_commit, profiled, shut_down
 from bench.publish_path import summarize_cpu_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,23 +150,15 @@ async def publish_run(
             timed.append(slices(publish_bytes(next_id, n, size)))
             next_id += n
         await asyncio.sleep(0.05)
-        profiler = None
-        if profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
         cpus = []
-        for one in timed:
-            cpu = time.process_time()
-            for chunk in one:
-                protocol.data_received(chunk)
-                await asyncio.sleep(0)  # the appender's flush and the confirms run here
-            await asyncio.sleep(0)
-            cpus.append((time.process_time() - cpu) / n * 1e6)
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(profile)
+        with profiled(profile):
+            for one in timed:
+                cpu = time.process_time()
+                for chunk in one:
+                    protocol.data_received(chunk)
+                    await asyncio.sleep(0)  # the appender's flush and the confirms run here
+                await asyncio.sleep(0)
+                cpus.append((time.process_time() - cpu) / n * 1e6)
         await asyncio.sleep(0.01)
         stored = broker.vhost("/").get_queue(STREAM).stream.end_offset
         if stored < WARMUP + n * passes:
@@ -175,11 +167,7 @@ async def publish_run(
             raise SystemExit(f"{50_000 - conn.publish_credits} messages were not confirmed")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
     finally:
-        protocol.connection_lost(None)
-        for vhost in broker.vhosts.values():
-            vhost.close()
-        node.executor.shutdown(wait=True)
-        shutil.rmtree(data, ignore_errors=True)
+        shut_down(protocol, broker, node, data)
 
 
 def one_run(args: argparse.Namespace, kind: str, size: int, profile: str | None = None) -> Any:
