@@ -17,6 +17,7 @@ from typing import Any
 import aio_pika
 import httpx
 import pika
+import pytest
 from rstream.exceptions import OffsetNotFound, StreamNotAvailable
 
 from sievemq.cluster.replication import replica_directory
@@ -184,6 +185,25 @@ def stopped(*procs: ServerProcess) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def etcd_away(etcd: EtcdProcess) -> Iterator[None]:
+    """etcd stopped for the block (started again on its data after it, whatever happens)."""
+    etcd.stop()
+    try:
+        yield
+    finally:
+        etcd.start()
+
+
+def closed_with_541(action: Callable[[], object], text: str) -> None:
+    """``action`` (a pika call) gets its connection closed with 541 and a reply naming
+    ``text`` (what etcd did not record while it was away)."""
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+        action()
+    assert refused.value.reply_code == 541
+    assert text in refused.value.reply_text
 
 
 def declare_replicated(
