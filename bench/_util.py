@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -13,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -80,6 +82,19 @@ def profiled(path: str | None) -> Iterator[None]:
     finally:
         profiler.disable()
         profiler.dump_stats(path)
+
+
+def in_process_node(prefix: str, durability: str) -> tuple[Path, Any, Any]:
+    """A path bench's server in this process, on this event loop: a fresh data directory
+    (``prefix``), its broker (``Durability[durability]``) and its node."""
+    from sievemq.gateway.model.broker import Broker, BrokerSettings
+    from sievemq.gateway.runtime.node import Limits, Node
+    from sievemq.storage import Durability
+
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    broker = Broker(data, BrokerSettings(durability=Durability[durability]))
+    node = Node(broker, Limits(), asyncio.get_running_loop())
+    return data, broker, node
 
 
 def shut_down(protocol: Any, broker: Any, node: Any, data: Path) -> None:
