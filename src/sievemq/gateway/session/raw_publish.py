@@ -94,7 +94,7 @@ class RawRoute:
         "_channel",
         "_connection",
         "_max_size",
-        "_queue",
+        "_queues",
         "_remote",
         "method",
         "pub",
@@ -109,7 +109,7 @@ class RawRoute:
         channel: RawHost,
         method: bytes,
         pub: Publish,
-        queue: RemoteQueue,
+        queues: tuple[RemoteQueue, ...],
         remote: RemoteLookup,
     ) -> None:
         self._channel = channel
@@ -117,7 +117,7 @@ class RawRoute:
         self._max_size = channel.connection.node.limits.max_message_size
         self.method = method
         self.pub = pub
-        self._queue = queue
+        self._queues = queues
         self._remote = remote
         self.stamp = channel.connection.route_stamp  # the connection's, when last checked
 
@@ -186,13 +186,13 @@ class RawRoute:
 
     def _still_routes(self) -> bool:
         """The connection may have seen a routing change: does the publish still route to
-        the queue alone? (Else the raw route ends.)"""
+        the same queues, and only to them? (Else the raw route ends.)"""
         channel = self._channel
         if channel.tx is None and not channel.closing:
             vhost = self._connection.vhost
             exchange, routing_key, _ = self.pub
-            if vhost is not None and _sole_remote(vhost, exchange, routing_key, self._remote) is (
-                self._queue
+            if vhost is not None and (
+                remote_targets(vhost, exchange, routing_key, self._remote) == self._queues
             ):
                 self.stamp = self._connection.route_stamp
                 return True
@@ -232,16 +232,16 @@ class RawRoute:
 
 def enter(channel: RawHost, method: bytes, pub: Publish, remote: RemoteLookup) -> RawRoute | None:
     """After an ordinary publish of ``method`` on ``channel``: a raw route for its next ones
-    when it routes to exactly one queue another node leads (None: it does not)."""
+    when it routes only to queues one other node leads (None: it does not)."""
     vhost = channel.connection.vhost
     if channel.tx is not None or channel.closing or vhost is None:
         return None
     exchange, routing_key, _ = pub
-    queue = _sole_remote(vhost, exchange, routing_key, remote)
-    if queue is None:
+    queues = remote_targets(vhost, exchange, routing_key, remote)
+    if queues is None:
         return None
-    route = RawRoute(channel, method, pub, queue, remote)
-    publisher = queue.open_raw(route, exchange, routing_key)
+    route = RawRoute(channel, method, pub, queues, remote)
+    publisher = queues[0].open_raw(route, exchange, routing_key, len(queues))
     if publisher is None:
         return None
     route.publisher = publisher
@@ -256,13 +256,24 @@ def _no_headers() -> dict[str, Any]:
     raise _ByHeaders
 
 
-def _sole_remote(vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup) -> Any:
-    """The one queue another node leads that (exchange, routing key) routes to, whatever
-    the message; None when it routes anywhere else too, nowhere, or by headers."""
+def remote_targets(
+    vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup
+) -> tuple[RemoteQueue, ...] | None:
+    """The queues (exchange, routing key) routes to, whatever the message, when every one of
+    them is led by the same other node; None when it routes to a queue here too, to queues
+    of several other nodes, nowhere, or by headers."""
     try:
         queues = vhost.route(exchange, routing_key, _no_headers, remote)
     except (_ByHeaders, errors.AMQPError):
         return None
-    if len(queues) != 1 or isinstance(queues[0], StreamQueue | ClassicQueue):
+    if not queues:
         return None
-    return queues[0]
+    leader = None
+    for queue in queues:
+        if isinstance(queue, StreamQueue | ClassicQueue):
+            return None
+        if leader is None:
+            leader = queue.leader
+        elif queue.leader != leader:
+            return None
+    return tuple(queues)
