@@ -79,11 +79,11 @@ def running(node: ServerProcess) -> dict[str, bool]:
 
 @contextmanager
 def started_nodes(
-    etcd: EtcdProcess, base: Path, names: tuple[str, ...]
+    etcd: EtcdProcess, base: Path, names: tuple[str, ...], ttl_s: int = TTL_S
 ) -> Iterator[dict[str, ServerProcess]]:
-    """Nodes joined through ``etcd``, started one at a time (each start is seconds of CPU),
-    each stopped after the block with exit status 0."""
-    procs = {n: ServerProcess(base / n, cluster_args(etcd, n)) for n in names}
+    """Nodes joined through ``etcd`` (leases of ``ttl_s``), started one at a time (each start
+    is seconds of CPU), each stopped after the block with exit status 0."""
+    procs = {n: ServerProcess(base / n, cluster_args(etcd, n, ttl_s)) for n in names}
     try:
         for proc in procs.values():
             proc.start()
