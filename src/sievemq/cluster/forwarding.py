@@ -283,12 +283,13 @@ class ForwardedQueue:
 
 
 class RawForward(ForwardedQueue):
-    """One client channel's publishes to a queue another node leads, passed on as they came.
+    """One client channel's publishes to queues another node leads, passed on as they came.
 
-    A client channel whose publishes of one (exchange, routing key) route to exactly one
-    queue another node leads (``gateway.session.raw_publish``) forwards them here without
+    A client channel whose publishes of one (exchange, routing key) route only to queues
+    one other node leads (``gateway.session.raw_publish``) forwards them here without
     checking, routing or decoding them: each publish's content header and body frame go to
-    a link channel of their own, pinned to the queue, with only the frame heads written
+    a link channel of their own, pinned to the queue (one queue) or routed by the leader
+    (several: ``ROUTED_TARGET`` with their number), with only the frame heads written
     anew (the channel number). The header's weight stays the client's 0 (``MARK_UNKNOWN``),
     so the leader checks the property list, as it does for its own clients, and answers
     what is wrong with it. The client channel frames each run of publishes of one read

@@ -1,15 +1,18 @@
-"""Raw forwarding: a client channel whose publishes all go to one queue another node leads.
+"""Raw forwarding: a client channel whose publishes all go to queues one other node leads.
 
 A cluster node forwards a publish routed to another node's queue (``cluster/forwarding.py``)
 after running the client's whole publish path here: the property list checked, the
-message routed, then framed again for the link. For a channel whose publishes of one
-(exchange, routing key) route to exactly one such queue, that is work the leader does
-again or need not be done at all. Once an ordinary publish on a client channel was routed
+message routed, then framed again for the link (once per remote queue). For a channel
+whose publishes of one (exchange, routing key) route only to queues one other node leads
+(``remote_targets``: one, or several), that is work the leader does again or need not be
+done at all. Once an ordinary publish on a client channel was routed
 so (``enter``), the channel's later publishes with the same basic.publish method bytes, one
 content header and one body frame each, go to the leader as they came
 (``RawRoute.forward``): no property check, no routing, no message tuple here; the leader
 checks each property list, as for its own clients, and stores the message
-(``cluster.forwarding.RawForward``, a link channel of the client channel's own).
+(``cluster.forwarding.RawForward``, a link channel of the client channel's own): into
+the one queue, or routed by its own bindings to its queues (``session.peer.RoutedChannel``,
+which nacks a publish it does not route to as many queues as this node found).
 
 Who answers what (docs/cluster.md "Publishing through any node"):
 
@@ -27,8 +30,8 @@ Routing can change (a binding removed, the queue deleted or declared here, its l
 by a failover): the route is checked again, once, whenever the connection may have seen a
 change since the last check (``Connection.route_stamp``: every read and every cold method
 moves it; nothing else runs while a read is handled). When the publish no longer routes to
-that queue alone, the raw route ends and the publish takes the ordinary path, which routes
-it anew (and may start a raw route to the new leader). A headers exchange routes by each
+the same queues alone, the raw route ends and the publish takes the ordinary path, which
+routes it anew (and may start a raw route to the new leader). A headers exchange routes by each
 message's headers: its publishes never take the raw path. A channel in a transaction
 neither.
 """
