@@ -150,7 +150,8 @@ class ForwardedQueue:
     ) -> RawForward | None:
         """A link channel of its own for one client channel whose publishes of
         (``exchange``, ``routing_key``) all route to this queue (``RawForward``), or to
-        ``queues`` queues ``leader`` leads, this one among them (the leader routes them:
+        ``queues`` queues ``leader`` leads, this one among them, or by the headers of each
+        message (``queues`` 0) to queues it leads (the leader routes them:
         ``ROUTED_TARGET``); None once this queue is retired (its leader changed: route
         again), or while the link has ``_RAW_CHANNELS_MAX`` channels open (the publishes go
         the ordinary way)."""
@@ -159,7 +160,7 @@ class ForwardedQueue:
         raw = RawForward(
             self._links, self.vhost, self.name, self.leader, sink, exchange, routing_key
         )
-        if queues > 1:
+        if queues != 1:  # several, or 0: by headers (the leader routes them)
             raw._pin = f"{ROUTED_TARGET}{queues}"
         return raw
 

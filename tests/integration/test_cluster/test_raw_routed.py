@@ -5,7 +5,8 @@ Three real nodes and a real etcd; queues led by ``a`` (and one by ``c``), pika c
 publishing through ``b``. A fanout or topic publish whose queues are all ``a``'s goes to ``a``
 once, as it came, and ``a`` routes it to its queues: each queue holds every confirmed
 message in order, ``b``'s link to ``a`` shows the routed channel, and a malformed message
-gets the leader's reply. A binding to a queue ``c`` leads, added mid-run, sends the next
+gets the leader's reply. A headers exchange whose queues are all ``a``'s is routed by ``a``.
+A binding to a queue ``c`` leads, added mid-run, sends the next
 publishes the ordinary way to both nodes; a queue deleted on ``a`` mid-run: the publishes
 sent before ``b`` knew are nacked by ``a`` (never confirmed with a copy missing).
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker, NackError
+from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
 from sievemq.testing import ServerProcess
 
@@ -105,6 +106,36 @@ def test_a_topic_publish_routed_to_a_queue_of_another_node_mid_run(
     until(lambda: routed_channels(b, "a") == 1, "b forwards the new channel's raw to a")
     for name in ("topic-1", "topic-2"):
         assert [int(body) for _, _, body in read_stream(a, name, 310)] == list(range(310))
+
+
+def test_a_headers_exchange_whose_queues_one_node_leads_is_routed_there(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Headers exchange to two streams of a: each message goes raw to a, which routes it by
+    its headers; one that routes nowhere is confirmed and dropped, or returned when
+    mandatory (that one takes the ordinary path on b)."""
+    a, b = nodes["a"], nodes["b"]
+    declared_on(a, b, "hdr-1", SINGLE)
+    declared_on(a, b, "hdr-2", SINGLE)
+    admin = channel(b)
+    admin.exchange_declare("hdr", "headers", durable=True)
+    for queue, kinds in (("hdr-1", ("one", "both")), ("hdr-2", ("two", "both"))):
+        for kind in kinds:
+            admin.queue_bind(queue, "hdr", "", arguments={"x-match": "all", "kind": kind})
+    kinds = ("one", "two", "both", "none")
+    on_b = confirming(b)
+    for i in range(200):
+        props = pika.BasicProperties(headers={"kind": kinds[i % 4]})
+        on_b.basic_publish("hdr", "", f"{i}".encode(), props)
+    assert routed_channels(b, "a") >= 1
+    with pytest.raises(UnroutableError):
+        on_b.basic_publish("hdr", "", b"x", pika.BasicProperties(headers={"kind": "no"}), True)
+    one = [i for i in range(200) if kinds[i % 4] in ("one", "both")]
+    two = [i for i in range(200) if kinds[i % 4] in ("two", "both")]
+    assert [int(body) for _, _, body in read_stream(a, "hdr-1", len(one))] == one
+    assert [int(body) for _, _, body in read_stream(a, "hdr-2", len(two))] == two
+    on_b.basic_publish("hdr", "", b"end", pika.BasicProperties(headers={"kind": "one"}))
+    assert read_kept(a, "hdr-1") == one
 
 
 def test_a_queue_deleted_on_the_leader_mid_run_nacks_what_b_sent_before_it_knew(

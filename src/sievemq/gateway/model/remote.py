@@ -12,7 +12,8 @@ from typing import Final, Protocol
 from sievemq.storage import Message
 
 # channel.open's target for a link channel whose raw publishes the leader routes itself
-# (``session.peer.RoutedChannel``), followed by how many of its queues they route to
+# (``session.peer.RoutedChannel``), followed by how many of its queues they route to (0: as
+# many as each message's headers pick, of a headers exchange whose queues it all leads)
 ROUTED_TARGET: Final = "\x00routed:"
 
 
@@ -71,6 +72,7 @@ class RemoteQueue(Protocol):
     ) -> RawPublisher | None:
         """A ``RawPublisher`` for one channel's publishes of (``exchange``, ``routing_key``),
         which route to this queue alone (``queues`` 1), or to ``queues`` queues its leader
-        leads, this one among them (the leader routes them); None when this queue is no
-        longer the leader's."""
+        leads, this one among them, or by each message's headers to queues its leader leads
+        (``queues`` 0; the leader routes them); None when this queue is no longer the
+        leader's."""
         ...

@@ -280,7 +280,10 @@ class RoutedChannel(LinkPublishChannel):
     property list, as a client's, and routes it by its own bindings. A publish that does not
     route here to exactly ``count`` queues (a queue moved to another leader, or deleted, a
     binding changed, before the other node heard of it) is nacked, never stored in part:
-    the other node routes its next publishes anew."""
+    the other node routes its next publishes anew. ``count`` 0: a headers exchange's, every
+    queue of which the other node found led here: routed by its headers, nacked when one of
+    those queues is led elsewhere, dropped (and confirmed) when it routes nowhere, as a
+    single node drops a publish that is not mandatory."""
 
     def __init__(self, connection: PeerConnection, state: states.ChannelState, count: int):
         super().__init__(connection, state)
@@ -296,13 +299,33 @@ class RoutedChannel(LinkPublishChannel):
             queues = vhost.route(exchange, routing_key, lambda: headers_of(props))
         except errors.AMQPError:  # the exchange is gone here, or internal: not stored
             queues = []
-        self._store(queues if len(queues) == self.count else [], body, values)
+        if self.count:
+            self._store(queues if len(queues) == self.count else [], body, values)
+        elif not self._leads_all(vhost, exchange):
+            self._store([], body, values)  # nacked: a queue it may reach is led elsewhere
+        elif queues:
+            self._store(queues, body, values)
+        elif self.confirm is not None:  # routed nowhere by its headers: dropped, confirmed
+            self.confirm.take(0)
+            self._schedule_confirms()
+
+    def _leads_all(self, vhost: Any, exchange: str) -> bool:
+        """Every queue a publish to ``exchange`` may reach is this node's (or nowhere): a
+        headers exchange's publishes are routed here only then (as the other node found)."""
+        directory = self.connection.node.broker.directory
+        for name in vhost.reachable_queues(exchange):
+            if name in vhost.queues or name in vhost.classic.queues:
+                continue
+            if directory is not None and directory.remote_queue(vhost.name, name) is not None:
+                return False
+        return True
 
 
 def routed_count(target: str) -> int:
-    """How many queues a routed channel's publishes go to (its target's number)."""
+    """How many queues a routed channel's publishes go to (its target's number; 0: by
+    their headers)."""
     digits = target[len(ROUTED_TARGET) :]
-    if not digits.isdigit() or not 1 < int(digits) < 65536:
+    if not digits.isdigit() or int(digits) == 1 or int(digits) >= 65536:
         raise errors.FrameError("channel.open: a bad routed queue count", 20, 10)
     return int(digits)
 

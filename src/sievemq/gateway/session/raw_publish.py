@@ -32,8 +32,9 @@ change since the last check (``Connection.route_stamp``: every read and every co
 moves it; nothing else runs while a read is handled). When the publish no longer routes to
 the same queues alone, the raw route ends and the publish takes the ordinary path, which
 routes it anew (and may start a raw route to the new leader). A headers exchange routes by each
-message's headers: its publishes never take the raw path. A channel in a transaction
-neither.
+message's headers: its publishes take the raw path only when every queue the exchange may
+reach is led by one other node, which routes each by its headers (and drops what routes
+nowhere: not for ``mandatory`` publishes). A channel in a transaction never takes it.
 """
 
 from __future__ import annotations
@@ -191,12 +192,11 @@ class RawRoute:
         """The connection may have seen a routing change: does the publish still route to
         the same queues, and only to them? (Else the raw route ends.)"""
         channel = self._channel
-        if channel.tx is None and not channel.closing:
-            vhost = self._connection.vhost
-            exchange, routing_key, _ = self.pub
-            if vhost is not None and (
-                remote_targets(vhost, exchange, routing_key, self._remote) == self._queues
-            ):
+        vhost = self._connection.vhost
+        if channel.tx is None and not channel.closing and vhost is not None:
+            exchange, routing_key, mandatory = self.pub
+            targets = remote_targets(vhost, exchange, routing_key, self._remote, mandatory)
+            if targets is not None and targets[0] == self._queues:
                 self.stamp = self._connection.route_stamp
                 return True
         self.end()
@@ -239,12 +239,13 @@ def enter(channel: RawHost, method: bytes, pub: Publish, remote: RemoteLookup) -
     vhost = channel.connection.vhost
     if channel.tx is not None or channel.closing or vhost is None:
         return None
-    exchange, routing_key, _ = pub
-    queues = remote_targets(vhost, exchange, routing_key, remote)
-    if queues is None:
+    exchange, routing_key, mandatory = pub
+    targets = remote_targets(vhost, exchange, routing_key, remote, mandatory)
+    if targets is None:
         return None
+    queues, count = targets
     route = RawRoute(channel, method, pub, queues, remote)
-    publisher = queues[0].open_raw(route, exchange, routing_key, len(queues))
+    publisher = queues[0].open_raw(route, exchange, routing_key, count)
     if publisher is None:
         return None
     route.publisher = publisher
@@ -260,14 +261,24 @@ def _no_headers() -> dict[str, Any]:
 
 
 def remote_targets(
-    vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup
-) -> tuple[RemoteQueue, ...] | None:
+    vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup, mandatory: bool = False
+) -> tuple[tuple[RemoteQueue, ...], int] | None:
     """The queues (exchange, routing key) routes to, whatever the message, when every one of
-    them is led by the same other node; None when it routes to a queue here too, to queues
-    of several other nodes, nowhere, or by headers."""
+    them is led by the same other node, and how many (the leader checks it routes to as
+    many); None when it routes to a queue here too, to queues of several other nodes, or
+    nowhere. A headers exchange routes each message by its headers: when every queue it
+    may reach is led by one other node, those queues and 0 (the leader routes each
+    message, and drops what routes nowhere, as a single node does: so not ``mandatory``
+    publishes, which would need the leader's basic.return)."""
     try:
         queues = vhost.route(exchange, routing_key, _no_headers, remote)
-    except (_ByHeaders, errors.AMQPError):
+        count = len(queues)
+    except _ByHeaders:
+        if mandatory:
+            return None
+        queues = _reachable(vhost, exchange, remote)
+        count = 0
+    except errors.AMQPError:
         return None
     if not queues:
         return None
@@ -279,4 +290,15 @@ def remote_targets(
             leader = queue.leader
         elif queue.leader != leader:
             return None
-    return tuple(queues)
+    return tuple(queues), count
+
+
+def _reachable(vhost: Any, exchange: str, remote: RemoteLookup) -> list[Any]:
+    """Every queue, here or led elsewhere, that a publish to ``exchange`` may reach (names
+    that are nowhere are left out: the leader leaves them out too)."""
+    out: list[Any] = []
+    for name in sorted(vhost.reachable_queues(exchange)):
+        queue = vhost.queues.get(name) or vhost.classic.queues.get(name) or remote(name)
+        if queue is not None:
+            out.append(queue)
+    return out

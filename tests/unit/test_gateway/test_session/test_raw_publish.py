@@ -176,17 +176,36 @@ def targets(*queues: Any) -> Any:
 
 def test_queues_one_other_node_leads_go_raw_together() -> None:
     other = SimpleNamespace(name="other", leader="a")
-    assert targets(QUEUE) == (QUEUE,)
-    assert targets(QUEUE, other) == (QUEUE, other)
+    assert targets(QUEUE) == ((QUEUE,), 1)
+    assert targets(QUEUE, other) == ((QUEUE, other), 2)
 
 
-def test_queues_of_two_leaders_nowhere_or_by_headers_do_not_go_raw() -> None:
+def test_queues_of_two_leaders_or_nowhere_do_not_go_raw() -> None:
     assert targets(QUEUE, SimpleNamespace(name="elsewhere", leader="c")) is None
     assert targets() is None
 
-    def by_headers(exchange: str, key: str, headers: Any, remote: Any) -> list[Any]:
-        headers()
-        return [QUEUE]
 
-    vhost = SimpleNamespace(route=by_headers)
-    assert remote_targets(vhost, "h", "k", lambda name: None) is None
+def by_headers(reachable: dict[str, Any]) -> Any:
+    """A vhost whose exchange routes by headers and may reach ``reachable`` (name: queue,
+    led by another node; None: led by no one)."""
+
+    def route(exchange: str, key: str, headers: Any, remote: Any) -> list[Any]:
+        headers()
+        raise AssertionError("unreachable")
+
+    return SimpleNamespace(
+        route=route,
+        reachable_queues=lambda exchange: set(reachable),
+        queues={},
+        classic=SimpleNamespace(queues={}),
+    )
+
+
+def test_a_headers_exchange_goes_raw_when_one_other_node_leads_all_it_may_reach() -> None:
+    other = SimpleNamespace(name="other", leader="a")
+    reachable = {"queue": QUEUE, "other": other, "gone": None}
+    vhost = by_headers(reachable)
+    assert remote_targets(vhost, "h", "k", reachable.get) == ((other, QUEUE), 0)
+    assert remote_targets(vhost, "h", "k", reachable.get, mandatory=True) is None
+    reachable["c's"] = SimpleNamespace(name="c's", leader="c")
+    assert remote_targets(by_headers(reachable), "h", "k", reachable.get) is None
