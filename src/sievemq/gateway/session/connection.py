@@ -310,8 +310,12 @@ class Connection:
 
     def _hold_for_links(self, flow: LinkFlow) -> None:
         """This read wrote to an inter-node link over its high-water mark: no more reading
-        from this client until the link drained (RabbitMQ's credit flow, docs/cluster.md)."""
-        if flow.hold(self._links_drained):
+        from this client until the link drained (RabbitMQ's credit flow, docs/cluster.md).
+        A link connection from another node is never held: two nodes whose links to each
+        other are backed up would then wait for each other."""
+        if self.internal:
+            flow.unpress()
+        elif flow.hold(self._links_drained):
             self.link_held = True
             if self.read_control is not None:
                 self.read_control.hold_for_links(True)
