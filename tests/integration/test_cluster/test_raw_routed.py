@@ -74,6 +74,36 @@ def test_a_fanout_to_two_queues_of_one_leader_goes_raw_once(
     assert refused.value.reply_code == 406
 
 
+def test_a_transient_queue_on_the_leader_does_not_disturb_the_count(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """A fanout to two streams of a and a transient queue a holds (not recorded in etcd, so
+    b does not route to it): b's raw publishes are confirmed and stored in both streams; the
+    transient queue gets a's own clients' only, raw or not (as on the ordinary path)."""
+    a, b = nodes["a"], nodes["b"]
+    declared_on(a, b, "with-1", SINGLE)
+    declared_on(a, b, "with-2", SINGLE)
+    on_a = channel(a)
+    on_a.queue_declare("with-transient", durable=False)
+    fan(a, "with", "fanout", [("with-1", ""), ("with-2", ""), ("with-transient", "")])
+    until(lambda: fanned(b, "with") >= 2, "b knows both streams are bound")
+    on_b = confirming(b)
+    for i in range(100):
+        on_b.basic_publish("with", "", f"{i}".encode(), mandatory=True)
+    assert routed_channels(b, "a") >= 1
+    confirming(a).basic_publish("with", "", b"from a", mandatory=True)
+    for name in ("with-1", "with-2"):
+        got = [body for _, _, body in read_stream(a, name, 101)]
+        assert got == [f"{i}".encode() for i in range(100)] + [b"from a"]
+    assert on_a.basic_get("with-transient", auto_ack=True)[2] == b"from a"
+    assert on_a.basic_get("with-transient", auto_ack=True)[0] is None
+
+
+def fanned(node: ServerProcess, exchange: str) -> int:
+    """How many bindings of ``exchange`` ``node`` lists."""
+    return len(get(node, f"/api/exchanges/%2F/{exchange}/bindings/source"))
+
+
 def test_a_topic_publish_routed_to_a_queue_of_another_node_mid_run(
     nodes: dict[str, ServerProcess],
 ) -> None:

@@ -45,6 +45,7 @@ from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.directory import FeedChannelEnd, FeedPeer
 from sievemq.gateway.model.remote import ROUTED_TARGET
 from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 from sievemq.gateway.runtime.node import Node
@@ -296,7 +297,7 @@ class RoutedChannel(LinkPublishChannel):
         vhost = self.connection.vhost
         assert vhost is not None
         try:
-            queues = vhost.route(exchange, routing_key, lambda: headers_of(props))
+            queues = _shared(vhost.route(exchange, routing_key, lambda: headers_of(props)))
         except errors.AMQPError:  # the exchange is gone here, or internal: not stored
             queues = []
         if self.count:
@@ -319,6 +320,14 @@ class RoutedChannel(LinkPublishChannel):
             if directory is not None and directory.remote_queue(vhost.name, name) is not None:
                 return False
         return True
+
+
+def _shared(queues: list[Any]) -> list[Any]:
+    """The queues the other node routes to as well: those recorded in etcd (streams, and
+    durable classic and quorum queues that are not exclusive). A transient or exclusive
+    queue is this node's alone: a publish through another node does not reach it, raw or
+    not (the ordinary path forwards to recorded queues only)."""
+    return [q for q in queues if isinstance(q, StreamQueue) or (q.durable and not q.exclusive)]
 
 
 def routed_count(target: str) -> int:
