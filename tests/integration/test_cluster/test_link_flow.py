@@ -5,7 +5,8 @@ it stays the leader and the link stays up), a classic queue led by ``a`` and an 
 client publishing 48 MiB through ``b`` with confirms, pipelined. With ``a`` SIGSTOPped, ``b``
 holds the client (stops reading its socket) once its link to ``a`` is over the high-water
 mark: the bytes it buffers for ``a`` stay near the mark, far under what the client sends.
-After SIGCONT every message is confirmed and stored on ``a``.
+Another client of ``b`` publishing to ``b``'s own queue meanwhile is not held. After SIGCONT
+every message is confirmed and stored on ``a``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ SLACK_BYTES = 1024 * 1024
 def pair(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
     with started_nodes(etcd, tmp_path, ("a", "b"), ttl_s=30) as procs:
         yield procs
+
+
+def publish_locally(node: ServerProcess) -> None:
+    """Ten confirmed publishes to a queue ``node`` leads (pika raises on a nack)."""
+    on = channel(node)
+    on.queue_declare("local", durable=True)
+    on.confirm_delivery()
+    for i in range(10):
+        on.basic_publish("", "local", f"{i}".encode(), mandatory=True)
 
 
 async def link_to(client: httpx.AsyncClient, node: ServerProcess, peer: str) -> dict[str, Any]:
@@ -87,6 +97,8 @@ def test_a_frozen_leader_holds_its_publishers_and_b_buffers_a_bounded_amount(
                     peak = max(peak, link["buffered_bytes"])
                     assert link["held_connections"] == 1
                     await asyncio.sleep(0.2)
+                # meanwhile another client of b publishes to b's own queue: not held
+                await asyncio.to_thread(publish_locally, b)
                 assert not sending.done()
             finally:
                 os.kill(a.pid, signal.SIGCONT)
