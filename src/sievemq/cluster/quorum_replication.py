@@ -345,7 +345,18 @@ class Feed:
 
     async def _pump(self, shipper: Shipper | None, after: int | None) -> None:
         """Until live: a catch-up from ``after`` (or again, from what was sent, when kept
-        changes were dropped), then the kept changes, each once the link takes more."""
+        changes were dropped), then the kept changes, each once the link takes more. Any
+        failure ends the feed (the replica says HELLO again): a feed that never went live
+        would leave its replica behind for good, silently."""
+        try:
+            await self._pump_once(shipper, after)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("feeding replica on %s of quorum queue '%s'", self.node, self.name)
+            self.end()
+
+    async def _pump_once(self, shipper: Shipper | None, after: int | None) -> None:
         while shipper is not None:
             if after is not None:
                 self.lost = False
