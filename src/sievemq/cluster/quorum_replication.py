@@ -54,6 +54,7 @@ import bisect
 import contextlib
 import logging
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -226,13 +227,24 @@ class Copy:
 
 class Shipper:
     """The log observer of one quorum queue this node leads: each turn's changes, encoded
-    once, go to every feed (``storage.queue_log.LogObserver``)."""
+    once, go to every feed (``storage.queue_log.LogObserver``).
+
+    The log tells it of a change from whichever thread made it: the appender's fdatasync
+    runs ``QueueLog.sync`` in a worker thread, which writes the delivery counts noted since
+    the last write (``counted``). So a change is queued under a lock and the flush is
+    scheduled on the loop thread-safely. (Scheduling it with ``get_running_loop`` from the
+    worker raised there after marking the flush scheduled: the shipper never flushed again
+    and every replica of the queue stopped getting changes, for good and without a word;
+    the chaos suite's consumer that gives messages back found it.)"""
 
     def __init__(self, queue: ClassicQueue, qlog: QueueLog) -> None:
         self.queue = queue
         self.log = qlog
         self.feeds: set[Feed] = set()
         self.through = qlog.last_id  # the last record written (and so shipped)
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._scheduled = False
         qlog.observer = self
@@ -257,15 +269,21 @@ class Shipper:
     def _add(self, op: bytes) -> None:
         if not self.feeds:
             return
-        self._pending.append(op)
-        if not self._scheduled:
+        with self._lock:
+            self._pending.append(op)
+            if self._scheduled:
+                return
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(self._flush)
+        else:  # (a worker thread: wakes the loop)
+            self._loop.call_soon_threadsafe(self._flush)
 
     def _flush(self) -> None:
-        self._scheduled = False
-        data = b"".join(self._pending)
-        self._pending = []
+        with self._lock:
+            self._scheduled = False
+            data = b"".join(self._pending)
+            self._pending = []
         if data:
             for feed in list(self.feeds):
                 feed.send(data, self.through)
