@@ -180,8 +180,11 @@ def check_quorum(
     """A quorum queue's publishers (label: (confirmed, attempted)) against every delivery
     its consumers and the final drain got: every confirmed message settled (acked) at least
     once (lost = 0), nothing delivered that was never sent (unexpected = 0), and each
-    message's ``x-delivery-count`` never lower than at its previous delivery (a message: one
-    send, by its message id; a body sent again is another message, counted from 0)."""
+    message's ``x-delivery-count`` never lower than at its previous delivery on the same
+    consumer connection (a message: one send, by its message id; a body sent again is
+    another message, counted from 0). Across connections the order the clients saw is not
+    the server's: around a failover the old leader's delivery of a message may reach one
+    consumer after the new leader's redelivery of it (counted one more) reached another."""
     acked = {(d.label, d.seq) for d in deliveries if d.settled == "ack"}
     confirmed = {(label, seq) for label, (seqs, _) in published.items() for seq in seqs}
     lost = sorted(confirmed - acked)
@@ -193,15 +196,16 @@ def check_quorum(
         }
     )
     backwards: list[str] = []
-    last: dict[tuple[str, str], QuorumDelivery] = {}
+    last: dict[tuple[str, int, str, str], QuorumDelivery] = {}
     for d in sorted(deliveries, key=lambda d: d.t):
-        before = last.get((d.label, d.message_id))
+        key = (d.consumer, d.connection, d.label, d.message_id)
+        before = last.get(key)
         if before is not None and d.count < before.count:
             backwards.append(
                 f"{d.label}:{d.seq} (id {d.message_id}) x-delivery-count {before.count} "
                 f"({before.consumer}) then {d.count} ({d.consumer})"
             )
-        last[(d.label, d.message_id)] = d
+        last[key] = d
     times = Counter((d.label, d.seq) for d in deliveries if d.settled == "ack")
     # ((label, seq), message id) of every send delivered: a body there twice was resent
     sends = {((d.label, d.seq), d.message_id) for d in deliveries}

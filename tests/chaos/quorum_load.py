@@ -128,6 +128,7 @@ class QuorumPublisher(Background):
 class QuorumDelivery:
     t: float  # time.monotonic() when it arrived
     consumer: str
+    connection: int  # the consumer's connections so far: one connection's order is the server's
     label: str
     seq: int
     message_id: str  # the publisher's send it is (``SEQ.ATTEMPT``)
@@ -192,6 +193,7 @@ class QuorumConsumer(Background):
             QuorumDelivery(
                 time.monotonic(),
                 self.label,
+                self.connections,
                 label,
                 seq,
                 str(props.message_id),
@@ -226,7 +228,9 @@ def drain(node: ServerProcess, queue: str, idle_s: float, timeout_s: float) -> l
                 redelivered = bool(method.redelivered)
                 message_id = str(props.message_id)
                 got.append(
-                    QuorumDelivery(now, "drain", label, seq, message_id, count, redelivered, "ack")
+                    QuorumDelivery(
+                        now, "drain", 1, label, seq, message_id, count, redelivered, "ack"
+                    )
                 )
                 ch.basic_ack(method.delivery_tag)
             if now - idle_since >= idle_s or now > deadline:

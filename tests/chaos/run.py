@@ -75,6 +75,7 @@ QUORUM = "qq-1"
 COLORS = ("red", "green", "blue")
 FILTER = "red"
 PAUSE_S = 0.005  # between one publisher's messages: about 100-200 a second each
+QUORUM_PAUSE_S = 0.02  # the quorum queue's publishers: fewer, to keep the short round short
 READ_IDLE_S = 2.0  # a read-back ends this long after its last message, once all arrived
 READ_TIMEOUT_S = 180.0
 
@@ -196,7 +197,7 @@ class Run:
             return [nodes[n] for n in names[at:] + names[:at]]
 
         self.quorum_pubs = [
-            QuorumPublisher(order(n), QUORUM, f"{QUORUM}/amqp-{n}", pause_s=PAUSE_S)
+            QuorumPublisher(order(n), QUORUM, f"{QUORUM}/amqp-{n}", pause_s=QUORUM_PAUSE_S)
             for n in ("a", "b")
         ]
         self.quorum_consumers = [

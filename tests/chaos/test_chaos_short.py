@@ -111,8 +111,10 @@ def test_the_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
     assert replicas_equal(leader, {"c": tmp_path / "c"}, "/", "s") == {"c": "no copy"}
 
 
-def quorum_delivery(seq: int, message_id: str, count: int, settled: str = "ack") -> QuorumDelivery:
-    return QuorumDelivery(0.0, "c", "p", seq, message_id, count, count > 0, settled)
+def quorum_delivery(
+    seq: int, message_id: str, count: int, settled: str = "ack", connection: int = 1
+) -> QuorumDelivery:
+    return QuorumDelivery(0.0, "c", connection, "p", seq, message_id, count, count > 0, settled)
 
 
 def test_the_quorum_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
@@ -129,6 +131,9 @@ def test_the_quorum_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
     broken = check_quorum("q", published, ordered)
     assert broken.figures["lost"] == 2 and broken.figures["unexpected"] == 1
     assert broken.figures["delivery_count_backwards"] == 1 and len(broken.findings) == 3
+    other = [quorum_delivery(0, "0.1", 2), quorum_delivery(0, "0.1", 0, connection=2)]
+    other[1].t = 1.0  # another connection's: its order is not the server's
+    assert check_quorum("q", {"p": ([0], {0})}, other).findings == []
     only_given_back = check_quorum("q", {"p": ([0], {0})}, given_back[:1])
     assert only_given_back.figures["lost"] == 1  # given back is not settled
 
