@@ -200,16 +200,23 @@ class FeedPeer(Protocol):
         """The feed's link channel is gone."""
         ...
 
+    def writable(self) -> None:
+        """The link's write buffer went under its low-water mark (after ``paused``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FeedChannelEnd:
     """A feed's link channel as the leader writes to it: ``write`` sends whole frames
-    (numbered ``channel``, at most ``frame_max``), ``close`` closes it (404 and the text)."""
+    (numbered ``channel``, at most ``frame_max``), ``close`` closes it (404 and the text),
+    ``paused`` says whether the link's write buffer is over its high-water mark (the feed
+    waits for ``FeedPeer.writable``)."""
 
     write: Callable[[list[bytes]], None]
     close: Callable[[str], None]
     channel: int
     frame_max: int
+    paused: Callable[[], bool]
 
 
 class QuorumFeeds(Protocol):

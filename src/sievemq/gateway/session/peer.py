@@ -162,8 +162,19 @@ class FeedChannel(Channel):
         node = connection.username[len(LINK_USER_PREFIX) :]
         self.feed: FeedPeer | None = None
         if directory is not None:
-            end = FeedChannelEnd(self._write, self._close_feed, self.id, connection.frame_max)
+            end = FeedChannelEnd(
+                self._write, self._close_feed, self.id, connection.frame_max, self._paused
+            )
             self.feed = directory.quorum_feed(connection.vhost_name, node, end)
+
+    def _paused(self) -> bool:
+        return self.connection.writing_paused
+
+    def wake_consumers(self) -> None:
+        """The connection's write buffer drained: the feed sends again."""
+        super().wake_consumers()
+        if self.feed is not None:
+            self.feed.writable()
 
     def _write(self, parts: list[bytes]) -> None:
         if not self.closing:
