@@ -31,11 +31,17 @@ PEER_READS = re.compile(r"/api/queues/[^/]+/[^/]+/replicas")
 
 
 # what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a
-# delete or a browse of a queue this node leads, checked here against that user's permissions
+# delete or a browse of a queue this node leads, and the stream API's per-stream routes of a
+# stream it leads, checked here against that user's permissions
+_STREAM = r"/api/streams/[^/]+/[^/]+"
+_OFFSET = _STREAM + r"/consumers/[^/]+/offset"
 RELAY_PATHS = {
     "POST": re.compile(r"/api/queues/[^/]+/[^/]+/(get|stream)"),
-    "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+(/contents)?"),
-    "GET": re.compile(r"/api/streams/[^/]+/[^/]+/messages"),
+    "DELETE": re.compile(rf"/api/queues/[^/]+/[^/]+(/contents)?|{_STREAM}|{_OFFSET}"),
+    "GET": re.compile(
+        rf"{_STREAM}(/messages|/consumers|/offsets|/subscriptions|/filter-advice)?|{_OFFSET}"
+    ),
+    "PUT": re.compile(_OFFSET),
 }
 
 
@@ -96,7 +102,10 @@ def _relayed(request: Request, username: str) -> Principal:
     raw = request.scope.get("raw_path")
     path = (raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path).split("?")[0]
     if allowed is None or not allowed.fullmatch(path):
-        raise not_authorised("The cluster secret relays a queue's get, purge, delete, browse only")
+        raise not_authorised(
+            "The cluster secret relays a queue's get, purge, delete, browse and the stream "
+            "API's per-stream routes only"
+        )
     principal = facade_of(request).principal_of(username)
     if principal is None:
         raise _login_failed()
