@@ -135,6 +135,8 @@ class OverviewAdmin(QueuesAdmin):
         for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
             for k, n in counts.items():
                 out[kind][k] += n
+        for k, n in self.broker.counters.replica_reads().items():  # its replicas' readers
+            st[k] += n
         return out
 
     def write_latencies(self) -> WriteLatencyView:
