@@ -447,14 +447,10 @@ class Replication:
             self.broker.counters.retire("stream", follower.queue.read_stats())
         return follower
 
-    def read_counts(self) -> dict[str, int]:
-        """Deliveries and acks of this node's consumers of its copies, now held
+    def read_counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Deliveries and acks of this node's consumers of each copy it holds now
         (``MessageCounters.replica_reads``)."""
-        out: dict[str, int] = {}
-        for follower in self.followers.values():
-            for key, count in follower.queue.read_stats().items():
-                out[key] = out.get(key, 0) + count
-        return out
+        return {queue: f.queue.read_stats() for queue, f in self.followers.items()}
 
     def queue(self, vhost: str, name: str) -> StreamQueue | None:
         """This node's replica of a stream, to read (``Placement.replica_of``)."""

@@ -2,7 +2,8 @@
 
 A consumer on ``b`` of a stream ``a`` leads reads ``b``'s replica: ``b`` counts those
 deliveries and acks (its ``/metrics`` and its part of the overview, as RabbitMQ counts a
-delivery at the channel's node), ``a`` and ``c`` do not. A consumer on ``b`` of a classic queue
+delivery at the channel's node), ``a`` and ``c`` do not; the stream's queue figures count them
+on every node. A consumer on ``b`` of a classic queue
 ``a`` leads is relayed: ``a``'s queue counts it (and ``a``'s node: see docs/cluster.md). Either
 way the cluster's overview counts each delivery once.
 """
@@ -75,6 +76,12 @@ def fresh_overview(node: ServerProcess, since: float) -> dict[str, Any] | None:
     return overview if fresh and len(ages) == len(NAMES) else None
 
 
+def read_figures(node: ServerProcess, stream: str) -> tuple[int, int]:
+    """(deliver_get, ack) of the stream as ``node``'s /api/queues/VHOST/NAME shows it."""
+    stats = get(node, f"/api/queues/%2F/{stream}").get("message_stats", {})
+    return int(stats.get("deliver_get", 0)), int(stats.get("ack", 0))
+
+
 def counted_by(
     nodes: dict[str, ServerProcess],
     queue_type: str,
@@ -116,6 +123,15 @@ def test_a_replica_read_is_counted_by_the_consumers_node(nodes: dict[str, Server
     got = consume(b, "dc-three", 30, {"x-stream-offset": "first"})
     assert got == [f"m{i}".encode() for i in range(30)]
     counted_by(nodes, "rabbit_stream_queue", before, "b", 30)
+    # the stream's figures, on every node, count them as its queue's (RabbitMQ's queue
+    # figures count every node's channels): b's part as b last published it
+    for name, node in nodes.items():
+        until(
+            lambda n=node: read_figures(n, "dc-three") == (30, 30),  # type: ignore[misc]
+            f"{name}'s figures of the stream count b's replica reads "
+            f"(now {read_figures(node, 'dc-three')})",
+            timeout=60,
+        )
     # the cluster's overview counts them once: the sum of every node's own counters
     overview_counts_each_delivery_once(nodes)
 

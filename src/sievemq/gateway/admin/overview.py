@@ -135,9 +135,15 @@ class OverviewAdmin(QueuesAdmin):
         for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
             for k, n in counts.items():
                 out[kind][k] += n
-        for k, n in self.broker.counters.replica_reads().items():  # its replicas' readers
-            st[k] += n
+        for reads in self.broker.counters.replica_reads().values():  # its copies' readers
+            for k, n in reads.items():
+                st[k] += n
         return out
+
+    def replica_reads(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Deliveries and acks of this node's consumers of each replica it holds (``deliver``,
+        ``deliver_get``, ``ack``), by (vhost, stream)."""
+        return self.broker.counters.replica_reads()
 
     def write_latencies(self) -> WriteLatencyView:
         """Append-batch and fdatasync latency histograms of every stream of this node."""
