@@ -5,16 +5,18 @@ consumers' value filter or an SQL filter, bounded by a limit, a byte cap and a t
 publishing one message, named consumer offsets with their lag, Bloom filter size advice; and
 LavinMQ's ``POST /api/queues/{vhost}/{name}/stream`` browse shape.
 
-In a cluster every per-stream route answers for any stream on any node: a stream another
-node leads is answered by its leader (``cluster_relay.py``: the same route, for the same
-user), except the message browsers, which read this node's replica of it when it holds one
-(committed chunks only, as the leader's readers see them).
+In a cluster the lists show every live node's streams, and every per-stream route answers
+for any stream on any node: a stream another node leads is answered by its leader
+(``cluster_relay.py``: the same route, for the same user), except the message browsers,
+which read this node's replica of it when it holds one (committed chunks only, as the
+leader's readers see them).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from sievemq.admin_api.auth import require, require_vhost
 from sievemq.admin_api.changes import saved
+from sievemq.admin_api.cluster_lists import peers_of, request_path
 from sievemq.admin_api.cluster_relay import led_elsewhere, on_leader
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import bad_request, not_found
@@ -31,6 +34,7 @@ from sievemq.admin_api.slicing import JSON_ITEMS, Slicer
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import (
     BROWSE_MAX_LIMIT,
+    PARTIAL_HEADER,
     BrowseResult,
     ConsumerOffsetView,
     ConsumerView,
@@ -94,28 +98,48 @@ async def _elsewhere(
 
 
 @router.get("/streams", response_model=list[StreamView])
-async def list_streams(f: Facade, who: User, slicer: Heavy) -> Response:
-    return await _stream_list(f.iter_streams(), who, slicer)
+async def list_streams(request: Request, f: Facade, who: User, slicer: Heavy) -> Response:
+    return await _stream_list(request, f, f.iter_streams(), who, slicer)
 
 
-async def _stream_list(views: Iterator[StreamView], who: Principal, slicer: Slicer) -> Response:
-    """Built and serialized (by pydantic-core, in slices) between loop turns."""
+async def _stream_list(
+    request: Request,
+    f: BrokerFacade,
+    views: Iterator[StreamView],
+    who: Principal,
+    slicer: Slicer,
+) -> Response:
+    """Built and serialized (by pydantic-core, in slices) between loop turns. On a cluster
+    node, the other live nodes' own streams follow this node's (each stream is listed by
+    the node that leads it; ``PARTIAL_HEADER`` names a node that did not answer)."""
     seen = [s for s in await slicer.collect(views) if who.may_see(s.vhost)]
     parts: list[bytes] = []
     for start in range(0, len(seen), JSON_ITEMS):
         parts.append(_STREAMS.dump_json(seen[start : start + JSON_ITEMS])[1:-1])
         await slicer.step()
+    peers = peers_of(request, f)
+    missing: list[str] = []
+    if peers is not None:
+        listing = await peers.gather(request_path(request))
+        others = [i for i in listing.items if who.may_see(str(i.get("vhost")))]
+        parts.append(json.dumps(others, separators=(",", ":")).encode()[1:-1])
+        missing = listing.missing
     body = b"[" + b",".join(p for p in parts if p) + b"]"
-    return Response(body, media_type="application/json")
+    response = Response(body, media_type="application/json")
+    if missing:
+        response.headers[PARTIAL_HEADER] = ",".join(missing)
+    return response
 
 
 @router.get("/streams/{vhost}", response_model=list[StreamView])
-async def list_vhost_streams(f: Facade, vhost: str, who: User, slicer: Heavy) -> Response:
+async def list_vhost_streams(
+    request: Request, f: Facade, vhost: str, who: User, slicer: Heavy
+) -> Response:
     v = name(vhost)
     if not f.vhost_exists(v):
         raise not_found()
     require_vhost(who, v)
-    return await _stream_list(f.iter_streams(v), who, slicer)
+    return await _stream_list(request, f, f.iter_streams(v), who, slicer)
 
 
 @router.get("/streams/{vhost}/{stream}", response_model=StreamView)

@@ -1,6 +1,7 @@
 """SieveMQ's stream API through any node: three real nodes, a real etcd, httpx and pika.
 
-Every stream here is declared on ``a``. Through ``b``, each per-stream route of
+Every stream here is declared on ``a``. Every node's stream lists show it once. Through
+``b``, each per-stream route of
 ``/api/streams/VHOST/NAME/...`` answers as ``a`` does: facts, consumers, named consumer
 offsets (read, stored, deleted: on ``a``, which ships them to its replicas), SQL
 subscriptions, filter advice, and a delete. The message browsers on a node that holds a
@@ -51,6 +52,13 @@ def test_every_per_stream_route_answers_through_another_node(
     assert facts.status_code == 200, facts.text
     assert facts.json()["name"] == "sa-one" and facts.json()["messages"] == 10
     assert facts.json() == api(a, "GET", base).json()
+    # the lists on every node show it once, with a's figures
+    for node in nodes.values():
+        for path in ("/api/streams", "/api/streams/%2F"):
+            listed = api(node, "GET", path)
+            assert listed.status_code == 200 and "x-sievemq-partial" not in listed.headers
+            mine = [x for x in listed.json() if x["name"] == "sa-one"]
+            assert len(mine) == 1 and mine[0]["messages"] == 10, (path, mine)
     # a consumer on a is listed through b
     consumer = channel(a)
     consumer.basic_qos(prefetch_count=5)
