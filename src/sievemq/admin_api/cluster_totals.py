@@ -64,8 +64,14 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
         "queues": [
             [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
         ],
-        "replica_reads": [[v, n, reads] for (v, n), reads in f.replica_reads().items()],
+        "replica_reads": _read_copies(f),
     }
+
+
+def _read_copies(f: BrokerFacade) -> list[list[Any]]:
+    """The copies this node's consumers read (most have none), the first by name."""
+    read = sorted((key, reads) for key, reads in f.replica_reads().items() if any(reads.values()))
+    return [[v, n, reads] for (v, n), reads in read[:MAX_PUBLISHED_QUEUES]]
 
 
 def with_replica_reads(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
