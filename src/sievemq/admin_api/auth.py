@@ -28,7 +28,9 @@ PEER_PATHS = re.compile(
 )
 # ... and read only: each node's part of a stream's status (``admin_api/replicas.py``) and
 # its own streams (``admin_api/streams.py``'s lists)
-PEER_READS = re.compile(r"/api/(queues/[^/]+/[^/]+/replicas|streams(/[^/]+)?)")
+PEER_READS = re.compile(
+    r"/api/(queues/[^/]+/[^/]+/replicas|streams(/[^/]+)?|streams/[^/]+/[^/]+/consumers)"
+)
 
 
 # what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a

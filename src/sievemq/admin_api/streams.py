@@ -46,6 +46,7 @@ from sievemq.gateway.admin.views import (
 
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
 _STREAMS = TypeAdapter(list[StreamView])
+_CONSUMERS = TypeAdapter(list[ConsumerView])
 
 
 class StreamBody(BaseModel):
@@ -184,8 +185,22 @@ async def delete_stream(
 async def stream_consumers(
     request: Request, f: Facade, vhost: str, stream: str, who: User
 ) -> list[ConsumerView] | Response:
+    """The stream's consumers on its leader and, on a cluster node, those of every node's
+    replica of it (each node lists its own; ``PARTIAL_HEADER`` names one that did not
+    answer)."""
     v, s = _stream(f, who, vhost, stream)
-    return await _elsewhere(request, f, who, v, s) or f.list_consumers(v, s)
+    peers = peers_of(request, f)
+    if peers is None or (not f.holds_stream(v, s) and led_elsewhere(f, v, s) is None):
+        return f.list_consumers(v, s)  # this node's own (404 when it holds no copy)
+    own = f.list_consumers(v, s) if f.holds_stream(v, s) else []
+    listing = await peers.gather(request_path(request))
+    body = _CONSUMERS.dump_json(own)[1:-1]
+    others = json.dumps(listing.items, separators=(",", ":")).encode()[1:-1]
+    response = Response(b"[" + b",".join(p for p in (body, others) if p) + b"]")
+    response.headers["content-type"] = "application/json"
+    if listing.missing:
+        response.headers[PARTIAL_HEADER] = ",".join(listing.missing)
+    return response
 
 
 @router.get("/streams/{vhost}/{stream}/messages", response_model=BrowseResult)

@@ -6,7 +6,8 @@ Every stream here is declared on ``a``. Every node's stream lists show it once. 
 offsets (read, stored, deleted: on ``a``, which ships them to its replicas), SQL
 subscriptions, filter advice, and a delete. The message browsers on a node that holds a
 replica read that copy (they still answer while ``a`` is frozen); on a node that holds none,
-``a`` reads.
+``a`` reads. A stream's consumers, asked of any node, are its leader's and those reading
+every node's replica.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
 
 def api(node: ServerProcess, method: str, path: str, **kwargs: Any) -> httpx.Response:
     return httpx.request(method, node.admin_url + path, auth=AUTH, timeout=30, **kwargs)
+
+
+def tags(node: ServerProcess, path: str) -> list[str]:
+    """The consumer tags of a consumer list on ``node``."""
+    return [str(x["consumer_tag"]) for x in api(node, "GET", path).json()]
 
 
 def publish(node: ServerProcess, stream: str, count: int) -> None:
@@ -150,6 +156,21 @@ def test_a_replica_node_browses_its_own_copy(nodes: dict[str, ServerProcess]) ->
     lavin = api(c, "POST", "/api/queues/%2F/sa-three/stream", json={"count": 3})
     assert lavin.status_code == 200, lavin.text
     assert [(m["payload"], m["offset"]) for m in lavin.json()] == [("m0", 0), ("m1", 1), ("m2", 2)]
+    # a consumer on b reads b's copy: the stream's consumers, asked of any node, list it
+    reader = channel(b)
+    reader.basic_qos(prefetch_count=5)
+    reader.basic_consume(
+        "sa-three", lambda *_: None, consumer_tag="sa-local", arguments={"x-stream-offset": 0}
+    )
+    for node in nodes.values():
+        until(
+            lambda n=node: tags(n, "/api/streams/%2F/sa-three/consumers") == ["sa-local"],  # type: ignore[misc]
+            "every node lists b's replica reader",
+        )
+    everyone = api(c, "GET", "/api/consumers").json()
+    assert [x["channel_details"]["node"] for x in everyone if x["consumer_tag"] == "sa-local"] == [
+        "b"
+    ]
     # with a frozen, b and c still browse: from their copies, not through a
     with stopped(a):
         frozen = api(b, "GET", path, params=params)
