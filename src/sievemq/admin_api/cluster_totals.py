@@ -69,14 +69,15 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
 
 
 def _read_copies(f: BrokerFacade) -> list[list[Any]]:
-    """The copies this node's consumers read (most have none), the first by name."""
+    """The copies this node's consumers read or have read (most have none), the first by
+    name."""
     read = sorted((key, reads) for key, reads in f.replica_reads().items() if any(reads.values()))
     return [[v, n, reads] for (v, n), reads in read[:MAX_PUBLISHED_QUEUES]]
 
 
 def with_replica_reads(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each stream's ``message_stats`` (its leader's) plus the deliveries and acks of every
-    node's consumers of its replicas."""
+    """Each stream's ``message_stats`` and ``consumers`` (its leader's) plus the deliveries
+    and acks of every node's consumers of its replicas, and those consumers."""
     if f.cluster is None or not any(row.get("type") == "stream" for row in rows):
         return rows
     reads: dict[tuple[str, str], dict[str, Any]] = {}
@@ -92,7 +93,8 @@ def with_replica_reads(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict
     for row in rows:
         found = reads.get((row["vhost"], row["name"]))
         if found and row.get("type") == "stream":
-            _add(row.setdefault("message_stats", {}), found, set())
+            _add(row.setdefault("message_stats", {}), found, {"consumers"})
+            _add(row, {"consumers": found.get("consumers", 0)}, set())
     return rows
 
 

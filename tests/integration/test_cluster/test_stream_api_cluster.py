@@ -167,6 +167,12 @@ def test_a_replica_node_browses_its_own_copy(nodes: dict[str, ServerProcess]) ->
             lambda n=node: tags(n, "/api/streams/%2F/sa-three/consumers") == ["sa-local"],  # type: ignore[misc]
             "every node lists b's replica reader",
         )
+    for node in nodes.values():  # and counted in its consumers (b's part up to 10 s old)
+        until(
+            lambda n=node: api(n, "GET", "/api/queues/%2F/sa-three").json()["consumers"] == 1,  # type: ignore[misc]
+            "every node counts b's replica reader in the stream's consumers",
+            timeout=60,
+        )
     everyone = api(c, "GET", "/api/consumers").json()
     assert [x["channel_details"]["node"] for x in everyone if x["consumer_tag"] == "sa-local"] == [
         "b"

@@ -76,7 +76,7 @@ def test_a_streams_figures_add_every_nodes_replica_reads() -> None:
         return ClusterNodeView(name, running, False, {}, {"replica_reads": published})
 
     local = ClusterNodeView(name="a", running=True, local=True, record={})
-    one = {"deliver": 3, "deliver_get": 3, "ack": 2}
+    one = {"deliver": 3, "deliver_get": 3, "ack": 2, "consumers": 1}
     nodes = [
         local,
         reads("b", True, [["/", "s", one], ["/", "other", one], "junk", ["/", "s"]]),
@@ -84,12 +84,15 @@ def test_a_streams_figures_add_every_nodes_replica_reads() -> None:
         reads("d", True, "junk"),
     ]
     f: Any = _Facade({("/", "s"): {"deliver": 1, "deliver_get": 1, "ack": 1}}, nodes)
+    stream = {"vhost": "/", "name": "s", "type": "stream", "consumers": 2}
     rows = [
-        {"vhost": "/", "name": "s", "type": "stream", "message_stats": {"deliver_get": 10}},
+        {**stream, "message_stats": {"deliver_get": 10}},
         {"vhost": "/", "name": "q", "type": "classic", "message_stats": {"deliver_get": 10}},
         {"vhost": "/", "name": "other", "type": "stream"},
     ]
     shown = with_replica_reads(f, rows)
     assert shown[0]["message_stats"] == {"deliver_get": 14, "deliver": 4, "ack": 3}
+    assert shown[0]["consumers"] == 3  # a's 2 and b's reader
     assert shown[1]["message_stats"] == {"deliver_get": 10}
-    assert shown[2]["message_stats"] == one
+    assert shown[2]["message_stats"] == {"deliver": 3, "deliver_get": 3, "ack": 2}
+    assert shown[2]["consumers"] == 1
