@@ -105,6 +105,7 @@ async def join(
     membership.queue_members = placement.members
     membership.queue_epoch = placement.epoch
     membership.holds_queue = failover.holds
+    membership.link_views = links.describe
     replica_ops = ReplicaOps(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )
