@@ -188,6 +188,10 @@ class StreamReplicas(Protocol):
         """This node's replica of the stream, for reading (None when it holds none)."""
         ...
 
+    def replica_queues(self) -> list[StreamQueue]:
+        """Every replica this node holds (the admin API lists their readers)."""
+        ...
+
 
 class FeedPeer(Protocol):
     """The leader's end of one replica's quorum-queue log feed (``amqp/queue_feed.py``)."""
