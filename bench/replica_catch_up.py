@@ -22,7 +22,7 @@ kept) and c is started again. Measured:
 ``--before SRC`` compares another version of the code (a ``src`` folder, for example
 ``git archive main src | tar -x -C /tmp/before``) with this one: each round runs twice, in
 turn, on a fresh cluster whose nodes import SRC first (``PYTHONPATH``), then on one of
-this checkout's; the report has ``before`` and ``after``, each with its medians and runs.
+this checkout's; the report's medians and runs are then per version (``before``, ``after``).
 
 The load generator runs on the same cores as the nodes (a 2-core machine here): the figures
 are this machine's; medians of the rounds are reported with each round's figures.
@@ -30,13 +30,11 @@ are this machine's; medians of the rounds are reported with each round's figures
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
 import json
 import os
-import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -47,14 +45,15 @@ from typing import Any
 import aiormq
 
 from bench._cluster import (
-    declare_stream,
-    members_online,
+    bench_options,
+    declared,
     publish_confirmed,
+    report_rounds,
     running_cluster,
     segment_sizes,
     wait_for,
 )
-from bench._util import proc_cpu_s, report
+from bench._util import proc_cpu_s
 from bench.stream_replication import catch_up_figures
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
@@ -124,8 +123,7 @@ def _bytes(directory: Path) -> int:
 
 def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> dict[str, Any]:
     a, c = nodes["a"], nodes["c"]
-    asyncio.run(declare_stream(a, name, 3))
-    wait_for(lambda: members_online(a, name, 3))
+    declared(a, name, 3)
     assert c.stop() == 0, c.stderr()
     copy = replica_directory(c.data_dir, "/", name)
     before = _bytes(copy)
@@ -160,32 +158,18 @@ def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> d
     }
 
 
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in runs[0].items():
-        if isinstance(value, dict):
-            out[key] = _median([run[key] for run in runs])
-        else:
-            out[key] = statistics.median(run[key] for run in runs)
-    return out
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--n", type=int, default=200_000, help="messages c misses")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_options(__doc__, 200_000, "messages c misses")
     parser.add_argument("--window", type=int, default=20, help="the steady publisher's")
-    parser.add_argument("--out", type=Path)
     parser.add_argument("--before", type=Path, help="a src folder to compare, in turn")
     opts = parser.parse_args()
-    settings = {"n": opts.n, "window": opts.window, "rounds": opts.rounds}
     if opts.before is None:
         runs = []
         with running_cluster("sievemq-catch-up-bench-") as nodes:
             for r in range(opts.rounds):
                 runs.append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
                 print(json.dumps(runs[-1]), flush=True)
-        report("replica_catch_up", opts.out, **settings, medians=_median(runs), runs=runs)
+        report_rounds("replica_catch_up", opts, runs, window=opts.window)
         return
     compared: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     for r in range(opts.rounds):
@@ -193,12 +177,8 @@ def main() -> None:
             with _python_path(src), running_cluster("sievemq-catch-up-bench-") as nodes:
                 compared[case].append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
             print(case, json.dumps(compared[case][-1]), flush=True)
-    report(
-        "replica_catch_up",
-        opts.out,
-        **settings,
-        before_src=str(opts.before),
-        **{case: {"medians": _median(runs), "runs": runs} for case, runs in compared.items()},
+    report_rounds(
+        "replica_catch_up", opts, compared, window=opts.window, before_src=str(opts.before)
     )
 
 

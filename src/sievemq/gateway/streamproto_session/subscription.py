@@ -246,8 +246,10 @@ class Subscription(CommitWaker):
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
         self._resume_at = 0.0  # a copy catching up: its next turn not before (loop time)
         # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
-        # consumer's: the reader's work plus what was delivered, folded in once per turn
-        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
+        # consumer's: the reader's work plus what was delivered, folded in once per turn;
+        # a replica's feed is replication, not a consumer: the stream does not count it
+        stream_stats = FilterStats() if verbatim else queue.filter_stats
+        self.stats = ConsumerFilterStats(reader.stats, stream_stats)
 
     def filter_stats(self) -> FilterStats:
         """Its filter and delivery counters since it subscribed."""
