@@ -47,11 +47,11 @@ _HEARTBEAT: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _HH = struct.Struct(">HH")
 _QB = struct.Struct(">QB")
-_Q = struct.Struct(">Q")
 _OFFSET_VALUE = struct.Struct(">q")
 _METHOD_HEAD = struct.Struct(">BHIHH")  # frame head + class id + method id
 _CONTENT_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id + weight + body size
 _BODY_HEAD = struct.Struct(">BHI")
+_END_BODY_HEAD = struct.Struct(">BBHI")  # a frame's end, then the head of a body frame
 _H = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _KEY: Final = STREAM_OFFSET_ENTRY[1:-1]  # b"x-stream-offset"
@@ -312,7 +312,9 @@ _NEW_TABLE_SIZE: Final = struct.pack(">I", _ENTRY_SIZE)  # a table of just that 
 # NamedTuple's attribute reads cost about 0.1 µs per delivery here (CPython 3.11).
 # A Basic.Deliver frame cut around its delivery tag: (frame head + class/method ids +
 # consumer tag, the redelivered octet + exchange + routing key + frame end).
-_DeliverParts = tuple[bytes, bytes]
+# The third part packs both and the tag, then the content header frame's head, in one go:
+# (head, tag, after_tag, type 2, channel, size, class, weight, body size).
+_DeliverParts = tuple[bytes, bytes, struct.Struct]
 # Property bytes with x-stream-offset spliced in, cut around its 8 value bytes:
 # (bytes before the value, bytes after it, length of the whole spliced property bytes).
 _SplicedProperties = tuple[bytes, bytes, int]
@@ -349,7 +351,8 @@ class DeliveryEncoder:
         ct = self._ctag
         size = 13 + len(ct) + len(ex) + len(rk)
         head = _METHOD_HEAD.pack(1, self._channel, size, *BASIC_DELIVER) + ct
-        parts = (head, b"\x00" + ex + rk + _END)
+        after_tag = b"\x00" + ex + rk + _END
+        parts = (head, after_tag, struct.Struct(f">{len(head)}sQ{len(after_tag)}sBHIHHQ"))
         if len(self._method) >= _SPLICE_CACHE_MAX:
             self._method.clear()
         self._method[exchange, routing_key] = parts
@@ -384,10 +387,11 @@ class DeliveryEncoder:
         method = self._method.get((exchange, routing_key))
         if method is None:
             method = self._method_parts(exchange, routing_key)
-        head, after_tag = method
+        head, after_tag, deliver = method
         size = len(body)
         ch = self._channel
-        props = self._props.get(properties)
+        # no lookup while the cache only misses (the property lists do not repeat)
+        props = self._props.get(properties) if self._misses <= _SPLICE_CACHE_MAX else None
         if props is None and size and size <= self._limit:
             misses = self._misses = self._misses + 1
             if misses <= _SPLICE_CACHE_MAX:
@@ -425,17 +429,23 @@ class DeliveryEncoder:
                         spliced = plen + 4 + _ENTRY_SIZE
                     if table_end >= 0 and spliced + HEADER_FRAME_OVERHEAD <= self.frame_max:
                         out += (
-                            head,
-                            _Q.pack(delivery_tag),
-                            after_tag,
-                            _CONTENT_HEAD.pack(2, ch, 12 + spliced, CLASS_BASIC, 0, size),
+                            deliver.pack(
+                                head,
+                                delivery_tag,
+                                after_tag,
+                                2,
+                                ch,
+                                12 + spliced,
+                                CLASS_BASIC,
+                                0,
+                                size,
+                            ),
                             lead,
                             grown,
                             entries,
                             _OFFSET_ENTRY.pack(STREAM_OFFSET_ENTRY, offset),
                             properties[table_end:],
-                            _END,
-                            _BODY_HEAD.pack(3, ch, size),
+                            _END_BODY_HEAD.pack(0xCE, 3, ch, size),
                             body,
                             _END,
                         )
@@ -447,15 +457,14 @@ class DeliveryEncoder:
             return
         before_value, after_value, props_size = props
         out += (
-            head,
-            _Q.pack(delivery_tag),  # the tag; after_tag starts with the redelivered octet
-            after_tag,
-            _CONTENT_HEAD.pack(2, ch, 12 + props_size, CLASS_BASIC, 0, size),
+            # the tag; after_tag starts with the redelivered octet
+            deliver.pack(
+                head, delivery_tag, after_tag, 2, ch, 12 + props_size, CLASS_BASIC, 0, size
+            ),
             before_value,
             _OFFSET_VALUE.pack(offset),
             after_value,
-            _END,
-            _BODY_HEAD.pack(3, ch, size),
+            _END_BODY_HEAD.pack(0xCE, 3, ch, size),
             body,
             _END,
         )
