@@ -27,24 +27,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pamqp import commands as spec
 
+from bench._util import export_src, git_commit, in_process_node, profiled, shut_down
 from bench.publish_path import (
     QUEUE,
     CountingTransport,
     _frames,
     _handled,
-    cpu_path_main,
-    cpu_path_parser,
     handshake,
-    in_process_node,
     opening,
-    profiled,
+    path_options,
     slices,
+    summarize_cpu_runs,
+    tree_and_baseline,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,9 +78,13 @@ async def consume_run(
 ) -> dict[str, Any]:
     """One fresh server state holding ``n`` messages, then ``passes`` consumes of all of them,
     timed: CPU µs per message of the best pass (noise on a shared machine only adds time)."""
+    from sievemq.serve import protocol_factory
+
+    data, broker, node = in_process_node("sievemq-consume-path-", "BATCH")
+    publisher = protocol_factory(node)
+    publisher.connection_made(CountingTransport())  # type: ignore[arg-type]
     acks = [ack_frame(tag) for tag in range(ACK_EVERY, n + 1, ACK_EVERY)]
-    async with in_process_node() as (broker, connect):
-        publisher = connect(CountingTransport())
+    try:
         publisher.data_received(handshake())
         for chunk in slices(n, size, unique, 250):
             publisher.data_received(chunk)
@@ -84,7 +96,8 @@ async def consume_run(
         with profiled(profile):
             for _ in range(passes):
                 transport = CountingTransport()
-                consumer = connect(transport)
+                consumer = protocol_factory(node)
+                consumer.connection_made(transport)  # type: ignore[arg-type]
                 cpu = time.process_time()
                 consumer.data_received(consume_handshake())
                 (stream_consumer,) = queue.consumers
@@ -101,6 +114,8 @@ async def consume_run(
                 if transport.written < n * size:
                     raise SystemExit(f"only {transport.written} bytes were delivered")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
+    finally:
+        shut_down(publisher, broker, node, data)
 
 
 def one_run(args: argparse.Namespace, kind: str, profile: str | None = None) -> dict[str, Any]:
@@ -108,10 +123,48 @@ def one_run(args: argparse.Namespace, kind: str, profile: str | None = None) -> 
     return asyncio.run(consume_run(args.n, args.size, unique, args.passes, profile))
 
 
+def child(args: argparse.Namespace, kind: str, src: Path) -> dict[str, Any]:
+    """``one_run`` in a child process on the source tree ``src``."""
+    env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT}")
+    argv = [sys.executable, "-m", "bench.consume_path", "--child", kind, "--n", str(args.n)]
+    argv += ["--size", str(args.size), "--passes", str(args.passes)]
+    out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
 def main() -> None:
-    args = cpu_path_parser(__doc__).parse_args()
-    fields = {"prefetch": PREFETCH, "ack_every": ACK_EVERY}
-    cpu_path_main(args, "bench.consume_path", one_run, [], **fields)
+    args = path_options(__doc__).parse_args()
+    if args.child:
+        print(json.dumps(one_run(args, args.child)))
+        return
+    if args.profile:
+        for kind in args.kinds.split(","):
+            one_run(args, kind, f"{args.profile}.{kind}")
+        return
+    cases: dict[str, Callable[[Path], dict[str, Any]]] = {
+        kind: functools.partial(child, args, kind) for kind in args.kinds.split(",")
+    }
+    base = Path(tempfile.mkdtemp(prefix="sievemq-consume-path-base-"))
+    try:
+        base_src = export_src(args.baseline, base) if args.baseline else None
+        runs = tree_and_baseline(args.repeats, cases, ROOT / "src", base_src)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    figures = {"n": args.n, "size": args.size, "prefetch": PREFETCH, "ack_every": ACK_EVERY}
+    print(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "commit": git_commit(),
+                "baseline": args.baseline,
+                **figures,
+                "load_average": os.getloadavg(),
+                "results": summarize_cpu_runs(runs),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

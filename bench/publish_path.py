@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from bench._util import export_src, git_commit
+from bench._util import export_src, git_commit, in_process_node, profiled, shut_down
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-publish-path"
@@ -142,65 +142,20 @@ def slices(n: int, size: int, unique: bool, batch: int) -> list[bytes]:
     return [b"".join(one[k : k + batch]) for k in range(0, n, batch)]
 
 
-@contextlib.contextmanager
-def profiled(path: str | None) -> Iterator[None]:
-    """A cProfile of the block written to ``path`` (nothing without one)."""
-    if not path:
-        yield
-        return
-    import cProfile
-
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        yield
-    finally:
-        profiler.disable()
-        profiler.dump_stats(path)
-
-
-@contextlib.asynccontextmanager
-async def in_process_node() -> AsyncIterator[tuple[Any, Callable[[CountingTransport], Any]]]:
-    """A fresh broker (durability ``batch``) and node on this loop, in a temporary data
-    directory: yields the broker and ``connect(transport)``, which opens an AMQP connection
-    on the real protocol (closed, with the broker, on the way out)."""
-    from sievemq.gateway.model.broker import Broker, BrokerSettings
-    from sievemq.gateway.runtime.node import Limits, Node
-    from sievemq.serve import protocol_factory
-    from sievemq.storage import Durability
-
-    data = Path(tempfile.mkdtemp(prefix="sievemq-cpu-path-"))
-    broker = Broker(data, BrokerSettings(durability=Durability.BATCH))
-    node = Node(broker, Limits(), asyncio.get_running_loop())
-    opened: list[Any] = []
-
-    def connect(transport: CountingTransport) -> Any:
-        protocol = protocol_factory(node)
-        protocol.connection_made(transport)  # type: ignore[arg-type]
-        opened.append(protocol)
-        return protocol
-
-    try:
-        yield broker, connect
-    finally:
-        for protocol in opened:
-            protocol.connection_lost(None)  # a second time does nothing
-        for vhost in broker.vhosts.values():
-            vhost.close()
-        node.executor.shutdown(wait=True)
-        shutil.rmtree(data, ignore_errors=True)
-
-
 async def publish_run(
     n: int, size: int, unique: bool, batch: int, passes: int, profile: str | None
 ) -> dict[str, Any]:
     """One fresh server state, WARMUP messages, then ``passes`` times ``n`` timed: CPU µs
     per message of the best pass (noise on a shared machine only ever adds time)."""
-    async with in_process_node() as (broker, connect):
-        transport = CountingTransport()
-        protocol = connect(transport)
-        warm = slices(WARMUP, size, unique, batch)
-        timed = slices(n, size, unique, batch)
+    from sievemq.serve import protocol_factory
+
+    data, broker, node = in_process_node("sievemq-publish-path-", "BATCH")
+    protocol = protocol_factory(node)
+    transport = CountingTransport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    warm = slices(WARMUP, size, unique, batch)
+    timed = slices(n, size, unique, batch)
+    try:
         protocol.data_received(handshake())
         for chunk in warm:
             protocol.data_received(chunk)
@@ -221,6 +176,8 @@ async def publish_run(
         if transport.written == 0:
             raise SystemExit("no confirm was written")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
+    finally:
+        shut_down(protocol, broker, node, data)
 
 
 async def _handled(protocol: Any) -> None:
@@ -237,38 +194,33 @@ def one_run(args: argparse.Namespace, kind: str, profile: str | None = None) -> 
     return asyncio.run(publish_run(args.n, args.size, unique, args.batch, args.passes, profile))
 
 
-def child(module: str, kind: str, src: Path, argv: list[str]) -> dict[str, Any]:
-    """``python -m module --child kind *argv`` on the source tree ``src`` (this one or the
-    baseline's): one process's measurement, its JSON."""
+def child(args: argparse.Namespace, kind: str, src: Path) -> dict[str, Any]:
+    """``one_run`` in a child process on the source tree ``src`` (the baseline)."""
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT}")
-    command = [sys.executable, "-m", module, "--child", kind, *argv]
-    out = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    argv = [sys.executable, "-m", "bench.publish_path", "--child", kind]
+    argv += ["--n", str(args.n), "--size", str(args.size), "--batch", str(args.batch)]
+    argv += ["--passes", str(args.passes)]
+    out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
 
-def interleaved_cpu_runs(
-    module: str, kinds: list[str], repeats: int, baseline: str | None, argv: list[str]
-) -> dict[str, Any]:
-    """``repeats`` rounds of one ``child`` per kind on this tree and, with ``baseline``, one
-    on ``git archive baseline src`` right after it; summarized by ``summarize_cpu_runs``."""
-    base_src: Path | None = None
-    if baseline:
-        base_src = Path(tempfile.mkdtemp(prefix="sievemq-cpu-path-base-"))
-        export_src(baseline, base_src)
+def tree_and_baseline(
+    repeats: int,
+    cases: dict[str, Callable[[Path], dict[str, Any]]],
+    tree: Path,
+    baseline: Path | None,
+) -> dict[str, dict[str, list[float]]]:
+    """Each case's run (a child process on a source tree) on ``tree``, then on ``baseline``
+    when there is one, case after case, ``repeats`` times: each case's CPU µs/msg by tree
+    ("sievemq", "baseline")."""
     runs: dict[str, dict[str, list[float]]] = {}
-    try:
-        for _ in range(repeats):
-            for kind in kinds:
-                got = child(module, kind, ROOT / "src", argv)
-                runs.setdefault(kind, {}).setdefault("sievemq", []).append(got["cpu_us_per_msg"])
-                if base_src is not None:
-                    got = child(module, kind, base_src / "src", argv)
-                    runs[kind].setdefault("baseline", []).append(got["cpu_us_per_msg"])
-    finally:
-        if base_src is not None:
-            shutil.rmtree(base_src, ignore_errors=True)
-    return summarize_cpu_runs(runs)
+    for _ in range(repeats):
+        for key, run in cases.items():
+            runs.setdefault(key, {}).setdefault("sievemq", []).append(run(tree)["cpu_us_per_msg"])
+            if baseline is not None:
+                runs[key].setdefault("baseline", []).append(run(baseline)["cpu_us_per_msg"])
+    return runs
 
 
 def summarize_cpu_runs(runs: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
@@ -287,40 +239,47 @@ def summarize_cpu_runs(runs: dict[str, dict[str, list[float]]]) -> dict[str, Any
     return results
 
 
-def cpu_path_parser(doc: str | None) -> argparse.ArgumentParser:
-    """The options every in-process CPU-path benchmark takes (this one and
-    ``bench.consume_path``)."""
+def path_options(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the in-process path benches (this one and ``bench.consume_path``)."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--passes", type=int, default=3, help="timed passes per process")
     parser.add_argument("--kinds", default="identical,unique")
-    parser.add_argument("--baseline", metavar="COMMIT")
+    parser.add_argument("--baseline", metavar="COMMIT_OR_DIR")
     parser.add_argument("--profile", metavar="FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser
 
 
-def cpu_path_main(
-    args: argparse.Namespace,
-    module: str,
-    run: Callable[[argparse.Namespace, str, str | None], dict[str, Any]],
-    argv: list[str],
-    **fields: Any,
-) -> None:
-    """A CPU-path benchmark's main: one ``run`` as the child, the profiles with
-    ``--profile``, else the interleaved runs (``argv``: the child's options) as JSON."""
+def main() -> None:
+    parser = path_options(__doc__)
+    parser.add_argument("--batch", type=int, default=250, help="messages per data_received")
+    args = parser.parse_args()
     if args.child:
-        print(json.dumps(run(args, args.child, None)))
+        print(json.dumps(one_run(args, args.child)))
         return
     kinds = args.kinds.split(",")
     if args.profile:
         for kind in kinds:
-            run(args, kind, f"{args.profile}.{kind}")
+            one_run(args, kind, f"{args.profile}.{kind}")
         return
-    argv = ["--n", str(args.n), "--size", str(args.size), "--passes", str(args.passes), *argv]
-    results = interleaved_cpu_runs(module, kinds, args.repeats, args.baseline, argv)
+    base_src: Path | None = None
+    if args.baseline:
+        base_src = Path(tempfile.mkdtemp(prefix="sievemq-publish-path-base-"))
+        export_src(args.baseline, base_src)
+    cases: dict[str, Callable[[Path], dict[str, Any]]] = {
+        kind: functools.partial(child, args, kind) for kind in kinds
+    }
+    try:
+        runs = tree_and_baseline(
+            args.repeats, cases, ROOT / "src", None if base_src is None else base_src / "src"
+        )
+    finally:
+        if base_src is not None:
+            shutil.rmtree(base_src, ignore_errors=True)
+    results = summarize_cpu_runs(runs)
     print(
         json.dumps(
             {
@@ -329,21 +288,13 @@ def cpu_path_main(
                 "baseline": args.baseline,
                 "n": args.n,
                 "size": args.size,
-                **fields,
+                "batch": args.batch,
                 "load_average": os.getloadavg(),
                 "results": results,
             },
             indent=2,
         )
     )
-
-
-def main() -> None:
-    parser = cpu_path_parser(__doc__)
-    parser.add_argument("--batch", type=int, default=250, help="messages per data_received")
-    args = parser.parse_args()
-    argv = ["--batch", str(args.batch)]
-    cpu_path_main(args, "bench.publish_path", one_run, argv, batch=args.batch)
 
 
 if __name__ == "__main__":
