@@ -56,7 +56,11 @@ def report(bench: str, out: Path | None, **fields: Any) -> None:
 
 def export_src(rev: str, into: Path) -> Path:
     """``git archive REV src`` unpacked into ``into``: a baseline tree to run beside this one.
-    Returns ``into / "src"`` (what goes on PYTHONPATH)."""
+    Returns ``into / "src"`` (what goes on PYTHONPATH). ``REV`` may also be a directory that
+    holds such a ``src`` (exported beforehand: a lent machine's copy has no history)."""
+    if (Path(rev) / "src").is_dir():
+        shutil.copytree(Path(rev) / "src", into / "src")
+        return into / "src"
     data = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
         check=True,

@@ -90,26 +90,27 @@ def _frames(channel: int, *methods: Any) -> bytes:
     return b"".join(pframe.marshal(m, channel) for m in methods)
 
 
+def opening() -> bytes:
+    """Protocol header through connection.open (PLAIN guest, frame_max 131072, no heartbeat)."""
+    return b"AMQP\x00\x00\x09\x01" + _frames(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"product": "bench"},
+            mechanism="PLAIN",
+            response="\0guest\0guest",
+        ),
+        spec.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="/"),
+    )
+
+
 def handshake() -> bytes:
-    """Protocol header through queue.declare of a stream with confirms on, as loadgen does."""
-    return (
-        b"AMQP\x00\x00\x09\x01"
-        + _frames(
-            0,
-            spec.Connection.StartOk(
-                client_properties={"product": "bench"},
-                mechanism="PLAIN",
-                response="\0guest\0guest",
-            ),
-            spec.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0),
-            spec.Connection.Open(virtual_host="/"),
-        )
-        + _frames(
-            1,
-            spec.Channel.Open(),
-            spec.Confirm.Select(),
-            spec.Queue.Declare(queue=QUEUE, durable=True, arguments={"x-queue-type": "stream"}),
-        )
+    """Through queue.declare of a stream with confirms on, as loadgen does."""
+    return opening() + _frames(
+        1,
+        spec.Channel.Open(),
+        spec.Confirm.Select(),
+        spec.Queue.Declare(queue=QUEUE, durable=True, arguments={"x-queue-type": "stream"}),
     )
 
 
@@ -238,17 +239,23 @@ def summarize_cpu_runs(runs: dict[str, dict[str, list[float]]]) -> dict[str, Any
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def path_options(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the in-process path benches (this one and ``bench.consume_path``)."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--batch", type=int, default=250, help="messages per data_received")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per process")
     parser.add_argument("--kinds", default="identical,unique")
-    parser.add_argument("--baseline", metavar="COMMIT")
+    parser.add_argument("--baseline", metavar="COMMIT_OR_DIR")
     parser.add_argument("--profile", metavar="FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+def main() -> None:
+    parser = path_options(__doc__)
+    parser.add_argument("--batch", type=int, default=250, help="messages per data_received")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_run(args, args.child)))

@@ -24,7 +24,15 @@ from sievemq.amqp.methods import (
     BASIC_RETURN,
     CLASS_BASIC,
 )
-from sievemq.amqp.properties import check_properties, splice_stream_offset, stream_offset_parts
+from sievemq.amqp.properties import (
+    FLAG_CONTENT_ENCODING,
+    FLAG_CONTENT_TYPE,
+    FLAG_HEADERS,
+    STREAM_OFFSET_ENTRY,
+    check_properties,
+    splice_stream_offset,
+    stream_offset_parts,
+)
 from sievemq.amqp.tables import DEFAULT_LIMITS, TableLimits
 
 # the first four bytes of a Basic.Publish method payload (class id, method id)
@@ -39,11 +47,16 @@ _HEARTBEAT: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _HH = struct.Struct(">HH")
 _QB = struct.Struct(">QB")
-_Q = struct.Struct(">Q")
 _OFFSET_VALUE = struct.Struct(">q")
 _METHOD_HEAD = struct.Struct(">BHIHH")  # frame head + class id + method id
 _CONTENT_HEAD = struct.Struct(">BHIHHQ")  # frame head + class id + weight + body size
 _BODY_HEAD = struct.Struct(">BHI")
+_END_BODY_HEAD = struct.Struct(">BBHI")  # a frame's end, then the head of a body frame
+_H = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_KEY: Final = STREAM_OFFSET_ENTRY[1:-1]  # b"x-stream-offset"
+# the x-stream-offset entry with its value
+_OFFSET_ENTRY = struct.Struct(f">{len(STREAM_OFFSET_ENTRY)}sq")
 _ACK_FRAME = struct.Struct(">BHIHHQBB")  # a whole Basic.Ack / Nack frame, frame end included
 _REPLY_CODE = struct.Struct(">H")
 _CONTENT_FIELDS = struct.Struct(">HHQ")
@@ -287,13 +300,21 @@ def encode_delivery(
 
 
 _SPLICE_CACHE_MAX: Final = 1024
+# misses after which the property cache is emptied and learns again (what a consumer reads
+# may change from unique property lists to a few repeated ones)
+_RELEARN_AFTER: Final = 8 * _SPLICE_CACHE_MAX
+# the x-stream-offset entry: its length in a headers table (key length, key, type, value)
+_ENTRY_SIZE: Final = len(STREAM_OFFSET_ENTRY) + 8
+_NEW_TABLE_SIZE: Final = struct.pack(">I", _ENTRY_SIZE)  # a table of just that entry
 
 
 # The encoder's cached pieces are plain tuples, unpacked into named locals where used: a
 # NamedTuple's attribute reads cost about 0.1 µs per delivery here (CPython 3.11).
 # A Basic.Deliver frame cut around its delivery tag: (frame head + class/method ids +
 # consumer tag, the redelivered octet + exchange + routing key + frame end).
-_DeliverParts = tuple[bytes, bytes]
+# The third part packs both and the tag, then the content header frame's head, in one go:
+# (head, tag, after_tag, type 2, channel, size, class, weight, body size).
+_DeliverParts = tuple[bytes, bytes, struct.Struct]
 # Property bytes with x-stream-offset spliced in, cut around its 8 value bytes:
 # (bytes before the value, bytes after it, length of the whole spliced property bytes).
 _SplicedProperties = tuple[bytes, bytes, int]
@@ -305,10 +326,15 @@ class DeliveryEncoder:
     HOT PATH. The parts that repeat from one delivery to the next are encoded once and
     cached: the method frame around the delivery tag per (exchange, routing key), and the
     property bytes around the spliced ``x-stream-offset`` value per distinct property list.
+    Property lists that do not repeat (a message id, a timestamp or a sequence header of
+    their own: loadgen's ``-unique-props``) would only churn that cache: after
+    ``_SPLICE_CACHE_MAX`` misses the encoder stops adding to it and splices a missed
+    property list straight into the output pieces (no joined copy, no cache entry), and
+    after ``_RELEARN_AFTER`` more misses it empties the cache and learns again.
     ``encode`` appends the pieces to ``out``; the caller joins or writes them in one go.
     """
 
-    __slots__ = ("_channel", "_ctag", "_limit", "_method", "_props", "frame_max")
+    __slots__ = ("_channel", "_ctag", "_limit", "_method", "_misses", "_props", "frame_max")
 
     def __init__(self, channel: int, consumer_tag: str, frame_max: int) -> None:
         self._channel = channel
@@ -317,6 +343,7 @@ class DeliveryEncoder:
         self._limit = frame_max - 8
         self._method: dict[tuple[str, str], _DeliverParts] = {}
         self._props: dict[bytes, _SplicedProperties] = {}
+        self._misses = 0
 
     def _method_parts(self, exchange: str, routing_key: str) -> _DeliverParts:
         ex = encode_shortstr(exchange)
@@ -324,7 +351,8 @@ class DeliveryEncoder:
         ct = self._ctag
         size = 13 + len(ct) + len(ex) + len(rk)
         head = _METHOD_HEAD.pack(1, self._channel, size, *BASIC_DELIVER) + ct
-        parts = (head, b"\x00" + ex + rk + _END)
+        after_tag = b"\x00" + ex + rk + _END
+        parts = (head, after_tag, struct.Struct(f">{len(head)}sQ{len(after_tag)}sBHIHHQ"))
         if len(self._method) >= _SPLICE_CACHE_MAX:
             self._method.clear()
         self._method[exchange, routing_key] = parts
@@ -359,28 +387,84 @@ class DeliveryEncoder:
         method = self._method.get((exchange, routing_key))
         if method is None:
             method = self._method_parts(exchange, routing_key)
-        props = self._props.get(properties)
-        if props is None:
-            props = self._props_parts(properties)
-        head, after_tag = method
+        head, after_tag, deliver = method
         size = len(body)
+        ch = self._channel
+        # no lookup while the cache only misses (the property lists do not repeat)
+        props = self._props.get(properties) if self._misses <= _SPLICE_CACHE_MAX else None
+        if props is None and size and size <= self._limit:
+            misses = self._misses = self._misses + 1
+            if misses <= _SPLICE_CACHE_MAX:
+                props = self._props_parts(properties)  # learning: into the cache
+            else:
+                if misses >= _RELEARN_AFTER:
+                    self._misses = 0
+                    self._props.clear()
+                # stream_offset_parts without the copy: the spliced property bytes go out
+                # as slices of the stored ones around the table length and the new entry
+                flags = properties[0] << 8 | properties[1]
+                if not flags & 1:  # one flag word (else: the general path below)
+                    pos = 2
+                    if flags & FLAG_CONTENT_TYPE:
+                        pos += 1 + properties[pos]
+                    if flags & FLAG_CONTENT_ENCODING:
+                        pos += 1 + properties[pos]
+                    plen = len(properties)
+                    if flags & FLAG_HEADERS:  # the entry goes at the end of the table
+                        table = pos + 4
+                        table_end = table + _U32.unpack_from(properties, pos)[0]
+                        spliced = plen + _ENTRY_SIZE
+                        if table_end > plen or properties.find(_KEY, table, table_end) >= 0:
+                            table_end = -1  # the general path below
+                            lead = grown = entries = b""
+                        else:
+                            lead = properties[:pos]
+                            grown = _U32.pack(table_end - table + _ENTRY_SIZE)
+                            entries = properties[table:table_end]
+                    else:  # a table of just the entry goes where the flag says
+                        table_end = pos
+                        lead = _H.pack(flags | FLAG_HEADERS) + properties[2:pos]
+                        grown = _NEW_TABLE_SIZE
+                        entries = b""
+                        spliced = plen + 4 + _ENTRY_SIZE
+                    if table_end >= 0 and spliced + HEADER_FRAME_OVERHEAD <= self.frame_max:
+                        out += (
+                            deliver.pack(
+                                head,
+                                delivery_tag,
+                                after_tag,
+                                2,
+                                ch,
+                                12 + spliced,
+                                CLASS_BASIC,
+                                0,
+                                size,
+                            ),
+                            lead,
+                            grown,
+                            entries,
+                            _OFFSET_ENTRY.pack(STREAM_OFFSET_ENTRY, offset),
+                            properties[table_end:],
+                            _END_BODY_HEAD.pack(0xCE, 3, ch, size),
+                            body,
+                            _END,
+                        )
+                        return
         if props is None or size > self._limit or not size:
             fitted = fitted_properties(properties, offset, self.frame_max)
             out += (head, _QB.pack(delivery_tag, 0), after_tag[1:])  # redelivered: in _QB
-            _content(out, self._channel, fitted, body, self.frame_max)
+            _content(out, ch, fitted, body, self.frame_max)
             return
         before_value, after_value, props_size = props
-        ch = self._channel
         out += (
-            head,
-            _Q.pack(delivery_tag),  # the tag; after_tag starts with the redelivered octet
-            after_tag,
-            _CONTENT_HEAD.pack(2, ch, 12 + props_size, CLASS_BASIC, 0, size),
+            # the tag; after_tag starts with the redelivered octet
+            deliver.pack(
+                head, delivery_tag, after_tag, 2, ch, 12 + props_size, CLASS_BASIC, 0, size
+            ),
             before_value,
             _OFFSET_VALUE.pack(offset),
             after_value,
-            _END,
-            _BODY_HEAD.pack(3, ch, size),
+            _END_BODY_HEAD.pack(0xCE, 3, ch, size),
             body,
             _END,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -269,6 +270,47 @@ def test_delivery_encoder_is_encode_delivery(
             channel, ctag, tag, exchange, rk, raw, body, fmax, offset
         )
         assert b"".join(out) == b"".join(expected)
+
+
+@given(
+    channel_id,
+    shortstr,
+    st.lists(
+        properties()
+        | properties(headers=st.fixed_dictionaries({"x-stream-offset": st.integers(0, 9)}))
+        | properties(headers=st.just({"pad": "p" * 4040})),
+        min_size=1,
+        max_size=12,
+    ),
+    BODY,
+    FRAME_MAX,
+)
+def test_delivery_encoder_splices_unique_properties_like_encode_delivery(
+    channel: int,
+    ctag: str,
+    props: list[commands.Basic.Properties],
+    body: bytes,
+    fmax: int,
+):
+    # past its cache's size the encoder splices each missed property list straight into the
+    # pieces (loadgen's -unique-props), and later empties the cache and learns again: a cache
+    # of 2 and a relearn after 5 misses walk both paths within a few deliveries
+    encoder = hotcodec.DeliveryEncoder(channel, ctag, fmax)
+    with (
+        mock.patch.object(hotcodec, "_SPLICE_CACHE_MAX", 2),
+        mock.patch.object(hotcodec, "_RELEARN_AFTER", 5),
+    ):
+        for tag, prop in enumerate(props * 2, start=1):
+            raw = prop.marshal()
+            out: list[bytes] = []
+            try:
+                expected = hotcodec.encode_delivery(
+                    channel, ctag, tag, "", "rk", raw, body, fmax, 2**40 + tag
+                )
+            except hotcodec.HeaderTooLarge:
+                continue
+            encoder.encode(out, tag, "", "rk", raw, body, 2**40 + tag)
+            assert b"".join(out) == b"".join(expected)
 
 
 @given(st.integers(-40, 10), st.integers(0, 2**40), st.sampled_from([b"", b"x", b"y" * 5000]))

@@ -206,13 +206,12 @@ class StreamConsumer(CommitWaker):
         encode = self._encoder.encode
         tag = first
         too_large: hotcodec.HeaderTooLarge | None = None
-        for r in records:
+        # a Record unpacked in the loop header: one C-level unpack, not six attribute reads
+        for offset, _, values, ex, rk, props, body, kind in records:
             try:
-                if r.kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
-                    ex, rk, props, body = to_amqp091(r.body, self.queue.name, r.filter_values)
-                    encode(out, tag, ex, rk, props, body, r.offset)
-                else:
-                    encode(out, tag, r.exchange, r.routing_key, r.properties, r.body, r.offset)
+                if kind:  # a stream-protocol payload: AMQP 1.0 converted to 0-9-1
+                    ex, rk, props, body = to_amqp091(body, self.queue.name, values)
+                encode(out, tag, ex, rk, props, body, offset)
             except hotcodec.HeaderTooLarge as error:
                 # a header frame cannot be split: deliver what came before it, then stop
                 log.warning(
@@ -220,7 +219,7 @@ class StreamConsumer(CommitWaker):
                     " the consumer is cancelled (reconnect with a larger frame_max)",
                     self.tag,
                     self.queue.name,
-                    r.offset,
+                    offset,
                     error,
                 )
                 too_large = error
