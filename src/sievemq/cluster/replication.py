@@ -30,6 +30,11 @@ end): the leader commits a chunk once a majority holds it (``cluster/commit.py``
 its committed offset on the subscription (``wire.COMMITTED``): the copy is gated
 (``Stream.gate``), so its readers here (AMQP consumers, Stream-protocol subscribers, the
 Spark network mode) read up to what the leader committed, not up to the copy's end.
+
+The follower asks the leader for a heartbeat every ``HEARTBEAT_S`` (Tune) and notes when it
+last heard anything (``heard_at``): a copy that hears nothing from its running leader for
+the lease's TTL counts it lost and stands in an election (``cluster.failover``); while its
+tail stands it acknowledges no more than the tail (``cap``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ log = logging.getLogger("sievemq.cluster")
 REPLICAS_DIR = "replicas"
 CREDIT = 32  # chunks in flight from the leader
 RETRY_S = 1.0  # between attempts to reach the leader
+HEARTBEAT_S = 1  # asked of the leader (Tune): a silent leader sends a heartbeat this often
 _OSIRIS_HEADER = struct.Struct(">BBHIqQQIIII")  # docs/stream-protocol.md §3
 _DATA_LENGTH = 8  # the data length's index in it
 
@@ -94,6 +100,12 @@ class Follower:
         self._record = record  # the stream's etcd record now (its epoch and history)
         self.epoch = 0  # the record's epoch this follower last followed
         self.hold = False  # an election is on (``cluster.failover``): follow nobody
+        # while this copy's tail stands as an election's candidate (``cluster.failover``):
+        # (epoch, end) -- its acknowledgements in that epoch go no further than the tail,
+        # so that no leader of that epoch commits what the election may not have counted
+        self.cap: tuple[int, int] | None = None
+        self.heard_at = asyncio.get_running_loop().time()  # the last frame from the leader
+        self._wake = asyncio.Event()  # try the leader now (an election's hold lifted)
         self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
         self.connected = asyncio.Event()  # subscribed to the leader now
@@ -126,13 +138,38 @@ class Follower:
                 finally:
                     self.connected.clear()
                     self._writer = None
-            await asyncio.sleep(RETRY_S)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RETRY_S)
+
+    def wake(self) -> None:
+        """Try the leader now, not after the retry pause (an election's hold lifted)."""
+        self._wake.set()
+
+    def silent_for(self) -> float:
+        """Seconds since the last frame from the leader (connected or not)."""
+        return asyncio.get_running_loop().time() - self.heard_at
+
+    def holds(self) -> int:
+        """What this copy acknowledges holding: its end, no further than an election's cap
+        in the epoch it follows."""
+        end = self.stream.end_offset
+        cap = self.cap
+        if cap is not None and cap[0] == self.epoch:
+            return min(end, cap[1])
+        return end
 
     def retarget(self) -> None:
         """The record changed (a new leader, a new epoch): drop the connection now; the
         next one goes where the record says, after the copy is brought to its history."""
         if self._writer is not None:
             self._writer.close()
+
+    def follow_anew(self) -> None:
+        """A new epoch's leader: follow it, and give it its own time to be heard from (the
+        silence of the old one does not count against it)."""
+        self.heard_at = asyncio.get_running_loop().time()
+        self.retarget()
 
     def prepare(self) -> None:
         """Cut the copy back to the history it shares with the record's, and keep that."""
@@ -170,7 +207,7 @@ class Follower:
             )
             await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
             # what it holds already (a leader that restarted learns it so)
-            writer.write(wire.replica_holds(0, self.epoch, self.stream.end_offset))
+            writer.write(wire.replica_holds(0, self.epoch, self.holds()))
             self.connected.set()
             log.info(
                 "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
@@ -180,8 +217,10 @@ class Follower:
                 port,
                 self.stream.end_offset,
             )
+            loop = asyncio.get_running_loop()
             while True:
                 key, version, frame = await _frame(reader)
+                self.heard_at = loop.time()
                 handler = _ON_FRAME.get(key)  # (other frames: nothing to do)
                 if handler is not None:
                     await handler(self, writer, key, version, frame)
@@ -198,12 +237,14 @@ class Follower:
     ) -> None:
         """A chunk: appended as the leader stored it, then the leader told what the copy
         holds (synced under always: the leader may commit it) with credit for one more."""
+        if self.hold:  # an election compares this copy's end: it stays put
+            raise ReplicaError("an election is on")
         await self._append(frame, version)
         # what the leader committed may reach past the copy's end (a copy catching up):
         # commit clamps to the end, so commit again as it grows
         self.stream.commit(self._leader_committed)
         writer.write(
-            wire.replica_holds(0, self.epoch, self.stream.end_offset)
+            wire.replica_holds(0, self.epoch, self.holds())
             + wire.frame(wire.CREDIT, struct.pack(">BH", 0, 1))
         )
 
@@ -279,7 +320,9 @@ class Follower:
         if key != wire.TUNE:
             raise ReplicaError(f"expected Tune, got frame {key}")
         frame_max, _ = struct.unpack_from(">II", tune, 0)
-        writer.write(wire.frame(wire.TUNE, struct.pack(">II", frame_max, 0)))
+        # heartbeats: a leader that sends nothing for the lease's TTL is lost to this copy
+        # (``cluster.failover``), also when the connection stays open but carries nothing
+        writer.write(wire.frame(wire.TUNE, struct.pack(">II", frame_max, HEARTBEAT_S)))
         await self._ok(reader, writer, wire.OPEN, wire.enc_string(self.vhost), "Open")
 
     async def _ok(
@@ -294,6 +337,7 @@ class Follower:
         writer.write(wire.frame(key, struct.pack(">I", self._corr) + body))
         while True:
             got, _, frame = await _frame(reader)
+            self.heard_at = asyncio.get_running_loop().time()
             if got == key | wire.RESPONSE:
                 corr, code = struct.unpack_from(">IH", frame, 0)
                 if corr != self._corr:
@@ -371,7 +415,7 @@ class Replication:
         for queue, record in wanted.items():
             current = self.followers.get(queue)
             if current is not None and current.epoch != int(record.get("epoch", 1)):
-                current.retarget()
+                current.follow_anew()
             if queue not in self.followers and queue not in self._dropping:
                 try:
                     self.followers[queue] = self._follower(queue, record)
