@@ -7,7 +7,10 @@ leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
-heard from it for ``silence_s``: cut from its replicas while its lease holds), each such
+heard from it for ``silence_s`` while it could try it: cut from its replicas while its
+lease holds; the time a copy could not try, held by an election or with its leader not
+listed, does not count, so a leader listed again after its lease lapsed is tried anew, not
+replaced at once: ``Follower.listen_anew``), each such
 replica that runs stops following it, cuts its copy back to the history it shares with the
 record (as before it follows anyone) and writes its tail to
 ``sievemq/tails/VHOST/NAME/NODE`` under its own lease: the record's epoch it saw, the epoch
@@ -22,8 +25,11 @@ stopped) on its node key being absent: ``leader`` itself, ``epoch`` + 1, ``epoch
 ``cluster.epochs``) with the new epoch starting at its end, ``replicas`` the other members
 with the old leader last. Without a majority nothing is chosen (no unclean election): the
 stream takes no writes until its leader or enough replicas come back. An election that ends
-without a new epoch (the leader heard again) deletes the tail and reads the record again
-before it lifts the cap (``_withdraw``). The winner starts with committed what the tails
+without a new epoch (the leader heard again, listed again) deletes the tail and reads the
+record again before it lifts the cap, and then acknowledges what the copy holds at once
+(``_withdraw``, ``Follower.set_cap``): a chunk the copy took while capped is acknowledged
+by nothing else when its publisher waits for the confirm, and the leader would hold it for
+good. The winner starts with committed what the tails
 show a majority holds (``Commits.promoted``), not its whole copy. The winner moves its
 copy from ``DATA_DIR/replicas/...`` to its own streams and declares the stream there: it
 takes publishes (AMQP publishes through any node are forwarded to it as the record says;
@@ -156,6 +162,8 @@ class StreamCopies:
             follower.hold = held
             if held:
                 follower.retarget()
+            else:  # the time held is no silence of the leader's
+                follower.listen_anew()
 
     def tail(self, queue: Queue) -> tuple[int, int]:
         follower = self.replication.followers[queue]
@@ -233,7 +241,20 @@ class Failover:
     # ---------------------------------------------------------------- watched changes
 
     def apply_nodes(self, events: list[Event], reset: bool) -> None:
-        """A node came or went (the membership folds the events in after its listeners)."""
+        """A node came or went (the membership folds the events in after its listeners): a
+        leader listed again (its lease lapsed, it registered again) is tried anew by its
+        copies, which could not follow it while it was not listed (``Follower.listen_anew``)."""
+        back = {
+            event.kv.key[len(NODES) :]
+            for event in events
+            if event.kind == "put"
+            and event.kv.key.startswith(NODES)
+            and (reset or event.kv.key[len(NODES) :] not in self.membership.records)
+        }
+        if back:
+            for queue, follower in self.replication.followers.items():
+                if self.placement.records.get(queue, {}).get("leader") in back:
+                    follower.listen_anew()
         asyncio.get_running_loop().call_soon(self._check)
 
     def apply_queues(self, events: list[Event], reset: bool) -> None:
@@ -352,24 +373,15 @@ class Failover:
                 except (EtcdUnavailable, EtcdError) as error:
                     log.info("electing a leader of '%s': %s", queue[1], error)
                 finally:
-                    copies.hold(queue, False)
-                if follower is not None and record.get("leader") in self.membership.records:
-                    await self._listen(follower)  # the leader runs: it may answer again
-                else:
+                    copies.hold(queue, False)  # (its copy tries the leader anew)
+                if record.get("leader") not in self.membership.records:
                     await asyncio.sleep(RETRY_S)
+                # (a leader that runs: the next check ends the election unless the copy
+                # stays silent for ``silence_s`` again, when the timer starts another)
         except Exception:
             log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
         finally:
             await self._withdraw(queue, tail, follower)
-
-    async def _listen(self, follower: Follower) -> None:
-        """Between rounds for a leader that runs: the follower tries it at once, and has a
-        moment to hear from it (then the election ends)."""
-        follower.wake()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TAIL_WAIT_S
-        while loop.time() < deadline and follower.silent_for() > RETRY_S:
-            await asyncio.sleep(0.05)
 
     async def _withdraw(self, queue: Queue, tail: str, follower: Follower | None) -> None:
         """The election ended: remove this copy's tail, then lift its acknowledgement cap
@@ -382,7 +394,7 @@ class Failover:
                 await self.client.delete(tail)
                 if follower is not None and follower.cap is not None:
                     await self.client.get(queue_key(*queue))
-                    follower.cap = None
+                    follower.set_cap(None)  # (acknowledging what it holds now)
                 return
             except (EtcdUnavailable, EtcdError) as error:
                 if self._stopped or follower is None or follower.cap is None:

@@ -139,16 +139,35 @@ class Follower:
                     self.connected.clear()
                     self._writer = None
             self._wake.clear()
+            # (not ``wait_for``: on 3.11 a wake and a cancel (``stop``) in the same turn
+            # loses the cancel, and ``stop`` would wait on this loop for good)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), RETRY_S)
-
-    def wake(self) -> None:
-        """Try the leader now, not after the retry pause (an election's hold lifted)."""
-        self._wake.set()
+                async with asyncio.timeout(RETRY_S):
+                    await self._wake.wait()
 
     def silent_for(self) -> float:
-        """Seconds since the last frame from the leader (connected or not)."""
+        """Seconds since the last frame from the leader (connected or not), or since this
+        copy could try it again (``listen_anew``), whichever is later."""
         return asyncio.get_running_loop().time() - self.heard_at
+
+    def listen_anew(self) -> None:
+        """This copy may try its leader again (an election's hold lifted, the leader listed
+        again after its lease lapsed): try it now, and count its silence from now. The time
+        it could not try (held, or nobody to follow) is no sign the leader is lost: counted,
+        a leader back after an etcd outage would be replaced by its replicas at once."""
+        self.heard_at = max(self.heard_at, asyncio.get_running_loop().time())
+        self._wake.set()
+
+    def set_cap(self, cap: tuple[int, int] | None) -> None:
+        """Set (or lift: None) the election's cap on what this copy acknowledges, and tell
+        the leader what it holds now: an acknowledgement capped while a tail stood is not
+        sent again by itself (the next chunk would; a publisher waiting for its confirm
+        sends none), so a leader heard again after an election that chose nobody would hold
+        its last publishes for good."""
+        self.cap = cap
+        writer = self._writer
+        if writer is not None and self.connected.is_set() and not writer.is_closing():
+            writer.write(wire.replica_holds(0, self.epoch, self.holds()))
 
     def holds(self) -> int:
         """What this copy acknowledges holding: its end, no further than an election's cap
