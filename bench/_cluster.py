@@ -3,6 +3,7 @@ stream clients several of them drive (declare, pipelined confirmed publishes, /a
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import tempfile
@@ -15,7 +16,7 @@ from typing import Any
 import aiormq
 import httpx
 
-from bench._util import report as report  # (re-exported: the cluster benches end with it)
+from bench._util import report
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
 from sievemq.testing import ServerProcess
@@ -62,12 +63,56 @@ def started_nodes(
                 proc.stop()
 
 
-def medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per case, the median of each figure over its rounds."""
-    return {
-        case: {key: statistics.median(run[key] for run in rs) for key in rs[0]}
-        for case, rs in runs.items()
-    }
+def bench_options(doc: str | None, n: int, n_help: str | None = None) -> argparse.ArgumentParser:
+    """The options every cluster bench takes (its docstring's first line as description):
+    ``--n`` messages (default ``n``), ``--rounds`` (3), ``--out FILE.json``; the bench adds
+    its own."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--n", type=int, default=n, help=n_help)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    return parser
+
+
+Figures = dict[str, float]
+
+
+def interleaved(
+    rounds: int, sizes: dict[str, int], run: Callable[[str, int], Figures]
+) -> dict[str, list[Figures]]:
+    """``run(queue, size)`` for each case (its name -> a member count) once per round, the
+    cases in turn, each on a queue of its own (``CASE-ROUND``): each case's figures by round."""
+    runs: dict[str, list[Figures]] = {case: [] for case in sizes}
+    for r in range(rounds):
+        for case, size in sizes.items():
+            runs[case].append(run(f"{case}-{r}", size))
+    return runs
+
+
+def median_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each figure over ``runs`` (rounds of one case; nested dicts likewise)."""
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = median_figures([run[key] for run in runs])
+        else:
+            out[key] = statistics.median(run[key] for run in runs)
+    return out
+
+
+def report_rounds(
+    bench: str,
+    opts: argparse.Namespace,
+    runs: dict[str, list[Figures]] | list[dict[str, Any]],
+    **fields: Any,
+) -> None:
+    """``report`` of a bench's rounds (each case's, or of one case): ``fields``, ``--n`` and
+    ``--rounds``, the medians over the rounds, then every round's figures."""
+    if isinstance(runs, list):
+        middle = median_figures(runs)
+    else:
+        middle = {case: median_figures(rs) for case, rs in runs.items()}
+    report(bench, opts.out, **fields, n=opts.n, rounds=opts.rounds, medians=middle, runs=runs)
 
 
 def wait_for(
@@ -138,6 +183,12 @@ async def declare_stream(node: ServerProcess, name: str, size: int, kind: str = 
         await ch.queue_declare(name, durable=True, arguments=arguments)
     finally:
         await connection.close()
+
+
+def declared(node: ServerProcess, name: str, size: int, kind: str = "stream") -> None:
+    """``declare_stream`` on ``node``, then wait until its ``size`` members are online."""
+    asyncio.run(declare_stream(node, name, size, kind))
+    wait_for(lambda: members_online(node, name, size))
 
 
 def members_online(node: ServerProcess, name: str, count: int) -> bool:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +65,46 @@ def export_src(rev: str, into: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into / "src"
+
+
+@contextlib.contextmanager
+def profiled(path: str | None) -> Iterator[None]:
+    """cProfile over the block, its stats written to ``path`` (no profiler without one)."""
+    if not path:
+        yield
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+
+def in_process_node(prefix: str, durability: str) -> tuple[Path, Any, Any]:
+    """A path bench's server in this process, on this event loop: a fresh data directory
+    (``prefix``), its broker (``Durability[durability]``) and its node."""
+    from sievemq.gateway.model.broker import Broker, BrokerSettings
+    from sievemq.gateway.runtime.node import Limits, Node
+    from sievemq.storage import Durability
+
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    broker = Broker(data, BrokerSettings(durability=Durability[durability]))
+    node = Node(broker, Limits(), asyncio.get_running_loop())
+    return data, broker, node
+
+
+def shut_down(protocol: Any, broker: Any, node: Any, data: Path) -> None:
+    """An in-process server of a path bench gone: its connection lost, its vhosts closed,
+    its executor joined, its data directory removed."""
+    protocol.connection_lost(None)
+    for vhost in broker.vhosts.values():
+        vhost.close()
+    node.executor.shutdown(wait=True)
+    shutil.rmtree(data, ignore_errors=True)
 
 
 def median_of(runs: int, fn: Callable[[], float]) -> float:

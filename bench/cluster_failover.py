@@ -15,12 +15,10 @@ ready line to its copy equal to the new leader's (``rejoined_s``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import aiormq
@@ -28,7 +26,7 @@ import httpx
 import pika
 from pika.exceptions import AMQPError, NackError, UnroutableError
 
-from bench._cluster import caught_up, running_cluster, wait_for
+from bench._cluster import bench_options, caught_up, running_cluster, wait_for
 from bench._util import git_commit, machine
 from sievemq.testing import ServerProcess
 
@@ -139,11 +137,8 @@ def run(rounds: int, n: int, ttl: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--n", type=int, default=2000)
+    parser = bench_options(__doc__, 2000)
     parser.add_argument("--ttl", type=int, default=5)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = run(args.rounds, args.n, args.ttl)
     text = json.dumps(result, indent=2)

@@ -4,6 +4,7 @@ server CPU per message; one JSON document on stdout.
     python -m bench.cluster_scaling [--nodes N] [--streams 1,2,4] [--n 200000] [--repeats 3]
                                     [--via leader|other|both] [--no-single] [--no-rabbitmq]
                                     [--fsync batch] [--loadgen-procs 1] [--peers] [--raw FILE]
+                                    [--cluster-size S]
 
 Starts an etcd (Debian's, ``sievemq.cluster.local.EtcdProcess``) and ``--nodes`` nodes
 (default: one per core) on free loopback ports, a single ``sievemq serve`` without a cluster,
@@ -12,8 +13,10 @@ For each K of ``--streams`` (default: 1 and powers of two up to the node count),
 K fresh streams, stream *i* declared on node *i mod N* (its leader); one Go load generator
 (``bench/loadgen``, amqp091-go) per stream at once, publishing ``--n`` messages with
 confirms (100 B, ``-unique-props``, 50 filter values), then one per stream consuming them all
-from the first offset; the streams are deleted after the run. The systems take turns in
-every repeat, so machine noise hits all alike.
+from the first offset; the streams are deleted after the run. ``--cluster-size`` sets the
+cluster's ``x-initial-cluster-size`` (the server's default is 3: every message is then also
+written by two replicas; 1 compares like with like against one RabbitMQ node). The systems
+take turns in every repeat, so machine noise hits all alike.
 
 Measured per run: the aggregate rate (every client's confirmed or consumed messages over
 the wall time from the first load generator's start to the last one's exit), the server CPU
@@ -67,6 +70,7 @@ class System:
     ports: list[int]
     pids: list[int]
     admin_urls: list[str] = field(default_factory=list)  # SieveMQ's, one per node
+    stream_arguments: dict[str, Any] = field(default_factory=dict)  # beside x-queue-type
     runs: list[dict[str, Any]] = field(default_factory=list)
 
     def cpu_s(self) -> float:
@@ -78,10 +82,11 @@ class System:
         return self.ports[leader if via == "leader" else (leader + 1) % len(self.ports)]
 
 
-def declare(port: int, queue: str) -> None:
+def declare(port: int, queue: str, extra: dict[str, Any]) -> None:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     try:
-        conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        arguments = {"x-queue-type": "stream", **extra}
+        conn.channel().queue_declare(queue, durable=True, arguments=arguments)
     finally:
         conn.close()
 
@@ -150,7 +155,7 @@ def one_run(system: System, k: int, n: int, via: str, procs: int, tag: str) -> d
     """K fresh streams on their leaders; publish to all at once, then consume all at once."""
     names = [f"scale-{tag}-{i}" for i in range(k)]
     for i, queue in enumerate(names):
-        declare(system.port_for(i, "leader"), queue)
+        declare(system.port_for(i, "leader"), queue, system.stream_arguments)
     targets = [(queue, system.port_for(i, via)) for i, queue in enumerate(names)]
     run = {"system": system.name, "streams": k, "via": via}
     run["publish"] = load_phase(system, targets, "publish", n, procs)
@@ -259,6 +264,12 @@ def main() -> None:
     parser.add_argument("--via", choices=("leader", "other", "both"), default="leader")
     parser.add_argument("--fsync", default="batch")
     parser.add_argument("--loadgen-procs", type=int, default=1, help="GOMAXPROCS of each")
+    parser.add_argument(
+        "--cluster-size",
+        type=int,
+        help="the cluster's x-initial-cluster-size (default: the server's, 3; 1 compares like "
+        "with like against one RabbitMQ node, which replicates nothing)",
+    )
     parser.add_argument("--no-single", action="store_true")
     parser.add_argument("--no-rabbitmq", action="store_true")
     parser.add_argument("--peers", action="store_true", help="../shared/peers' kit")
@@ -272,6 +283,8 @@ def main() -> None:
     try:
         with ExitStack() as stack:
             systems = [stack.enter_context(cluster(base, args.nodes, args.fsync))]
+            if args.cluster_size is not None:
+                systems[0].stream_arguments = {"x-initial-cluster-size": args.cluster_size}
             if not args.no_single:
                 systems.append(stack.enter_context(single(base, args.fsync)))
             if args.no_rabbitmq:
@@ -302,6 +315,7 @@ def main() -> None:
                 "machine": machine(),
                 "commit": git_commit(),
                 "nodes": args.nodes,
+                "cluster_size": args.cluster_size or "default (3)",
                 "messages_per_stream": args.n,
                 "message": f"{SIZE} B, unique properties, 50 filter values, publish confirms",
                 "repeats": args.repeats,

@@ -17,7 +17,8 @@
 #   $KIT/rabbitmq.sh   a copy of ../shared/peers/rabbitmq.sh (bench/rabbitmq.sh asks dpkg for the
 #                      version, which an unpacked RabbitMQ does not have)
 # Knobs: NODES (default: the cores), KS (default 1,4,8,16), N (messages per stream, 100000),
-# REPEATS (3), LOADGEN_PROCS (GOMAXPROCS of each load generator, 2), VIA (leader | other | both, once forwarding is built), SVPY (an interpreter that
+# REPEATS (3), CLUSTER_SIZE (each stream's x-initial-cluster-size, 1: no replicas, like the one
+# RabbitMQ node it is compared with; 3: two replicas each), NO_SINGLE (1: leave one node out), LOADGEN_PROCS (GOMAXPROCS of each load generator, 2), VIA (leader | other | both, once forwarding is built), SVPY (an interpreter that
 # already has the runtime: a dry run here), OUT (where the results go, /tmp/out).
 set -u
 KIT=${KIT:-$PWD/.kit}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,7 +35,8 @@ export PATH=/usr/lib/erlang/bin:$PATH SIEVEMQ_PEERS=$KIT SIEVEMQ_LOADGEN=$KIT/lo
 chmod +x "$KIT/loadgen" "$KIT/rabbitmq.sh"
 PYTHONPATH=$PWD/src:$PWD "$SVPY" -m bench.cluster_scaling --peers --nodes "${NODES:-$(nproc)}" \
   --streams "${KS:-1,4,8,16}" --n "${N:-100000}" --repeats "${REPEATS:-3}" --via "${VIA:-leader}" \
-  --loadgen-procs "${LOADGEN_PROCS:-2}" --raw "$OUT/runs.jsonl" > "$OUT/cluster_scaling.json"
+  --loadgen-procs "${LOADGEN_PROCS:-2}" --cluster-size "${CLUSTER_SIZE:-1}" \
+  ${NO_SINGLE:+--no-single} ${NO_RABBITMQ:+--no-rabbitmq} --raw "$OUT/runs.jsonl" > "$OUT/cluster_scaling.json"
 status=$?
 cat "$OUT/cluster_scaling.json"
 exit $status

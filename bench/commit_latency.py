@@ -20,21 +20,18 @@ work here): the figures are this machine's, to compare with each other, not abso
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
-from pathlib import Path
 
 import aiormq
 
 from bench._cluster import (
-    declare_stream,
-    medians,
-    members_online,
+    bench_options,
+    declared,
+    interleaved,
     publish_confirmed,
-    report,
+    report_rounds,
     running_cluster,
-    wait_for,
 )
 from sievemq.testing import ServerProcess
 
@@ -69,8 +66,7 @@ def _case(
 ) -> dict[str, float]:
     a = nodes["a"]
     mode = 2 if kind == "quorum" else None  # a quorum queue logs persistent messages
-    asyncio.run(declare_stream(a, name, size, kind))
-    wait_for(lambda: members_online(a, name, size))
+    declared(a, name, size, kind)
     latencies = asyncio.run(_latencies(a, name, samples, mode))
     t0 = time.perf_counter()
     asyncio.run(publish_confirmed(a, name, n, mode))
@@ -84,31 +80,24 @@ def _case(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = bench_options(__doc__, 20_000)
     parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--n", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fsync", default="batch", choices=["always", "batch", "never"])
     parser.add_argument("--queue-type", default="stream", choices=["stream", "quorum"])
-    parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {"one_member": [], "three_members": []}
     with running_cluster("sievemq-commit-bench-", flags=("--fsync", opts.fsync)) as nodes:
-        for r in range(opts.rounds):
-            for case, size in (("one_member", 1), ("three_members", 3)):
-                runs[case].append(
-                    _case(nodes, f"{case}-{r}", size, opts.samples, opts.n, opts.queue_type)
-                )
-    report(
+        runs = interleaved(
+            opts.rounds,
+            {"one_member": 1, "three_members": 3},
+            lambda name, size: _case(nodes, name, size, opts.samples, opts.n, opts.queue_type),
+        )
+    report_rounds(
         "commit_latency",
-        opts.out,
+        opts,
+        runs,
         queue_type=opts.queue_type,
         fsync=opts.fsync,
         samples=opts.samples,
-        n=opts.n,
-        rounds=opts.rounds,
-        medians=medians(runs),
-        runs=runs,
     )
 
 

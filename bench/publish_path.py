@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,7 @@ from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from bench._util import export_src, git_commit
+from bench._util import export_src, git_commit, in_process_node, profiled, shut_down
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-publish-path"
@@ -144,15 +146,9 @@ async def publish_run(
 ) -> dict[str, Any]:
     """One fresh server state, WARMUP messages, then ``passes`` times ``n`` timed: CPU µs
     per message of the best pass (noise on a shared machine only ever adds time)."""
-    from sievemq.gateway.model.broker import Broker, BrokerSettings
-    from sievemq.gateway.runtime.node import Limits, Node
     from sievemq.serve import protocol_factory
-    from sievemq.storage import Durability
 
-    data = Path(tempfile.mkdtemp(prefix="sievemq-publish-path-"))
-    loop = asyncio.get_running_loop()
-    broker = Broker(data, BrokerSettings(durability=Durability.BATCH))
-    node = Node(broker, Limits(), loop)
+    data, broker, node = in_process_node("sievemq-publish-path-", "BATCH")
     protocol = protocol_factory(node)
     transport = CountingTransport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
@@ -164,23 +160,15 @@ async def publish_run(
             protocol.data_received(chunk)
             await _handled(protocol)
         await asyncio.sleep(0.05)
-        profiler = None
-        if profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
         cpus = []
-        for _ in range(passes):
-            cpu = time.process_time()
-            for chunk in timed:
-                protocol.data_received(chunk)
-                await _handled(protocol)  # the appender's flush and the confirms run here
-            await asyncio.sleep(0)
-            cpus.append((time.process_time() - cpu) / n * 1e6)
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(profile)
+        with profiled(profile):
+            for _ in range(passes):
+                cpu = time.process_time()
+                for chunk in timed:
+                    protocol.data_received(chunk)
+                    await _handled(protocol)  # the appender's flush and the confirms run here
+                await asyncio.sleep(0)
+                cpus.append((time.process_time() - cpu) / n * 1e6)
         stored = broker.vhost("/").get_queue(QUEUE).message_count
         if stored < WARMUP + n * passes:
             raise SystemExit(f"only {stored} of {WARMUP + n * passes} messages were stored")
@@ -188,11 +176,7 @@ async def publish_run(
             raise SystemExit("no confirm was written")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
     finally:
-        protocol.connection_lost(None)
-        for vhost in broker.vhosts.values():
-            vhost.close()
-        node.executor.shutdown(wait=True)
-        shutil.rmtree(data, ignore_errors=True)
+        shut_down(protocol, broker, node, data)
 
 
 async def _handled(protocol: Any) -> None:
@@ -218,6 +202,24 @@ def child(args: argparse.Namespace, kind: str, src: Path) -> dict[str, Any]:
     out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     return result
+
+
+def tree_and_baseline(
+    repeats: int,
+    cases: dict[str, Callable[[Path], dict[str, Any]]],
+    tree: Path,
+    baseline: Path | None,
+) -> dict[str, dict[str, list[float]]]:
+    """Each case's run (a child process on a source tree) on ``tree``, then on ``baseline``
+    when there is one, case after case, ``repeats`` times: each case's CPU µs/msg by tree
+    ("sievemq", "baseline")."""
+    runs: dict[str, dict[str, list[float]]] = {}
+    for _ in range(repeats):
+        for key, run in cases.items():
+            runs.setdefault(key, {}).setdefault("sievemq", []).append(run(tree)["cpu_us_per_msg"])
+            if baseline is not None:
+                runs[key].setdefault("baseline", []).append(run(baseline)["cpu_us_per_msg"])
+    return runs
 
 
 def summarize_cpu_runs(runs: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
@@ -260,15 +262,13 @@ def main() -> None:
     if args.baseline:
         base_src = Path(tempfile.mkdtemp(prefix="sievemq-publish-path-base-"))
         export_src(args.baseline, base_src)
-    runs: dict[str, dict[str, list[float]]] = {}
+    cases: dict[str, Callable[[Path], dict[str, Any]]] = {
+        kind: functools.partial(child, args, kind) for kind in kinds
+    }
     try:
-        for _ in range(args.repeats):
-            for kind in kinds:
-                got = child(args, kind, ROOT / "src")
-                runs.setdefault(kind, {}).setdefault("sievemq", []).append(got["cpu_us_per_msg"])
-                if base_src is not None:
-                    got = child(args, kind, base_src / "src")
-                    runs[kind].setdefault("baseline", []).append(got["cpu_us_per_msg"])
+        runs = tree_and_baseline(
+            args.repeats, cases, ROOT / "src", None if base_src is None else base_src / "src"
+        )
     finally:
         if base_src is not None:
             shutil.rmtree(base_src, ignore_errors=True)

@@ -24,11 +24,9 @@ are this machine's; medians of the rounds are reported with each round's figures
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,14 +36,15 @@ from typing import Any
 import aiormq
 
 from bench._cluster import (
-    declare_stream,
-    members_online,
+    bench_options,
+    declared,
     publish_confirmed,
+    report_rounds,
     running_cluster,
     segment_sizes,
     wait_for,
 )
-from bench._util import proc_cpu_s, report
+from bench._util import proc_cpu_s
 from bench.stream_replication import catch_up_figures
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import stream_directory
@@ -115,8 +114,7 @@ def _bytes(directory: Path) -> int:
 
 def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> dict[str, Any]:
     a, c = nodes["a"], nodes["c"]
-    asyncio.run(declare_stream(a, name, 3))
-    wait_for(lambda: members_online(a, name, 3))
+    declared(a, name, 3)
     assert c.stop() == 0, c.stderr()
     copy = replica_directory(c.data_dir, "/", name)
     before = _bytes(copy)
@@ -151,37 +149,16 @@ def _round(nodes: dict[str, ServerProcess], name: str, n: int, window: int) -> d
     }
 
 
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in runs[0].items():
-        if isinstance(value, dict):
-            out[key] = _median([run[key] for run in runs])
-        else:
-            out[key] = statistics.median(run[key] for run in runs)
-    return out
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--n", type=int, default=200_000, help="messages c misses")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_options(__doc__, 200_000, "messages c misses")
     parser.add_argument("--window", type=int, default=20, help="the steady publisher's")
-    parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
     runs = []
     with running_cluster("sievemq-catch-up-bench-") as nodes:
         for r in range(opts.rounds):
             runs.append(_round(nodes, f"catch-up-{r}", opts.n, opts.window))
             print(json.dumps(runs[-1]), flush=True)
-    report(
-        "replica_catch_up",
-        opts.out,
-        n=opts.n,
-        window=opts.window,
-        rounds=opts.rounds,
-        medians=_median(runs),
-        runs=runs,
-    )
+    report_rounds("replica_catch_up", opts, runs, window=opts.window)
 
 
 if __name__ == "__main__":

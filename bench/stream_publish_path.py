@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -32,12 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import publish_path
-from bench._util import export_src, git_commit
-from bench.publish_path import summarize_cpu_runs
+from bench._util import export_src, git_commit, in_process_node, profiled, shut_down
+from bench.publish_path import summarize_cpu_runs, tree_and_baseline
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM = "bench-stream-publish-path"
@@ -109,17 +111,11 @@ async def publish_run(
 ) -> dict[str, Any]:
     """One fresh server state, WARMUP messages, then ``passes`` times ``n`` timed: CPU µs
     per message of the best pass (noise on a shared machine only ever adds time)."""
-    from sievemq.gateway.model.broker import Broker, BrokerSettings
     from sievemq.gateway.net.stream_protocol import StreamProtocol
-    from sievemq.gateway.runtime.node import Limits, Node
     from sievemq.gateway.streamproto_session.connection import StreamConnection
     from sievemq.gateway.streamproto_session.node import StreamNode
-    from sievemq.storage import Durability
 
-    data = Path(tempfile.mkdtemp(prefix="sievemq-stream-publish-path-"))
-    loop = asyncio.get_running_loop()
-    broker = Broker(data, BrokerSettings(durability=Durability.NEVER))
-    node = Node(broker, Limits(), loop)
+    data, broker, node = in_process_node("sievemq-stream-publish-path-", "NEVER")
     snode = StreamNode(node, "127.0.0.1", 1048576, 0)
     conn = StreamConnection(snode)
     protocol = StreamProtocol(conn, 1048576, 64 * 1024 * 1024)
@@ -150,23 +146,15 @@ async def publish_run(
             timed.append(slices(publish_bytes(next_id, n, size)))
             next_id += n
         await asyncio.sleep(0.05)
-        profiler = None
-        if profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
         cpus = []
-        for one in timed:
-            cpu = time.process_time()
-            for chunk in one:
-                protocol.data_received(chunk)
-                await asyncio.sleep(0)  # the appender's flush and the confirms run here
-            await asyncio.sleep(0)
-            cpus.append((time.process_time() - cpu) / n * 1e6)
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(profile)
+        with profiled(profile):
+            for one in timed:
+                cpu = time.process_time()
+                for chunk in one:
+                    protocol.data_received(chunk)
+                    await asyncio.sleep(0)  # the appender's flush and the confirms run here
+                await asyncio.sleep(0)
+                cpus.append((time.process_time() - cpu) / n * 1e6)
         await asyncio.sleep(0.01)
         stored = broker.vhost("/").get_queue(STREAM).stream.end_offset
         if stored < WARMUP + n * passes:
@@ -175,11 +163,7 @@ async def publish_run(
             raise SystemExit(f"{50_000 - conn.publish_credits} messages were not confirmed")
         return {"cpu_us_per_msg": min(cpus), "passes": cpus}
     finally:
-        protocol.connection_lost(None)
-        for vhost in broker.vhosts.values():
-            vhost.close()
-        node.executor.shutdown(wait=True)
-        shutil.rmtree(data, ignore_errors=True)
+        shut_down(protocol, broker, node, data)
 
 
 def one_run(args: argparse.Namespace, kind: str, size: int, profile: str | None = None) -> Any:
@@ -227,17 +211,15 @@ def main() -> None:
         return
     base_src = _archive(args.baseline) if args.baseline else None
     new_src = _archive(args.new) if args.new else ROOT
-    runs: dict[str, dict[str, list[float]]] = {}
+    cases: dict[str, Callable[[Path], dict[str, Any]]] = {
+        f"{kind}_{size}B": functools.partial(child, args, kind, size)
+        for kind in kinds
+        for size in sizes
+    }
     try:
-        for _ in range(args.repeats):
-            for kind in kinds:
-                for size in sizes:
-                    key = f"{kind}_{size}B"
-                    got = child(args, kind, size, new_src / "src")
-                    runs.setdefault(key, {}).setdefault("sievemq", []).append(got["cpu_us_per_msg"])
-                    if base_src is not None:
-                        got = child(args, kind, size, base_src / "src")
-                        runs[key].setdefault("baseline", []).append(got["cpu_us_per_msg"])
+        runs = tree_and_baseline(
+            args.repeats, cases, new_src / "src", None if base_src is None else base_src / "src"
+        )
     finally:
         for tree in (base_src, new_src if args.new else None):
             if tree is not None:

@@ -18,18 +18,16 @@ rates are the machine's, the CPU per message is the servers' own (utime + stime,
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
-from pathlib import Path
 
 from bench._cluster import (
+    bench_options,
     caught_up,
-    declare_stream,
-    medians,
-    members_online,
+    declared,
+    interleaved,
     publish_confirmed,
-    report,
+    report_rounds,
     running_cluster,
     segment_sizes,
     wait_for,
@@ -41,8 +39,7 @@ from sievemq.testing import ServerProcess
 
 def _case(nodes: dict[str, ServerProcess], name: str, size: int, n: int) -> dict[str, float]:
     a = nodes["a"]
-    asyncio.run(declare_stream(a, name, size))
-    wait_for(lambda: members_online(a, name, size))
+    declared(a, name, size)
     cpu0 = {k: proc_cpu_s(p.pid) for k, p in nodes.items()}
     t0 = time.perf_counter()
     asyncio.run(publish_confirmed(a, name, n))
@@ -62,8 +59,7 @@ def _case(nodes: dict[str, ServerProcess], name: str, size: int, n: int) -> dict
 
 def _catch_up(nodes: dict[str, ServerProcess], n: int) -> dict[str, float]:
     a, c = nodes["a"], nodes["c"]
-    asyncio.run(declare_stream(a, "catch-up", 3))
-    wait_for(lambda: members_online(a, "catch-up", 3))
+    declared(a, "catch-up", 3)
     c.kill()
     asyncio.run(publish_confirmed(a, "catch-up", n))
     started = time.perf_counter()
@@ -92,27 +88,17 @@ def catch_up_figures(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--n", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path)
+    parser = bench_options(__doc__, 50_000)
     parser.add_argument("--catch-up-factor", type=int, default=10, help="x N messages")
     opts = parser.parse_args()
     with running_cluster("sievemq-repl-bench-") as nodes:
-        runs: dict[str, list[dict[str, float]]] = {"no_replica": [], "two_replicas": []}
-        for r in range(opts.rounds):
-            runs["no_replica"].append(_case(nodes, f"alone-{r}", 1, opts.n))
-            runs["two_replicas"].append(_case(nodes, f"replicated-{r}", 3, opts.n))
+        runs = interleaved(
+            opts.rounds,
+            {"no_replica": 1, "two_replicas": 3},
+            lambda name, size: _case(nodes, name, size, opts.n),
+        )
         catch_up = _catch_up(nodes, opts.n * opts.catch_up_factor)
-    report(
-        "stream_replication",
-        opts.out,
-        n=opts.n,
-        rounds=opts.rounds,
-        medians=medians(runs),
-        runs=runs,
-        catch_up=catch_up,
-    )
+    report_rounds("stream_replication", opts, runs, catch_up=catch_up)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,15 @@ from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
 from sievemq.storage import Durability, layout
-from sievemq.storage.queue_log import QueueLog, Snapshot, decode_parts, read_counts
+from sievemq.storage.queue_log import (
+    COUNT,
+    QueueLog,
+    Snapshot,
+    decode_parts,
+    pack_count,
+    read_counts,
+    unpack_count,
+)
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -67,7 +75,6 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _RUN = struct.Struct(">QQ")
 ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
-_COUNT = struct.Struct(">QI")
 
 Queue = tuple[str, str]
 
@@ -96,11 +103,7 @@ def encode_keep(through: int, runs: list[tuple[int, int]]) -> bytes:
 
 
 def encode_counts(entries: list[tuple[int, int, bool]]) -> bytes:
-    return (
-        COUNTS
-        + _U32.pack(len(entries))
-        + b"".join(_COUNT.pack(msg_id, count << 1 | out) for msg_id, count, out in entries)
-    )
+    return COUNTS + _U32.pack(len(entries)) + b"".join(pack_count(*entry) for entry in entries)
 
 
 class Copy:
@@ -118,72 +121,50 @@ class Copy:
     def apply_ops(self, data: bytes) -> None:
         """Apply a batch of operations (module docstring) in order; raises ValueError for a
         damaged batch (what came before it in the batch is applied)."""
-        qlog = self.log
-        live = self.live
         pos = 0
         end = len(data)
         try:
             while pos < end:
                 op = data[pos : pos + 1]
-                pos += 1
-                if op == ENQUEUE:
-                    (size,) = _U32.unpack_from(data, pos)
-                    pos += 4
-                    parts = decode_parts(data[pos : pos + size])
-                    pos += size
-                    if parts is None:
-                        raise ValueError("a damaged record")
-                    if parts[0] > qlog.last_id:
-                        qlog.last_id = parts[0]
-                        qlog.stage(*parts)
-                        live.add(parts[0])
-                elif op == ACK:
-                    (n,) = _U32.unpack_from(data, pos)
-                    ids = struct.unpack_from(f">{n}Q", data, pos + 4)
-                    pos += 4 + 8 * n
-                    self._settle([i for i in ids if i in live])
-                elif op == DELIVERED:
-                    (msg_id,) = _U64.unpack_from(data, pos)
-                    pos += 8
-                    qlog.write_staged()
-                    qlog.note_delivered(msg_id)
-                    qlog.flush_delivered()
-                elif op == PURGE:
-                    (floor,) = _U64.unpack_from(data, pos)
-                    pos += 8
-                    self._purge(floor)
-                elif op == COUNTS:
-                    (n,) = _U32.unpack_from(data, pos)
-                    pos += 4
-                    entries = []
-                    for _ in range(n):
-                        msg_id, word = _COUNT.unpack_from(data, pos)
-                        pos += _COUNT.size
-                        if msg_id in live:
-                            entries.append((msg_id, word >> 1, bool(word & 1)))
-                    if entries:
-                        qlog.write_staged()
-                        qlog.record_counts(entries)
-                elif op == KEEP:
-                    through, n = struct.unpack_from(">QI", data, pos)
-                    pos += 12
-                    runs = [_RUN.unpack_from(data, pos + 16 * i) for i in range(n)]
-                    pos += 16 * n
-                    self._keep(through, runs)
-                else:
+                apply = _ON_OP.get(op)
+                if apply is None:
                     raise ValueError(f"unknown operation {op!r}")
+                pos = apply(self, data, pos + 1)
         except struct.error as error:
             raise ValueError(f"a damaged batch: {error}") from None
         finally:
-            qlog.write_staged()
-
-    def _settle(self, ids: list[int]) -> None:
-        if ids:
             self.log.write_staged()
-            self.live.difference_update(ids)
-            self.log.ack(ids)
 
-    def _purge(self, floor: int) -> None:
+    # ------------------------------------- each operation at ``pos``: the position after it
+
+    def _enqueue(self, data: bytes, pos: int) -> int:
+        size: int = _U32.unpack_from(data, pos)[0]
+        pos += 4
+        parts = decode_parts(data[pos : pos + size])
+        if parts is None:
+            raise ValueError("a damaged record")
+        if parts[0] > self.log.last_id:
+            self.log.last_id = parts[0]
+            self.log.stage(*parts)
+            self.live.add(parts[0])
+        return pos + size
+
+    def _ack(self, data: bytes, pos: int) -> int:
+        n: int = _U32.unpack_from(data, pos)[0]
+        ids = struct.unpack_from(f">{n}Q", data, pos + 4)
+        self._settle([i for i in ids if i in self.live])
+        return pos + 4 + 8 * n
+
+    def _delivered(self, data: bytes, pos: int) -> int:
+        (msg_id,) = _U64.unpack_from(data, pos)
+        qlog = self.log
+        qlog.write_staged()
+        qlog.note_delivered(msg_id)
+        qlog.flush_delivered()
+        return pos + 8
+
+    def _purge(self, data: bytes, pos: int) -> int:
+        (floor,) = _U64.unpack_from(data, pos)
         qlog = self.log
         qlog.write_staged()
         if floor >= qlog.last_id:
@@ -192,8 +173,27 @@ class Copy:
             self.live.clear()
         else:  # (never from a leader in order: its purge takes all it wrote)
             self._settle(sorted(i for i in self.live if i <= floor))
+        return pos + 8
 
-    def _keep(self, through: int, runs: list[tuple[int, int]]) -> None:
+    def _counts(self, data: bytes, pos: int) -> int:
+        (n,) = _U32.unpack_from(data, pos)
+        pos += 4
+        entries = []
+        for _ in range(n):
+            entry = unpack_count(data, pos)
+            pos += COUNT.size
+            if entry[0] in self.live:
+                entries.append(entry)
+        if entries:
+            self.log.write_staged()
+            self.log.record_counts(entries)
+        return pos
+
+    def _keep(self, data: bytes, pos: int) -> int:
+        through: int = _U64.unpack_from(data, pos)[0]
+        n: int = _U32.unpack_from(data, pos + 8)[0]
+        pos += 12
+        runs = [_RUN.unpack_from(data, pos + 16 * i) for i in range(n)]
         firsts = [r[0] for r in runs]
         gone = []
         for msg_id in sorted(self.live):
@@ -203,9 +203,27 @@ class Copy:
             if i < 0 or runs[i][1] < msg_id:
                 gone.append(msg_id)
         self._settle(gone)
+        return pos + 16 * n
+
+    def _settle(self, ids: list[int]) -> None:
+        if ids:
+            self.log.write_staged()
+            self.live.difference_update(ids)
+            self.log.ack(ids)
 
     def close(self) -> None:
         self.log.close()
+
+
+# what ``Copy.apply_ops`` does with each operation
+_ON_OP: dict[bytes, Callable[[Copy, bytes, int], int]] = {
+    ENQUEUE: Copy._enqueue,
+    ACK: Copy._ack,
+    DELIVERED: Copy._delivered,
+    PURGE: Copy._purge,
+    COUNTS: Copy._counts,
+    KEEP: Copy._keep,
+}
 
 
 # ---------------------------------------------------------------------------- the leader

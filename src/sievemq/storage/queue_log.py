@@ -65,8 +65,9 @@ ACK_FILE = "acks"
 DELIVERED_FILE = "delivered"
 FLOOR_FILE = "floor"
 COUNTS_FILE = "counts"
-_COUNT = struct.Struct(">QI")
-_COUNT_SIZE = 16
+COUNT = struct.Struct(">QI")  # a delivery count: u64 id, u32 count << 1 | out (the
+# ``counts`` record follows each with its CRC32; the quorum feed ships them bare)
+_COUNT_SIZE = COUNT.size + 4
 _COMPACT_ENTRIES = 4096  # a record file is rewritten past this many entries (and past
 # twice what its last rewrite kept)
 DEFAULT_SEGMENT_BYTES = 8 * 1024 * 1024
@@ -512,7 +513,7 @@ class QueueLog:
         with self._counts_file.pinned() as fd:
             os.write(fd, b"".join(staged))
         if self.observer is not None:
-            self.observer.counted([_decode_count(entry) for entry in staged])
+            self.observer.counted([unpack_count(entry) for entry in staged])
         self._count_entries += len(staged)
         if self._count_entries > max(_COMPACT_ENTRIES, 2 * self._counts_kept):
             acked = self._read_acks()
@@ -720,14 +721,20 @@ def _read_mark(directory: Path, name: str) -> int:
     return _U64.unpack_from(data)[0] if len(data) >= 8 else 0
 
 
-def _count_entry(msg_id: int, count: int, out: bool) -> bytes:
-    head = _COUNT.pack(msg_id, count << 1 | out)
-    return head + _U32.pack(zlib.crc32(head))
+def pack_count(msg_id: int, count: int, out: bool) -> bytes:
+    """A delivery count in ``COUNT``'s layout."""
+    return COUNT.pack(msg_id, count << 1 | out)
 
 
-def _decode_count(entry: bytes) -> tuple[int, int, bool]:
-    msg_id, word = _COUNT.unpack_from(entry)
+def unpack_count(data: bytes, pos: int = 0) -> tuple[int, int, bool]:
+    """(id, count, out) of the ``COUNT`` at ``pos`` of ``data``."""
+    msg_id, word = COUNT.unpack_from(data, pos)
     return msg_id, word >> 1, bool(word & 1)
+
+
+def _count_entry(msg_id: int, count: int, out: bool) -> bytes:
+    head = pack_count(msg_id, count, out)
+    return head + _U32.pack(zlib.crc32(head))
 
 
 def read_counts(directory: Path) -> dict[int, tuple[int, bool]]:
@@ -738,13 +745,12 @@ def read_counts(directory: Path) -> dict[int, tuple[int, bool]]:
     except FileNotFoundError:
         return {}
     out: dict[int, tuple[int, bool]] = {}
-    unpack = _COUNT.unpack_from
     for pos in range(0, len(data) - _COUNT_SIZE + 1, _COUNT_SIZE):
-        (crc,) = _U32.unpack_from(data, pos + 12)
-        if zlib.crc32(data[pos : pos + 12]) != crc:
+        (crc,) = _U32.unpack_from(data, pos + COUNT.size)
+        if zlib.crc32(data[pos : pos + COUNT.size]) != crc:
             continue
-        msg_id, word = unpack(data, pos)
-        out[msg_id] = (word >> 1, bool(word & 1))
+        msg_id, count, was_out = unpack_count(data, pos)
+        out[msg_id] = (count, was_out)
     return out
 
 

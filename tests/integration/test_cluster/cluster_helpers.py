@@ -1,5 +1,6 @@
-"""Helpers of the cluster tests: node flags, polling, the admin API of a node, and what the
-replication tests ask a stream on a node (its end, its files, its offsets and sequences)."""
+"""Helpers of the cluster tests: node flags, polling, the admin API of a node, publishes, and
+what the replication tests ask a stream on a node (its end, its files, its offsets and
+sequences, who leads it after a failover)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import httpx
 import pika
+import pytest
 from rstream.exceptions import OffsetNotFound, StreamNotAvailable
 
 from sievemq.cluster.replication import replica_directory
@@ -79,16 +82,18 @@ def running(node: ServerProcess) -> dict[str, bool]:
 
 @contextmanager
 def started_nodes(
-    etcd: EtcdProcess, base: Path, names: tuple[str, ...]
+    etcd: EtcdProcess, base: Path, names: tuple[str, ...], flags: tuple[str, ...] = ()
 ) -> Iterator[dict[str, ServerProcess]]:
-    """Nodes joined through ``etcd``, started one at a time (each start is seconds of CPU),
-    each stopped after the block with exit status 0."""
-    procs = {n: ServerProcess(base / n, cluster_args(etcd, n)) for n in names}
+    """Nodes joined through ``etcd`` (each with ``flags``), started one at a time (each start
+    is seconds of CPU), each stopped after the block with exit status 0 (the test's
+    connections closed first)."""
+    procs = {n: ServerProcess(base / n, (*cluster_args(etcd, n), *flags)) for n in names}
     try:
         for proc in procs.values():
             proc.start()
         yield procs
     finally:
+        close_open()
         for proc in procs.values():
             if proc.running:
                 assert proc.stop() == 0, proc.stderr()
@@ -112,9 +117,61 @@ def close_open() -> None:
                 conn.close()
 
 
+def numbered(prefix: str, count: int) -> list[bytes]:
+    """Bodies ``PREFIX 0`` .. ``PREFIX count-1``: published, then looked for in order."""
+    return [f"{prefix} {i}".encode() for i in range(count)]
+
+
+def publish_each(
+    on: Any,
+    routing_key: str,
+    bodies: list[bytes],
+    exchange: str = "",
+    properties: pika.BasicProperties | None = None,
+    mandatory: bool = True,
+) -> None:
+    """Each of ``bodies`` published on pika channel ``on`` in turn (in confirm mode each
+    waits for its confirm: pika raises on a nack, and on a return when ``mandatory``)."""
+    for body in bodies:
+        on.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+
+
+def publish_pipelined(
+    node: ServerProcess, messages: list[tuple[str, aio_pika.Message]]
+) -> list[str]:
+    """Each (routing key, message) published to the default exchange through ``node`` on one
+    aio-pika channel with confirms, all in flight at once: each confirm's kind (``Ack``)."""
+
+    async def publish() -> list[str]:
+        conn = await aio_pika.connect(node.url)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            confirms = await asyncio.gather(
+                *(ch.default_exchange.publish(message, key) for key, message in messages)
+            )
+        return [type(c).__name__ for c in confirms]
+
+    return asyncio.run(publish())
+
+
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
     """``node``'s /api/queues by queue name."""
     return {q["name"]: q for q in get(node, "/api/queues")}
+
+
+def new_leader(seen_by: ServerProcess, name: str, candidates: tuple[str, ...]) -> str:
+    """The node among ``candidates`` that leads ``name``, once ``seen_by``'s /api/queues says
+    one does (after a failover: the lease TTL, then an election)."""
+    return str(
+        until(
+            lambda: (
+                queues(seen_by).get(name, {}).get("leader") in candidates
+                and queues(seen_by)[name]["leader"]
+            ),
+            f"one of {', '.join(candidates)} leads {name}",
+            timeout=60,
+        )
+    )
 
 
 @contextmanager
@@ -128,6 +185,25 @@ def stopped(*procs: ServerProcess) -> Iterator[None]:
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def etcd_away(etcd: EtcdProcess) -> Iterator[None]:
+    """etcd stopped for the block (started again on its data after it, whatever happens)."""
+    etcd.stop()
+    try:
+        yield
+    finally:
+        etcd.start()
+
+
+def closed_with_541(action: Callable[[], object], text: str) -> None:
+    """``action`` (a pika call) gets its connection closed with 541 and a reply naming
+    ``text`` (what etcd did not record while it was away)."""
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+        action()
+    assert refused.value.reply_code == 541
+    assert text in refused.value.reply_text
 
 
 def declare_replicated(
@@ -175,6 +251,35 @@ async def offset_on(node: ServerProcess, name: str, reference: str) -> int | Non
         return None
     finally:
         await client.close()
+
+
+async def until_offset(
+    node: ServerProcess, name: str, reference: str, offset: int, what: str, timeout: float = WAIT_S
+) -> None:
+    """Wait until ``node`` answers ``offset`` for ``reference`` (QueryOffset); fail naming
+    ``what``."""
+
+    async def answers() -> bool:
+        return await offset_on(node, name, reference) == offset
+
+    await until_async(answers, what, timeout)
+
+
+async def store_offset(node: ServerProcess, name: str, reference: str, offset: int) -> None:
+    """A StoreOffset of ``reference`` on ``node`` (through a client of its own)."""
+    client = await open_client(node)
+    try:
+        await client.store_offset(name, reference, offset)
+    finally:
+        await client.close()
+
+
+async def republish_old_ids(node: ServerProcess, name: str, reference: str) -> None:
+    """Ids 5..14 of ``reference`` published to ``node`` after 0..9 were stored: 5..9 are
+    deduplicated (the stream holds 15) and the publisher's sequence is 14."""
+    publish_deduplicated(node, name, reference, range(5, 15))
+    assert end_offset(node, name) == 15
+    assert await sequence_on(node, name, reference) == 14
 
 
 async def sequence_on(node: ServerProcess, name: str, reference: str) -> int:

@@ -22,7 +22,16 @@ from pika.exceptions import AMQPConnectionError, ProbableAccessDeniedError
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import OPEN, WAIT_S, channel, get, until
+from .cluster_helpers import (
+    OPEN,
+    WAIT_S,
+    channel,
+    get,
+    numbered,
+    publish_each,
+    publish_pipelined,
+    until,
+)
 
 STREAM = {"x-queue-type": "stream"}
 FILTER = "x-stream-filter-value"
@@ -132,9 +141,8 @@ def test_publishes_through_b_reach_a_classic_queue_led_by_a(
 ) -> None:
     a, b = nodes["a"], nodes["b"]
     declared_on(a, b, "jobs", None)
-    on_b = confirming(b)
-    for i in range(50):
-        on_b.basic_publish("", "jobs", f"job {i}".encode(), pika.BasicProperties(priority=1))
+    jobs = numbered("job", 50)
+    publish_each(confirming(b), "jobs", jobs, properties=pika.BasicProperties(priority=1))
     on_a = channel(a)
     got: list[bytes] = []
     for _ in range(50):
@@ -142,7 +150,7 @@ def test_publishes_through_b_reach_a_classic_queue_led_by_a(
         assert method is not None, f"only {len(got)} jobs on a"
         assert props.priority == 1
         got.append(body)
-    assert got == [f"job {i}".encode() for i in range(50)]
+    assert got == jobs
     assert on_a.basic_get("jobs", auto_ack=True)[0] is None
 
 
@@ -160,22 +168,8 @@ def test_many_pipelined_publishes_through_b_are_all_confirmed_and_stored(
     a, b = nodes["a"], nodes["b"]
     declared_on(a, b, "bulk", STREAM)
     total = 5000
-
-    async def publish() -> list[Any]:
-        conn = await aio_pika.connect(b.url)
-        async with conn:
-            ch = await conn.channel(publisher_confirms=True)
-            results = await asyncio.gather(
-                *(
-                    ch.default_exchange.publish(aio_pika.Message(f"{i}".encode()), "bulk")
-                    for i in range(total)
-                )
-            )
-        return list(results)
-
-    confirms = asyncio.run(publish())
-    assert len(confirms) == total
-    assert all(type(c).__name__ == "Ack" for c in confirms)
+    messages = [("bulk", aio_pika.Message(f"{i}".encode())) for i in range(total)]
+    assert publish_pipelined(b, messages) == ["Ack"] * total
     bodies = [body for _, _, body in read_stream(a, "bulk", total)]
     assert bodies == [f"{i}".encode() for i in range(total)]
 

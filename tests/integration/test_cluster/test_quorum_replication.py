@@ -32,10 +32,9 @@ from sievemq.testing.etcd import EtcdProcess
 from .cluster_helpers import (
     WAIT_S,
     channel,
-    close_open,
-    cluster_args,
     queues,
     running,
+    started_nodes,
     stopped,
     until,
 )
@@ -231,21 +230,10 @@ def test_two_members_under_fsync_always(
     thread) before it says it holds it; with two members both hold every confirmed message
     when its confirm comes. (y holds no queue yet, so it is x's replica beside a, b, c.)"""
     base = tmp_path_factory.mktemp("always")
-    procs = {
-        n: ServerProcess(base / n, (*cluster_args(etcd, n), "--fsync", "always"))
-        for n in ("x", "y")
-    }
-    try:
-        for proc in procs.values():
-            proc.start()
+    with started_nodes(etcd, base, ("x", "y"), ("--fsync", "always")) as procs:
         x, y = procs["x"], procs["y"]
         declare(x, "synced", **{"x-quorum-initial-group-size": 2})
         until(lambda: queues(y).get("synced", {}).get("online") == ["x", "y"], "y replica")
         confirmed(x, "synced", [f"s{i}" for i in range(200)])
         assert bodies(y, "synced") == [f"s{i}".encode() for i in range(200)]
         assert copy_of(y, "synced") == copy_of(x, "synced")
-    finally:
-        close_open()  # (before the nodes go)
-        for proc in procs.values():
-            if proc.running:
-                assert proc.stop() == 0, proc.stderr()

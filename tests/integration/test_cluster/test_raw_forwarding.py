@@ -11,7 +11,6 @@ The last test kills ``a``.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -22,7 +21,15 @@ from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
 from sievemq.testing import ServerProcess
 
-from .cluster_helpers import WAIT_S, channel, queues, until
+from .cluster_helpers import (
+    WAIT_S,
+    channel,
+    numbered,
+    publish_each,
+    publish_pipelined,
+    queues,
+    until,
+)
 from .test_forwarding import FILTER, STREAM, confirming, declared_on, read_stream
 
 NAMES = ("a", "b", "c")
@@ -98,21 +105,15 @@ def test_a_binding_moved_then_removed_mid_run(nodes: dict[str, ServerProcess]) -
     admin.exchange_declare("moves", "direct", durable=True)
     admin.queue_bind("first", "moves", "k")
     on_b = confirming(b)
-    for i in range(30):
-        on_b.basic_publish("moves", "k", f"one {i}".encode(), mandatory=True)
+    publish_each(on_b, "k", numbered("one", 30), exchange="moves")
     admin.queue_unbind("first", "moves", "k")
     admin.queue_bind("second", "moves", "k")
-    for i in range(30):
-        on_b.basic_publish("moves", "k", f"two {i}".encode(), mandatory=True)
+    publish_each(on_b, "k", numbered("two", 30), exchange="moves")
     admin.queue_unbind("second", "moves", "k")
     with pytest.raises(UnroutableError):
         on_b.basic_publish("moves", "k", b"nowhere", mandatory=True)
-    assert [body for _, _, body in read_stream(a, "first", 30)] == [
-        f"one {i}".encode() for i in range(30)
-    ]
-    assert [body for _, _, body in read_stream(a, "second", 30)] == [
-        f"two {i}".encode() for i in range(30)
-    ]
+    assert [body for _, _, body in read_stream(a, "first", 30)] == numbered("one", 30)
+    assert [body for _, _, body in read_stream(a, "second", 30)] == numbered("two", 30)
 
 
 def test_the_queue_deleted_mid_run_refuses_the_next_publishes(
@@ -121,8 +122,7 @@ def test_the_queue_deleted_mid_run_refuses_the_next_publishes(
     a, b = nodes["a"], nodes["b"]
     declared_on(a, b, "doomed", STREAM)
     on_b = confirming(b)
-    for i in range(20):
-        on_b.basic_publish("", "doomed", f"{i}".encode(), mandatory=True)
+    publish_each(on_b, "doomed", numbered("doomed", 20))
     channel(a).queue_delete("doomed")
     # until b hears of the delete, the leader nacks what it is sent; then b returns it
     with pytest.raises((NackError, UnroutableError)):
@@ -146,23 +146,10 @@ def test_pipelined_confirms_match_across_a_remote_and_a_local_queue(
     def target(i: int) -> str:
         return "near" if (i // 100) % 3 == 2 else "far"
 
-    async def publish() -> list[Any]:
-        conn = await aio_pika.connect(b.url)
-        async with conn:
-            ch = await conn.channel(publisher_confirms=True)
-            return list(
-                await asyncio.gather(
-                    *(
-                        ch.default_exchange.publish(
-                            aio_pika.Message(f"{i}".encode(), headers={FILTER: "x"}), target(i)
-                        )
-                        for i in range(total)
-                    )
-                )
-            )
-
-    confirms = asyncio.run(publish())
-    assert [type(c).__name__ for c in confirms] == ["Ack"] * total
+    messages = [
+        (target(i), aio_pika.Message(f"{i}".encode(), headers={FILTER: "x"})) for i in range(total)
+    ]
+    assert publish_pipelined(b, messages) == ["Ack"] * total
     far = [i for i in range(total) if target(i) == "far"]
     near = [i for i in range(total) if target(i) == "near"]
     got = read_stream(a, "far", len(far), {"x-stream-filter": "x"})
@@ -184,10 +171,8 @@ def test_the_leader_killed_mid_run_publishes_go_to_the_new_leader(
     channel(a).queue_declare("moving", durable=True, arguments=REPLICATED)
     until(lambda: queues(c).get("moving", {}).get("leader") == "a", "c knows moving")
     on_c = confirming(c)
-    acked: list[int] = []
-    for i in range(200):
-        on_c.basic_publish("", "moving", f"{i}".encode(), mandatory=True)
-        acked.append(i)
+    acked = list(range(200))
+    publish_each(on_c, "moving", [f"{i}".encode() for i in acked])
     a.kill()
     deadline = time.monotonic() + 3 * WAIT_S
     i = 200

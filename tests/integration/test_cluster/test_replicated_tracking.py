@@ -28,9 +28,11 @@ from .cluster_helpers import (
     offset_on,
     publish_deduplicated,
     queues,
+    republish_old_ids,
     sequence_on,
+    store_offset,
     until,
-    until_async,
+    until_offset,
 )
 
 
@@ -65,40 +67,21 @@ async def test_the_replica_answers_the_leader_s_offsets_and_sequences(
             await p.send_wait("tracked", b"stream %d" % i, publisher_name="rstream-ref")
     publish_deduplicated(a, "tracked", "amqp-ref", range(10))  # ids 0..9
     consume_named(a, "tracked", "amqp-named", 30)  # acks every offset: commit 29
-    leader = await open_client(a)
-    try:
-        await leader.store_offset("tracked", "stored", 7)
-    finally:
-        await leader.close()
+    await store_offset(a, "tracked", "stored", 7)
     until(lambda: end_offset(b, "tracked") == 30, "b holds 30 messages")
 
     # b answers from its own copy (b does not lead the stream)
-    async def replica_has_them() -> bool:
-        return (
-            await offset_on(b, "tracked", "stored") == 7
-            and await offset_on(b, "tracked", "amqp-named") == 29
-        )
-
-    await until_async(replica_has_them, "b answers the leader's offsets")
+    await until_offset(b, "tracked", "stored", 7, "b answers the leader's stored offset")
+    await until_offset(b, "tracked", "amqp-named", 29, "b answers the named consumer's offset")
     assert await offset_on(b, "tracked", "nobody") is None  # NO_OFFSET, as on the leader
     assert await sequence_on(b, "tracked", "rstream-ref") == 20
     assert await sequence_on(b, "tracked", "amqp-ref") == 9
     assert await sequence_on(b, "tracked", "unknown") == 0
 
     # a StoreOffset on the replica's node is stored by the leader and comes back
-    replica = await open_client(b)
-    try:
-        await replica.store_offset("tracked", "via-b", 12)
-    finally:
-        await replica.close()
-
-    async def stored_everywhere() -> bool:
-        return (
-            await offset_on(a, "tracked", "via-b") == 12
-            and await offset_on(b, "tracked", "via-b") == 12
-        )
-
-    await until_async(stored_everywhere, "the leader stored b's offset, b has it")
+    await store_offset(b, "tracked", "via-b", 12)
+    await until_offset(a, "tracked", "via-b", 12, "the leader stored b's offset")
+    await until_offset(b, "tracked", "via-b", 12, "b has the offset it stored")
 
     # more publishes: the replica's sequences follow what it copies
     publish_deduplicated(a, "tracked", "amqp-ref", range(10, 15))
@@ -116,26 +99,15 @@ async def test_a_replica_back_from_a_crash_has_what_changed_meanwhile(
     try:
         await leader.store_offset("away", "kept", 1)
         await leader.store_offset("away", "moved", 2)
-
-        async def replica_has_them() -> bool:
-            return await offset_on(b, "away", "moved") == 2
-
-        await until_async(replica_has_them, "b has the offsets")
+        await until_offset(b, "away", "moved", 2, "b has the offsets")
         b.kill()
         await leader.store_offset("away", "moved", 4)
         await leader.store_offset("away", "new", 3)
     finally:
         await leader.close()
     b.restart()
-
-    async def caught_up() -> bool:
-        return (
-            await offset_on(b, "away", "kept") == 1
-            and await offset_on(b, "away", "moved") == 4
-            and await offset_on(b, "away", "new") == 3
-        )
-
-    await until_async(caught_up, "b has the offsets changed while it was down")
+    for reference, offset in (("kept", 1), ("moved", 4), ("new", 3)):
+        await until_offset(b, "away", reference, offset, f"b has {reference} as it is now")
     assert await sequence_on(b, "away", "ref") == 4
 
 
@@ -181,8 +153,6 @@ async def test_old_ids_republished_after_the_leader_restarts_are_deduplicated(
     a.kill()  # SIGKILL: no snapshot of the sequences, they are rebuilt from the data
     a.restart()
     until(lambda: queues(b).get("once", {}).get("online") == ["a", "b"], "a is back")
-    publish_deduplicated(a, "once", "batch", range(5, 15))  # 5..9 again, then 10..14
-    assert end_offset(a, "once") == 15
+    await republish_old_ids(a, "once", "batch")
     until(lambda: end_offset(b, "once") == 15, "b holds 15 messages")
-    assert await sequence_on(a, "once", "batch") == 14
     assert await sequence_on(b, "once", "batch") == 14

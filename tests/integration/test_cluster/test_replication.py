@@ -24,7 +24,7 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, close_open, cluster_args, copy_of, led_by, queues, until
+from .cluster_helpers import channel, copy_of, led_by, queues, started_nodes, until
 
 STREAM = {"x-queue-type": "stream"}
 MESSAGES = 10_000
@@ -204,20 +204,9 @@ async def test_replicas_under_fsync_always(
     in a worker thread, and its copy still equals the leader's. (y holds no stream yet, so
     it is the replica even beside a, b and c, which hold the earlier tests' streams.)"""
     base = tmp_path_factory.mktemp("always")
-    procs = {
-        n: ServerProcess(base / n, (*cluster_args(etcd, n), "--fsync", "always"))
-        for n in ("x", "y")
-    }
-    try:
-        for proc in procs.values():
-            proc.start()
+    with started_nodes(etcd, base, ("x", "y"), ("--fsync", "always")) as procs:
         x, y = procs["x"], procs["y"]
         declare(x, "durable-copy", 2)
         until(lambda: queues(y).get("durable-copy", {}).get("online") == ["x", "y"], "y replica")
         await publish(x, "durable-copy", 0, 2000)
         until(lambda: identical(x, y, "durable-copy"), "y's copy equals x's")
-    finally:
-        close_open()  # (before the nodes go)
-        for proc in procs.values():
-            if proc.running:
-                assert proc.stop() == 0, proc.stderr()

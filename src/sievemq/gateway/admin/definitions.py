@@ -221,26 +221,19 @@ class _DefinitionsPlan:
                 raise BadRequest(f"exchange '{x.get('name')}' of unknown type '{x.get('type')}'")
         for q in self._section("queues"):
             kind = _definition_queue_kind(q)
+            declared = (
+                str(q["name"]),
+                str(q["vhost"]),
+                bool(q.get("durable", True)),
+                False,  # (not exclusive)
+                bool(q.get("auto_delete", False)),
+                dict(q.get("arguments") or {}),
+            )
             try:
                 if kind == "stream":
-                    validate_stream_declare(
-                        str(q["name"]),
-                        str(q["vhost"]),
-                        bool(q.get("durable", True)),
-                        False,
-                        bool(q.get("auto_delete", False)),
-                        dict(q.get("arguments") or {}),
-                    )
+                    validate_stream_declare(*declared)
                 else:
-                    validate_declare(
-                        "quorum" if kind == "quorum" else "classic",
-                        str(q["name"]),
-                        str(q["vhost"]),
-                        bool(q.get("durable", True)),
-                        False,
-                        bool(q.get("auto_delete", False)),
-                        dict(q.get("arguments") or {}),
-                    )
+                    validate_declare("quorum" if kind == "quorum" else "classic", *declared)
             except AMQPError as error:
                 raise BadRequest(error.explanation) from None
             except KeyError as error:

@@ -9,7 +9,6 @@ from typing import Any
 
 from pamqp import commands
 
-from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import (
     ClassicQueue,
     MemoryBudget,
@@ -17,6 +16,8 @@ from sievemq.gateway.model.classic.queue import (
     QueueMessage,
 )
 from sievemq.storage.queue_log import QueueLog
+
+from .queue_helpers import logged_queue
 
 WINDOW = MemoryWindow(messages=4, bytes=1 << 20, refill=3)
 
@@ -39,18 +40,7 @@ def make(
     segment_bytes: int = 2000,
     budget: MemoryBudget | None = None,
 ) -> ClassicQueue:
-    qlog = QueueLog(directory, segment_bytes=segment_bytes)
-    queue = ClassicQueue(
-        "q",
-        "/",
-        validate_declare("classic", "q", "/", True, False, False, arguments),
-        durable=True,
-        log_store=qlog,
-        window=window,
-        budget=budget,
-    )
-    queue.restore(qlog.scan(), qlog.delivered)
-    return queue
+    return logged_queue(directory, "classic", arguments, window, segment_bytes, budget)
 
 
 def publish(queue: ClassicQueue, bodies: list[bytes], properties: bytes = PERSISTENT) -> None:

@@ -8,31 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pamqp import commands
-
-from sievemq.gateway.model.classic.arguments import validate_declare
 from sievemq.gateway.model.classic.queue import ClassicQueue, MemoryWindow, QueueMessage
-from sievemq.storage.queue_log import QueueLog
+from sievemq.storage.queue_log import DEFAULT_SEGMENT_BYTES
 
-PERSISTENT: bytes = commands.Basic.Properties(delivery_mode=2).marshal()
+from .queue_helpers import PERSISTENT, logged_queue, take_all
 
 
 def make(
     directory: Path, arguments: dict[str, Any] | None = None, window: int = 2048
 ) -> tuple[ClassicQueue, list[tuple[list[QueueMessage], str]]]:
-    qlog = QueueLog(directory, segment_bytes=2000)
-    table = {"x-queue-type": "quorum", **(arguments or {})}
-    queue = ClassicQueue(
-        "q",
-        "/",
-        validate_declare("quorum", "q", "/", True, False, False, table),
-        durable=True,
-        log_store=qlog,
-        window=MemoryWindow(messages=window, bytes=1 << 20, refill=3),
-    )
     dead: list[tuple[list[QueueMessage], str]] = []
-    queue.dead_letter = lambda q, msgs, reason: dead.append((list(msgs), reason))
-    queue.restore(qlog.scan(), qlog.delivered)
+    queue = logged_queue(
+        directory,
+        "quorum",
+        {"x-queue-type": "quorum", **(arguments or {})},
+        MemoryWindow(messages=window, bytes=1 << 20, refill=3),
+        dead_letter=lambda q, msgs, reason: dead.append((list(msgs), reason)),
+    )
     return queue, dead
 
 
@@ -40,17 +32,10 @@ def publish(queue: ClassicQueue, n: int) -> None:
     assert all(queue.enqueue([("", "q", PERSISTENT, b"m%d" % i) for i in range(n)]))
 
 
-def drain(queue: ClassicQueue) -> list[QueueMessage]:
-    out = []
-    while (msg := queue.take()) is not None:
-        out.append(msg)
-    return out
-
-
 def test_counts_and_redelivery_survive_a_reopen(tmp_path: Path) -> None:
     queue, _ = make(tmp_path)
     publish(queue, 4)
-    first = drain(queue)
+    first = take_all(queue)
     queue.requeue([first[0]])  # m0 returned once, waits ready
     queue.requeue([first[1]])
     again = queue.take()
@@ -59,7 +44,7 @@ def test_counts_and_redelivery_survive_a_reopen(tmp_path: Path) -> None:
     queue.close()  # the process dies here: its consumers' messages are returned
 
     reopened, _ = make(tmp_path)
-    got = {m.body: (m.delivery_count, m.redelivered) for m in drain(reopened)}
+    got = {m.body: (m.delivery_count, m.redelivered) for m in take_all(reopened)}
     assert got == {b"m0": (2, True), b"m1": (1, True), b"m2": (1, True)}
 
 
@@ -92,34 +77,21 @@ def test_delivery_limit_honoured_across_reopens(tmp_path: Path) -> None:
 def test_counts_of_paged_messages_read_back_from_the_log(tmp_path: Path) -> None:
     queue, _ = make(tmp_path, window=3)
     publish(queue, 12)
-    taken = drain(queue)
+    taken = take_all(queue)
     queue.requeue(taken[8:])  # m8..m11 returned once
     queue.close()  # m0..m7 were held
 
     queue, _ = make(tmp_path, window=3)
     assert queue.paged > 0  # past the window: index entries only
-    got = [(m.body, m.delivery_count, m.redelivered) for m in drain(queue)]
+    got = [(m.body, m.delivery_count, m.redelivered) for m in take_all(queue)]
     assert got == [(b"m%d" % i, 1, True) for i in range(12)]
 
 
-def classic(directory: Path) -> ClassicQueue:
-    qlog = QueueLog(directory)
-    queue = ClassicQueue(
-        "q",
-        "/",
-        validate_declare("classic", "q", "/", True, False, False, {}),
-        durable=True,
-        log_store=qlog,
-    )
-    queue.restore(qlog.scan(), qlog.delivered)
-    return queue
-
-
 def test_classic_queue_keeps_no_counts(tmp_path: Path) -> None:
-    queue = classic(tmp_path)
+    queue = logged_queue(tmp_path, "classic", {}, segment_bytes=DEFAULT_SEGMENT_BYTES)
     publish(queue, 2)
-    queue.requeue(drain(queue))
+    queue.requeue(take_all(queue))
     queue.close()
     assert not (tmp_path / "counts").exists()
-    again = classic(tmp_path)
-    assert [(m.delivery_count, m.redelivered) for m in drain(again)] == [(0, True)] * 2
+    again = logged_queue(tmp_path, "classic", {}, segment_bytes=DEFAULT_SEGMENT_BYTES)
+    assert [(m.delivery_count, m.redelivered) for m in take_all(again)] == [(0, True)] * 2

@@ -10,22 +10,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pamqp import commands
 
 from sievemq.amqp.errors import PreconditionFailed
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue, QueueMessage
 from sievemq.storage.layout import queue_directory
 
-PERSISTENT: bytes = commands.Basic.Properties(delivery_mode=2).marshal()
+from .queue_helpers import PERSISTENT, take_all
+
 ARGS = {"x-queue-type": "quorum", "x-delivery-limit": 2}
-
-
-def drain(queue: ClassicQueue) -> list[QueueMessage]:
-    out = []
-    while (msg := queue.take()) is not None:
-        out.append(msg)
-    return out
 
 
 def take(queue: ClassicQueue) -> QueueMessage:
@@ -65,7 +58,7 @@ def test_copy_opened_as_the_live_queue(tmp_path: Path) -> None:
     queue = local.open_copy("q", ARGS)
     assert local.queues["q"] is queue and queue.kind == "quorum"
     assert queue.message_count == 3  # m3 (held), m4 (held), m5
-    got = [(m.body, m.delivery_count, m.redelivered) for m in drain(queue)]
+    got = [(m.body, m.delivery_count, m.redelivered) for m in take_all(queue)]
     # m3: returned twice then held: 3 returns, past the limit of 2 (never delivered)
     assert got == [(b"m4", 1, True), (b"m5", 0, False)]
     with pytest.raises(PreconditionFailed):
@@ -75,7 +68,7 @@ def test_copy_opened_as_the_live_queue(tmp_path: Path) -> None:
     restarted = Broker(tmp_path / "b")  # in the definitions now: restored with its log
     queue = restarted.vhost("/").classic.queues["q"]
     # m4 and m5 were handed out by the new leader and not settled: back again
-    assert [(m.body, m.delivery_count) for m in drain(queue)] == [(b"m4", 2), (b"m5", 1)]
+    assert [(m.body, m.delivery_count) for m in take_all(queue)] == [(b"m4", 2), (b"m5", 1)]
     restarted.close()
 
 
