@@ -18,7 +18,9 @@ import httpx
 
 from bench._util import report
 from sievemq.cluster.replication import replica_directory
+from sievemq.storage import layout
 from sievemq.storage.layout import stream_directory
+from sievemq.storage.queue_log import Snapshot, decode_record
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import running_etcd
 
@@ -141,6 +143,33 @@ def caught_up(leader: ServerProcess, replica: ServerProcess, name: str) -> bool:
     """Whether ``replica``'s copy of stream ``name`` (vhost /) equals ``leader``'s files."""
     mine = segment_sizes(replica_directory(replica.data_dir, "/", name))
     return bool(mine) and mine == segment_sizes(stream_directory(leader.data_dir, "/", name))
+
+
+def live_ids(node: ServerProcess, name: str) -> set[int] | None:
+    """The live log ids of quorum queue ``name`` (vhost /) in ``node``'s files (its own queue
+    or its replica's copy: the same directory); None when unreadable now (being written)."""
+    directory = layout.queue_directory(node.data_dir, "/", name)
+    if not directory.is_dir():
+        return None
+    snapshot = Snapshot(directory, 0, 1 << 62)
+    try:
+        snapshot.open()
+        ids: set[int] = set()
+        for first in snapshot.firsts:
+            for record in snapshot.segment(first)[1]:
+                message = decode_record(record)
+                if message is None:
+                    return None
+                ids.add(message.id)
+    except (OSError, ValueError):
+        return None
+    return ids
+
+
+def quorum_caught_up(leader: ServerProcess, replica: ServerProcess, name: str) -> bool:
+    """Whether ``replica``'s copy of quorum queue ``name`` holds the leader's live ids."""
+    mine = live_ids(replica, name)
+    return mine is not None and mine == live_ids(leader, name)
 
 
 async def publish_confirmed(

@@ -1,7 +1,7 @@
 """What publish forwarding costs: server CPU per message publishing through the leader
 against through the other node of a two-node cluster.
 
-    python -m bench.cluster_forwarding [--n 100000] [--pairs 3] [--profile FILE]
+    python -m bench.cluster_forwarding [--n 100000] [--pairs 3] [--fanout K] [--profile FILE]
 
 A real etcd and two real nodes (``a`` leads every stream, ``b`` forwards), ``--fsync
 batch``. Each run is the project's load generator (``bench/loadgen``, amqp091-go: 100 B
@@ -12,6 +12,10 @@ link). One uncounted warm-up run each way first; then ``--pairs`` pairs, the ord
 alternating. The figure is the CPU (utime + stime from /proc/PID/stat) of BOTH node
 processes together per published message, and the publish rate; the issue's aim is
 forwarding at most 1.3x the leader's CPU per message.
+
+``--fanout K`` (K >= 2) declares K streams on ``a`` per run and a fanout exchange bound to
+them, and publishes to the exchange: each message is stored K times, on ``a``, and through
+``b`` it goes to ``a`` once (raw forwarding of a route to several queues of one leader).
 
 ``--profile FILE`` runs both nodes under cProfile for one forwarded run and writes
 ``FILE.a`` and ``FILE.b`` (and prints the top functions of each by own time).
@@ -95,29 +99,41 @@ def cluster(data: Path, profile: str | None = None) -> Iterator[tuple[Node, Node
         etcd.stop()
 
 
-def declare_on_a(a: Node, b: Node, name: str) -> None:
+def declare_on_a(a: Node, b: Node, name: str, fanout: int = 1) -> str:
+    """Stream ``name`` on ``a`` (with ``fanout`` > 1: streams ``name-0``... and a fanout
+    exchange ``name`` bound to them), once ``b`` knows it; the exchange to publish to."""
+    names = [name] if fanout < 2 else [f"{name}-{i}" for i in range(fanout)]
     conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{a.port}/"))
     try:
-        conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        ch = conn.channel()
+        for queue in names:
+            ch.queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        if fanout > 1:
+            ch.exchange_declare(name, "fanout", durable=True)
+            for queue in names:
+                ch.queue_bind(queue, name)
     finally:
         conn.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         queues = httpx.get(b.admin + "/api/queues", auth=("guest", "guest"), timeout=10).json()
-        if any(q["name"] == name and q.get("leader") == "a" for q in queues):
-            return
+        known = {q["name"] for q in queues if q.get("leader") == "a"}
+        if known.issuperset(names):
+            time.sleep(1.0 if fanout > 1 else 0)  # the bindings reach b within a second
+            return name if fanout > 1 else ""
         time.sleep(0.1)
     raise RuntimeError(f"node b does not know stream {name}")
 
 
-def publish(port: int, queue: str, n: int, pids: list[int]) -> dict[str, float]:
-    """One loadgen run into ``queue`` through ``port``: rate and both nodes' CPU per message."""
+def publish(port: int, queue: str, n: int, pids: list[int], exchange: str = "") -> dict[str, float]:
+    """One loadgen run into ``queue`` (or ``exchange``) through ``port``: rate and both
+    nodes' CPU per message."""
     cpu0 = [proc_cpu_s(pid) for pid in pids]
     out = subprocess.run(
         [
             str(kit.loadgen()), "-port", str(port), "-mode", "publish", "-n", str(n),
             "-size", "100", "-window", "1000", "-unique-props", "-filter-values", "50",
-            "-queue", queue, "-no-declare", "-keep",
+            "-queue", queue, "-no-declare", "-keep", "-exchange", exchange,
         ],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -134,7 +150,7 @@ def publish(port: int, queue: str, n: int, pids: list[int]) -> dict[str, float]:
     }
 
 
-def measure(n: int, pairs: int) -> dict[str, Any]:
+def measure(n: int, pairs: int, fanout: int = 1) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"leader": [], "forwarded": []}
     with tempfile.TemporaryDirectory(prefix="sievemq-fwd-") as tmp, cluster(Path(tmp)) as (a, b):
         pids = [a.pid, b.pid]
@@ -144,8 +160,8 @@ def measure(n: int, pairs: int) -> dict[str, Any]:
             nonlocal count
             count += 1
             queue = f"fwd-{count}"
-            declare_on_a(a, b, queue)
-            return publish(a.port if way == "leader" else b.port, queue, n, pids)
+            exchange = declare_on_a(a, b, queue, fanout)
+            return publish(a.port if way == "leader" else b.port, queue, n, pids, exchange)
 
         run("leader")  # warm-up: imports, memo caches, the link's first connection
         run("forwarded")
@@ -161,6 +177,7 @@ def measure(n: int, pairs: int) -> dict[str, Any]:
         "machine": machine(),
         "n": n,
         "pairs": pairs,
+        "fanout": fanout,
         "runs": runs,
         "leader_cpu_us_per_msg": round(leader, 2),
         "forwarded_cpu_us_per_msg": round(forwarded, 2),
@@ -186,12 +203,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--fanout", type=int, default=1)
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
     if args.profile:
         profile(args.n, args.profile)
         return
-    print(json.dumps(measure(args.n, args.pairs), indent=1))
+    print(json.dumps(measure(args.n, args.pairs, args.fanout), indent=1))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Replicated queues on three SieveMQ nodes beside a three-node RabbitMQ 3.10.8 cluster.
 
     python -m bench.replication_vs_rabbitmq [--rounds 3] [--samples 2000] [--n 50000]
-        [--failover-rounds 3] [--kinds stream,quorum] [--sievemq-quorum] [--out FILE.json]
+        [--failover-rounds 3] [--kinds stream,quorum] [--out FILE.json]
 
 Both clusters run at once on this machine, on 127.0.0.1, their state under /tmp: an etcd
 and three SieveMQ nodes (``--cluster-lease-ttl`` 5 s, the default, or ``--lease-ttl``;
-``--fsync batch``, the default), and three RabbitMQ nodes with their own names, AMQP and
-distribution ports, one private epmd and a shared cookie, joined with
-``rabbitmqctl join_cluster``
+``--fsync batch``, the default, or ``--sievemq-fsync always``), and three RabbitMQ nodes
+with their own names, AMQP and distribution ports, one private epmd and a shared cookie,
+joined with ``rabbitmqctl join_cluster``
 (``bench/rabbitmq_cluster.py``; default settings). Everything is stopped at the end, after
 an error too.
 
@@ -15,7 +15,8 @@ Per round the systems take turns (so the machine's noise hits both alike), for a
 (``x-queue-type=stream``, ``x-initial-cluster-size`` 3) and a quorum queue
 (``x-quorum-initial-group-size`` 3), each declared through the first node (its leader) and
 published to there with the Go load generator (``bench/loadgen``, amqp091-go, 100 B,
-``-unique-props``):
+``-unique-props``; ``-persistent`` for the quorum queues: SieveMQ logs and replicates only
+persistent messages, as a RabbitMQ quorum queue stores every message):
 
 - ``one_at_a_time``: ``--samples`` messages, one in flight (``-window 1``), every confirm
   timed: confirm latency p50/p99;
@@ -32,11 +33,13 @@ confirms until the first basic.ack (a dropped channel or connection is opened ag
 so is a channel after a nack): ``failover_s`` is from the SIGKILL to that ack. A second
 client beside it keeps its channel after nacks: ``same_channel_failover_s`` (None: no ack
 within ``--same-channel-timeout``). The victim is restarted on its data and its copy caught
-up before the next round.
+up before the next round (a SieveMQ stream's segment files, a quorum queue's live log ids,
+equal to the new leader's; RabbitMQ: its member online again).
 
-SieveMQ's quorum queues are not replicated yet (docs/cluster.md): they are measured only
-with ``--sievemq-quorum`` (and then say so in the output); otherwise RabbitMQ's quorum
-figures stand beside SieveMQ's replicated stream.
+Both systems' quorum queues have three members that commit by majority (SieveMQ:
+``cluster/quorum_replication.py``; under ``--fsync batch`` every node fdatasyncs within
+200 ms, under ``always`` the leader and each replica before they count a message held;
+RabbitMQ: Raft, its log fsynced before a confirm).
 """
 
 from __future__ import annotations
@@ -62,7 +65,14 @@ import aiormq
 import pika
 
 from bench import kit, rabbitmq_cluster
-from bench._cluster import caught_up, members_online, started_nodes, wait_for
+from bench._cluster import (
+    caught_up,
+    live_ids,
+    members_online,
+    quorum_caught_up,
+    started_nodes,
+    wait_for,
+)
 from bench._util import git_commit, machine, proc_cpu_s
 from bench.cluster_failover import _leader as sievemq_leader
 from sievemq.testing import ServerProcess
@@ -114,8 +124,8 @@ class SieveSide:
         return proc_cpu_s(self.etcd.proc.pid)
 
     def settled(self, queue: str, kind: str) -> bool:
-        """Every member of a stream is online (a quorum queue has one: its declare-ok)."""
-        return kind != "stream" or members_online(self.nodes[0], queue, 3)
+        """Every member of the stream or quorum queue is online."""
+        return members_online(self.nodes[0], queue, 3)
 
     def leader(self, queue: str, via: int) -> str:
         return str(sievemq_leader(self.nodes[via], queue))
@@ -127,12 +137,11 @@ class SieveSide:
         """Start the victim again and wait until its copy equals the new leader's."""
         victim = self.nodes[index]
         victim.start()
-        if kind != "stream":
-            return
         leader = {n.data_dir.name: n for n in self.nodes}[
             str(sievemq_leader(self.nodes[via], queue))
         ]
-        _wait(lambda: caught_up(leader, victim, queue), "the old leader's copy catches up")
+        same = caught_up if kind == "stream" else quorum_caught_up
+        _wait(lambda: same(leader, victim, queue), "the old leader's copy catches up")
 
 
 @dataclass
@@ -181,8 +190,8 @@ Side = SieveSide | RabbitSide
 
 
 @contextmanager
-def sievemq_cluster(base: Path, lease_ttl: int) -> Iterator[SieveSide]:
-    flags = ("--cluster-lease-ttl", str(lease_ttl))
+def sievemq_cluster(base: Path, lease_ttl: int, fsync: str = "batch") -> Iterator[SieveSide]:
+    flags = ("--cluster-lease-ttl", str(lease_ttl), "--fsync", fsync)
     with (
         running_etcd(base / "etcd") as etcd,
         started_nodes(base, etcd.url, NAMES, flags) as nodes,
@@ -215,8 +224,11 @@ def delete(url: str, queue: str) -> None:
 # ---------------------------------------------------------------- publishing
 
 
-def loadgen(port: int, queue: str, n: int, window: int, sample_every: int) -> dict[str, Any]:
-    """One Go load generator publishing ``n`` messages with confirms; its JSON line."""
+def loadgen(
+    port: int, queue: str, n: int, window: int, sample_every: int, kind: str
+) -> dict[str, Any]:
+    """One Go load generator publishing ``n`` messages with confirms (persistent ones to a
+    quorum queue); its JSON line."""
     args = [
         str(kit.loadgen()),
         "-port",
@@ -237,6 +249,8 @@ def loadgen(port: int, queue: str, n: int, window: int, sample_every: int) -> di
         str(sample_every),
         "-unique-props",
     ]
+    if kind == "quorum":
+        args.append("-persistent")
     got = subprocess.run(args, capture_output=True, text=True, timeout=900)
     lines = got.stdout.strip().splitlines()
     result: dict[str, Any] = json.loads(lines[-1]) if lines else {"error": got.stderr.strip()}
@@ -246,12 +260,12 @@ def loadgen(port: int, queue: str, n: int, window: int, sample_every: int) -> di
 
 
 def publish_case(
-    side: Side, queue: str, n: int, window: int, sample_every: int
+    side: Side, queue: str, kind: str, n: int, window: int, sample_every: int
 ) -> dict[str, float]:
     """``n`` confirmed messages through the leader (node 0): rate, confirm latency, CPU."""
     cpu0, extra0 = side.cpu_s(), side.extra_cpu_s()
     t0 = time.perf_counter()
-    got = loadgen(side.ports()[0], queue, n, window, sample_every)
+    got = loadgen(side.ports()[0], queue, n, window, sample_every, kind)
     wall = time.perf_counter() - t0
     cpu, extra = side.cpu_s() - cpu0, side.extra_cpu_s() - extra0
     out = {
@@ -271,8 +285,11 @@ def one_round(side: Side, kind: str, tag: str, samples: int, n: int) -> dict[str
     declare(side.urls()[0], queue, kind)
     _wait(lambda: side.settled(queue, kind), f"{side.name} {queue} members online")
     row: dict[str, Any] = {"system": side.name, "kind": kind}
-    row["one_at_a_time"] = publish_case(side, queue, samples, 1, 1)
-    row["pipelined"] = publish_case(side, queue, n, WINDOW, 16)
+    row["one_at_a_time"] = publish_case(side, queue, kind, samples, 1, 1)
+    row["pipelined"] = publish_case(side, queue, kind, n, WINDOW, 16)
+    if isinstance(side, SieveSide) and kind == "quorum":  # (after the timing) truly copied
+        copy = side.nodes[1]
+        _wait(lambda: len(live_ids(copy, queue) or ()) == samples + n, "a replica holds all")
     delete(side.urls()[0], queue)
     return row
 
@@ -288,6 +305,9 @@ class Confirmed:
     nacks: int = 0
     channels_reopened: int = 0
     reconnects: int = 0
+
+
+PERSISTENT = aiormq.spec.Basic.Properties(delivery_mode=2)
 
 
 async def _first_confirm(url: str, queue: str, timeout: float, reopen: bool) -> Confirmed:
@@ -310,7 +330,8 @@ async def _first_confirm(url: str, queue: str, timeout: float, reopen: bool) -> 
             ch = await connection.channel(publisher_confirms=True)
             while time.monotonic() < deadline:
                 sent = time.monotonic()
-                pending.add(asyncio.ensure_future(ch.basic_publish(b"x" * 100, routing_key=queue)))
+                publish = ch.basic_publish(b"x" * 100, routing_key=queue, properties=PERSISTENT)
+                pending.add(asyncio.ensure_future(publish))
                 done, pending = await asyncio.wait(
                     pending, timeout=PACE_S, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -358,7 +379,7 @@ def failover_round(side: Side, kind: str, r: int, same_timeout: float) -> dict[s
     queue = f"failover-{kind}-{r}"
     declare(side.urls()[victim], queue, kind)
     _wait(lambda: side.settled(queue, kind), f"{side.name} {queue} members online")
-    loadgen(side.ports()[victim], queue, BEFORE_KILL, 500, 16)
+    loadgen(side.ports()[victim], queue, BEFORE_KILL, 500, 16, kind)
     leader = side.leader(queue, victim)
     killed = time.monotonic()  # kill() sends SIGKILL first, then reaps
     side.kill(victim)
@@ -409,11 +430,7 @@ def ratios(rows: list[dict[str, Any]], kinds: list[str]) -> list[dict[str, Any]]
         for kind in kinds:
             mine = [x for x in rows if x["round"] == r and x["system"] == "sievemq"]
             theirs = [x for x in rows if x["round"] == r and x["system"] == "rabbitmq"]
-            # SieveMQ's replicated stream stands beside RabbitMQ's quorum queue when SieveMQ
-            # has no replicated quorum queue measured
-            ours = next((x for x in mine if x["kind"] == kind), None) or next(
-                (x for x in mine if x["kind"] == "stream"), None
-            )
+            ours = next((x for x in mine if x["kind"] == kind), None)
             other = next((x for x in theirs if x["kind"] == kind), None)
             if ours is None or other is None:
                 continue
@@ -453,9 +470,7 @@ def main() -> None:
         help="seconds the failover client that keeps its channel after nacks waits for an ack",
     )
     parser.add_argument(
-        "--sievemq-quorum",
-        action="store_true",
-        help="measure SieveMQ's quorum queues too (not replicated yet: docs/cluster.md)",
+        "--sievemq-fsync", choices=("batch", "always"), default="batch", help="SieveMQ's --fsync"
     )
     parser.add_argument("--out", type=Path)
     opts = parser.parse_args()
@@ -466,45 +481,37 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C, so every node, epmd and etcd is stopped on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    def measured(side: Side, kind: str) -> bool:
-        return side.name == "rabbitmq" or kind == "stream" or opts.sievemq_quorum
-
     rows: list[dict[str, Any]] = []
     failovers: list[dict[str, Any]] = []
     with ExitStack() as stack:
         base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sievemq-repl-rmq-")))
-        sides: list[Side] = [stack.enter_context(sievemq_cluster(base, opts.lease_ttl))]
+        sieve = sievemq_cluster(base, opts.lease_ttl, opts.sievemq_fsync)
+        sides: list[Side] = [stack.enter_context(sieve)]
         sides.append(stack.enter_context(rabbit_cluster()))
         for r in range(opts.rounds):
             for kind in kinds:
                 for side in sides if r % 2 == 0 else sides[::-1]:
-                    if measured(side, kind):
-                        row = one_round(side, kind, f"{r}-{time.time_ns()}", opts.samples, opts.n)
-                        row["round"] = r
-                        print(json.dumps(row), flush=True)
-                        rows.append(row)
+                    row = one_round(side, kind, f"{r}-{time.time_ns()}", opts.samples, opts.n)
+                    row["round"] = r
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
         for r in range(opts.failover_rounds):
             for kind in kinds:
                 for side in sides:
-                    if measured(side, kind):
-                        row = failover_round(side, kind, r, opts.same_channel_timeout)
-                        print(json.dumps(row), flush=True)
-                        failovers.append(row)
+                    row = failover_round(side, kind, r, opts.same_channel_timeout)
+                    print(json.dumps(row), flush=True)
+                    failovers.append(row)
     result = {
         "bench": "replication_vs_rabbitmq",
         "commit": git_commit(),
         "machine": machine(),
         "load_average": os.getloadavg(),
         "rabbitmq": rabbitmq_cluster.version(),
-        "sievemq_quorum_measured": opts.sievemq_quorum,
-        "note": None
-        if opts.sievemq_quorum
-        else "SieveMQ's quorum queues are not replicated yet: RabbitMQ's quorum figures are "
-        "compared with SieveMQ's replicated stream",
+        "quorum_publishes": "persistent (delivery-mode 2)",
         "samples": opts.samples,
         "n": opts.n,
         "sievemq_lease_ttl_s": opts.lease_ttl,
-        "sievemq_fsync": "batch",
+        "sievemq_fsync": opts.sievemq_fsync,
         "medians": medians(rows),
         "ratios_sievemq_over_rabbitmq": ratios(rows, kinds),
         "failover": failover_medians(failovers),

@@ -43,12 +43,12 @@ import (
 // ---------------------------------------------------------------- options
 
 type options struct {
-	host, uri, mode, queue, offset, filter, matchUnfiltered string
+	host, uri, mode, queue, offset, filter, matchUnfiltered, exchange        string
 	port, size, window, prefetch, ackEvery, filterValues, procs, sampleEvery int
-	n, m                                                        int64
-	rate                                                        float64
-	idle, startTimeout                                          time.Duration
-	keep, noDeclare, uniqueProps, persistent, batch             bool
+	n, m                                                                     int64
+	rate                                                                     float64
+	idle, startTimeout                                                       time.Duration
+	keep, noDeclare, uniqueProps, persistent, batch                          bool
 }
 
 func parseOptions() options {
@@ -74,6 +74,7 @@ func parseOptions() options {
 	flag.BoolVar(&o.persistent, "persistent", false, "delivery-mode 2")
 	flag.BoolVar(&o.keep, "keep", false, "do not delete the stream at the end")
 	flag.BoolVar(&o.noDeclare, "no-declare", false, "do not declare the stream")
+	flag.StringVar(&o.exchange, "exchange", "", "publish to this exchange (routing key: -queue) instead of the default one")
 	flag.DurationVar(&o.idle, "idle", 5*time.Second, "consume: stop this long after the last delivery")
 	flag.DurationVar(&o.startTimeout, "start-timeout", 30*time.Second, "consume: stop if nothing arrives")
 	flag.IntVar(&o.procs, "procs", 1, "GOMAXPROCS")
@@ -302,7 +303,7 @@ func publish(conn *amqp.Connection, o options, count int64, rate float64) (publi
 		if tag%uint64(o.sampleEvery) == 1%uint64(o.sampleEvery) {
 			sampled.Store(tag, now)
 		}
-		if err := ch.Publish("", o.queue, false, false, msg); err != nil {
+		if err := ch.Publish(o.exchange, o.queue, false, false, msg); err != nil {
 			return st, err
 		}
 	}
@@ -366,7 +367,7 @@ func consumeArgs(o options) (amqp.Table, error) {
 }
 
 // consume reads until o.m deliveries, -idle after the last one, or -start-timeout before
-// the first; ``ready`` is closed once consume-ok has arrived (the "both" mode waits on it).
+// the first; “ready“ is closed once consume-ok has arrived (the "both" mode waits on it).
 func consume(conn *amqp.Connection, o options, ready chan<- struct{}, latency bool) (consumeStats, error) {
 	var st consumeStats
 	ch, err := conn.Channel()

@@ -285,6 +285,7 @@ async def run(settings: Settings, ssl_context: ssl.SSLContext | None, bound: Bou
             return joined
         membership, placement = joined
         facade.cluster = membership
+        node.link_flow = placement.links  # client connections held while a link drains
         facade.peers = _admin_peers(membership, secret)
         if settings.definitions is not None:
             # again, through etcd now: the join's reconcile kept the cluster's state, and

@@ -9,6 +9,10 @@ holds once healed, and returns its figures and its findings (sentences; none exp
   matching messages up to where it read.
 - ``check_declared``: every queue whose declare-ok came (and no delete was asked) exists.
 - ``replicas_equal``: every copy of a stream holds the leader's segment files, byte for byte.
+- ``check_quorum``: a quorum queue's confirmed messages all acked by a consumer or the final
+  drain (lost = 0), nothing never sent, no ``x-delivery-count`` going back.
+- ``quorum_copies_equal``: every copy of a quorum queue holds its leader's live records (ids
+  and bytes) and delivery counts.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sievemq.cluster.replication import replica_directory
-from sievemq.storage.layout import stream_directory
+from sievemq.storage.layout import queue_directory, stream_directory
+from sievemq.storage.queue_log import Snapshot, decode_parts, read_counts
 from sievemq.testing.stream_files import segment_files
 
+from .quorum_load import QuorumDelivery
 from .workload import Delivery
 
 
@@ -164,3 +170,121 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
     """The longest time in [start, end] without a confirm, in seconds."""
     inside = [t for t in times if start <= t <= end]
     return max(b - a for a, b in itertools.pairwise([start, *inside, end]))
+
+
+def check_quorum(
+    queue: str,
+    published: dict[str, tuple[list[int], set[int]]],
+    deliveries: list[QuorumDelivery],
+) -> Result:
+    """A quorum queue's publishers (label: (confirmed, attempted)) against every delivery
+    its consumers and the final drain got: every confirmed message settled (acked) at least
+    once (lost = 0), nothing delivered that was never sent (unexpected = 0), and each
+    message's ``x-delivery-count`` never lower than at its previous delivery on the same
+    consumer connection (a message: one send, by its message id; a body sent again is
+    another message, counted from 0). Across connections the order the clients saw is not
+    the server's: around a failover the old leader's delivery of a message may reach one
+    consumer after the new leader's redelivery of it (counted one more) reached another."""
+    acked = {(d.label, d.seq) for d in deliveries if d.settled == "ack"}
+    confirmed = {(label, seq) for label, (seqs, _) in published.items() for seq in seqs}
+    lost = sorted(confirmed - acked)
+    unexpected = sorted(
+        {
+            (d.label, d.seq)
+            for d in deliveries
+            if d.label not in published or d.seq not in published[d.label][1]
+        }
+    )
+    backwards: list[str] = []
+    last: dict[tuple[str, int, str, str], QuorumDelivery] = {}
+    for d in sorted(deliveries, key=lambda d: d.t):
+        key = (d.consumer, d.connection, d.label, d.message_id)
+        before = last.get(key)
+        if before is not None and d.count < before.count:
+            backwards.append(
+                f"{d.label}:{d.seq} (id {d.message_id}) x-delivery-count {before.count} "
+                f"({before.consumer}) then {d.count} ({d.consumer})"
+            )
+        last[key] = d
+    times = Counter((d.label, d.seq) for d in deliveries if d.settled == "ack")
+    # ((label, seq), message id) of every send delivered: a body there twice was resent
+    sends = {((d.label, d.seq), d.message_id) for d in deliveries}
+    result = Result(
+        {
+            "confirmed": len(confirmed),
+            "deliveries": len(deliveries),
+            "acked": len(acked),
+            "lost": len(lost),
+            "unexpected": len(unexpected),
+            "acked_more_than_once": sum(1 for n in times.values() if n > 1),
+            "stored_twice": sum(1 for n in Counter(lab for lab, _ in sends).values() if n > 1),
+            "requeued": sum(1 for d in deliveries if d.settled == "requeue"),
+            "redelivered": sum(1 for d in deliveries if d.redelivered),
+            "delivery_count_backwards": len(backwards),
+        }
+    )
+    if lost:
+        result.findings.append(f"{queue}: {len(lost)} confirmed messages lost, first {lost[:10]}")
+    if unexpected:
+        result.findings.append(f"{queue}: {len(unexpected)} never sent, first {unexpected[:10]}")
+    if backwards:
+        result.findings.append(f"{queue}: x-delivery-count went back: {backwards[:5]}")
+    return result
+
+
+@dataclass
+class QuorumState:
+    """A quorum queue's log on one node, read from its files: its live records (id: the
+    record's bytes) and their delivery counts (id: (count, out))."""
+
+    live: dict[int, bytes]
+    counts: dict[int, tuple[int, bool]]
+
+
+def quorum_state(data_dir: Path, vhost: str, name: str) -> QuorumState | None:
+    """None when the node holds no log of the queue."""
+    directory = queue_directory(data_dir, vhost, name)
+    if not directory.exists():
+        return None
+    snapshot = Snapshot(directory, 0, 1 << 62)
+    snapshot.open()
+    live: dict[int, bytes] = {}
+    for first in snapshot.firsts:
+        for record in snapshot.segment(first)[1]:
+            parts = decode_parts(record)
+            if parts is not None:
+                live[parts[0]] = record
+    counts = {i: c for i, c in read_counts(directory).items() if i in live}
+    return QuorumState(live, counts)
+
+
+def quorum_copies_equal(
+    leader_dir: Path, replica_dirs: dict[str, Path], vhost: str, name: str
+) -> dict[str, str]:
+    """Replica node name -> "" when its copy holds the leader's live records (same ids,
+    same bytes) with the same delivery counts, else what differs."""
+    theirs = quorum_state(leader_dir, vhost, name)
+    differences: dict[str, str] = {}
+    for node, data in replica_dirs.items():
+        mine = quorum_state(data, vhost, name)
+        if theirs is None:
+            differences[node] = "the leader holds no log"
+        elif mine is None:
+            differences[node] = "no copy"
+        elif mine.live != theirs.live:
+            missing = sorted(set(theirs.live) - set(mine.live))
+            extra = sorted(set(mine.live) - set(theirs.live))
+            changed = sorted(
+                i for i in set(mine.live) & set(theirs.live) if mine.live[i] != theirs.live[i]
+            )
+            differences[node] = (
+                f"live records differ: {len(missing)} missing (first {missing[:5]}), "
+                f"{len(extra)} extra (first {extra[:5]}), {len(changed)} changed"
+            )
+        elif mine.counts != theirs.counts:
+            ids = sorted(i for i in theirs.live if mine.counts.get(i) != theirs.counts.get(i))
+            pairs = [(i, theirs.counts.get(i), mine.counts.get(i)) for i in ids[:5]]
+            differences[node] = f"delivery counts differ (id, leader, copy): {pairs}"
+        else:
+            differences[node] = ""
+    return differences

@@ -5,15 +5,18 @@
 
 (``make chaos MINUTES=N``). It runs itself again inside a new network namespace
 (``unshare -n``, root), starts etcd and nodes a, b, c there (``cluster.py``), declares two
-streams (three copies each, led by a) and a classic queue, and starts the workload
-(``workload.py``): AMQP 0-9-1 publishers through the leader and through the followers
-(forwarded), Stream-protocol publishers with and without dedup, a named reader through a
-and one through b, a filtered reader through c, an rstream reader (on a replica), and a
-declarer. Then rounds: every scenario of ``scenarios.py`` once per round, in a random
-order, until ``--rounds`` rounds or ``--minutes`` are done (a round, once begun, is
-finished; a scenario whose cluster does not come back in time ends the rounds with a
-finding). Then everything is healed, the clients stopped, every queue read back on the
-node that leads it, and the checkers run.
+streams (three copies each, led by a), a classic queue and a quorum queue (three members,
+led by a), and starts the workload (``workload.py``, ``quorum_load.py``): AMQP 0-9-1
+publishers through the leader and through the followers (forwarded), Stream-protocol
+publishers with and without dedup, a named reader through a and one through b, a filtered
+reader through c, an rstream reader (on a replica), a declarer, and on the quorum queue two
+publishers that resend through the next node after a nack or a drop and two consumers (one
+acking all, one giving back every fifth message once). Then rounds: every scenario of
+``scenarios.py`` once per round, in a random order, until ``--rounds`` rounds or
+``--minutes`` are done (a round, once begun, is finished; a scenario whose cluster does not
+come back in time ends the rounds with a finding). Then everything is healed, the clients
+stopped, every queue read back on the node that leads it (the quorum queue's copies
+compared with its leader's, then drained), and the checkers run.
 
 Artifacts (``--artifacts``, default ``.chaos/<UTC time>``): ``summary.json`` (what is
 printed), ``history.jsonl`` (scenarios, faults, heals, recoveries and checker results, with
@@ -55,19 +58,24 @@ from .checkers import (
     Stored,
     check_declared,
     check_publisher,
+    check_quorum,
     check_reader,
     longest_gap,
+    quorum_copies_equal,
     replicas_equal,
 )
 from .cluster import ChaosCluster, until
+from .quorum_load import QuorumConsumer, QuorumDelivery, QuorumPublisher, drain
 from .scenarios import ETCD_MEMBER_SCENARIOS, LEADER, NODES, PROGRESS_S, SCENARIOS, STEP, Chaos
 from .workload import Declarer, StreamProtocolReader, StreamPublisher, StreamReader, parse
 
 STREAMS = ("cs-1", "cs-2")
 CLASSIC = "cq-1"
+QUORUM = "qq-1"
 COLORS = ("red", "green", "blue")
 FILTER = "red"
 PAUSE_S = 0.005  # between one publisher's messages: about 100-200 a second each
+QUORUM_PAUSE_S = 0.02  # the quorum queue's publishers: fewer, to keep the short round short
 READ_IDLE_S = 2.0  # a read-back ends this long after its last message, once all arrived
 READ_TIMEOUT_S = 180.0
 
@@ -127,12 +135,15 @@ class Run:
         self.readers: list[StreamReader] = []
         self.stream_readers: list[StreamProtocolReader] = []
         self.declarer: Declarer | None = None
+        self.quorum_pubs: list[QuorumPublisher] = []
+        self.quorum_consumers: list[QuorumConsumer] = []
+        self.drained: list[QuorumDelivery] = []
         self.chaos: Chaos | None = None
         self.results: dict[str, Result] = {}
         self.stopped = 0.0  # when the clients were stopped (monotonic)
 
-    def publishers(self) -> list[Publisher | StreamPublisher]:
-        return [*self.amqp, *self.streams]
+    def publishers(self) -> list[Publisher | StreamPublisher | QuorumPublisher]:
+        return [*self.amqp, *self.streams, *self.quorum_pubs]
 
     def start_workload(self) -> Chaos:
         nodes = self.cluster.nodes
@@ -140,12 +151,13 @@ class Run:
         for stream in STREAMS:
             declare(a, stream, "stream", copies=3)
         declare(a, CLASSIC, "classic")
-        for stream in STREAMS:
+        declare(a, QUORUM, "quorum")
+        for queue in (*STREAMS, QUORUM):
             until(
-                lambda s=stream: (  # (in any order: a loaded machine may fail it over)
+                lambda s=queue: (  # (in any order: a loaded machine may fail it over)
                     sorted(self.cluster.queues("c").get(s, {}).get("online") or ()) == list(NODES)
                 ),  # type: ignore[misc]
-                f"{stream} has its three copies online",
+                f"{queue} has its three copies online",
             )
         via: dict[int, str] = {}
 
@@ -178,14 +190,30 @@ class Run:
         ]
         self.stream_readers = [StreamProtocolReader(a, "cs-2", "cs-2/rstream")]
         self.declarer = Declarer(nodes, seed=self.args.seed)
+
+        def order(first: str) -> list[ServerProcess]:
+            names = ["a", "b", "c"]
+            at = names.index(first)
+            return [nodes[n] for n in names[at:] + names[:at]]
+
+        self.quorum_pubs = [
+            QuorumPublisher(order(n), QUORUM, f"{QUORUM}/amqp-{n}", pause_s=QUORUM_PAUSE_S)
+            for n in ("a", "b")
+        ]
+        self.quorum_consumers = [
+            QuorumConsumer(order("b"), QUORUM, f"{QUORUM}/ack-b"),
+            QuorumConsumer(order("c"), QUORUM, f"{QUORUM}/requeue-c", requeue_every=5),
+        ]
         publishers: list[Any] = [*self.amqp, *self.streams]
-        for client in (*publishers, *self.readers, *self.stream_readers, self.declarer):
+        quorum: list[Any] = [*self.quorum_pubs, *self.quorum_consumers]
+        for client in (*publishers, *self.readers, *self.stream_readers, self.declarer, *quorum):
             client.start()
         log = (self.base / "history.jsonl").open("w")
         chaos = Chaos(
             self.cluster, netns.Network(), publishers, STREAMS, via, self.rng, self.args.hold_s, log
         )
-        wait_for_progress(publishers, STEP, timeout=PROGRESS_S)
+        chaos.quorum = list(self.quorum_pubs)
+        wait_for_progress([*publishers, *self.quorum_pubs], STEP, timeout=PROGRESS_S)
         chaos.record("workload started")
         return chaos
 
@@ -231,15 +259,16 @@ class Run:
         self.stopped = self.stopped or time.monotonic()
         for pub in self.publishers():
             pub.stop()
-        for reader in (*self.readers, *self.stream_readers):
+        for reader in (*self.readers, *self.stream_readers, *self.quorum_consumers):
             reader.stop()
         if self.declarer is not None:
             self.declarer.stop()
 
     def check(self, chaos: Chaos) -> None:
         listed = self.cluster.queues(LEADER)
+        self.check_quorum(listed)
         by_queue: dict[str, list[Any]] = {}
-        for pub in self.publishers():
+        for pub in (*self.amqp, *self.streams):
             by_queue.setdefault(pub.queue, []).append(pub)
         stored: dict[str, Stored] = {}
         for queue, pubs in by_queue.items():
@@ -288,6 +317,32 @@ class Run:
             self.results["during faults"] = Result({}, list(chaos.findings))
         for name, result in self.results.items():
             chaos.record("checked", check=name, **result.figures, findings=result.findings)
+
+    def check_quorum(self, listed: dict[str, dict[str, Any]]) -> None:
+        """The quorum queue, its consumers stopped: every copy equal to its leader's, then
+        drained on its leader, then every delivery checked."""
+        data = {name: node.data_dir for name, node in self.cluster.nodes.items()}
+        leader, *replicas = listed[QUORUM]["members"]
+        if listed[QUORUM].get("node") != leader:  # (members name the leader first)
+            leader = listed[QUORUM]["node"]
+            replicas = [m for m in listed[QUORUM]["members"] if m != leader]
+        copies = {r: data[r] for r in replicas}
+        result = Result({"members": len(copies) + 1, "unequal": 0})
+
+        def equal() -> bool:
+            return not any(quorum_copies_equal(data[leader], copies, "/", QUORUM).values())
+
+        try:
+            until(equal, f"every copy of {QUORUM} equals its leader's", timeout=120)
+        except AssertionError as error:
+            result.figures["unequal"] = 1
+            differences = quorum_copies_equal(data[leader], copies, "/", QUORUM)
+            result.findings.append(f"{error} (leader {leader}): {differences}")
+        self.results[f"{QUORUM}/copies"] = result
+        self.drained = drain(self.cluster.nodes[leader], QUORUM, READ_IDLE_S, READ_TIMEOUT_S)
+        published = {p.name: (p.confirmed, p.attempted()) for p in self.quorum_pubs}
+        deliveries = [d for c in self.quorum_consumers for d in c.deliveries] + self.drained
+        self.results[QUORUM] = check_quorum(QUORUM, published, deliveries)
 
     def check_replicas(self) -> Result:
         """Every stream with copies: each copy equals its leader's files once caught up."""
@@ -349,6 +404,8 @@ class Run:
             "declared_ok": self.results["declared"].figures["declared_ok"],
             "declared_missing": self.results["declared"].figures["missing"],
             "replicas_unequal": self.results["replicas"].figures["unequal"],
+            "quorum": self.results[QUORUM].figures,
+            "quorum_copies_unequal": self.results[f"{QUORUM}/copies"].figures["unequal"],
             # the publishers a fault left alone (the figure to watch), and any publisher,
             # those of a node down included, from the start to the end of the workload
             "longest_confirm_gap_s": max(
@@ -380,6 +437,14 @@ class Run:
                     *((r.label, r.deliveries) for r in self.stream_readers),
                 ]
             },
+            "quorum": {
+                "deliveries": [asdict(d) for c in self.quorum_consumers for d in c.deliveries],
+                "drained": [asdict(d) for d in self.drained],
+                "publishers": {
+                    p.name: {"nacks": p.nacks, "drops": p.drops, "errors": p.errors[-20:]}
+                    for p in self.quorum_pubs
+                },
+            },
             "declarer": {
                 "declared": self.declarer.declared if self.declarer else {},
                 "deleted": sorted(self.declarer.deleted) if self.declarer else [],
@@ -402,7 +467,7 @@ class Run:
                 self.heal(chaos)
             try:
                 self.cluster.wait_all_running()
-                wait_for_progress(chaos.publishers, STEP, timeout=PROGRESS_S)
+                wait_for_progress([*chaos.publishers, *chaos.quorum], STEP, timeout=PROGRESS_S)
             except AssertionError as error:  # a finding; what the clients hold is checked
                 chaos.record("not recovered", error=str(error))
                 self.results["recovery"] = Result({}, [f"after the heal: {error}"])

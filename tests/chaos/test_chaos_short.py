@@ -21,7 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from .checkers import Stored, check_declared, check_publisher, check_reader, replicas_equal
+from sievemq.storage.layout import queue_directory
+from sievemq.storage.queue_log import QueueLog
+
+from .checkers import (
+    Stored,
+    check_declared,
+    check_publisher,
+    check_quorum,
+    check_reader,
+    quorum_copies_equal,
+    replicas_equal,
+)
+from .quorum_load import QuorumDelivery
 from .scenarios import FOLLOWER_SCENARIOS, LEADER_SCENARIOS
 from .workload import Delivery
 
@@ -50,6 +62,10 @@ def test_one_round_of_every_fault_loses_nothing() -> None:
     assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
     assert summary["confirmed"] > 500 and summary["deliveries"] > 500, summary
     assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    quorum = summary["quorum"]
+    assert quorum["confirmed"] > 100 and quorum["lost"] == 0, quorum
+    assert quorum["requeued"] > 0 and quorum["delivery_count_backwards"] == 0, quorum
+    assert summary["quorum_copies_unequal"] == 0, summary
     assert json.loads(done.stdout) == summary
     history = [json.loads(line) for line in (artifacts / "history.jsonl").read_text().splitlines()]
     assert sum(e["event"] == "recovered" for e in history) == len(SHORT)
@@ -93,3 +109,46 @@ def test_the_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
     (copy / "00000000000000000000.segment").write_bytes(b"chunK!")
     assert "differ" in replicas_equal(leader, {"b": replica}, "/", "s")["b"]
     assert replicas_equal(leader, {"c": tmp_path / "c"}, "/", "s") == {"c": "no copy"}
+
+
+def quorum_delivery(
+    seq: int, message_id: str, count: int, settled: str = "ack", connection: int = 1
+) -> QuorumDelivery:
+    return QuorumDelivery(0.0, "c", connection, "p", seq, message_id, count, count > 0, settled)
+
+
+def test_the_quorum_checkers_notice_what_they_look_for(tmp_path: Path) -> None:
+    published = {"p": ([0, 1, 2], {0, 1, 2, 3})}
+    given_back = [quorum_delivery(0, "0.1", 0, "requeue"), quorum_delivery(0, "0.1", 1)]
+    resent = [quorum_delivery(1, "1.2", 0), quorum_delivery(1, "1.3", 0)]  # two sends
+    fine = check_quorum("q", published, [*given_back, *resent, quorum_delivery(2, "2.4", 0)])
+    assert fine.findings == [], fine.findings
+    assert fine.figures["stored_twice"] == 1 and fine.figures["requeued"] == 1
+    ordered = [quorum_delivery(0, "0.1", 2), quorum_delivery(0, "0.1", 1)]
+    ordered.append(quorum_delivery(9, "9.9", 0))
+    for i, d in enumerate(ordered):
+        d.t = float(i)
+    broken = check_quorum("q", published, ordered)
+    assert broken.figures["lost"] == 2 and broken.figures["unexpected"] == 1
+    assert broken.figures["delivery_count_backwards"] == 1 and len(broken.findings) == 3
+    other = [quorum_delivery(0, "0.1", 2), quorum_delivery(0, "0.1", 0, connection=2)]
+    other[1].t = 1.0  # another connection's: its order is not the server's
+    assert check_quorum("q", {"p": ([0], {0})}, other).findings == []
+    only_given_back = check_quorum("q", {"p": ([0], {0})}, given_back[:1])
+    assert only_given_back.figures["lost"] == 1  # given back is not settled
+
+    def log_of(node: str, bodies: list[bytes], acked: list[int]) -> None:
+        qlog = QueueLog(queue_directory(tmp_path / node, "/", "q"))
+        qlog.recover()
+        qlog.append([(qlog.next_id(), 0, "", "q", b"", body) for body in bodies])
+        qlog.ack(acked)
+        qlog.close()
+
+    log_of("a", [b"x", b"y", b"z"], [1])
+    log_of("b", [b"x", b"y", b"z"], [1])
+    log_of("c", [b"x", b"y"], [1])
+    log_of("d", [b"x", b"y", b"Z"], [1])
+    copies = {n: tmp_path / n for n in "bcde"}
+    found = quorum_copies_equal(tmp_path / "a", copies, "/", "q")
+    assert found["b"] == "" and found["e"] == "no copy", found
+    assert "1 missing" in found["c"] and "1 changed" in found["d"], found

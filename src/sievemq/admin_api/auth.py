@@ -26,16 +26,25 @@ PEER_PATHS = re.compile(
     r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
     r"|vhosts/[^/]+/(connections|channels))"
 )
-# ... and read only: each node's part of a stream's status (``admin_api/replicas.py``)
-PEER_READS = re.compile(r"/api/queues/[^/]+/[^/]+/replicas")
+# ... and read only: each node's part of a stream's status (``admin_api/replicas.py``) and
+# its own streams (``admin_api/streams.py``'s lists)
+PEER_READS = re.compile(
+    r"/api/(queues/[^/]+/[^/]+/replicas|streams(/[^/]+)?|streams/[^/]+/[^/]+/consumers)"
+)
 
 
 # what another node may ask for one of its users (``RELAY_USER_HEADER``): a get, a purge, a
-# delete or a browse of a queue this node leads, checked here against that user's permissions
+# delete or a browse of a queue this node leads, and the stream API's per-stream routes of a
+# stream it leads, checked here against that user's permissions
+_STREAM = r"/api/streams/[^/]+/[^/]+"
+_OFFSET = _STREAM + r"/consumers/[^/]+/offset"
 RELAY_PATHS = {
     "POST": re.compile(r"/api/queues/[^/]+/[^/]+/(get|stream)"),
-    "DELETE": re.compile(r"/api/queues/[^/]+/[^/]+(/contents)?"),
-    "GET": re.compile(r"/api/streams/[^/]+/[^/]+/messages"),
+    "DELETE": re.compile(rf"/api/queues/[^/]+/[^/]+(/contents)?|{_STREAM}|{_OFFSET}"),
+    "GET": re.compile(
+        rf"{_STREAM}(/messages|/consumers|/offsets|/subscriptions|/filter-advice)?|{_OFFSET}"
+    ),
+    "PUT": re.compile(_OFFSET),
 }
 
 
@@ -61,7 +70,7 @@ def authenticate(request: Request) -> Principal:
         relayed_for = request.headers.get(RELAY_USER_HEADER)
         if relayed_for is not None:
             return _relayed(request, relayed_for)
-        path = request.url.path
+        path = _raw_path(request)
         reads = request.method == "GET" and PEER_READS.fullmatch(path)
         if not reads and (
             request.method not in ("GET", "DELETE") or not PEER_PATHS.fullmatch(path)
@@ -89,14 +98,21 @@ def authenticate(request: Request) -> Principal:
     return principal
 
 
+def _raw_path(request: Request) -> str:
+    """The path as sent (``%2F`` stays one segment: the vhost ``/``)."""
+    raw = request.scope.get("raw_path")
+    return (raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path).split("?")[0]
+
+
 def _relayed(request: Request, username: str) -> Principal:
     """A request another node relays for its user (that node checked the login): done as
     that user, whose permissions the routes check here again."""
     allowed = RELAY_PATHS.get(request.method)
-    raw = request.scope.get("raw_path")
-    path = (raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path).split("?")[0]
-    if allowed is None or not allowed.fullmatch(path):
-        raise not_authorised("The cluster secret relays a queue's get, purge, delete, browse only")
+    if allowed is None or not allowed.fullmatch(_raw_path(request)):
+        raise not_authorised(
+            "The cluster secret relays a queue's get, purge, delete, browse and the stream "
+            "API's per-stream routes only"
+        )
     principal = facade_of(request).principal_of(username)
     if principal is None:
         raise _login_failed()

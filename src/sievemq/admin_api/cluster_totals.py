@@ -5,7 +5,10 @@ it goes ``published_totals``: the summable part of its ``/api/overview`` (messag
 their rates, queue lengths, object counts) and the figures of the durable queues it leads. Any
 node's ``/api/overview`` then adds every other live node's last publication to its own, as
 RabbitMQ's overview totals the cluster, and says how old each part is (``sievemq.totals_from``);
-``/api/queues`` shows a queue led elsewhere with its leader's published figures.
+``/api/queues`` shows a queue led elsewhere with its leader's published figures. A stream's
+figures add what every node's consumers of its replica of it did (``replica_reads``: this
+node's now, the others' as they last published it), as RabbitMQ's queue figures count the
+deliveries of every node's channels.
 """
 
 from __future__ import annotations
@@ -61,7 +64,38 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
         "queues": [
             [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
         ],
+        "replica_reads": _read_copies(f),
     }
+
+
+def _read_copies(f: BrokerFacade) -> list[list[Any]]:
+    """The copies this node's consumers read or have read (most have none), the first by
+    name."""
+    read = sorted((key, reads) for key, reads in f.replica_reads().items() if any(reads.values()))
+    return [[v, n, reads] for (v, n), reads in read[:MAX_PUBLISHED_QUEUES]]
+
+
+def with_replica_reads(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stream's ``message_stats`` and ``consumers`` (its leader's) plus the deliveries
+    and acks of every node's consumers of its replicas, and those consumers."""
+    if f.cluster is None or not any(row.get("type") == "stream" for row in rows):
+        return rows
+    reads: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, mine in f.replica_reads().items():
+        _add(reads.setdefault(key, {}), mine, set())
+    for node in f.cluster.node_views():
+        published = node.totals.get("replica_reads")
+        if node.local or not node.running or not isinstance(published, list):
+            continue
+        for item in published:
+            if isinstance(item, list) and len(item) == 3 and isinstance(item[2], dict):
+                _add(reads.setdefault((str(item[0]), str(item[1])), {}), item[2], set())
+    for row in rows:
+        found = reads.get((row["vhost"], row["name"]))
+        if found and row.get("type") == "stream":
+            _add(row.setdefault("message_stats", {}), found, {"consumers"})
+            _add(row, {"consumers": found.get("consumers", 0)}, set())
+    return rows
 
 
 def _by_name(v: StreamView | QueueView) -> tuple[str, str]:

@@ -35,7 +35,7 @@ import pamqp.commands as spec
 from sievemq.amqp import frames, hotcodec
 from sievemq.amqp.methods import BASIC_PUBLISH, CLASS_BASIC, METHOD_ACK, METHOD_NACK
 from sievemq.cluster.link import LinkChannel, Links
-from sievemq.gateway.model.remote import PublishSink, RawSink
+from sievemq.gateway.model.remote import ROUTED_TARGET, PublishSink, RawSink
 from sievemq.gateway.session import publish_cache
 from sievemq.storage import Message
 
@@ -114,6 +114,7 @@ class ForwardedQueue:
         "_links",
         "_methods",
         "_next",
+        "_pin",
         "_retired",
         "_runs",
         "leader",
@@ -126,6 +127,7 @@ class ForwardedQueue:
         self.vhost = vhost
         self.name = name
         self.leader = leader
+        self._pin = name  # the link channel's target: the queue its publishes go to
         self._channel: LinkChannel | None = None
         self._runs: deque[list[Any]] = deque()  # [sink, first seq, count], oldest first
         self._first = 1  # the link seq of the oldest publish not confirmed
@@ -184,16 +186,24 @@ class ForwardedQueue:
                 return
         runs.append([sink, seq, 1])
 
-    def open_raw(self, sink: RawSink, exchange: str, routing_key: str) -> RawForward | None:
+    def open_raw(
+        self, sink: RawSink, exchange: str, routing_key: str, queues: int = 1
+    ) -> RawForward | None:
         """A link channel of its own for one client channel whose publishes of
-        (``exchange``, ``routing_key``) all route to this queue (``RawForward``); None once
-        this queue is retired (its leader changed: route again), or while the link has
-        ``_RAW_CHANNELS_MAX`` channels open (the publishes go the ordinary way)."""
+        (``exchange``, ``routing_key``) all route to this queue (``RawForward``), or to
+        ``queues`` queues ``leader`` leads, this one among them, or by the headers of each
+        message (``queues`` 0) to queues it leads (the leader routes them:
+        ``ROUTED_TARGET``); None once this queue is retired (its leader changed: route
+        again), or while the link has ``_RAW_CHANNELS_MAX`` channels open (the publishes go
+        the ordinary way)."""
         if self._retired or self._links.channels_open(self.leader, self.vhost) >= _RAW_CHANNELS_MAX:
             return None  # (the link keeps channels for consumers and this shared one)
-        return RawForward(
+        raw = RawForward(
             self._links, self.vhost, self.name, self.leader, sink, exchange, routing_key
         )
+        if queues != 1:  # several, or 0: by headers (the leader routes them)
+            raw._pin = f"{ROUTED_TARGET}{queues}"
+        return raw
 
     def _publish_frame(self, number: int, exchange: str, routing_key: str) -> bytes:
         ex = hotcodec.encode_shortstr(exchange)
@@ -214,7 +224,7 @@ class ForwardedQueue:
         return frame
 
     def _open(self) -> LinkChannel:
-        channel = self._links.open_channel(self.leader, self.vhost, self, target=self.name)
+        channel = self._links.open_channel(self.leader, self.vhost, self, target=self._pin)
         channel.send_method(spec.Confirm.Select())
         self._channel = channel
         self._methods.clear()  # framed for the old channel's number
@@ -310,12 +320,13 @@ class ForwardedQueue:
 
 
 class RawForward(ForwardedQueue):
-    """One client channel's publishes to a queue another node leads, passed on as they came.
+    """One client channel's publishes to queues another node leads, passed on as they came.
 
-    A client channel whose publishes of one (exchange, routing key) route to exactly one
-    queue another node leads (``gateway.session.raw_publish``) forwards them here without
+    A client channel whose publishes of one (exchange, routing key) route only to queues
+    one other node leads (``gateway.session.raw_publish``) forwards them here without
     checking, routing or decoding them: each publish's content header and body frame go to
-    a link channel of their own, pinned to the queue, with only the frame heads written
+    a link channel of their own, pinned to the queue (one queue) or routed by the leader
+    (several: ``ROUTED_TARGET`` with their number), with only the frame heads written
     anew (the channel number). The header's weight stays the client's 0 (``MARK_UNKNOWN``),
     so the leader checks the property list, as it does for its own clients, and answers
     what is wrong with it. The client channel frames each run of publishes of one read

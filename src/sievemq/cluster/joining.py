@@ -81,6 +81,8 @@ async def join(
     placement.stopping.append(failover.stop)
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
+    placement.replica_copies = lambda: [f.queue for f in replication.followers.values()]
+    broker.counters.replica_reads = replication.read_counts
     commits = Commits(name, broker, lambda: placement.records)
     membership.subscribe(QUEUES, commits.apply)  # after placement: records current
     placement.led = commits.lead
@@ -104,6 +106,7 @@ async def join(
     membership.queue_members = placement.members
     membership.queue_epoch = placement.epoch
     membership.holds_queue = failover.holds
+    membership.link_views = links.describe
     replica_ops = ReplicaOps(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )

@@ -50,6 +50,14 @@ deliveries on it in relay frames (``amqp/spans.py``): the frames as the client g
 (numbered ``number``, whatever the link channel's own number), which the receiver writes
 as they came. ``ch.relay`` says so.
 
+**Flow control.** A link connection's write buffer (what the kernel has not taken yet, and
+what waits for the connection to open) is bounded as a client connection's is by RabbitMQ's
+credit flow: past ``HIGH_WATER_BYTES`` the link is ``over``, and a client connection whose
+frames wrote to it in that read stops being read (``Links.hold``: the node's client
+connections ask after each read) until every link it wrote to is back under
+``LOW_WATER_BYTES`` (or failed). A leader that stops reading (frozen, slow) so holds the
+publishers that go to it, and only them; what this node buffers for it stays near the mark.
+
 A link connection that drops fails all its channels (``link_closed``, code 0). The next
 ``open_channel`` to that peer and vhost connects anew, but not before a backoff (0.1 s,
 doubling to 5 s after each failure in a row, reset by a connection that opened): during it,
@@ -71,6 +79,7 @@ import pamqp.commands as spec
 from sievemq.amqp import codec, errors, frames, hotcodec
 from sievemq.amqp.methods import CHANNEL_CLOSE, CHANNEL_CLOSE_OK, CHANNEL_OPEN
 from sievemq.amqp.spans import CLASS_CHANNEL, RELAY_TARGET, SpanReader, frames_of
+from sievemq.gateway.model.remote import ROUTED_TARGET
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -81,6 +90,10 @@ CONNECT_TIMEOUT_S: Final = 10.0
 FRAME_MAX: Final = 131072
 CHANNEL_MAX: Final = 2047
 PRODUCT: Final = "SieveMQ cluster link"
+# a link's write buffer past which the client connections writing to it stop being read,
+# and under which they are read again (see "Flow control" above)
+HIGH_WATER_BYTES: Final = 2 * 1024 * 1024
+LOW_WATER_BYTES: Final = 512 * 1024
 
 _METHOD_HEAD = struct.Struct(">BHIHH")
 _CHANNEL_OPEN_OK: Final = (20, 11)
@@ -177,6 +190,12 @@ class LinkConnection(asyncio.Protocol):
         self._received = True
         self._missed = 0
         self._closing_numbers: set[int] = set()  # closed by us, waiting for close-ok
+        # flow control: over the high-water mark (the transport's buffer, or what waits for
+        # the open); this turn's writes noted in ``Links.pressed``; who waits for the drain
+        self.over = False
+        self._held_bytes = 0
+        self._pressing = False
+        self._waiters: list[_Waiter] = []
 
     # ---------------------------------------------------------------- channels
 
@@ -237,8 +256,10 @@ class LinkConnection(asyncio.Protocol):
     # ---------------------------------------------------------------- writing
 
     def send(self, data: bytes) -> None:
+        if self.over and not self._pressing:
+            self._press()
         if not self.opened:
-            self._held.append(data)
+            self._hold([data])
             return
         self._out.append(data)
         if not self._flush_scheduled:
@@ -246,13 +267,50 @@ class LinkConnection(asyncio.Protocol):
             self.loop.call_soon(self.flush)
 
     def send_many(self, parts: list[bytes] | tuple[bytes, ...]) -> None:
+        if self.over and not self._pressing:
+            self._press()
         if not self.opened:
-            self._held += parts
+            self._hold(parts)
             return
         self._out += parts
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self.flush)
+
+    def _hold(self, parts: list[bytes] | tuple[bytes, ...]) -> None:
+        """Frames written before the connection opened: kept, and counted against the mark."""
+        self._held += parts
+        self._held_bytes += sum(map(len, parts))
+        if self._held_bytes > HIGH_WATER_BYTES and not self.over:
+            self.over = True
+            self._press()
+
+    # ---------------------------------------------------------------- flow control
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written to this link that the kernel has not taken yet."""
+        transport = self.transport
+        size = transport.get_write_buffer_size() if transport is not None else 0
+        return size + self._held_bytes
+
+    def _press(self) -> None:
+        """Written to while over the mark: the reading client connection will hold."""
+        self._pressing = True
+        self.links.pressed.append(self)
+
+    def pause_writing(self) -> None:  # asyncio: the buffer went past the high-water mark
+        self.over = True
+
+    def resume_writing(self) -> None:  # asyncio: the buffer went under the low-water mark
+        self.over = False
+        self._release()
+
+    def _release(self) -> None:
+        """Under the mark (or failed): the client connections held for it may read again."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.drained()
 
     def flush(self) -> None:
         """The turn's frames, joined into one buffer (a turn's forwarded publishes are
@@ -275,6 +333,7 @@ class LinkConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(HIGH_WATER_BYTES, LOW_WATER_BYTES)
         self._send_now(frames.PROTOCOL_HEADER)
 
     def data_received(self, data: bytes) -> None:
@@ -401,8 +460,13 @@ class LinkConnection(asyncio.Protocol):
         self.opened = True
         self.links.opened(self)
         held, self._held = self._held, []
+        self._held_bytes = 0
+        self.over = False  # the transport's buffer says from now on (``pause_writing``)
         if held:
             self.send_many(held)
+            self.flush()
+        if not self.over:
+            self._release()
 
     def _beat(self) -> None:
         """Every interval: a heartbeat out; a peer silent for two intervals is dropped."""
@@ -442,6 +506,9 @@ class LinkConnection(asyncio.Protocol):
             self._heartbeat = None
         self._out.clear()
         self._held.clear()
+        self._held_bytes = 0
+        self.over = False
+        self._release()  # nothing more is buffered: its publishers are nacked, not held
         self.links.failed(self, why)
         for channel in list(self.channels.values()):
             self._fail_channel(channel, 0, why)
@@ -478,6 +545,49 @@ class Links:
         self._down: dict[str, tuple[float, float, str]] = {}
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
+        # links written to while over their high-water mark since the last ``hold``
+        self.pressed: list[LinkConnection] = []
+
+    def hold(self, resume: Callable[[], None]) -> bool:
+        """After a client connection's read: did it write to a link over its high-water mark
+        (``pressed``)? Then True: it stops reading, and ``resume`` is called once every such
+        link is under its low-water mark or failed."""
+        pressed = self.pressed
+        self.unpress()
+        over = {link for link in pressed if link.over and not link.failed}
+        if not over:
+            return False
+        waiter = _Waiter(len(over), resume)
+        for link in over:
+            link._waiters.append(waiter)
+        return True
+
+    def unpress(self) -> None:
+        pressed, self.pressed = self.pressed, []
+        for link in pressed:
+            link._pressing = False
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each open link (``/api/nodes``' ``sievemq.links``): its peer and vhost, bytes
+        buffered for it, whether it holds its publishers and how many wait, its channels
+        by kind."""
+        out = []
+        for (node, vhost), link in sorted(self._links.items()):
+            kinds = {"pinned": 0, "routed": 0, "relay": 0, "other": 0}
+            for channel in link.channels.values():
+                kinds[_kind(channel.target)] += 1
+            out.append(
+                {
+                    "node": node,
+                    "vhost": vhost,
+                    "opened": link.opened,
+                    "buffered_bytes": link.buffered,
+                    "over_high_water": link.over,
+                    "held_connections": sum(w.left > 0 for w in link._waiters),
+                    "channels": kinds,
+                }
+            )
+        return out
 
     def channels_open(self, node: str, vhost: str) -> int:
         """How many channels the link to ``node`` in ``vhost`` has open now."""
@@ -568,3 +678,27 @@ class Links:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+class _Waiter:
+    """A client connection held until ``left`` links drained (``Links.hold``)."""
+
+    __slots__ = ("left", "resume")
+
+    def __init__(self, left: int, resume: Callable[[], None]) -> None:
+        self.left = left
+        self.resume = resume
+
+    def drained(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.resume()
+
+
+def _kind(target: str) -> str:
+    """A link channel's kind, by its target (``describe``)."""
+    if target.startswith(RELAY_TARGET):
+        return "relay"
+    if target.startswith(ROUTED_TARGET):
+        return "routed"
+    return "pinned" if target and not target.startswith("\x00") else "other"

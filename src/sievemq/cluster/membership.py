@@ -124,6 +124,8 @@ class Membership:
         # whether this node holds a queue it leads (a failover's winner leads the stream
         # in etcd a moment before its copy is opened as the stream: listed meanwhile)
         self.holds_queue: Callable[[str, str], bool] = lambda vhost, name: True
+        # this node's inter-node links (``Links.describe``, set at the join)
+        self.link_views: Callable[[], list[dict[str, Any]]] = list
         self.add_replica: Callable[[str, str, str], Awaitable[bool]] = _not_joined
         self.delete_replica: Callable[[str, str, str], Awaitable[None]] = _not_joined
         self.on_registered_again: list[Callable[[], None]] = []

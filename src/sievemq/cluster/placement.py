@@ -139,6 +139,7 @@ class Placement:
         self.stopping: list[Callable[[], Awaitable[None]]] = []  # (replication's stop)
         # this node's replica of a stream, to read (set by replication)
         self.replica_of: Callable[[str, str], StreamQueue | None] = lambda vhost, name: None
+        self.replica_copies: Callable[[], list[StreamQueue]] = list  # (and every one)
         # commit by majority (``cluster/commit.py``, set at join): told of each record of a
         # queue this node starts to lead, and of the replicas' acknowledgements
         self.led: Callable[[tuple[str, str], dict[str, Any]], None] = lambda queue, record: None
@@ -248,6 +249,9 @@ class Placement:
 
     def replica_queue(self, vhost: str, name: str) -> StreamQueue | None:
         return self.replica_of(vhost, name)
+
+    def replica_queues(self) -> list[StreamQueue]:
+        return self.replica_copies()
 
     def replica_holds(self, vhost: str, name: str, node: str, epoch: int, offset: int) -> None:
         self.holds(vhost, name, node, epoch, offset)

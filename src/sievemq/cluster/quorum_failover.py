@@ -74,9 +74,16 @@ class QuorumCopies:
         return self._directory(queue).is_dir()
 
     def hold(self, queue: Queue, held: bool) -> None:
-        """Nothing to do: a quorum follower feeds only from a running leader, and an election
-        runs only while the leader is not running (a leader back meanwhile ends it: the
-        compare-and-swap needs its node key absent)."""
+        """Stop following while the members compare (or follow again). A feed already open
+        goes on after the leader's lease lapsed (the leader cut from etcd only still ships
+        and, until it fences, confirms): a copy that went on taking entries after its tail
+        was written would make the old leader's last confirms rest on a copy the election
+        did not count (the chaos suite found such a copy ahead of the new leader's)."""
+        follower = None if self.following is None else self.following.followers.get(queue)
+        if follower is not None:
+            follower.hold = held
+            if held:
+                follower.retarget()
 
     def tail(self, queue: Queue) -> tuple[int, int]:
         directory = self._directory(queue)

@@ -26,6 +26,16 @@ operations (``encode_*``, applied by ``apply_ops``):
   ``counts`` record: a promoted copy keeps each message's ``x-delivery-count``); a
   catch-up sends the leader's whole record.
 
+**Flow control.** A replica that reads slower than the leader's publishers write (stopped,
+slow disk, a slow link) must not make the leader buffer without bound. Each feed sends only
+while its link connection takes more (its transport's write buffer under the high-water
+mark, ``FeedChannelEnd.paused``); meanwhile it keeps the changes, up to
+``KEPT_BYTES``; past that it drops them and, once the link drains (``Feed.writable``),
+catches the replica up from the leader's files again from the last record it sent, as a
+HELLO would (Raft's leader reads a lagging follower's entries from its log likewise). A
+catch-up sends a batch only while the link takes more. What the leader holds for one
+replica is so bounded by the write buffer's high-water mark, one batch and ``KEPT_BYTES``.
+
 Every operation is idempotent on the copy (a record at or below its last id is skipped, an id
 it does not hold live is not acked again), so what the catch-up and the changes both carry is
 applied once. After each batch (fdatasynced first under ``--fsync always``; under ``batch``
@@ -44,12 +54,14 @@ import bisect
 import contextlib
 import logging
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from sievemq.amqp import frames, queue_feed
 from sievemq.amqp.errors import NotFound
 from sievemq.cluster.coordination import Event
+from sievemq.cluster.epochs import common_end, history_of, read_history, write_history
 from sievemq.cluster.link import LinkChannel, Links
 from sievemq.cluster.placement import Placement, queue_of
 from sievemq.gateway.model.broker import Broker
@@ -70,9 +82,11 @@ log = logging.getLogger("sievemq.cluster")
 
 RETRY_S = 1.0  # between attempts to reach the leader
 CATCH_UP_BYTES = 1 << 20  # records per OPS batch while catching up
+KEPT_BYTES = 4 << 20  # changes kept for a replica whose link is backed up; then read again
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_RECORD_ID_AT = 8  # an encoded record's id follows its length and checksum
 _RUN = struct.Struct(">QQ")
 ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
 
@@ -231,17 +245,31 @@ _ON_OP: dict[bytes, Callable[[Copy, bytes, int], int]] = {
 
 class Shipper:
     """The log observer of one quorum queue this node leads: each turn's changes, encoded
-    once, go to every feed (``storage.queue_log.LogObserver``)."""
+    once, go to every feed (``storage.queue_log.LogObserver``).
+
+    The log tells it of a change from whichever thread made it: the appender's fdatasync
+    runs ``QueueLog.sync`` in a worker thread, which writes the delivery counts noted since
+    the last write (``counted``). So a change is queued under a lock and the flush is
+    scheduled on the loop thread-safely. (Scheduling it with ``get_running_loop`` from the
+    worker raised there after marking the flush scheduled: the shipper never flushed again
+    and every replica of the queue stopped getting changes, for good and without a word;
+    the chaos suite's consumer that gives messages back found it.)"""
 
     def __init__(self, queue: ClassicQueue, qlog: QueueLog) -> None:
         self.queue = queue
         self.log = qlog
         self.feeds: set[Feed] = set()
+        self.through = qlog.last_id  # the last record written (and so shipped)
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._lock = threading.Lock()
         self._pending: list[bytes] = []
         self._scheduled = False
         qlog.observer = self
 
     def records_written(self, records: list[bytes]) -> None:
+        if records:
+            self.through = max(self.through, _U64.unpack_from(records[-1], _RECORD_ID_AT)[0])
         self._add(encode_records(records))
 
     def acked(self, ids: list[int]) -> None:
@@ -259,18 +287,24 @@ class Shipper:
     def _add(self, op: bytes) -> None:
         if not self.feeds:
             return
-        self._pending.append(op)
-        if not self._scheduled:
+        with self._lock:
+            self._pending.append(op)
+            if self._scheduled:
+                return
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(self._flush)
+        else:  # (a worker thread: wakes the loop)
+            self._loop.call_soon_threadsafe(self._flush)
 
     def _flush(self) -> None:
-        self._scheduled = False
-        data = b"".join(self._pending)
-        self._pending = []
+        with self._lock:
+            self._scheduled = False
+            data = b"".join(self._pending)
+            self._pending = []
         if data:
             for feed in list(self.feeds):
-                feed.send(data)
+                feed.send(data, self.through)
 
     def detach(self) -> None:
         if self.log.observer is self:
@@ -280,7 +314,12 @@ class Shipper:
 
 
 class Feed:
-    """The leader's end of one replica's feed channel (``directory.FeedPeer``)."""
+    """The leader's end of one replica's feed channel (``directory.FeedPeer``).
+
+    Live, it sends each turn's changes at once. Catching up, or while its link is backed
+    up, it keeps them (``kept``) and sends them once caught up and the link takes more;
+    past ``KEPT_BYTES`` it drops them (``lost``) and catches up again from ``sent_through``
+    (module docstring, "Flow control")."""
 
     def __init__(self, feeds: QuorumFeeds, vhost: str, node: str, end: FeedChannelEnd) -> None:
         self.feeds = feeds
@@ -289,7 +328,14 @@ class Feed:
         self.name = ""
         self.end_of_channel = end
         self.shipper: Shipper | None = None
-        self._buffer: list[bytes] | None = None  # changes made while catching up
+        self.live = False  # changes go out as they come
+        self.kept: list[bytes] = []  # changes not sent yet, in order
+        self.kept_bytes = 0
+        self._kept_through = 0  # the last record among them
+        self.lost = False  # changes were dropped: catch up again
+        self.sent_through = 0  # the replica got every live record up to it
+        self.catch_ups = 0
+        self._writable = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def frame(self, payload: bytes) -> None:
@@ -300,23 +346,80 @@ class Feed:
             if shipper is None:  # (the replica asks again after a while)
                 raise NotFound(f"no quorum queue '{self.name}' in vhost '{self.vhost}' here")
             self.shipper = shipper
-            self._buffer = []
             shipper.feeds.add(self)
-            self._task = asyncio.ensure_future(self._catch_up(shipper, next_id - 1))
+            self.sent_through = next_id - 1
+            self._task = asyncio.ensure_future(self._pump(shipper, next_id - 1))
         elif method == queue_feed.HOLDS and self.shipper is not None:
             epoch, next_id = queue_feed.parse_holds(payload)
             self.feeds.held(self.vhost, self.name, self.node, epoch, next_id)
 
-    def send(self, data: bytes) -> None:
-        if self._buffer is not None:
-            self._buffer.append(data)
-        else:
-            self._send_now(data)
+    def send(self, data: bytes, through: int) -> None:
+        """A turn's changes, whose last record is ``through``."""
+        if self.live:
+            if not self.end_of_channel.paused():
+                self._send_now(data)
+                self.sent_through = through
+                return
+            self.live = False  # the link is backed up: keep, and send once it drains
+            self._task = asyncio.ensure_future(self._pump(self.shipper, None))
+        if self.lost:
+            return
+        self.kept.append(data)
+        self.kept_bytes += len(data)
+        self._kept_through = through
+        if self.kept_bytes > KEPT_BYTES:  # read them from the log again instead
+            self.kept, self.kept_bytes, self.lost = [], 0, True
 
-    async def _catch_up(self, shipper: Shipper, after: int) -> None:
+    def writable(self) -> None:
+        """The link's write buffer went under its low-water mark."""
+        self._writable.set()
+
+    async def _drained(self) -> None:
+        while self.end_of_channel.paused():
+            self._writable.clear()
+            await self._writable.wait()
+
+    async def _pump(self, shipper: Shipper | None, after: int | None) -> None:
+        """Until live: a catch-up from ``after`` (or again, from what was sent, when kept
+        changes were dropped), then the kept changes, each once the link takes more. Any
+        failure ends the feed (the replica says HELLO again): a feed that never went live
+        would leave its replica behind for good, silently."""
+        try:
+            await self._pump_once(shipper, after)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("feeding replica on %s of quorum queue '%s'", self.node, self.name)
+            self.end()
+
+    async def _pump_once(self, shipper: Shipper | None, after: int | None) -> None:
+        while shipper is not None:
+            if after is not None:
+                self.lost = False
+                self.kept, self.kept_bytes = [], 0  # (the catch-up sends what they held)
+                through = await self._catch_up(shipper, after)
+                if through is None:
+                    return
+                self.sent_through = through
+            await self._drained()
+            if self.lost:
+                after = self.sent_through
+                continue
+            kept, self.kept, self.kept_bytes = self.kept, [], 0
+            if kept:
+                self._send_now(b"".join(kept))
+                self.sent_through = max(self.sent_through, self._kept_through)
+            self.live = True
+            return
+
+    async def _catch_up(self, shipper: Shipper, after: int) -> int | None:
+        """Send the live records above ``after`` from the log's files, and which of those at
+        or below it are live, the delivered mark and the counts; the last record id it
+        read through (None when the files could not be read: the feed ends)."""
         qlog = shipper.log
         qlog.write_staged()
         snapshot = Snapshot(qlog.directory, after, qlog.last_id)
+        self.catch_ups += 1
         try:
             await asyncio.to_thread(snapshot.open)
             runs: list[tuple[int, int]] = []
@@ -331,6 +434,7 @@ class Feed:
                     if size >= CATCH_UP_BYTES:
                         self._send_now(encode_records(batch))
                         batch, size = [], 0
+                        await self._drained()
             # the mark as far as the records sent go: a mark read past them would make a
             # copy that restarts before the changes that follow skip those records (a
             # delivery past them is among the changes kept meanwhile, sent next)
@@ -345,10 +449,7 @@ class Feed:
         except OSError as error:
             log.error("catching up replica on %s of '%s': %s", self.node, self.name, error)
             self.end()
-            return
-        buffered, self._buffer = self._buffer or [], None
-        if buffered:
-            self._send_now(b"".join(buffered))
+            return None
         log.info(
             "replica on %s of quorum queue '%s' in vhost '%s' caught up from id %d",
             self.node,
@@ -356,6 +457,7 @@ class Feed:
             self.vhost,
             after + 1,
         )
+        return snapshot.through
 
     def _send_now(self, data: bytes) -> None:
         end = self.end_of_channel
@@ -446,6 +548,7 @@ class Follower:
         self._remaining = 0
         self._epoch = 1
         self._syncing: asyncio.Task[None] | None = None
+        self.hold = False  # an election of this queue runs here: the copy's end stays put
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if durability is Durability.BATCH:
@@ -455,8 +558,9 @@ class Follower:
         while True:
             record = self._record()
             leader = record.get("leader")
-            if leader and not record.get("delete") and self._running(str(leader)):
+            if leader and not self.hold and not record.get("delete") and self._running(str(leader)):
                 self._epoch = int(record.get("epoch", 1))
+                self.prepare(record)
                 self._ended.clear()
                 self._ops, self._remaining = None, 0
                 channel = self._links.open_channel(
@@ -470,11 +574,38 @@ class Follower:
                 self._channel = None
             await asyncio.sleep(RETRY_S)
 
+    def prepare(self, record: dict[str, Any]) -> None:
+        """Before following: a copy holding entries past the history it shares with the
+        record's (an old leader's last entries, taken after this node's tail was written or
+        while it was away, which the elected leader never had) is copied afresh (a queue's
+        log cannot be cut back as a stream is: ``quorum_failover``); then the record's
+        history is kept beside the copy (its next tail names the right epoch)."""
+        cluster = history_of(record.get("epochs"))
+        directory = self.copy.log.directory
+        end = self.copy.next_id
+        cut = common_end(read_history(directory), cluster, end)
+        if cut < end:
+            log.warning(
+                "replica of quorum queue '%s' in vhost '%s': its copy holds entries from id "
+                "%d that the leader of epoch %d never took; copied afresh",
+                self.name,
+                self.vhost,
+                cut,
+                self._epoch,
+            )
+            self.copy.log.delete()
+            self.copy = Copy(directory)
+        if read_history(directory) != cluster:
+            write_history(directory, cluster)
+
     def retarget(self) -> None:
-        """The record changed (a new leader): feed from where it says."""
-        if self._channel is not None:
-            self._channel.close()
-            self._ended.set()
+        """The record changed (a new leader), or an election runs: stop feeding at once
+        (nothing more is applied from this channel), then feed from where the record says."""
+        channel = self._channel
+        if channel is not None:
+            self._channel = None
+            channel.close()
+        self._ended.set()
 
     # the link's receiver
 

@@ -9,6 +9,10 @@ acts on it: the added node starts a follower that copies the stream from its fir
 ``/api/queues`` shows the new ``members`` at once on the node that wrote it, within the
 watch's delay on the others. The leader cannot be removed (there is no moving a stream's
 writer yet), so a stream keeps at least one member.
+
+The reconciliation (``cluster/reconcile.py``) changes quorum queues' replicas the same way
+(``kinds``): a quorum replica named in the record copies the queue's log from its first id
+(``cluster/quorum_replication.py``); over HTTP and the command line only streams' change.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.placement import CREATING, READY, Placement, queue_key
 from sievemq.gateway.admin.views import BadRequest, Conflict, NotFound
 
+STREAMS = ("stream",)  # the queue types whose replicas the operations change by default
 ATTEMPTS = 5  # compare-and-swap rounds lost to concurrent changes before giving up
 
 
@@ -46,8 +51,9 @@ class ReplicaOps:
         self._live = live  # the running nodes' records, by name
         self._members = members  # every node that ever joined (running or not)
 
-    async def add(self, vhost: str, name: str, node: str) -> bool:
-        """Make ``node`` a replica of the stream; False when it already is a member."""
+    async def add(self, vhost: str, name: str, node: str, kinds: tuple[str, ...] = STREAMS) -> bool:
+        """Make ``node`` a replica of the stream (or of a queue of ``kinds``); False when
+        it already is a member."""
         if node not in self._members() | set(self._live()) | {self.placement.me}:
             raise NotFound(f"no cluster node '{node}'")
         if node not in self._live() and node != self.placement.me:
@@ -61,7 +67,7 @@ class ReplicaOps:
                 return None
             return [*replicas, node]
 
-        return await self._change(vhost, name, change)
+        return await self._change(vhost, name, change, kinds)
 
     async def delete(self, vhost: str, name: str, node: str) -> None:
         """Stop ``node``'s replica of the stream and remove its copy (never the leader's:
@@ -83,7 +89,14 @@ class ReplicaOps:
 
         await self._change(vhost, name, change)
 
-    async def replace(self, vhost: str, name: str, gone: str, instead: str | None) -> bool:
+    async def replace(
+        self,
+        vhost: str,
+        name: str,
+        gone: str,
+        instead: str | None,
+        kinds: tuple[str, ...] = STREAMS,
+    ) -> bool:
         """Put ``instead`` (a running node, or nobody) in the place of replica ``gone``
         (a forgotten node: ``cluster/reconcile.py``); False when ``gone`` is no replica."""
 
@@ -95,13 +108,14 @@ class ReplicaOps:
                 return [n for n in replicas if n != gone]
             return [instead if n == gone else n for n in replicas]
 
-        return await self._change(vhost, name, change)
+        return await self._change(vhost, name, change, kinds)
 
     async def _change(
         self,
         vhost: str,
         name: str,
         change: Callable[[dict[str, Any]], list[str] | None],
+        kinds: tuple[str, ...] = STREAMS,
     ) -> bool:
         """Read the record, let ``change`` check it and give the new replica list (None:
         nothing to do), write it by compare-and-swap; True when written."""
@@ -111,7 +125,7 @@ class ReplicaOps:
                 found = await self.client.get(key)
             except (EtcdUnavailable, EtcdError) as error:
                 raise InternalError(f"etcd did not answer for stream '{name}': {error}") from error
-            record = _stream_record(found.value if found else None, vhost, name)
+            record = _stream_record(found.value if found else None, vhost, name, kinds)
             replicas = change(record)
             if replicas is None:
                 return False
@@ -134,8 +148,11 @@ class ReplicaOps:
         )
 
 
-def _stream_record(raw: bytes | None, vhost: str, name: str) -> dict[str, Any]:
-    """The record of a stream that exists and is settled; the refusals name what is wrong."""
+def _stream_record(
+    raw: bytes | None, vhost: str, name: str, kinds: tuple[str, ...] = STREAMS
+) -> dict[str, Any]:
+    """The record of a stream (a queue of ``kinds``) that exists and is settled; the
+    refusals name what is wrong."""
     try:
         record = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -143,7 +160,7 @@ def _stream_record(raw: bytes | None, vhost: str, name: str) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise NotFound(f"no stream '{name}' in vhost '{vhost}'")
     kind = str(record.get("type", "stream"))
-    if kind != "stream":
+    if kind not in kinds:
         raise BadRequest(
             f"queue '{name}' in vhost '{vhost}' is a {kind} queue: only streams have replicas"
         )

@@ -422,7 +422,8 @@ class Replication:
             and not self._held(*queue)  # led here until the failover hands it over
         }
         for queue in [q for q in self.followers if q not in wanted]:
-            follower = self.followers.pop(queue)
+            follower = self.followers[queue]
+            self._pop(queue)
             # its record deleted or marked for deletion (a delete asked of the leader), or
             # this node taken off its members (``replica_ops``)
             remove = queue in deleted or self._removed(queue)
@@ -454,7 +455,7 @@ class Replication:
     async def release(self, queue: tuple[str, str]) -> None:
         """Stop following the stream and close the copy (this node leads it now), or wait
         for that when the watch began it."""
-        follower = self.followers.pop(queue, None)
+        follower = self._pop(queue)
         if follower is not None:
             await follower.stop()
         dropping = self._dropping.get(queue)
@@ -501,6 +502,18 @@ class Replication:
         return Follower(
             StreamQueue(name, vhost, arguments, stream), leader, self._credentials, current
         )
+
+    def _pop(self, queue: tuple[str, str]) -> Follower | None:
+        """Stop keeping this follower; what its copy's readers did stays counted."""
+        follower = self.followers.pop(queue, None)
+        if follower is not None:
+            self.broker.counters.retire("stream", follower.queue.read_stats())
+        return follower
+
+    def read_counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Deliveries and acks of this node's consumers of each copy it holds now
+        (``MessageCounters.replica_reads``)."""
+        return {queue: f.queue.read_stats() for queue, f in self.followers.items()}
 
     def queue(self, vhost: str, name: str) -> StreamQueue | None:
         """This node's replica of a stream, to read (``Placement.replica_of``)."""

@@ -6,13 +6,16 @@ gives an unbound socket connecting to 127.0.0.12 the source 127.0.0.1, which no 
 apart from another node's. A machine with one address per node has that for free; here each
 node's connections (to etcd, to the other nodes' links and stream listeners, to their admin
 APIs: all made by the event loop's ``create_connection``) are bound to its alias, as a
-multi-homed host's would be. Nothing else changes: the node's own code runs as is.
+multi-homed host's would be. Nothing else changes: the node's own code runs as is, except
+that the cluster's INFO lines are logged too (``sievemq.cluster``: what each replica, feed
+and election did), so a run's artifacts can tell what happened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +39,7 @@ def _from_source(create_connection: Callable[..., Any]) -> Callable[..., Any]:
 
 
 if _SOURCE:
+    logging.getLogger("sievemq.cluster").setLevel(logging.INFO)
     asyncio.BaseEventLoop.create_connection = _from_source(  # type: ignore[method-assign]
         asyncio.BaseEventLoop.create_connection
     )

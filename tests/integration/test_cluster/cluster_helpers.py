@@ -82,12 +82,16 @@ def running(node: ServerProcess) -> dict[str, bool]:
 
 @contextmanager
 def started_nodes(
-    etcd: EtcdProcess, base: Path, names: tuple[str, ...], flags: tuple[str, ...] = ()
+    etcd: EtcdProcess,
+    base: Path,
+    names: tuple[str, ...],
+    flags: tuple[str, ...] = (),
+    ttl_s: int = TTL_S,
 ) -> Iterator[dict[str, ServerProcess]]:
-    """Nodes joined through ``etcd`` (each with ``flags``), started one at a time (each start
-    is seconds of CPU), each stopped after the block with exit status 0 (the test's
-    connections closed first)."""
-    procs = {n: ServerProcess(base / n, (*cluster_args(etcd, n), *flags)) for n in names}
+    """Nodes joined through ``etcd`` (each with ``flags``, leases of ``ttl_s``), started one
+    at a time (each start is seconds of CPU), each stopped after the block with exit status
+    0 (the test's connections closed first)."""
+    procs = {n: ServerProcess(base / n, (*cluster_args(etcd, n, ttl_s), *flags)) for n in names}
     try:
         for proc in procs.values():
             proc.start()

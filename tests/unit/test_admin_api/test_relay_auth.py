@@ -1,5 +1,6 @@
 """What the cluster secret opens when another node relays a request for one of its users:
-a get, a purge or a browse of a queue, done as that user; nothing else."""
+a get, a purge or a browse of a queue, and the stream API's per-stream routes, done as that
+user; nothing else."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def relayed(method: str, path: str, user: str = "alice", secret: str = "s3cret")
         ("DELETE", "/api/queues/%2F/orders"),
         ("GET", "/api/streams/%2F/events/messages"),
         ("POST", "/api/queues/%2F/events/stream"),
+        ("GET", "/api/streams/%2F/events"),
+        ("DELETE", "/api/streams/%2F/events"),
+        ("GET", "/api/streams/%2F/events/consumers"),
+        ("GET", "/api/streams/%2F/events/offsets"),
+        ("GET", "/api/streams/%2F/events/subscriptions"),
+        ("GET", "/api/streams/%2F/events/filter-advice"),
+        ("GET", "/api/streams/%2F/events/consumers/app/offset"),
+        ("PUT", "/api/streams/%2F/events/consumers/app/offset"),
+        ("DELETE", "/api/streams/%2F/events/consumers/app/offset"),
     ],
 )
 def test_a_relayed_get_purge_delete_or_browse_is_done_as_its_user(method: str, path: str) -> None:
@@ -70,6 +80,11 @@ def test_a_relayed_get_purge_delete_or_browse_is_done_as_its_user(method: str, p
         ("GET", "/api/queues/%2F/orders/get"),
         ("POST", "/api/queues/%2F/orders/get/more"),
         ("GET", "/api/definitions"),
+        ("PUT", "/api/streams/%2F/events"),
+        ("GET", "/api/streams"),
+        ("GET", "/api/streams/%2F"),
+        ("POST", "/api/streams/%2F/events/messages"),
+        ("PUT", "/api/streams/%2F/events/consumers/app"),
     ],
 )
 def test_the_secret_relays_nothing_else(method: str, path: str) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from sievemq.cluster.quorum_replication import (
     Copy,
+    Shipper,
     encode_ack,
+    encode_counts,
     encode_delivered,
     encode_keep,
     encode_purge,
@@ -181,3 +183,39 @@ async def test_the_appender_holds_confirms_until_committed(tmp_path: Path) -> No
     appender.flush()
     appender.close()  # deleted before a majority held it: nacked
     assert sink.settled[-1] == ([3], False)
+
+
+class Collected:
+    """A feed that keeps what the shipper sends it."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.arrived = asyncio.Event()
+
+    def send(self, data: bytes, through: int) -> None:
+        self.sent.append(data)
+        self.arrived.set()
+
+
+async def test_changes_the_log_makes_in_a_worker_thread_are_shipped(tmp_path: Path) -> None:
+    """The appender fdatasyncs in a worker thread, and ``QueueLog.sync`` writes the delivery
+    counts noted since: the shipper is told from that thread, and still ships that change
+    and every later one (it used to stop shipping for good)."""
+    queue = quorum_queue(tmp_path / "q")
+    assert queue.log is not None
+    qlog = queue.log
+    shipper = Shipper(queue, qlog)
+    feed = Collected()
+    shipper.feeds.add(feed)  # type: ignore[arg-type]
+    queue.enqueue([("", "q", PERSISTENT, b"one")])
+    await asyncio.wait_for(feed.arrived.wait(), 5)
+    feed.arrived.clear()
+    qlog.note_counts([(1, 1, False)])  # a message given back
+    await asyncio.to_thread(qlog.sync)
+    await asyncio.wait_for(feed.arrived.wait(), 5)
+    assert feed.sent[-1] == encode_counts([(1, 1, False)])
+    feed.arrived.clear()
+    queue.enqueue([("", "q", PERSISTENT, b"two")])
+    await asyncio.wait_for(feed.arrived.wait(), 5)
+    assert feed.sent[-1].startswith(b"E")
+    qlog.close()

@@ -45,7 +45,12 @@ def node_info(f: BrokerFacade) -> dict[str, Any]:
             for li in o.listeners
         ],
         # SieveMQ's: the queues this node holds (in a cluster: leads), its client connections
-        "sievemq": {"queues": o.totals.queues, "connections": o.totals.connections},
+        # and, in a cluster, its links to the other nodes (docs/cluster.md, flow control)
+        "sievemq": {
+            "queues": o.totals.queues,
+            "connections": o.totals.connections,
+            **({"links": f.cluster.link_views()} if f.cluster is not None else {}),
+        },
     }
 
 

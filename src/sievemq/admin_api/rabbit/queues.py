@@ -14,6 +14,7 @@ from sievemq.admin_api.auth import require, require_vhost
 from sievemq.admin_api.bodies import json_body, parse_int
 from sievemq.admin_api.changes import saved
 from sievemq.admin_api.cluster_relay import led_elsewhere, on_leader
+from sievemq.admin_api.cluster_totals import with_replica_reads
 from sievemq.admin_api.deps import Facade, Heavy, User
 from sievemq.admin_api.errors import ApiError, bad_request
 from sievemq.admin_api.pagination import is_paged, paginate
@@ -64,7 +65,7 @@ def _with_members(f: BrokerFacade, rows: list[dict[str, Any]]) -> list[dict[str,
             if found is not None and row.get("type") in ("stream", "quorum"):
                 row["members"], row["online"] = found
                 row.setdefault("leader", found[0][0])
-    return rows
+    return with_replica_reads(f, rows)
 
 
 def _remote(f: BrokerFacade, vhost: str, queue: str) -> RemoteQueueView:
@@ -152,7 +153,8 @@ async def get_queue(f: Facade, vhost: str, queue: str, who: User) -> dict[str, A
         try:
             view_q = f.get_queue(v, q)
         except NotFound:
-            return shapes.remote_queue(_remote(f, v, q))  # led by another node: its record
+            # led by another node: its record, and its figures as it published them
+            return with_replica_reads(f, [shapes.remote_queue(_remote(f, v, q))])[0]
         return shapes.classic_queue(view_q, f.node_name, f.list_consumers(v, q))
     view = f.get_stream(v, q)
     return _with_members(f, [shapes.queue(view, f.list_consumers(v, q), f.node_name, True)])[0]

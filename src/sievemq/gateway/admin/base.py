@@ -108,6 +108,25 @@ class AdminBase:
     def _queue(self, vhost: str, name: str) -> StreamQueue:
         return self.broker.vhost(vhost).get_queue(name)
 
+    def _held(self, vhost: str, name: str) -> tuple[StreamQueue, str] | None:
+        """The stream as this node holds it: its own (``writer``) or a replica's copy
+        (``replica``, ``QueueDirectory.replica_queue``); None when it holds neither."""
+        v = self.broker.vhosts.get(vhost)
+        queue: StreamQueue | None = None if v is None else v.queues.get(name)
+        if queue is not None:
+            return queue, "writer"
+        if self.broker.directory is not None:
+            copy = self.broker.directory.replica_queue(vhost, name)
+            if copy is not None:
+                return copy, "replica"
+        return None
+
+    def _readable(self, vhost: str, name: str) -> StreamQueue:
+        """The stream or this node's replica of it, for reading committed chunks; 404 when
+        it holds neither."""
+        held = self._held(vhost, name)
+        return self._queue(vhost, name) if held is None else held[0]
+
     def _vhosts(self, vhost: str | None) -> list[Any]:
         if vhost is None:
             return list(self.broker.vhosts.values())

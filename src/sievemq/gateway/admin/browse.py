@@ -60,8 +60,9 @@ class BrowseAdmin(AdminBase):
         text read as ``x-stream-offset`` is: first, last, next, a number, an ISO 8601
         timestamp, an interval such as 30m), or the first at or after ``timestamp_ms``;
         without either: the first, or with ``newest_first`` the newest ``limit``. Bounded
-        by ``max_bytes`` of payload and a time budget."""
-        queue = self._queue(vhost, name)
+        by ``max_bytes`` of payload and a time budget. A node holding a replica of the
+        stream reads its copy, up to the committed offset the leader last sent it."""
+        queue = self._readable(vhost, name)
         if not 1 <= limit <= BROWSE_MAX_LIMIT:
             raise BadRequest(f"limit must be between 1 and {BROWSE_MAX_LIMIT}, got {limit}")
         position: OffsetSpec | None = None
@@ -104,6 +105,15 @@ class BrowseAdmin(AdminBase):
             )
         finally:
             reader.close()
+
+    def holds_stream(self, vhost: str, name: str) -> bool:
+        """This node holds the stream or a replica of it: a browse reads it here."""
+        return self._held(vhost, name) is not None
+
+    def held_counts(self, vhost: str, name: str) -> tuple[int, int]:
+        """(the next offset, the messages held) of the stream or this node's copy."""
+        stats = self._readable(vhost, name).stats()
+        return stats.first_offset + stats.messages, stats.messages
 
     def filter_advice(
         self, vhost: str, name: str, target_fpr: float = 0.01, chunks: int = 1000

@@ -35,15 +35,20 @@ class ConsumersAdmin(AdminBase):
     def list_consumers(
         self, vhost: str | None = None, stream: str | None = None
     ) -> list[ConsumerView]:
-        """Live consumers with their filter, lag and filter statistics."""
+        """Live consumers with their filter, lag and filter statistics (those of this
+        node's replicas of streams other nodes lead too)."""
         if stream is not None:
             in_vhost = self.broker.vhost(vhost or "/")
             if stream in in_vhost.classic.queues:
                 queues = []
             else:
-                queues = [self._queue(vhost or "/", stream)]  # 404 when neither
+                queues = [self._readable(vhost or "/", stream)]  # 404 when neither
         else:
             queues = [q for q in self.broker.queues() if vhost is None or q.vhost == vhost]
+            directory = self.broker.directory
+            if directory is not None:
+                copies = directory.replica_queues()
+                queues += [q for q in copies if vhost is None or q.vhost == vhost]
         connections = {c.id: c for c in self._connections()}
         views = [_consumer_view(q, c, connections) for q in queues for c in list(q.consumers)]
         if stream is not None:

@@ -135,7 +135,23 @@ class OverviewAdmin(QueuesAdmin):
         for kind, counts in self.broker.counters.retired.items():  # deleted queues' counts
             for k, n in counts.items():
                 out[kind][k] += n
+        for reads in self.broker.counters.replica_reads().values():  # its copies' readers
+            for k, n in reads.items():
+                st[k] += n
         return out
+
+    def replica_reads(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Deliveries and acks of this node's consumers of each replica it holds (``deliver``,
+        ``deliver_get``, ``ack``) and how many read it now (``consumers``: AMQP consumers
+        and Stream-protocol subscriptions), by (vhost, stream)."""
+        reads = self.broker.counters.replica_reads()
+        directory = self.broker.directory
+        if directory is not None:
+            subscribed = self._stream_subscribers()
+            for q in directory.replica_queues():
+                readers = q.consumer_count + subscribed.get(id(q), 0)
+                reads.setdefault((q.vhost, q.name), {})["consumers"] = readers
+        return reads
 
     def write_latencies(self) -> WriteLatencyView:
         """Append-batch and fdatasync latency histograms of every stream of this node."""

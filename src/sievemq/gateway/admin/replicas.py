@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from sievemq.gateway.admin.base import AdminBase
 from sievemq.gateway.admin.views import StreamMemberView
-from sievemq.gateway.model.stream.queue import StreamQueue
 
 
 class ReplicasAdmin(AdminBase):
@@ -13,13 +12,10 @@ class ReplicasAdmin(AdminBase):
     def stream_member(self, vhost: str, name: str) -> StreamMemberView | None:
         """The stream as this node holds it: its writer (a stream of this node) or a
         replica's copy (``QueueDirectory.replica_queue``); None when it holds neither."""
-        v = self.broker.vhosts.get(vhost)
-        queue: StreamQueue | None = None if v is None else v.queues.get(name)
-        role = "writer"
-        if queue is None and self.broker.directory is not None:
-            queue, role = self.broker.directory.replica_queue(vhost, name), "replica"
-        if queue is None:
+        held = self._held(vhost, name)
+        if held is None:
             return None
+        queue, role = held
         epoch = None if self.cluster is None else self.cluster.queue_epoch(vhost, name)
         stats = queue.stats()
         last = -1 if stats.last_offset is None else stats.last_offset

@@ -86,6 +86,11 @@ class MessageCounters:
     # message_stats of the queues deleted since the start, per queue type (classic, quorum,
     # stream): the node's totals never go back when a queue goes, as RabbitMQ's
     retired: dict[str, dict[str, int]] = field(default_factory=dict)
+    # deliveries and acks of consumers on this node reading its replicas of streams other
+    # nodes lead, per (vhost, stream) held now (a cluster's replication sets it): the node
+    # counts them, as RabbitMQ counts a delivery at the channel's node; the copies it no
+    # longer holds are in ``retired``
+    replica_reads: Callable[[], dict[tuple[str, str], dict[str, int]]] = field(default=dict)
 
     def retire(self, kind: str, counts: dict[str, int]) -> None:
         sums = self.retired.setdefault(kind, {})

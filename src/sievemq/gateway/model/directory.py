@@ -188,6 +188,10 @@ class StreamReplicas(Protocol):
         """This node's replica of the stream, for reading (None when it holds none)."""
         ...
 
+    def replica_queues(self) -> list[StreamQueue]:
+        """Every replica this node holds (the admin API lists their readers)."""
+        ...
+
 
 class FeedPeer(Protocol):
     """The leader's end of one replica's quorum-queue log feed (``amqp/queue_feed.py``)."""
@@ -200,16 +204,23 @@ class FeedPeer(Protocol):
         """The feed's link channel is gone."""
         ...
 
+    def writable(self) -> None:
+        """The link's write buffer went under its low-water mark (after ``paused``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class FeedChannelEnd:
     """A feed's link channel as the leader writes to it: ``write`` sends whole frames
-    (numbered ``channel``, at most ``frame_max``), ``close`` closes it (404 and the text)."""
+    (numbered ``channel``, at most ``frame_max``), ``close`` closes it (404 and the text),
+    ``paused`` says whether the link's write buffer is over its high-water mark (the feed
+    waits for ``FeedPeer.writable``)."""
 
     write: Callable[[list[bytes]], None]
     close: Callable[[str], None]
     channel: int
     frame_max: int
+    paused: Callable[[], bool]
 
 
 class QuorumFeeds(Protocol):

@@ -7,9 +7,14 @@ a local queue's appender, and hears of it through ``PublishSink.settle_confirms`
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from sievemq.storage import Message
+
+# channel.open's target for a link channel whose raw publishes the leader routes itself
+# (``session.peer.RoutedChannel``), followed by how many of its queues they route to (0: as
+# many as each message's headers pick, of a headers exchange whose queues it all leads)
+ROUTED_TARGET: Final = "\x00routed:"
 
 
 class PublishSink(Protocol):
@@ -52,12 +57,22 @@ class RemoteQueue(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def leader(self) -> str:
+        """The node that leads it."""
+        ...
+
     def submit(self, message: Message, sink: PublishSink | None, seq: int) -> None:
         """Forward one routed message; ``sink`` hears of ``seq`` once the leader stored it
         (or nacked it, or the link to the leader was lost before it answered)."""
         ...
 
-    def open_raw(self, sink: RawSink, exchange: str, routing_key: str) -> RawPublisher | None:
+    def open_raw(
+        self, sink: RawSink, exchange: str, routing_key: str, queues: int = 1
+    ) -> RawPublisher | None:
         """A ``RawPublisher`` for one channel's publishes of (``exchange``, ``routing_key``),
-        which route to this queue alone; None when this queue is no longer the leader's."""
+        which route to this queue alone (``queues`` 1), or to ``queues`` queues its leader
+        leads, this one among them, or by each message's headers to queues its leader leads
+        (``queues`` 0; the leader routes them); None when this queue is no longer the
+        leader's."""
         ...

@@ -509,6 +509,30 @@ class VirtualHost:
                         pending.append(nxt)
         return list(queues.values())
 
+    def reachable_queues(self, exchange_name: str) -> set[str]:
+        """Every queue name a publish to ``exchange_name`` may reach, whatever its routing
+        key and headers: its bindings', its exchange-to-exchange bindings' and alternate
+        exchanges' (a cluster forwards a headers exchange's publishes raw to the one node
+        that leads all of them: ``session.raw_publish``)."""
+        names: set[str] = set()
+        seen = {exchange_name}
+        pending = [exchange_name]
+        while pending:
+            exchange = self.exchanges.get(pending.pop())
+            if exchange is None:
+                continue
+            for binding in exchange.bindings:
+                if binding.destination_kind == "queue":
+                    names.add(binding.destination)
+                elif binding.destination not in seen:
+                    seen.add(binding.destination)
+                    pending.append(binding.destination)
+            alternate = exchange.arguments.get("alternate-exchange", exchange.policy_alternate)
+            if isinstance(alternate, str) and alternate not in seen:
+                seen.add(alternate)
+                pending.append(alternate)
+        return names
+
     # ------------------------------------------------------------------ policies
 
     def apply_policy(

@@ -81,6 +81,7 @@ class AMQPProtocol(asyncio.Protocol):
         "_handshake_timer",
         "_header_ok",
         "_held",
+        "_link_held",
         "_pending",
         "_reader",
         "_reading_paused",
@@ -117,6 +118,7 @@ class AMQPProtocol(asyncio.Protocol):
         self._write_paused = False  # our write buffer is over write_buffer_high
         self._held = False  # a resource alarm blocks this (publishing) connection
         self._backlogged = False  # channels waiting for a definitions sync hold enough frames
+        self._link_held = False  # an inter-node link it publishes to is over its mark
         self._stopped = False  # the server is shutting down: never read again
         self._reading_paused = False
         self._slicing = False  # slices of a large read are still to be handled
@@ -272,6 +274,12 @@ class AMQPProtocol(asyncio.Protocol):
         self._backlogged = held
         self._update_reading()
 
+    def hold_for_links(self, held: bool) -> None:
+        """Stop reading (or allow it again) while an inter-node link this connection's
+        publishes went to is over its high-water mark (``cluster/link.py``)."""
+        self._link_held = held
+        self._update_reading()
+
     def stop_reading(self) -> None:
         """Shutdown: read nothing more from the peer (its publishes so far get confirmed).
 
@@ -289,7 +297,12 @@ class AMQPProtocol(asyncio.Protocol):
     def _update_reading(self) -> None:
         """Pause while either reason holds; resume only when neither does."""
         pause = (
-            self._write_paused or self._held or self._stopped or self._slicing or self._backlogged
+            self._write_paused
+            or self._held
+            or self._stopped
+            or self._slicing
+            or self._backlogged
+            or self._link_held
         )
         if pause is self._reading_paused:
             return

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sievemq.amqp.errors import AMQPError
 from sievemq.amqp.tables import DEFAULT_LIMITS as DEFAULT_TABLE_LIMITS
@@ -41,6 +41,22 @@ class ClientConnection(AlarmTarget, Protocol):
     def stop_reading(self) -> None: ...
     def close(self, error: AMQPError) -> None: ...
     def abort(self) -> None: ...
+
+
+class LinkFlow(Protocol):
+    """In a cluster, the inter-node links' flow control (``cluster.link.Links``): a client
+    connection whose read wrote to a link over its high-water mark stops reading until the
+    link drained."""
+
+    pressed: list[Any]  # links written to over their mark since the last look
+
+    def unpress(self) -> None:
+        """Forget ``pressed`` (written to by something else than the next read)."""
+        ...
+
+    def hold(self, resume: Callable[[], None]) -> bool:
+        """True: stop reading; ``resume`` is called once the links drained (or failed)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,7 @@ class Node:
         self.direct_replies = DirectReplies()  # amq.rabbitmq.reply-to names -> their channels
         # the resource alarms that are on (runtime.alarms), memory before disk; empty: none
         self.alarm_reasons: tuple[str, ...] = ()
+        self.link_flow: LinkFlow | None = None  # in a cluster: the links' flow control
         self.exhaustion_listeners: list[Callable[[OSError], None]] = []
         self.latencies = WriteLatencies()  # append and fsync histograms (admin /metrics)
         # the definitions log's fdatasync in a worker thread (AMQP and HTTP changes wait on it)

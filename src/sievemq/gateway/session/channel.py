@@ -434,7 +434,7 @@ class Channel:
         vhost = self.connection.vhost
         assert vhost is not None
         try:
-            queues = vhost.route(exchange, routing_key, lambda: _headers(props), self._remote)
+            queues = vhost.route(exchange, routing_key, lambda: headers_of(props), self._remote)
         except errors.AMQPError as error:  # missing or internal exchange: basic.publish failed
             error.class_id, error.method_id = BASIC_PUBLISH
             raise
@@ -879,7 +879,7 @@ def _pending_content_error(limit: int) -> errors.ResourceError:
     )
 
 
-def _headers(props: bytes) -> dict[str, Any]:
+def headers_of(props: bytes) -> dict[str, Any]:
     headers = properties.decode_properties(props).headers
     return dict(headers) if headers else {}
 

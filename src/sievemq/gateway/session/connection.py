@@ -42,7 +42,7 @@ from sievemq.gateway.model.users import User
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.runtime import descriptors
 from sievemq.gateway.runtime.alarms import blocked_reason
-from sievemq.gateway.runtime.node import Node
+from sievemq.gateway.runtime.node import LinkFlow, Node
 from sievemq.gateway.session.channel import Channel
 from sievemq.gateway.session.ports import ClosedChannel, HeldChannel
 from sievemq.gateway.session.publish_cache import PUBLISH_ID as _PUBLISH_ID
@@ -65,6 +65,7 @@ class ReadControl(Protocol):
 
     def hold_reading(self, held: bool) -> None: ...
     def hold_for_backlog(self, held: bool) -> None: ...
+    def hold_for_links(self, held: bool) -> None: ...
     def stop_reading(self) -> None: ...
 
 
@@ -104,6 +105,7 @@ class Connection:
         self.blocked_notify = False
         self.published = False
         self.blocked = False
+        self.link_held = False  # not read while an inter-node link it wrote to drains
         self.blocked_reason = ""
         self.read_control: ReadControl | None = None
         self.peer = ""
@@ -251,6 +253,9 @@ class Connection:
         self._received = True
         self.route_stamp += 1
         self._in_frames = True
+        flow = self.node.link_flow
+        if flow is not None and flow.pressed:  # not this read's: another's, or a timer's
+            flow.unpress()
         channels = self.channels
         state = self.state
         fast = 0  # publishes taken whole by publish_fast (counted once per batch)
@@ -299,7 +304,26 @@ class Connection:
                 # cold: only while an alarm is on
                 self.read_under_alarm += sum(len(f[2]) for f in got)
                 self.apply_alarms(self.node.alarm_reasons)
+            if flow is not None and flow.pressed:  # cold: a link to a slow node is backed up
+                self._hold_for_links(flow)
             self.flush()
+
+    def _hold_for_links(self, flow: LinkFlow) -> None:
+        """This read wrote to an inter-node link over its high-water mark: no more reading
+        from this client until the link drained (RabbitMQ's credit flow, docs/cluster.md).
+        A link connection from another node is never held: two nodes whose links to each
+        other are backed up would then wait for each other."""
+        if self.internal:
+            flow.unpress()
+        elif flow.hold(self._links_drained):
+            self.link_held = True
+            if self.read_control is not None:
+                self.read_control.hold_for_links(True)
+
+    def _links_drained(self) -> None:
+        self.link_held = False
+        if self.read_control is not None:
+            self.read_control.hold_for_links(False)
 
     def _cold_frame(self, ftype: int, chid: int, payload: bytes) -> None:
         """Channel 0, and any frame before open-ok or after a close: the table decides."""
@@ -447,9 +471,10 @@ class Connection:
         self._heartbeat_handle = None
         if self.state.phase is _CLOSED or self.transport is None:
             return
-        if self._received or self.writing_paused or self.blocked:
-            # while its output is backed up (backpressure) or an alarm blocks it we do not
-            # read from the peer: silence then is ours, not a dead peer's
+        if self._received or self.writing_paused or self.blocked or self.link_held:
+            # while its output is backed up (backpressure), an alarm blocks it or a link it
+            # publishes to drains, we do not read from the peer: silence then is ours, not a
+            # dead peer's
             self._received = False
             self._missed = 0
         else:

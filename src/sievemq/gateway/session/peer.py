@@ -18,6 +18,9 @@ and the stream's group-commit appender exactly as a client's does. What differs:
   holds no such queue, the publish is nacked. Publisher dedup headers work as on any channel.
   The other node checked each property list: the content header's weight says where its
   filter values are, and this node takes them without checking the list again.
+- **Routed channels.** A channel opened with ``ROUTED_TARGET`` and a count carries one
+  client channel's raw publishes that the other node found to route to that many queues,
+  every one led here: this node checks and routes each (``RoutedChannel``).
 - **Feed channels.** A channel opened with ``queue_feed.FEED_TARGET`` carries the log of a
   quorum queue this node leads to the other node's replica of it (``FeedChannel``).
 - **Relay channels.** A channel opened with ``RELAY_TARGET`` and a client's channel number
@@ -40,12 +43,14 @@ from sievemq.amqp.methods import BASIC_PUBLISH
 from sievemq.amqp.spans import RELAY_TARGET, relay_frames
 from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.directory import FeedChannelEnd, FeedPeer
+from sievemq.gateway.model.remote import ROUTED_TARGET
 from sievemq.gateway.model.stream import dedup
+from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
 from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session import publish_cache
-from sievemq.gateway.session.channel import Channel
+from sievemq.gateway.session.channel import Channel, headers_of
 from sievemq.gateway.session.connection import Connection
 from sievemq.storage import Message
 from sievemq.storage.types import KIND_AMQP091
@@ -136,6 +141,8 @@ class PeerConnection(Connection):
             channel = FeedChannel(self, state)
         elif target.startswith(RELAY_TARGET):
             channel = RelayChannel(self, state, relay_number(target))
+        elif target.startswith(ROUTED_TARGET):
+            channel = RoutedChannel(self, state, routed_count(target))
         elif target:
             channel = PinnedChannel(self, state, target)
         else:
@@ -155,8 +162,19 @@ class FeedChannel(Channel):
         node = connection.username[len(LINK_USER_PREFIX) :]
         self.feed: FeedPeer | None = None
         if directory is not None:
-            end = FeedChannelEnd(self._write, self._close_feed, self.id, connection.frame_max)
+            end = FeedChannelEnd(
+                self._write, self._close_feed, self.id, connection.frame_max, self._paused
+            )
             self.feed = directory.quorum_feed(connection.vhost_name, node, end)
+
+    def _paused(self) -> bool:
+        return self.connection.writing_paused
+
+    def wake_consumers(self) -> None:
+        """The connection's write buffer drained: the feed sends again."""
+        super().wake_consumers()
+        if self.feed is not None:
+            self.feed.writable()
 
     def _write(self, parts: list[bytes]) -> None:
         if not self.closing:
@@ -197,7 +215,38 @@ class RelayChannel(Channel):
         )
 
 
-class PinnedChannel(Channel):
+class LinkPublishChannel(Channel):
+    """A link channel whose publishes the other node routed here (pinned or routed)."""
+
+    def _store(self, queues: list[Any], body: bytes, values: tuple[str, ...]) -> None:
+        """A link channel's publish into ``queues`` (this node's, found by the channel): the
+        ordinary path's tail (dedup, confirms, the queues' writers); none: nacked, since the
+        other node found it routed (not stored, so not confirmed)."""
+        exchange, routing_key, _ = self._pub
+        props = self._props
+        confirm = self.confirm
+        if not queues:  # deleted meanwhile, or never here: not stored, so nack
+            if confirm is not None:
+                confirm.settle(confirm.take(1), False)
+                self._schedule_confirms()
+            return
+        if dedup.MARKER in props:
+            kept = self.deduplicated(queues, body, values)
+            if kept is None:
+                return
+            queues = kept
+        message = _new_message(Message, (values, exchange, routing_key, props, body, KIND_AMQP091))
+        appenders = self._appenders
+        if confirm is None:
+            for queue in queues:
+                (appenders.get(queue) or self._appender(queue)).submit(message, None, 0)
+            return
+        seq = confirm.take(len(queues))
+        for queue in queues:
+            (appenders.get(queue) or self._appender(queue)).submit(message, self, seq)
+
+
+class PinnedChannel(LinkPublishChannel):
     """A link channel whose publishes all go to one queue (``target``), routed elsewhere.
 
     The other node checked each property list and found its filter values: the content
@@ -229,34 +278,84 @@ class PinnedChannel(Channel):
     def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
         """Store into the target queue (the ordinary path's tail: dedup, confirms, the
         queue's writer), or nack when this node holds no such queue."""
-        exchange, routing_key, _ = self._pub
-        props = self._props
-        if values is None:
-            try:
-                values = publish_cache.filter_values(props)
-            except errors.PreconditionFailed as error:
-                error.class_id, error.method_id = BASIC_PUBLISH
-                raise
+        values = _checked(self._props, values)
         vhost = self.connection.vhost
         assert vhost is not None
         target = self.target
         queue = vhost.queues.get(target) or vhost.classic.queues.get(target)
-        confirm = self.confirm
-        if queue is None:  # deleted meanwhile, or never here: not stored, so nack
-            if confirm is not None:
-                confirm.settle(confirm.take(1), False)
-                self._schedule_confirms()
-            return
-        queues: list[Any] | None = [queue]
-        if dedup.MARKER in props:
-            queues = self.deduplicated([queue], body, values)
-            if queues is None:
-                return
-        message = _new_message(Message, (values, exchange, routing_key, props, body, KIND_AMQP091))
-        appender = self._appenders.get(queue) or self._appender(queue)
-        if confirm is None:
-            appender.submit(message, None, 0)
-            return
-        seq = confirm.next_seq
-        confirm.next_seq = seq + 1
-        appender.submit(message, self, seq)
+        self._store([queue] if queue is not None else [], body, values)
+
+
+class RoutedChannel(LinkPublishChannel):
+    """A link channel whose publishes the other node found to route to ``count`` queues,
+    every one led here (``session.raw_publish``): passed on raw, so this node checks each
+    property list, as a client's, and routes it by its own bindings. A publish that does not
+    route here to exactly ``count`` queues (a queue moved to another leader, or deleted, a
+    binding changed, before the other node heard of it) is nacked, never stored in part:
+    the other node routes its next publishes anew. ``count`` 0: a headers exchange's, every
+    queue of which the other node found led here: routed by its headers, nacked when one of
+    those queues is led elsewhere, dropped (and confirmed) when it routes nowhere, as a
+    single node drops a publish that is not mandatory."""
+
+    def __init__(self, connection: PeerConnection, state: states.ChannelState, count: int):
+        super().__init__(connection, state)
+        self.count = count
+
+    def _complete(self, body: bytes, values: tuple[str, ...] | None = None) -> None:
+        exchange, routing_key, _ = self._pub
+        props = self._props
+        values = _checked(props, values)
+        vhost = self.connection.vhost
+        assert vhost is not None
+        try:
+            queues = _shared(vhost.route(exchange, routing_key, lambda: headers_of(props)))
+        except errors.AMQPError:  # the exchange is gone here, or internal: not stored
+            queues = []
+        if self.count:
+            self._store(queues if len(queues) == self.count else [], body, values)
+        elif not self._leads_all(vhost, exchange):
+            self._store([], body, values)  # nacked: a queue it may reach is led elsewhere
+        elif queues:
+            self._store(queues, body, values)
+        elif self.confirm is not None:  # routed nowhere by its headers: dropped, confirmed
+            self.confirm.take(0)
+            self._schedule_confirms()
+
+    def _leads_all(self, vhost: Any, exchange: str) -> bool:
+        """Every queue a publish to ``exchange`` may reach is this node's (or nowhere): a
+        headers exchange's publishes are routed here only then (as the other node found)."""
+        directory = self.connection.node.broker.directory
+        for name in vhost.reachable_queues(exchange):
+            if name in vhost.queues or name in vhost.classic.queues:
+                continue
+            if directory is not None and directory.remote_queue(vhost.name, name) is not None:
+                return False
+        return True
+
+
+def _shared(queues: list[Any]) -> list[Any]:
+    """The queues the other node routes to as well: those recorded in etcd (streams, and
+    durable classic and quorum queues that are not exclusive). A transient or exclusive
+    queue is this node's alone: a publish through another node does not reach it, raw or
+    not (the ordinary path forwards to recorded queues only)."""
+    return [q for q in queues if isinstance(q, StreamQueue) or (q.durable and not q.exclusive)]
+
+
+def routed_count(target: str) -> int:
+    """How many queues a routed channel's publishes go to (its target's number; 0: by
+    their headers)."""
+    digits = target[len(ROUTED_TARGET) :]
+    if not digits.isdigit() or int(digits) == 1 or int(digits) >= 65536:
+        raise errors.FrameError("channel.open: a bad routed queue count", 20, 10)
+    return int(digits)
+
+
+def _checked(props: bytes, values: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The filter values of a publish's property list (checked now unless found already)."""
+    if values is not None:
+        return values
+    try:
+        return publish_cache.filter_values(props)
+    except errors.PreconditionFailed as error:
+        error.class_id, error.method_id = BASIC_PUBLISH
+        raise

@@ -1,15 +1,18 @@
-"""Raw forwarding: a client channel whose publishes all go to one queue another node leads.
+"""Raw forwarding: a client channel whose publishes all go to queues one other node leads.
 
 A cluster node forwards a publish routed to another node's queue (``cluster/forwarding.py``)
 after running the client's whole publish path here: the property list checked, the
-message routed, then framed again for the link. For a channel whose publishes of one
-(exchange, routing key) route to exactly one such queue, that is work the leader does
-again or need not be done at all. Once an ordinary publish on a client channel was routed
+message routed, then framed again for the link (once per remote queue). For a channel
+whose publishes of one (exchange, routing key) route only to queues one other node leads
+(``remote_targets``: one, or several), that is work the leader does again or need not be
+done at all. Once an ordinary publish on a client channel was routed
 so (``enter``), the channel's later publishes with the same basic.publish method bytes, one
 content header and one body frame each, go to the leader as they came
 (``RawRoute.forward``): no property check, no routing, no message tuple here; the leader
 checks each property list, as for its own clients, and stores the message
-(``cluster.forwarding.RawForward``, a link channel of the client channel's own).
+(``cluster.forwarding.RawForward``, a link channel of the client channel's own): into
+the one queue, or routed by its own bindings to its queues (``session.peer.RoutedChannel``,
+which nacks a publish it does not route to as many queues as this node found).
 
 Who answers what (docs/cluster.md "Publishing through any node"):
 
@@ -27,10 +30,11 @@ Routing can change (a binding removed, the queue deleted or declared here, its l
 by a failover): the route is checked again, once, whenever the connection may have seen a
 change since the last check (``Connection.route_stamp``: every read and every cold method
 moves it; nothing else runs while a read is handled). When the publish no longer routes to
-that queue alone, the raw route ends and the publish takes the ordinary path, which routes
-it anew (and may start a raw route to the new leader). A headers exchange routes by each
-message's headers: its publishes never take the raw path. A channel in a transaction
-neither.
+the same queues alone, the raw route ends and the publish takes the ordinary path, which
+routes it anew (and may start a raw route to the new leader). A headers exchange routes by each
+message's headers: its publishes take the raw path only when every queue the exchange may
+reach is led by one other node, which routes each by its headers (and drops what routes
+nowhere: not for ``mandatory`` publishes). A channel in a transaction never takes it.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ class RawRoute:
         "_channel",
         "_connection",
         "_max_size",
-        "_queue",
+        "_queues",
         "_remote",
         "method",
         "pub",
@@ -109,7 +113,7 @@ class RawRoute:
         channel: RawHost,
         method: bytes,
         pub: Publish,
-        queue: RemoteQueue,
+        queues: tuple[RemoteQueue, ...],
         remote: RemoteLookup,
     ) -> None:
         self._channel = channel
@@ -117,7 +121,7 @@ class RawRoute:
         self._max_size = channel.connection.node.limits.max_message_size
         self.method = method
         self.pub = pub
-        self._queue = queue
+        self._queues = queues
         self._remote = remote
         self.stamp = channel.connection.route_stamp  # the connection's, when last checked
 
@@ -186,14 +190,13 @@ class RawRoute:
 
     def _still_routes(self) -> bool:
         """The connection may have seen a routing change: does the publish still route to
-        the queue alone? (Else the raw route ends.)"""
+        the same queues, and only to them? (Else the raw route ends.)"""
         channel = self._channel
-        if channel.tx is None and not channel.closing:
-            vhost = self._connection.vhost
-            exchange, routing_key, _ = self.pub
-            if vhost is not None and _sole_remote(vhost, exchange, routing_key, self._remote) is (
-                self._queue
-            ):
+        vhost = self._connection.vhost
+        if channel.tx is None and not channel.closing and vhost is not None:
+            exchange, routing_key, mandatory = self.pub
+            targets = remote_targets(vhost, exchange, routing_key, self._remote, mandatory)
+            if targets is not None and targets[0] == self._queues:
                 self.stamp = self._connection.route_stamp
                 return True
         self.end()
@@ -232,16 +235,17 @@ class RawRoute:
 
 def enter(channel: RawHost, method: bytes, pub: Publish, remote: RemoteLookup) -> RawRoute | None:
     """After an ordinary publish of ``method`` on ``channel``: a raw route for its next ones
-    when it routes to exactly one queue another node leads (None: it does not)."""
+    when it routes only to queues one other node leads (None: it does not)."""
     vhost = channel.connection.vhost
     if channel.tx is not None or channel.closing or vhost is None:
         return None
-    exchange, routing_key, _ = pub
-    queue = _sole_remote(vhost, exchange, routing_key, remote)
-    if queue is None:
+    exchange, routing_key, mandatory = pub
+    targets = remote_targets(vhost, exchange, routing_key, remote, mandatory)
+    if targets is None:
         return None
-    route = RawRoute(channel, method, pub, queue, remote)
-    publisher = queue.open_raw(route, exchange, routing_key)
+    queues, count = targets
+    route = RawRoute(channel, method, pub, queues, remote)
+    publisher = queues[0].open_raw(route, exchange, routing_key, count)
     if publisher is None:
         return None
     route.publisher = publisher
@@ -256,13 +260,45 @@ def _no_headers() -> dict[str, Any]:
     raise _ByHeaders
 
 
-def _sole_remote(vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup) -> Any:
-    """The one queue another node leads that (exchange, routing key) routes to, whatever
-    the message; None when it routes anywhere else too, nowhere, or by headers."""
+def remote_targets(
+    vhost: Any, exchange: str, routing_key: str, remote: RemoteLookup, mandatory: bool = False
+) -> tuple[tuple[RemoteQueue, ...], int] | None:
+    """The queues (exchange, routing key) routes to, whatever the message, when every one of
+    them is led by the same other node, and how many (the leader checks it routes to as
+    many); None when it routes to a queue here too, to queues of several other nodes, or
+    nowhere. A headers exchange routes each message by its headers: when every queue it
+    may reach is led by one other node, those queues and 0 (the leader routes each
+    message, and drops what routes nowhere, as a single node does: so not ``mandatory``
+    publishes, which would need the leader's basic.return)."""
     try:
         queues = vhost.route(exchange, routing_key, _no_headers, remote)
-    except (_ByHeaders, errors.AMQPError):
+        count = len(queues)
+    except _ByHeaders:
+        if mandatory:
+            return None
+        queues = _reachable(vhost, exchange, remote)
+        count = 0
+    except errors.AMQPError:
         return None
-    if len(queues) != 1 or isinstance(queues[0], StreamQueue | ClassicQueue):
+    if not queues:
         return None
-    return queues[0]
+    leader = None
+    for queue in queues:
+        if isinstance(queue, StreamQueue | ClassicQueue):
+            return None
+        if leader is None:
+            leader = queue.leader
+        elif queue.leader != leader:
+            return None
+    return tuple(queues), count
+
+
+def _reachable(vhost: Any, exchange: str, remote: RemoteLookup) -> list[Any]:
+    """Every queue, here or led elsewhere, that a publish to ``exchange`` may reach (names
+    that are nowhere are left out: the leader leaves them out too)."""
+    out: list[Any] = []
+    for name in sorted(vhost.reachable_queues(exchange)):
+        queue = vhost.queues.get(name) or vhost.classic.queues.get(name) or remote(name)
+        if queue is not None:
+            out.append(queue)
+    return out

@@ -233,8 +233,10 @@ class Subscription(CommitWaker):
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
         # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
-        # consumer's: the reader's work plus what was delivered, folded in once per turn
-        self.stats = ConsumerFilterStats(reader.stats, queue.filter_stats)
+        # consumer's: the reader's work plus what was delivered, folded in once per turn;
+        # a replica's feed is replication, not a consumer: the stream does not count it
+        stream_stats = FilterStats() if verbatim else queue.filter_stats
+        self.stats = ConsumerFilterStats(reader.stats, stream_stats)
 
     def filter_stats(self) -> FilterStats:
         """Its filter and delivery counters since it subscribed."""

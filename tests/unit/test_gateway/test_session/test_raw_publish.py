@@ -13,11 +13,12 @@ from sievemq.amqp import codec, frames
 from sievemq.amqp.states import ChannelPhase
 from sievemq.gateway.runtime.direct_replies import PSEUDO_QUEUE
 from sievemq.gateway.session.confirms import ConfirmTracker
-from sievemq.gateway.session.raw_publish import RawRoute
+from sievemq.gateway.session.raw_publish import RawRoute, remote_targets
 
 LINK_METHOD = b"<link publish frame>"
 CLIENT = 3  # the client's channel
 LINK = 9  # the link channel's number
+QUEUE = SimpleNamespace(name="queue", leader="a")  # a queue node ``a`` leads
 
 
 class Publisher:
@@ -64,8 +65,7 @@ def message(
     ]
 
 
-def route(confirm: bool = True, routes_to: Any = "queue") -> tuple[RawRoute, Any, Publisher]:
-    queue = "queue"
+def route(confirm: bool = True, routes_to: Any = QUEUE) -> tuple[RawRoute, Any, Publisher]:
     vhost = SimpleNamespace(route=lambda exchange, key, headers, remote: [routes_to])
     connection = SimpleNamespace(
         route_stamp=1,
@@ -80,7 +80,7 @@ def route(confirm: bool = True, routes_to: Any = "queue") -> tuple[RawRoute, Any
         tx=None,
         raw_tried=b"",
     )
-    raw = RawRoute(channel, publish_method(), ("", "q", False), queue, lambda name: None)  # type: ignore[arg-type]
+    raw = RawRoute(channel, publish_method(), ("", "q", False), (QUEUE,), lambda name: None)  # type: ignore[arg-type]
     publisher = Publisher()
     raw.publisher = publisher
     channel.raw_route = raw
@@ -146,7 +146,7 @@ def test_a_body_frame_that_is_not_the_whole_body_is_left_to_the_ordinary_path() 
 
 
 def test_a_changed_route_ends_the_raw_route_once_the_connection_moved() -> None:
-    raw, channel, publisher = route(routes_to="another queue")
+    raw, channel, publisher = route(routes_to=SimpleNamespace(name="another", leader="a"))
     got = message(b"x")
     assert raw.forward_run(got, 0, 3) == 1  # the stamp has not moved: not checked again
     channel.connection.route_stamp += 1
@@ -167,3 +167,45 @@ def test_a_channel_in_a_transaction_leaves_the_raw_route() -> None:
     channel.connection.route_stamp += 1
     assert raw.forward_run(message(b"x"), 0, 3) == 0
     assert publisher.retired
+
+
+def targets(*queues: Any) -> Any:
+    vhost = SimpleNamespace(route=lambda exchange, key, headers, remote: list(queues))
+    return remote_targets(vhost, "x", "k", lambda name: None)
+
+
+def test_queues_one_other_node_leads_go_raw_together() -> None:
+    other = SimpleNamespace(name="other", leader="a")
+    assert targets(QUEUE) == ((QUEUE,), 1)
+    assert targets(QUEUE, other) == ((QUEUE, other), 2)
+
+
+def test_queues_of_two_leaders_or_nowhere_do_not_go_raw() -> None:
+    assert targets(QUEUE, SimpleNamespace(name="elsewhere", leader="c")) is None
+    assert targets() is None
+
+
+def by_headers(reachable: dict[str, Any]) -> Any:
+    """A vhost whose exchange routes by headers and may reach ``reachable`` (name: queue,
+    led by another node; None: led by no one)."""
+
+    def route(exchange: str, key: str, headers: Any, remote: Any) -> list[Any]:
+        headers()
+        raise AssertionError("unreachable")
+
+    return SimpleNamespace(
+        route=route,
+        reachable_queues=lambda exchange: set(reachable),
+        queues={},
+        classic=SimpleNamespace(queues={}),
+    )
+
+
+def test_a_headers_exchange_goes_raw_when_one_other_node_leads_all_it_may_reach() -> None:
+    other = SimpleNamespace(name="other", leader="a")
+    reachable = {"queue": QUEUE, "other": other, "gone": None}
+    vhost = by_headers(reachable)
+    assert remote_targets(vhost, "h", "k", reachable.get) == ((other, QUEUE), 0)
+    assert remote_targets(vhost, "h", "k", reachable.get, mandatory=True) is None
+    reachable["c's"] = SimpleNamespace(name="c's", leader="c")
+    assert remote_targets(by_headers(reachable), "h", "k", reachable.get) is None

@@ -98,6 +98,7 @@ def _node() -> Any:
         broker=broker,
         connections=set(),
         alarm_reasons=(),  # no resource alarm on
+        link_flow=None,  # not in a cluster
         next_id=lambda: next(ids),
         # no vhost or user connection limits to refuse with; nothing counts opens
         connection_refusal=lambda vhost, username: None,

@@ -63,6 +63,10 @@ class ClusterPort(Protocol):
         """A recorded queue's members (leader, then replicas) and those running now."""
         ...
 
+    def link_views(self) -> list[dict[str, Any]]:
+        """This node's inter-node links: peer, vhost, bytes buffered, flow, channels."""
+        ...
+
     def queue_epoch(self, vhost: str, name: str) -> int | None:
         """A recorded queue's leader epoch (None: not recorded)."""
         ...

@@ -335,6 +335,11 @@ class StreamQueue:
             "ack": self.acked,
         }
 
+    def read_stats(self) -> dict[str, int]:
+        """What its readers did (a replica's copy: it takes no publishes of its own)."""
+        delivered = self.filter_stats.messages_delivered
+        return {"deliver": delivered, "deliver_get": delivered, "ack": self.acked}
+
     def notify_deleted(self) -> None:
         """Mark deleted and call every delete listener once; a failing listener is skipped
         so the others (and the file removal) still happen."""
