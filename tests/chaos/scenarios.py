@@ -253,6 +253,31 @@ def new_leader(ch: Chaos, old: str) -> None:
     ch.notes["failover_s"] = round(time.monotonic() - ch.started, 3)
 
 
+@contextlib.contextmanager
+def _partitioned(ch: Chaos, node: str, others: list[str]) -> Iterator[None]:
+    """``node`` cut from ``others`` for the block, healed after it."""
+    ch.net.isolate(ch.cluster.host(node), [ch.cluster.host(n) for n in others])
+    try:
+        yield
+    finally:
+        ch.net.heal()
+
+
+def leader_cut_from_nodes(ch: Chaos) -> None:
+    """The leader reaches etcd (its lease holds: it is listed running) but neither replica:
+    they hear nothing from it past the lease's TTL and elect one of them (a majority), the
+    old leader reads the new record from etcd and hands over; once the cut heals it follows
+    the new leader, its copy cut back to what the new epoch kept."""
+    victim = the_leader(ch)
+    replicas = [n for n in NODES if n != victim]
+    with (
+        ch.fault("leader-cut-from-nodes", victim, LEADER_VICTIM),
+        _partitioned(ch, victim, replicas),  # (healed first, then the fault waits)
+    ):
+        new_leader(ch, victim)
+        ch.hold((victim, LEADER_VICTIM))
+
+
 def kill_leader(ch: Chaos) -> None:
     """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
     comes back on its data as a replica."""
@@ -414,6 +439,7 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "follower-cut-from-etcd": follower_cut_from_etcd,
     "ring": ring,
     "clock-jump": clock_jump,
+    "leader-cut-from-nodes": leader_cut_from_nodes,
     "kill-leader": kill_leader,
     "stop-leader": stop_leader,
     "isolate-leader": isolate_leader,

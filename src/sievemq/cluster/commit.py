@@ -18,8 +18,10 @@ is (deliveries and publisher confirms wait for the committed id).
 An acknowledgement carries the epoch of the record the replica follows; one from another
 epoch than the leader's record is ignored (failover, ``cluster/failover.py``, moves
 epochs). A replica that disconnects keeps counting with what it acknowledged last: those
-chunks are on its disk. What a leader held when it started (or when it began to lead the
-stream) counts as committed: the acknowledgements that follow only move it forward.
+chunks are on its disk. What a leader held when it started counts as committed: the
+acknowledgements that follow only move it forward. A leader promoted by an election
+(``cluster/failover.py``) starts from what the candidates' tails show a majority holds
+(``promoted``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class Commits:
         self.records = records  # the queue records as the watch has them
         self.streams: dict[Queue, StreamCommit] = {}
         self._pending: dict[Queue, tuple[tuple[str, ...], int]] = {}  # unopened, to gate
+        self._floors: dict[Queue, int] = {}  # promoted streams: committed so far, to gate
 
     def lead(self, queue: Queue, record: dict[str, Any]) -> None:
         """The record of a stream (re)read: gate it when this node leads it with replicas,
@@ -169,25 +172,34 @@ class Commits:
         if record is not None and record.get("leader") == self.me:
             self.lead((vhost, name), record)
 
+    def promoted(self, queue: Queue, floor: int) -> None:
+        """This node is about to lead the stream since it won an election: when its declare
+        gates it (``declared``), what the election knows a majority holds (``floor``) is
+        committed; the rest of its copy commits as the replicas acknowledge it, not at once
+        (it may be an old leader's last chunks that no majority took)."""
+        self._floors[queue] = floor
+
     def _opened(self, queue: Queue, stream: Stream) -> None:
         wanted = self._pending.pop(queue, None)
         if wanted is not None:
             self._gate(queue, stream, *wanted)
 
     def _gate(self, queue: Queue, stream: Stream, replicas: tuple[str, ...], epoch: int) -> None:
-        stream.gate()
+        stream.gate(self._floors.pop(queue, None))
         self.streams[queue] = StreamCommit(stream, replicas, epoch)
 
     def drop(self, queue: Queue) -> None:
         """Stop tracking the stream and leave it gated: what it holds uncommitted is never
         confirmed here (a deposed leader's appender nacks it when it hands over)."""
         self._pending.pop(queue, None)
+        self._floors.pop(queue, None)
         self.streams.pop(queue, None)
 
     def forget(self, queue: Queue) -> None:
         """A stream this node leads with no replica left: every chunk commits as written
         (what was held commits now)."""
         self._pending.pop(queue, None)
+        self._floors.pop(queue, None)
         found = self.streams.pop(queue, None)
         if found is not None:
             found.stream.ungate()

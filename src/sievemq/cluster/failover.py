@@ -6,18 +6,31 @@ differs per queue type: how a copy's tail is read, how the winner opens it, how 
 leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
-lease: killed, stopped, cut off from etcd for the TTL), each of its replicas that runs stops
-following it, cuts its copy back to the history it shares with the record (as before it
-follows anyone) and writes its tail to ``sievemq/tails/VHOST/NAME/NODE`` under its own
-lease: the record's epoch it saw, the epoch that wrote its copy's last chunk and its copy's
-end offset. Once the tails of every live member are in (or after ``TAIL_WAIT_S``), and only if
-they come from a majority of the stream's members (leader included: the members are the
-record's ``leader`` and ``replicas``), the member with the highest (epoch, end), ties to
-the first name, writes the record by compare-and-swap on its revision, and on the old
-leader's node key being absent: ``leader`` itself, ``epoch`` + 1, ``epochs`` (the history,
+lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
+heard from it for ``silence_s`` while it could try it: cut from its replicas while its
+lease holds; the time a copy could not try, held by an election or with its leader not
+listed, does not count, so a leader listed again after its lease lapsed is tried anew, not
+replaced at once: ``Follower.listen_anew``), each such
+replica that runs stops following it, cuts its copy back to the history it shares with the
+record (as before it follows anyone) and writes its tail to
+``sievemq/tails/VHOST/NAME/NODE`` under its own lease: the record's epoch it saw, the epoch
+that wrote its copy's last chunk and its copy's end offset; while that tail stands, the
+copy acknowledges nothing of that epoch past it (``Follower.cap``), so a leader that still
+runs commits nothing the election may not count. Once the tails of every live member but
+the leader are in (or after ``TAIL_WAIT_S``), and only if they come from a majority of the
+stream's members (leader included: the members are the record's ``leader`` and
+``replicas``), the member with the highest (epoch, end), ties to the first name, writes the
+record by compare-and-swap on its revision and every counted tail's, and (for a leader that
+stopped) on its node key being absent: ``leader`` itself, ``epoch`` + 1, ``epochs`` (the history,
 ``cluster.epochs``) with the new epoch starting at its end, ``replicas`` the other members
 with the old leader last. Without a majority nothing is chosen (no unclean election): the
-stream takes no writes until its leader or enough replicas come back. The winner moves its
+stream takes no writes until its leader or enough replicas come back. An election that ends
+without a new epoch (the leader heard again, listed again) deletes the tail and reads the
+record again before it lifts the cap, and then acknowledges what the copy holds at once
+(``_withdraw``, ``Follower.set_cap``): a chunk the copy took while capped is acknowledged
+by nothing else when its publisher waits for the confirm, and the leader would hold it for
+good. The winner starts with committed what the tails
+show a majority holds (``Commits.promoted``), not its whole copy. The winner moves its
 copy from ``DATA_DIR/replicas/...`` to its own streams and declares the stream there: it
 takes publishes (AMQP publishes through any node are forwarded to it as the record says;
 Stream-protocol clients' Metadata names it). The other replicas follow it
@@ -36,7 +49,10 @@ own, the fence is lifted; another leader's, the stream is handed over. Handing o
 at start, for a stream this node held when a failover moved it): the stream is detached here
 (its consumers and publishers are told it is gone, as by a delete; its bindings stay), its
 files become this node's replica, cut back to the shared history, and it follows the new
-leader. A node shutting down fences its streams before it leaves the cluster.
+leader. A node shutting down fences its streams before it leaves the cluster. A leader
+whose replicas elected another while its lease held (it was cut from them, not from etcd)
+is not fenced: it cannot commit (their acknowledgements are capped), so its publishes are
+held, and its watch brings the new record: it hands over, its held publishes nacked.
 """
 
 from __future__ import annotations
@@ -51,6 +67,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from sievemq.cluster.commit import committed_offset
 from sievemq.cluster.coordination import (
     EtcdClient,
     EtcdError,
@@ -64,7 +81,7 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
 from sievemq.cluster.membership import NODES, ROOT, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
-from sievemq.cluster.replication import Replication, replica_directory
+from sievemq.cluster.replication import HEARTBEAT_S, Follower, Replication, replica_directory
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.definitions import decode_value
@@ -77,10 +94,22 @@ log = logging.getLogger("sievemq.cluster")
 
 TAILS = ROOT + "tails/"
 WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
+STALLED_S = 1.0  # a timer this late: this node was frozen (SIGSTOP, a stalled loop)
 TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
 RETRY_S = 0.5  # between election rounds that chose nobody
 
 Queue = tuple[str, str]
+
+
+def committed_floor(ends: dict[str, int], me: str, members: int, heard: int) -> int:
+    """What an election's winner (``me``) counts as committed from the start: what the
+    candidates' tails (``ends``: node -> its copy's end) show a majority of ``members``
+    holds (this copy and the next highest others), or what the old leader said it had
+    committed (``heard``: the copy's committed offset), whichever is higher; never past
+    this copy's end."""
+    others = [end for node, end in ends.items() if node != me]
+    held = committed_offset(others, members) or 0
+    return min(ends[me], max(held, heard))
 
 
 def tail_prefix(vhost: str, name: str) -> str:
@@ -122,6 +151,7 @@ class StreamCopies:
         self.placement = placement
         self.broker = broker
         self.me = placement.me
+        self.floors: dict[Queue, int] = {}  # an election's committed floor, for promote
 
     def holds_copy(self, queue: Queue) -> bool:
         return queue in self.replication.followers
@@ -132,6 +162,8 @@ class StreamCopies:
             follower.hold = held
             if held:
                 follower.retarget()
+            else:  # the time held is no silence of the leader's
+                follower.listen_anew()
 
     def tail(self, queue: Queue) -> tuple[int, int]:
         follower = self.replication.followers[queue]
@@ -156,6 +188,9 @@ class StreamCopies:
             log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
             return
         arguments = decode_value(record.get("arguments") or {})
+        floor = self.floors.pop(queue, None)
+        if floor is not None:  # committed at the gate: what the election knows a majority holds
+            self.placement.promoted(queue, floor)
         # gated for commit by majority in the declare's own turn (``Commits.declared``, the
         # broker's hook: placement's record, written just before, says this node leads)
         local.declare_queue(name, durable=True, arguments=dict(arguments))
@@ -199,13 +234,27 @@ class Failover:
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._ticked = 0.0  # when the timer last ran (loop time)
         self._tasks: set[asyncio.Future[None]] = set()
         self._stopped = False
 
     # ---------------------------------------------------------------- watched changes
 
     def apply_nodes(self, events: list[Event], reset: bool) -> None:
-        """A node came or went (the membership folds the events in after its listeners)."""
+        """A node came or went (the membership folds the events in after its listeners): a
+        leader listed again (its lease lapsed, it registered again) is tried anew by its
+        copies, which could not follow it while it was not listed (``Follower.listen_anew``)."""
+        back = {
+            event.kv.key[len(NODES) :]
+            for event in events
+            if event.kind == "put"
+            and event.kv.key.startswith(NODES)
+            and (reset or event.kv.key[len(NODES) :] not in self.membership.records)
+        }
+        if back:
+            for queue, follower in self.replication.followers.items():
+                if self.placement.records.get(queue, {}).get("leader") in back:
+                    follower.listen_anew()
         asyncio.get_running_loop().call_soon(self._check)
 
     def apply_queues(self, events: list[Event], reset: bool) -> None:
@@ -226,26 +275,56 @@ class Failover:
             and not record.get("delete")
         )
 
-    def _orphaned(self, record: dict[str, Any]) -> bool:
-        """A queue this node replicates whose leader is not running."""
+    def _orphaned(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """A queue this node replicates whose leader is not running, or is lost to this
+        stream copy (``_lost``)."""
         leader = record.get("leader")
         return (
             record.get("type", "stream") in self.copies
             and leader != self.me
             and self.me in record.get("replicas", ())
-            and leader not in self.membership.records
             and not record.get("delete")
             and record.get("state") != CREATING
+            and (leader not in self.membership.records or self._lost(queue))
         )
+
+    def silence_s(self) -> float:
+        """How long a copy hears nothing from its running leader before it counts it lost:
+        the lease's TTL (at least three of the heartbeats the follower asks for)."""
+        return float(max(self.membership.ttl_s, 3 * HEARTBEAT_S))
+
+    def _lost(self, queue: Queue) -> bool:
+        """This node's copy heard nothing from its leader (no frame, no connection) for
+        ``silence_s``: the leader runs (its lease holds) but this copy cannot follow it. An
+        election needs a majority of the members to have lost it (each writes a tail only
+        then), and then the leader cannot commit either: they hold its majority."""
+        follower = self.replication.followers.get(queue)
+        return follower is not None and follower.silent_for() > self.silence_s()
 
     def _check(self) -> None:
         if self._stopped or not self.membership.registered.is_set():
             return
         for queue, record in list(self.placement.records.items()):
-            if queue not in self._elections and self._orphaned(record):
-                task = asyncio.ensure_future(self._elect(queue))
-                self._elections[queue] = task
-                task.add_done_callback(functools.partial(self._elected, queue))
+            if queue not in self._elections and self._orphaned(queue, record):
+                self._start_election(queue)
+
+    def _check_silent(self) -> None:
+        """The copies whose running leader went silent (checked by the timer: nothing in
+        etcd changes when a leader is cut from its replicas only)."""
+        if self._stopped or not self.membership.registered.is_set():
+            return
+        silence = self.silence_s()
+        for queue, follower in list(self.replication.followers.items()):
+            if queue in self._elections or follower.silent_for() <= silence:
+                continue
+            record = self.placement.records.get(queue)
+            if record is not None and self._orphaned(queue, record):
+                self._start_election(queue)
+
+    def _start_election(self, queue: Queue) -> None:
+        task = asyncio.ensure_future(self._elect(queue))
+        self._elections[queue] = task
+        task.add_done_callback(functools.partial(self._elected, queue))
 
     def _elected(self, queue: Queue, task: asyncio.Future[None]) -> None:
         if self._elections.get(queue) is task:
@@ -273,6 +352,8 @@ class Failover:
 
     async def _elect(self, queue: Queue) -> None:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
+        follower: Follower | None = None  # a stream's (its acknowledgements are capped)
+        warned: list[bool] = []  # the no-majority warning, once per election
         try:
             while not self._stopped:
                 record = self.placement.records.get(queue)
@@ -281,26 +362,53 @@ class Failover:
                     record is None
                     or copies is None
                     or not copies.holds_copy(queue)
-                    or not self._orphaned(record)
+                    or not self._orphaned(queue, record)
                 ):
                     return
+                follower = self.replication.followers.get(queue)
                 copies.hold(queue, True)  # its copy's end stays put while the members compare
                 try:
-                    if await self._round(queue, record, tail, copies):
+                    if await self._round(queue, record, tail, copies, warned):
                         return
                 except (EtcdUnavailable, EtcdError) as error:
                     log.info("electing a leader of '%s': %s", queue[1], error)
                 finally:
-                    copies.hold(queue, False)
-                await asyncio.sleep(RETRY_S)
+                    copies.hold(queue, False)  # (its copy tries the leader anew)
+                if record.get("leader") not in self.membership.records:
+                    await asyncio.sleep(RETRY_S)
+                # (a leader that runs: the next check ends the election unless the copy
+                # stays silent for ``silence_s`` again, when the timer starts another)
         except Exception:
             log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
         finally:
-            with contextlib.suppress(EtcdUnavailable, EtcdError):
+            await self._withdraw(queue, tail, follower)
+
+    async def _withdraw(self, queue: Queue, tail: str, follower: Follower | None) -> None:
+        """The election ended: remove this copy's tail, then lift its acknowledgement cap
+        once no election can count that tail any more: after the delete, a read of the
+        record (linearizable) that shows no new epoch means no compare-and-swap that read
+        the tail can succeed (it compares the tail's revision); one that shows a new epoch
+        makes the cap moot (it caps the old epoch only)."""
+        while True:
+            try:
                 await self.client.delete(tail)
+                if follower is not None and follower.cap is not None:
+                    await self.client.get(queue_key(*queue))
+                    follower.set_cap(None)  # (acknowledging what it holds now)
+                return
+            except (EtcdUnavailable, EtcdError) as error:
+                if self._stopped or follower is None or follower.cap is None:
+                    return
+                log.info("withdrawing from the election of '%s': %s", queue[1], error)
+            await asyncio.sleep(RETRY_S)
 
     async def _round(
-        self, queue: Queue, record: dict[str, Any], tail_key: str, copies: Copies
+        self,
+        queue: Queue,
+        record: dict[str, Any],
+        tail_key: str,
+        copies: Copies,
+        warned: list[bool],
     ) -> bool:
         """One round: True when the record changed (this node won, or saw another win)."""
         lease = self.membership.lease
@@ -308,21 +416,36 @@ class Failover:
             return False
         epoch = int(record.get("epoch", 1))
         leader = str(record.get("leader"))
+        running = leader in self.membership.records  # lost to this copy, not stopped
         members = [leader, *map(str, record.get("replicas", ()))]
         last, end = copies.tail(queue)
         mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
+        follower = self.replication.followers.get(queue)  # a stream's copy
+        if follower is not None:
+            # no acknowledgement of this epoch past the tail while it stands: the leader
+            # (if it runs) cannot commit what the election may not count
+            cap = follower.cap
+            kept = cap[1] if cap is not None and cap[0] == epoch else end
+            follower.cap = (epoch, min(kept, end))
         await self.client.put(tail_key, json.dumps(mine), lease.id)
+        if follower is not None:
+            follower.cap = (epoch, end)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TAIL_WAIT_S
         while True:
             kvs, _ = await self.client.get_prefix(tail_prefix(*queue))
-            tails = {}
+            tails: dict[str, tuple[int, int]] = {}
+            revisions: dict[str, int] = {}  # tail key -> revision: the swap compares them
             for kv in kvs:
                 with contextlib.suppress(ValueError, TypeError, KeyError):
                     got = json.loads(kv.value)
                     if got.get("record_epoch") == epoch and got.get("node") in members:
                         tails[str(got["node"])] = (int(got["epoch"]), int(got["end"]))
-            live = {m for m in members if m in self.membership.records or m == self.me}
+                        revisions[kv.key] = kv.mod_revision
+            # the leader never offers a tail; the members still hearing it offer none
+            live = {
+                m for m in members if m != leader and (m in self.membership.records or m == self.me)
+            }
             if live <= set(tails) or loop.time() > deadline:
                 break
             await asyncio.sleep(0.05)
@@ -330,22 +453,28 @@ class Failover:
             return True
         majority = len(members) // 2 + 1
         if len(tails) < majority:
-            log.warning(
-                "%s '%s' in vhost '%s': its leader %s is not running and only %d of its "
-                "%d members answered (%s): no leader is chosen without a majority",
+            (log.info if warned else log.warning)(
+                "%s '%s' in vhost '%s': its leader %s %s and only %d of its %d members "
+                "answered (%s): no leader is chosen without a majority",
                 _kind(record),
                 queue[1],
                 queue[0],
                 leader,
+                f"was not heard from for {self.silence_s():g} s" if running else "is not running",
                 len(tails),
                 len(members),
                 ", ".join(sorted(tails)) or "none",
             )
+            warned.append(True)
             return False
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        return await self._take(queue, record, end, copies)
+        if follower is not None and isinstance(copies, StreamCopies):
+            ends = {n: e for n, (_, e) in tails.items()}
+            heard = follower.stream.committed_offset
+            copies.floors[queue] = committed_floor(ends, self.me, len(members), heard)
+        return await self._take(queue, record, end, copies, revisions, running)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
@@ -360,7 +489,21 @@ class Failover:
             await asyncio.sleep(0.05)
         return False
 
-    async def _take(self, queue: Queue, record: dict[str, Any], end: int, copies: Copies) -> bool:
+    async def _take(
+        self,
+        queue: Queue,
+        record: dict[str, Any],
+        end: int,
+        copies: Copies,
+        tails: dict[str, int],
+        running: bool,
+    ) -> bool:
+        """Write the record as this node's, compared with the revisions of the record and
+        of every tail counted (a member that withdrew its tail, to acknowledge the old
+        leader again, voids the swap); for a leader that stopped, also with its node key
+        absent (it did not come back meanwhile). A leader that runs, cut from a majority of
+        its members, is not asked: it commits nothing without them (their acknowledgements
+        are capped) and hands over when it reads the record."""
         key = queue_key(*queue)
         old = str(record.get("leader"))
         epoch = int(record.get("epoch", 1)) + 1
@@ -372,21 +515,24 @@ class Failover:
             epochs=[list(pair) for pair in history],
             replicas=[*(str(r) for r in record.get("replicas", ()) if r != self.me), old],
         )
-        result = await self.client.txn(
-            [mod_revision_is(key, int(record["mod_revision"])), key_missing(NODES + old)],
-            [put_op(key, json.dumps(won))],
-        )
+        compares = [mod_revision_is(key, int(record["mod_revision"]))]
+        compares += [mod_revision_is(tail, revision) for tail, revision in tails.items()]
+        if not running:
+            compares.append(key_missing(NODES + old))
+        result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
         if not result.succeeded:
+            if isinstance(copies, StreamCopies):
+                copies.floors.pop(queue, None)
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
         await copies.promote(queue, won, history)
         log.warning(
-            "%s '%s' in vhost '%s': leader %s stopped; this node leads it now "
-            "(epoch %d, from %s %d)",
+            "%s '%s' in vhost '%s': leader %s %s; this node leads it now (epoch %d, from %s %d)",
             _kind(record),
             queue[1],
             queue[0],
             old,
+            "was lost to a majority of its members" if running else "stopped",
             epoch,
             "offset" if _kind(record) == "stream" else "log id",
             end,
@@ -422,6 +568,12 @@ class Failover:
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(WATCHDOG_S, self._tick)
+        now = loop.time()
+        if self._ticked and now - self._ticked > STALLED_S:
+            # this node was frozen, not its leaders silent: each copy hears anew
+            for follower in self.replication.followers.values():
+                follower.heard_at = max(follower.heard_at, now)
+        self._ticked = now
         lease = self.membership.lease
         fresh = (
             lease is not None
@@ -432,6 +584,8 @@ class Failover:
             self._fence_all(lease)
         elif self.fenced and lease is self._fenced_under:
             self._lift(set(self.fenced), "its etcd lease was renewed after all")
+        if fresh and self.replication.followers:
+            self._check_silent()
 
     def _led_replicated(self) -> list[Queue]:
         return [

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 import pamqp.commands as spec
@@ -54,6 +56,45 @@ _FRAME_HEADER: Final = frames.FRAME_HEADER
 _FRAME_BODY: Final = frames.FRAME_BODY
 _filter_mark = publish_cache.filter_mark
 _MARK_NONE: Final = publish_cache.MARK_NONE
+
+
+class NackLog:
+    """The warning that forwarded publishes were nacked, at most once per queue every
+    ``every_s`` seconds, with how many were nacked since the last line: a node cut off from
+    a leader nacks each publish as its link channel fails, and one line per nack flooded
+    the logs (a chaos run: about 150,000 lines in two minutes)."""
+
+    def __init__(self, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._queues: dict[tuple[str, str], list[Any]] = {}  # -> [logged at, nacked since]
+
+    def nacked(self, vhost: str, name: str, leader: str, count: int, why: str) -> bool:
+        """``count`` publishes to the queue were nacked; True when a line was logged."""
+        now = self._clock()
+        entry = self._queues.get((vhost, name))
+        if entry is not None and now - entry[0] < self.every_s:
+            entry[1] += count
+            return False
+        if len(self._queues) >= _NACK_LOG_MAX:
+            self._queues = {k: v for k, v in self._queues.items() if now - v[0] < self.every_s}
+        since = 0 if entry is None else entry[1]
+        self._queues[(vhost, name)] = [now, 0]
+        log.warning(
+            "publishes to queue '%s' in vhost '%s' forwarded to node '%s' are nacked: %s "
+            "(%d now%s)",
+            name,
+            vhost,
+            leader,
+            why,
+            count,
+            f", {since} more since the last such line" if since else "",
+        )
+        return True
+
+
+_NACK_LOG_MAX: Final = 10_000
+NACK_LOG = NackLog()
 
 
 class ForwardedQueue:
@@ -244,13 +285,8 @@ class ForwardedQueue:
             return
         self._channel = None
         if self._runs:
-            log.warning(
-                "publishes to queue '%s' in vhost '%s' forwarded to node '%s' are nacked: %s",
-                self.name,
-                self.vhost,
-                self.leader,
-                f"{code} {text}" if code else text,
-            )
+            why = f"{code} {text}" if code else text
+            NACK_LOG.nacked(self.vhost, self.name, self.leader, self.unconfirmed, why)
         self._fail_all()
 
     def _fail_all(self) -> None:

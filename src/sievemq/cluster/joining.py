@@ -87,6 +87,7 @@ async def join(
     membership.subscribe(QUEUES, commits.apply)  # after placement: records current
     placement.led = commits.lead
     broker.stream_declared = commits.declared  # a promoted or placed leader: gated at once
+    placement.promoted = commits.promoted
     placement.holds = commits.held
     placement.open_feed = QuorumFeeds(broker, commits.held).quorum_feed
     quorum = QuorumReplication(placement, broker, placement.links)

@@ -143,6 +143,8 @@ class Placement:
         # commit by majority (``cluster/commit.py``, set at join): told of each record of a
         # queue this node starts to lead, and of the replicas' acknowledgements
         self.led: Callable[[tuple[str, str], dict[str, Any]], None] = lambda queue, record: None
+        # a stream this node is about to lead since an election: its committed floor
+        self.promoted: Callable[[tuple[str, str], int], None] = lambda queue, floor: None
         self.holds: Callable[[str, str, str, int, int], None] = lambda *ack: None
         # the log feeds of the quorum queues this node leads (``cluster/quorum_replication``)
         self.open_feed: Callable[[str, str, FeedChannelEnd], FeedPeer] | None = None

@@ -30,6 +30,11 @@ end): the leader commits a chunk once a majority holds it (``cluster/commit.py``
 its committed offset on the subscription (``wire.COMMITTED``): the copy is gated
 (``Stream.gate``), so its readers here (AMQP consumers, Stream-protocol subscribers, the
 Spark network mode) read up to what the leader committed, not up to the copy's end.
+
+The follower asks the leader for a heartbeat every ``HEARTBEAT_S`` (Tune) and notes when it
+last heard anything (``heard_at``): a copy that hears nothing from its running leader for
+the lease's TTL counts it lost and stands in an election (``cluster.failover``); while its
+tail stands it acknowledges no more than the tail (``cap``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ log = logging.getLogger("sievemq.cluster")
 REPLICAS_DIR = "replicas"
 CREDIT = 32  # chunks in flight from the leader
 RETRY_S = 1.0  # between attempts to reach the leader
+HEARTBEAT_S = 1  # asked of the leader (Tune): a silent leader sends a heartbeat this often
 _OSIRIS_HEADER = struct.Struct(">BBHIqQQIIII")  # docs/stream-protocol.md §3
 _DATA_LENGTH = 8  # the data length's index in it
 
@@ -94,6 +100,12 @@ class Follower:
         self._record = record  # the stream's etcd record now (its epoch and history)
         self.epoch = 0  # the record's epoch this follower last followed
         self.hold = False  # an election is on (``cluster.failover``): follow nobody
+        # while this copy's tail stands as an election's candidate (``cluster.failover``):
+        # (epoch, end) -- its acknowledgements in that epoch go no further than the tail,
+        # so that no leader of that epoch commits what the election may not have counted
+        self.cap: tuple[int, int] | None = None
+        self.heard_at = asyncio.get_running_loop().time()  # the last frame from the leader
+        self._wake = asyncio.Event()  # try the leader now (an election's hold lifted)
         self._writer: asyncio.StreamWriter | None = None
         self._corr = 0
         self._owed = 0  # chunks appended and not acknowledged yet (``_acknowledge``)
@@ -127,13 +139,57 @@ class Follower:
                 finally:
                     self.connected.clear()
                     self._writer = None
-            await asyncio.sleep(RETRY_S)
+            self._wake.clear()
+            # (not ``wait_for``: on 3.11 a wake and a cancel (``stop``) in the same turn
+            # loses the cancel, and ``stop`` would wait on this loop for good)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RETRY_S):
+                    await self._wake.wait()
+
+    def silent_for(self) -> float:
+        """Seconds since the last frame from the leader (connected or not), or since this
+        copy could try it again (``listen_anew``), whichever is later."""
+        return asyncio.get_running_loop().time() - self.heard_at
+
+    def listen_anew(self) -> None:
+        """This copy may try its leader again (an election's hold lifted, the leader listed
+        again after its lease lapsed): try it now, and count its silence from now. The time
+        it could not try (held, or nobody to follow) is no sign the leader is lost: counted,
+        a leader back after an etcd outage would be replaced by its replicas at once."""
+        self.heard_at = max(self.heard_at, asyncio.get_running_loop().time())
+        self._wake.set()
+
+    def set_cap(self, cap: tuple[int, int] | None) -> None:
+        """Set (or lift: None) the election's cap on what this copy acknowledges, and tell
+        the leader what it holds now: an acknowledgement capped while a tail stood is not
+        sent again by itself (the next chunk would; a publisher waiting for its confirm
+        sends none), so a leader heard again after an election that chose nobody would hold
+        its last publishes for good."""
+        self.cap = cap
+        writer = self._writer
+        if writer is not None and self.connected.is_set() and not writer.is_closing():
+            writer.write(wire.replica_holds(0, self.epoch, self.holds()))
+
+    def holds(self) -> int:
+        """What this copy acknowledges holding: its end, no further than an election's cap
+        in the epoch it follows."""
+        end = self.stream.end_offset
+        cap = self.cap
+        if cap is not None and cap[0] == self.epoch:
+            return min(end, cap[1])
+        return end
 
     def retarget(self) -> None:
         """The record changed (a new leader, a new epoch): drop the connection now; the
         next one goes where the record says, after the copy is brought to its history."""
         if self._writer is not None:
             self._writer.close()
+
+    def follow_anew(self) -> None:
+        """A new epoch's leader: follow it, and give it its own time to be heard from (the
+        silence of the old one does not count against it)."""
+        self.heard_at = asyncio.get_running_loop().time()
+        self.retarget()
 
     def prepare(self) -> None:
         """Cut the copy back to the history it shares with the record's, and keep that."""
@@ -172,7 +228,7 @@ class Follower:
             )
             await self._ok(reader, writer, wire.SUBSCRIBE, body, "Subscribe")
             # what it holds already (a leader that restarted learns it so)
-            writer.write(wire.replica_holds(0, self.epoch, self.stream.end_offset))
+            writer.write(wire.replica_holds(0, self.epoch, self.holds()))
             self.connected.set()
             log.info(
                 "replica of '%s' in vhost '%s' follows %s:%d from offset %d",
@@ -182,8 +238,10 @@ class Follower:
                 port,
                 self.stream.end_offset,
             )
+            loop = asyncio.get_running_loop()
             while True:
                 key, version, frame = await _frame(reader)
+                self.heard_at = loop.time()
                 handler = _ON_FRAME.get(key)  # (other frames: nothing to do)
                 if handler is not None:
                     await handler(self, writer, key, version, frame)
@@ -201,6 +259,8 @@ class Follower:
         """A chunk: appended as the leader stored it, then the leader told what the copy
         holds (synced under always: the leader may commit it) with credit for one more:
         once for every chunk that came in the same read (``_acknowledge``)."""
+        if self.hold:  # an election compares this copy's end: it stays put
+            raise ReplicaError("an election is on")
         await self._append(frame, version)
         # what the leader committed may reach past the copy's end (a copy catching up):
         # commit clamps to the end, so commit again as it grows
@@ -210,14 +270,14 @@ class Follower:
             asyncio.get_running_loop().call_soon(self._acknowledge, writer)
 
     def _acknowledge(self, writer: asyncio.StreamWriter) -> None:
-        """What the copy holds, and credit for as many chunks as were appended since the
-        last acknowledgement: one write when the follower has read every chunk that came
-        (a copy catching up gets them many at a time: one write, and one wake of the
-        leader, for all), not one per chunk."""
+        """What the copy holds (no further than an election's cap: ``holds``), and credit
+        for as many chunks as were appended since the last acknowledgement: one write when
+        the follower has read every chunk that came (a copy catching up gets them many at a
+        time: one write, and one wake of the leader, for all), not one per chunk."""
         owed, self._owed = self._owed, 0
         if owed and not writer.is_closing():
             writer.write(
-                wire.replica_holds(0, self.epoch, self.stream.end_offset)
+                wire.replica_holds(0, self.epoch, self.holds())
                 + wire.frame(wire.CREDIT, struct.pack(">BH", 0, owed))
             )
 
@@ -293,7 +353,9 @@ class Follower:
         if key != wire.TUNE:
             raise ReplicaError(f"expected Tune, got frame {key}")
         frame_max, _ = struct.unpack_from(">II", tune, 0)
-        writer.write(wire.frame(wire.TUNE, struct.pack(">II", frame_max, 0)))
+        # heartbeats: a leader that sends nothing for the lease's TTL is lost to this copy
+        # (``cluster.failover``), also when the connection stays open but carries nothing
+        writer.write(wire.frame(wire.TUNE, struct.pack(">II", frame_max, HEARTBEAT_S)))
         await self._ok(reader, writer, wire.OPEN, wire.enc_string(self.vhost), "Open")
 
     async def _ok(
@@ -308,6 +370,7 @@ class Follower:
         writer.write(wire.frame(key, struct.pack(">I", self._corr) + body))
         while True:
             got, _, frame = await _frame(reader)
+            self.heard_at = asyncio.get_running_loop().time()
             if got == key | wire.RESPONSE:
                 corr, code = struct.unpack_from(">IH", frame, 0)
                 if corr != self._corr:
@@ -386,7 +449,7 @@ class Replication:
         for queue, record in wanted.items():
             current = self.followers.get(queue)
             if current is not None and current.epoch != int(record.get("epoch", 1)):
-                current.retarget()
+                current.follow_anew()
             if queue not in self.followers and queue not in self._dropping:
                 try:
                     self.followers[queue] = self._follower(queue, record)

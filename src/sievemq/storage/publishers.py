@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sievemq.storage.errors import StorageError
-from sievemq.storage.types import KIND_STREAM
+from sievemq.storage.types import KIND_STREAM, Message
 
 if TYPE_CHECKING:
     from sievemq.storage.stream import Stream
@@ -61,6 +61,9 @@ class PublisherSequences:
     def __init__(self, stream: Stream, other_tags: TagReader | None = None) -> None:
         self.path = Path(stream.directory) / SNAPSHOT_FILE
         self._last: dict[str, int] = {}
+        # reference -> the id it went back to when a publish of it was refused unwritten,
+        # until the stream writes again (``refused``, ``written``)
+        self._floors: dict[str, int] = {}
         self._other_tags = other_tags
         start = self._load(stream.end_offset)
         self.scanned = self._scan(stream, max(start, stream.first_offset))
@@ -134,6 +137,44 @@ class PublisherSequences:
         last = self._last.get(reference)
         if last is not None and last >= publishing_id:
             self._last[reference] = publishing_id - 1
+
+    def refused(self, messages: Iterable[Message]) -> None:
+        """``messages`` were refused unwritten (a fenced leader, a failed write): each
+        reference among them goes back below its lowest refused id, and no further refusal
+        raises it again until the stream writes (``written``): a publisher that pipelines
+        sends later ids before it hears of the refusal, and they are refused in turn, while
+        the earlier ones are still to be sent again. Deduplicated AMQP 0-9-1 publishes
+        (``other_tags``) and stream-protocol ones alike."""
+        lowest: dict[str, int] = {}
+        other = self._other_tags
+        for message in messages:
+            props = message.properties
+            if not props:
+                continue
+            if message.kind == KIND_STREAM:
+                tag = read_tag(props)
+            elif other is not None:
+                tag = other(props)
+            else:
+                continue
+            if tag is not None and tag[1] < lowest.get(tag[0], tag[1] + 1):
+                lowest[tag[0]] = tag[1]
+        floors = self._floors
+        for reference, publishing_id in lowest.items():
+            floor = min(publishing_id - 1, floors.get(reference, publishing_id - 1))
+            floors[reference] = floor
+            last = self._last.get(reference)
+            if last is not None and last > floor:
+                self._last[reference] = floor
+
+    def written(self) -> None:
+        """The stream wrote a batch again: what was refused before is history."""
+        self._floors.clear()
+
+    @property
+    def refusing(self) -> bool:
+        """Whether a refusal was seen since the last write (``written`` then has work)."""
+        return bool(self._floors)
 
     def save(self, end_offset: int) -> None:
         """Write the snapshot (call when everything written so far is on disk)."""

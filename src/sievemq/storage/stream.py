@@ -693,11 +693,15 @@ class Stream:
         self._listeners = [c for c in self._listeners if c != cb]
         self._tail_listeners = [c for c in self._tail_listeners if c != cb]
 
-    def gate(self) -> None:
+    def gate(self, committed: int | None = None) -> None:
         """From now on readers and commit listeners see only what ``commit`` allows: a
         replicated stream's leader, where a chunk is committed once a majority holds it
-        (``cluster/commit.py``). What is stored now stays readable."""
+        (``cluster/commit.py``). What is stored now stays readable, or with ``committed``
+        only what is below it (a copy that just became the leader: a majority may not hold
+        its last chunks yet; call it before anything reads the stream)."""
         self.gated = True
+        if committed is not None:
+            self.committed_offset = min(committed, self.end_offset)
 
     def ungate(self) -> None:
         """Back to every append being committed at once (a stream without replicas)."""

@@ -146,6 +146,11 @@ def first_confirm(node: ServerProcess, name: str, body: bytes) -> float:
     raise AssertionError(f"no confirm through {node.url} within {WAIT_S + TTL_S} s")
 
 
+def _dedup_props(publishing_id: int) -> pika.BasicProperties:
+    headers = {"x-sievemq-publisher": "amqp-ref", "x-sievemq-publishing-id": publishing_id}
+    return pika.BasicProperties(headers=headers)
+
+
 def test_leader_killed_a_replica_takes_over(fresh_nodes: dict[str, ServerProcess]) -> None:
     a, b, c = fresh_nodes["a"], fresh_nodes["b"], fresh_nodes["c"]
     channel(a).queue_declare("fo", durable=True, arguments=STREAM)
@@ -286,6 +291,7 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
     publish(a, "away", [f"m {i}".encode() for i in range(100)])
     ch = channel(a)
     ch.confirm_delivery()
+    ch.basic_publish("", "away", b"amqp id 1", _dedup_props(1))  # a deduplicated publisher
     raw = RawStreamClient(a)  # and a Stream-protocol publisher
     assert raw.open() == wire.OK
     raw.request(wire.DECLARE_PUBLISHER, b"\x01" + wire.enc_string("") + wire.enc_string("away"))
@@ -298,6 +304,8 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
         until(lambda: "cannot be sure it still leads" in a.stderr(), "a fences its stream")
         with pytest.raises(NackError):
             ch.basic_publish("", "away", b"while etcd is away")
+        with pytest.raises(NackError):  # refused unwritten: id 2 is not the stream's
+            ch.basic_publish("", "away", b"amqp id 2", _dedup_props(2))
         raw.send(wire.PUBLISH, struct.pack(">BiQI", 1, 1, 7, 4) + b"away")
         key, body = _reply_frame(raw)
         assert key == wire.PUBLISH_ERROR
@@ -310,6 +318,10 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
         os.kill(etcd.proc.pid, signal.SIGCONT)
         raw.close()
     first_confirm(a, "away", b"etcd is back")
+    again_amqp = channel(a)  # id 2 again (through a: forwarded if the stream moved)
+    again_amqp.confirm_delivery()
+    again_amqp.basic_publish("", "away", b"amqp id 2", _dedup_props(2))
+    again_amqp.basic_publish("", "away", b"amqp id 1", _dedup_props(1))  # a duplicate
     leader = fresh_nodes[
         until(lambda: leader_of(b, "away") in ("a", "b", "c") and leader_of(b, "away"), "a leader")
     ]
@@ -325,8 +337,9 @@ def test_replicated_streams_take_no_publishes_while_etcd_is_away(
         assert (key, struct.unpack_from(">BiQ", body)) == (wire.PUBLISH_CONFIRM, (2, 1, 9))
     finally:
         again.close()
-    got = read_all(leader, "away", 102)
-    assert got[:100] == [f"m {i}".encode() for i in range(100)]
+    got = read_all(leader, "away", 105)
+    assert got[:101] == [*(f"m {i}".encode() for i in range(100)), b"amqp id 1"]
     assert b"etcd is back" in got
     assert got.count(b"dedup") == 1  # confirmed means stored
+    assert got.count(b"amqp id 2") == 1 and got.count(b"amqp id 1") == 1
     assert b"while etcd is away" not in got and b"away" not in got

@@ -206,6 +206,7 @@ class Node:
                     self.latencies,
                     self.storage_exhausted,
                     lambda: fenced.fenced,
+                    lambda: fenced.loaded_sequences,
                 )
             self._appenders[id(queue)] = appender
             self.watch(queue)

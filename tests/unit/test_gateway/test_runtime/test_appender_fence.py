@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.runtime.stream.appender import StreamAppender
-from sievemq.storage import Durability, Stream, StreamConfig
+from sievemq.storage import Durability, Message, Stream, StreamConfig
+from sievemq.storage.publishers import PublisherSequences
+from sievemq.testing.raw import props_bytes
 
 from .appender_helpers import FlakyStream, Sink, appender_on, msg, settled
 
@@ -88,5 +91,53 @@ async def test_written_then_fenced_is_nacked_as_written(tmp_path: Path) -> None:
     assert sink.outcomes == {1: False, 2: False} and plain.outcomes == {1: False}
     assert sink.written == [1]  # the refused one was not written: rewound, resent, stored
     assert stream.end_offset == 2
+    appender.close()
+
+
+def _dedup(reference: str, publishing_id: int) -> Message:
+    headers = {"x-sievemq-publisher": reference, "x-sievemq-publishing-id": publishing_id}
+    return Message((), "", "rk", props_bytes(headers=headers), b"id %d" % publishing_id)
+
+
+async def test_ids_refused_by_a_fenced_stream_are_no_duplicates_when_sent_again(
+    tmp_path: Path,
+) -> None:
+    """A deduplicated AMQP publisher pipelines 5, 6, then 7 before it hears of the nacks:
+    all three refused unwritten, all three stored once sent again; an old id still is a
+    duplicate."""
+    stream = Stream.open(tmp_path / "s", StreamConfig())
+    sequences = PublisherSequences(stream, dedup.stored_tag)
+    fenced = False
+    appender = StreamAppender(
+        stream,
+        asyncio.get_running_loop(),
+        None,
+        1000,
+        fenced=lambda: fenced,
+        sequences=lambda: sequences,
+    )
+    sink = Sink()
+
+    def publish(publishing_id: int, seq: int) -> None:
+        sequences.update("ref", publishing_id)  # what the channel's admit does on arrival
+        appender.submit(_dedup("ref", publishing_id), sink, seq)
+
+    publish(4, 1)
+    await settled(sink, 1)
+    fenced = True
+    publish(5, 2)
+    publish(6, 3)
+    await settled(sink, 3)
+    assert sequences.get("ref") == 4
+    publish(7, 4)  # sent before the nacks arrived, refused in turn
+    await settled(sink, 4)
+    assert sequences.get("ref") == 4  # not 6: 5 and 6 are still to come again
+    fenced = False
+    for seq, publishing_id in enumerate((5, 6, 7), start=5):
+        publish(publishing_id, seq)
+    await settled(sink, 7)
+    assert sink.outcomes == {1: True, 2: False, 3: False, 4: False, 5: True, 6: True, 7: True}
+    assert sequences.get("ref") == 7 and not sequences.refusing
+    assert stream.end_offset == 4  # 4, 5, 6, 7 once each
     appender.close()
     stream.close()

@@ -36,6 +36,7 @@ from sievemq.gateway.runtime.latency import WriteLatencies
 from sievemq.gateway.runtime.ports import ConfirmSink
 from sievemq.storage import Durability, Message, StorageError, Stream
 from sievemq.storage.durable import sync_and_close
+from sievemq.storage.publishers import PublisherSequences
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class StreamAppender:
         "_loop",
         "_loop_thread",
         "_on_exhausted",
+        "_refused",
         "_scheduled",
+        "_sequences",
         "_sinks",
         "_subscriptions",
         "_sync_handle",
@@ -82,8 +85,13 @@ class StreamAppender:
         latencies: WriteLatencies | None = None,
         on_exhausted: Callable[[OSError], None] | None = None,
         fenced: Callable[[], bool] | None = None,
+        sequences: Callable[[], PublisherSequences | None] | None = None,
     ) -> None:
         self.stream = stream
+        # the stream's publisher sequences, if loaded: a batch refused unwritten takes its
+        # publishing ids back (``PublisherSequences.refused``), so a resend is stored
+        self._sequences = sequences
+        self._refused = False  # a batch was refused since the last write
         # a replicated stream's leader that may have been replaced (``cluster.failover``):
         # while it says so, nothing is confirmed, every batch is nacked unwritten
         self._fenced = fenced
@@ -230,6 +238,7 @@ class StreamAppender:
             return
         batch, sinks, tokens = self._take()
         if self._fenced is not None and self._fenced():
+            self._refuse(batch)
             _settle(tokens, False)
             return
         if self.durability is Durability.ALWAYS and self._executor is not None:
@@ -249,19 +258,37 @@ class StreamAppender:
         except _APPEND_ERRORS as error:
             log.error("append to %s failed: %s", self.stream.directory, error)
             if self._exhausted(error):
+                self._refuse(batch)
                 _settle(tokens, False)
                 return
             oks = _append_each(self.stream, batch, self._extras(batch))
+            self._refuse([m for m, stored in zip(batch, oks, strict=True) if not stored])
             _settle_each(sinks, tokens, oks, self._confirm)
             ok = any(oks)
         else:
             self.latencies.append.observe(time.perf_counter() - started)
+            if self._refused:
+                self._write_again()
             self._confirm(tokens)
             ok = True
         if ok and self.durability is Durability.BATCH:
             self._dirty = True
             if self._sync_handle is None:
                 self._sync_handle = self._loop.call_later(self._sync_interval, self._sync)
+
+    def _refuse(self, batch: Sequence[Message]) -> None:
+        """``batch`` is nacked unwritten: its publishing ids are not the stream's."""
+        sequences = None if self._sequences is None else self._sequences()
+        if sequences is not None and batch:
+            sequences.refused(batch)
+            self._refused = True
+
+    def _write_again(self) -> None:
+        """Writing again after a refusal (cold: once per refusal)."""
+        self._refused = False
+        sequences = None if self._sequences is None else self._sequences()
+        if sequences is not None:
+            sequences.written()
 
     def _exhausted(self, error: BaseException) -> bool:
         """Whether the append failed for want of disk or descriptors (then reported)."""
@@ -322,6 +349,8 @@ class StreamAppender:
             # durability always: the worker appended and fdatasynced the batch (fenced
             # meanwhile: written, but another leader may not have it, so nacked)
             self.latencies.append.observe(time.perf_counter() - self._sync_started)
+            if self._refused:
+                self._write_again()
             if self._fenced is not None and self._fenced():
                 _nack_written(tokens)
             else:
@@ -329,18 +358,29 @@ class StreamAppender:
             return
         log.error("append to %s failed: %s", self.stream.directory, error)
         if len(batch) == 1 or self._exhausted(error):
+            self._refuse(batch)
             _settle(tokens, False)
             return
         # one bad message must not nack the others: write them one chunk each, still in the
         # worker thread, and nack only what fails again
         self._start(
             tokens,
-            lambda f: _settle_each(sinks, tokens, _oks(f, len(batch)), self._confirm),
+            lambda f: self._settle_each(batch, sinks, tokens, _oks(f, len(batch))),
             _append_each,
             self.stream,
             batch,
             self._extras(batch),
         )
+
+    def _settle_each(
+        self,
+        batch: list[Message],
+        sinks: list[ConfirmSink | None],
+        tokens: Tokens,
+        oks: list[bool],
+    ) -> None:
+        self._refuse([m for m, stored in zip(batch, oks, strict=True) if not stored])
+        _settle_each(sinks, tokens, oks, self._confirm)
 
     def _wait_in_flight(self) -> None:
         """Block until the worker's append ends and handle it now (cold: delete, shutdown)."""
