@@ -58,17 +58,18 @@ CATCH_UP_TURN_BYTES = 256 * 1024
 CATCH_UP_READ = 4
 CATCH_UP_SHARE_MIN = 0.1
 CATCH_UP_SHARE_MAX = 1.0
-CATCH_UP_LATE_S = 0.003  # a paused turn begun later than this after its time: the loop is busy
+CATCH_UP_LATE_S = 0.003  # a turn begun later than this after its time: the loop is busy
 
 
 class CatchUpPacer:
     """When a copy's next catch-up turn may begin: after each turn a pause that leaves the
     turns ``share`` of the loop's time. The share falls to ``CATCH_UP_SHARE_MIN`` after a
     turn that found live load (the stream's end moved since the turn before: publishers
-    are at work; or the turn began more than ``CATCH_UP_LATE_S`` after its pause ended:
-    the loop, or the machine, is busy with other work) and doubles after a turn that found
-    none, so a leader with no publishers ships the backlog at full speed and one with
-    publishers gives it only a tenth of its loop. Times are ``time.perf_counter``'s."""
+    are at work; or the turn began more than ``CATCH_UP_LATE_S`` after its time, the end
+    of its pause or, with no pause, of the turn before: the loop, or the machine, is busy
+    with other work) and doubles after a turn that found none, so a leader with no
+    publishers ships the backlog at full speed and one with publishers gives it only a
+    tenth of its loop. Times are ``time.perf_counter``'s."""
 
     __slots__ = ("_end", "_late", "_timed", "due", "share")
 
@@ -76,7 +77,7 @@ class CatchUpPacer:
         self.share = CATCH_UP_SHARE_MIN  # the first turns find out what the load is
         self.due = 0.0  # the next turn not before this
         self._end = -1  # the stream's end at the last turn
-        self._timed = False  # the next turn waits for its time: its lateness is measured
+        self._timed = False  # the next turn follows on its own: its lateness is measured
         self._late = 0.0
 
     def wait(self, now: float) -> float:
@@ -85,13 +86,14 @@ class CatchUpPacer:
         if left > 0:
             self._timed = True
             return left
-        # (a turn that did not wait, woken by credit after an idle while, is not late)
+        # (a turn woken by credit after an idle while, out of credit, is not late)
         self._late = now - self.due if self._timed else 0.0
         self._timed = False
         return 0.0
 
-    def turn_done(self, started: float, ended: float, end_offset: int) -> None:
-        """A turn ran from ``started`` to ``ended``; ``end_offset``: the stream's end."""
+    def turn_done(self, started: float, ended: float, end_offset: int, goes_on: bool) -> None:
+        """A turn ran from ``started`` to ``ended``; ``end_offset``: the stream's end;
+        ``goes_on``: it scheduled the next (it had credit left and chunks to send)."""
         busy = self._late > CATCH_UP_LATE_S or end_offset != self._end
         self._end = end_offset
         if busy:
@@ -99,6 +101,7 @@ class CatchUpPacer:
         else:
             self.share = min(CATCH_UP_SHARE_MAX, self.share * 2)
         self.due = ended + (ended - started) * (1 - self.share) / self.share
+        self._timed = goes_on
 
 
 class WholeChunks(FilterSpec):
@@ -508,9 +511,10 @@ class Subscription(CommitWaker):
         if out:
             conn.write_parts(out)
         self.stats.account(self.delivered - delivered, written)
+        more = credit > 0 and bool(self._pending or self._chunks or not reader.at_end)
         if pacer is not None:
-            pacer.turn_done(started, time.perf_counter(), stream.end_offset)
-        if credit > 0 and (self._pending or self._chunks or not reader.at_end):
+            pacer.turn_done(started, time.perf_counter(), stream.end_offset, more)
+        if more:
             self.wake()
 
     def stop(self) -> None:
