@@ -158,6 +158,22 @@ def publish_pipelined(
     return asyncio.run(publish())
 
 
+def read_until_end(node: ServerProcess, name: str) -> list[bytes]:
+    """The bodies of stream ``name`` from the first offset, through ``node``, before the
+    first ``end`` (a test publishes it last: every message before it has been read)."""
+    ch = channel(node)
+    ch.basic_qos(prefetch_count=500)
+    got: list[bytes] = []
+    args = {"x-stream-offset": "first"}
+    for method, _, body in ch.consume(name, arguments=args, inactivity_timeout=WAIT_S):
+        assert method is not None, f"no end after {len(got)} deliveries of {name}"
+        ch.basic_ack(method.delivery_tag)
+        if body == b"end":
+            return got
+        got.append(body)
+    raise AssertionError("unreachable")
+
+
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
     """``node``'s /api/queues by queue name."""
     return {q["name"]: q for q in get(node, "/api/queues")}
