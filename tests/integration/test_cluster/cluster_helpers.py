@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -73,6 +74,35 @@ def get(node: ServerProcess, path: str) -> Any:
     response = httpx.get(node.admin_url + path, auth=("guest", "guest"), timeout=10)
     response.raise_for_status()
     return response.json()
+
+
+GLOBAL = re.compile(r"^rabbitmq_global_messages_(\w+)_total\{(.*)\} (\S+)$", re.M)
+
+
+def global_counts(
+    node: ServerProcess, kinds: tuple[str, ...], queue_type: str | None = None
+) -> dict[str, float]:
+    """``node``'s own ``rabbitmq_global_messages_KIND_total`` counters of ``kinds``, from its
+    /metrics: summed over protocols and queue types (or only ``queue_type``'s)."""
+    text = httpx.get(node.admin_url + "/metrics", timeout=10).text
+    out = dict.fromkeys(kinds, 0.0)
+    for kind, labels, value in GLOBAL.findall(text):
+        if kind in out and (queue_type is None or f'queue_type="{queue_type}"' in labels):
+            out[kind] += float(value)
+    return out
+
+
+def overview_since(seen_by: ServerProcess, since: float, nodes: int) -> dict[str, Any]:
+    """``seen_by``'s cluster overview once each of the ``nodes`` nodes' parts in it was
+    published after ``since`` (a ``time.time()``): it counts what the test did before."""
+
+    def fresh() -> dict[str, Any] | None:
+        overview: dict[str, Any] = get(seen_by, "/api/overview")
+        ages = [part["age_ms"] for part in overview["sievemq"]["totals_from"]]
+        recent = all(age / 1000 < time.time() - since for age in ages)
+        return overview if recent and len(ages) == nodes else None
+
+    return dict(until(fresh, "every node published its totals again", timeout=60))
 
 
 def running(node: ServerProcess) -> dict[str, bool]:
@@ -172,6 +202,21 @@ def read_until_end(node: ServerProcess, name: str) -> list[bytes]:
             return got
         got.append(body)
     raise AssertionError("unreachable")
+
+
+def filled(
+    node: ServerProcess,
+    name: str,
+    bodies: list[bytes],
+    arguments: dict[str, Any] | None = None,
+) -> Any:
+    """Queue ``name`` declared durable on ``node`` (with ``arguments``) and ``bodies``
+    published to it with confirms: the publishing pika channel."""
+    ch = channel(node)
+    ch.queue_declare(name, durable=True, arguments=arguments)
+    ch.confirm_delivery()
+    publish_each(ch, name, bodies)
+    return ch
 
 
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
