@@ -21,6 +21,8 @@ import pika
 import pytest
 from rstream.exceptions import OffsetNotFound, StreamNotAvailable
 
+from sievemq.cluster.coordination import EtcdClient
+from sievemq.cluster.membership import MEMBERS
 from sievemq.cluster.replication import replica_directory
 from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.storage.layout import stream_directory
@@ -260,6 +262,78 @@ def etcd_away(etcd: EtcdProcess) -> Iterator[None]:
         yield
     finally:
         etcd.start()
+
+
+async def _forget(etcd: EtcdProcess, name: str) -> None:
+    client = EtcdClient([etcd.url])
+    try:
+        await client.delete(MEMBERS + name)
+    finally:
+        await client.close()
+
+
+def members(node: ServerProcess, queue: str) -> tuple[list[str], list[str]]:
+    """(members, online) of ``queue`` as ``node``'s /api/queues lists them."""
+    row = queues(node).get(queue, {})
+    return list(row.get("members") or []), list(row.get("online") or [])
+
+
+def replicas_on(seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]) -> None:
+    """Wait until every node of ``seen_by`` lists ``names`` as ``queue``'s members, each
+    online."""
+    for node in seen_by:
+        until(
+            lambda n=node: members(n, queue) == (names, names),
+            f"{node.data_dir.name} lists {', '.join(names)} as {queue}'s members, online",
+        )
+
+
+def declare_sized(node: ServerProcess, arguments: dict[str, Any], size: str) -> None:
+    """The reconcile tests' queues, declared on ``node`` (a) while only a and b run:
+    ``grown`` of the default size (3: two members for now), ``single`` and ``pair`` (the
+    ``size`` argument 1 and 2: at their size already, they never move)."""
+    ch = channel(node)
+    ch.queue_declare("grown", durable=True, arguments=arguments)
+    ch.queue_declare("single", durable=True, arguments={**arguments, size: 1})
+    ch.queue_declare("pair", durable=True, arguments={**arguments, size: 2})
+    assert members(node, "grown") == (["a", "b"], ["a", "b"])
+
+
+def sizes_kept(node: ServerProcess) -> None:
+    """``single`` and ``pair`` (``declare_sized``) still on the nodes they were declared on."""
+    assert members(node, "single")[0] == ["a"]
+    assert members(node, "pair")[0] == ["a", "b"]
+
+
+def joined_node(
+    node: ServerProcess, seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]
+) -> None:
+    """``node`` started (it joins the cluster), once every node of ``seen_by`` and ``node``
+    lists ``names`` as ``queue``'s members, online (the join re-chose its replicas)."""
+    node.start()
+    replicas_on((*seen_by, node), queue, names)
+
+
+def stopped_while_one_joins(
+    leaving: ServerProcess, joining: ServerProcess, seen_by: ServerProcess
+) -> None:
+    """``leaving`` stopped (SIGTERM: a transient loss) and ``joining`` started meanwhile,
+    once ``seen_by`` lists each so."""
+    assert leaving.stop() == 0, leaving.stderr()
+    gone, new = leaving.data_dir.name, joining.data_dir.name
+    until(lambda: not running(seen_by).get(gone, True), f"{seen_by} lists {gone} stopped")
+    joining.start()
+    until(lambda: running(seen_by).get(new), f"{seen_by} lists {new} running")
+
+
+def forgotten(
+    etcd: EtcdProcess, name: str, seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]
+) -> None:
+    """Node ``name`` forgotten (its ``sievemq/members/NAME`` deleted, RabbitMQ's
+    ``forget_cluster_node``), once every node of ``seen_by`` lists ``names`` as ``queue``'s
+    members, online (another node took its place)."""
+    asyncio.run(_forget(etcd, name))
+    replicas_on(seen_by, queue, names)
 
 
 def closed_with_541(action: Callable[[], object], text: str) -> None:
