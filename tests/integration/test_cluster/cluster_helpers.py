@@ -1,6 +1,7 @@
-"""Helpers of the cluster tests: node flags, polling, the admin API of a node, publishes, and
-what the replication tests ask a stream on a node (its end, its files, its offsets and
-sequences, who leads it after a failover)."""
+"""Helpers of the cluster tests: node flags, polling, the admin API of a node (its /metrics
+counters, the cluster overview), publishes, what the replication tests ask a stream on a node
+(its end, its files, its offsets and sequences, who leads it after a failover), and nodes
+that join, stop and are forgotten (the members each node then lists)."""
 
 from __future__ import annotations
 
