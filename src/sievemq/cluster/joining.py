@@ -51,6 +51,7 @@ async def join(
     wait_s: float = JOIN_WAIT_S,
     advertised: dict[str, Any] | None = None,
     totals: Callable[[], dict[str, Any]] = dict,
+    parts: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[Membership, Placement]:
     """Register this node, learn the cluster secret (the link's login: ``secret`` is what
     the cluster port checks), place its queues, reconcile its definitions with etcd's and
@@ -61,7 +62,7 @@ async def join(
     nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
-    membership = Membership(client, me, ttl_s, stats, totals=totals)
+    membership = Membership(client, me, ttl_s, stats, totals=totals, parts=parts)
     placement = Placement(
         client,
         name,
