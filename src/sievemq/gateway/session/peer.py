@@ -216,8 +216,8 @@ class LinkPublishChannel(Channel):
 
     def _store(self, queues: list[Any], body: bytes, values: tuple[str, ...]) -> None:
         """A link channel's publish into ``queues`` (this node's, found by the channel): the
-        ordinary path's tail (dedup, confirms, the queues' writers); none: nacked, since the
-        other node found it routed (not stored, so not confirmed)."""
+        ordinary path's tail (``Channel.store``: dedup, confirms, the queues' writers); none:
+        nacked, since the other node found it routed (not stored, so not confirmed)."""
         if not queues:  # deleted meanwhile, or never here: not stored, so nack
             confirm = self.confirm
             if confirm is not None:
