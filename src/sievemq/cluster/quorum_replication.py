@@ -12,11 +12,13 @@ methods: promoting it is opening that queue there, whose recovery rebuilds its s
 The leader (``Feed``, made by ``QuorumFeeds.quorum_feed``) first catches it up from the
 queue's files (``storage.queue_log.Snapshot``, read in worker threads, one segment at a time:
 the live records it lacks, then which of the ids it has are still live), then sends every
-change of the log as the leader writes it (``Shipper``, the ``QueueLog``'s observer), batched
-per event-loop turn, in order. What changes while it catches up is kept and sent after. The
-operations (``encode_*``, applied by ``apply_ops``):
+change of the log as the leader writes it (``Shipper``, the ``QueueLog``'s observer), in
+order: each write's records at once (one batch per write: a turn's publishes, a read's
+slice), the other changes batched per event-loop turn. What changes while it catches up is
+kept and sent after. The operations (``encode_*``, applied by ``apply_ops``):
 
-- ``E``: ``u32 size | record``: an enqueued record, the bytes the leader's segment holds;
+- ``E``: ``u32 size | record``: an enqueued record, the bytes the leader's segment holds
+  (the copy stores them as they came, their checksum checked: ``stage_record``);
 - ``A``: ``u32 n | n × u64 id``: settled (acked, rejected, expired, dead-lettered) ids;
 - ``D``: ``u64 id``: the delivered mark (``QueueLog.flush_delivered``);
 - ``P``: ``u64 floor``: a purge (every id at or below ``floor`` is gone);
@@ -282,7 +284,7 @@ class Shipper:
     def records_written(self, records: list[bytes]) -> None:
         if records:
             self.through = max(self.through, _U64.unpack_from(records[-1], _RECORD_ID_AT)[0])
-        self._add(encode_records(records))
+        self._add(encode_records(records), now=True)
 
     def acked(self, ids: list[int]) -> None:
         self._add(encode_ack(ids))
@@ -296,15 +298,26 @@ class Shipper:
     def counted(self, entries: list[tuple[int, int, bool]]) -> None:
         self._add(encode_counts(entries))
 
-    def _add(self, op: bytes) -> None:
+    def _add(self, op: bytes, now: bool = False) -> None:
+        """Queue ``op`` for the feeds; ``now`` (records just written, on the loop): send
+        it, and what was queued before it, at once. The replicas start writing while this
+        turn goes on (their HOLDS, so the confirms, come sooner), and a turn of several
+        writes (a read's slices) still sends one batch for each write."""
         if not self.feeds:
             return
+        on_loop = threading.get_ident() == self._loop_thread
         with self._lock:
             self._pending.append(op)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        if threading.get_ident() == self._loop_thread:
+            if not (now and on_loop):
+                if self._scheduled:
+                    return
+                self._scheduled = True
+        if now and on_loop:  # (a flush scheduled before finds nothing left)
+            try:
+                self._flush()
+            except Exception:  # the writer that wrote the records must not fail for it
+                log.exception("shipping quorum queue %r to its replicas", self.queue)
+        elif on_loop:
             self._loop.call_soon(self._flush)
         else:  # (a worker thread: wakes the loop)
             self._loop.call_soon_threadsafe(self._flush)
