@@ -64,6 +64,7 @@ from sievemq.cluster.coordination import Event
 from sievemq.cluster.epochs import common_end, history_of, read_history, write_history
 from sievemq.cluster.link import LinkChannel, Links
 from sievemq.cluster.placement import Placement, queue_of
+from sievemq.gateway.admin.views import QuorumCopyView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
@@ -781,6 +782,14 @@ class QuorumReplication:
         task: asyncio.Future[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def copy_view(self, vhost: str, name: str) -> QuorumCopyView | None:
+        """This node's copy of the queue, as ``quorum_status`` lists it (None: none)."""
+        follower = self.followers.get((vhost, name))
+        if follower is None:
+            return None
+        qlog = follower.copy.log
+        return QuorumCopyView(log_end=qlog.last_id, messages=qlog.live_count)
 
     async def release(self, queue: Queue) -> None:
         """Stop following the queue and close the copy (to open it as this node's)."""

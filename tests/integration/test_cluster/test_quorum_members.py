@@ -1,0 +1,241 @@
+"""A quorum queue's members added, removed and listed over HTTP and `sievemq queues`
+(``rabbitmq-queues add_member / delete_member / quorum_status``): three real nodes and a
+real etcd. A member added to a two-member queue copies the leader's log (the live messages
+with the leader's ids and bytes, not the settled ones) and follows it; a removed one stops
+and its copy goes; ``quorum_status`` lists each member with its role, log end, commit end
+and whether its node answers, a stopped node's member ``online: false``; the refusals name
+the problem (the leader's removal, an unknown queue or node, a stream or classic queue, a
+stopped node).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from sievemq.storage import layout
+from sievemq.testing import ServerProcess
+from sievemq.testing.admin_client import queues_cli
+from sievemq.testing.etcd import EtcdProcess
+
+from .cluster_helpers import channel, queues, running, stopped, until
+from .test_cluster_listings import cluster_secret
+from .test_quorum_replication import confirmed, copy_of, declare
+from .test_replica_ops import status_table
+
+NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
+
+
+def path(name: str, tail: str) -> str:
+    return f"/api/queues/quorum/%2F/{name}/{tail}"
+
+
+def http(node: ServerProcess, method: str, where: str, **kwargs: Any) -> httpx.Response:
+    return httpx.request(
+        method, node.admin_url + where, auth=("guest", "guest"), timeout=30, **kwargs
+    )
+
+
+def add(node: ServerProcess, name: str, member: str) -> httpx.Response:
+    return http(node, "POST", path(name, "replicas/add"), json={"node": member})
+
+
+def delete(node: ServerProcess, name: str, member: str) -> httpx.Response:
+    return http(node, "DELETE", path(name, "replicas/delete"), json={"node": member})
+
+
+def members(node: ServerProcess, name: str) -> tuple[list[str], list[str]] | None:
+    row = queues(node).get(name)
+    return None if row is None else (row["members"], row["online"])
+
+
+def settle(node: ServerProcess, name: str, count: int) -> None:
+    """Take and ack ``count`` messages through ``node``."""
+    ch = channel(node)
+    for _ in range(count):
+        method, _props, _body = ch.basic_get(name)
+        assert method is not None
+        ch.basic_ack(method.delivery_tag)
+
+
+def test_a_member_added_copies_the_log_and_a_removed_one_goes(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a = nodes["a"]
+    declare(a, "grow", **{"x-quorum-initial-group-size": 2})
+    first = until(lambda: members(a, "grow"), "a lists the queue")[0]
+    assert first[0] == "a" and len(first) == 2
+    third = next(n for n in NAMES if n not in first)
+    confirmed(a, "grow", [f"m{i}" for i in range(300)])
+    settle(a, "grow", 50)  # settled before the member exists: its copy leaves them out
+
+    # added through a node that is not the leader: its own view shows it at once
+    via = nodes[first[1]]
+    answer = add(via, "grow", third)
+    assert answer.status_code == 201, answer.text
+    assert members(via, "grow") == ([*first, third], [*first, third])
+    for node in nodes.values():
+        until(
+            lambda n=node: members(n, "grow") == ([*first, third], [*first, third]),  # type: ignore[misc]
+            f"{node} lists {third} as a member, online",
+        )
+    leader_log = copy_of(a, "grow")
+    assert len(leader_log) == 250
+    until(lambda: copy_of(nodes[third], "grow") == leader_log, "the new member holds a's log")
+    confirmed(a, "grow", [f"n{i}" for i in range(100)])  # and follows what comes after
+    until(
+        lambda: (
+            len(copy_of(a, "grow")) == 350
+            and copy_of(nodes[third], "grow") == copy_of(a, "grow") == copy_of(via, "grow")
+        ),
+        "every member holds the same 350 messages",
+    )
+    assert add(a, "grow", third).status_code == 204  # already one (RabbitMQ: idempotent)
+
+    # quorum_status: every member at the same log end once caught up
+    def caught_up() -> list[dict[str, str]] | None:
+        done = queues_cli(nodes[third], "quorum_status", "grow")
+        assert done.returncode == 0, done.stderr
+        rows = status_table(done.stdout)
+        return rows if len({r["log_end"] for r in rows}) == 1 else None
+
+    rows = until(caught_up, "quorum_status shows every member at the same log end")
+    assert [(r["role"], r["node"]) for r in rows] == [
+        ("leader", "a"),
+        ("follower", first[1]),
+        ("follower", third),
+    ]
+    end = rows[0]["log_end"]
+    assert int(end) >= 400  # 400 ids taken (the settled ones are not reused)
+    assert rows[0]["commit_end"] == end  # every confirmed message is committed
+    for row in rows:
+        assert (row["epoch"], row["messages"], row["online"]) == ("1", "350", "true")
+    for row in rows[1:]:
+        assert row["commit_end"] == "-"  # a follower does not know where commits end
+    as_json = http(a, "GET", path("grow", "status")).json()
+    assert [m["node"] for m in as_json] == ["a", first[1], third]
+    assert all(m["messages"] == 350 and m["online"] for m in as_json)
+
+    # removed through the command line (vhost given first, as the stream commands take it)
+    done = queues_cli(a, "delete_member", "/", "grow", third)
+    assert done.returncode == 0, done.stderr
+    assert third in done.stdout
+    copy = layout.queue_directory(nodes[third].data_dir, "/", "grow")
+    until(lambda: not copy.exists(), "the removed member's copy is gone")
+    for node in nodes.values():
+        until(
+            lambda n=node: members(n, "grow") == (first, first),  # type: ignore[misc]
+            f"{node} lists the two members left",
+        )
+    confirmed(a, "grow", ["after"])  # the two members left commit it
+    until(lambda: copy_of(via, "grow") == copy_of(a, "grow"), "the other member goes on")
+    assert len(copy_of(a, "grow")) == 351 and not copy.exists()
+
+    # added back through the command line: a fresh copy from the start
+    done = queues_cli(a, "add_member", "grow", third)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "added a member" in done.stdout
+    until(lambda: copy_of(nodes[third], "grow") == copy_of(a, "grow"), "added again, caught up")
+
+
+def test_refusals_name_the_problem(etcd: EtcdProcess, nodes: dict[str, ServerProcess]) -> None:
+    a, b = nodes["a"], nodes["b"]
+    declare(a, "refusals", **{"x-quorum-initial-group-size": 2})
+    until(lambda: members(b, "refusals"), "b lists the queue")
+    replica = members(a, "refusals")[0][1]  # type: ignore[index]
+    outsider = next(n for n in NAMES if n not in members(a, "refusals")[0])  # type: ignore[index]
+
+    leader = delete(b, "refusals", "a")
+    assert leader.status_code == 409
+    assert "'a' leads quorum queue 'refusals'" in leader.json()["reason"]
+    assert "the leader cannot be removed" in leader.json()["reason"]
+    done = queues_cli(b, "delete_member", "refusals", "a")
+    assert done.returncode == 1
+    assert "the leader cannot be removed" in done.stderr and "HTTP 409" in done.stderr
+
+    unknown_node = add(a, "refusals", "zz")
+    assert (unknown_node.status_code, unknown_node.json()["reason"]) == (
+        404,
+        "no cluster node 'zz'",
+    )
+    for answer in (add(a, "nope", "b"), http(a, "GET", path("nope", "status"))):
+        assert (answer.status_code, answer.json()["reason"]) == (
+            404,
+            "no queue 'nope' in vhost '/'",
+        )
+    not_member = delete(a, "refusals", outsider)
+    assert not_member.status_code == 404
+    assert f"'{outsider}' holds no member of quorum queue 'refusals'" in not_member.json()["reason"]
+    no_node = http(a, "POST", path("refusals", "replicas/add"), json={})
+    assert no_node.status_code == 400 and "names no node" in no_node.json()["reason"]
+    assert http(a, "GET", "/api/queues/quorum/nowhere/refusals/status").status_code == 404
+
+    channel(a).queue_declare("classic-q", durable=True)
+    channel(a).queue_declare(
+        "stream-q", durable=True, arguments={"x-queue-type": "stream", "x-initial-cluster-size": 1}
+    )
+    until(lambda: {"classic-q", "stream-q"} <= set(queues(b)), "b lists the other queues")
+    for node in (a, b):
+        for other, kind in (("classic-q", "a classic queue"), ("stream-q", "a stream")):
+            for answer in (add(node, other, "c"), http(node, "GET", path(other, "status"))):
+                assert answer.status_code == 400, (other, answer.text)
+                reason = answer.json()["reason"]
+                assert f"'{other}' in vhost '/' is {kind}: only quorum queues have members" in (
+                    reason
+                )
+    assert members(a, "refusals")[0] == ["a", replica]  # type: ignore[index]
+
+    # the cluster secret reads one node's part of the status, and changes nothing
+    secret = {"x-sievemq-cluster-secret": cluster_secret(etcd)}
+    for node in NAMES:
+        part = httpx.get(
+            nodes[node].admin_url + path("refusals", "status"), headers=secret, timeout=30
+        )
+        assert [m["node"] for m in part.json()] == ([node] if node != outsider else [])
+    url = a.admin_url + path("refusals", "replicas/add")
+    refused = httpx.post(url, headers=secret, json={"node": outsider}, timeout=30)
+    assert refused.status_code == 401
+
+    # only an administrator changes members; a monitoring user sees the status
+    http(a, "PUT", "/api/users/watcher", json={"password": "pw", "tags": "monitoring"})
+    every = {"configure": ".*", "write": ".*", "read": ".*"}
+    http(a, "PUT", "/api/permissions/%2F/watcher", json=every)
+    refused = httpx.post(url, auth=("watcher", "pw"), json={"node": outsider}, timeout=30)
+    assert refused.status_code == 401
+    seen = httpx.get(a.admin_url + path("refusals", "status"), auth=("watcher", "pw"), timeout=30)
+    assert seen.status_code == 200 and len(seen.json()) == 2
+
+
+def test_a_stopped_node_is_listed_offline_and_gets_no_member(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    a = nodes["a"]
+    declare(a, "away", **{"x-quorum-initial-group-size": 2})
+    follower = until(lambda: members(a, "away"), "a lists the queue")[0][1]
+    outsider = next(n for n in NAMES if n not in ("a", follower))
+    confirmed(a, "away", ["one"])
+    with stopped(nodes[follower], nodes[outsider]):
+        until(lambda: not any(running(a)[n] for n in (follower, outsider)), "both leases lapse")
+        rows = http(a, "GET", path("away", "status")).json()
+        assert [(r["node"], r["role"], r["online"]) for r in rows] == [
+            ("a", "leader", True),
+            (follower, "follower", False),
+        ]
+        assert rows[1]["log_end"] is None and rows[1]["messages"] is None
+        assert rows[0]["messages"] == 1
+        refused = add(a, "away", outsider)
+        assert refused.status_code == 409
+        assert refused.json()["reason"] == (
+            f"cluster node '{outsider}' is not running: a member is added on a running node"
+        )
+    until(lambda: all(running(a).values()), "every node runs again")
+    rows = until(
+        lambda: (
+            (r := http(a, "GET", path("away", "status")).json())
+            and all(m["online"] for m in r)
+            and r
+        ),
+        "both members online again",
+    )
+    assert [m["log_end"] for m in rows] == [rows[0]["log_end"]] * 2
