@@ -9,10 +9,15 @@ stream's status). ``POST .../replicas/add`` and ``DELETE .../replicas/delete`` (
 ``{"node": NAME}``, as RabbitMQ's) change the queue's record in etcd by compare-and-swap
 (``cluster/replica_ops.py``): an added member copies the queue's log from the leader and
 then follows it; a removed one stops and its copy goes; the leader cannot be removed.
+``POST /api/queues/quorum/replicas/on/{node}/grow`` and ``DELETE .../on/{node}/shrink``
+(``rabbitmq-queues grow / shrink``) do the same for every quorum queue (of the vhosts and
+names matching the patterns) at once and answer each queue's result.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -20,7 +25,7 @@ from fastapi import APIRouter, Request, Response
 from sievemq.admin_api.auth import require_vhost
 from sievemq.admin_api.bodies import json_body
 from sievemq.admin_api.deps import Admin, Facade, User
-from sievemq.admin_api.errors import bad_request
+from sievemq.admin_api.errors import ApiError, bad_request
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG
 from sievemq.admin_api.replicas import change_names, known_vhost, member_rows, members_of, refused
@@ -89,3 +94,78 @@ async def delete_member(
     except (NotFound, Conflict, BadRequest) as error:
         raise refused(error) from None
     return Response(status_code=204)
+
+
+@router.post("/queues/quorum/replicas/on/{node}/grow")
+async def grow(request: Request, f: Facade, node: str, who: Admin) -> list[dict[str, Any]]:
+    """A member on ``node`` for every quorum queue matching the body's ``vhost_pattern``
+    and ``queue_pattern`` (unanchored, default every one): with ``strategy`` ``all`` each
+    that lacks one, ``even`` only those with an even number of members. An administrator's
+    (as RabbitMQ's, whatever the vhosts' permissions)."""
+    body = await json_body(request)
+    if not isinstance(body, dict) or body.get("strategy") not in ("all", "even"):
+        raise bad_request('strategy must be "all" or "even"')
+    try:
+        vhosts = re.compile(str(body.get("vhost_pattern", ".*")))
+        names = re.compile(str(body.get("queue_pattern", ".*")))
+    except re.error as error:
+        raise bad_request(f"not a regular expression: {error}") from None
+    n = _node(f, node, running=True)
+    cluster = f.cluster
+    out: list[dict[str, Any]] = []
+    if cluster is None:
+        return out  # a single node: its queues have it as their member already
+    for vhost, queue, members in cluster.quorum_queues():
+        if not (vhosts.search(vhost) and names.search(queue)) or n in members:
+            continue
+        if body["strategy"] == "even" and len(members) % 2:
+            continue
+        change = cluster.add_member(vhost, queue, n)
+        out.append(await _each(vhost, queue, len(members), 1, change))
+    return out
+
+
+@router.delete("/queues/quorum/replicas/on/{node}/shrink")
+async def shrink(f: Facade, node: str, who: Admin) -> list[dict[str, Any]]:
+    """``node``'s member removed from every quorum queue it is a member of (not those it
+    leads: each such is an error naming it); a stopped node's too (a dead node's members
+    are what a shrink is for)."""
+    n = _node(f, node, running=False)
+    cluster = f.cluster
+    out: list[dict[str, Any]] = []
+    if cluster is None:
+        return out  # a single node leads every queue it has: nothing to remove
+    for vhost, queue, members in cluster.quorum_queues():
+        if n in members:
+            change = cluster.delete_member(vhost, queue, n)
+            out.append(await _each(vhost, queue, len(members), -1, change))
+    return out
+
+
+def _node(f: BrokerFacade, node: str, running: bool) -> str:
+    """The node named in the path: 404 when it never joined, 409 when it must run and
+    does not."""
+    n = name(node)
+    known = {v.name: v.running for v in f.cluster.node_views()} if f.cluster else {}
+    known.setdefault(f.node_name, True)
+    if n not in known:
+        raise ApiError(404, "not_found", f"no cluster node '{n}'")
+    if running and not known[n]:
+        raise ApiError(
+            409,
+            "conflict",
+            f"cluster node '{n}' is not running: a member is added on a running node",
+        )
+    return n
+
+
+async def _each(
+    vhost: str, queue: str, size: int, delta: int, change: Awaitable[Any]
+) -> dict[str, Any]:
+    """One queue's result as ``rabbitmq-queues grow / shrink`` list it: its size after."""
+    row: dict[str, Any] = {"vhost": vhost, "name": queue, "size": size + delta, "result": "ok"}
+    try:
+        await change
+    except (NotFound, Conflict, BadRequest) as error:
+        row.update(size=size, result=f"error: {getattr(error, 'explanation', error)}")
+    return row

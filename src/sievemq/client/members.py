@@ -64,23 +64,29 @@ def run(tool: Tool, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def add_commands(parser: argparse.ArgumentParser, tool: Tool) -> None:
+def add_commands(parser: argparse.ArgumentParser, tool: Tool) -> Any:
     """The subcommands of `sievemq TOOL` (``args.TOOL_command``), each taking names,
-    ``--vhost`` and ``--url``; the status a ``--formatter`` too."""
+    ``--vhost`` and ``--url``; the status a ``--formatter`` too. The subparsers, for more."""
     subparsers = parser.add_subparsers(dest=f"{tool.name}_command", metavar="COMMAND")
     for command, args, text in tool.commands:
         usage = f"sievemq {tool.name} {command} {args}"
         sub = subparsers.add_parser(command, help=text, usage=usage)
         sub.add_argument("names", nargs="+", metavar="NAME", help=args)
         sub.add_argument("--vhost", default=None, help="the vhost (default /)")
-        sub.add_argument(
-            "--url",
-            default=os.environ.get("SIEVEMQ_ADMIN_URL", DEFAULT_URL),
-            help="a node's admin API, http://user:pass@host:port (default $SIEVEMQ_ADMIN_URL "
-            f"or {DEFAULT_URL})",
-        )
+        add_url(sub)
         if command == tool.status:
             sub.add_argument("--formatter", choices=("table", "json"), default="table")
+    return subparsers
+
+
+def add_url(parser: argparse.ArgumentParser) -> None:
+    """``--url``: the admin API of the node asked."""
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SIEVEMQ_ADMIN_URL", DEFAULT_URL),
+        help="a node's admin API, http://user:pass@host:port (default $SIEVEMQ_ADMIN_URL "
+        f"or {DEFAULT_URL})",
+    )
 
 
 def vhost_and_names(

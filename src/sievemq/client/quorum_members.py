@@ -1,4 +1,4 @@
-"""`sievemq queues add_member / delete_member / quorum_status`: RabbitMQ's
+"""`sievemq queues add_member / delete_member / quorum_status / grow / shrink`: RabbitMQ's
 ``rabbitmq-queues`` commands for a quorum queue's members, as a client of a node's admin API
 (any node of the cluster: each answers for all; docs/cluster.md; what they share with
 `sievemq streams`: ``client/members.py``)."""
@@ -15,6 +15,8 @@ from sievemq.client import members
 
 # RabbitMQ's quorum_status columns as SieveMQ has them, then whether the node answered
 COLUMNS = ("role", "node", "epoch", "log_end", "commit_end", "messages", "online")
+# what grow and shrink list: each queue changed, its size after, and the result
+RESULTS = ("vhost", "name", "size", "result")
 
 
 def _send(
@@ -49,9 +51,52 @@ TOOL = members.Tool(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The subcommands of `sievemq queues`."""
-    members.add_commands(parser, TOOL)
+    subparsers = members.add_commands(parser, TOOL)
+    grow = subparsers.add_parser(
+        "grow",
+        help="a member on a node for every quorum queue (all, or those with an even size)",
+        usage="sievemq queues grow NODE all|even [--vhost-pattern P] [--queue-pattern P]",
+    )
+    grow.add_argument("node")
+    grow.add_argument("strategy", choices=("all", "even"))
+    grow.add_argument("--vhost-pattern", default=".*", help="vhosts matching it (default .*)")
+    grow.add_argument("--queue-pattern", default=".*", help="queues matching it (default .*)")
+    shrink = subparsers.add_parser(
+        "shrink",
+        help="remove a node's member of every quorum queue",
+        usage="sievemq queues shrink NODE",
+    )
+    shrink.add_argument("node")
+    for sub in (grow, shrink):
+        sub.add_argument("--formatter", choices=("table", "json"), default="table")
+        members.add_url(sub)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Run one command; 0 done, 1 refused or unreachable, 2 bad arguments."""
-    return members.run(TOOL, args, out, err)
+    """Run one command; 0 done, 1 refused or unreachable (or a queue's change failed), 2
+    bad arguments."""
+    command = args.queues_command
+    if command not in ("grow", "shrink"):
+        return members.run(TOOL, args, out, err)
+    base, auth = members.split_url(args.url)
+    path = f"/api/queues/quorum/replicas/on/{quote(args.node, safe='')}/{command}"
+    try:
+        with httpx.Client(base_url=base, auth=auth, timeout=300) as http:
+            if command == "grow":
+                body = {
+                    "strategy": args.strategy,
+                    "vhost_pattern": args.vhost_pattern,
+                    "queue_pattern": args.queue_pattern,
+                }
+                answer = http.post(path, json=body)
+            else:
+                answer = http.delete(path)
+    except httpx.HTTPError as error:
+        print(f"sievemq queues {command}: cannot reach {base}: {error}", file=err)
+        return 1
+    if answer.status_code >= 300:
+        print(f"sievemq queues {command}: {members.reason(answer)}", file=err)
+        return 1
+    rows = answer.json()
+    members.print_members(rows, args.formatter, RESULTS, out)
+    return 1 if any(r.get("result") != "ok" for r in rows) else 0

@@ -342,6 +342,20 @@ class Membership:
                     out[(str(entry[0]), str(entry[1]))] = (entry[2], when)
         return out
 
+    def quorum_queues(self) -> list[tuple[str, str, list[str]]]:
+        """Every recorded quorum queue not being deleted, with its members (leader first):
+        what ``rabbitmq-queues grow / shrink`` go through."""
+        out = [
+            (
+                str(r.get("vhost")),
+                str(r.get("name")),
+                [str(r.get("leader")), *map(str, r.get("replicas", ()))],
+            )
+            for r in self.queue_records()
+            if r.get("type") == "quorum" and not r.get("delete")
+        ]
+        return sorted(out)
+
     def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
         """The queues other nodes lead, as their records say, with the figures their
         leaders last published, sorted."""

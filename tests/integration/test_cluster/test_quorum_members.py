@@ -10,6 +10,7 @@ stopped node).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -239,3 +240,63 @@ def test_a_stopped_node_is_listed_offline_and_gets_no_member(
         "both members online again",
     )
     assert [m["log_end"] for m in rows] == [rows[0]["log_end"]] * 2
+
+
+def test_grow_and_shrink_every_quorum_queue_on_a_node(nodes: dict[str, ServerProcess]) -> None:
+    """Last in the module: a shrink goes through every quorum queue, the other tests' too."""
+    a = nodes["a"]
+    for name, size in (("g-one", 1), ("g-two", 2), ("g-three", 3)):
+        declare(a, name, **{"x-quorum-initial-group-size": size})
+        until(lambda n=name: members(a, n), f"a lists {name}")  # type: ignore[misc]
+        confirmed(a, name, [f"{name}-{i}" for i in range(20)])
+    pair = members(a, "g-two")[0]  # type: ignore[index]
+    outsider = next(n for n in NAMES if n not in pair)
+
+    # even: only the queue with an even number of members gains one
+    done = queues_cli(a, "grow", outsider, "even", "--queue-pattern", "^g-")
+    assert done.returncode == 0, done.stderr
+    assert status_table(done.stdout) == [
+        {"vhost": "/", "name": "g-two", "size": "3", "result": "ok"}
+    ]
+    until(lambda: members(a, "g-two") == (["a", *pair[1:], outsider],) * 2, "g-two has three")
+    until(
+        lambda: copy_of(nodes[outsider], "g-two") == copy_of(a, "g-two") != {},
+        "the grown member holds g-two's log",
+    )
+    # all: every matching queue the node is no member of (g-one only, by now)
+    grown = http(
+        a,
+        "POST",
+        "/api/queues/quorum/replicas/on/b/grow",
+        json={"strategy": "all", "queue_pattern": "^g-", "vhost_pattern": "^/$"},
+    )
+    assert grown.status_code == 200, grown.text
+    assert grown.json() == [{"vhost": "/", "name": "g-one", "size": 2, "result": "ok"}]
+    until(lambda: copy_of(nodes["b"], "g-one") == copy_of(a, "g-one") != {}, "b holds g-one")
+
+    # shrink: c leaves every quorum queue it is a member of (as json: each queue's result)
+    done = queues_cli(a, "shrink", "c", "--formatter", "json")
+    assert done.returncode == 0, done.stderr
+    rows = [r for r in json.loads(done.stdout) if r["name"].startswith("g-")]
+    assert rows == [
+        {"vhost": "/", "name": "g-three", "size": 2, "result": "ok"},
+        {"vhost": "/", "name": "g-two", "size": 2, "result": "ok"},
+    ]
+    for name in ("g-two", "g-three"):
+        until(lambda n=name: "c" not in members(a, n)[0], f"c left {name}")  # type: ignore[index,misc]
+        copy = layout.queue_directory(nodes["c"].data_dir, "/", name)
+        until(lambda d=copy: not d.exists(), f"c's copy of {name} is gone")  # type: ignore[misc]
+
+    # the leader stays: each queue it leads is an error naming it, and exit status 1
+    done = queues_cli(a, "shrink", "a", "--formatter", "json")
+    assert done.returncode == 1
+    led = [r for r in json.loads(done.stdout) if r["name"].startswith("g-")]
+    assert [r["name"] for r in led] == ["g-one", "g-three", "g-two"]
+    for row in led:
+        assert row["result"].startswith("error: cluster node 'a' leads quorum queue"), row
+    assert members(a, "g-one")[0] == ["a", "b"]  # type: ignore[index]
+
+    unknown = http(a, "DELETE", "/api/queues/quorum/replicas/on/zz/shrink")
+    assert (unknown.status_code, unknown.json()["reason"]) == (404, "no cluster node 'zz'")
+    strategy = http(a, "POST", "/api/queues/quorum/replicas/on/b/grow", json={"strategy": "x"})
+    assert strategy.status_code == 400 and "strategy" in strategy.json()["reason"]

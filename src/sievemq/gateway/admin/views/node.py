@@ -90,6 +90,11 @@ class ClusterPort(Protocol):
         ``Conflict``."""
         ...
 
+    def quorum_queues(self) -> list[tuple[str, str, list[str]]]:
+        """Every recorded quorum queue (not being deleted): vhost, name and members
+        (leader first), sorted."""
+        ...
+
     def quorum_copy(self, vhost: str, name: str) -> QuorumCopyView | None:
         """This node's copy of a quorum queue another node leads (None: it follows none)."""
         ...
