@@ -43,15 +43,9 @@ def run(tool: Tool, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 2
     vhost, names = named
     node = None if status else names[1]
-    base, auth = split_url(args.url)
-    try:
-        with httpx.Client(base_url=base, auth=auth, timeout=30) as http:
-            answer = tool.send(http, command, vhost, names[0], node)
-    except httpx.HTTPError as error:
-        print(f"sievemq {tool.name} {command}: cannot reach {base}: {error}", file=err)
-        return 1
-    if answer.status_code >= 300:
-        print(f"sievemq {tool.name} {command}: {reason(answer)}", file=err)
+    prog = f"sievemq {tool.name} {command}"
+    answer = ask(prog, args.url, lambda http: tool.send(http, command, vhost, names[0], node), err)
+    if answer is None:
         return 1
     where = f"{tool.noun} '{names[0]}' in vhost '{vhost}'"
     if status:
@@ -87,6 +81,28 @@ def add_url(parser: argparse.ArgumentParser) -> None:
         help="a node's admin API, http://user:pass@host:port (default $SIEVEMQ_ADMIN_URL "
         f"or {DEFAULT_URL})",
     )
+
+
+def ask(
+    prog: str,
+    url: str,
+    send: Callable[[httpx.Client], httpx.Response],
+    err: TextIO,
+    timeout: float = 30,
+) -> httpx.Response | None:
+    """The node's answer to ``send``'s request; None after printing why when it refused
+    (its reason) or could not be reached."""
+    base, auth = split_url(url)
+    try:
+        with httpx.Client(base_url=base, auth=auth, timeout=timeout) as http:
+            answer = send(http)
+    except httpx.HTTPError as error:
+        print(f"{prog}: cannot reach {base}: {error}", file=err)
+        return None
+    if answer.status_code >= 300:
+        print(f"{prog}: {reason(answer)}", file=err)
+        return None
+    return answer
 
 
 def vhost_and_names(

@@ -78,24 +78,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     command = args.queues_command
     if command not in ("grow", "shrink"):
         return members.run(TOOL, args, out, err)
-    base, auth = members.split_url(args.url)
     path = f"/api/queues/quorum/replicas/on/{quote(args.node, safe='')}/{command}"
-    try:
-        with httpx.Client(base_url=base, auth=auth, timeout=300) as http:
-            if command == "grow":
-                body = {
-                    "strategy": args.strategy,
-                    "vhost_pattern": args.vhost_pattern,
-                    "queue_pattern": args.queue_pattern,
-                }
-                answer = http.post(path, json=body)
-            else:
-                answer = http.delete(path)
-    except httpx.HTTPError as error:
-        print(f"sievemq queues {command}: cannot reach {base}: {error}", file=err)
-        return 1
-    if answer.status_code >= 300:
-        print(f"sievemq queues {command}: {members.reason(answer)}", file=err)
+
+    def send(http: httpx.Client) -> httpx.Response:
+        if command == "shrink":
+            return http.delete(path)
+        body = {
+            "strategy": args.strategy,
+            "vhost_pattern": args.vhost_pattern,
+            "queue_pattern": args.queue_pattern,
+        }
+        return http.post(path, json=body)
+
+    answer = members.ask(f"sievemq queues {command}", args.url, send, err, timeout=300)
+    if answer is None:
         return 1
     rows = answer.json()
     members.print_members(rows, args.formatter, RESULTS, out)
