@@ -139,6 +139,18 @@ def test_a_member_added_copies_the_log_and_a_removed_one_goes(
     assert "added a member" in done.stdout
     until(lambda: copy_of(nodes[third], "grow") == copy_of(a, "grow"), "added again, caught up")
 
+    # removed and added back at once: the new copy waits for the old one's removal, then
+    # copies afresh (it is not opened on the files the removal takes away)
+    assert delete(a, "grow", third).status_code == 204
+    assert add(a, "grow", third).status_code == 201
+    confirmed(a, "grow", ["last"])
+    until(
+        lambda: (
+            len(copy_of(a, "grow")) == 352 and copy_of(nodes[third], "grow") == copy_of(a, "grow")
+        ),
+        "removed and added back at once, caught up",
+    )
+
 
 def test_refusals_name_the_problem(etcd: EtcdProcess, nodes: dict[str, ServerProcess]) -> None:
     a, b = nodes["a"], nodes["b"]
