@@ -33,6 +33,8 @@ from sievemq.gateway.admin.views import (
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
 
 ROLES = ("writer", "replica")
+# where a quorum queue's members are changed (``admin_api/quorum_members.py``)
+QUORUM_HINT = " (a quorum queue's members: sievemq queues add_member / delete_member)"
 FIGURES = (
     "epoch",
     "offset",
@@ -61,6 +63,8 @@ def wrong_kind(vhost: str, queue: str, kind: str, wanted: str) -> ApiError:
     """400 for a change or status asked of a queue of another type than ``wanted``."""
     of = "a stream" if kind == "stream" else f"a {kind} queue"
     why = "only quorum queues have members" if wanted == "quorum" else "only streams have replicas"
+    if kind == "quorum" and wanted == "stream":
+        why += QUORUM_HINT
     return ApiError(400, "bad_request", f"queue '{queue}' in vhost '{vhost}' is {of}: {why}")
 
 

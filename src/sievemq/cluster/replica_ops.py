@@ -192,4 +192,6 @@ def not_of_kind(vhost: str, name: str, kind: str, kinds: tuple[str, ...]) -> str
     of = "a stream" if kind == "stream" else f"a {kind} queue"
     if kinds == QUORUM:
         return f"queue '{name}' in vhost '{vhost}' is {of}: only quorum queues have members"
-    return f"queue '{name}' in vhost '{vhost}' is {of}: only streams have replicas"
+    hint = " (a quorum queue's members: sievemq queues add_member / delete_member)"
+    tail = hint if kind == "quorum" else ""
+    return f"queue '{name}' in vhost '{vhost}' is {of}: only streams have replicas{tail}"

@@ -197,6 +197,16 @@ def test_refusals_name_the_problem(etcd: EtcdProcess, nodes: dict[str, ServerPro
                 assert f"'{other}' in vhost '/' is {kind}: only quorum queues have members" in (
                     reason
                 )
+    for node, method, where in (
+        (a, "PUT", "/api/queues/%2F/refusals/replicas/c"),  # the stream commands' paths
+        (b, "GET", "/api/queues/%2F/refusals/replicas"),
+    ):
+        answer = http(node, method, where)
+        assert answer.status_code == 400
+        assert answer.json()["reason"].endswith(
+            "is a quorum queue: only streams have replicas (a quorum queue's members: "
+            "sievemq queues add_member / delete_member)"
+        )
     assert members(a, "refusals")[0] == ["a", replica]  # type: ignore[index]
 
     # the cluster secret reads one node's part of the status, and changes nothing
