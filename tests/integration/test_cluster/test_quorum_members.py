@@ -1,11 +1,11 @@
 """A quorum queue's members added, removed and listed over HTTP and `sievemq queues`
-(``rabbitmq-queues add_member / delete_member / quorum_status``): three real nodes and a
-real etcd. A member added to a two-member queue copies the leader's log (the live messages
-with the leader's ids and bytes, not the settled ones) and follows it; a removed one stops
-and its copy goes; ``quorum_status`` lists each member with its role, log end, commit end
-and whether its node answers, a stopped node's member ``online: false``; the refusals name
-the problem (the leader's removal, an unknown queue or node, a stream or classic queue, a
-stopped node).
+(``rabbitmq-queues add_member / delete_member / quorum_status``, ``grow`` and ``shrink``):
+three real nodes and a real etcd. A member added to a two-member queue copies the leader's
+log (the live records with the leader's ids and bytes, not the settled ones, read from the
+files) and follows it; a removed one stops and its copy goes; ``quorum_status`` lists each
+member with its role, log end, commit end and whether its node answers, a stopped node's
+member ``online: false``; the refusals name the problem (the leader's removal, an unknown
+queue or node, a stream or classic queue, a stopped node).
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from sievemq.storage import layout
 from sievemq.testing import ServerProcess
 from sievemq.testing.admin_client import queues_cli
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.queue_files import live_records
 
 from .cluster_helpers import channel, queues, running, stopped, until
 from .test_cluster_listings import cluster_secret
-from .test_quorum_replication import confirmed, copy_of, declare
+from .test_quorum_replication import confirmed, declare
 from .test_replica_ops import status_table
 
 NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
@@ -44,6 +45,11 @@ def add(node: ServerProcess, name: str, member: str) -> httpx.Response:
 
 def delete(node: ServerProcess, name: str, member: str) -> httpx.Response:
     return http(node, "DELETE", path(name, "replicas/delete"), json={"node": member})
+
+
+def copy_of(node: ServerProcess, name: str) -> dict[int, bytes]:
+    """The live records (id -> the record's bytes) of the queue's log on ``node``."""
+    return live_records(node.data_dir, "/", name) or {}
 
 
 def members(node: ServerProcess, name: str) -> tuple[list[str], list[str]] | None:
