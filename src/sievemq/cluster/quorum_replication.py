@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 import struct
 import threading
@@ -66,6 +67,7 @@ from sievemq.cluster.coordination import Event
 from sievemq.cluster.epochs import common_end, history_of, read_history, write_history
 from sievemq.cluster.link import LinkChannel, Links
 from sievemq.cluster.placement import Placement, queue_of
+from sievemq.gateway.admin.views import QuorumCopyView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
@@ -721,23 +723,24 @@ class QuorumReplication:
         self.me = placement.me
         self.followers: dict[Queue, Follower] = {}
         self._tasks: set[asyncio.Future[None]] = set()
+        # copies being stopped (and removed): one wanted again meanwhile (a member removed
+        # and added back at once) is opened once that is done, not beside it on the same
+        # files, which the removal would then take from under it
+        self._dropping: dict[Queue, asyncio.Future[None]] = {}
 
     def apply(self, events: list[Event], reset: bool) -> None:
         deleted = {queue_of(e.kv.key) for e in events if e.kind == "delete"}
         wanted = {
             queue: record
             for queue, record in self.placement.records.items()
-            if record.get("type") == "quorum"
-            and self.me in record.get("replicas", ())
-            and record.get("leader") != self.me
-            and not record.get("delete")
-            and not self._held(*queue)
+            if self._wants(queue, record)
         }
         dropped = [q for q in self.followers if q not in wanted]
         for queue in dropped:
             follower = self.followers.pop(queue)
             remove = queue in deleted or self._removed(queue)
-            self._track(self._drop(follower, remove))
+            task = self._dropping[queue] = self._track(self._drop(follower, remove))
+            task.add_done_callback(functools.partial(self._dropped, queue))
         for gone in deleted - {*dropped, *wanted}:
             if gone is not None and not self._held(*gone):
                 self._track(self._discard(gone))
@@ -746,10 +749,41 @@ class QuorumReplication:
             if current is not None and current._epoch != int(record.get("epoch", 1)):
                 current.retarget()
             if queue not in self.followers:
-                try:
-                    self.followers[queue] = self._follower(queue)
-                except OSError as error:
-                    log.error("cannot keep a replica of quorum queue '%s': %s", queue[1], error)
+                dropping = self._dropping.get(queue)
+                if dropping is not None and not dropping.done():
+                    self._track(self._follow_after(queue, dropping))
+                else:
+                    self._follow(queue)
+
+    def _dropped(self, queue: Queue, task: asyncio.Future[None]) -> None:
+        if self._dropping.get(queue) is task:
+            del self._dropping[queue]
+
+    def _follow(self, queue: Queue) -> None:
+        try:
+            self.followers[queue] = self._follower(queue)
+        except OSError as error:
+            log.error("cannot keep a replica of quorum queue '%s': %s", queue[1], error)
+
+    async def _follow_after(self, queue: Queue, dropping: asyncio.Future[None]) -> None:
+        """Follow the queue once its previous copy is stopped and removed, if the record
+        still names this node then (the next watch event acts on it otherwise)."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(dropping)
+        if queue not in self.followers and self._wants(queue, self.placement.records.get(queue)):
+            self._follow(queue)
+
+    def _wants(self, queue: Queue, record: dict[str, Any] | None) -> bool:
+        """Whether the record names this node a replica of a quorum queue it does not hold
+        as its own."""
+        return (
+            record is not None
+            and record.get("type") == "quorum"
+            and self.me in record.get("replicas", ())
+            and record.get("leader") != self.me
+            and not record.get("delete")
+            and not self._held(*queue)
+        )
 
     def _follower(self, queue: Queue) -> Follower:
         vhost, name = queue
@@ -802,10 +836,19 @@ class QuorumReplication:
         if directory.exists() and queue not in self.followers:
             layout.discard(directory)
 
-    def _track(self, work: Any) -> None:
+    def _track(self, work: Any) -> asyncio.Future[None]:
         task: asyncio.Future[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def copy_view(self, vhost: str, name: str) -> QuorumCopyView | None:
+        """This node's copy of the queue, as ``quorum_status`` lists it (None: none)."""
+        follower = self.followers.get((vhost, name))
+        if follower is None:
+            return None
+        qlog = follower.copy.log
+        return QuorumCopyView(log_end=qlog.last_id, messages=qlog.live_count)
 
     async def release(self, queue: Queue) -> None:
         """Stop following the queue and close the copy (to open it as this node's)."""

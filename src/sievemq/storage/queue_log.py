@@ -604,6 +604,11 @@ class QueueLog:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    @property
+    def live_count(self) -> int:
+        """Records not settled (acked or purged) yet: what a quorum queue's members compare."""
+        return sum(seg.live for seg in self._segments.values())
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.write_staged()
