@@ -17,6 +17,7 @@ import logging
 import signal
 import ssl
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -338,7 +339,7 @@ async def _join_cluster(
 ) -> Any:
     """Join the cluster (its Membership and Placement), or the exit status when this node
     may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
-    from sievemq.admin_api.cluster_totals import published_totals
+    from sievemq.admin_api.cluster_totals import published_parts, published_totals
     from sievemq.admin_api.rabbit.nodes import node_info
     from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
     from sievemq.cluster.joining import join
@@ -359,6 +360,7 @@ async def _join_cluster(
             advertised=advertised,
             admin=facade,
             totals=lambda: published_totals(facade),
+            parts=published_parts(facade),
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)
@@ -439,7 +441,15 @@ def serve(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundLi
     every port (``cli.bind``) before importing this module, so that bad TLS files or a port
     in use fail at once, before the admin app's imports and the data directory's recovery.
     """
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # timestamped (UTC, milliseconds), as RabbitMQ's log lines are: a cluster's faults are
+    # read across several nodes' logs, in order
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     limits_log.setLevel(logging.INFO)
     loop_factory: Any = None
     try:

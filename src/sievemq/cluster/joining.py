@@ -24,7 +24,7 @@ from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
 from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.reconcile import Reconciler
-from sievemq.cluster.replica_ops import ReplicaOps
+from sievemq.cluster.replica_ops import QUORUM, ReplicaOps
 from sievemq.cluster.replication import Replication
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
@@ -51,6 +51,7 @@ async def join(
     wait_s: float = JOIN_WAIT_S,
     advertised: dict[str, Any] | None = None,
     totals: Callable[[], dict[str, Any]] = dict,
+    parts: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[Membership, Placement]:
     """Register this node, learn the cluster secret (the link's login: ``secret`` is what
     the cluster port checks), place its queues, reconcile its definitions with etcd's and
@@ -61,7 +62,7 @@ async def join(
     nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
-    membership = Membership(client, me, ttl_s, stats, totals=totals)
+    membership = Membership(client, me, ttl_s, stats, totals=totals, parts=parts)
     placement = Placement(
         client,
         name,
@@ -111,6 +112,11 @@ async def join(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )
     membership.add_replica, membership.delete_replica = replica_ops.add, replica_ops.delete
+    membership.add_member = lambda vhost, name, node: replica_ops.add(vhost, name, node, QUORUM)
+    membership.delete_member = lambda vhost, name, node: replica_ops.delete(
+        vhost, name, node, QUORUM
+    )
+    membership.quorum_copy = quorum.copy_view
     reconciler = Reconciler(membership, placement, replica_ops, broker)
     membership.subscribe(MEMBERS, reconciler.apply)  # joins and forgets re-choose replicas
     placement.stopping.append(reconciler.stop)
