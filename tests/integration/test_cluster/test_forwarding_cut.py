@@ -9,8 +9,10 @@ a is cut from b and c by policy routing (etcd still reaches every node: a's leas
 and the publisher sends more through b: they wait on the link to a, whose packets are
 dropped. b and c elect one of them; b reads the new record from etcd and nacks what it
 forwarded to a at once. The publisher resends the nacked messages through b: the new
-leader confirms them, and they are read back from it. In the ring, a is cut from b only:
-the link from b to a fails by heartbeat, b nacks, and the publisher resends through c.
+leader confirms them, and they are read back from it. A second publisher does the same
+through c, so one of them resends through a node that forwards to the new leader. In the
+ring, a is cut from b only: the link from b to a fails by heartbeat, b nacks, and the
+publisher resends through c.
 
 The cut needs a network namespace (``tests/chaos/netns.py``, root via ``unshare -n``): the
 test runs itself again inside one, with the chaos suite's cluster (nodes on 127.0.0.11-13,
@@ -98,10 +100,10 @@ class Held:
         return max((self.answered[body][0] for body in self.nacked), default=default)
 
 
-async def warm_channel(cluster: ChaosCluster, connection: Any) -> tuple[Any, list[bytes]]:
+async def warm_channel(cluster: ChaosCluster, connection: Any, via: str) -> tuple[Any, list[bytes]]:
     """A confirming channel whose publishes of both pairs were confirmed by a."""
     ch = await connection.channel(publisher_confirms=True)
-    warm = [f"warm {i}".encode() for i in range(100)]
+    warm = [f"warm {via} {i}".encode() for i in range(100)]
     acks = await asyncio.gather(
         *(
             ch.basic_publish(b, exchange=pair(i)[0], routing_key=pair(i)[1])
@@ -132,36 +134,46 @@ async def listed_leader(
 
 
 async def _replaced(cluster: ChaosCluster, net: netns.Network) -> dict[str, Any]:
-    """a cut from b and c: they elect one of them; b nacks what it forwarded to a."""
-    connection = await aiormq.connect(cluster.nodes["b"].url)
+    """a cut from b and c: they elect one of them; b and c nack what they forwarded to a.
+    Publishers through both: the one through the node not elected resends through it to
+    the new leader over the link, the other's resends are the new leader's own."""
+    connections = {via: await aiormq.connect(cluster.nodes[via].url) for via in ("b", "c")}
     try:
-        ch, warm = await warm_channel(cluster, connection)
+        warmed = {via: await warm_channel(cluster, conn, via) for via, conn in connections.items()}
         loop = asyncio.get_running_loop()
         net.isolate(cluster.host("a"), cluster.hosts("b", "c"))
         cut_at = loop.time()
-        held = Held(ch, [f"held {i}".encode() for i in range(HELD)])
-        listed_at, leader = await listed_leader(cluster, loop)
-        await held.answers()
-        last_nack = held.last_nack(listed_at)
-        figures = {
-            "new_leader": leader,
-            "cut_to_listed_s": round(listed_at - cut_at, 2),
-            "cut_to_last_nack_s": round(last_nack - cut_at, 2),
-            "listed_to_last_nack_s": round(last_nack - listed_at, 2),
-            "nacked": len(held.nacked),
+        held = {
+            via: Held(ch, [f"held {via} {i}".encode() for i in range(HELD)])
+            for via, (ch, _) in warmed.items()
         }
-        # what b forwarded to a and a held was nacked (a could commit none of it)
-        assert held.nacked, figures
-        assert set(held.bodies[: HELD // 2]) <= set(held.nacked), figures
-        assert last_nack - listed_at < NACKED_WITHIN_S, figures
-
-        # the publisher resends through b: the records send them to the new leader
-        resent = await asyncio.gather(*(ch.basic_publish(m, routing_key=NAME) for m in held.nacked))
-        assert all(isinstance(a, aiormq.spec.Basic.Ack) for a in resent), figures
-        figures["confirmed"] = [*warm, *held.acked, *held.nacked]
+        listed_at, leader = await listed_leader(cluster, loop)
+        figures: dict[str, Any] = {"new_leader": leader}
+        figures["cut_to_listed_s"] = round(listed_at - cut_at, 2)
+        confirmed: list[bytes] = []
+        for via, (ch, warm) in warmed.items():
+            await held[via].answers()
+            last_nack = held[via].last_nack(listed_at)
+            figures[via] = {
+                "cut_to_last_nack_s": round(last_nack - cut_at, 2),
+                "listed_to_last_nack_s": round(last_nack - listed_at, 2),
+                "nacked": len(held[via].nacked),
+            }
+            # what it forwarded to a and a held was nacked (a could commit none of it)
+            assert set(held[via].bodies[: HELD // 2]) <= set(held[via].nacked), figures
+            assert last_nack - listed_at < NACKED_WITHIN_S, figures
+            # the publisher resends through the same node: the records send them to the
+            # new leader
+            resent = await asyncio.gather(
+                *(ch.basic_publish(m, routing_key=NAME) for m in held[via].nacked)
+            )
+            assert all(isinstance(a, aiormq.spec.Basic.Ack) for a in resent), figures
+            confirmed += [*warm, *held[via].acked, *held[via].nacked]
+        figures["confirmed"] = confirmed
         return figures
     finally:
-        await connection.close()
+        for connection in connections.values():
+            await connection.close()
 
 
 async def _ring(cluster: ChaosCluster, net: netns.Network) -> dict[str, Any]:
@@ -169,7 +181,7 @@ async def _ring(cluster: ChaosCluster, net: netns.Network) -> dict[str, Any]:
     heartbeat and b nacks; the publisher resends through c."""
     connection = await aiormq.connect(cluster.nodes["b"].url)
     try:
-        ch, warm = await warm_channel(cluster, connection)
+        ch, warm = await warm_channel(cluster, connection, "b")
         loop = asyncio.get_running_loop()
         net.cut(cluster.host("a"), cluster.host("b"))
         cut_at = loop.time()
