@@ -63,15 +63,15 @@ A link connection that drops fails all its channels (``link_closed``, code 0). T
 doubling to 5 s after each failure in a row, reset by a connection that opened): during it,
 channels fail at once (on the next loop turn).
 
-**Heartbeats** every half the lease's TTL, rounded up, at least 2 s and at most
-``LINK_HEARTBEAT_S`` (``heartbeat_for``: 3 s with the default 5 s lease), asked of the peer
-in tune.ok, so both ends drop a link silent for two intervals: 6-9 s by default (20-30 s
-with the 10 s of before). A node whose link goes silent that long lost its etcd lease first
-(its keep-alives stop with it: they are sent every second or third of the TTL), and the
-others fail their links to it then (``Links.node_gone``), so the shorter heartbeat adds no
-drop of a link the lease would have kept on a loaded machine; it bounds the wait of what was
-forwarded to a node that keeps its lease but is cut from this one (a ring), whose record
-neither goes nor names another leader.
+**Heartbeats** every lease TTL, at least 2 s and at most ``LINK_HEARTBEAT_S``
+(``heartbeat_for``: 5 s with the default lease), asked of the peer in tune.ok, so both ends
+drop a link silent for two intervals: 10-15 s by default (20-30 s with the 10 s of before).
+That bounds the wait of what was forwarded to a node that keeps its lease but is cut from
+this one (a ring), whose record neither goes nor names another leader. Two silent
+intervals are twice the TTL: a stream's replicas count their leader lost after one TTL of
+silence on the same loops, and a node's lease survives a loop lagging twice the TTL (it is
+renewed from a thread: ``coordination``), so a loaded machine's lags drop no link sooner
+than they already start elections.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ _CONNECTION_CLOSE_OK: Final = (10, 51)
 
 def heartbeat_for(ttl_s: float) -> int:
     """The link's heartbeat interval for a lease of ``ttl_s``: two intervals of silence, the
-    drop, are at least the TTL (see "Heartbeats" above)."""
-    return int(min(LINK_HEARTBEAT_S, max(LINK_HEARTBEAT_MIN_S, math.ceil(ttl_s / 2))))
+    drop, are twice the TTL (see "Heartbeats" above)."""
+    return int(min(LINK_HEARTBEAT_S, max(LINK_HEARTBEAT_MIN_S, math.ceil(ttl_s))))
 
 
 class LinkReceiver(Protocol):
@@ -635,9 +635,9 @@ class Links:
 
     def node_gone(self, node: str) -> None:
         """``node``'s etcd record went (its lease ended: killed, frozen, cut off): its links
-        fail now instead of after two missed heartbeats (6-9 s by default), so what was forwarded to
-        it is nacked at once and the next publishes go where the records say (a failover's
-        new leader) or are nacked while it is away."""
+        fail now instead of after two missed heartbeats (10-15 s by default), so what was
+        forwarded to it is nacked at once and the next publishes go where the records say (a
+        failover's new leader) or are nacked while it is away."""
         for (name, _vhost), link in list(self._links.items()):
             if name == node and not link.failed:
                 link.fail(f"node '{node}' left the cluster (its etcd lease ended)")
