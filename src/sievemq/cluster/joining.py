@@ -18,7 +18,7 @@ from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable, Event
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.failover import Failover
-from sievemq.cluster.link import Links
+from sievemq.cluster.link import Links, heartbeat_for
 from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
@@ -70,7 +70,9 @@ async def join(
         definitions_sync.also_wait,
         lambda: membership.records,
     )
-    links = placement.links = Links(name, secret.get, membership.cluster_address)
+    links = placement.links = Links(
+        name, secret.get, membership.cluster_address, heartbeat_s=heartbeat_for(ttl_s)
+    )
     placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)
