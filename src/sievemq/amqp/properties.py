@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from pamqp import commands
+from pamqp import commands, decode
 
 from sievemq.amqp import errors, tables
 from sievemq.amqp.tables import SIZED, TYPE_LONGSTR, VALUE_SIZES
@@ -448,9 +448,35 @@ def _decode_properties(properties: bytes) -> commands.Basic.Properties:
             if not word & 1:
                 break
         result = commands.Basic.Properties()
-        result.unmarshal(flags, properties[pos:])
+        try:
+            result.unmarshal(flags, properties[pos:])
+        except UnicodeDecodeError:
+            result = _decode_raw_shortstrs(flags, properties[pos:])
     except (struct.error, ValueError, TypeError, IndexError, OverflowError, OSError):
         raise errors.FrameError("cannot decode content properties") from None
+    return result
+
+
+def _decode_raw_shortstrs(flags: int, data: bytes) -> commands.Basic.Properties:
+    """Decode a property list whose shortstrs are not all UTF-8 (pamqp raises on those).
+
+    AMQP 0-9-1 types a shortstr as octets and RabbitMQ passes them through unchecked, so the
+    hot path's ``check_properties`` accepts them and stores the bytes as sent; for this cold
+    path's str attributes, bytes that are not UTF-8 become U+FFFD."""
+    result = commands.Basic.Properties()
+    pos = 0
+    for name in result.__slots__:
+        if flags & result.flags[name]:
+            kind = getattr(type(result), "_" + name)
+            value: object
+            if kind == "shortstr":
+                size = data[pos]
+                value = data[pos + 1 : pos + 1 + size].decode("utf-8", "replace")
+                consumed = 1 + size
+            else:
+                consumed, value = decode.by_type(data[pos:], kind)
+            setattr(result, name, value)
+            pos += consumed
     return result
 
 

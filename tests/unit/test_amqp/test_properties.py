@@ -183,3 +183,17 @@ def test_reply_to_of_truncated_properties_is_a_frame_error():
     raw = commands.Basic.Properties(reply_to="amq.rabbitmq.reply-to").marshal()
     with pytest.raises(errors.FrameError):
         raw_properties.reply_to(raw[:-3])
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [(b"\x00\x04\x01\x80", "cluster_id"), (b"\x80\x00\x02a\xff", "content_type")],
+)
+def test_shortstr_property_that_is_not_utf8_is_accepted_and_decoded(raw: bytes, name: str):
+    """AMQP 0-9-1 shortstrs are octets (RabbitMQ does not check them): the check accepts
+    them, the bytes are spliced as sent, and the cold-path decode shows U+FFFD for them."""
+    raw_properties.check_properties(raw)
+    props = raw_properties.decode_properties(raw)
+    assert "\ufffd" in getattr(props, name)
+    spliced = raw_properties.splice_long_header(raw, "x-stream-offset", 1)
+    assert raw_properties.decode_properties(spliced).headers == {"x-stream-offset": 1}
