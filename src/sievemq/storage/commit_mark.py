@@ -82,10 +82,17 @@ class CommitMark:
         """Keep ``end`` (one write in place; a failed one leaves the older, lower end)."""
         if end == self._written:
             return
-        with contextlib.suppress(OSError):
-            with self._file.pinned() as fd:
-                os.pwrite(fd, _pack(end), 0)
+        try:  # (no context managers: this runs once per commit, on the event loop)
+            fd = self._file.acquire()
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, _pack(end), 0)
             self._written = end
+        except OSError:
+            pass
+        finally:
+            self._file.release()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
