@@ -25,9 +25,9 @@ import pika
 import pytest
 
 from sievemq.storage import layout
-from sievemq.storage.queue_log import Snapshot, decode_record
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.queue_files import live_bodies
 
 from .cluster_helpers import (
     WAIT_S,
@@ -46,18 +46,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 def copy_of(node: ServerProcess, name: str) -> dict[int, bytes]:
     """The live messages (id -> body) of the queue's log on ``node``, read from its files."""
-    directory = layout.queue_directory(node.data_dir, "/", name)
-    if not directory.exists():
-        return {}
-    snapshot = Snapshot(directory, 0, 1 << 62)
-    snapshot.open()
-    out: dict[int, bytes] = {}
-    for first in snapshot.firsts:
-        for record in snapshot.segment(first)[1]:
-            message = decode_record(record)
-            assert message is not None
-            out[message.id] = message.body
-    return out
+    return live_bodies(node.data_dir, "/", name)
 
 
 def bodies(node: ServerProcess, name: str) -> list[bytes]:
