@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from sievemq.client.arguments import add_server_option
 
 DEFAULT_URL = "http://guest:guest@127.0.0.1:15672"
 
@@ -75,11 +76,12 @@ def add_commands(parser: argparse.ArgumentParser, tool: Tool) -> Any:
 
 def add_url(parser: argparse.ArgumentParser) -> None:
     """``--url``: the admin API of the node asked."""
-    parser.add_argument(
+    add_server_option(
+        parser,
         "--url",
-        default=os.environ.get("SIEVEMQ_ADMIN_URL", DEFAULT_URL),
-        help="a node's admin API, http://user:pass@host:port (default $SIEVEMQ_ADMIN_URL "
-        f"or {DEFAULT_URL})",
+        "SIEVEMQ_ADMIN_URL",
+        DEFAULT_URL,
+        "a node's admin API, http://user:pass@host:port",
     )
 
 
