@@ -22,13 +22,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from sievemq.admin_api.auth import require_vhost
 from sievemq.admin_api.bodies import json_body
 from sievemq.admin_api.deps import Admin, Facade, User
 from sievemq.admin_api.errors import ApiError, bad_request
 from sievemq.admin_api.paths import name
 from sievemq.admin_api.rabbit.common import TAG
-from sievemq.admin_api.replicas import change_names, known_vhost, member_rows, members_of, refused
+from sievemq.admin_api.replicas import added, change_names, deleted, status_rows
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import BadRequest, Conflict, NotFound, Principal
 
@@ -44,13 +43,8 @@ async def quorum_status(
     request: Request, f: Facade, vhost: str, queue: str, who: User
 ) -> list[dict[str, Any]]:
     """Every member of the quorum queue, leader first, each with its node's figures now."""
-    v, q = known_vhost(f, vhost), name(queue)
-    require_vhost(who, v)
-    found = f.quorum_member(v, q)
-    mine = None if found is None else {**vars(found), "online": True}
-    if getattr(request.state, "cluster_peer", False):
-        return [] if mine is None else [mine]  # another node asks for this one's part
-    return await member_rows(request, f, members_of(f, v, q, QUORUM), mine, ROLES, FIGURES)
+    member = f.quorum_member
+    return await status_rows(request, f, who, vhost, queue, member, ROLES, FIGURES, QUORUM)
 
 
 async def _names(
@@ -69,13 +63,7 @@ async def add_member(request: Request, f: Facade, vhost: str, queue: str, who: A
     """Make the body's ``node`` a member of the quorum queue (201; 204 when it already is
     one, as RabbitMQ's add is idempotent). It copies the queue's log in the background."""
     v, q, n = await _names(request, f, who, vhost, queue)
-    if f.cluster is None:
-        return Response(status_code=204)  # the node itself: already the queue's member
-    try:
-        added = await f.cluster.add_member(v, q, n)
-    except (NotFound, Conflict, BadRequest) as error:
-        raise refused(error) from None
-    return Response(status_code=201 if added else 204)
+    return await added(f, lambda cluster: cluster.add_member(v, q, n))
 
 
 @router.delete("/queues/quorum/{vhost}/{queue}/replicas/delete", status_code=204)
@@ -84,16 +72,11 @@ async def delete_member(
 ) -> Response:
     """Stop the body's ``node``'s copy and remove it; the leader cannot be removed (409)."""
     v, q, n = await _names(request, f, who, vhost, queue)
-    try:
-        if f.cluster is None:
-            raise Conflict(
-                f"cluster node '{n}' leads quorum queue '{q}' in vhost '{v}': the leader "
-                "cannot be removed (delete the quorum queue instead)"
-            )
-        await f.cluster.delete_member(v, q, n)
-    except (NotFound, Conflict, BadRequest) as error:
-        raise refused(error) from None
-    return Response(status_code=204)
+    leads = (
+        f"cluster node '{n}' leads quorum queue '{q}' in vhost '{v}': the leader "
+        "cannot be removed (delete the quorum queue instead)"
+    )
+    return await deleted(f, lambda cluster: cluster.delete_member(v, q, n), leads)
 
 
 @router.post("/queues/quorum/replicas/on/{node}/grow")

@@ -12,6 +12,7 @@ the stream's record in etcd (``cluster/replica_ops.py``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -24,10 +25,10 @@ from sievemq.admin_api.paths import name
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import (
     BadRequest,
+    ClusterPort,
     Conflict,
     NotFound,
     Principal,
-    StreamMemberView,
 )
 
 router = APIRouter(prefix="/api", tags=["SieveMQ stream API"])
@@ -45,10 +46,6 @@ FIGURES = (
     "messages",
     "bytes",
 )
-
-
-def _row(member: StreamMemberView) -> dict[str, Any]:
-    return {**vars(member), "online": True}
 
 
 def known_vhost(f: BrokerFacade, raw: str) -> str:
@@ -93,13 +90,30 @@ async def stream_status(
     request: Request, f: Facade, vhost: str, stream: str, who: User
 ) -> list[dict[str, Any]]:
     """Every member of the stream, leader first, each with its node's figures now."""
-    v, s = known_vhost(f, vhost), name(stream)
+    return await status_rows(request, f, who, vhost, stream, f.stream_member, ROLES, FIGURES)
+
+
+async def status_rows(
+    request: Request,
+    f: BrokerFacade,
+    who: Principal,
+    vhost: str,
+    queue: str,
+    member: Callable[[str, str], object | None],
+    roles: tuple[str, str],
+    figures: tuple[str, ...],
+    wanted: str = "stream",
+) -> list[dict[str, Any]]:
+    """A status's rows (a stream's, or a quorum queue's: ``wanted``): every member, leader
+    first; ``member`` is this node's own (as it holds the queue now, None when it holds
+    none), and when another node asks, that is the whole answer."""
+    v, q = known_vhost(f, vhost), name(queue)
     require_vhost(who, v)
-    mine = f.stream_member(v, s)
+    found = member(v, q)
+    mine = None if found is None else {**vars(found), "online": True}
     if getattr(request.state, "cluster_peer", False):
-        return [] if mine is None else [_row(mine)]  # another node asks for this one's part
-    row = None if mine is None else _row(mine)
-    return await member_rows(request, f, members_of(f, v, s), row, ROLES, FIGURES)
+        return [] if mine is None else [mine]  # another node asks for this one's part
+    return await member_rows(request, f, members_of(f, v, q, wanted), mine, roles, figures)
 
 
 async def member_rows(
@@ -152,28 +166,44 @@ def change_names(
     return v, q, n
 
 
+async def added(f: BrokerFacade, add: Callable[[ClusterPort], Awaitable[bool]]) -> Response:
+    """The answer to adding a member (a stream's replica, a quorum queue's member): 201
+    when ``add`` made one, 204 when the node already was one (on a single node always: the
+    node itself is every queue's only member)."""
+    if f.cluster is None:
+        return Response(status_code=204)
+    try:
+        new = await add(f.cluster)
+    except (NotFound, Conflict, BadRequest) as error:
+        raise refused(error) from None
+    return Response(status_code=201 if new else 204)
+
+
+async def deleted(
+    f: BrokerFacade, delete: Callable[[ClusterPort], Awaitable[None]], leads: str
+) -> Response:
+    """The answer to removing a member: 204 once ``delete`` removed it; on a single node
+    a conflict saying ``leads`` (the node leads every queue, and a leader stays)."""
+    try:
+        if f.cluster is None:
+            raise Conflict(leads)
+        await delete(f.cluster)
+    except (NotFound, Conflict, BadRequest) as error:
+        raise refused(error) from None
+    return Response(status_code=204)
+
+
 @router.put("/queues/{vhost}/{stream}/replicas/{node}", status_code=201)
 async def add_replica(f: Facade, vhost: str, stream: str, node: str, who: Admin) -> Response:
     """Make ``node`` a replica of the stream (201; 204 when it already is a member). The
     node copies the stream from its first chunk in the background."""
     v, s, n = change_names(f, who, vhost, stream, node)
-    if f.cluster is None:
-        return Response(status_code=204)  # the node itself: already the stream's member
-    try:
-        added = await f.cluster.add_replica(v, s, n)
-    except (NotFound, Conflict, BadRequest) as error:
-        raise refused(error) from None
-    return Response(status_code=201 if added else 204)
+    return await added(f, lambda cluster: cluster.add_replica(v, s, n))
 
 
 @router.delete("/queues/{vhost}/{stream}/replicas/{node}", status_code=204)
 async def delete_replica(f: Facade, vhost: str, stream: str, node: str, who: Admin) -> Response:
     """Stop ``node``'s replica and remove its copy; the leader cannot be removed (409)."""
     v, s, n = change_names(f, who, vhost, stream, node)
-    try:
-        if f.cluster is None:
-            raise Conflict(f"node '{n}' leads stream '{s}' in vhost '{v}': it cannot be removed")
-        await f.cluster.delete_replica(v, s, n)
-    except (NotFound, Conflict, BadRequest) as error:
-        raise refused(error) from None
-    return Response(status_code=204)
+    leads = f"node '{n}' leads stream '{s}' in vhost '{v}': it cannot be removed"
+    return await deleted(f, lambda cluster: cluster.delete_replica(v, s, n), leads)

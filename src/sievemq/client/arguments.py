@@ -9,12 +9,25 @@ import os
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+def add_server_option(
+    parser: argparse.ArgumentParser, option: str, env: str, default: str, text: str
+) -> None:
+    """``option``: the server asked (``--uri``, ``--url``), by default ``$env``'s or
+    ``default``; shared by every `sievemq` client command."""
     parser.add_argument(
+        option,
+        default=os.environ.get(env, default),
+        help=f"{text} (default ${env} or {default})",
+    )
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    add_server_option(
+        parser,
         "--uri",
-        default=os.environ.get("SIEVEMQ_URI", DEFAULT_URI),
-        help="the server, amqp://user:pass@host:port/vhost (default $SIEVEMQ_URI or "
-        f"{DEFAULT_URI})",
+        "SIEVEMQ_URI",
+        DEFAULT_URI,
+        "the server, amqp://user:pass@host:port/vhost",
     )
     parser.add_argument("--stream", required=True, help="the stream's name")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -15,23 +14,44 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from sievemq.client.arguments import add_server_option
+
 DEFAULT_URL = "http://guest:guest@127.0.0.1:15672"
 
 
 @dataclass(frozen=True)
 class Tool:
-    """One `sievemq TOOL`'s member commands: ``send`` makes the request of ``command`` for
-    a vhost, a queue and a node (None for the status)."""
+    """One `sievemq TOOL`'s member commands (``add_MEMBER``, ``delete_MEMBER`` and the
+    status): ``send`` makes the request of ``command`` for a vhost, a queue and a node (None
+    for the status)."""
 
     name: str  # "streams"
     queue: str  # how the usage names the queue: "STREAM"
     noun: str  # how the answers name it: "stream"
     member: str  # and a member: "replica"
-    add: str  # the adding command
     status: str  # the listing command
+    listed: str  # what the status lists of each member: "offsets"
     columns: tuple[str, ...]  # the listing's table
-    commands: tuple[tuple[str, str, str], ...]  # each command, its arguments and help
     send: Callable[[httpx.Client, str, str, str, str | None], httpx.Response]
+
+    @property
+    def add(self) -> str:
+        """The adding command."""
+        return f"add_{self.member}"
+
+    @property
+    def commands(self) -> tuple[tuple[str, str, str], ...]:
+        """Each command, its arguments and its help."""
+        names = f"[VHOST] {self.queue}"
+        return (
+            (self.add, f"{names} NODE", f"add a {self.member} of a {self.noun} on a node"),
+            (
+                f"delete_{self.member}",
+                f"{names} NODE",
+                f"remove a node's {self.member} of a {self.noun}",
+            ),
+            (self.status, names, f"each member of a {self.noun}, with its {self.listed}"),
+        )
 
 
 def run(tool: Tool, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -75,11 +95,12 @@ def add_commands(parser: argparse.ArgumentParser, tool: Tool) -> Any:
 
 def add_url(parser: argparse.ArgumentParser) -> None:
     """``--url``: the admin API of the node asked."""
-    parser.add_argument(
+    add_server_option(
+        parser,
         "--url",
-        default=os.environ.get("SIEVEMQ_ADMIN_URL", DEFAULT_URL),
-        help="a node's admin API, http://user:pass@host:port (default $SIEVEMQ_ADMIN_URL "
-        f"or {DEFAULT_URL})",
+        "SIEVEMQ_ADMIN_URL",
+        DEFAULT_URL,
+        "a node's admin API, http://user:pass@host:port",
     )
 
 

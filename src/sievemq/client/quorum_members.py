@@ -30,22 +30,9 @@ def _send(
     return http.request("DELETE", f"{path}/replicas/delete", json={"node": node})
 
 
-COMMANDS = (
-    ("add_member", "[VHOST] QUEUE NODE", "add a member of a quorum queue on a node"),
-    ("delete_member", "[VHOST] QUEUE NODE", "remove a node's member of a quorum queue"),
-    ("quorum_status", "[VHOST] QUEUE", "each member of a quorum queue, with its log"),
-)
-
+# the commands add_member, delete_member and quorum_status
 TOOL = members.Tool(
-    name="queues",
-    queue="QUEUE",
-    noun="quorum queue",
-    member="member",
-    add="add_member",
-    status="quorum_status",
-    columns=COLUMNS,
-    commands=COMMANDS,
-    send=_send,
+    "queues", "QUEUE", "quorum queue", "member", "quorum_status", "log", COLUMNS, _send
 )
 
 

@@ -37,22 +37,9 @@ def _send(
     return method(f"{path}/{quote(node, safe='')}")
 
 
-COMMANDS = (
-    ("add_replica", "[VHOST] STREAM NODE", "add a replica of a stream on a node"),
-    ("delete_replica", "[VHOST] STREAM NODE", "remove a node's replica of a stream"),
-    ("stream_status", "[VHOST] STREAM", "each member of a stream, with its offsets"),
-)
-
+# the commands add_replica, delete_replica and stream_status
 TOOL = members.Tool(
-    name="streams",
-    queue="STREAM",
-    noun="stream",
-    member="replica",
-    add="add_replica",
-    status="stream_status",
-    columns=COLUMNS,
-    commands=COMMANDS,
-    send=_send,
+    "streams", "STREAM", "stream", "replica", "stream_status", "offsets", COLUMNS, _send
 )
 
 

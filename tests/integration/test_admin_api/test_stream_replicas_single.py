@@ -7,6 +7,8 @@ from sievemq.client.replicas import COLUMNS
 from sievemq.testing import ServerProcess
 from sievemq.testing.admin_client import client, q, streams_cli
 
+from .single_member import check_single_node_cli, check_single_node_http
+
 
 def test_a_single_node_is_its_streams_only_member(server: ServerProcess, qname: str) -> None:
     with client(server) as http:
@@ -17,12 +19,7 @@ def test_a_single_node_is_its_streams_only_member(server: ServerProcess, qname: 
         node = http.get("/api/overview").json()["node"]
         path = f"/api/queues/%2F/{q(qname)}/replicas"
         [member] = http.get(path).json()
-        itself = http.put(f"{path}/{q(node)}")
-        other = http.put(f"{path}/elsewhere")
-        leader = http.delete(f"{path}/{q(node)}")
-        missing = http.get("/api/queues/%2F/no-such-stream/replicas")
-        http.put("/api/queues/%2F/" + q(qname + "-classic"), json={"durable": True})
-        classic = http.get(f"/api/queues/%2F/{q(qname + '-classic')}/replicas")
+        check_single_node_http(http, "stream", node, qname, "only streams have replicas")
     assert member == {
         "node": node,
         "role": "writer",
@@ -36,24 +33,6 @@ def test_a_single_node_is_its_streams_only_member(server: ServerProcess, qname: 
         "bytes": member["bytes"],
         "online": True,
     }
-    assert itself.status_code == 204
-    assert (other.status_code, other.json()["reason"]) == (404, "no cluster node 'elsewhere'")
-    assert leader.status_code == 409 and "cannot be removed" in leader.json()["reason"]
-    assert missing.json()["reason"] == "no stream 'no-such-stream' in vhost '/'"
-    assert classic.status_code == 400 and "only streams have replicas" in classic.json()["reason"]
-
-    status = streams_cli(server, "stream_status", "--vhost", "/", qname)
-    assert status.returncode == 0, status.stderr
-    header, row = status.stdout.strip().splitlines()
-    assert header.split() == list(COLUMNS)  # RabbitMQ's, then whether the node answered
-    assert row.split() == ["writer", node, "1", "2", "2", "0", "0", "1", "true"]
-    added = streams_cli(server, "add_replica", qname, node)
-    assert (added.returncode, added.stdout.strip()) == (
-        0,
-        f"node '{node}': already a member of stream '{qname}' in vhost '/'",
-    )
-    refused = streams_cli(server, "delete_replica", qname, node)
-    assert refused.returncode == 1 and "(HTTP 409)" in refused.stderr
-    assert streams_cli(server, "add_replica", qname).returncode == 2  # the node is missing
-    both = streams_cli(server, "stream_status", "/", qname, "--vhost", "/")
-    assert both.returncode == 2 and "give the vhost once" in both.stderr
+    commands = ("stream_status", "add_replica", "delete_replica")
+    row = ["writer", node, "1", "2", "2", "0", "0", "1", "true"]
+    check_single_node_cli(streams_cli, server, commands, "stream", qname, node, COLUMNS, row)

@@ -279,6 +279,19 @@ def members(node: ServerProcess, queue: str) -> tuple[list[str], list[str]]:
     return list(row.get("members") or []), list(row.get("online") or [])
 
 
+def member_added(
+    via: ServerProcess, nodes: dict[str, ServerProcess], queue: str, listed: list[str]
+) -> None:
+    """After adding ``listed``'s last as ``queue``'s member through ``via``: ``via`` lists
+    them all, online, at once, and every node soon after."""
+    assert members(via, queue) == (listed, listed)
+    for node in nodes.values():
+        until(
+            lambda n=node: members(n, queue) == (listed, listed),  # type: ignore[misc]
+            f"{node} lists {listed[-1]} as a member, online",
+        )
+
+
 def replicas_on(seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]) -> None:
     """Wait until every node of ``seen_by`` lists ``names`` as ``queue``'s members, each
     online."""

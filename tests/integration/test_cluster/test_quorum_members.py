@@ -21,7 +21,7 @@ from sievemq.testing.admin_client import queues_cli
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.queue_files import live_records
 
-from .cluster_helpers import channel, queues, running, stopped, until
+from .cluster_helpers import channel, member_added, queues, running, stopped, until
 from .test_cluster_listings import cluster_secret
 from .test_quorum_replication import confirmed, declare
 from .test_replica_ops import status_table
@@ -81,12 +81,7 @@ def test_a_member_added_copies_the_log_and_a_removed_one_goes(
     via = nodes[first[1]]
     answer = add(via, "grow", third)
     assert answer.status_code == 201, answer.text
-    assert members(via, "grow") == ([*first, third], [*first, third])
-    for node in nodes.values():
-        until(
-            lambda n=node: members(n, "grow") == ([*first, third], [*first, third]),  # type: ignore[misc]
-            f"{node} lists {third} as a member, online",
-        )
+    member_added(via, nodes, "grow", [*first, third])
     leader_log = copy_of(a, "grow")
     assert len(leader_log) == 250
     until(lambda: copy_of(nodes[third], "grow") == leader_log, "the new member holds a's log")

@@ -18,7 +18,7 @@ from sievemq.testing.admin_client import streams_cli
 from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import open_client
 
-from .cluster_helpers import channel, queues, until
+from .cluster_helpers import channel, member_added, queues, until
 from .test_cluster_listings import cluster_secret
 from .test_replication import declare, identical, publish
 
@@ -60,12 +60,7 @@ async def test_a_replica_added_catches_up_and_removed_goes(
     via = nodes[first[1]]
     answer = http(via, "PUT", replicas_path("grow", third))
     assert answer.status_code == 201, answer.text
-    assert members(via, "grow") == ([*first, third], [*first, third])
-    for node in nodes.values():
-        until(
-            lambda n=node: members(n, "grow") == ([*first, third], [*first, third]),  # type: ignore[misc]
-            f"{node} lists {third} as a member, online",
-        )
+    member_added(via, nodes, "grow", [*first, third])
     until(lambda: identical(a, nodes[third], "grow"), "the new replica holds the leader's files")
     await publish(a, "grow", 3000, 500)  # and follows what comes after
     until(lambda: identical(a, nodes[third], "grow"), "the new replica keeps up")
