@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from sievemq.cluster.quorum_failover import QuorumCopies
 from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.reconcile import Reconciler
 from sievemq.cluster.replica_ops import ReplicaOps
-from sievemq.cluster.replication import Replication
+from sievemq.cluster.replication import HEARTBEAT_S, Replication
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.admin.facade import BrokerFacade
@@ -89,7 +89,10 @@ async def join(
     broker.stream_declared = commits.declared  # a promoted or placed leader: gated at once
     placement.promoted = commits.promoted
     placement.holds = commits.held
-    placement.open_feed = QuorumFeeds(broker, commits.held).quorum_feed
+    # a feed beats at least every third of the lease (its replicas count a TTL of silence)
+    feeds = QuorumFeeds(broker, commits.held, beat_s=min(float(HEARTBEAT_S), ttl_s / 3))
+    placement.open_feed = feeds.quorum_feed
+    placement.stopping.append(_stopper(feeds.stop))
     quorum = QuorumReplication(placement, broker, placement.links)
     membership.subscribe(QUEUES, quorum.apply)  # after placement: records current
     placement.stopping.append(quorum.stop)
@@ -149,6 +152,15 @@ async def join(
     except BaseException:
         await membership.leave()
         raise
+
+
+def _stopper(stop: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    """A plain ``stop`` as one of ``Placement.stopping``'s coroutines."""
+
+    async def stopping() -> None:
+        stop()
+
+    return stopping
 
 
 def _nodes_gone(links: Links, events: list[Event]) -> None:

@@ -356,12 +356,14 @@ class ClassicQueue:
 
     # ------------------------------------------------------------------ commit by majority
 
-    def gate(self) -> None:
+    def gate(self, floor: int | None = None) -> None:
         """From now on a logged message is delivered, and its publish confirmed, only once
         ``commit`` passes its id (a quorum queue with replicas: ``cluster/commit.py``); what
-        the log holds already counts as committed."""
+        the log holds already counts as committed, or only the ids below ``floor`` (a leader
+        elected from its copy: what the election knows a majority holds)."""
         if self.commit_end is None:
-            self.commit_end = (self.log.last_id if self.log is not None else 0) + 1
+            end = (self.log.last_id if self.log is not None else 0) + 1
+            self.commit_end = end if floor is None else min(end, floor)
 
     def ungate(self) -> None:
         """No replica any more: everything written is committed (what was held goes now)."""
