@@ -7,7 +7,8 @@ leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
-heard from it for ``silence_s`` while it could try it: cut from its replicas while its
+heard from it for ``silence_s`` while it could try it -- a stream's subscription asks for
+heartbeats, a quorum queue's feed beats (``Following``) -- : cut from its replicas while its
 lease holds; the time a copy could not try, held by an election or with its leader not
 listed, does not count, so a leader listed again after its lease lapsed is tried anew, not
 replaced at once: ``Follower.listen_anew``), each such

@@ -43,6 +43,14 @@ within the sync interval) the replica answers HOLDS with the next id it lacks: i
 live record below. The leader counts an enqueue committed once a majority holds it
 (``cluster/commit.py``, which gates the ``ClassicQueue``: deliveries and confirms wait).
 
+**Heartbeat.** A feed that carried nothing for half of ``QuorumFeeds.beat_s`` (at most a
+third of the lease's TTL) carries a BEAT with the leader's committed end, so a replica hears
+an idle queue's leader too: one that hears nothing on its feed for the TTL (``silent_for``,
+only while it could try: ``listen_anew``) counts its running leader lost and stands in an
+election (``cluster.failover``, as a stream's copy does); while its tail stands its HOLDS go
+no further than the tail (``cap``). The committed end it heard is the floor an elected copy
+may count as committed at once.
+
 Only the messages a quorum queue logs are replicated (persistent ones: a transient message
 lives in the leader's memory only, as on a single node).
 """
