@@ -609,6 +609,7 @@ class Follower:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()  # (a wake from now on, during a feed too: try again at once)
             record = self._record()
             leader = record.get("leader")
             if leader and not self.hold and not record.get("delete") and self._running(str(leader)):
@@ -625,7 +626,6 @@ class Follower:
                 )
                 await self._ended.wait()
                 self._channel = None
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(RETRY_S):
                     await self._wake.wait()
@@ -678,6 +678,7 @@ class Follower:
         """A new epoch's leader: follow it, and give it its own time to be heard from."""
         self.heard_at = asyncio.get_running_loop().time()
         self.retarget()
+        self._wake.set()
 
     def retarget(self) -> None:
         """The record changed (a new leader), or an election runs: stop feeding at once
