@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,6 @@ async def join(
     # a feed beats at least every third of the lease (its replicas count a TTL of silence)
     feeds = QuorumFeeds(broker, commits.held, beat_s=min(float(HEARTBEAT_S), ttl_s / 3))
     placement.open_feed = feeds.quorum_feed
-    placement.stopping.append(_stopper(feeds.stop))
     quorum = QuorumReplication(placement, broker, placement.links)
     membership.subscribe(QUEUES, quorum.apply)  # after placement: records current
     placement.stopping.append(quorum.stop)
@@ -152,15 +151,6 @@ async def join(
     except BaseException:
         await membership.leave()
         raise
-
-
-def _stopper(stop: Callable[[], None]) -> Callable[[], Awaitable[None]]:
-    """A plain ``stop`` as one of ``Placement.stopping``'s coroutines."""
-
-    async def stopping() -> None:
-        stop()
-
-    return stopping
 
 
 def _nodes_gone(links: Links, events: list[Event]) -> None:
