@@ -723,7 +723,8 @@ class Follower:
 
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
         if channel is self._channel:
-            if code:
+            if code:  # the leader answered (a stream's copy counts a refusal heard too)
+                self.heard_at = asyncio.get_running_loop().time()
                 log.info("replica of quorum queue '%s': %d %s", self.name, code, text)
             self._ended.set()
 

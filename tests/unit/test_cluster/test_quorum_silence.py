@@ -125,3 +125,16 @@ async def test_a_quiet_feed_beats_with_the_committed_end(tmp_path: Path) -> None
     feed.beat(100.4, 0.1)
     assert written.frames[-1] == queue_feed.beat(7, 13)
     feeds.stop()
+
+
+async def test_a_refusal_from_the_leader_is_heard_a_lost_link_is_not(follower: Follower) -> None:
+    """As a stream's copy counts its leader's error answers: the leader runs and answers
+    (its queue not open yet, say), it is no leader lost."""
+    channel = cast(LinkChannel, Channel())
+    follower._channel = channel
+    follower.heard_at -= 10
+    follower.link_closed(channel, 0, "the link to node 'a' failed")
+    assert follower.silent_for() >= 10
+    follower._channel = channel
+    follower.link_closed(channel, 404, "no quorum queue 'q' in vhost '/' here")
+    assert follower.silent_for() < 5
