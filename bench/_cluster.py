@@ -50,11 +50,19 @@ def running_cluster(
 
 @contextmanager
 def started_nodes(
-    base: Path, etcd_url: str, names: Iterable[str], flags: tuple[str, ...] = ()
+    base: Path,
+    etcd_url: str,
+    names: Iterable[str],
+    flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[dict[str, ServerProcess]]:
     """One node per name joined through ``etcd_url`` (data in ``base / NAME``, each with
-    ``flags``), started in turn; every node still running is stopped on the way out."""
-    nodes = {n: ServerProcess(base / n, node_args(etcd_url, n, *flags)) for n in names}
+    ``flags`` and the environment variables ``env``), started in turn; every node still
+    running is stopped on the way out."""
+    nodes = {
+        n: ServerProcess(base / n, node_args(etcd_url, n, *flags), env=dict(env or {}))
+        for n in names
+    }
     try:
         for proc in nodes.values():
             proc.start()

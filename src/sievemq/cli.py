@@ -32,6 +32,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_replica_arguments(streams)
 
+    queues = commands.add_parser(
+        "queues", help="a quorum queue's members: add_member, delete_member, quorum_status"
+    )
+    from sievemq.client.quorum_members import add_arguments as add_member_arguments
+
+    add_member_arguments(queues)
+
     export = commands.add_parser(
         "export", help="write a stream (or a filtered slice) to Parquet or JSON with Spark"
     )
@@ -169,6 +176,14 @@ def _run(args: argparse.Namespace) -> int:
         from sievemq.client.replicas import run
 
         return run(args, out=sys.stdout, err=sys.stderr)
+    if args.command == "queues":
+        if args.queues_command is None:
+            usage = "usage: sievemq queues add_member|delete_member|quorum_status ..."
+            print(usage, file=sys.stderr)
+            return 2
+        from sievemq.client.quorum_members import run as run_queues
+
+        return run_queues(args, out=sys.stdout, err=sys.stderr)
     if args.command == "streams":
         from sievemq.streams_listing import list_streams
 

@@ -17,6 +17,7 @@ import logging
 import signal
 import ssl
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -439,7 +440,15 @@ def serve(settings: Settings, ssl_context: ssl.SSLContext | None, bound: BoundLi
     every port (``cli.bind``) before importing this module, so that bad TLS files or a port
     in use fail at once, before the admin app's imports and the data directory's recovery.
     """
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # timestamped (UTC, milliseconds), as RabbitMQ's log lines are: a cluster's faults are
+    # read across several nodes' logs, in order
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     limits_log.setLevel(logging.INFO)
     loop_factory: Any = None
     try:

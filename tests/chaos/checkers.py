@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from sievemq.cluster.replication import replica_directory
 from sievemq.storage.layout import queue_directory, stream_directory
-from sievemq.storage.queue_log import Snapshot, decode_parts, read_counts
+from sievemq.storage.queue_log import read_counts
+from sievemq.testing.queue_files import live_records
 from sievemq.testing.stream_files import segment_files
 
 from .quorum_load import QuorumDelivery
@@ -243,18 +244,11 @@ class QuorumState:
 
 def quorum_state(data_dir: Path, vhost: str, name: str) -> QuorumState | None:
     """None when the node holds no log of the queue."""
-    directory = queue_directory(data_dir, vhost, name)
-    if not directory.exists():
+    live = live_records(data_dir, vhost, name)
+    if live is None:
         return None
-    snapshot = Snapshot(directory, 0, 1 << 62)
-    snapshot.open()
-    live: dict[int, bytes] = {}
-    for first in snapshot.firsts:
-        for record in snapshot.segment(first)[1]:
-            parts = decode_parts(record)
-            if parts is not None:
-                live[parts[0]] = record
-    counts = {i: c for i, c in read_counts(directory).items() if i in live}
+    kept = read_counts(queue_directory(data_dir, vhost, name))
+    counts = {i: c for i, c in kept.items() if i in live}
     return QuorumState(live, counts)
 
 

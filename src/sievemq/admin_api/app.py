@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from sievemq.admin_api import errors, metrics, rabbit, replicas, streams
+from sievemq.admin_api import errors, metrics, quorum_members, rabbit, replicas, streams
 from sievemq.admin_api.bodies import MAX_BODY_BYTES
 from sievemq.admin_api.paths import RawPathMiddleware
 from sievemq.gateway.admin.facade import BrokerFacade
@@ -64,6 +64,7 @@ def create_app(
         app.include_router(rabbit.router)
         app.include_router(streams.router)
         app.include_router(replicas.router)
+        app.include_router(quorum_members.router)
         app.include_router(metrics.router)
 
     @app.middleware("http")

@@ -26,10 +26,12 @@ PEER_PATHS = re.compile(
     r"/api/(connections(/[^/]+(/channels)?)?|channels(/[^/]+)?|consumers(/[^/]+)?"
     r"|vhosts/[^/]+/(connections|channels))"
 )
-# ... and read only: each node's part of a stream's status (``admin_api/replicas.py``) and
-# its own streams (``admin_api/streams.py``'s lists)
+# ... and read only: each node's part of a stream's or a quorum queue's status
+# (``admin_api/replicas.py``, ``quorum_members.py``) and its own streams (``admin_api/
+# streams.py``'s lists)
 PEER_READS = re.compile(
-    r"/api/(queues/[^/]+/[^/]+/replicas|streams(/[^/]+)?|streams/[^/]+/[^/]+/consumers)"
+    r"/api/(queues/[^/]+/[^/]+/replicas|queues/quorum/[^/]+/[^/]+/status"
+    r"|streams(/[^/]+)?|streams/[^/]+/[^/]+/consumers)"
 )
 
 

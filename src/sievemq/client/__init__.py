@@ -1,4 +1,5 @@
-"""`sievemq publish`, `tail` (AMQP 0-9-1, aiormq) and `streams add_replica ...` (HTTP).
+"""`sievemq publish`, `tail` (AMQP 0-9-1, aiormq); `streams`, `queues` member commands (HTTP).
 
 For people at a terminal, as ``rabbitmqadmin publish``, a stream tail, or ``rabbitmq-streams``
-for a cluster's stream replicas (through a node's admin API)."""
+and ``rabbitmq-queues`` for a cluster's stream replicas and quorum queue members (through a
+node's admin API)."""

@@ -22,6 +22,8 @@ import base64
 import contextlib
 import json
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -225,6 +227,15 @@ class EtcdClient:
 
     def _failed(self, index: int) -> None:
         self._failed_at[self.endpoints[index]] = asyncio.get_running_loop().time()
+
+    def companion(self) -> EtcdClient:
+        """A client of the same endpoints with a connection pool of its own, for another
+        thread's loop (the lease keeper's). The endpoints it finds failing count for this
+        client's watches too (one dict; both loops' clocks are ``time.monotonic``)."""
+        other = EtcdClient(self.endpoints, self._timeout)
+        other._failed_at = self._failed_at
+        other._current = self._current
+        return other
 
     # ---------------------------------------------------------------- key-value
 
@@ -452,8 +463,17 @@ async def _json_lines(chunks: AsyncIterator[str]) -> AsyncIterator[dict[str, Any
 
 
 class Lease:
-    """A lease kept alive every TTL/3; ``on_lost`` runs once when it is gone (etcd said so,
-    or no endpoint answered for a whole TTL), and the keeper stops."""
+    """A lease kept alive every TTL/3; ``on_lost`` runs once, on the loop that made the
+    lease, when it is gone (etcd said so, or no endpoint answered for a whole TTL), and the
+    keeper stops.
+
+    The keeper runs in a thread of its own, with an etcd client (and connections) of its
+    own: a node's loop that lags (hundreds of elections at once after another node's loss,
+    a long catch-up) or a connection pool full of their requests must not delay the
+    renewal past the TTL. It did, in a 30-minute chaos run on a loaded machine: every node
+    lost its lease again and again, each loss started more elections on the others, and the
+    cluster never settled. A lease says the node is alive; whether its loop keeps up is
+    what its clients see (and fencing is by epoch, not by lease)."""
 
     def __init__(
         self,
@@ -461,23 +481,49 @@ class Lease:
         lease_id: int,
         ttl_s: int,
         on_lost: Callable[[str], None],
-        clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.id = lease_id
         self.ttl_s = ttl_s
         self._on_lost = on_lost
-        self._clock = clock or asyncio.get_running_loop().time
-        self._task: asyncio.Task[None] | None = None
+        self._clock = clock  # the loop's clock too (asyncio's is time.monotonic)
+        self._home = asyncio.get_running_loop()
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._keeper_loop: asyncio.AbstractEventLoop | None = None
+        self._keeper: asyncio.Task[None] | None = None
         self.lost = False
-        # when the last keep-alive etcd answered was sent (the loop's clock): etcd cannot
-        # have let the lease expire before this + the TTL (``cluster.failover`` fences so)
+        self._stopped = False  # stop() was called: a loss told late is nobody's news
+        # when the last keep-alive etcd answered was sent: etcd cannot have let the lease
+        # expire before this + the TTL (``cluster.failover`` fences so)
         self.renewed_at = self._clock()
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._keep())
+        self._thread = threading.Thread(
+            target=self._run, name=f"etcd-lease-{self.id:x}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._keeper_loop = loop
+        self._keeper = loop.create_task(self._keep())
+        self._started.set()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(self._keeper)
+        finally:
+            loop.close()
 
     async def _keep(self) -> None:
+        client = self.client.companion()
+        try:
+            await self._renew(client)
+        finally:
+            await client.close()
+
+    async def _renew(self, client: EtcdClient) -> None:
         last_ok = self._clock()
         while True:
             await asyncio.sleep(self.ttl_s / 3)
@@ -485,7 +531,7 @@ class Lease:
             try:
                 # an endpoint that holds the keep-alive longer than TTL/3 (a member just cut
                 # from its peers, not yet aware) must not cost the lease: try the next
-                ttl = await self.client.keep_alive(self.id, hurry_s=self.ttl_s / 3)
+                ttl = await client.keep_alive(self.id, hurry_s=self.ttl_s / 3)
             except Exception as error:  # whatever fails, the keeper goes on until the TTL
                 if not isinstance(error, (EtcdUnavailable, EtcdError)):
                     log.warning("renewing etcd lease %x failed: %r", self.id, error)
@@ -500,15 +546,26 @@ class Lease:
             self.renewed_at = sent
 
     def _lose(self, why: str) -> None:
+        """In the keeper's thread: mark the lease lost, tell the node on its own loop."""
         self.lost = True
-        self._on_lost(why)
+        with contextlib.suppress(RuntimeError):  # the node's loop closed: nobody to tell
+            self._home.call_soon_threadsafe(self._tell, why)
+
+    def _tell(self, why: str) -> None:
+        if not self._stopped:
+            self._on_lost(why)
 
     async def stop(self, revoke: bool = True) -> None:
         """Stop renewing; with ``revoke``, end it now so its keys vanish at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self._stopped = True
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(self._started.wait)
+            loop, keeper = self._keeper_loop, self._keeper
+            if loop is not None and keeper is not None:
+                with contextlib.suppress(RuntimeError):  # the keeper ended (lease lost)
+                    loop.call_soon_threadsafe(keeper.cancel)
+            await asyncio.to_thread(thread.join)
         if revoke and not self.lost:
             with contextlib.suppress(EtcdUnavailable):
                 await self.client.revoke(self.id)

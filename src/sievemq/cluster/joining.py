@@ -24,7 +24,7 @@ from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
 from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.reconcile import Reconciler
-from sievemq.cluster.replica_ops import ReplicaOps
+from sievemq.cluster.replica_ops import QUORUM, ReplicaOps
 from sievemq.cluster.replication import HEARTBEAT_S, Replication
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
@@ -113,6 +113,11 @@ async def join(
         client, placement, lambda: membership.records, lambda: set(membership.members)
     )
     membership.add_replica, membership.delete_replica = replica_ops.add, replica_ops.delete
+    membership.add_member = lambda vhost, name, node: replica_ops.add(vhost, name, node, QUORUM)
+    membership.delete_member = lambda vhost, name, node: replica_ops.delete(
+        vhost, name, node, QUORUM
+    )
+    membership.quorum_copy = quorum.copy_view
     reconciler = Reconciler(membership, placement, replica_ops, broker)
     membership.subscribe(MEMBERS, reconciler.apply)  # joins and forgets re-choose replicas
     placement.stopping.append(reconciler.stop)

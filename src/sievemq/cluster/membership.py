@@ -41,7 +41,7 @@ from sievemq.cluster.coordination import (
     put_op,
     range_op,
 )
-from sievemq.gateway.admin.views import ClusterNodeView, RemoteQueueView
+from sievemq.gateway.admin.views import ClusterNodeView, QuorumCopyView, RemoteQueueView
 
 log = logging.getLogger("sievemq.cluster")
 
@@ -128,6 +128,11 @@ class Membership:
         self.link_views: Callable[[], list[dict[str, Any]]] = list
         self.add_replica: Callable[[str, str, str], Awaitable[bool]] = _not_joined
         self.delete_replica: Callable[[str, str, str], Awaitable[None]] = _not_joined
+        # a quorum queue's members (``ReplicaOps`` with ``QUORUM``) and this node's copy of
+        # one (``QuorumReplication.copy_view``), set at the join
+        self.add_member: Callable[[str, str, str], Awaitable[bool]] = _not_joined
+        self.delete_member: Callable[[str, str, str], Awaitable[None]] = _not_joined
+        self.quorum_copy: Callable[[str, str], QuorumCopyView | None] = lambda vhost, name: None
         self.on_registered_again: list[Callable[[], None]] = []
         # what stops before this node leaves (the definitions mirror's writer and retries)
         self.on_leave: list[Callable[[], Awaitable[None]]] = []
@@ -336,6 +341,20 @@ class Membership:
                 if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], dict):
                     out[(str(entry[0]), str(entry[1]))] = (entry[2], when)
         return out
+
+    def quorum_queues(self) -> list[tuple[str, str, list[str]]]:
+        """Every recorded quorum queue not being deleted, with its members (leader first):
+        what ``rabbitmq-queues grow / shrink`` go through."""
+        out = [
+            (
+                str(r.get("vhost")),
+                str(r.get("name")),
+                [str(r.get("leader")), *map(str, r.get("replicas", ()))],
+            )
+            for r in self.queue_records()
+            if r.get("type") == "quorum" and not r.get("delete")
+        ]
+        return sorted(out)
 
     def remote_queues(self, vhost: str | None) -> list[RemoteQueueView]:
         """The queues other nodes lead, as their records say, with the figures their

@@ -12,11 +12,13 @@ methods: promoting it is opening that queue there, whose recovery rebuilds its s
 The leader (``Feed``, made by ``QuorumFeeds.quorum_feed``) first catches it up from the
 queue's files (``storage.queue_log.Snapshot``, read in worker threads, one segment at a time:
 the live records it lacks, then which of the ids it has are still live), then sends every
-change of the log as the leader writes it (``Shipper``, the ``QueueLog``'s observer), batched
-per event-loop turn, in order. What changes while it catches up is kept and sent after. The
-operations (``encode_*``, applied by ``apply_ops``):
+change of the log as the leader writes it (``Shipper``, the ``QueueLog``'s observer), in
+order: each write's records at once (one batch per write: a turn's publishes, a read's
+slice), the other changes batched per event-loop turn. What changes while it catches up is
+kept and sent after. The operations (``encode_*``, applied by ``apply_ops``):
 
-- ``E``: ``u32 size | record``: an enqueued record, the bytes the leader's segment holds;
+- ``E``: ``u32 size | record``: an enqueued record, the bytes the leader's segment holds
+  (the copy stores them as they came, their checksum checked: ``stage_record``);
 - ``A``: ``u32 n | n × u64 id``: settled (acked, rejected, expired, dead-lettered) ids;
 - ``D``: ``u64 id``: the delivered mark (``QueueLog.flush_delivered``);
 - ``P``: ``u64 floor``: a purge (every id at or below ``floor`` is gone);
@@ -60,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 import struct
 import threading
@@ -72,6 +75,7 @@ from sievemq.cluster.coordination import Event
 from sievemq.cluster.epochs import common_end, history_of, read_history, write_history
 from sievemq.cluster.link import LinkChannel, Links
 from sievemq.cluster.placement import Placement, queue_of
+from sievemq.gateway.admin.views import QuorumCopyView
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.directory import FeedChannelEnd
@@ -80,7 +84,7 @@ from sievemq.storage.queue_log import (
     COUNT,
     QueueLog,
     Snapshot,
-    decode_parts,
+    checked_record_id,
     pack_count,
     read_counts,
     unpack_count,
@@ -98,6 +102,7 @@ _U64 = struct.Struct(">Q")
 _RECORD_ID_AT = 8  # an encoded record's id follows its length and checksum
 _RUN = struct.Struct(">QQ")
 ENQUEUE, ACK, DELIVERED, PURGE, KEEP, COUNTS = b"E", b"A", b"D", b"P", b"K", b"C"
+_ENQUEUE_BYTE = ENQUEUE[0]
 
 Queue = tuple[str, str]
 
@@ -161,16 +166,27 @@ class Copy:
     # ------------------------------------- each operation at ``pos``: the position after it
 
     def _enqueue(self, data: bytes, pos: int) -> int:
-        size: int = _U32.unpack_from(data, pos)[0]
-        pos += 4
-        parts = decode_parts(data[pos : pos + size])
-        if parts is None:
-            raise ValueError("a damaged record")
-        if parts[0] > self.log.last_id:
-            self.log.last_id = parts[0]
-            self.log.stage(*parts)
-            self.live.add(parts[0])
-        return pos + size
+        """HOT PATH (a replica's share of each message): this and the ``E`` operations right
+        after it, each record checked (its checksum) and staged as it came, byte for byte
+        as the leader's segment holds it (not decoded and encoded again)."""
+        qlog = self.log
+        live = self.live
+        end = len(data)
+        while True:
+            size: int = _U32.unpack_from(data, pos)[0]
+            pos += 4
+            record = data[pos : pos + size]
+            msg_id = checked_record_id(record)
+            if msg_id is None:
+                raise ValueError("a damaged record")
+            if msg_id > qlog.last_id:
+                qlog.last_id = msg_id
+                qlog.stage_record(msg_id, record)
+                live.add(msg_id)
+            pos += size
+            if pos >= end or data[pos] != _ENQUEUE_BYTE:
+                return pos
+            pos += 1  # the next ``E``
 
     def _ack(self, data: bytes, pos: int) -> int:
         n: int = _U32.unpack_from(data, pos)[0]
@@ -279,7 +295,7 @@ class Shipper:
     def records_written(self, records: list[bytes]) -> None:
         if records:
             self.through = max(self.through, _U64.unpack_from(records[-1], _RECORD_ID_AT)[0])
-        self._add(encode_records(records))
+        self._add(encode_records(records), now=True)
 
     def acked(self, ids: list[int]) -> None:
         self._add(encode_ack(ids))
@@ -293,15 +309,26 @@ class Shipper:
     def counted(self, entries: list[tuple[int, int, bool]]) -> None:
         self._add(encode_counts(entries))
 
-    def _add(self, op: bytes) -> None:
+    def _add(self, op: bytes, now: bool = False) -> None:
+        """Queue ``op`` for the feeds; ``now`` (records just written, on the loop): send
+        it, and what was queued before it, at once. The replicas start writing while this
+        turn goes on (their HOLDS, so the confirms, come sooner), and a turn of several
+        writes (a read's slices) still sends one batch for each write."""
         if not self.feeds:
             return
+        on_loop = threading.get_ident() == self._loop_thread
         with self._lock:
             self._pending.append(op)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        if threading.get_ident() == self._loop_thread:
+            if not (now and on_loop):
+                if self._scheduled:
+                    return
+                self._scheduled = True
+        if now and on_loop:  # (a flush scheduled before finds nothing left)
+            try:
+                self._flush()
+            except Exception:  # the writer that wrote the records must not fail for it
+                log.exception("shipping quorum queue %r to its replicas", self.queue)
+        elif on_loop:
             self._loop.call_soon(self._flush)
         else:  # (a worker thread: wakes the loop)
             self._loop.call_soon_threadsafe(self._flush)
@@ -786,23 +813,24 @@ class QuorumReplication:
         self.me = placement.me
         self.followers: dict[Queue, Follower] = {}
         self._tasks: set[asyncio.Future[None]] = set()
+        # copies being stopped (and removed): one wanted again meanwhile (a member removed
+        # and added back at once) is opened once that is done, not beside it on the same
+        # files, which the removal would then take from under it
+        self._dropping: dict[Queue, asyncio.Future[None]] = {}
 
     def apply(self, events: list[Event], reset: bool) -> None:
         deleted = {queue_of(e.kv.key) for e in events if e.kind == "delete"}
         wanted = {
             queue: record
             for queue, record in self.placement.records.items()
-            if record.get("type") == "quorum"
-            and self.me in record.get("replicas", ())
-            and record.get("leader") != self.me
-            and not record.get("delete")
-            and not self._held(*queue)
+            if self._wants(queue, record)
         }
         dropped = [q for q in self.followers if q not in wanted]
         for queue in dropped:
             follower = self.followers.pop(queue)
             remove = queue in deleted or self._removed(queue)
-            self._track(self._drop(follower, remove))
+            task = self._dropping[queue] = self._track(self._drop(follower, remove))
+            task.add_done_callback(functools.partial(self._dropped, queue))
         for gone in deleted - {*dropped, *wanted}:
             if gone is not None and not self._held(*gone):
                 self._track(self._discard(gone))
@@ -811,10 +839,41 @@ class QuorumReplication:
             if current is not None and current._epoch != int(record.get("epoch", 1)):
                 current.follow_anew()
             if queue not in self.followers:
-                try:
-                    self.followers[queue] = self._follower(queue)
-                except OSError as error:
-                    log.error("cannot keep a replica of quorum queue '%s': %s", queue[1], error)
+                dropping = self._dropping.get(queue)
+                if dropping is not None and not dropping.done():
+                    self._track(self._follow_after(queue, dropping))
+                else:
+                    self._follow(queue)
+
+    def _dropped(self, queue: Queue, task: asyncio.Future[None]) -> None:
+        if self._dropping.get(queue) is task:
+            del self._dropping[queue]
+
+    def _follow(self, queue: Queue) -> None:
+        try:
+            self.followers[queue] = self._follower(queue)
+        except OSError as error:
+            log.error("cannot keep a replica of quorum queue '%s': %s", queue[1], error)
+
+    async def _follow_after(self, queue: Queue, dropping: asyncio.Future[None]) -> None:
+        """Follow the queue once its previous copy is stopped and removed, if the record
+        still names this node then (the next watch event acts on it otherwise)."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(dropping)
+        if queue not in self.followers and self._wants(queue, self.placement.records.get(queue)):
+            self._follow(queue)
+
+    def _wants(self, queue: Queue, record: dict[str, Any] | None) -> bool:
+        """Whether the record names this node a replica of a quorum queue it does not hold
+        as its own."""
+        return (
+            record is not None
+            and record.get("type") == "quorum"
+            and self.me in record.get("replicas", ())
+            and record.get("leader") != self.me
+            and not record.get("delete")
+            and not self._held(*queue)
+        )
 
     def _follower(self, queue: Queue) -> Follower:
         vhost, name = queue
@@ -867,10 +926,19 @@ class QuorumReplication:
         if directory.exists() and queue not in self.followers:
             layout.discard(directory)
 
-    def _track(self, work: Any) -> None:
+    def _track(self, work: Any) -> asyncio.Future[None]:
         task: asyncio.Future[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    def copy_view(self, vhost: str, name: str) -> QuorumCopyView | None:
+        """This node's copy of the queue, as ``quorum_status`` lists it (None: none)."""
+        follower = self.followers.get((vhost, name))
+        if follower is None:
+            return None
+        qlog = follower.copy.log
+        return QuorumCopyView(log_end=qlog.last_id, messages=qlog.live_count)
 
     async def release(self, queue: Queue) -> None:
         """Stop following the queue and close the copy (to open it as this node's)."""

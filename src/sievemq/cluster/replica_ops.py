@@ -10,9 +10,11 @@ acts on it: the added node starts a follower that copies the stream from its fir
 watch's delay on the others. The leader cannot be removed (there is no moving a stream's
 writer yet), so a stream keeps at least one member.
 
-The reconciliation (``cluster/reconcile.py``) changes quorum queues' replicas the same way
-(``kinds``): a quorum replica named in the record copies the queue's log from its first id
-(``cluster/quorum_replication.py``); over HTTP and the command line only streams' change.
+Quorum queues' members change the same way (``kinds``: ``QUORUM``), over HTTP and the
+command line (``rabbitmq-queues add_member / delete_member``, ``admin_api/quorum_members.py``)
+and by the reconciliation (``cluster/reconcile.py``): a quorum replica named in the record
+copies the queue's log from its first id (``cluster/quorum_replication.py``) and then follows
+the leader; a removed one stops and its copy goes. The refusals name the kind asked for.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.placement import CREATING, READY, Placement, queue_key
 from sievemq.gateway.admin.views import BadRequest, Conflict, NotFound
 
-STREAMS = ("stream",)  # the queue types whose replicas the operations change by default
+# the queue types whose replicas the operations change by default, and a quorum queue's
+# members (``rabbitmq-queues add_member``)
+STREAMS: tuple[str, ...] = ("stream",)
+QUORUM: tuple[str, ...] = ("quorum",)
 ATTEMPTS = 5  # compare-and-swap rounds lost to concurrent changes before giving up
 
 
@@ -57,8 +62,9 @@ class ReplicaOps:
         if node not in self._members() | set(self._live()) | {self.placement.me}:
             raise NotFound(f"no cluster node '{node}'")
         if node not in self._live() and node != self.placement.me:
+            held = "replica" if kinds == STREAMS else "member"
             raise Conflict(
-                f"cluster node '{node}' is not running: a replica is added on a running node"
+                f"cluster node '{node}' is not running: a {held} is added on a running node"
             )
 
         def change(record: dict[str, Any]) -> list[str] | None:
@@ -69,25 +75,29 @@ class ReplicaOps:
 
         return await self._change(vhost, name, change, kinds)
 
-    async def delete(self, vhost: str, name: str, node: str) -> None:
-        """Stop ``node``'s replica of the stream and remove its copy (never the leader's:
-        a stream keeps at least one member)."""
+    async def delete(
+        self, vhost: str, name: str, node: str, kinds: tuple[str, ...] = STREAMS
+    ) -> None:
+        """Stop ``node``'s replica of the stream (or of a queue of ``kinds``) and remove its
+        copy (never the leader's: a stream or queue keeps at least one member)."""
+        what = _noun(kinds)
 
         def change(record: dict[str, Any]) -> list[str] | None:
             replicas = [str(n) for n in record.get("replicas", ())]
             leader = str(record.get("leader"))
             if node == leader:
                 raise Conflict(
-                    f"cluster node '{node}' leads stream '{name}' in vhost '{vhost}': "
-                    "the leader cannot be removed (delete the stream instead)"
+                    f"cluster node '{node}' leads {what} '{name}' in vhost '{vhost}': "
+                    f"the leader cannot be removed (delete the {what} instead)"
                 )
             if node not in replicas:
+                held = "replica" if kinds == STREAMS else "member"
                 raise NotFound(
-                    f"cluster node '{node}' holds no replica of stream '{name}' in vhost '{vhost}'"
+                    f"cluster node '{node}' holds no {held} of {what} '{name}' in vhost '{vhost}'"
                 )
             return [n for n in replicas if n != node]
 
-        await self._change(vhost, name, change)
+        await self._change(vhost, name, change, kinds)
 
     async def replace(
         self,
@@ -157,15 +167,31 @@ def _stream_record(
         record = json.loads(raw) if raw is not None else None
     except ValueError:
         record = None
+    what = _noun(kinds)
     if not isinstance(record, dict):
-        raise NotFound(f"no stream '{name}' in vhost '{vhost}'")
+        missing = "stream" if what == "stream" else "queue"
+        raise NotFound(f"no {missing} '{name}' in vhost '{vhost}'")
     kind = str(record.get("type", "stream"))
     if kind not in kinds:
-        raise BadRequest(
-            f"queue '{name}' in vhost '{vhost}' is a {kind} queue: only streams have replicas"
-        )
+        raise BadRequest(not_of_kind(vhost, name, kind, kinds))
     if record.get("delete"):
-        raise Conflict(f"stream '{name}' in vhost '{vhost}' is being deleted")
+        raise Conflict(f"{what} '{name}' in vhost '{vhost}' is being deleted")
     if record.get("state", READY) == CREATING:
-        raise Conflict(f"stream '{name}' in vhost '{vhost}' is still being created")
+        raise Conflict(f"{what} '{name}' in vhost '{vhost}' is still being created")
     return {k: v for k, v in record.items() if k != "mod_revision"}
+
+
+def _noun(kinds: tuple[str, ...]) -> str:
+    """What the refusals call a queue of ``kinds``."""
+    nouns: dict[tuple[str, ...], str] = {STREAMS: "stream", QUORUM: "quorum queue"}
+    return nouns.get(kinds, "queue")
+
+
+def not_of_kind(vhost: str, name: str, kind: str, kinds: tuple[str, ...]) -> str:
+    """The refusal of a change asked for a queue of another type than ``kinds``."""
+    of = "a stream" if kind == "stream" else f"a {kind} queue"
+    if kinds == QUORUM:
+        return f"queue '{name}' in vhost '{vhost}' is {of}: only quorum queues have members"
+    hint = " (a quorum queue's members: sievemq queues add_member / delete_member)"
+    tail = hint if kind == "quorum" else ""
+    return f"queue '{name}' in vhost '{vhost}' is {of}: only streams have replicas{tail}"

@@ -145,6 +145,20 @@ def decode_parts(data: bytes | memoryview, pos: int = 0) -> RecordParts | None:
         return None
 
 
+def checked_record_id(data: bytes) -> int | None:
+    """The id of ``data`` when it is exactly one whole record whose checksum holds (a
+    replica stores a record it was sent as it came: ``QueueLog.stage_record``), else None."""
+    if len(data) < 30:
+        return None
+    length, crc = _HEAD.unpack_from(data)
+    if length != len(data) - 8:
+        return None
+    with memoryview(data) as view:
+        if zlib.crc32(view[8:]) != crc:
+            return None
+    return int(_U64.unpack_from(data, 8)[0])
+
+
 def decode_record(data: bytes | memoryview, pos: int = 0) -> LoggedMessage | None:
     """The record at ``pos`` of ``data``, or None when it is torn or corrupt."""
     parts = decode_parts(data, pos)
@@ -328,10 +342,16 @@ class QueueLog:
     ) -> tuple[int, int]:
         """Add one message (ids increasing) to the next write; its (position, size) in its
         segment. ``write_staged`` writes what is staged (a segment roll writes it too)."""
+        return self.stage_record(
+            msg_id, encode_record(msg_id, ts, exchange, routing_key, props, body)
+        )
+
+    def stage_record(self, msg_id: int, data: bytes) -> tuple[int, int]:
+        """``stage`` of a record already encoded (``encode_record``) with id ``msg_id``: a
+        replica's copy stores what its leader wrote as it came, byte for byte."""
         if self._current is None or self._size >= self.segment_bytes:
             self.write_staged()
             self._roll(msg_id)
-        data = encode_record(msg_id, ts, exchange, routing_key, props, body)
         self._staged.append(data)
         position = self._size
         self._size += len(data)
@@ -583,6 +603,11 @@ class QueueLog:
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    @property
+    def live_count(self) -> int:
+        """Records not settled (acked or purged) yet: what a quorum queue's members compare."""
+        return sum(seg.live for seg in self._segments.values())
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

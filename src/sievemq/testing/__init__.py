@@ -10,7 +10,9 @@ gateway.
 - ``RawClient`` / ``AsyncRawClient``: an AMQP 0-9-1 client that sends and reads raw frames.
 
 Modules imported by name: ``wait`` (``eventually``), ``clock`` (``ManualClock``), ``tls``
-(a self-signed certificate), and one per client library, which needs that library installed:
+(a self-signed certificate), ``stream_files`` and ``queue_files`` (a stream's segment files, a
+quorum queue's live records: the copies replication tests compare), and one per client
+library, which needs that library installed:
 ``pika_client``, ``stream_client`` (rstream), ``aiormq_client``, ``admin_client`` (httpx).
 
 This package is wiring (like ``serve.py``): it may import any part of the gateway, and no

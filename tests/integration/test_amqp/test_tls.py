@@ -22,11 +22,13 @@ import pika.exceptions
 import pytest
 
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import consume_expected
 from sievemq.testing.tls import CertFiles, make_cert, tls_args
 
 pytestmark = pytest.mark.timeout(60)
 
 N = 50
+FIRST = {"x-stream-offset": "first"}
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +67,7 @@ def pika_roundtrip(params: pika.ConnectionParameters, queue: str) -> list[bytes]
         for i in range(N):
             ch.basic_publish("", queue, f"m{i}".encode(), mandatory=True)  # raises if nacked
         ch.basic_qos(prefetch_count=20)
-        got: list[bytes] = []
-        for method, _props, body in ch.consume(
-            queue, arguments={"x-stream-offset": "first"}, inactivity_timeout=5
-        ):
-            if method is None:
-                break
-            got.append(body)
-            ch.basic_ack(method.delivery_tag)
-            if len(got) == N:
-                break
-        ch.cancel()
-        return got
+        return [body for _, _, body in consume_expected(ch, queue, N, FIRST)]
     finally:
         if conn.is_open:
             conn.close()
@@ -177,16 +168,7 @@ def test_plain_text_client_on_tls_port_is_dropped_tls_client_unaffected(
         assert b"AMQP" not in received  # never spoke AMQP in clear text
         ch.basic_publish("", qname, b"after")  # the TLS connection opened before still works
         ch.basic_qos(prefetch_count=10)
-        got = []
-        for method, _props, body in ch.consume(
-            qname, arguments={"x-stream-offset": "first"}, inactivity_timeout=5
-        ):
-            assert method is not None, f"timed out, got {got}"
-            got.append(body)
-            ch.basic_ack(method.delivery_tag)
-            if len(got) == 2:
-                break
-        ch.cancel()
+        got = [body for _, _, body in consume_expected(ch, qname, 2, FIRST)]
         assert got == [b"before", b"after"]
     finally:
         if conn.is_open:

@@ -1,12 +1,14 @@
-"""Helpers of the cluster tests: node flags, polling, the admin API of a node, publishes, and
-what the replication tests ask a stream on a node (its end, its files, its offsets and
-sequences, who leads it after a failover)."""
+"""Helpers of the cluster tests: node flags, polling, the admin API of a node (its /metrics
+counters, the cluster overview), publishes, what the replication tests ask a stream on a node
+(its end, its files, its offsets and sequences, who leads it after a failover), and nodes
+that join, stop and are forgotten (the members each node then lists)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,6 +22,8 @@ import pika
 import pytest
 from rstream.exceptions import OffsetNotFound, StreamNotAvailable
 
+from sievemq.cluster.coordination import EtcdClient
+from sievemq.cluster.membership import MEMBERS
 from sievemq.cluster.replication import replica_directory
 from sievemq.spark.stream_client import StreamClient, StreamURI
 from sievemq.storage.layout import stream_directory
@@ -73,6 +77,35 @@ def get(node: ServerProcess, path: str) -> Any:
     response = httpx.get(node.admin_url + path, auth=("guest", "guest"), timeout=10)
     response.raise_for_status()
     return response.json()
+
+
+GLOBAL = re.compile(r"^rabbitmq_global_messages_(\w+)_total\{(.*)\} (\S+)$", re.M)
+
+
+def global_counts(
+    node: ServerProcess, kinds: tuple[str, ...], queue_type: str | None = None
+) -> dict[str, float]:
+    """``node``'s own ``rabbitmq_global_messages_KIND_total`` counters of ``kinds``, from its
+    /metrics: summed over protocols and queue types (or only ``queue_type``'s)."""
+    text = httpx.get(node.admin_url + "/metrics", timeout=10).text
+    out = dict.fromkeys(kinds, 0.0)
+    for kind, labels, value in GLOBAL.findall(text):
+        if kind in out and (queue_type is None or f'queue_type="{queue_type}"' in labels):
+            out[kind] += float(value)
+    return out
+
+
+def overview_since(seen_by: ServerProcess, since: float, nodes: int) -> dict[str, Any]:
+    """``seen_by``'s cluster overview once each of the ``nodes`` nodes' parts in it was
+    published after ``since`` (a ``time.time()``): it counts what the test did before."""
+
+    def fresh() -> dict[str, Any] | None:
+        overview: dict[str, Any] = get(seen_by, "/api/overview")
+        ages = [part["age_ms"] for part in overview["sievemq"]["totals_from"]]
+        recent = all(age / 1000 < time.time() - since for age in ages)
+        return overview if recent and len(ages) == nodes else None
+
+    return dict(until(fresh, "every node published its totals again", timeout=60))
 
 
 def running(node: ServerProcess) -> dict[str, bool]:
@@ -158,6 +191,37 @@ def publish_pipelined(
     return asyncio.run(publish())
 
 
+def read_until_end(node: ServerProcess, name: str) -> list[bytes]:
+    """The bodies of stream ``name`` from the first offset, through ``node``, before the
+    first ``end`` (a test publishes it last: every message before it has been read)."""
+    ch = channel(node)
+    ch.basic_qos(prefetch_count=500)
+    got: list[bytes] = []
+    args = {"x-stream-offset": "first"}
+    for method, _, body in ch.consume(name, arguments=args, inactivity_timeout=WAIT_S):
+        assert method is not None, f"no end after {len(got)} deliveries of {name}"
+        ch.basic_ack(method.delivery_tag)
+        if body == b"end":
+            return got
+        got.append(body)
+    raise AssertionError("unreachable")
+
+
+def filled(
+    node: ServerProcess,
+    name: str,
+    bodies: list[bytes],
+    arguments: dict[str, Any] | None = None,
+) -> Any:
+    """Queue ``name`` declared durable on ``node`` (with ``arguments``) and ``bodies``
+    published to it with confirms: the publishing pika channel."""
+    ch = channel(node)
+    ch.queue_declare(name, durable=True, arguments=arguments)
+    ch.confirm_delivery()
+    publish_each(ch, name, bodies)
+    return ch
+
+
 def queues(node: ServerProcess) -> dict[str, dict[str, Any]]:
     """``node``'s /api/queues by queue name."""
     return {q["name"]: q for q in get(node, "/api/queues")}
@@ -199,6 +263,78 @@ def etcd_away(etcd: EtcdProcess) -> Iterator[None]:
         yield
     finally:
         etcd.start()
+
+
+async def _forget(etcd: EtcdProcess, name: str) -> None:
+    client = EtcdClient([etcd.url])
+    try:
+        await client.delete(MEMBERS + name)
+    finally:
+        await client.close()
+
+
+def members(node: ServerProcess, queue: str) -> tuple[list[str], list[str]]:
+    """(members, online) of ``queue`` as ``node``'s /api/queues lists them."""
+    row = queues(node).get(queue, {})
+    return list(row.get("members") or []), list(row.get("online") or [])
+
+
+def replicas_on(seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]) -> None:
+    """Wait until every node of ``seen_by`` lists ``names`` as ``queue``'s members, each
+    online."""
+    for node in seen_by:
+        until(
+            lambda n=node: members(n, queue) == (names, names),
+            f"{node.data_dir.name} lists {', '.join(names)} as {queue}'s members, online",
+        )
+
+
+def declare_sized(node: ServerProcess, arguments: dict[str, Any], size: str) -> None:
+    """The reconcile tests' queues, declared on ``node`` (a) while only a and b run:
+    ``grown`` of the default size (3: two members for now), ``single`` and ``pair`` (the
+    ``size`` argument 1 and 2: at their size already, they never move)."""
+    ch = channel(node)
+    ch.queue_declare("grown", durable=True, arguments=arguments)
+    ch.queue_declare("single", durable=True, arguments={**arguments, size: 1})
+    ch.queue_declare("pair", durable=True, arguments={**arguments, size: 2})
+    assert members(node, "grown") == (["a", "b"], ["a", "b"])
+
+
+def sizes_kept(node: ServerProcess) -> None:
+    """``single`` and ``pair`` (``declare_sized``) still on the nodes they were declared on."""
+    assert members(node, "single")[0] == ["a"]
+    assert members(node, "pair")[0] == ["a", "b"]
+
+
+def joined_node(
+    node: ServerProcess, seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]
+) -> None:
+    """``node`` started (it joins the cluster), once every node of ``seen_by`` and ``node``
+    lists ``names`` as ``queue``'s members, online (the join re-chose its replicas)."""
+    node.start()
+    replicas_on((*seen_by, node), queue, names)
+
+
+def stopped_while_one_joins(
+    leaving: ServerProcess, joining: ServerProcess, seen_by: ServerProcess
+) -> None:
+    """``leaving`` stopped (SIGTERM: a transient loss) and ``joining`` started meanwhile,
+    once ``seen_by`` lists each so."""
+    assert leaving.stop() == 0, leaving.stderr()
+    gone, new = leaving.data_dir.name, joining.data_dir.name
+    until(lambda: not running(seen_by).get(gone, True), f"{seen_by} lists {gone} stopped")
+    joining.start()
+    until(lambda: running(seen_by).get(new), f"{seen_by} lists {new} running")
+
+
+def forgotten(
+    etcd: EtcdProcess, name: str, seen_by: tuple[ServerProcess, ...], queue: str, names: list[str]
+) -> None:
+    """Node ``name`` forgotten (its ``sievemq/members/NAME`` deleted, RabbitMQ's
+    ``forget_cluster_node``), once every node of ``seen_by`` lists ``names`` as ``queue``'s
+    members, online (another node took its place)."""
+    asyncio.run(_forget(etcd, name))
+    replicas_on(seen_by, queue, names)
 
 
 def closed_with_541(action: Callable[[], object], text: str) -> None:

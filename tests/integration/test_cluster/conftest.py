@@ -1,5 +1,5 @@
 """The cluster tests' etcd (one per test module, on free loopback ports) and nodes (a
-module's, or three fresh ones per test)."""
+module's, three fresh ones per test, or two running and two to start: ``cluster``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess, running_etcd
 
-from .cluster_helpers import close_open, started_nodes
+from .cluster_helpers import close_open, cluster_args, started_nodes
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,20 @@ def fresh_nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerP
     """Three nodes a, b and c started anew for each test: for tests that kill or stop one."""
     with started_nodes(etcd, tmp_path, ("a", "b", "c")) as procs:
         yield procs
+
+
+@pytest.fixture
+def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    """a and b running; c and d made, not started (stopped after the test if started): for
+    tests of nodes that join later."""
+    with started_nodes(etcd, tmp_path, ("a", "b")) as procs:
+        later = {n: ServerProcess(tmp_path / n, cluster_args(etcd, n)) for n in ("c", "d")}
+        try:
+            yield {**procs, **later}
+        finally:
+            for proc in later.values():
+                if proc.running:
+                    assert proc.stop() == 0, proc.stderr()
 
 
 @pytest.fixture(autouse=True)

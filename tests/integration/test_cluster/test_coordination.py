@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +84,30 @@ async def test_a_lease_is_lost_when_etcd_is_gone_for_a_ttl(etcd: EtcdProcess) ->
         why = await asyncio.wait_for(lost.get(), WAIT_S)
         assert "etcd unreachable for 2 s" in why and lease.lost
         await lease.stop()
+    finally:
+        await client.close()
+
+
+async def test_a_lease_outlives_a_loop_that_does_not_answer_for_twice_its_ttl(
+    etcd: EtcdProcess,
+) -> None:
+    """A node whose loop lags (an election storm, a long catch-up) keeps its lease: the
+    keeper renews it from a thread and connections of its own, so the node's loss is not
+    what starts the next round of elections."""
+    client = EtcdClient([etcd.url])
+    lost: asyncio.Queue[str] = asyncio.Queue()
+    try:
+        lease_id = await client.grant(2)
+        await client.put("leased", "v", lease_id)
+        lease = Lease(client, lease_id, 2, lost.put_nowait)
+        lease.start()
+        time.sleep(4.5)  # the loop blocked: no task of it runs for over twice the TTL
+        await asyncio.sleep(0.1)  # a loss told meanwhile would be delivered now
+        assert lost.empty() and not lease.lost
+        assert await client.get("leased") is not None  # etcd never let it expire
+        assert asyncio.get_running_loop().time() - lease.renewed_at < 2
+        await lease.stop()
+        assert await client.get("leased") is None  # stopped: revoked, its keys gone
     finally:
         await client.close()
 

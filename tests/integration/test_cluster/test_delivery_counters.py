@@ -10,41 +10,33 @@ way the cluster's overview counts each delivery once.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
-import httpx
-import pika
-
 from sievemq.testing import ServerProcess
+from sievemq.testing.pika_client import consume_expected
 
-from .cluster_helpers import channel, declare_replicated, get, queues, until
+from .cluster_helpers import (
+    channel,
+    declare_replicated,
+    filled,
+    get,
+    global_counts,
+    overview_since,
+    publish_each,
+    queues,
+    until,
+)
 
 NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
-SAMPLE = re.compile(
-    r"^rabbitmq_global_messages_(delivered|delivered_consume_manual_ack|acknowledged)_total"
-    r"\{(.*)\} (\S+)$",
-    re.M,
-)
 KINDS = ("delivered", "delivered_consume_manual_ack", "acknowledged")
-
-
-def counts(node: ServerProcess, queue_type: str | None) -> dict[str, float]:
-    """The node's own global delivery counters for one queue type (None: all), from its
-    /metrics."""
-    text = httpx.get(node.admin_url + "/metrics", timeout=10).text
-    out = dict.fromkeys(KINDS, 0.0)
-    for kind, labels, value in SAMPLE.findall(text):
-        if queue_type is None or f'queue_type="{queue_type}"' in labels:
-            out[kind] += float(value)
-    return out
 
 
 def all_counts(
     nodes: dict[str, ServerProcess], queue_type: str | None
 ) -> dict[str, dict[str, float]]:
-    return {name: counts(node, queue_type) for name, node in nodes.items()}
+    """Each node's own global delivery counters for one queue type (None: all)."""
+    return {name: global_counts(node, KINDS, queue_type) for name, node in nodes.items()}
 
 
 def delta(
@@ -54,26 +46,10 @@ def delta(
 
 
 def consume(node: ServerProcess, queue: str, count: int, arguments: dict[str, Any]) -> list[bytes]:
-    """``count`` deliveries on ``node``, each acked."""
+    """The bodies delivered on ``node`` (``count`` expected), each acked."""
     ch = channel(node)
     ch.basic_qos(prefetch_count=50)
-    got: list[bytes] = []
-    for method, _props, body in ch.consume(queue, arguments=arguments, inactivity_timeout=30):
-        assert method is not None, f"only {len(got)} of {count} delivered"
-        got.append(body)
-        ch.basic_ack(method.delivery_tag)
-        if len(got) == count:
-            break
-    ch.cancel()
-    return got
-
-
-def fresh_overview(node: ServerProcess, since: float) -> dict[str, Any] | None:
-    """``node``'s cluster overview once every node's part was published after ``since``."""
-    overview: dict[str, Any] = get(node, "/api/overview")
-    ages = [part["age_ms"] for part in overview["sievemq"]["totals_from"]]
-    fresh = all(age / 1000 < time.time() - since for age in ages)
-    return overview if fresh and len(ages) == len(NAMES) else None
+    return [body for _, _, body in consume_expected(ch, queue, count, arguments, timeout=30)]
 
 
 def read_figures(node: ServerProcess, stream: str) -> tuple[int, int]:
@@ -102,10 +78,7 @@ def counted_by(
 
 def overview_counts_each_delivery_once(nodes: dict[str, ServerProcess]) -> None:
     """Any node's overview, once every node's part is fresh, totals the nodes' counters."""
-    done = time.time()
-    overview = until(
-        lambda: fresh_overview(nodes["c"], done), "every node published anew", timeout=60
-    )
+    overview = overview_since(nodes["c"], time.time(), len(NAMES))
     every = all_counts(nodes, None)
     stats = overview["message_stats"]
     assert stats["deliver_get"] == sum(n["delivered"] for n in every.values())
@@ -117,8 +90,7 @@ def test_a_replica_read_is_counted_by_the_consumers_node(nodes: dict[str, Server
     declare_replicated(a, b, "dc-three", ("a", "b", "c"))
     publisher = channel(a)
     publisher.confirm_delivery()
-    for i in range(30):
-        publisher.basic_publish("", "dc-three", f"m{i}".encode(), pika.BasicProperties())
+    publish_each(publisher, "dc-three", [f"m{i}".encode() for i in range(30)])
     before = all_counts(nodes, "rabbit_stream_queue")
     got = consume(b, "dc-three", 30, {"x-stream-offset": "first"})
     assert got == [f"m{i}".encode() for i in range(30)]
@@ -140,11 +112,7 @@ def test_a_relayed_delivery_is_counted_by_the_queues_leader_once(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
-    on_a = channel(a)
-    on_a.queue_declare("dc-jobs", durable=True)
-    on_a.confirm_delivery()
-    for i in range(20):
-        on_a.basic_publish("", "dc-jobs", f"j{i}".encode())
+    filled(a, "dc-jobs", [f"j{i}".encode() for i in range(20)])
     until(lambda: "dc-jobs" in queues(b), "b knows dc-jobs")
     before = all_counts(nodes, "rabbit_classic_queue")
     assert len(consume(b, "dc-jobs", 20, {})) == 20

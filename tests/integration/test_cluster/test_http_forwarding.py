@@ -11,7 +11,6 @@ cluster's overview counts it once.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -22,7 +21,15 @@ from pika.exceptions import ChannelClosedByBroker
 
 from sievemq.testing import ServerProcess
 
-from .cluster_helpers import channel, get, running, until
+from .cluster_helpers import (
+    channel,
+    filled,
+    get,
+    global_counts,
+    overview_since,
+    running,
+    until,
+)
 
 AUTH = ("guest", "guest")
 NAMES = ("a", "b", "c")  # the nodes of this module (conftest.nodes)
@@ -135,11 +142,7 @@ def test_get_and_purge_through_other_nodes_are_done_on_the_leader(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
-    on_a = channel(a)
-    on_a.queue_declare("hf-orders", durable=True)
-    on_a.confirm_delivery()
-    for i in range(4):
-        on_a.basic_publish("", "hf-orders", f"order-{i}".encode())
+    on_a = filled(a, "hf-orders", [f"order-{i}".encode() for i in range(4)])
     known_everywhere(nodes, "hf-orders")
     # requeued: still there, redelivered next time
     peeked = get_messages(b, "hf-orders", 2, "ack_requeue_true")
@@ -252,21 +255,10 @@ def test_a_binding_to_another_nodes_exclusive_queue_is_405(
     until(lambda: owner.basic_get("hf-mine", auto_ack=True)[2] == b"mine", "routed to hf-mine")
 
 
-SAMPLE = re.compile(
-    r"^rabbitmq_global_messages_(received|confirmed|delivered_get_manual_ack)_total"
-    r"\{(.*)\} (\S+)$",
-    re.M,
-)
-
-
 def node_counts(node: ServerProcess) -> dict[str, float]:
     """The node's own message counters, from its /metrics (both protocols, every queue
     type: the overview's publish counts both protocols)."""
-    text = httpx.get(node.admin_url + "/metrics", timeout=10).text
-    out = {"received": 0.0, "confirmed": 0.0, "delivered_get_manual_ack": 0.0}
-    for kind, _labels, value in SAMPLE.findall(text):
-        out[kind] += float(value)
-    return out
+    return global_counts(node, ("received", "confirmed", "delivered_get_manual_ack"))
 
 
 def test_a_forwarded_message_is_counted_once(nodes: dict[str, ServerProcess]) -> None:
@@ -308,15 +300,7 @@ def test_a_forwarded_message_is_counted_once(nodes: dict[str, ServerProcess]) ->
         "c shows a's published count",
     )
     # the cluster's overview, once every node's part was published after the messages
-    done = time.time()
-
-    def fresh_overview() -> dict[str, Any] | None:
-        overview: dict[str, Any] = get(c, "/api/overview")
-        ages = [part["age_ms"] for part in overview["sievemq"]["totals_from"]]
-        fresh = all(age / 1000 < time.time() - done for age in ages)
-        return overview if fresh and len(ages) == 3 else None
-
-    overview = until(fresh_overview, "every node published its totals again", timeout=60)
+    overview = overview_since(c, time.time(), len(NAMES))
     stats = overview["message_stats"]
     assert stats["publish"] == sum(n["received"] for n in after.values())
     assert stats["confirm"] == sum(n["confirmed"] for n in after.values())

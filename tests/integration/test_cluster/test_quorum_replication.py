@@ -6,7 +6,9 @@ local quorum queue of that name would use (``DATA_DIR/queues/VHOST/NAME``), read
 through ``storage.queue_log.Snapshot`` (read-only, while the node runs). Confirmed publishes
 (through the leader, forwarded through another node, and over HTTP) are on a majority when
 confirmed and on every replica soon after; acks and a purge on the leader settle them on
-the replicas, and a delete removes their copies; with both replicas SIGSTOPped a publish is
+the replicas, and a delete removes their copies; thousands of publishes pipelined at once
+are all confirmed, on a majority when the last ack comes, and every copy's segments end
+byte-identical to the leader's; with both replicas SIGSTOPped a publish is
 not confirmed (nor delivered) until one returns; a replica SIGKILLed while messages are
 published and acked catches up once restarted. (A negative check waits a fixed while: a
 slow machine can only make it pass more slowly, never fail it.)
@@ -25,9 +27,9 @@ import pika
 import pytest
 
 from sievemq.storage import layout
-from sievemq.storage.queue_log import Snapshot, decode_record
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
+from sievemq.testing.queue_files import live_bodies
 
 from .cluster_helpers import (
     WAIT_S,
@@ -46,18 +48,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 def copy_of(node: ServerProcess, name: str) -> dict[int, bytes]:
     """The live messages (id -> body) of the queue's log on ``node``, read from its files."""
-    directory = layout.queue_directory(node.data_dir, "/", name)
-    if not directory.exists():
-        return {}
-    snapshot = Snapshot(directory, 0, 1 << 62)
-    snapshot.open()
-    out: dict[int, bytes] = {}
-    for first in snapshot.firsts:
-        for record in snapshot.segment(first)[1]:
-            message = decode_record(record)
-            assert message is not None
-            out[message.id] = message.body
-    return out
+    return live_bodies(node.data_dir, "/", name)
 
 
 def bodies(node: ServerProcess, name: str) -> list[bytes]:
@@ -188,6 +179,48 @@ async def test_no_majority_no_confirm_until_a_replica_returns(
             assert await asyncio.wait_for(got.get(), WAIT_S) == b"two"
     finally:
         await connection.close()
+
+
+async def test_many_pipelined_publishes_all_confirmed_and_copies_equal(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """Two channels with thousands of publishes in flight at once (each turn's writes
+    shipped as they are written, each record stored on the replicas as it came): every one
+    is acked, a majority holds them all when the last ack comes, and every copy ends with
+    the leader's records, byte for byte."""
+    a, b, c = nodes["a"], nodes["b"], nodes["c"]
+    declare(a, "pipelined")
+    props = aiormq.spec.Basic.Properties(delivery_mode=2)
+    connection = await aiormq.connect(a.url)
+    try:
+        channels = [await connection.channel(publisher_confirms=True) for _ in range(2)]
+        confirms = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    ch.basic_publish(
+                        f"{k}-{i}".encode() * 8, routing_key="pipelined", properties=props
+                    )
+                    for i in range(2500)
+                    for k, ch in enumerate(channels)
+                )
+            ),
+            WAIT_S * 4,
+        )
+    finally:
+        await connection.close()
+    assert all(isinstance(confirm, aiormq.spec.Basic.Ack) for confirm in confirms)
+    assert max(len(copy_of(b, "pipelined")), len(copy_of(c, "pipelined"))) == 5000
+    for node in (b, c):
+        until(lambda n=node: len(copy_of(n, "pipelined")) == 5000, "a replica holds all 5000")
+    assert copy_of(a, "pipelined") == copy_of(b, "pipelined") == copy_of(c, "pipelined")
+    for node in (b, c):
+        assert segments(node, "pipelined") == segments(a, "pipelined")
+
+
+def segments(node: ServerProcess, name: str) -> dict[str, bytes]:
+    """The queue's segment files on ``node`` (name -> bytes)."""
+    directory = layout.queue_directory(node.data_dir, "/", name)
+    return {p.name: p.read_bytes() for p in directory.glob("*.qseg")}
 
 
 def test_a_replica_that_was_down_catches_up(nodes: dict[str, ServerProcess]) -> None:

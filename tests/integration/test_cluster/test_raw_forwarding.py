@@ -28,6 +28,7 @@ from .cluster_helpers import (
     publish_each,
     publish_pipelined,
     queues,
+    read_until_end,
     until,
 )
 from .test_forwarding import FILTER, STREAM, confirming, declared_on, read_stream
@@ -191,18 +192,3 @@ def test_the_leader_killed_mid_run_publishes_go_to_the_new_leader(
     got = [int(body) for body in read_until_end(c, "moving")]
     kept = set(acked)
     assert [n for n in got if n in kept] == acked  # every confirmed one, in order
-
-
-def read_until_end(node: ServerProcess, name: str) -> list[bytes]:
-    """The bodies of stream ``name`` from the first offset, through ``node``, before ``end``."""
-    ch = channel(node)
-    ch.basic_qos(prefetch_count=500)
-    got: list[bytes] = []
-    args = {"x-stream-offset": "first"}
-    for method, _, body in ch.consume(name, arguments=args, inactivity_timeout=WAIT_S):
-        assert method is not None, f"no end after {len(got)} deliveries of {name}"
-        ch.basic_ack(method.delivery_tag)
-        if body == b"end":
-            return got
-        got.append(body)
-    raise AssertionError("unreachable")

@@ -21,7 +21,7 @@ from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
 from sievemq.testing import ServerProcess
 
-from .cluster_helpers import channel, get, queues, until
+from .cluster_helpers import channel, get, publish_each, queues, read_until_end, until
 from .test_forwarding import FILTER, STREAM, confirming, declared_on, read_stream
 
 NAMES = ("a", "b", "c")
@@ -45,14 +45,28 @@ def fan(node: ServerProcess, exchange: str, kind: str, bound: list[tuple[str, st
         admin.queue_bind(queue, exchange, key)
 
 
+def fan_of_a(
+    nodes: dict[str, ServerProcess], exchange: str, kind: str, bound: list[tuple[str, str]]
+) -> Any:
+    """The queues of ``bound`` declared on a (one copy each, once b knows them) and bound to
+    ``exchange`` through b: a channel on b in confirm mode, to publish to it."""
+    a, b = nodes["a"], nodes["b"]
+    for queue in dict.fromkeys(queue for queue, _ in bound):
+        declared_on(a, b, queue, SINGLE)
+    fan(b, exchange, kind, bound)
+    return confirming(b)
+
+
+def numbers(which: range) -> list[bytes]:
+    """Bodies ``0``, ``1``, ...: read back as the numbers they were published as."""
+    return [f"{i}".encode() for i in which]
+
+
 def test_a_fanout_to_two_queues_of_one_leader_goes_raw_once(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(a, b, "fan-1", SINGLE)
-    declared_on(a, b, "fan-2", SINGLE)
-    fan(b, "fan", "fanout", [("fan-1", ""), ("fan-2", "")])
-    on_b = confirming(b)
+    on_b = fan_of_a(nodes, "fan", "fanout", [("fan-1", ""), ("fan-2", "")])
     for i in range(300):
         props = pika.BasicProperties(headers={FILTER: "even" if i % 2 == 0 else "odd"})
         on_b.basic_publish("fan", "", f"{i}".encode(), props, mandatory=True)
@@ -88,8 +102,7 @@ def test_a_transient_queue_on_the_leader_does_not_disturb_the_count(
     fan(a, "with", "fanout", [("with-1", ""), ("with-2", ""), ("with-transient", "")])
     until(lambda: fanned(b, "with") >= 2, "b knows both streams are bound")
     on_b = confirming(b)
-    for i in range(100):
-        on_b.basic_publish("with", "", f"{i}".encode(), mandatory=True)
+    publish_each(on_b, "", numbers(range(100)), exchange="with")
     assert routed_channels(b, "a") >= 1
     confirming(a).basic_publish("with", "", b"from a", mandatory=True)
     for name in ("with-1", "with-2"):
@@ -111,27 +124,20 @@ def test_a_topic_publish_routed_to_a_queue_of_another_node_mid_run(
     publishes reach all three (the ordinary way); unbound again, they reach a's two (a
     channel asks once per publish method whether it may go raw: a new one goes raw)."""
     a, b, c = nodes["a"], nodes["b"], nodes["c"]
-    declared_on(a, b, "topic-1", SINGLE)
-    declared_on(a, b, "topic-2", SINGLE)
     declared_on(c, b, "topic-c", SINGLE)
-    fan(b, "logs", "topic", [("topic-1", "logs.*"), ("topic-2", "#")])
-    on_b = confirming(b)
-    for i in range(100):
-        on_b.basic_publish("logs", "logs.info", f"{i}".encode(), mandatory=True)
+    on_b = fan_of_a(nodes, "logs", "topic", [("topic-1", "logs.*"), ("topic-2", "#")])
+    publish_each(on_b, "logs.info", numbers(range(100)), exchange="logs")
     raw_before = routed_channels(b, "a")
     assert raw_before >= 1
     channel(b).queue_bind("topic-c", "logs", "logs.info")
-    for i in range(100, 200):
-        on_b.basic_publish("logs", "logs.info", f"{i}".encode(), mandatory=True)
+    publish_each(on_b, "logs.info", numbers(range(100, 200)), exchange="logs")
     channel(b).queue_unbind("topic-c", "logs", "logs.info")
-    for i in range(200, 300):
-        on_b.basic_publish("logs", "logs.info", f"{i}".encode(), mandatory=True)
+    publish_each(on_b, "logs.info", numbers(range(200, 300)), exchange="logs")
     for name in ("topic-1", "topic-2"):
         assert [int(body) for _, _, body in read_stream(a, name, 300)] == list(range(300))
     assert [int(body) for _, _, body in read_stream(c, "topic-c", 100)] == list(range(100, 200))
     fresh = confirming(b)
-    for i in range(300, 310):
-        fresh.basic_publish("logs", "logs.info", f"{i}".encode(), mandatory=True)
+    publish_each(fresh, "logs.info", numbers(range(300, 310)), exchange="logs")
     on_b.close()
     until(lambda: routed_channels(b, "a") == 1, "b forwards the new channel's raw to a")
     for name in ("topic-1", "topic-2"):
@@ -165,19 +171,15 @@ def test_a_headers_exchange_whose_queues_one_node_leads_is_routed_there(
     assert [int(body) for _, _, body in read_stream(a, "hdr-1", len(one))] == one
     assert [int(body) for _, _, body in read_stream(a, "hdr-2", len(two))] == two
     on_b.basic_publish("hdr", "", b"end", pika.BasicProperties(headers={"kind": "one"}))
-    assert read_kept(a, "hdr-1") == one
+    assert [int(body) for body in read_until_end(a, "hdr-1")] == one
 
 
 def test_a_queue_deleted_on_the_leader_mid_run_nacks_what_b_sent_before_it_knew(
     nodes: dict[str, ServerProcess],
 ) -> None:
     a, b = nodes["a"], nodes["b"]
-    declared_on(a, b, "kept", SINGLE)
-    declared_on(a, b, "dropped", SINGLE)
-    fan(b, "pair", "direct", [("kept", "k"), ("dropped", "k")])
-    on_b = confirming(b)
-    for i in range(50):
-        on_b.basic_publish("pair", "k", f"{i}".encode(), mandatory=True)
+    on_b = fan_of_a(nodes, "pair", "direct", [("kept", "k"), ("dropped", "k")])
+    publish_each(on_b, "k", numbers(range(50)), exchange="pair")
     channel(a).queue_delete("dropped")
     confirmed = list(range(50))
     for i in range(50, 250):
@@ -188,22 +190,6 @@ def test_a_queue_deleted_on_the_leader_mid_run_nacks_what_b_sent_before_it_knew(
             pass  # sent to a before b heard of the delete: a nacks it
     until(lambda: "dropped" not in queues(b), "b knows dropped is gone")
     on_b.basic_publish("pair", "k", b"end", mandatory=True)
-    bodies = read_kept(a, "kept")
+    got = [int(body) for body in read_until_end(a, "kept")]
     kept = set(confirmed)
-    assert [n for n in bodies if n in kept] == confirmed  # every confirmed one, in order
-
-
-def read_kept(node: ServerProcess, name: str) -> list[int]:
-    """The numbered bodies of stream ``name`` up to ``end``."""
-    ch = channel(node)
-    ch.basic_qos(prefetch_count=500)
-    got: list[int] = []
-    for method, _, body in ch.consume(
-        name, arguments={"x-stream-offset": "first"}, inactivity_timeout=30
-    ):
-        assert method is not None, f"no end after {len(got)} deliveries"
-        ch.basic_ack(method.delivery_tag)
-        if body == b"end":
-            return got
-        got.append(int(body))
-    raise AssertionError("unreachable")
+    assert [n for n in got if n in kept] == confirmed  # every confirmed one, in order

@@ -21,12 +21,21 @@ import aiormq
 from sievemq.testing import ServerProcess
 from sievemq.testing.etcd import EtcdProcess
 
-from .cluster_helpers import WAIT_S, channel, running, stopped, until
+from .cluster_helpers import (
+    WAIT_S,
+    channel,
+    declare_sized,
+    forgotten,
+    joined_node,
+    members,
+    running,
+    sizes_kept,
+    stopped,
+    stopped_while_one_joins,
+    until,
+)
 from .test_quorum_replication import confirmed
 from .test_quorum_replication import copy_of as log_of
-from .test_reconcile import _forget, cluster, members
-
-__all__ = ["cluster"]  # the fixture, used by name
 
 ARGS = {"x-queue-type": "quorum"}
 
@@ -63,46 +72,35 @@ def test_quorum_replicas_follow_joins_and_forgets(
     etcd: EtcdProcess, cluster: dict[str, ServerProcess]
 ) -> None:
     a, b, c, d = (cluster[n] for n in "abcd")
-    ch = channel(a)
-    ch.queue_declare("grown", durable=True, arguments=ARGS)
-    ch.queue_declare("single", durable=True, arguments={**ARGS, "x-quorum-initial-group-size": 1})
-    ch.queue_declare("pair", durable=True, arguments={**ARGS, "x-quorum-initial-group-size": 2})
-    assert members(a, "grown") == (["a", "b"], ["a", "b"])
+    declare_sized(a, ARGS, "x-quorum-initial-group-size")
     confirmed(a, "grown", [f"m{i}" for i in range(300)])
+    ch = channel(a)
     for _ in range(50):  # settled before c exists: its catch-up must leave them out
         method, _props, _body = ch.basic_get("grown")
         assert method is not None
         ch.basic_ack(method.delivery_tag)
 
-    c.start()  # joins: "grown" has 2 members of 3
-    for node in (a, b, c):
-        until(lambda n=node: members(n, "grown") == (["a", "b", "c"],) * 2, f"c added on {node}")
+    joined_node(c, (a, b), "grown", ["a", "b", "c"])  # "grown" had 2 members of 3
     until(lambda: same_log(a, c, "grown", 250), "c's copy of the log equals a's")
     assert sorted(log_of(c, "grown").values()) == sorted(f"m{i}".encode() for i in range(50, 300))
     confirmed(b, "grown", [f"after c {i}" for i in range(100)])  # it follows on
     until(lambda: same_log(a, c, "grown", 350), "c follows a")
     confirmed_without(a, b, "grown", b"b stopped, c holds it")
     until(lambda: same_log(a, c, "grown", 351), "c holds what it confirmed")
-    assert members(a, "single")[0] == ["a"]
-    assert members(a, "pair")[0] == ["a", "b"]
+    sizes_kept(a)
     assert log_of(c, "single") == log_of(c, "pair") == {}
 
-    assert c.stop() == 0, c.stderr()  # a transient loss
-    until(lambda: not running(a).get("c", True), "a lists c stopped")
-    d.start()  # joins while "grown" is at its size: no replica on d
-    until(lambda: running(a).get("d"), "a lists d running")
+    # c lost for a while; d joins while "grown" is at its size: no replica on d
+    stopped_while_one_joins(c, d, a)
     confirmed(a, "grown", [f"c down {i}" for i in range(100)])  # a and b: a majority
     assert members(a, "grown") == (["a", "b", "c"], ["a", "b"])
     assert members(b, "grown")[0] == ["a", "b", "c"]
     assert log_of(d, "grown") == {}
 
-    asyncio.run(_forget(etcd, "c"))  # forget_cluster_node c
-    for node in (a, b, d):
-        until(lambda n=node: members(n, "grown") == (["a", "b", "d"],) * 2, f"d for c on {node}")
+    forgotten(etcd, "c", (a, b, d), "grown", ["a", "b", "d"])
     until(lambda: same_log(a, d, "grown", 451), "d's copy of the log equals a's")
     confirmed_without(a, b, "grown", b"b stopped, d holds it")
     until(lambda: same_log(a, d, "grown", 452), "d holds what it confirmed")
-    assert members(a, "single")[0] == ["a"]
-    assert members(a, "pair")[0] == ["a", "b"]
+    sizes_kept(a)
     assert "quorum queue 'grown' in vhost '/': adds a replica on c, which joined" in a.stderr()
     assert "quorum queue 'grown' in vhost '/': replaces c, forgotten, by d" in a.stderr()

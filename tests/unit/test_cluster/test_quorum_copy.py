@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from sievemq.cluster.quorum_replication import (
     Copy,
     Shipper,
@@ -98,6 +100,40 @@ def test_the_changes_applied_in_order_give_the_leader_s_live_messages(tmp_path: 
     qlog.close()
     assert live(tmp_path / "copy") == live(tmp_path / "leader")
     assert list(live(tmp_path / "copy").values()) == [b"after"]
+
+
+def test_a_copy_stores_the_leader_s_records_byte_for_byte(tmp_path: Path) -> None:
+    qlog = QueueLog(tmp_path / "leader")
+    list(qlog.scan())
+    recorder = Recorder()
+    qlog.observer = recorder
+    put(qlog, [f"first{i}".encode() * (i + 1) for i in range(50)])
+    put(qlog, [f"second{i}".encode() for i in range(300)])
+    copy = Copy(tmp_path / "copy")
+    for batch in recorder.ops:  # each a run of ``E`` operations
+        copy.apply_ops(batch)
+    copy.close()
+    qlog.close()
+    segments = sorted(p.name for p in (tmp_path / "leader").glob("*.qseg"))
+    assert segments == sorted(p.name for p in (tmp_path / "copy").glob("*.qseg"))
+    for name in segments:
+        assert (tmp_path / "copy" / name).read_bytes() == (tmp_path / "leader" / name).read_bytes()
+    assert copy.next_id == 351
+    assert len(live(tmp_path / "copy")) == 350
+
+
+def test_a_damaged_record_stops_its_batch_after_the_records_before_it(tmp_path: Path) -> None:
+    qlog, recorder = leader_log(tmp_path / "leader")
+    put(qlog, [b"one", b"two", b"three"])
+    qlog.close()
+    batch = bytearray(recorder.ops[0])
+    batch[batch.index(b"two")] ^= 0xFF  # its checksum no longer holds
+    copy = Copy(tmp_path / "copy")
+    with pytest.raises(ValueError, match="damaged record"):
+        copy.apply_ops(bytes(batch))
+    assert copy.next_id == 2  # "one" is written, nothing past the damage
+    copy.close()
+    assert list(live(tmp_path / "copy").values()) == [b"one"]
 
 
 def test_a_copy_catches_up_from_a_snapshot(tmp_path: Path) -> None:

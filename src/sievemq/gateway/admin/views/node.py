@@ -80,6 +80,25 @@ class ClusterPort(Protocol):
         """Stop ``node``'s replica and remove its copy; the leader is a ``Conflict``."""
         ...
 
+    def add_member(self, vhost: str, name: str, node: str) -> Awaitable[bool]:
+        """Make ``node`` a member of the quorum queue (False: it already is one); refusals
+        as ``add_replica``'s."""
+        ...
+
+    def delete_member(self, vhost: str, name: str, node: str) -> Awaitable[None]:
+        """Stop ``node``'s copy of the quorum queue and remove it; the leader is a
+        ``Conflict``."""
+        ...
+
+    def quorum_queues(self) -> list[tuple[str, str, list[str]]]:
+        """Every recorded quorum queue (not being deleted): vhost, name and members
+        (leader first), sorted."""
+        ...
+
+    def quorum_copy(self, vhost: str, name: str) -> QuorumCopyView | None:
+        """This node's copy of a quorum queue another node leads (None: it follows none)."""
+        ...
+
 
 @dataclass(frozen=True)
 class StreamMemberView:
@@ -96,6 +115,28 @@ class StreamMemberView:
     segments: int
     messages: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class QuorumCopyView:
+    """A replica's copy of a quorum queue's log: the last log id it holds (every live
+    record at or below it) and how many live records it holds."""
+
+    log_end: int
+    messages: int
+
+
+@dataclass(frozen=True)
+class QuorumMemberView:
+    """One member of a quorum queue as the node holding it sees it (``rabbitmq-queues
+    quorum_status``): the leader or a follower's copy of its log."""
+
+    node: str
+    role: str  # "leader" or "follower"
+    epoch: int  # the leader's epoch (Raft's term)
+    log_end: int  # the last log id held (0: none yet)
+    commit_end: int | None  # the last id a majority holds (the leader's view; None: follower)
+    messages: int  # live records in the log (persistent messages not settled)
 
 
 # the header a node's request to another node's admin API carries the cluster secret in
