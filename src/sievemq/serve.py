@@ -339,7 +339,7 @@ async def _join_cluster(
 ) -> Any:
     """Join the cluster (its Membership and Placement), or the exit status when this node
     may not: 2 when its name is a live node's, 1 when etcd cannot be reached."""
-    from sievemq.admin_api.cluster_totals import published_totals
+    from sievemq.admin_api.cluster_totals import published_parts, published_totals
     from sievemq.admin_api.rabbit.nodes import node_info
     from sievemq.cluster.coordination import EtcdError, EtcdUnavailable
     from sievemq.cluster.joining import join
@@ -360,6 +360,7 @@ async def _join_cluster(
             advertised=advertised,
             admin=facade,
             totals=lambda: published_totals(facade),
+            parts=published_parts(facade),
         )
     except NameTaken as error:
         print(f"sievemq serve: {error}", file=sys.stderr)

@@ -2,18 +2,20 @@
 
 Every cluster node rewrites its etcd record every few seconds (``cluster/membership.py``); with
 it goes ``published_totals``: the summable part of its ``/api/overview`` (message counters and
-their rates, queue lengths, object counts) and the figures of the durable queues it leads. Any
+their rates, queue lengths, object counts) and the figures of the durable queues it leads;
+``published_parts`` beside it, each in a key of its own written only when it changed. Any
 node's ``/api/overview`` then adds every other live node's last publication to its own, as
 RabbitMQ's overview totals the cluster, and says how old each part is (``sievemq.totals_from``);
 ``/api/queues`` shows a queue led elsewhere with its leader's published figures. A stream's
 figures add what every node's consumers of its replica of it did (``replica_reads``: this
-node's now, the others' as they last published it), as RabbitMQ's queue figures count the
-deliveries of every node's channels.
+node's now, the others' as they last published it: a part, changed only while its copies are
+read), as RabbitMQ's queue figures count the deliveries of every node's channels.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sievemq.admin_api import shapes
@@ -64,8 +66,13 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
         "queues": [
             [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
         ],
-        "replica_reads": _read_copies(f),
     }
+
+
+def published_parts(f: BrokerFacade) -> dict[str, Callable[[], Any]]:
+    """The parts of this node's totals that change rarely: each written to etcd only when it
+    changed (``Membership``), and seen in the node's ``totals`` as if published with them."""
+    return {"replica_reads": lambda: _read_copies(f)}
 
 
 def _read_copies(f: BrokerFacade) -> list[list[Any]]:

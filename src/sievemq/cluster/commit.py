@@ -18,10 +18,14 @@ is (deliveries and publisher confirms wait for the committed id).
 An acknowledgement carries the epoch of the record the replica follows; one from another
 epoch than the leader's record is ignored (failover, ``cluster/failover.py``, moves
 epochs). A replica that disconnects keeps counting with what it acknowledged last: those
-chunks are on its disk. What a leader held when it started counts as committed: the
-acknowledgements that follow only move it forward. A leader promoted by an election
-(``cluster/failover.py``) starts from what the candidates' tails show a majority holds
-(``promoted``).
+chunks are on its disk. A leader that restarts on its data starts from the committed
+offset (or log id) it had when it stopped, kept beside its copy
+(``storage/commit_mark.py``), not from all it holds: its last chunks may be held by no
+replica, and a later election could cut them away after its readers saw them; the
+acknowledgements its replicas send when they subscribe again commit the rest. A leader
+promoted by an election (``cluster/failover.py``) starts from what the candidates' tails
+show a majority holds (``promoted``). A queue with no replica commits everything as it is
+written, before and after a restart.
 """
 
 from __future__ import annotations
@@ -122,6 +126,9 @@ class Commits:
             return
         if not replicas:
             self.forget(queue)
+            # (a committed offset kept from an earlier gating goes: a later gating must
+            # count all it holds, committed as a single member)
+            local.on_first_open(_ungated)
             return
         epoch = int(record.get("epoch", 1))
         found = self.streams.get(queue)
@@ -148,6 +155,7 @@ class Commits:
             return
         if not replicas:
             self.forget(queue)
+            local.ungate()  # (as a stream's: a committed end kept from before goes)
             return
         found = self.streams.get(queue)
         if found is not None and found.stream is local:
@@ -229,3 +237,8 @@ class Commits:
     def _local(self, queue: Queue) -> StreamQueue | None:
         vhost = self.broker.vhosts.get(queue[0])
         return None if vhost is None else vhost.queues.get(queue[1])
+
+
+def _ungated(stream: Stream) -> None:
+    if not stream.gated:
+        stream.ungate()

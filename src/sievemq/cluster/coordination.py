@@ -178,6 +178,9 @@ class EtcdClient:
         self._failed_at: dict[str, float] = {}  # endpoint -> when a request to it last failed
         self._timeout = timeout_s
         self._http = httpx.AsyncClient(timeout=timeout_s, headers=REQUIRE_LEADER)
+        # when the request that got the last answer was sent (the loop's clock): a member
+        # that held an earlier try for a while does not make the answer look older
+        self.answered_sent_at = 0.0
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -201,6 +204,7 @@ class EtcdClient:
             timeout = self._timeout
             if hurry_s is not None and step < count - 1:
                 timeout = min(timeout, hurry_s)
+            sent = asyncio.get_running_loop().time()
             try:
                 response = await self._http.post(url, json=body, timeout=timeout)
                 answer: Any = response.json() if response.content else {}
@@ -220,6 +224,7 @@ class EtcdClient:
                 self._failed(index)
                 continue
             self._current = index
+            self.answered_sent_at = sent
             if response.status_code != 200:
                 raise EtcdError(_message(answer, response))
             return answer
@@ -524,10 +529,12 @@ class Lease:
             await client.close()
 
     async def _renew(self, client: EtcdClient) -> None:
-        last_ok = self._clock()
+        last_ok = due = self._clock()
         while True:
-            await asyncio.sleep(self.ttl_s / 3)
-            sent = self._clock()
+            # every TTL/3 from the last try's start, not its end: a try that waited on a
+            # member cut off must not push the next one (and the lease's age) further out
+            due = max(due + self.ttl_s / 3, self._clock())
+            await asyncio.sleep(due - self._clock())
             try:
                 # an endpoint that holds the keep-alive longer than TTL/3 (a member just cut
                 # from its peers, not yet aware) must not cost the lease: try the next
@@ -543,7 +550,8 @@ class Lease:
                 self._lose("etcd no longer has it (expired, or etcd lost its data)")
                 return
             last_ok = self._clock()
-            self.renewed_at = sent
+            # sent to the member that answered: etcd renewed it at that send or later
+            self.renewed_at = client.answered_sent_at
 
     def _lose(self, why: str) -> None:
         """In the keeper's thread: mark the lease lost, tell the node on its own loop."""

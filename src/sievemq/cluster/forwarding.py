@@ -15,7 +15,14 @@ channel to the leader (``cluster/link.py``), pinned to the queue and in confirm 
   local or remote, reported (``ConfirmTracker``);
 - a nack from the leader nacks those messages; a lost link (or a link channel the leader
   closed) nacks every message forwarded and not confirmed yet. The next publish opens a
-  new link channel (after the link's backoff, while the leader stays away).
+  new link channel (after the link's backoff, while the leader stays away);
+- the queue's etcd record naming another leader (a failover: the old one may be cut from
+  this node and its replicas, its lease holding) nacks at once what was forwarded to the
+  old leader and not confirmed, on the shared channel and on every client channel's raw
+  one (``leader_moved``): its answers may never come (the link would only fail once its
+  heartbeats did), and the publishers resend, through the records, to the new leader. A
+  message so nacked that the old leader still stored is a duplicate (at least once); one
+  it confirmed after the nack is dropped here, never confirmed to the client.
 
 Publisher dedup headers travel with the properties and the leader deduplicates as for its
 own clients.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -108,6 +116,7 @@ class ForwardedQueue:
     """
 
     __slots__ = (
+        "__weakref__",
         "_body_max",
         "_channel",
         "_first",
@@ -115,6 +124,7 @@ class ForwardedQueue:
         "_methods",
         "_next",
         "_pin",
+        "_raws",
         "_retired",
         "_runs",
         "leader",
@@ -135,6 +145,9 @@ class ForwardedQueue:
         self._methods: dict[tuple[str, str], bytes] = {}  # basic.publish frames, this channel
         self._body_max = 0  # the largest body sent as one frame on this channel
         self._retired = False
+        # the client channels' raw forwards opened from this queue (``open_raw``): nacked
+        # with it when its leader moves
+        self._raws: weakref.WeakSet[RawForward] = weakref.WeakSet()
 
     @property
     def unconfirmed(self) -> int:
@@ -203,6 +216,7 @@ class ForwardedQueue:
         )
         if queues != 1:  # several, or 0: by headers (the leader routes them)
             raw._pin = f"{ROUTED_TARGET}{queues}"
+        self._raws.add(raw)
         return raw
 
     def _publish_frame(self, number: int, exchange: str, routing_key: str) -> bytes:
@@ -304,6 +318,26 @@ class ForwardedQueue:
         self._retired = True
         if not self._runs:
             self._close()
+
+    def leader_moved(self, leader: str) -> None:
+        """The queue's record names ``leader`` now, not ``self.leader`` (a failover): nack
+        at once what was forwarded to the old leader and is not confirmed, here and on the
+        raw forwards opened from this queue, and close their link channels (a late confirm
+        from the old leader is dropped). Routing asks the records again for the next
+        publishes (``Placement`` forgot this queue; a raw route ends on its next read)."""
+        why = f"the queue's leader moved from node '{self.leader}' to node '{leader}'"
+        for raw in list(self._raws):
+            raw.abandon(why)
+        self._raws.clear()
+        self.abandon(why)
+
+    def abandon(self, why: str) -> None:
+        """Retired, the link channel closed and everything not confirmed nacked now."""
+        self._retired = True
+        if self._runs:
+            NACK_LOG.nacked(self.vhost, self.name, self.leader, self.unconfirmed, why)
+        self._close()
+        self._fail_all()
 
     def _close(self) -> None:
         channel, self._channel = self._channel, None

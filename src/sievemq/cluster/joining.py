@@ -18,7 +18,7 @@ from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable, Event
 from sievemq.cluster.definitions_mirror import DEFS, DefinitionsMirror
 from sievemq.cluster.exclusive import EXCLUSIVE, ExclusiveQueues
 from sievemq.cluster.failover import Failover
-from sievemq.cluster.link import Links
+from sievemq.cluster.link import Links, heartbeat_for
 from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership, node_id_for
 from sievemq.cluster.placement import QUEUES, Placement
 from sievemq.cluster.quorum_failover import QuorumCopies
@@ -51,6 +51,7 @@ async def join(
     wait_s: float = JOIN_WAIT_S,
     advertised: dict[str, Any] | None = None,
     totals: Callable[[], dict[str, Any]] = dict,
+    parts: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[Membership, Placement]:
     """Register this node, learn the cluster secret (the link's login: ``secret`` is what
     the cluster port checks), place its queues, reconcile its definitions with etcd's and
@@ -61,7 +62,7 @@ async def join(
     nodes may need a moment)."""
     client = EtcdClient(endpoints)
     me = Identity(name, node_id_for(data_dir), cluster_address, dict(advertised or {}))
-    membership = Membership(client, me, ttl_s, stats, totals=totals)
+    membership = Membership(client, me, ttl_s, stats, totals=totals, parts=parts)
     placement = Placement(
         client,
         name,
@@ -69,7 +70,9 @@ async def join(
         definitions_sync.also_wait,
         lambda: membership.records,
     )
-    links = placement.links = Links(name, secret.get, membership.cluster_address)
+    links = placement.links = Links(
+        name, secret.get, membership.cluster_address, heartbeat_s=heartbeat_for(ttl_s)
+    )
     placement.replies = ReplyForwarder(name, placement.links, lambda: membership.records)
     membership.subscribe(QUEUES, placement.apply)
     replication = Replication(placement, broker, secret.get)

@@ -61,8 +61,17 @@ publishers that go to it, and only them; what this node buffers for it stays nea
 A link connection that drops fails all its channels (``link_closed``, code 0). The next
 ``open_channel`` to that peer and vhost connects anew, but not before a backoff (0.1 s,
 doubling to 5 s after each failure in a row, reset by a connection that opened): during it,
-channels fail at once (on the next loop turn). Heartbeats every ``LINK_HEARTBEAT_S``; a peer
-silent for two of them is dropped.
+channels fail at once (on the next loop turn).
+
+**Heartbeats** every lease TTL, at least 2 s and at most ``LINK_HEARTBEAT_S``
+(``heartbeat_for``: 5 s with the default lease), asked of the peer in tune.ok, so both ends
+drop a link silent for two intervals: 10-15 s by default (20-30 s with the 10 s of before).
+That bounds the wait of what was forwarded to a node that keeps its lease but is cut from
+this one (a ring), whose record neither goes nor names another leader. Two silent
+intervals are twice the TTL: a stream's replicas count their leader lost after one TTL of
+silence on the same loops, and a node's lease survives a loop lagging twice the TTL (it is
+renewed from a thread: ``coordination``), so a loaded machine's lags drop no link sooner
+than they already start elections.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import struct
 from collections.abc import Callable
 from typing import Any, Final, Protocol, cast
@@ -83,7 +93,8 @@ from sievemq.gateway.model.remote import ROUTED_TARGET
 
 log = logging.getLogger("sievemq.cluster")
 
-LINK_HEARTBEAT_S: Final = 10
+LINK_HEARTBEAT_S: Final = 10  # the longest interval (a long lease's TTL)
+LINK_HEARTBEAT_MIN_S: Final = 2
 BACKOFF_FIRST_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 10.0
@@ -102,6 +113,12 @@ _CONNECTION_TUNE: Final = (10, 30)
 _CONNECTION_OPEN_OK: Final = (10, 41)
 _CONNECTION_CLOSE: Final = (10, 50)
 _CONNECTION_CLOSE_OK: Final = (10, 51)
+
+
+def heartbeat_for(ttl_s: float) -> int:
+    """The link's heartbeat interval for a lease of ``ttl_s``: two intervals of silence, the
+    drop, are twice the TTL (see "Heartbeats" above)."""
+    return int(min(LINK_HEARTBEAT_S, max(LINK_HEARTBEAT_MIN_S, math.ceil(ttl_s))))
 
 
 class LinkReceiver(Protocol):
@@ -442,7 +459,8 @@ class LinkConnection(asyncio.Protocol):
         self.channel_max = min(int(tune.channel_max or CHANNEL_MAX), CHANNEL_MAX)
         self.frame_max = min(int(tune.frame_max or FRAME_MAX), FRAME_MAX)
         self.reader.frame_max = self.frame_max
-        heartbeat = min(int(tune.heartbeat or 0), LINK_HEARTBEAT_S) if tune.heartbeat else 0
+        wanted = self.links.heartbeat_s
+        heartbeat = min(int(tune.heartbeat or 0), wanted) if tune.heartbeat else 0
         self._heartbeat_s = heartbeat
         self._send_now(
             codec.encode_method(
@@ -535,8 +553,10 @@ class Links:
         secret: Callable[[], str | None],
         address_of: Callable[[str], str | None],
         loop: asyncio.AbstractEventLoop | None = None,
+        heartbeat_s: int = LINK_HEARTBEAT_S,
     ) -> None:
         self.me = me
+        self.heartbeat_s = heartbeat_s  # asked of every peer (``heartbeat_for``)
         self.secret = secret
         self._address_of = address_of  # a live node's cluster address (HOST:PORT), or None
         self.loop = loop or asyncio.get_event_loop()
@@ -615,9 +635,9 @@ class Links:
 
     def node_gone(self, node: str) -> None:
         """``node``'s etcd record went (its lease ended: killed, frozen, cut off): its links
-        fail now instead of after two missed heartbeats (20-30 s), so what was forwarded to
-        it is nacked at once and the next publishes go where the records say (a failover's
-        new leader) or are nacked while it is away."""
+        fail now instead of after two missed heartbeats (10-15 s by default), so what was
+        forwarded to it is nacked at once and the next publishes go where the records say (a
+        failover's new leader) or are nacked while it is away."""
         for (name, _vhost), link in list(self._links.items()):
             if name == node and not link.failed:
                 link.fail(f"node '{node}' left the cluster (its etcd lease ended)")

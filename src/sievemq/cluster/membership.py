@@ -2,6 +2,9 @@
 
 A node registers ``sievemq/nodes/<name>`` under a lease it keeps alive (TTL/3), with a
 record of what it serves (addresses, fd and memory use, uptime) rewritten every few seconds.
+Figures that change rarely and may be long (its replicas' read counts) go beside it, one key
+each under ``sievemq/figures/<name>/``, written only when they changed: an idle node adds no
+etcd revision and no bytes for them (their values show in its record's ``totals``).
 It also writes ``sievemq/members/<name>`` without a lease: the members ever joined, so a
 stopped node is still listed, ``running: false``, as RabbitMQ lists a stopped cluster node.
 Every node watches ``sievemq/`` and keeps the records in memory for ``/api/nodes``.
@@ -49,6 +52,7 @@ ROOT = "sievemq/"
 NODES = ROOT + "nodes/"
 MEMBERS = ROOT + "members/"
 CLUSTER_NAME = ROOT + "cluster_name"
+FIGURES = ROOT + "figures/"  # <node>/<part>: a record's part written when it changed
 NODE_ID_FILE = "cluster-node-id"
 # how often a node rewrites its record's figures: every write is an etcd revision kept until
 # etcd compacts its history (docs/cluster.md), so not on every keep-alive
@@ -93,18 +97,24 @@ class Membership:
         stats: Callable[[], dict[str, Any]],
         publish_interval_s: float | None = None,
         totals: Callable[[], dict[str, Any]] = dict,
+        parts: dict[str, Callable[[], Any]] | None = None,
     ) -> None:
         self.client = client
         self.me = me
         self.ttl_s = ttl_s
         self._stats = stats
         self._totals = totals  # summed by every node's /api/overview (docs/cluster.md)
+        # parts of ``totals`` kept in keys of their own, written when they changed (an
+        # empty value: no key); what each holds now, as (lease id, JSON) last written
+        self._parts = dict(parts or {})
+        self._written: dict[str, tuple[int, str]] = {}
         self._publish_interval = publish_interval_s or PUBLISH_INTERVAL_S
         self.started = time.time()
         self.cluster_name = me.name
         self.lease: Lease | None = None
         self.records: dict[str, dict[str, Any]] = {}  # live nodes, by name
         self.members: dict[str, dict[str, Any]] = {}  # every node ever joined
+        self.figures: dict[str, dict[str, Any]] = {}  # live nodes' parts, by name and part
         self._tasks: list[asyncio.Task[None]] = []
         self._rejoining: asyncio.Task[None] | None = None
         self._stopping = False
@@ -256,7 +266,7 @@ class Membership:
 
     async def _publish(self) -> None:
         """Rewrite our record's figures while our lease holds it (a keep-alive writes
-        nothing: it renews the lease, not the key)."""
+        nothing: it renews the lease, not the key), and the parts that changed with it."""
         key = NODES + self.me.name
         while True:
             await asyncio.sleep(self._publish_interval)
@@ -264,13 +274,32 @@ class Membership:
             if lease is None or lease.lost:
                 continue
             try:
-                await self.client.txn(
-                    [lease_is(key, lease.id)], [put_op(key, json.dumps(self.record()), lease.id)]
-                )
+                changed = self._changed_parts(lease.id)
+                writes = [put_op(key, json.dumps(self.record()), lease.id)]
+                writes += [put_op(k, text, lease.id) for k, text in changed.values()]
+                result = await self.client.txn([lease_is(key, lease.id)], writes)
+                if result.succeeded:
+                    self._written.update((p, (lease.id, text)) for p, (_, text) in changed.items())
             except (EtcdUnavailable, EtcdError):
                 pass
             except Exception:  # the figures go stale, the loop must not end
                 log.exception("publishing %s's record failed", self.me.name)
+
+    def _changed_parts(self, lease_id: int) -> dict[str, tuple[str, str]]:
+        """The parts whose value differs from what their key holds, with their key and
+        JSON; a key written under an older lease went with it (as an empty value)."""
+        changed = {}
+        for part, source in self._parts.items():
+            value = source()
+            text = json.dumps(value, sort_keys=True)
+            held = self._written.get(part)
+            if held is None or held[0] != lease_id:
+                if not value:
+                    continue  # no key, nothing to say
+            elif held[1] == text:
+                continue
+            changed[part] = (f"{FIGURES}{self.me.name}/{part}", text)
+        return changed
 
     # ---------------------------------------------------------------- watching the others
 
@@ -283,6 +312,7 @@ class Membership:
         if batch.reset:
             self.records.clear()
             self.members.clear()
+            self.figures.clear()
         for prefix, listener in self._listeners:
             mine = [e for e in batch.events if e.kv.key.startswith(prefix)]
             if mine or batch.reset:
@@ -297,6 +327,9 @@ class Membership:
                 self.records.pop(event.kv.key[len(NODES) :], None)
             elif event.kv.key.startswith(MEMBERS):
                 self.members.pop(event.kv.key[len(MEMBERS) :], None)
+            elif event.kv.key.startswith(FIGURES):
+                node, _, part = event.kv.key[len(FIGURES) :].partition("/")
+                self.figures.get(node, {}).pop(part, None)
 
     def _apply_put(self, kv: KeyValue) -> None:
         if kv.key.startswith(NODES):
@@ -305,6 +338,10 @@ class Membership:
             self.members[kv.key[len(MEMBERS) :]] = _json(kv)
         elif kv.key == CLUSTER_NAME:
             self.cluster_name = kv.value.decode()
+        elif kv.key.startswith(FIGURES):
+            node, _, part = kv.key[len(FIGURES) :].partition("/")
+            with contextlib.suppress(ValueError):
+                self.figures.setdefault(node, {})[part] = json.loads(kv.value)
 
     def cluster_address(self, name: str) -> str | None:
         """A live node's inter-node listener (HOST:PORT) as it registered it, or None."""
@@ -325,7 +362,7 @@ class Membership:
                     running=name in self.records or name == self.me.name,
                     local=name == self.me.name,
                     record=_figures(record),
-                    totals=_dict(record.get("totals")),
+                    totals={**_dict(record.get("totals")), **self.figures.get(name, {})},
                     published=float(published) if isinstance(published, (int, float)) else None,
                 )
             )

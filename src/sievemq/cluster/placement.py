@@ -300,7 +300,8 @@ class Placement:
                 self.records[queue] = {**record, "mod_revision": event.kv.mod_revision}
                 forwarded = self._forwarded.get(queue)
                 if forwarded is not None and forwarded.leader != record.get("leader"):
-                    self._forget_forwarded(queue)
+                    del self._forwarded[queue]  # (its old leader's answers may never come)
+                    forwarded.leader_moved(str(record.get("leader")))
                 gone.discard(queue)
                 self._react(queue, self.records[queue])
         for queue in gone:

@@ -31,6 +31,7 @@ from sievemq.storage.chunk import (
     header_ok,
     parse_header,
 )
+from sievemq.storage.commit_mark import CommitMark, forget_committed, read_committed
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.errors import StorageError
 from sievemq.storage.layout import TOMBSTONE_PREFIX
@@ -372,6 +373,7 @@ class Stream:
         # ``commit`` allows; ``_tail_listeners`` hear of every append (its replicas' feed)
         self.gated = False
         self._tail_listeners: list[Callable[[int], None]] = []
+        self._mark: CommitMark | None = None  # a gated stream's committed offset, kept
         self._seg: handles.CachedFile | None = None  # the last segment and its index, for appending
         self._idx: handles.CachedFile | None = None
         self._closed = False
@@ -654,6 +656,8 @@ class Stream:
         last = self._segments[-1]
         self.end_offset = offset
         self.committed_offset = min(self.committed_offset, offset)  # (what went was not)
+        if self._mark is not None:
+            self._mark.write(self.committed_offset)
         self._last_chunk = None
         self._last_ts = next((s.last_ts for s in reversed(self._segments) if s.last_ts), 0)
         self._open_files(last.first_offset)
@@ -696,16 +700,30 @@ class Stream:
     def gate(self, committed: int | None = None) -> None:
         """From now on readers and commit listeners see only what ``commit`` allows: a
         replicated stream's leader, where a chunk is committed once a majority holds it
-        (``cluster/commit.py``). What is stored now stays readable, or with ``committed``
-        only what is below it (a copy that just became the leader: a majority may not hold
-        its last chunks yet; call it before anything reads the stream)."""
+        (``cluster/commit.py``), or a replica's copy. What is stored now stays readable,
+        unless the copy was gated when it last ran (a restart: only what it had committed,
+        kept beside it, ``storage/commit_mark.py``), or with ``committed`` only what is below
+        it (a copy that just became the leader: a majority may not hold its last chunks yet).
+        Call it before anything reads the stream."""
+        if committed is None and not self.gated:
+            committed = read_committed(self.directory)
         self.gated = True
         if committed is not None:
             self.committed_offset = min(committed, self.end_offset)
+        if self._mark is None:
+            self._mark = CommitMark(self.directory, self.committed_offset)
+        else:
+            self._mark.write(self.committed_offset)
 
     def ungate(self) -> None:
-        """Back to every append being committed at once (a stream without replicas)."""
+        """Back to every append being committed at once (a stream without replicas); a
+        later start counts all it holds as committed."""
         self.gated = False
+        if self._mark is not None:
+            self._mark.remove()
+            self._mark = None
+        else:
+            forget_committed(self.directory)
         self.commit(self.end_offset)
 
     def commit(self, offset: int) -> None:
@@ -715,6 +733,8 @@ class Stream:
         if offset <= self.committed_offset:
             return
         self.committed_offset = offset
+        if self._mark is not None:
+            self._mark.write(offset)
         for cb in self._listeners:
             cb(offset)
 
@@ -753,6 +773,8 @@ class Stream:
         finally:
             self._close_files()
             self.offsets.close()
+            if self._mark is not None:
+                self._mark.close()
 
     def delete(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Remove the stream, without syncing what is going away (idempotent).
@@ -781,6 +803,8 @@ class Stream:
 
     def _remove_files(self) -> None:
         self._close_files()
+        if self._mark is not None:
+            self._mark.close()
         self.offsets.close(sync=False)
         if self.directory.name.startswith(TOMBSTONE_PREFIX):
             self._release(self.directory)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import aiormq
 import pytest
@@ -24,7 +25,16 @@ from sievemq.testing.etcd import EtcdProcess
 from sievemq.testing.stream_client import consumer, open_client
 from sievemq.testing.wait import eventually
 
-from .cluster_helpers import channel, copy_of, led_by, queues, started_nodes, stopped, until
+from .cluster_helpers import (
+    channel,
+    copy_of,
+    led_by,
+    queues,
+    started_nodes,
+    stopped,
+    until,
+    until_async,
+)
 
 STREAM = {"x-queue-type": "stream"}
 MESSAGES = 10_000
@@ -192,6 +202,64 @@ async def test_a_returning_replica_is_not_waited_for_while_it_catches_up(
     await publish(a, "returning", MESSAGES + 1_000, 1_000)
     until(lambda: identical(a, c, "returning"), "the returning replica caught up")
     until(lambda: identical(a, b, "returning"), "the other replica holds the same")
+
+
+async def test_a_returning_replica_catches_up_while_a_publisher_goes_on(
+    nodes: dict[str, ServerProcess],
+) -> None:
+    """The catch-up gives way to live publishes (while they come its turns take a tenth of
+    the leader's loop: ``CatchUpPacer``), yet both go on: a publisher that keeps
+    publishing is never refused and gets confirms once the replica is back, the returning
+    copy gets through the backlog with the publisher still at work, and it ends
+    byte-identical to the leader's, backlog and live messages in the leader's order."""
+    a, c = nodes["a"], nodes["c"]
+    declare(a, "busy-return")
+    until(lambda: queues(a).get("busy-return", {}).get("online") == ["a", "b", "c"], "3 members")
+    c.stop()
+    await publish(a, "busy-return", 0, MESSAGES)
+    backlog = sum(len(data) for data in led_by(a, "busy-return").values())
+    confirmed = 0
+    stop = asyncio.Event()
+
+    async def steady() -> None:
+        nonlocal confirmed
+        connection = await aiormq.connect(a.url)
+        try:
+            ch = await connection.channel(publisher_confirms=True)
+            while not stop.is_set():
+                window = [
+                    ch.basic_publish(b"live %d" % (confirmed + i), routing_key="busy-return")
+                    for i in range(50)
+                ]
+                for confirm in await asyncio.gather(*window):
+                    assert isinstance(confirm, aiormq.spec.Basic.Ack)
+                confirmed += len(window)
+        finally:
+            await connection.close()
+
+    publisher = asyncio.ensure_future(steady())
+    try:
+        await until_async(lambda: _positive(confirmed), "the publisher's first confirms")
+        c.start()
+        at_start = confirmed
+        await until_async(
+            lambda: _at_least(lambda: sum(map(len, copy_of(c, "busy-return").values())), backlog),
+            "the returning copy got through the backlog",
+        )
+        assert not publisher.done()  # it went on throughout
+        await until_async(lambda: _positive(confirmed - at_start), "confirms during the catch-up")
+    finally:
+        stop.set()
+        await publisher
+    until(lambda: identical(a, c, "busy-return"), "the returning replica caught up")
+
+
+async def _positive(n: int) -> bool:
+    return n > 0
+
+
+async def _at_least(size: Callable[[], int], target: int) -> bool:
+    return await asyncio.to_thread(size) >= target
 
 
 async def test_cluster_size_one_has_no_replica(nodes: dict[str, ServerProcess]) -> None:

@@ -29,6 +29,9 @@ class FakeLinks:
         self.opened: list[tuple[str, str, str]] = []
         self.closed = 0
 
+    def channels_open(self, node: str, vhost: str) -> int:
+        return len(self.opened) - self.closed
+
     def open_channel(self, node: str, vhost: str, receiver: LinkReceiver, target: str) -> Any:
         self.opened.append((node, vhost, target))
         links = self
@@ -121,6 +124,33 @@ def test_a_retired_queue_closes_its_channel_once_answered() -> None:
     assert links.closed == 0
     forwarded.link_frames(channel, ack(1, False))
     assert links.closed == 1
+
+
+class RawSink(Sink):
+    """A client channel on the raw path: also told of a refusal (never here)."""
+
+    def raw_refused(self, code: int, text: str) -> None:
+        raise AssertionError(f"refused: {code} {text}")
+
+
+def test_a_moved_leader_nacks_at_once_what_it_did_not_confirm_raw_forwards_too() -> None:
+    forwarded, links = queue()
+    shared, client = Sink(), RawSink()
+    for seq in (1, 2, 3):
+        forwarded.submit(message(b"x"), shared, seq)
+    raw = forwarded.open_raw(client, "", "q")
+    assert raw is not None
+    raw.framing()
+    raw.send_run([b"publish"], 4, True, 11)  # the client's 11..14
+    channel: LinkChannel = forwarded._channel  # type: ignore[assignment]
+    forwarded.link_frames(channel, ack(1, False))
+    forwarded.leader_moved("b")  # the record names b: a's answers may never come
+    assert shared.settled == [([1], True), ([2, 3], False)]
+    assert client.settled == [([11, 12, 13, 14], False)]
+    assert links.closed == 2 and forwarded.unconfirmed == raw.unconfirmed == 0
+    forwarded.link_frames(channel, ack(3, True))  # a late confirm of the old leader: dropped
+    assert len(shared.settled) == 2
+    assert forwarded.open_raw(client, "", "q") is None  # routing asks the records again
 
 
 def test_route_asks_the_directory_only_on_a_miss(tmp_path: Any) -> None:

@@ -192,6 +192,31 @@ def test_a_gated_queue_delivers_only_committed_messages(tmp_path: Path) -> None:
     assert fourth is not None and fourth.body == b"free"
 
 
+def test_a_gated_queue_restarted_delivers_only_what_it_had_committed(tmp_path: Path) -> None:
+    """A quorum queue's leader that restarts on its log: the messages a majority was not
+    known to hold are not delivered until the replicas acknowledge them again."""
+    queue = quorum_queue(tmp_path / "q")
+    queue.gate()
+    queue.enqueue([("", "q", PERSISTENT, b) for b in (b"one", b"two", b"three")])
+    queue.commit(2)  # only id 1 held by a majority
+    queue.close()
+    again = quorum_queue(tmp_path / "q")
+    assert again.log is not None
+    again.restore(again.log.scan(), again.log.delivered)
+    again.gate()
+    first = again.take()
+    assert first is not None and first.body == b"one"
+    assert again.take() is None
+    again.commit(4)
+    assert [m.body for m in (again.take(), again.take()) if m is not None] == [b"two", b"three"]
+    again.ungate()  # no replica any more: a later start counts everything committed
+    again.close()
+    third = quorum_queue(tmp_path / "q")
+    assert third.log is not None
+    third.gate()
+    assert third.commit_end == 4
+
+
 class Sink:
     def __init__(self) -> None:
         self.settled: list[tuple[list[int], bool]] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sievemq.storage import Message, Stream, StreamConfig
+from sievemq.storage.commit_mark import COMMITTED_FILE, read_committed
 from sievemq.storage.publishers import PublisherSequences
 
 
@@ -95,3 +96,54 @@ def test_truncating_a_gated_copy_lowers_its_committed_offset(tmp_path: Path) -> 
         stream.commit(2)
         assert heard == [2]
         assert _bodies(stream) == [b"a", b"c"]
+
+
+def test_a_gated_copy_started_again_commits_only_what_it_had_committed(tmp_path: Path) -> None:
+    """A leader (or replica) that restarts on its data: what it held past its committed
+    offset may be held by no other member, so it is not readable until committed again."""
+    directory = tmp_path / "s"
+    with Stream.open(directory, StreamConfig()) as stream:
+        stream.append([_msg(b"a")])
+        stream.gate()
+        stream.append([_msg(b"b")])
+        stream.append([_msg(b"c")])
+        stream.commit(2)
+    with Stream.open(directory, StreamConfig()) as again:
+        again.gate()
+        assert (again.committed_offset, again.end_offset) == (2, 3)
+        assert _bodies(again) == [b"a", b"b"]
+        again.commit(3)  # the replicas acknowledged the rest
+        assert _bodies(again) == [b"a", b"b", b"c"]
+    with Stream.open(directory, StreamConfig()) as third:
+        third.gate()
+        assert third.committed_offset == 3
+        third.ungate()  # no replica any more: everything counts from now on, and after
+    with Stream.open(directory, StreamConfig()) as fourth:
+        fourth.append([_msg(b"d")])
+        fourth.gate()
+        assert fourth.committed_offset == 4
+
+
+def test_an_elected_floor_wins_over_the_kept_offset(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with Stream.open(directory, StreamConfig()) as stream:
+        stream.gate()
+        stream.append([_msg(b"a")])
+        stream.append([_msg(b"b")])
+    with Stream.open(directory, StreamConfig()) as again:
+        again.gate(committed=1)
+        assert again.committed_offset == 1
+
+
+def test_a_damaged_kept_offset_counts_nothing_committed(tmp_path: Path) -> None:
+    directory = tmp_path / "s"
+    with Stream.open(directory, StreamConfig()) as stream:
+        stream.append([_msg(b"a")])
+        stream.gate()
+    (directory / COMMITTED_FILE).write_bytes(b"\x00\x07")  # torn
+    assert read_committed(directory) == 0
+    with Stream.open(directory, StreamConfig()) as again:
+        again.gate()
+        assert again.committed_offset == 0
+        again.commit(1)
+    assert read_committed(directory) == 1

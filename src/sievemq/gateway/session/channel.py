@@ -474,13 +474,22 @@ class Channel:
                 confirm.take(0)
                 self._schedule_confirms()
             return
+        self.store(queues, body, values)
+
+    def store(self, queues: list[Any], body: bytes, values: tuple[str, ...]) -> None:
+        """Store this publish (``_pub``, ``_props``) into ``queues``, every one of them this
+        node's, none left: dedup, the message, its confirm's number, each queue's writer. A
+        client's publish routed here and a link channel's (``session.peer``) end the same."""
+        props = self._props
         if dedup.MARKER in props:  # a deduplicated publish (gateway/model/stream/dedup.py)
             kept = self.deduplicated(queues, body, values)
             if kept is None:
                 return
             queues = kept
+        exchange, routing_key, _ = self._pub
         message = _new_message(Message, (values, exchange, routing_key, props, body, _AMQP091))
         appenders = self._appenders
+        confirm = self.confirm
         if confirm is None:
             for queue in queues:
                 (appenders.get(queue) or self._appender(queue)).submit(message, None, 0)

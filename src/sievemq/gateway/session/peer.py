@@ -44,7 +44,6 @@ from sievemq.amqp.spans import RELAY_TARGET, relay_frames
 from sievemq.gateway.model.broker import MessageCounters
 from sievemq.gateway.model.directory import FeedChannelEnd, FeedPeer
 from sievemq.gateway.model.remote import ROUTED_TARGET
-from sievemq.gateway.model.stream import dedup
 from sievemq.gateway.model.stream.queue import StreamQueue
 from sievemq.gateway.model.users import Permission, User
 from sievemq.gateway.runtime.direct_replies import PSEUDO_BYTES as _REPLY_TO_PSEUDO
@@ -52,12 +51,9 @@ from sievemq.gateway.runtime.node import Node
 from sievemq.gateway.session import publish_cache
 from sievemq.gateway.session.channel import Channel, headers_of
 from sievemq.gateway.session.connection import Connection
-from sievemq.storage import Message
-from sievemq.storage.types import KIND_AMQP091
 
 LINK_USER_PREFIX = "cluster-link:"
 
-_new_message = tuple.__new__
 _filter_values_at = publish_cache.filter_values_at
 _MARK_NONE = publish_cache.MARK_NONE
 _MARK_UNKNOWN = publish_cache.MARK_UNKNOWN
@@ -220,30 +216,15 @@ class LinkPublishChannel(Channel):
 
     def _store(self, queues: list[Any], body: bytes, values: tuple[str, ...]) -> None:
         """A link channel's publish into ``queues`` (this node's, found by the channel): the
-        ordinary path's tail (dedup, confirms, the queues' writers); none: nacked, since the
-        other node found it routed (not stored, so not confirmed)."""
-        exchange, routing_key, _ = self._pub
-        props = self._props
-        confirm = self.confirm
+        ordinary path's tail (``Channel.store``: dedup, confirms, the queues' writers); none:
+        nacked, since the other node found it routed (not stored, so not confirmed)."""
         if not queues:  # deleted meanwhile, or never here: not stored, so nack
+            confirm = self.confirm
             if confirm is not None:
                 confirm.settle(confirm.take(1), False)
                 self._schedule_confirms()
             return
-        if dedup.MARKER in props:
-            kept = self.deduplicated(queues, body, values)
-            if kept is None:
-                return
-            queues = kept
-        message = _new_message(Message, (values, exchange, routing_key, props, body, KIND_AMQP091))
-        appenders = self._appenders
-        if confirm is None:
-            for queue in queues:
-                (appenders.get(queue) or self._appender(queue)).submit(message, None, 0)
-            return
-        seq = confirm.take(len(queues))
-        for queue in queues:
-            (appenders.get(queue) or self._appender(queue)).submit(message, self, seq)
+        self.store(queues, body, values)
 
 
 class PinnedChannel(LinkPublishChannel):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import weakref
 from typing import TYPE_CHECKING
@@ -50,13 +49,59 @@ MAX_TURN_BYTES = 4 * 1024 * 1024  # Deliver bytes written per turn before yieldi
 MAX_ENTRIES = 0xFFFF  # entries per chunk (u16 in the header)
 # A replica's feed sending chunks a majority holds already (a copy catching up) works in the
 # background: turns of at most CATCH_UP_TURN_BYTES (read CATCH_UP_READ chunks at a time),
-# each followed by a pause, so that those turns take at most CATCH_UP_SHARE of the event
-# loop's time and the leader's live work (publishes, the replicas that commit them,
-# confirms) is not queued behind megabytes of history (``Subscription._run``). The
-# environment variables are for measuring (bench/replica_catch_up.py), not for tuning.
-CATCH_UP_SHARE = float(os.environ.get("SIEVEMQ_CATCH_UP_SHARE", "0.25"))
-CATCH_UP_TURN_BYTES = int(os.environ.get("SIEVEMQ_CATCH_UP_TURN_BYTES", str(256 * 1024)))
+# each followed by a pause, so that the leader's live work (publishes, the replicas that
+# commit them, confirms) is not queued behind megabytes of history (``Subscription._run``).
+# The share of the event loop those turns take adapts to the live load (``CatchUpPacer``):
+# CATCH_UP_SHARE_MIN while the stream takes publishes or the loop runs late, doubling up
+# to CATCH_UP_SHARE_MAX (no pause) with each turn that finds neither.
+CATCH_UP_TURN_BYTES = 256 * 1024
 CATCH_UP_READ = 4
+CATCH_UP_SHARE_MIN = 0.1
+CATCH_UP_SHARE_MAX = 1.0
+CATCH_UP_LATE_S = 0.003  # a turn begun later than this after its time: the loop is busy
+
+
+class CatchUpPacer:
+    """When a copy's next catch-up turn may begin: after each turn a pause that leaves the
+    turns ``share`` of the loop's time. The share falls to ``CATCH_UP_SHARE_MIN`` after a
+    turn that found live load (the stream's end moved since the turn before: publishers
+    are at work; or the turn began more than ``CATCH_UP_LATE_S`` after its time, the end
+    of its pause or, with no pause, of the turn before: the loop, or the machine, is busy
+    with other work) and doubles after a turn that found none, so a leader with no
+    publishers ships the backlog at full speed and one with publishers gives it only a
+    tenth of its loop. Times are ``time.perf_counter``'s."""
+
+    __slots__ = ("_end", "_late", "_timed", "due", "share")
+
+    def __init__(self) -> None:
+        self.share = CATCH_UP_SHARE_MIN  # the first turns find out what the load is
+        self.due = 0.0  # the next turn not before this
+        self._end = -1  # the stream's end at the last turn
+        self._timed = False  # the next turn follows on its own: its lateness is measured
+        self._late = 0.0
+
+    def wait(self, now: float) -> float:
+        """Seconds before the next turn may begin; 0: it begins now."""
+        left = self.due - now
+        if left > 0:
+            self._timed = True
+            return left
+        # (a turn woken by credit after an idle while, out of credit, is not late)
+        self._late = now - self.due if self._timed else 0.0
+        self._timed = False
+        return 0.0
+
+    def turn_done(self, started: float, ended: float, end_offset: int, goes_on: bool) -> None:
+        """A turn ran from ``started`` to ``ended``; ``end_offset``: the stream's end;
+        ``goes_on``: it scheduled the next (it had credit left and chunks to send)."""
+        busy = self._late > CATCH_UP_LATE_S or end_offset != self._end
+        self._end = end_offset
+        if busy:
+            self.share = CATCH_UP_SHARE_MIN
+        else:
+            self.share = min(CATCH_UP_SHARE_MAX, self.share * 2)
+        self.due = ended + (ended - started) * (1 - self.share) / self.share
+        self._timed = goes_on
 
 
 class WholeChunks(FilterSpec):
@@ -192,9 +237,9 @@ class Subscription(CommitWaker):
         "_by_chunk",
         "_chunks",
         "_marked",
+        "_pacer",
         "_pending",
         "_reader",
-        "_resume_at",
         "conn",
         "credit",
         "delivered",
@@ -244,7 +289,7 @@ class Subscription(CommitWaker):
         self._marked = -1  # the last progress marker's offset (stored chunks only)
         self._chunks: list[RawChunk] = []  # read, not yet sent (reversed: pop() is next)
         self._built: Built | None = None  # the rest of chunks[-1] when credit ran out in it
-        self._resume_at = 0.0  # a copy catching up: its next turn not before (loop time)
+        self._pacer: CatchUpPacer | None = None  # a copy catching up: when its turns go
         # the stream's filter counters (admin API, Prometheus, dashboard), as an AMQP
         # consumer's: the reader's work plus what was delivered, folded in once per turn;
         # a replica's feed is replication, not a consumer: the stream does not count it
@@ -317,17 +362,20 @@ class Subscription(CommitWaker):
         read_chunks = 64
         started = 0.0
         # a replica's copy catching up: what it lacks is committed already (a majority
-        # holds it), so it goes in the background, paced (``CATCH_UP_SHARE``)
-        behind = self.verbatim and self.next_offset < stream.committed_offset
-        if behind:
-            loop = self._loop
-            if loop.time() < self._resume_at:
+        # holds it), so it goes in the background, paced (``CatchUpPacer``)
+        pacer = None
+        if self.verbatim and self.next_offset < stream.committed_offset:
+            pacer = self._pacer
+            if pacer is None:
+                pacer = self._pacer = CatchUpPacer()
+            started = time.perf_counter()
+            wait = pacer.wait(started)
+            if wait > 0:
                 self._scheduled = True
-                loop.call_at(self._resume_at, self._run)
+                self._loop.call_later(wait, self._run)
                 return
             turn_bytes = CATCH_UP_TURN_BYTES
             read_chunks = CATCH_UP_READ
-            started = time.perf_counter()
         budget = conn.max_chunk_bytes
         sid = self.subscription_id
         version = conn.deliver_version
@@ -463,10 +511,10 @@ class Subscription(CommitWaker):
         if out:
             conn.write_parts(out)
         self.stats.account(self.delivered - delivered, written)
-        if behind:
-            spent = time.perf_counter() - started
-            self._resume_at = self._loop.time() + spent * (1 - CATCH_UP_SHARE) / CATCH_UP_SHARE
-        if credit > 0 and (self._pending or self._chunks or not reader.at_end):
+        more = credit > 0 and bool(self._pending or self._chunks or not reader.at_end)
+        if pacer is not None:
+            pacer.turn_done(started, time.perf_counter(), stream.end_offset, more)
+        if more:
             self.wake()
 
     def stop(self) -> None:

@@ -37,6 +37,7 @@ from sievemq.amqp.errors import FrameError
 from sievemq.amqp.properties import delivery_fields
 from sievemq.gateway.model.classic.arguments import QueueArguments
 from sievemq.storage import layout
+from sievemq.storage.commit_mark import CommitMark, forget_committed, read_committed
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -314,6 +315,7 @@ class ClassicQueue:
         # a replicated quorum queue's leader (``gate``): the logged messages with ids below
         # it are held by a majority; None: not gated (every message is committed as written)
         self.commit_end: int | None = None
+        self._mark: CommitMark | None = None  # ``commit_end`` kept beside the log
         self.on_commit: Callable[[int], None] = _nothing_end  # its appender's confirms
         self._delete_listeners: list[DeleteListener] = []
         # RabbitMQ's per-queue message_stats (the admin API shows them)
@@ -359,14 +361,29 @@ class ClassicQueue:
     def gate(self, floor: int | None = None) -> None:
         """From now on a logged message is delivered, and its publish confirmed, only once
         ``commit`` passes its id (a quorum queue with replicas: ``cluster/commit.py``); what
-        the log holds already counts as committed, or only the ids below ``floor`` (a leader
-        elected from its copy: what the election knows a majority holds)."""
-        if self.commit_end is None:
-            end = (self.log.last_id if self.log is not None else 0) + 1
-            self.commit_end = end if floor is None else min(end, floor)
+        the log holds already counts as committed, unless the queue was gated when it last
+        ran (a restart: only what it had committed then, kept beside its log,
+        ``storage/commit_mark.py``; the rest commits as the replicas acknowledge it), and
+        only the ids below ``floor`` (a leader elected from its copy: what the election
+        knows a majority holds)."""
+        if self.commit_end is not None:
+            return
+        end = (self.log.last_id if self.log is not None else 0) + 1
+        if floor is not None:
+            end = min(end, floor)
+        if self.log is not None:
+            kept = read_committed(self.log.directory)
+            end = end if kept is None else min(end, kept)
+            self._mark = CommitMark(self.log.directory, end)
+        self.commit_end = end
 
     def ungate(self) -> None:
         """No replica any more: everything written is committed (what was held goes now)."""
+        if self._mark is not None:
+            self._mark.remove()
+            self._mark = None
+        elif self.log is not None:
+            forget_committed(self.log.directory)
         if self.commit_end is not None:
             self.commit_end = None
             self.on_commit(1 << 64)
@@ -377,6 +394,8 @@ class ClassicQueue:
         """A majority holds every logged message with an id below ``end``."""
         if self.commit_end is not None and end > self.commit_end:
             self.commit_end = end
+            if self._mark is not None:
+                self._mark.write(end)
             self.on_commit(end)
             if self._ready:
                 self.on_ready()
@@ -915,12 +934,16 @@ class ClassicQueue:
             self.log.sync()
 
     def close(self) -> None:
+        if self._mark is not None:
+            self._mark.close()
         if self.log is not None:
             self.log.close()
 
     def destroy(self, release: Callable[[Path], None] = layout.remove_later) -> None:
         """Delete the queue's files (queue.delete): its log's tombstone goes to
         ``release``."""
+        if self._mark is not None:
+            self._mark.close()
         if self.log is not None:
             self.log.delete(release)
 
