@@ -253,6 +253,25 @@ def new_leader(ch: Chaos, old: str) -> None:
     ch.notes["failover_s"] = round(time.monotonic() - ch.started, 3)
 
 
+def quorum_led_by(ch: Chaos, node: str) -> str | None:
+    """The workload's quorum queue when ``node`` leads it now (None: another node does)."""
+    queue = next((str(p.queue) for p in ch.quorum if hasattr(p, "queue")), None)
+    if queue is None:
+        return None
+    judge = next(n for n in NODES if n != node)
+    return queue if ch.cluster.queues(judge).get(queue, {}).get("leader") == node else None
+
+
+def new_quorum_leader(ch: Chaos, queue: str, old: str) -> None:
+    """Another node leads the quorum queue (its replicas elected one)."""
+    judge = next(n for n in NODES if n != old)
+    until(
+        lambda: ch.cluster.queues(judge)[queue]["leader"] != old,
+        f"a node other than {old} leads {queue}",
+    )
+    ch.notes["quorum_failover_s"] = round(time.monotonic() - ch.started, 3)
+
+
 @contextlib.contextmanager
 def _partitioned(ch: Chaos, node: str, others: list[str]) -> Iterator[None]:
     """``node`` cut from ``others`` for the block, healed after it."""
@@ -267,14 +286,18 @@ def leader_cut_from_nodes(ch: Chaos) -> None:
     """The leader reaches etcd (its lease holds: it is listed running) but neither replica:
     they hear nothing from it past the lease's TTL and elect one of them (a majority), the
     old leader reads the new record from etcd and hands over; once the cut heals it follows
-    the new leader, its copy cut back to what the new epoch kept."""
+    the new leader, its copy cut back to what the new epoch kept. The quorum queue, when the
+    victim leads it too, goes the same way (its replicas hear no feed, not even its beats)."""
     victim = the_leader(ch)
     replicas = [n for n in NODES if n != victim]
+    quorum = quorum_led_by(ch, victim)
     with (
-        ch.fault("leader-cut-from-nodes", victim, LEADER_VICTIM),
+        ch.fault("leader-cut-from-nodes", victim, LEADER_VICTIM, quorum=quorum),
         _partitioned(ch, victim, replicas),  # (healed first, then the fault waits)
     ):
         new_leader(ch, victim)
+        if quorum is not None:
+            new_quorum_leader(ch, quorum, victim)
         ch.hold((victim, LEADER_VICTIM))
 
 

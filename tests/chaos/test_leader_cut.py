@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.run import QUORUM
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "leader-cut-from-nodes"
 
@@ -46,4 +48,9 @@ def test_a_leader_cut_from_its_replicas_is_replaced_and_loses_nothing() -> None:
     elected = "leader a was lost to a majority of its members; this node leads it now"
     assert any(elected in logs[n] for n in ("b", "c")), "no replica took over"
     assert "is led by" in logs["a"] and "this node's copy becomes its replica" in logs["a"]
+    # the quorum queue too (a led it): a replica elected, a handed it over, nothing lost
+    quorum = f"quorum queue '{QUORUM}' in vhost '/'"
+    assert any(f"{quorum}: {elected}" in logs[n] for n in ("b", "c")), "no quorum election"
+    assert f"{quorum} is led by" in logs["a"], "a did not hand the quorum queue over"
+    assert summary["quorum"]["lost"] == 0 and summary["quorum_copies_unequal"] == 0, summary
     shutil.rmtree(artifacts)

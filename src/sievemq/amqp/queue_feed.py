@@ -10,7 +10,11 @@ it: only a link connection opens such a channel):
 - replica to leader, ``HOLDS``: ``u64 epoch | u64 next``: the copy now holds every live record
   below ``next`` (written, and fdatasynced as its ``--fsync`` says);
 - leader to replica, ``OPS``: ``u64 size``, then body frames carrying ``size`` bytes: log
-  operations (``cluster/quorum_replication.py`` encodes them).
+  operations (``cluster/quorum_replication.py`` encodes them);
+- leader to replica, ``BEAT``: ``u64 committed``: the end of what the leader committed (every
+  id below it is held by a majority), sent when the feed carried nothing for a while: a
+  replica that hears nothing from its running leader for the lease's TTL counts it lost
+  (``cluster/failover.py``), so an idle queue's leader must be heard too.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ FEED_CLASS: Final = 0x7E51
 HELLO: Final = 1
 HOLDS: Final = 2
 OPS: Final = 3
+BEAT: Final = 4
 FEED_CLASS_BYTES: Final = struct.pack(">H", FEED_CLASS)
 
 _METHOD = struct.Struct(">BHIHH")
@@ -47,6 +52,10 @@ def hello(channel: int, epoch: int, next_id: int, name: str) -> bytes:
 
 def holds(channel: int, epoch: int, next_id: int) -> bytes:
     return _method(channel, HOLDS, _TWO.pack(epoch, next_id))
+
+
+def beat(channel: int, committed: int) -> bytes:
+    return _method(channel, BEAT, _U64.pack(committed))
 
 
 def ops(channel: int, data: bytes, frame_max: int) -> list[bytes]:
@@ -82,4 +91,9 @@ def parse_holds(payload: bytes) -> tuple[int, int]:
 
 
 def parse_ops_size(payload: bytes) -> int:
+    return int(_U64.unpack_from(payload, 4)[0])
+
+
+def parse_beat(payload: bytes) -> int:
+    """The committed end a BEAT carries."""
     return int(_U64.unpack_from(payload, 4)[0])

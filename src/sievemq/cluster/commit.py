@@ -162,7 +162,7 @@ class Commits:
             found.replicas, found.epoch = replicas, epoch
             found.advance()
             return
-        local.gate()
+        local.gate(self._floors.pop(queue, None))
         self.streams[queue] = StreamCommit(local, replicas, epoch)
 
     def quorum_commit_end(self, vhost: str, name: str) -> int | None:
@@ -181,10 +181,11 @@ class Commits:
             self.lead((vhost, name), record)
 
     def promoted(self, queue: Queue, floor: int) -> None:
-        """This node is about to lead the stream since it won an election: when its declare
-        gates it (``declared``), what the election knows a majority holds (``floor``) is
-        committed; the rest of its copy commits as the replicas acknowledge it, not at once
-        (it may be an old leader's last chunks that no majority took)."""
+        """This node is about to lead the stream (or quorum queue) since it won an election:
+        when its declare gates it (``declared``; a quorum queue's ``lead``), what the
+        election knows a majority holds (``floor``) is committed; the rest of its copy
+        commits as the replicas acknowledge it, not at once (it may be an old leader's last
+        chunks or entries that no majority took)."""
         self._floors[queue] = floor
 
     def _opened(self, queue: Queue, stream: Stream) -> None:

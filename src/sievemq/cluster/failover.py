@@ -7,7 +7,8 @@ leader gives the queue up; ``cluster.quorum_failover``).
 
 **Election.** When a stream's leader stops being listed (its node record went with its
 lease: killed, stopped, cut off from etcd for the TTL), or is lost to a replica (nothing
-heard from it for ``silence_s`` while it could try it: cut from its replicas while its
+heard from it for ``silence_s`` while it could try it -- a stream's subscription asks for
+heartbeats, a quorum queue's feed beats (``Following``) -- : cut from its replicas while its
 lease holds; the time a copy could not try, held by an election or with its leader not
 listed, does not count, so a leader listed again after its lease lapsed is tried anew, not
 replaced at once: ``Follower.listen_anew``), each such
@@ -63,6 +64,7 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -81,7 +83,7 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
 from sievemq.cluster.membership import NODES, ROOT, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
-from sievemq.cluster.replication import HEARTBEAT_S, Follower, Replication, replica_directory
+from sievemq.cluster.replication import HEARTBEAT_S, Replication, replica_directory
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.definitions import decode_value
@@ -116,12 +118,47 @@ def tail_prefix(vhost: str, name: str) -> str:
     return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
 
 
+class Following(Protocol):
+    """A copy that follows its leader, as an election sees it (a stream's
+    ``replication.Follower``, a quorum queue's ``quorum_replication.Follower``): how long it
+    heard nothing from its running leader, and the cap on what it acknowledges while its
+    tail stands."""
+
+    heard_at: float  # loop time of the last frame from the leader (or of ``listen_anew``)
+    cap: tuple[int, int] | None  # (epoch, end): acknowledge no further in that epoch
+
+    def silent_for(self) -> float:
+        """Seconds since the leader was last heard, or since the copy could try it again."""
+        ...
+
+    def listen_anew(self) -> None:
+        """The copy may try its leader again: count its silence from now, try it now."""
+        ...
+
+    def set_cap(self, cap: tuple[int, int] | None) -> None:
+        """Set or lift the cap, telling the leader what the copy holds now."""
+        ...
+
+    @property
+    def committed(self) -> int:
+        """The end of what the leader said it committed, as this copy last heard it."""
+        ...
+
+
 class Copies(Protocol):
     """This node's copies of one queue type's queues, as an election sees them (streams:
     ``StreamCopies`` below; quorum queues: ``cluster.quorum_failover``)."""
 
     def holds_copy(self, queue: Queue) -> bool:
         """This node keeps a copy of the queue (it may run for its leader)."""
+        ...
+
+    def follower(self, queue: Queue) -> Following | None:
+        """The copy's follower, while it follows (or tries to follow) the leader."""
+        ...
+
+    def followers(self) -> Iterator[tuple[Queue, Following]]:
+        """Every copy's follower on this node."""
         ...
 
     def hold(self, queue: Queue, held: bool) -> None:
@@ -133,8 +170,12 @@ class Copies(Protocol):
         cut back to the history it shares with the record."""
         ...
 
-    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
-        """This node won: its copy becomes the queue it leads (the record is written)."""
+    async def promote(
+        self, queue: Queue, record: dict[str, Any], history: History, floor: int | None
+    ) -> None:
+        """This node won: its copy becomes the queue it leads (the record is written), with
+        committed at first what the election knows a majority holds (``floor``; None: all
+        of the copy)."""
         ...
 
     def hand_over(self, queue: Queue, record: dict[str, Any]) -> bool:
@@ -151,10 +192,15 @@ class StreamCopies:
         self.placement = placement
         self.broker = broker
         self.me = placement.me
-        self.floors: dict[Queue, int] = {}  # an election's committed floor, for promote
 
     def holds_copy(self, queue: Queue) -> bool:
         return queue in self.replication.followers
+
+    def follower(self, queue: Queue) -> Following | None:
+        return self.replication.followers.get(queue)
+
+    def followers(self) -> Iterator[tuple[Queue, Following]]:
+        yield from self.replication.followers.items()
 
     def hold(self, queue: Queue, held: bool) -> None:
         follower = self.replication.followers.get(queue)
@@ -175,7 +221,9 @@ class StreamCopies:
         directory = replica_directory(self.broker.data_dir, *queue)
         return last_epoch(read_history(directory), end), end
 
-    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
+    async def promote(
+        self, queue: Queue, record: dict[str, Any], history: History, floor: int | None
+    ) -> None:
         """This node's copy becomes the stream it leads."""
         vhost, name = queue
         await self.replication.release(queue)
@@ -188,7 +236,6 @@ class StreamCopies:
             log.error("stream '%s': no vhost '%s' on this node to lead it in", name, vhost)
             return
         arguments = decode_value(record.get("arguments") or {})
-        floor = self.floors.pop(queue, None)
         if floor is not None:  # committed at the gate: what the election knows a majority holds
             self.placement.promoted(queue, floor)
         # gated for commit by majority in the declare's own turn (``Commits.declared``, the
@@ -252,7 +299,7 @@ class Failover:
             and (reset or event.kv.key[len(NODES) :] not in self.membership.records)
         }
         if back:
-            for queue, follower in self.replication.followers.items():
+            for queue, follower in self._followers():
                 if self.placement.records.get(queue, {}).get("leader") in back:
                     follower.listen_anew()
         asyncio.get_running_loop().call_soon(self._check)
@@ -298,8 +345,18 @@ class Failover:
         ``silence_s``: the leader runs (its lease holds) but this copy cannot follow it. An
         election needs a majority of the members to have lost it (each writes a tail only
         then), and then the leader cannot commit either: they hold its majority."""
-        follower = self.replication.followers.get(queue)
+        follower = self._follower(queue)
         return follower is not None and follower.silent_for() > self.silence_s()
+
+    def _follower(self, queue: Queue) -> Following | None:
+        record = self.placement.records.get(queue)
+        copies = None if record is None else self._copies(record)
+        return None if copies is None else copies.follower(queue)
+
+    def _followers(self) -> Iterator[tuple[Queue, Following]]:
+        """The followers of every copy this node keeps (streams' and quorum queues')."""
+        for copies in list(self.copies.values()):
+            yield from list(copies.followers())
 
     def _check(self) -> None:
         if self._stopped or not self.membership.registered.is_set():
@@ -314,7 +371,7 @@ class Failover:
         if self._stopped or not self.membership.registered.is_set():
             return
         silence = self.silence_s()
-        for queue, follower in list(self.replication.followers.items()):
+        for queue, follower in self._followers():
             if queue in self._elections or follower.silent_for() <= silence:
                 continue
             record = self.placement.records.get(queue)
@@ -352,7 +409,7 @@ class Failover:
 
     async def _elect(self, queue: Queue) -> None:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
-        follower: Follower | None = None  # a stream's (its acknowledgements are capped)
+        follower: Following | None = None  # (its acknowledgements are capped)
         warned: list[bool] = []  # the no-majority warning, once per election
         try:
             while not self._stopped:
@@ -365,7 +422,7 @@ class Failover:
                     or not self._orphaned(queue, record)
                 ):
                     return
-                follower = self.replication.followers.get(queue)
+                follower = copies.follower(queue)
                 copies.hold(queue, True)  # its copy's end stays put while the members compare
                 try:
                     if await self._round(queue, record, tail, copies, warned):
@@ -383,7 +440,7 @@ class Failover:
         finally:
             await self._withdraw(queue, tail, follower)
 
-    async def _withdraw(self, queue: Queue, tail: str, follower: Follower | None) -> None:
+    async def _withdraw(self, queue: Queue, tail: str, follower: Following | None) -> None:
         """The election ended: remove this copy's tail, then lift its acknowledgement cap
         once no election can count that tail any more: after the delete, a read of the
         record (linearizable) that shows no new epoch means no compare-and-swap that read
@@ -420,7 +477,7 @@ class Failover:
         members = [leader, *map(str, record.get("replicas", ()))]
         last, end = copies.tail(queue)
         mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
-        follower = self.replication.followers.get(queue)  # a stream's copy
+        follower = copies.follower(queue)
         if follower is not None:
             # no acknowledgement of this epoch past the tail while it stands: the leader
             # (if it runs) cannot commit what the election may not count
@@ -470,11 +527,11 @@ class Failover:
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
             return await self._await_change(queue, record)
-        if follower is not None and isinstance(copies, StreamCopies):
+        floor = None
+        if follower is not None:
             ends = {n: e for n, (_, e) in tails.items()}
-            heard = follower.stream.committed_offset
-            copies.floors[queue] = committed_floor(ends, self.me, len(members), heard)
-        return await self._take(queue, record, end, copies, revisions, running)
+            floor = committed_floor(ends, self.me, len(members), follower.committed)
+        return await self._take(queue, record, (end, floor), copies, revisions, running)
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
@@ -493,7 +550,7 @@ class Failover:
         self,
         queue: Queue,
         record: dict[str, Any],
-        end: int,
+        ends: tuple[int, int | None],
         copies: Copies,
         tails: dict[str, int],
         running: bool,
@@ -503,7 +560,9 @@ class Failover:
         leader again, voids the swap); for a leader that stopped, also with its node key
         absent (it did not come back meanwhile). A leader that runs, cut from a majority of
         its members, is not asked: it commits nothing without them (their acknowledgements
-        are capped) and hands over when it reads the record."""
+        are capped) and hands over when it reads the record. ``ends``: this copy's end and
+        what it may count as committed at once (``committed_floor``)."""
+        end, floor = ends
         key = queue_key(*queue)
         old = str(record.get("leader"))
         epoch = int(record.get("epoch", 1)) + 1
@@ -521,11 +580,9 @@ class Failover:
             compares.append(key_missing(NODES + old))
         result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
         if not result.succeeded:
-            if isinstance(copies, StreamCopies):
-                copies.floors.pop(queue, None)
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
-        await copies.promote(queue, won, history)
+        await copies.promote(queue, won, history, floor)
         log.warning(
             "%s '%s' in vhost '%s': leader %s %s; this node leads it now (epoch %d, from %s %d)",
             _kind(record),
@@ -571,7 +628,7 @@ class Failover:
         now = loop.time()
         if self._ticked and now - self._ticked > STALLED_S:
             # this node was frozen, not its leaders silent: each copy hears anew
-            for follower in self.replication.followers.values():
+            for _, follower in self._followers():
                 follower.heard_at = max(follower.heard_at, now)
         self._ticked = now
         lease = self.membership.lease
@@ -584,7 +641,7 @@ class Failover:
             self._fence_all(lease)
         elif self.fenced and lease is self._fenced_under:
             self._lift(set(self.fenced), "its etcd lease was renewed after all")
-        if fresh and self.replication.followers:
+        if fresh:
             self._check_silent()
 
     def _led_replicated(self) -> list[Queue]:

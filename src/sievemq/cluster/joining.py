@@ -25,7 +25,7 @@ from sievemq.cluster.quorum_failover import QuorumCopies
 from sievemq.cluster.quorum_replication import QuorumFeeds, QuorumReplication
 from sievemq.cluster.reconcile import Reconciler
 from sievemq.cluster.replica_ops import QUORUM, ReplicaOps
-from sievemq.cluster.replication import Replication
+from sievemq.cluster.replication import HEARTBEAT_S, Replication
 from sievemq.cluster.replies import ReplyForwarder
 from sievemq.cluster.secret import SECRET_KEY, ClusterSecret
 from sievemq.gateway.admin.facade import BrokerFacade
@@ -92,7 +92,9 @@ async def join(
     broker.stream_declared = commits.declared  # a promoted or placed leader: gated at once
     placement.promoted = commits.promoted
     placement.holds = commits.held
-    placement.open_feed = QuorumFeeds(broker, commits.held).quorum_feed
+    # a feed beats at least every third of the lease (its replicas count a TTL of silence)
+    feeds = QuorumFeeds(broker, commits.held, beat_s=min(float(HEARTBEAT_S), ttl_s / 3))
+    placement.open_feed = feeds.quorum_feed
     quorum = QuorumReplication(placement, broker, placement.links)
     membership.subscribe(QUEUES, quorum.apply)  # after placement: records current
     placement.stopping.append(quorum.stop)

@@ -23,11 +23,12 @@ leader's counts differ), and a quorum queue is small, so a fresh copy is the saf
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from sievemq.cluster.epochs import History, last_epoch, read_history, write_history
+from sievemq.cluster.failover import Following
 from sievemq.cluster.placement import Placement
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.definitions import decode_value
@@ -39,12 +40,22 @@ log = logging.getLogger("sievemq.cluster")
 Queue = tuple[str, str]
 
 
+class QuorumFollower(Following, Protocol):
+    """A quorum queue's follower (``quorum_replication.Follower``), as a failover drives it."""
+
+    hold: bool  # an election of the queue runs here: follow nobody
+
+    def retarget(self) -> None:
+        """Stop feeding at once (the copy's end stays put)."""
+        ...
+
+
 class QuorumFollowing(Protocol):
     """The quorum replication (``cluster/quorum_replication.py``'s ``QuorumReplication``), as
     a failover needs it: its followers by queue, and stopping one."""
 
     @property
-    def followers(self) -> Mapping[Queue, Any]:
+    def followers(self) -> Mapping[Queue, QuorumFollower]:
         """The followers keeping this node's copies, by queue."""
         ...
 
@@ -73,6 +84,13 @@ class QuorumCopies:
             return True
         return self._directory(queue).is_dir()
 
+    def follower(self, queue: Queue) -> Following | None:
+        return None if self.following is None else self.following.followers.get(queue)
+
+    def followers(self) -> Iterator[tuple[Queue, Following]]:
+        if self.following is not None:
+            yield from self.following.followers.items()
+
     def hold(self, queue: Queue, held: bool) -> None:
         """Stop following while the members compare (or follow again). A feed already open
         goes on after the leader's lease lapsed (the leader cut from etcd only still ships
@@ -84,14 +102,20 @@ class QuorumCopies:
             follower.hold = held
             if held:
                 follower.retarget()
+            else:  # the time held is no silence of the leader's
+                follower.listen_anew()
 
     def tail(self, queue: Queue) -> tuple[int, int]:
         directory = self._directory(queue)
         end = last_id_of(directory) + 1 if directory.is_dir() else 0
         return last_epoch(read_history(directory), end), end
 
-    async def promote(self, queue: Queue, record: dict[str, Any], history: History) -> None:
-        """The copy becomes the queue this node leads."""
+    async def promote(
+        self, queue: Queue, record: dict[str, Any], history: History, floor: int | None
+    ) -> None:
+        """The copy becomes the queue this node leads: what the election knows a majority
+        holds (ids below ``floor``) is committed at once, the rest as the replicas
+        acknowledge it (an old leader's last entries may be held by no majority)."""
         vhost, name = queue
         if self.following is not None:
             await self.following.release(queue)
@@ -104,6 +128,8 @@ class QuorumCopies:
             return
         arguments = dict(decode_value(record.get("arguments") or {}))
         arguments.setdefault("x-queue-type", "quorum")
+        if floor is not None:  # (read when the record's ``led`` gates it, just below)
+            self.placement.promoted(queue, floor)
         queue_ = local.classic.open_copy(name, arguments)
         log.warning(
             "quorum queue '%s' in vhost '%s' rebuilt from this node's copy: %d ready",

@@ -45,6 +45,14 @@ within the sync interval) the replica answers HOLDS with the next id it lacks: i
 live record below. The leader counts an enqueue committed once a majority holds it
 (``cluster/commit.py``, which gates the ``ClassicQueue``: deliveries and confirms wait).
 
+**Heartbeat.** A feed that carried nothing for half of ``QuorumFeeds.beat_s`` (at most a
+third of the lease's TTL) carries a BEAT with the leader's committed end, so a replica hears
+an idle queue's leader too: one that hears nothing on its feed for the TTL (``silent_for``,
+only while it could try: ``listen_anew``) counts its running leader lost and stands in an
+election (``cluster.failover``, as a stream's copy does); while its tail stands its HOLDS go
+no further than the tail (``cap``). The committed end it heard is the floor an elected copy
+may count as committed at once.
+
 Only the messages a quorum queue logs are replicated (persistent ones: a transient message
 lives in the leader's memory only, as on a single node).
 """
@@ -85,6 +93,7 @@ from sievemq.storage.queue_log import (
 log = logging.getLogger("sievemq.cluster")
 
 RETRY_S = 1.0  # between attempts to reach the leader
+BEAT_S = 1.0  # a feed that carried nothing for this long carries a BEAT (``beat_s``)
 CATCH_UP_BYTES = 1 << 20  # records per OPS batch while catching up
 KEPT_BYTES = 4 << 20  # changes kept for a replica whose link is backed up; then read again
 
@@ -362,6 +371,7 @@ class Feed:
         self.lost = False  # changes were dropped: catch up again
         self.sent_through = 0  # the replica got every live record up to it
         self.catch_ups = 0
+        self.sent_at = 0.0  # loop time of the last write to the replica (``beat``)
         self._writable = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -489,6 +499,19 @@ class Feed:
     def _send_now(self, data: bytes) -> None:
         end = self.end_of_channel
         end.write(queue_feed.ops(end.channel, data, end.frame_max))
+        self.sent_at = asyncio.get_running_loop().time()
+
+    def beat(self, now: float, quiet_s: float) -> None:
+        """A BEAT with the committed end when nothing went to the replica for ``quiet_s``:
+        its silence is how it tells a leader cut from it (``cluster/failover.py``)."""
+        shipper = self.shipper
+        if shipper is None or now - self.sent_at < quiet_s:
+            return
+        queue = shipper.queue
+        committed = queue.commit_end if queue.commit_end is not None else shipper.log.last_id + 1
+        end = self.end_of_channel
+        end.write([queue_feed.beat(end.channel, committed)])
+        self.sent_at = now
 
     def end(self) -> None:
         """Stop feeding (the queue is gone here): the replica asks again later."""
@@ -508,13 +531,34 @@ class Feed:
 class QuorumFeeds:
     """The shippers of the quorum queues this node leads (``directory.QuorumFeeds``)."""
 
-    def __init__(self, broker: Broker, held: Callable[[str, str, str, int, int], None]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        held: Callable[[str, str, str, int, int], None],
+        beat_s: float = BEAT_S,
+    ) -> None:
         self.broker = broker
         self.held = held  # a replica's HOLDS: commit by majority (``Commits.held``)
         self.shippers: dict[Queue, Shipper] = {}
+        # a feed is heard from at least this often, idle or not (at most a third of the
+        # lease's TTL: a replica counts its leader lost after a TTL of silence)
+        self.beat_s = beat_s
+        self._beating: asyncio.TimerHandle | None = None
 
     def quorum_feed(self, vhost: str, node: str, end: FeedChannelEnd) -> Feed:
+        if self._beating is None:
+            self._beat()
         return Feed(self, vhost, node, end)
+
+    def _beat(self) -> None:
+        """Every ``beat_s / 2``: a BEAT on each feed quiet for half of it (so none is
+        quiet for longer than ``beat_s``)."""
+        loop = asyncio.get_running_loop()
+        self._beating = loop.call_later(self.beat_s / 2, self._beat)
+        now = loop.time()
+        for shipper in self.shippers.values():
+            for feed in list(shipper.feeds):
+                feed.beat(now, self.beat_s / 2)
 
     def shipper(self, vhost: str, name: str) -> Shipper | None:
         """The shipper of a durable quorum queue this node holds (made on first use)."""
@@ -537,6 +581,9 @@ class QuorumFeeds:
             del self.shippers[key]
 
     def stop(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+            self._beating = None
         for shipper in self.shippers.values():
             shipper.detach()
         self.shippers.clear()
@@ -576,6 +623,12 @@ class Follower:
         self._epoch = 1
         self._syncing: asyncio.Task[None] | None = None
         self.hold = False  # an election of this queue runs here: the copy's end stays put
+        # while this copy's tail stands as an election's candidate (``cluster.failover``):
+        # (epoch, end) -- its HOLDS in that epoch go no further than the tail
+        self.cap: tuple[int, int] | None = None
+        self.committed = 0  # the committed end the leader last sent (``BEAT``)
+        self.heard_at = asyncio.get_running_loop().time()  # the last frame from the leader
+        self._wake = asyncio.Event()  # try the leader now (``listen_anew``)
         self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
         self._syncer: asyncio.Task[None] | None = None
         if durability is Durability.BATCH:
@@ -583,6 +636,7 @@ class Follower:
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()  # (a wake from now on, during a feed too: try again at once)
             record = self._record()
             leader = record.get("leader")
             if leader and not self.hold and not record.get("delete") and self._running(str(leader)):
@@ -599,7 +653,29 @@ class Follower:
                 )
                 await self._ended.wait()
                 self._channel = None
-            await asyncio.sleep(RETRY_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RETRY_S):
+                    await self._wake.wait()
+
+    def silent_for(self) -> float:
+        """Seconds since the last frame from the leader on the feed (BEATs included), or
+        since this copy could try it again (``listen_anew``), whichever is later."""
+        return asyncio.get_running_loop().time() - self.heard_at
+
+    def listen_anew(self) -> None:
+        """This copy may try its leader again (an election's hold lifted, the leader listed
+        again): try it now, and count its silence from now (the time it could not try is
+        no sign the leader is lost)."""
+        self.heard_at = max(self.heard_at, asyncio.get_running_loop().time())
+        self._wake.set()
+
+    def set_cap(self, cap: tuple[int, int] | None) -> None:
+        """Set (or lift: None) the election's cap on what this copy acknowledges; lifted,
+        tell the leader what it holds now (a HOLDS capped while the tail stood is not sent
+        again by itself: a publisher waiting for its confirm sends nothing more)."""
+        self.cap = cap
+        if cap is None and self._channel is not None:
+            self._acknowledge()
 
     def prepare(self, record: dict[str, Any]) -> None:
         """Before following: a copy holding entries past the history it shares with the
@@ -625,6 +701,12 @@ class Follower:
         if read_history(directory) != cluster:
             write_history(directory, cluster)
 
+    def follow_anew(self) -> None:
+        """A new epoch's leader: follow it, and give it its own time to be heard from."""
+        self.heard_at = asyncio.get_running_loop().time()
+        self.retarget()
+        self._wake.set()
+
     def retarget(self) -> None:
         """The record changed (a new leader), or an election runs: stop feeding at once
         (nothing more is applied from this channel), then feed from where the record says."""
@@ -639,11 +721,15 @@ class Follower:
     def link_frames(self, channel: LinkChannel, got: list[tuple[int, bytes]]) -> None:
         if channel is not self._channel:
             return
+        self.heard_at = asyncio.get_running_loop().time()
         applied = False
         for ftype, payload in got:
             if ftype == frames.FRAME_METHOD and queue_feed.is_feed(payload):
-                if queue_feed.method_of(payload) == queue_feed.OPS:
+                method = queue_feed.method_of(payload)
+                if method == queue_feed.OPS:
                     self._ops, self._remaining = [], queue_feed.parse_ops_size(payload)
+                elif method == queue_feed.BEAT:
+                    self.committed = max(self.committed, queue_feed.parse_beat(payload))
                 continue
             if ftype != frames.FRAME_BODY or self._ops is None:
                 continue
@@ -664,7 +750,8 @@ class Follower:
 
     def link_closed(self, channel: LinkChannel, code: int, text: str) -> None:
         if channel is self._channel:
-            if code:
+            if code:  # the leader answered (a stream's copy counts a refusal heard too)
+                self.heard_at = asyncio.get_running_loop().time()
                 log.info("replica of quorum queue '%s': %d %s", self.name, code, text)
             self._ended.set()
 
@@ -690,6 +777,9 @@ class Follower:
         channel = self._channel
         if channel is not None:
             held = self.copy.next_id if next_id is None else next_id
+            cap = self.cap
+            if cap is not None and cap[0] == self._epoch:
+                held = min(held, cap[1])  # (an election counts this copy's tail)
             channel.write(queue_feed.holds(channel.number, self._epoch, held))
 
     async def _sync_loop(self) -> None:
@@ -747,7 +837,7 @@ class QuorumReplication:
         for queue, record in wanted.items():
             current = self.followers.get(queue)
             if current is not None and current._epoch != int(record.get("epoch", 1)):
-                current.retarget()
+                current.follow_anew()
             if queue not in self.followers:
                 dropping = self._dropping.get(queue)
                 if dropping is not None and not dropping.done():

@@ -146,6 +146,11 @@ class Follower:
                 async with asyncio.timeout(RETRY_S):
                     await self._wake.wait()
 
+    @property
+    def committed(self) -> int:
+        """The committed offset the leader last sent (an election's floor: ``failover``)."""
+        return self.stream.committed_offset
+
     def silent_for(self) -> float:
         """Seconds since the last frame from the leader (connected or not), or since this
         copy could try it again (``listen_anew``), whichever is later."""

@@ -102,7 +102,9 @@ def test_leader_killed_a_replica_rebuilds_the_queue(
     new = fresh_nodes[new_name]
     other = c if new is b else b
     assert queues(other)[QUEUE]["leader"] == new_name
-    assert "rebuilt from this node's copy: 90 ready" in new.stderr()
+    # (the record is written, and seen by the others, a moment before the copy is opened)
+    rebuilt = "rebuilt from this node's copy: 90 ready"
+    until(lambda: rebuilt in new.stderr(), f"{new_name} logs '{rebuilt}'")
 
     # publishes go on, through the node that does not lead it (forwarded)
     pub = channel(other)

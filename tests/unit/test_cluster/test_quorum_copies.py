@@ -30,6 +30,10 @@ class FakePlacement:
 
     def __init__(self) -> None:
         self.gated: list[tuple[tuple[str, str], dict[str, Any]]] = []
+        self.floors: list[tuple[tuple[str, str], int]] = []
+
+    def promoted(self, queue: tuple[str, str], floor: int) -> None:
+        self.floors.append((queue, floor))
 
     def led(self, queue: tuple[str, str], record: dict[str, Any]) -> None:
         self.gated.append((queue, record))
@@ -62,7 +66,7 @@ def test_tail_promotion_and_hand_over(tmp_path: Path) -> None:
     assert copies.tail(Q) == (1, 8)  # epoch 1 wrote ids 1..7: 8 is the next
 
     record = {"leader": "b", "epoch": 2, "type": "quorum", "arguments": encode_value(ARGS)}
-    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 8)]))
+    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 8)], None))
     queue = replica.vhost("/").classic.queues["q"]
     assert queue.message_count == 7
     assert [m.redelivered for m in iter(queue.take, None)] == [True] * 3 + [False] * 4
@@ -82,7 +86,7 @@ class FakeReplication:
     """The quorum replication's face to a failover: followers by queue, ``release``."""
 
     def __init__(self) -> None:
-        self.followers: dict[tuple[str, str], object] = {}
+        self.followers: dict[tuple[str, str], Any] = {}
         self.released: list[tuple[str, str]] = []
 
     async def release(self, queue: tuple[str, str]) -> None:
@@ -99,7 +103,25 @@ def test_a_follower_is_released_before_its_copy_opens(tmp_path: Path) -> None:
     assert copies.holds_copy(Q)
     shutil.copytree(queue_directory(tmp_path / "a", *Q), queue_directory(tmp_path / "b", *Q))
     record = {"leader": "b", "epoch": 2, "type": "quorum", "arguments": encode_value(ARGS)}
-    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 3)]))
+    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 3)], None))
     assert following.released == [Q] and not following.followers
     assert replica.vhost("/").classic.queues["q"].message_count == 2
+    replica.close()
+
+
+def test_an_elected_copy_commits_from_the_election_floor(tmp_path: Path) -> None:
+    """A copy elected away from a leader cut from it: what the election knows a majority
+    holds (ids below the floor) is committed at once, the rest waits for the replicas."""
+    leader_log(tmp_path / "a", 6, 0)
+    replica = Broker(tmp_path / "b")
+    copies, fake = copies_on(replica)
+    shutil.copytree(queue_directory(tmp_path / "a", *Q), queue_directory(tmp_path / "b", *Q))
+    record = {"leader": "b", "epoch": 2, "type": "quorum", "arguments": encode_value(ARGS)}
+    asyncio.run(copies.promote(Q, record, [(1, 0), (2, 7)], 5))
+    assert fake.floors == [(Q, 5)]  # told before the record's ``led`` gates the queue
+    queue = replica.vhost("/").classic.queues["q"]
+    queue.gate(5)  # (what ``Commits`` does with that floor)
+    assert [m.body for m in iter(queue.take, None)] == [b"m0", b"m1", b"m2", b"m3"]
+    queue.commit(7)  # the replicas hold the rest
+    assert [m.body for m in iter(queue.take, None)] == [b"m4", b"m5"]
     replica.close()

@@ -358,15 +358,19 @@ class ClassicQueue:
 
     # ------------------------------------------------------------------ commit by majority
 
-    def gate(self) -> None:
+    def gate(self, floor: int | None = None) -> None:
         """From now on a logged message is delivered, and its publish confirmed, only once
         ``commit`` passes its id (a quorum queue with replicas: ``cluster/commit.py``); what
         the log holds already counts as committed, unless the queue was gated when it last
         ran (a restart: only what it had committed then, kept beside its log,
-        ``storage/commit_mark.py``; the rest commits as the replicas acknowledge it)."""
+        ``storage/commit_mark.py``; the rest commits as the replicas acknowledge it), and
+        only the ids below ``floor`` (a leader elected from its copy: what the election
+        knows a majority holds)."""
         if self.commit_end is not None:
             return
         end = (self.log.last_id if self.log is not None else 0) + 1
+        if floor is not None:
+            end = min(end, floor)
         if self.log is not None:
             kept = read_committed(self.log.directory)
             end = end if kept is None else min(end, kept)
