@@ -31,7 +31,7 @@ from sievemq.amqp.tables import TableLimits
 from sievemq.gateway.admin.facade import BrokerFacade
 from sievemq.gateway.admin.views import ListenerView
 from sievemq.gateway.model.broker import Broker, BrokerSettings
-from sievemq.gateway.model.classic.queue import MemoryWindow
+from sievemq.gateway.model.classic.message import MemoryWindow
 from sievemq.gateway.net.listener import BoundListeners, serve_on
 from sievemq.gateway.net.protocol import AMQPProtocol
 from sievemq.gateway.net.stream_protocol import stream_protocol_factory

@@ -16,12 +16,8 @@ from typing import Any
 
 from sievemq.amqp.errors import NotAllowed, NotFound, PreconditionFailed
 from sievemq.gateway.model import definitions, policies
-from sievemq.gateway.model.classic.queue import (
-    DEFAULT_WINDOW,
-    ClassicQueue,
-    MemoryBudget,
-    MemoryWindow,
-)
+from sievemq.gateway.model.classic.message import DEFAULT_WINDOW, MemoryBudget, MemoryWindow
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.classic.queue import message_stats as classic_message_stats
 from sievemq.gateway.model.classic.vhost import ClassicQueues
 from sievemq.gateway.model.directory import QueueDirectory

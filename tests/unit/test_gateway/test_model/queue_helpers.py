@@ -9,14 +9,13 @@ from typing import Any, Literal
 from pamqp import commands
 
 from sievemq.gateway.model.classic.arguments import validate_declare
-from sievemq.gateway.model.classic.queue import (
+from sievemq.gateway.model.classic.message import (
     DEFAULT_WINDOW,
-    ClassicQueue,
-    DeadLetter,
     MemoryBudget,
     MemoryWindow,
     QueueMessage,
 )
+from sievemq.gateway.model.classic.queue import ClassicQueue, DeadLetter
 from sievemq.storage.queue_log import QueueLog
 
 PERSISTENT: bytes = commands.Basic.Properties(delivery_mode=2).marshal()

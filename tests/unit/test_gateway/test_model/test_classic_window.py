@@ -9,12 +9,8 @@ from typing import Any
 
 from pamqp import commands
 
-from sievemq.gateway.model.classic.queue import (
-    ClassicQueue,
-    MemoryBudget,
-    MemoryWindow,
-    QueueMessage,
-)
+from sievemq.gateway.model.classic.message import MemoryBudget, MemoryWindow, QueueMessage
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.storage.queue_log import QueueLog
 
 from .queue_helpers import logged_queue

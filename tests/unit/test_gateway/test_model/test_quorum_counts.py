@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sievemq.gateway.model.classic.queue import ClassicQueue, MemoryWindow, QueueMessage
+from sievemq.gateway.model.classic.message import MemoryWindow, QueueMessage
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.storage.queue_log import DEFAULT_SEGMENT_BYTES
 
 from .queue_helpers import PERSISTENT, logged_queue, take_all

@@ -13,7 +13,8 @@ import pytest
 
 from sievemq.amqp.errors import PreconditionFailed
 from sievemq.gateway.model.broker import Broker
-from sievemq.gateway.model.classic.queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic.message import QueueMessage
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.storage.layout import queue_directory
 
 from .queue_helpers import PERSISTENT, take_all

@@ -9,11 +9,11 @@ a durable queue are written to the log before they are confirmed; everything els
 memory only. ``x-message-ttl`` / per-message ``expiration`` are applied at the head,
 ``x-max-length`` / ``-bytes`` on publish with ``x-overflow``.
 
-Memory: only a window of ready messages is held with bodies (``MemoryWindow``: a count per
-queue; the bytes are a node total, ``MemoryBudget``, shared by the durable queues). Past it,
-persistent messages of a durable queue keep only a compact index in memory (``_PagedRun``: id,
-record position and size, expiry; about 20-30 bytes a message) and their bodies are read back
-from the log's segments when the head of the queue reaches them.
+Memory: only a window of ready messages is held with bodies (``message.MemoryWindow``: a
+count per queue; the bytes are a node total, ``MemoryBudget``, shared by the durable
+queues). Past it, persistent messages of a durable queue keep only a compact index in memory
+(``_PagedRun``: id, record position and size, expiry; about 20-30 bytes a message) and their
+bodies are read back from the log's segments when the head of the queue reaches them.
 Transient messages (and every message of a transient queue) always stay in memory; so do
 outstanding (delivered, unacked) and requeued messages.
 
@@ -25,17 +25,22 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sievemq.amqp.errors import FrameError
-from sievemq.amqp.properties import delivery_fields
 from sievemq.gateway.model.classic.arguments import QueueArguments
+from sievemq.gateway.model.classic.message import (
+    DEFAULT_WINDOW,
+    MemoryBudget,
+    MemoryWindow,
+    PublishFacts,
+    QueueMessage,
+    now_ms,
+    publish_facts,
+)
 from sievemq.storage import layout
 from sievemq.storage.commit_mark import CommitMark, forget_committed, read_committed
 
@@ -45,122 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class MemoryWindow:
-    """How many ready messages a queue holds in memory before persistent messages of a
-    durable queue are kept on disk only (``--queue-memory-messages``), and the body bytes
-    all durable queues of the node hold together (``--queue-memory-bytes``, the total of
-    the node's ``MemoryBudget``)."""
-
-    messages: int = 2048
-    bytes: int = 64 * 1024 * 1024
-    refill: int = 256  # messages read back per refill at least (one pread for adjacent ones)
-
-
-DEFAULT_WINDOW = MemoryWindow()
-
-
-class MemoryBudget:
-    """The body bytes the durable classic/quorum queues of a node hold in memory together
-    (``--queue-memory-bytes``), shared fairly: a queue stops loading bodies once it holds
-    its share (the total over the queues sharing it) or once the node total is used, so
-    memory stays bounded whatever the number of deep queues; past that, bodies are read back
-    from the queues' logs. ``used`` is kept by the queues as their loaded bytes change."""
-
-    __slots__ = ("queues", "total", "used")
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.used = 0  # body bytes the sharing queues hold in memory
-        self.queues = 0  # queues sharing it
-
-    @property
-    def share(self) -> int:
-        """What one queue may hold while the others hold theirs."""
-        return self.total // (self.queues or 1)
-
-
 _RUN_MAX = 16384  # entries per paged run: a finished run's arrays are freed whole
-
-
-class PublishFacts:
-    """What the queue needs from a message's properties: persistence, priority, expiration."""
-
-    __slots__ = ("expiration_ms", "persistent", "priority")
-
-    def __init__(self, persistent: bool, priority: int, expiration_ms: int | None) -> None:
-        self.persistent = persistent
-        self.priority = priority
-        self.expiration_ms = expiration_ms
-
-
-_FACTS: dict[bytes, PublishFacts] = {}
-
-
-def publish_facts(props: bytes) -> PublishFacts:
-    """delivery-mode, priority and expiration from raw property bytes (cached per list)."""
-    got = _FACTS.get(props)
-    if got is not None:
-        return got
-    try:
-        mode, priority, text = delivery_fields(props)
-    except FrameError:  # checked on publish: only a damaged log could hold such bytes
-        mode, priority, text = 0, 0, None
-    expiration = int(text) if text is not None and text.isdigit() else None
-    facts = PublishFacts(mode == 2, priority, expiration)
-    if len(_FACTS) > 1024:
-        _FACTS.clear()
-    _FACTS[props] = facts
-    return facts
-
-
-class QueueMessage:
-    """One message in a queue (ready or outstanding)."""
-
-    __slots__ = (
-        "body",
-        "delivery_count",
-        "enqueued_ms",
-        "exchange",
-        "expires_ms",
-        "id",
-        "logged",
-        "priority",
-        "properties",
-        "redelivered",
-        "routing_key",
-    )
-
-    def __init__(
-        self,
-        msg_id: int,
-        exchange: str,
-        routing_key: str,
-        properties: bytes,
-        body: bytes,
-        enqueued_ms: int,
-        expires_ms: int | None,
-        priority: int,
-        logged: bool,
-    ) -> None:
-        self.id = msg_id
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.properties = properties
-        self.body = body
-        self.enqueued_ms = enqueued_ms
-        self.expires_ms = expires_ms
-        self.priority = priority
-        self.logged = logged
-        self.redelivered = False
-        self.delivery_count = 0
-
-    def __lt__(self, other: QueueMessage) -> bool:
-        return self.id < other.id
 
 
 class _PagedRun:

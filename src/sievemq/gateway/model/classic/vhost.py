@@ -25,13 +25,13 @@ from sievemq.gateway.model.classic.arguments import (
     QueueKind,
     validate_declare,
 )
-from sievemq.gateway.model.classic.queue import (
+from sievemq.gateway.model.classic.message import (
     DEFAULT_WINDOW,
-    ClassicQueue,
     MemoryBudget,
     MemoryWindow,
     QueueMessage,
 )
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.replies import amqp_type, display_value, rs
 from sievemq.gateway.model.stream.arguments import parse_filter_values
 from sievemq.storage import Message, layout

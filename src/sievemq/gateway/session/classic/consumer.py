@@ -20,7 +20,8 @@ import pamqp.commands as spec
 
 from sievemq.amqp import errors, properties
 from sievemq.gateway.model.classic.arguments import consumer_priority
-from sievemq.gateway.model.classic.queue import ClassicQueue, QueueMessage
+from sievemq.gateway.model.classic.message import QueueMessage
+from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.vhost import VirtualHost
 from sievemq.gateway.session.classic.frames import ClassicDeliveryEncoder, encode_get_ok
 from sievemq.gateway.session.ports import ChannelHost
