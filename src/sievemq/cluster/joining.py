@@ -80,7 +80,7 @@ async def join(
     membership.subscribe(QUEUES, failover.apply_queues)  # hands over what others lead now
     membership.subscribe(QUEUES, replication.apply)  # after placement: records current
     membership.subscribe(NODES, failover.apply_nodes)
-    membership.subscribe(NODES, lambda events, _reset: _nodes_gone(links, events))
+    membership.subscribe(NODES, lambda events, _reset: _nodes_changed(links, events))
     placement.stopping.append(failover.stop)
     placement.stopping.append(replication.stop)
     placement.replica_of = replication.queue
@@ -161,11 +161,19 @@ async def join(
         raise
 
 
-def _nodes_gone(links: Links, events: list[Event]) -> None:
-    """Links to a node whose record went fail at once (``Links.node_gone``)."""
+def _nodes_changed(links: Links, events: list[Event]) -> None:
+    """Links to a node whose record went fail at once (``Links.node_gone``); a node whose
+    record shows a new run is tried again at once (``Links.node_seen``)."""
     for event in events:
+        node = event.kv.key[len(NODES) :]
         if event.kind == "delete":
-            links.node_gone(event.kv.key[len(NODES) :])
+            links.node_gone(node)
+        else:
+            try:
+                started = event.kv.json().get("started")
+            except ValueError:
+                continue
+            links.node_seen(node, started)
 
 
 def _lease_id(membership: Membership) -> int:

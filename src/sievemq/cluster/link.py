@@ -563,6 +563,7 @@ class Links:
         self._links: dict[tuple[str, str], LinkConnection] = {}
         # per peer: (the earliest next try, the current backoff, why it failed last)
         self._down: dict[str, tuple[float, float, str]] = {}
+        self._started: dict[str, object] = {}  # per peer: its record's ``started`` last seen
         self._tasks: set[asyncio.Future[None]] = set()
         self.closed = False
         # links written to while over their high-water mark since the last ``hold``
@@ -641,6 +642,15 @@ class Links:
         for (name, _vhost), link in list(self._links.items()):
             if name == node and not link.failed:
                 link.fail(f"node '{node}' left the cluster (its etcd lease ended)")
+
+    def node_seen(self, node: str, started: object) -> None:
+        """``node``'s etcd record was written: when it is a new run of the node (its
+        ``started`` changed: restarted), the backoff of failed tries ends, so the next channel
+        to it connects at once instead of failing with the old run's error for up to
+        ``BACKOFF_MAX_S``."""
+        if self._started.get(node) != started:
+            self._started[node] = started
+            self._down.pop(node, None)
 
     def why_down(self, node: str) -> str:
         down = self._down.get(node)

@@ -59,3 +59,26 @@ def test_a_node_gone_from_etcd_fails_its_links_at_once() -> None:
         assert "left the cluster" in links.why_down("a")
     finally:
         loop.close()
+
+
+def test_a_restarted_node_is_tried_at_once_not_after_the_old_runs_backoff() -> None:
+    """CI saw b fail channels to a restarted a with a's old run's error ("connection refused"
+    at its old port) for up to the 5 s backoff after a's new record was there."""
+    loop = asyncio.new_event_loop()
+    try:
+        address: dict[str, str] = {}
+        links = Links("b", lambda: "secret", address.get, loop)
+        links.node_seen("a", 1.0)
+        for _ in range(8):  # a killed: tries refused, the backoff grows to its longest
+            links._note_down("a", "cannot reach node 'a' at 127.0.0.1:1: refused")
+        assert links._connect("a", "/").failed  # within the backoff: fails at once
+        links.node_seen("a", 1.0)  # the same run's record rewritten: still backing off
+        assert links._connect("a", "/").failed
+        address["a"] = "127.0.0.1:9"
+        links.node_seen("a", 2.0)  # a new run of a: tried at once
+        assert not links._connect("a", "/").failed
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
