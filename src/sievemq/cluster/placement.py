@@ -520,6 +520,7 @@ class Placement:
         task: asyncio.Future[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
         if wait:
             self._also_wait(task)  # the change's reply waits for etcd's commit
 
@@ -646,3 +647,16 @@ class Placement:
         self._forwarded.clear()
         if self.links is not None:
             await self.links.close()
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    """A claim or release that failed is logged here: a change made while applying what
+    other nodes did (a definitions sync) has nobody waiting for its reply, and asyncio would
+    otherwise report "Task exception was never retrieved"."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    if isinstance(error, ReplicationFailed):
+        log.warning("%s", error)
+    elif error is not None:
+        log.error("queue placement failed", exc_info=error)

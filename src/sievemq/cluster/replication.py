@@ -135,7 +135,14 @@ class Follower:
                 try:
                     await self._follow(*where)
                 except (OSError, EOFError, ReplicaError, StorageError, ValueError) as error:
-                    log.info("replica of '%s' in vhost '%s': %s", self.name, self.vhost, error)
+                    # (EACCES on connect is a route that prohibits it: a partition)
+                    log.info(
+                        "replica of '%s' in vhost '%s', following %s:%d: %s",
+                        self.name,
+                        self.vhost,
+                        *where,
+                        error,
+                    )
                 finally:
                     self.connected.clear()
                     self._writer = None
