@@ -2,8 +2,9 @@
 
 Every cluster node rewrites its etcd record every few seconds (``cluster/membership.py``); with
 it goes ``published_totals``: the summable part of its ``/api/overview`` (message counters and
-their rates, queue lengths, object counts) and the figures of the durable queues it leads;
-``published_parts`` beside it, each in a key of its own written only when it changed. Any
+their rates, queue lengths, object counts); ``published_parts`` beside it, each in a key of its
+own written only when it changed: the figures of the durable queues it leads (up to 2,000:
+the record stays small) and its replicas' read counts. Any
 node's ``/api/overview`` then adds every other live node's last publication to its own, as
 RabbitMQ's overview totals the cluster, and says how old each part is (``sievemq.totals_from``);
 ``/api/queues`` shows a queue led elsewhere with its leader's published figures. A stream's
@@ -46,11 +47,27 @@ MAX_PUBLISHED_QUEUES = 2000
 
 
 def published_totals(f: BrokerFacade) -> dict[str, Any]:
-    """This node's summable overview and its durable queues' figures, for its etcd record."""
-    streams = list(f.iter_streams())
-    shown = shapes.overview(f.overview(streams), [])
-    # only the queues etcd records (durable, not exclusive), the first by name shaped
-    views: list[StreamView | QueueView] = [*streams, *f.iter_queues()]
+    """This node's summable overview, for its etcd record."""
+    shown = shapes.overview(f.overview(list(f.iter_streams())), [])
+    return {
+        "overview": {
+            **{k: shown[k] for k in SUMMED},
+            "bytes": shown["sievemq"]["bytes"],
+        },
+    }
+
+
+def published_parts(f: BrokerFacade) -> dict[str, Callable[[], Any]]:
+    """The parts of this node's totals that may be long and change only with traffic: each
+    written to etcd only when it changed (``Membership``), and seen in the node's ``totals``
+    as if published with them."""
+    return {"queues": lambda: _led_queues(f), "replica_reads": lambda: _read_copies(f)}
+
+
+def _led_queues(f: BrokerFacade) -> list[list[Any]]:
+    """The figures of the queues etcd records (durable, not exclusive) that this node leads,
+    the first by name: ``[vhost, name, figures]``."""
+    views: list[StreamView | QueueView] = [*f.iter_streams(), *f.iter_queues()]
     views = sorted((v for v in views if v.durable and not v.exclusive), key=_by_name)
     kept = [
         shapes.queue(v, [], f.node_name, False)
@@ -58,21 +75,7 @@ def published_totals(f: BrokerFacade) -> dict[str, Any]:
         else shapes.classic_queue(v, f.node_name)
         for v in views[:MAX_PUBLISHED_QUEUES]
     ]
-    return {
-        "overview": {
-            **{k: shown[k] for k in SUMMED},
-            "bytes": shown["sievemq"]["bytes"],
-        },
-        "queues": [
-            [q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept
-        ],
-    }
-
-
-def published_parts(f: BrokerFacade) -> dict[str, Callable[[], Any]]:
-    """The parts of this node's totals that change rarely: each written to etcd only when it
-    changed (``Membership``), and seen in the node's ``totals`` as if published with them."""
-    return {"replica_reads": lambda: _read_copies(f)}
+    return [[q["vhost"], q["name"], {k: q[k] for k in QUEUE_FIGURES if k in q}] for q in kept]
 
 
 def _read_copies(f: BrokerFacade) -> list[list[Any]]:

@@ -2,9 +2,10 @@
 
 A node registers ``sievemq/nodes/<name>`` under a lease it keeps alive (TTL/3), with a
 record of what it serves (addresses, fd and memory use, uptime) rewritten every few seconds.
-Figures that change rarely and may be long (its replicas' read counts) go beside it, one key
-each under ``sievemq/figures/<name>/``, written only when they changed: an idle node adds no
-etcd revision and no bytes for them (their values show in its record's ``totals``).
+Figures that may be long and change only with traffic (the queues it leads, its replicas'
+read counts) go beside it, one key each under ``sievemq/figures/<name>/``, written with the
+record only when they changed: the record stays small, and an idle node's rewrites carry
+none of them (their values show in its record's ``totals``, as of its ``published``).
 It also writes ``sievemq/members/<name>`` without a lease: the members ever joined, so a
 stopped node is still listed, ``running: false``, as RabbitMQ lists a stopped cluster node.
 Every node watches ``sievemq/`` and keeps the records in memory for ``/api/nodes``.
@@ -204,9 +205,12 @@ class Membership:
         """Create our key under ``lease_id``, or take it over from our own previous run."""
         key = NODES + self.me.name
         record = json.dumps(self.record())
+        changed = self._changed_parts(lease_id)  # its parts too: shown from the start
         writes = [put_op(key, record, lease_id), put_op(MEMBERS + self.me.name, self._member())]
+        writes += [put_op(k, text, lease_id) for k, text in changed.values()]
         result = await self.client.txn([key_missing(key)], writes, [range_op(key)])
         if result.succeeded:
+            self._wrote(lease_id, changed)
             return
         found = result.ranges()
         if not found:
@@ -224,6 +228,7 @@ class Membership:
         taken = await self.client.txn([mod_revision_is(key, theirs.mod_revision)], writes)
         if not taken.succeeded:
             raise EtcdError(f"{key} changed while taking it over; try again")
+        self._wrote(lease_id, changed)
         if theirs.lease and theirs.lease != lease_id:
             await self.client.revoke(theirs.lease)
 
@@ -279,7 +284,7 @@ class Membership:
                 writes += [put_op(k, text, lease.id) for k, text in changed.values()]
                 result = await self.client.txn([lease_is(key, lease.id)], writes)
                 if result.succeeded:
-                    self._written.update((p, (lease.id, text)) for p, (_, text) in changed.items())
+                    self._wrote(lease.id, changed)
             except (EtcdUnavailable, EtcdError):
                 pass
             except Exception:  # the figures go stale, the loop must not end
@@ -300,6 +305,10 @@ class Membership:
                 continue
             changed[part] = (f"{FIGURES}{self.me.name}/{part}", text)
         return changed
+
+    def _wrote(self, lease_id: int, changed: dict[str, tuple[str, str]]) -> None:
+        """Remember what the parts' keys hold now (``changed`` committed under ``lease_id``)."""
+        self._written.update((part, (lease_id, text)) for part, (_, text) in changed.items())
 
     # ---------------------------------------------------------------- watching the others
 
@@ -369,12 +378,17 @@ class Membership:
         return out
 
     def _published_queues(self) -> dict[tuple[str, str], tuple[dict[str, Any], float | None]]:
-        """Every live node's queues' figures as it last published them, by (vhost, name)."""
+        """Every live node's queues' figures as it last published them, by (vhost, name):
+        its ``queues`` part (still so when its record was last rewritten: a part that
+        changed is written with it), or its record's ``totals.queues`` (a node of a version
+        before the part)."""
         out: dict[tuple[str, str], tuple[dict[str, Any], float | None]] = {}
-        for record in self.records.values():
+        for name, record in self.records.items():
             published = record.get("published")
             when = float(published) if isinstance(published, (int, float)) else None
-            for entry in _dict(record.get("totals")).get("queues") or []:
+            part = self.figures.get(name, {}).get("queues")
+            entries = part if part is not None else _dict(record.get("totals")).get("queues")
+            for entry in entries if isinstance(entries, list) else []:
                 if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], dict):
                     out[(str(entry[0]), str(entry[1]))] = (entry[2], when)
         return out

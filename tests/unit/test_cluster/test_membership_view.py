@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from sievemq.cluster.coordination import Event, KeyValue, WatchBatch, prefix_end
-from sievemq.cluster.membership import MEMBERS, NODES, Identity, Membership
+from sievemq.cluster.membership import FIGURES, MEMBERS, NODES, Identity, Membership
 from sievemq.settings import add_serve_arguments, settings_error, settings_from_args
 
 
@@ -43,7 +43,7 @@ def test_a_prefix_range_ends_after_every_key_of_the_prefix() -> None:
     assert prefix_end("v/\xff") == b"v/\xc3\xc0"  # UTF-8 c3 bf: the last byte moves on
 
 
-def kv(key: str, value: dict[str, object], revision: int) -> KeyValue:
+def kv(key: str, value: object, revision: int) -> KeyValue:
     return KeyValue(key, json.dumps(value).encode(), revision, revision, 1, 0)
 
 
@@ -112,3 +112,35 @@ def test_a_stream_this_node_was_elected_to_lead_is_listed_until_it_is_open_here(
     assert sorted(listed) == ["promoted", "theirs"]
     assert listed["promoted"].leader == "me" and listed["promoted"].leader_running
     assert listed["promoted"].epoch == 2
+
+
+def test_a_queue_led_elsewhere_shows_the_figures_of_its_leaders_queues_part() -> None:
+    """A node's queues' figures are a part of their own (``sievemq/figures/a/queues``), not
+    in its record; a record that still holds them (a node of an earlier version) is read
+    too, and a part, even empty, is what its node says now."""
+    view = membership()
+    records = [
+        {"vhost": "/", "name": "q1", "type": "classic", "leader": "a", "epoch": 1},
+        {"vhost": "/", "name": "q2", "type": "stream", "leader": "old", "epoch": 1},
+    ]
+    view.queue_records = lambda: records
+    part = [["/", "q1", {"messages": 3}]]
+    view.apply(
+        WatchBatch(
+            [
+                Event("put", kv(NODES + "a", {"published": 100.0, "totals": {}}, 2)),
+                Event("put", kv(FIGURES + "a/queues", part, 2)),
+                Event(
+                    "put",
+                    kv(NODES + "old", {"totals": {"queues": [["/", "q2", {"messages": 9}]]}}, 3),
+                ),
+            ],
+            3,
+        )
+    )
+    listed = {q.name: q for q in view.remote_queues("/")}
+    assert (listed["q1"].figures, listed["q1"].figures_published) == ({"messages": 3}, 100.0)
+    assert listed["q2"].figures == {"messages": 9}
+    assert {n.name: n.totals for n in view.node_views()}["a"]["queues"] == part
+    view.apply(WatchBatch([Event("put", kv(FIGURES + "a/queues", [], 4))], 4))
+    assert {q.name: q for q in view.remote_queues("/")}["q1"].figures == {}
