@@ -26,7 +26,7 @@ from pika.exceptions import AMQPError
 from sievemq.testing import ServerProcess
 from tests.integration.test_cluster.fault_load import Background
 
-from .workload import parse
+from .workload import CONNECT_ERRORS, parse
 
 CONFIRM_TIMEOUT_S = 10.0  # a publish unconfirmed this long is sent again elsewhere
 
@@ -157,7 +157,7 @@ class QuorumConsumer(Background):
             node = self.nodes[at % len(self.nodes)]
             try:
                 conn = connect(node)
-            except (AMQPError, OSError) as error:
+            except CONNECT_ERRORS as error:
                 self.errors.append(f"connect: {error!r}"[:200])
                 at += 1
                 self._stop.wait(0.3)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pika
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from pika.exceptions import AMQPError
 from rstream import (
     Consumer,
@@ -38,6 +39,10 @@ from sievemq.testing import ServerProcess
 from tests.integration.test_cluster.fault_load import Background
 
 STREAM_SEND_TIMEOUT_S = 10  # one confirm; a dropped leader fails the send sooner
+
+# what a pika connect raises when a node is down, cut off or too slow (a handshake timeout
+# is an AMQPConnectorException, not an AMQPError: it ended the declarer's thread once)
+CONNECT_ERRORS = (AMQPError, OSError, AMQPConnectorException)
 
 
 def parse(body: bytes) -> tuple[str, int]:
@@ -170,7 +175,7 @@ class StreamReader(Background):
                 conn = pika.BlockingConnection(
                     pika.URLParameters(self.node.url + "?connection_attempts=1")
                 )
-            except (AMQPError, OSError) as error:
+            except CONNECT_ERRORS as error:
                 self.errors.append(f"connect: {error!r}"[:200])
                 self._stop.wait(0.3)
                 continue
@@ -306,7 +311,7 @@ class Declarer(Background):
     def _declare(self, node_name: str, queue: str, kind: str) -> None:
         try:
             conn, ch = self._channel(self.nodes[node_name])
-        except (AMQPError, OSError) as error:
+        except CONNECT_ERRORS as error:
             self.refused.append(f"declare {queue} via {node_name}: {error!r}"[:200])
             return
         try:
@@ -321,7 +326,7 @@ class Declarer(Background):
     def _delete(self, node_name: str, queue: str) -> None:
         try:
             conn, ch = self._channel(self.nodes[node_name])
-        except (AMQPError, OSError) as error:
+        except CONNECT_ERRORS as error:
             self.refused.append(f"delete {queue} via {node_name}: {error!r}"[:200])
             return
         self.in_doubt.add(queue)

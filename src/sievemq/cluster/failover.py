@@ -64,7 +64,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -626,10 +626,16 @@ class Failover:
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(WATCHDOG_S, self._tick)
         now = loop.time()
-        if self._ticked and now - self._ticked > STALLED_S:
-            # this node was frozen, not its leaders silent: each copy hears anew
-            for _, follower in self._followers():
-                follower.heard_at = max(follower.heard_at, now)
+        late = now - self._ticked - WATCHDOG_S if self._ticked else 0.0
+        if late > STALLED_S - WATCHDOG_S:
+            # this node was frozen (or its loop stalled), not its leaders silent
+            discount_stall((f for _, f in self._followers()), late, now)
+            log.info(
+                "node %s ran %.1f s late (frozen or its loop stalled): that time is not "
+                "counted as its leaders' silence",
+                self.me,
+                late,
+            )
         self._ticked = now
         lease = self.membership.lease
         fresh = (
@@ -740,3 +746,13 @@ def _move(source: Path, target: Path) -> None:
     os.rename(source, target)
     fsync_dir(target.parent)
     fsync_dir(source.parent)
+
+
+def discount_stall(followers: Iterable[Following], late: float, now: float) -> None:
+    """This node ran ``late`` seconds late: that time is taken off each copy's silence
+    (its frames could not be read meanwhile), the silence before it still counts. Reset to
+    now instead, a loop that stalls a second every few seconds (a loaded node leading a
+    hundred queues) would never count a leader cut from it as silent (suspected when a
+    30-minute chaos run saw a node's replicas wait over a minute to join elections)."""
+    for follower in followers:
+        follower.heard_at = min(now, follower.heard_at + late)
