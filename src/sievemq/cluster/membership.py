@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import time
@@ -427,7 +428,7 @@ class Membership:
                     epoch=int(r.get("epoch", 0)),
                     arguments=dict(r.get("arguments") or {}),
                     leader_running=leader in self.records,
-                    figures=figures,
+                    figures=copy.deepcopy(figures),  # the caller's: views add to them
                     figures_published=when,
                 )
             )
