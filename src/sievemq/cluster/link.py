@@ -670,7 +670,7 @@ class Links:
             link.failed = True
             self._note_down(node, f"node '{node}' is not running (no cluster address)")
         else:
-            task = asyncio.ensure_future(self._open(link, address))
+            task = self.loop.create_task(self._open(link, address))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return link

@@ -103,3 +103,27 @@ class CommitMark:
         from now on, and a later start must count it so."""
         self.close()
         forget_committed(self.path.parent)
+
+    @classmethod
+    def resume(
+        cls, directory: Path, end: int, elected: int | None = None
+    ) -> tuple[CommitMark, int]:
+        """The mark of a copy gated now that holds everything below ``end``, and the end it
+        counts as committed: the one kept beside it from when it last ran gated (no more
+        than ``end``), or ``end`` when it never was; with ``elected`` (what an election
+        knows a majority holds) that instead, at most ``end``, without reading the file."""
+        if elected is None:
+            kept = read_committed(directory)
+            committed = end if kept is None else min(end, kept)
+        else:
+            committed = min(elected, end)
+        return cls(directory, committed), committed
+
+    @staticmethod
+    def drop(mark: CommitMark | None, directory: Path) -> None:
+        """The copy in ``directory`` is no longer gated: its ``mark`` removed, or without
+        one (not gated since it started) the file an earlier gating left."""
+        if mark is not None:
+            mark.remove()
+        else:
+            forget_committed(directory)

@@ -31,7 +31,7 @@ from sievemq.storage.chunk import (
     header_ok,
     parse_header,
 )
-from sievemq.storage.commit_mark import CommitMark, forget_committed, read_committed
+from sievemq.storage.commit_mark import CommitMark
 from sievemq.storage.durable import fsync_dir
 from sievemq.storage.errors import StorageError
 from sievemq.storage.layout import TOMBSTONE_PREFIX
@@ -705,25 +705,22 @@ class Stream:
         kept beside it, ``storage/commit_mark.py``), or with ``committed`` only what is below
         it (a copy that just became the leader: a majority may not hold its last chunks yet).
         Call it before anything reads the stream."""
-        if committed is None and not self.gated:
-            committed = read_committed(self.directory)
         self.gated = True
-        if committed is not None:
-            self.committed_offset = min(committed, self.end_offset)
         if self._mark is None:
-            self._mark = CommitMark(self.directory, self.committed_offset)
+            self._mark, self.committed_offset = CommitMark.resume(
+                self.directory, self.end_offset, committed
+            )
         else:
+            if committed is not None:
+                self.committed_offset = min(committed, self.end_offset)
             self._mark.write(self.committed_offset)
 
     def ungate(self) -> None:
         """Back to every append being committed at once (a stream without replicas); a
         later start counts all it holds as committed."""
         self.gated = False
-        if self._mark is not None:
-            self._mark.remove()
-            self._mark = None
-        else:
-            forget_committed(self.directory)
+        CommitMark.drop(self._mark, self.directory)
+        self._mark = None
         self.commit(self.end_offset)
 
     def commit(self, offset: int) -> None:

@@ -42,7 +42,7 @@ from sievemq.gateway.model.classic.message import (
     publish_facts,
 )
 from sievemq.storage import layout
-from sievemq.storage.commit_mark import CommitMark, forget_committed, read_committed
+from sievemq.storage.commit_mark import CommitMark
 
 if TYPE_CHECKING:
     from sievemq.storage.queue_log import QueueLog
@@ -262,18 +262,14 @@ class ClassicQueue:
         if floor is not None:
             end = min(end, floor)
         if self.log is not None:
-            kept = read_committed(self.log.directory)
-            end = end if kept is None else min(end, kept)
-            self._mark = CommitMark(self.log.directory, end)
+            self._mark, end = CommitMark.resume(self.log.directory, end)
         self.commit_end = end
 
     def ungate(self) -> None:
         """No replica any more: everything written is committed (what was held goes now)."""
-        if self._mark is not None:
-            self._mark.remove()
-            self._mark = None
-        elif self.log is not None:
-            forget_committed(self.log.directory)
+        if self.log is not None:
+            CommitMark.drop(self._mark, self.log.directory)
+        self._mark = None
         if self.commit_end is not None:
             self.commit_end = None
             self.on_commit(1 << 64)
