@@ -301,6 +301,29 @@ def leader_cut_from_nodes(ch: Chaos) -> None:
         ch.hold((victim, LEADER_VICTIM))
 
 
+STAGGER_S = 3.5  # between the two cuts: the replicas' silences begin this far apart
+
+
+def leader_cut_from_nodes_staggered(ch: Chaos) -> None:
+    """As ``leader-cut-from-nodes``, but the leader is cut from one replica, then from the
+    other ``STAGGER_S`` later: their silences, and so their elections, begin that far
+    apart (the 30-minute runs saw such replicas alternate elections that each counted only
+    its own tail, and the leader was never replaced)."""
+    victim = the_leader(ch)
+    first, second = [n for n in NODES if n != victim]
+    quorum = quorum_led_by(ch, victim)
+    with (
+        ch.fault("leader-cut-from-nodes-staggered", victim, LEADER_VICTIM, quorum=quorum),
+        _partitioned(ch, victim, [first]),
+    ):
+        time.sleep(STAGGER_S)
+        ch.net.isolate(ch.cluster.host(victim), [ch.cluster.host(second)])
+        new_leader(ch, victim)
+        if quorum is not None:
+            new_quorum_leader(ch, quorum, victim)
+        ch.hold((victim, LEADER_VICTIM))
+
+
 def kill_leader(ch: Chaos) -> None:
     """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
     comes back on its data as a replica."""
@@ -463,6 +486,7 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "ring": ring,
     "clock-jump": clock_jump,
     "leader-cut-from-nodes": leader_cut_from_nodes,
+    "leader-cut-from-nodes-staggered": leader_cut_from_nodes_staggered,
     "kill-leader": kill_leader,
     "stop-leader": stop_leader,
     "isolate-leader": isolate_leader,

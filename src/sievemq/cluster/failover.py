@@ -99,6 +99,7 @@ WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
 STALLED_S = 1.0  # a timer this late: this node was frozen (SIGSTOP, a stalled loop)
 TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
 RETRY_S = 0.5  # between election rounds that chose nobody
+STAND_POLL_S = 0.1  # how often a standing election looks for the leader heard again
 
 Queue = tuple[str, str]
 
@@ -325,14 +326,8 @@ class Failover:
     def _orphaned(self, queue: Queue, record: dict[str, Any]) -> bool:
         """A queue this node replicates whose leader is not running, or is lost to this
         stream copy (``_lost``)."""
-        leader = record.get("leader")
-        return (
-            record.get("type", "stream") in self.copies
-            and leader != self.me
-            and self.me in record.get("replicas", ())
-            and not record.get("delete")
-            and record.get("state") != CREATING
-            and (leader not in self.membership.records or self._lost(queue))
+        return self._replica_of_other(queue, record) and (
+            record.get("leader") not in self.membership.records or self._lost(queue)
         )
 
     def silence_s(self) -> float:
@@ -411,6 +406,7 @@ class Failover:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
         follower: Following | None = None  # (its acknowledgements are capped)
         warned: list[bool] = []  # the no-majority warning, once per election
+        standing = False  # a round chose nobody and the copy still hears nothing
         try:
             while not self._stopped:
                 record = self.placement.records.get(queue)
@@ -419,7 +415,11 @@ class Failover:
                     record is None
                     or copies is None
                     or not copies.holds_copy(queue)
-                    or not self._orphaned(queue, record)
+                    or not (
+                        self._orphaned(queue, record)
+                        if not standing
+                        else self._replica_of_other(queue, record)
+                    )
                 ):
                     return
                 follower = copies.follower(queue)
@@ -433,8 +433,11 @@ class Failover:
                     copies.hold(queue, False)  # (its copy tries the leader anew)
                 if record.get("leader") not in self.membership.records:
                     await asyncio.sleep(RETRY_S)
-                # (a leader that runs: the next check ends the election unless the copy
-                # stays silent for ``silence_s`` again, when the timer starts another)
+                    standing = False
+                elif await self._stand(queue, record, copies.follower(queue)):
+                    return
+                else:
+                    standing = True
         except Exception:
             log.exception("electing a leader of '%s' in vhost '%s' failed", queue[1], queue[0])
         finally:
@@ -532,6 +535,40 @@ class Failover:
             ends = {n: e for n, (_, e) in tails.items()}
             floor = committed_floor(ends, self.me, len(members), follower.committed)
         return await self._take(queue, record, (end, floor), copies, revisions, running)
+
+    async def _stand(
+        self, queue: Queue, record: dict[str, Any], follower: Following | None
+    ) -> bool:
+        """After a round that chose nobody while the leader runs: the copy tries its leader
+        again, and its tail (and the cap) stays for ``silence_s`` more; True when the
+        election is over (the record changed, or the leader was heard: a frame came), False
+        for another round. Withdrawn at once instead, the tails of two members whose
+        silences began a few seconds apart were never up together: each election saw only
+        its own tail, and a leader cut from both replicas was never replaced (the 30-minute
+        chaos runs: two replicas alternating elections of ``cs-1`` for 60 s)."""
+        loop = asyncio.get_running_loop()
+        stood_at = loop.time()
+        deadline = stood_at + self.silence_s()
+        while not self._stopped and loop.time() < deadline:
+            await asyncio.sleep(STAND_POLL_S)
+            if not self._current(queue, record):
+                return True
+            if follower is None or follower.heard_at > stood_at:
+                return True  # the leader was heard: nothing to elect
+            if record.get("leader") not in self.membership.records:
+                return False  # the leader stopped: elect at once
+        return self._stopped
+
+    def _replica_of_other(self, queue: Queue, record: dict[str, Any]) -> bool:
+        """A queue this node replicates and does not lead (``_orphaned`` without the
+        silence: a standing election goes on while nothing is heard)."""
+        return (
+            record.get("type", "stream") in self.copies
+            and record.get("leader") != self.me
+            and self.me in record.get("replicas", ())
+            and not record.get("delete")
+            and record.get("state") != CREATING
+        )
 
     def _current(self, queue: Queue, record: dict[str, Any]) -> bool:
         now = self.placement.records.get(queue, {})
