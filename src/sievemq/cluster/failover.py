@@ -98,6 +98,10 @@ TAILS = ROOT + "tails/"
 WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
 STALLED_S = 1.0  # a timer this late: this node was frozen (SIGSTOP, a stalled loop)
 TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
+# between its reads of the tails: every election reads them from etcd, and a node losing a
+# leader of hundreds of streams runs as many (at 0.05 s, a 30-minute chaos run saw such a
+# node's etcd connection pool time out and its elections fail)
+TAIL_POLL_S = 0.2
 RETRY_S = 0.5  # between election rounds that chose nobody
 STAND_POLL_S = 0.1  # how often a standing election looks for the leader heard again
 
@@ -508,7 +512,7 @@ class Failover:
             }
             if live <= set(tails) or loop.time() > deadline:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(TAIL_POLL_S)
         if not self._current(queue, record):
             return True
         majority = len(members) // 2 + 1
