@@ -178,17 +178,28 @@ class ChaosCluster:
     def etcd_hosts(self) -> list[str]:
         return [m.host for m in self.etcds]
 
-    def get(self, name: str, path: str) -> Any:
+    def get(self, name: str, path: str, patience_s: float = 0.0) -> Any:
+        """``path`` of node ``name``'s admin API; asked again for up to ``patience_s`` when
+        the node does not answer in time (the final checks: a node still busy after the
+        heal once ended a 30-minute run before it wrote its summary)."""
         node = self.nodes[name]
-        answer = httpx.get(node.admin_url + path, auth=("guest", "guest"), timeout=10)
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                answer = httpx.get(node.admin_url + path, auth=("guest", "guest"), timeout=10)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2.0)
         answer.raise_for_status()
         return answer.json()
 
     def running(self, name: str) -> dict[str, bool]:
         return {n["name"]: n["running"] for n in self.get(name, "/api/nodes")}
 
-    def queues(self, name: str) -> dict[str, dict[str, Any]]:
-        return {q["name"]: q for q in self.get(name, "/api/queues")}
+    def queues(self, name: str, patience_s: float = 0.0) -> dict[str, dict[str, Any]]:
+        return {q["name"]: q for q in self.get(name, "/api/queues", patience_s)}
 
     def wait_all_running(self) -> None:
         everyone = dict.fromkeys(self.nodes, True)

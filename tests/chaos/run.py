@@ -265,7 +265,7 @@ class Run:
             self.declarer.stop()
 
     def check(self, chaos: Chaos) -> None:
-        listed = self.cluster.queues(LEADER)
+        listed = self.cluster.queues(LEADER, patience_s=READ_TIMEOUT_S)
         self.check_quorum(listed)
         by_queue: dict[str, list[Any]] = {}
         for pub in (*self.amqp, *self.streams):
@@ -349,7 +349,7 @@ class Run:
         data = {name: node.data_dir for name, node in self.cluster.nodes.items()}
         streams = {
             q["name"]: q
-            for q in self.cluster.get(LEADER, "/api/queues")
+            for q in self.cluster.get(LEADER, "/api/queues", patience_s=READ_TIMEOUT_S)
             if q.get("type") == "stream" and len(q.get("members") or []) > 1
         }
         result = Result({"streams": len(streams), "unequal": 0})
