@@ -20,6 +20,7 @@ import contextlib
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pika
@@ -51,6 +52,13 @@ def parse(body: bytes) -> tuple[str, int]:
     if not label:
         raise ValueError(f"not a workload body: {body[:60]!r}")
     return label, int(seq)
+
+
+def failure(phase: str, took_s: float, error: BaseException) -> str:
+    """A client's failure as kept in its ``errors``: the step, when it failed (UTC, to
+    match the nodes' logs), how long the step had run, the error."""
+    at = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+    return f"{phase} at {at}Z after {took_s:.1f} s: {type(error).__name__}: {error}"[:200]
 
 
 @dataclass
@@ -90,18 +98,24 @@ class StreamPublisher(Background):
                 password="guest",
                 connection_name=self.label,
             )
+            # which step failed, and when (UTC, as the nodes' logs): ``start`` is the
+            # handshake with ``node``; the ``first send`` adds Metadata there, the connection
+            # to the leader it names and the publisher's declare to a confirm's wait
+            phase, began = "start", time.monotonic()
             try:
                 await asyncio.wait_for(producer.start(), STREAM_SEND_TIMEOUT_S)
+                phase, began = "first send", time.monotonic()
                 while not self._stop.is_set():
                     seq = retry[0] if retry else self._take()
                     await self._send(producer, seq)
+                    phase, began = "send", time.monotonic()
                     if retry:
                         retry.pop(0)
                     if self.pause_s:
                         await asyncio.sleep(self.pause_s)
             except Exception as error:  # any failure: reconnect and resend
                 self.drops += 1
-                self.errors.append(f"{type(error).__name__}: {error}"[:200])
+                self.errors.append(failure(phase, time.monotonic() - began, error))
                 retry = sorted(set(retry) | set(self.in_doubt) - set(self.confirmed))
                 await asyncio.sleep(0.3)
             finally:
