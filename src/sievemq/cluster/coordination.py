@@ -208,8 +208,10 @@ class EtcdClient:
             try:
                 response = await self._http.post(url, json=body, timeout=timeout)
                 answer: Any = response.json() if response.content else {}
-            except (httpx.HTTPError, ValueError) as error:
-                # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page):
+            except Exception as error:  # (a cancellation is no Exception)
+                # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page),
+                # or httpx failing inside on a connection that closed under it (a chaos run
+                # saw ``AttributeError: 'NoneType' object has no attribute 'getpeername'``):
                 # that endpoint is unusable now; an unexpected error here would end the
                 # caller's loop for good (a lease keeper that dies renews nothing)
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")

@@ -81,9 +81,10 @@ from sievemq.cluster.coordination import (
     put_op,
 )
 from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
-from sievemq.cluster.membership import NODES, ROOT, Membership
+from sievemq.cluster.membership import NODES, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
 from sievemq.cluster.replication import HEARTBEAT_S, Replication, replica_directory
+from sievemq.cluster.tails import TailReader, tail_prefix
 from sievemq.gateway.model.broker import Broker
 from sievemq.gateway.model.classic.queue import ClassicQueue
 from sievemq.gateway.model.definitions import decode_value
@@ -94,14 +95,13 @@ from sievemq.storage.layout import stream_directory
 
 log = logging.getLogger("sievemq.cluster")
 
-TAILS = ROOT + "tails/"
 WATCHDOG_S = 0.1  # how often a leader checks its lease is fresh
 STALLED_S = 1.0  # a timer this late: this node was frozen (SIGSTOP, a stalled loop)
 TAIL_WAIT_S = 2.0  # how long an election waits for the other live members' tails
-# between its reads of the tails: every election reads them from etcd, and a node losing a
-# leader of hundreds of streams runs as many (at 0.05 s, a 30-minute chaos run saw such a
-# node's etcd connection pool time out and its elections fail)
-TAIL_POLL_S = 0.2
+TAIL_POLL_S = 0.1  # between an election's reads of the tails (one reader for all: ``tails``)
+# etcd requests of this node's elections in flight at once (tails, withdrawals, swaps): a node
+# that lost the leader of a hundred streams must not fill the connection pool its watches use
+ELECTION_REQUESTS = 16
 RETRY_S = 0.5  # between election rounds that chose nobody
 STAND_POLL_S = 0.1  # how often a standing election looks for the leader heard again
 
@@ -117,10 +117,6 @@ def committed_floor(ends: dict[str, int], me: str, members: int, heard: int) -> 
     others = [end for node, end in ends.items() if node != me]
     held = committed_offset(others, members) or 0
     return min(ends[me], max(held, heard))
-
-
-def tail_prefix(vhost: str, name: str) -> str:
-    return TAILS + quote(vhost, safe="") + "/" + quote(name, safe="") + "/"
 
 
 class Following(Protocol):
@@ -285,6 +281,9 @@ class Failover:
         self.fenced: set[Queue] = set()
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
+        self._tails = TailReader(client)
+        self._requests = asyncio.Semaphore(ELECTION_REQUESTS)
+        self.discounted_s = 0.0  # all the time taken off copies' silence (``discount_stall``)
         self._timer: asyncio.TimerHandle | None = None
         self._ticked = 0.0  # when the timer last ran (loop time)
         self._tasks: set[asyncio.Future[None]] = set()
@@ -385,6 +384,13 @@ class Failover:
     def _elected(self, queue: Queue, task: asyncio.Future[None]) -> None:
         if self._elections.get(queue) is task:
             del self._elections[queue]
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "the election of a leader of '%s' in vhost '%s' ended in an error",
+                queue[1],
+                queue[0],
+                exc_info=task.exception(),
+            )
 
     def _held(self, queue: Queue) -> bool:
         return self._local(queue) is not None
@@ -455,9 +461,12 @@ class Failover:
         makes the cap moot (it caps the old epoch only)."""
         while True:
             try:
-                await self.client.delete(tail)
-                if follower is not None and follower.cap is not None:
-                    await self.client.get(queue_key(*queue))
+                capped = follower is not None and follower.cap is not None
+                async with self._requests:
+                    await self.client.delete(tail)
+                    if capped:
+                        await self.client.get(queue_key(*queue))
+                if follower is not None and capped:
                     follower.set_cap(None)  # (acknowledging what it holds now)
                 return
             except (EtcdUnavailable, EtcdError) as error:
@@ -491,13 +500,14 @@ class Failover:
             cap = follower.cap
             kept = cap[1] if cap is not None and cap[0] == epoch else end
             follower.cap = (epoch, min(kept, end))
-        await self.client.put(tail_key, json.dumps(mine), lease.id)
+        async with self._requests:
+            await self.client.put(tail_key, json.dumps(mine), lease.id)
         if follower is not None:
             follower.cap = (epoch, end)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TAIL_WAIT_S
         while True:
-            kvs, _ = await self.client.get_prefix(tail_prefix(*queue))
+            kvs = await self._tails.read(tail_prefix(*queue))
             tails: dict[str, tuple[int, int]] = {}
             revisions: dict[str, int] = {}  # tail key -> revision: the swap compares them
             for kv in kvs:
@@ -552,12 +562,14 @@ class Failover:
         chaos runs: two replicas alternating elections of ``cs-1`` for 60 s)."""
         loop = asyncio.get_running_loop()
         stood_at = loop.time()
+        discounted_before = self.discounted_s
         deadline = stood_at + self.silence_s()
         while not self._stopped and loop.time() < deadline:
             await asyncio.sleep(STAND_POLL_S)
             if not self._current(queue, record):
                 return True
-            if follower is None or follower.heard_at > stood_at:
+            stalls = self.discounted_s - discounted_before
+            if follower is None or heard_since(follower.heard_at, stood_at, stalls):
                 return True  # the leader was heard: nothing to elect
             if record.get("leader") not in self.membership.records:
                 return False  # the leader stopped: elect at once
@@ -619,7 +631,8 @@ class Failover:
         compares += [mod_revision_is(tail, revision) for tail, revision in tails.items()]
         if not running:
             compares.append(key_missing(NODES + old))
-        result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
+        async with self._requests:
+            result = await self.client.txn(compares, [put_op(key, json.dumps(won))])
         if not result.succeeded:
             return False  # changed meanwhile, or the leader is back: the next round sees
         self.placement.records[queue] = {**won, "mod_revision": result.revision}
@@ -671,6 +684,7 @@ class Failover:
         if late > STALLED_S - WATCHDOG_S:
             # this node was frozen (or its loop stalled), not its leaders silent
             discount_stall((f for _, f in self._followers()), late, now)
+            self.discounted_s += late
             log.info(
                 "node %s ran %.1f s late (frozen or its loop stalled): that time is not "
                 "counted as its leaders' silence",
@@ -767,6 +781,7 @@ class Failover:
         self._fence_all(self.membership.lease)
         for task in [*self._elections.values(), *self._tasks]:
             task.cancel()
+        self._tails.close()
         for task in [*self._elections.values(), *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -797,3 +812,11 @@ def discount_stall(followers: Iterable[Following], late: float, now: float) -> N
     30-minute chaos run saw a node's replicas wait over a minute to join elections)."""
     for follower in followers:
         follower.heard_at = min(now, follower.heard_at + late)
+
+
+def heard_since(heard_at: float, stood_at: float, stalls_s: float) -> bool:
+    """A copy heard its leader after ``stood_at``: its ``heard_at`` moved past that moment by
+    more than the stalls since (``stalls_s``) moved it (``discount_stall`` moves every copy's
+    ``heard_at`` forward by a stall; compared with ``stood_at`` alone, a standing election
+    ended at the first stall of a loaded node, where it is needed most)."""
+    return heard_at > stood_at + stalls_s

@@ -49,3 +49,29 @@ async def test_no_member_with_a_leader_is_unavailable() -> None:
         raise AssertionError("no member had a leader")
     assert json.loads(seen[0].content) == {"ID": "7"}
     await client.close()
+
+
+async def test_a_failure_inside_httpx_makes_that_member_unusable_not_the_caller_fail() -> None:
+    """A chaos run saw httpx raise ``AttributeError`` (a connection closed under it) on an
+    election's delete: that is a member that did not answer, the next one is asked."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.host == "e1":
+            raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+        return TTL
+
+    client = EtcdClient(["http://e1:2379", "http://e2:2379"])
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    assert await client.keep_alive(7) == 5
+    assert [r.url.host for r in seen] == ["e1", "e2"] and client.endpoint == "http://e2:2379"
+    client._current = 0
+    client.endpoints = ["http://e1:2379"]
+    try:
+        await client.keep_alive(7)
+    except EtcdUnavailable as error:
+        assert "AttributeError" in str(error) and "getpeername" in str(error)
+    else:
+        raise AssertionError("the only member failed")
+    await client.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sievemq.cluster.failover import discount_stall
+from sievemq.cluster.failover import discount_stall, heard_since
 
 
 class Copy:
@@ -21,3 +21,13 @@ def test_a_frame_read_in_the_late_turn_is_not_pushed_into_the_future() -> None:
     just_heard = Copy(heard_at=105.9)
     discount_stall([just_heard], late=2.0, now=106.0)
     assert just_heard.heard_at == 106.0
+
+
+def test_a_stall_while_an_election_stands_is_not_the_leader_heard() -> None:
+    """An election that chose nobody stands from 100; the node's loop stalls 2 s at 101-103:
+    ``discount_stall`` moves the copy's heard_at forward, which is no frame from the leader."""
+    copy = Copy(heard_at=100.0)  # counted from when it stood (``listen_anew``)
+    discount_stall([copy], late=2.0, now=103.0)
+    assert not heard_since(copy.heard_at, stood_at=100.0, stalls_s=2.0)
+    copy.heard_at = 103.5  # a frame from the leader
+    assert heard_since(copy.heard_at, stood_at=100.0, stalls_s=2.0)
