@@ -41,6 +41,11 @@ REQUIRE_LEADER = {"Grpc-Metadata-hasleader": "true"}
 # a watch with no answer for this long is reconnected (resuming from its revision): a
 # half-open connection to a vanished etcd never ends by itself
 WATCH_IDLE_S = 30.0
+# requests (not watches) a client has in flight at once; the others wait their turn here:
+# past the pool's connections, httpx walks every queued request on each start and end (a
+# node that lost the leader of a hundred streams spent its loop there, its requests timed
+# out in the pool and its healthy watches were dropped: bench/etcd_pool_contention.py)
+MAX_REQUESTS = 32
 
 
 class EtcdError(Exception):
@@ -178,6 +183,7 @@ class EtcdClient:
         self._failed_at: dict[str, float] = {}  # endpoint -> when a request to it last failed
         self._timeout = timeout_s
         self._http = httpx.AsyncClient(timeout=timeout_s, headers=REQUIRE_LEADER)
+        self._in_flight = asyncio.Semaphore(MAX_REQUESTS)  # (watches have the rest of the pool)
         # when the request that got the last answer was sent (the loop's clock): a member
         # that held an earlier try for a while does not make the answer look older
         self.answered_sent_at = 0.0
@@ -195,7 +201,23 @@ class EtcdClient:
     ) -> dict[str, Any]:
         """POST to the current endpoint, then to each other in turn. ``hurry_s``: how long
         to wait for an endpoint while another remains to be tried (the last one gets the
-        whole timeout)."""
+        whole timeout). At most ``MAX_REQUESTS`` at once; the wait for a turn has a timeout
+        of its own."""
+        try:
+            await asyncio.wait_for(self._in_flight.acquire(), self._timeout)
+        except TimeoutError:
+            raise EtcdUnavailable(
+                f"this node's etcd requests are all busy ({MAX_REQUESTS} in flight for "
+                f"{self._timeout:g} s)"
+            ) from None
+        try:
+            return await self._post_in_turn(path, body, hurry_s)
+        finally:
+            self._in_flight.release()
+
+    async def _post_in_turn(
+        self, path: str, body: dict[str, Any], hurry_s: float | None
+    ) -> dict[str, Any]:
         problems: list[str] = []
         count = len(self.endpoints)
         for step in range(count):
@@ -208,6 +230,11 @@ class EtcdClient:
             try:
                 response = await self._http.post(url, json=body, timeout=timeout)
                 answer: Any = response.json() if response.content else {}
+            except httpx.PoolTimeout:  # this node's own connections busy: no endpoint's fault
+                raise EtcdUnavailable(
+                    "no connection to etcd free on this node within "
+                    f"{timeout:g} s (too many requests at once)"
+                ) from None
             except Exception as error:  # (a cancellation is no Exception)
                 # no answer, or one that is not etcd's JSON (a torn reply, a proxy's page),
                 # or httpx failing inside on a connection that closed under it (a chaos run

@@ -458,7 +458,11 @@ class Failover:
         once no election can count that tail any more: after the delete, a read of the
         record (linearizable) that shows no new epoch means no compare-and-swap that read
         the tail can succeed (it compares the tail's revision); one that shows a new epoch
-        makes the cap moot (it caps the old epoch only)."""
+        makes the cap moot (it caps the old epoch only). Tried again after 0.5 s, then
+        twice as long each time up to the TTL: a node whose etcd requests time out by the
+        hundred must not keep its own queue of them full (a chaos run's node retried 243
+        withdrawals every 0.5 s for minutes)."""
+        pause = RETRY_S
         while True:
             try:
                 capped = follower is not None and follower.cap is not None
@@ -473,7 +477,8 @@ class Failover:
                 if self._stopped or follower is None or follower.cap is None:
                     return
                 log.info("withdrawing from the election of '%s': %s", queue[1], error)
-            await asyncio.sleep(RETRY_S)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, self.membership.ttl_s)
 
     async def _round(
         self,

@@ -4,11 +4,12 @@ as one that does not answer is (etcd's gateway answers as the fake below does)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 
-from sievemq.cluster.coordination import EtcdClient, EtcdUnavailable
+from sievemq.cluster.coordination import MAX_REQUESTS, EtcdClient, EtcdUnavailable
 
 
 def _client(answers: dict[str, httpx.Response], seen: list[httpx.Request]) -> EtcdClient:
@@ -74,4 +75,44 @@ async def test_a_failure_inside_httpx_makes_that_member_unusable_not_the_caller_
         assert "AttributeError" in str(error) and "getpeername" in str(error)
     else:
         raise AssertionError("the only member failed")
+    await client.close()
+
+
+async def test_a_full_connection_pool_is_this_nodes_congestion_not_the_members_fault() -> None:
+    """Marked failed, a member whose requests wait in this node's own pool had its healthy
+    watches dropped ("watching elsewhere") and the node's view went stale for minutes."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        raise httpx.PoolTimeout("no connection free")
+
+    client = EtcdClient(["http://e1:2379", "http://e2:2379"])
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    try:
+        await client.keep_alive(7)
+    except EtcdUnavailable as error:
+        assert "too many requests at once" in str(error)
+    else:
+        raise AssertionError("the pool was full")
+    assert [r.url.host for r in seen] == ["e1"] and client._failed_at == {}
+    await client.close()
+
+
+async def test_requests_past_the_limit_wait_their_turn_here() -> None:
+    in_flight = 0
+    most = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return TTL
+
+    client = EtcdClient(["http://e1:2379"])
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    ttls = await asyncio.gather(*(client.keep_alive(7) for _ in range(3 * MAX_REQUESTS)))
+    assert ttls == [5] * (3 * MAX_REQUESTS) and most == MAX_REQUESTS
     await client.close()
