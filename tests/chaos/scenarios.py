@@ -324,6 +324,41 @@ def leader_cut_from_nodes_staggered(ch: Chaos) -> None:
         ch.hold((victim, LEADER_VICTIM))
 
 
+def leaders_of_all(ch: Chaos, judge: str) -> dict[str, str]:
+    """Every replicated queue of the workload (its streams and quorum queue) -> its leader,
+    as ``judge`` lists them."""
+    listed = ch.cluster.queues(judge)
+    names = [*ch.streams, *(str(p.queue) for p in ch.quorum if hasattr(p, "queue"))]
+    return {name: str(listed[name]["leader"]) for name in names if name in listed}
+
+
+def nodes_apart(ch: Chaos) -> None:
+    """Every node cut from both others, each still reaching etcd: every replica loses its
+    leader, but none reaches another member that could follow it, so none offers a tail
+    and every leader stays (a 30-minute run saw an old leader cut from both others win back
+    106 streams this way, which nobody could then follow until the cut healed). Publishes
+    wait meanwhile (no replica acknowledges them) and are confirmed after the heal. A
+    leader that changed is a finding."""
+    before = leaders_of_all(ch, "b")
+    hosts = [ch.cluster.host(n) for n in NODES]
+    with ch.fault("nodes-apart", *NODES, LEADER_VICTIM):
+        for i, host in enumerate(hosts):
+            ch.net.isolate(host, hosts[i + 1 :])
+        try:
+            # past the silence at which the replicas count their leaders lost, and an
+            # election's round after it
+            time.sleep(3 * ch.cluster.lease_ttl_s)
+            for judge in NODES:
+                after = leaders_of_all(ch, judge)
+                moved = {q: f"{before[q]} -> {after[q]}" for q in before if after[q] != before[q]}
+                if moved:
+                    finding = f"nodes-apart: {judge} lists new leaders nobody could follow: {moved}"
+                    ch.findings.append(finding)
+                    ch.record("finding", finding=finding)
+        finally:
+            ch.net.heal()
+
+
 def kill_leader(ch: Chaos) -> None:
     """SIGKILL of the streams' leader: a replica takes over (failover), the old leader
     comes back on its data as a replica."""
@@ -492,6 +527,7 @@ SCENARIOS: dict[str, Callable[[Chaos], None]] = {
     "isolate-leader": isolate_leader,
     "leader-cut-from-etcd": leader_cut_from_etcd,
     "halves": halves,
+    "nodes-apart": nodes_apart,
     "kill-etcd-member": kill_etcd_member,
     "partition-etcd-member": partition_etcd_member,
     "etcd-majority-lost": etcd_majority_lost,
@@ -502,6 +538,8 @@ ETCD_MEMBER_SCENARIOS = ("kill-etcd-member", "partition-etcd-member", "etcd-majo
 FOLLOWER_SCENARIOS = tuple(
     name
     for name in SCENARIOS
-    if "leader" not in name and name != "halves" and name not in ETCD_MEMBER_SCENARIOS
+    if "leader" not in name
+    and name not in ("halves", "nodes-apart")
+    and name not in ETCD_MEMBER_SCENARIOS
 )
 LEADER_SCENARIOS = ("kill-leader", "stop-leader", "isolate-leader", "leader-cut-from-etcd")

@@ -63,3 +63,28 @@ def test_a_leader_cut_from_its_replicas_is_replaced_and_loses_nothing(scenario: 
     assert f"{quorum} is led by" in logs["a"], "a did not hand the quorum queue over"
     assert summary["quorum"]["lost"] == 0 and summary["quorum_copies_unequal"] == 0, summary
     shutil.rmtree(artifacts)
+
+
+@pytest.mark.timeout(900)
+def test_nodes_cut_from_each_other_keep_their_leaders_and_lose_nothing() -> None:
+    """Every node cut from both others, each reaching etcd: the replicas lose their leader
+    but reach no member that could follow them, so none is elected (the scenario makes a
+    changed leader a finding); after the heal every publish is confirmed, nothing lost."""
+    scenario = "nodes-apart"
+    artifacts = ROOT / ".chaos" / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}"
+    command = [sys.executable, "-m", "tests.chaos.run", "--rounds", "1", "--minutes", "0"]
+    command += ["--hold-s", "3", "--artifacts", str(artifacts), "--scenarios", scenario]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    summary_file = artifacts / "summary.json"
+    assert summary_file.exists(), f"no summary (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    summary = json.loads(summary_file.read_text())
+    assert done.returncode == 0 and summary["findings"] == [], summary
+    assert summary["per_fault"][scenario]["count"] == 1, summary
+    assert summary["lost"] == 0 and summary["unexpected"] == 0, summary
+    assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
+    assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    assert summary["quorum"]["lost"] == 0 and summary["quorum_copies_unequal"] == 0, summary
+    logs = {n: (artifacts / "nodes" / f"{n}.stderr.1").read_text() for n in ("b", "c")}
+    # the replicas did lose their leader, and stayed out for want of a member to follow them
+    assert all("it offers no tail (nobody could follow it)" in logs[n] for n in logs), logs
+    shutil.rmtree(artifacts)

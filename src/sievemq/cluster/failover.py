@@ -83,6 +83,7 @@ from sievemq.cluster.coordination import (
 from sievemq.cluster.epochs import History, history_of, last_epoch, read_history, write_history
 from sievemq.cluster.membership import NODES, Membership
 from sievemq.cluster.placement import CREATING, Placement, queue_key
+from sievemq.cluster.reach import Reach
 from sievemq.cluster.replication import HEARTBEAT_S, Replication, replica_directory
 from sievemq.cluster.tails import TailReader, tail_prefix
 from sievemq.gateway.model.broker import Broker
@@ -282,6 +283,7 @@ class Failover:
         self._fenced_under: Lease | None = None
         self._elections: dict[Queue, asyncio.Task[None]] = {}
         self._tails = TailReader(client)
+        self._reach = Reach(membership.cluster_address)
         self._requests = asyncio.Semaphore(ELECTION_REQUESTS)
         self.discounted_s = 0.0  # all the time taken off copies' silence (``discount_stall``)
         self._timer: asyncio.TimerHandle | None = None
@@ -415,7 +417,7 @@ class Failover:
     async def _elect(self, queue: Queue) -> None:
         tail = tail_prefix(*queue) + quote(self.me, safe="")
         follower: Following | None = None  # (its acknowledgements are capped)
-        warned: list[bool] = []  # the no-majority warning, once per election
+        warned: set[str] = set()  # what this election logged once already
         standing = False  # a round chose nobody and the copy still hears nothing
         try:
             while not self._stopped:
@@ -486,7 +488,7 @@ class Failover:
         record: dict[str, Any],
         tail_key: str,
         copies: Copies,
-        warned: list[bool],
+        warned: set[str],
     ) -> bool:
         """One round: True when the record changed (this node won, or saw another win)."""
         lease = self.membership.lease
@@ -496,6 +498,8 @@ class Failover:
         leader = str(record.get("leader"))
         running = leader in self.membership.records  # lost to this copy, not stopped
         members = [leader, *map(str, record.get("replicas", ()))]
+        if not await self._reaches_enough(queue, record, members, warned):
+            return False
         last, end = copies.tail(queue)
         mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
         follower = copies.follower(queue)
@@ -532,7 +536,7 @@ class Failover:
             return True
         majority = len(members) // 2 + 1
         if len(tails) < majority:
-            (log.info if warned else log.warning)(
+            (log.info if "majority" in warned else log.warning)(
                 "%s '%s' in vhost '%s': its leader %s %s and only %d of its %d members "
                 "answered (%s): no leader is chosen without a majority",
                 _kind(record),
@@ -544,7 +548,7 @@ class Failover:
                 len(members),
                 ", ".join(sorted(tails)) or "none",
             )
-            warned.append(True)
+            warned.add("majority")
             return False
         best = sorted(tails, key=lambda n: (-tails[n][0], -tails[n][1], n))[0]
         if best != self.me:
@@ -554,6 +558,34 @@ class Failover:
             ends = {n: e for n, (_, e) in tails.items()}
             floor = committed_floor(ends, self.me, len(members), follower.committed)
         return await self._take(queue, record, (end, floor), copies, revisions, running)
+
+    async def _reaches_enough(
+        self, queue: Queue, record: dict[str, Any], members: list[str], warned: set[str]
+    ) -> bool:
+        """This node reaches enough of the other running members (the leader apart: it is
+        lost to this copy) to be followed, were it chosen: a majority with itself. One that
+        does not offers no tail: chosen for the longest copy, it would lead what nobody can
+        follow (``cluster.reach``)."""
+        leader = record.get("leader")
+        others = [m for m in members if m not in (self.me, leader) and m in self.membership.records]
+        needed = len(members) // 2  # the majority, less this node
+        reached = [m for m in others if await self._reach.reaches(m)]
+        if len(reached) >= needed:
+            return True
+        if "reach" not in warned:
+            log.warning(
+                "%s '%s' in vhost '%s': its leader %s is lost to this node, which reaches "
+                "%d of the other %d members (%s): it offers no tail (nobody could follow it)",
+                _kind(record),
+                queue[1],
+                queue[0],
+                leader,
+                len(reached),
+                len(members) - 1,
+                ", ".join(reached) or "none",
+            )
+            warned.add("reach")
+        return False
 
     async def _stand(
         self, queue: Queue, record: dict[str, Any], follower: Following | None
