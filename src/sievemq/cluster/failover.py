@@ -565,10 +565,12 @@ class Failover:
         """This node reaches enough of the other running members (the leader apart: it is
         lost to this copy) to be followed, were it chosen: a majority with itself. One that
         does not offers no tail: chosen for the longest copy, it would lead what nobody can
-        follow (``cluster.reach``)."""
+        follow (``cluster.reach``). Too few members running is the round's to report."""
         leader = record.get("leader")
         others = [m for m in members if m not in (self.me, leader) and m in self.membership.records]
         needed = len(members) // 2  # the majority, less this node
+        if len(others) < needed:
+            return True  # too few running: the round finds no majority, and says so
         reached = [m for m in others if await self._reach.reaches(m)]
         if len(reached) >= needed:
             return True
