@@ -18,12 +18,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.chaos.run import QUORUM
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def one_clean_round(scenario: str) -> tuple[Path, dict[str, Any]]:
+    """One round of ``scenario`` under the chaos workload: its artifacts folder and summary,
+    every checker clean (they stay in .chaos/ when it fails: the history, the nodes' logs)."""
+    artifacts = ROOT / ".chaos" / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}"
+    command = [sys.executable, "-m", "tests.chaos.run", "--rounds", "1", "--minutes", "0"]
+    command += ["--hold-s", "3", "--artifacts", str(artifacts), "--scenarios", scenario]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
+    summary_file = artifacts / "summary.json"
+    assert summary_file.exists(), f"no summary (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    summary: dict[str, Any] = json.loads(summary_file.read_text())
+    assert done.returncode == 0 and summary["findings"] == [], summary
+    assert summary["per_fault"][scenario]["count"] == 1, summary
+    assert summary["lost"] == 0 and summary["unexpected"] == 0, summary
+    assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
+    assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    return artifacts, summary
 
 
 @pytest.mark.timeout(900)
@@ -38,19 +57,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ],
 )
 def test_a_leader_cut_from_its_replicas_is_replaced_and_loses_nothing(scenario: str) -> None:
-    """Its artifacts stay in .chaos/ when it fails (the history and the nodes' logs)."""
-    artifacts = ROOT / ".chaos" / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}"
-    command = [sys.executable, "-m", "tests.chaos.run", "--rounds", "1", "--minutes", "0"]
-    command += ["--hold-s", "3", "--artifacts", str(artifacts), "--scenarios", scenario]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
-    summary_file = artifacts / "summary.json"
-    assert summary_file.exists(), f"no summary (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    summary = json.loads(summary_file.read_text())
-    assert done.returncode == 0 and summary["findings"] == [], summary
-    assert summary["per_fault"][scenario]["count"] == 1, summary
-    assert summary["lost"] == 0 and summary["unexpected"] == 0, summary
-    assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
-    assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    artifacts, summary = one_clean_round(scenario)
     logs = {n: (artifacts / "nodes" / f"{n}.stderr.1").read_text() for n in ("a", "b", "c")}
     # a replica was elected while a was listed running (its lease held: the election said
     # so); a loaded machine may also see a's lease lapse at other moments of the run
@@ -71,18 +78,7 @@ def test_nodes_cut_from_each_other_keep_their_leaders_and_lose_nothing() -> None
     but reach no member that could follow them, so none is elected (the scenario makes a
     changed leader a finding); after the heal every publish is confirmed, nothing lost."""
     scenario = "nodes-apart"
-    artifacts = ROOT / ".chaos" / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}"
-    command = [sys.executable, "-m", "tests.chaos.run", "--rounds", "1", "--minutes", "0"]
-    command += ["--hold-s", "3", "--artifacts", str(artifacts), "--scenarios", scenario]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
-    summary_file = artifacts / "summary.json"
-    assert summary_file.exists(), f"no summary (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    summary = json.loads(summary_file.read_text())
-    assert done.returncode == 0 and summary["findings"] == [], summary
-    assert summary["per_fault"][scenario]["count"] == 1, summary
-    assert summary["lost"] == 0 and summary["unexpected"] == 0, summary
-    assert summary["duplicates_with_dedup"] == 0 and summary["gaps"] == 0, summary
-    assert summary["declared_missing"] == 0 and summary["replicas_unequal"] == 0, summary
+    artifacts, summary = one_clean_round(scenario)
     assert summary["quorum"]["lost"] == 0 and summary["quorum_copies_unequal"] == 0, summary
     logs = {n: (artifacts / "nodes" / f"{n}.stderr.1").read_text() for n in ("b", "c")}
     # the replicas did lose their leader, and stayed out for want of a member to follow them
