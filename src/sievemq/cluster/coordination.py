@@ -220,8 +220,9 @@ class EtcdClient:
     ) -> dict[str, Any]:
         problems: list[str] = []
         count = len(self.endpoints)
+        first = self._current
         for step in range(count):
-            index = (self._current + step) % count
+            index = (first + step) % count
             url = self.endpoints[index] + path
             timeout = self._timeout
             if hurry_s is not None and step < count - 1:
@@ -243,6 +244,12 @@ class EtcdClient:
                 # caller's loop for good (a lease keeper that dies renews nothing)
                 problems.append(f"{self.endpoints[index]}: {type(error).__name__} {error}")
                 self._failed(index)
+                if index == first and isinstance(error, httpx.TimeoutException):
+                    # it held the request (a member just cut off, not aware of it yet):
+                    # the next request starts with the next member, not with it again
+                    # (after a try that failed everywhere, a lease keeper's next renewal
+                    # waited on it once more, and a chaos run's node fenced its queues)
+                    self._current = (index + 1) % count
                 continue
             if not isinstance(answer, dict):
                 problems.append(f"{self.endpoints[index]}: not a JSON object: {answer!r:.80}")

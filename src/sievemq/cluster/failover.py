@@ -498,8 +498,11 @@ class Failover:
         leader = str(record.get("leader"))
         running = leader in self.membership.records  # lost to this copy, not stopped
         members = [leader, *map(str, record.get("replicas", ()))]
+        following = copies.follower(queue)
         if not await self._reaches_enough(queue, record, members, warned):
             return False
+        if not self._current(queue, record) or copies.follower(queue) is not following:
+            return True  # changed while this node probed (a chaos run: its copy was gone)
         last, end = copies.tail(queue)
         mine = {"node": self.me, "record_epoch": epoch, "epoch": last, "end": end}
         follower = copies.follower(queue)

@@ -116,3 +116,30 @@ async def test_requests_past_the_limit_wait_their_turn_here() -> None:
     ttls = await asyncio.gather(*(client.keep_alive(7) for _ in range(3 * MAX_REQUESTS)))
     assert ttls == [5] * (3 * MAX_REQUESTS) and most == MAX_REQUESTS
     await client.close()
+
+
+async def test_after_a_member_held_a_request_the_next_one_starts_elsewhere() -> None:
+    """e1 holds every request (cut off, not aware yet), e2 has no leader for a moment: the
+    try fails everywhere, and the next starts with e2, which has its leader again, instead
+    of waiting on e1 once more (a lease keeper's renewals, every TTL/3, cannot afford it)."""
+    seen: list[str] = []
+    e2_answers = [NO_LEADER, TTL]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url.host))
+        if request.url.host == "e1":
+            raise httpx.ReadTimeout("held", request=request)
+        return e2_answers.pop(0)
+
+    client = EtcdClient(["http://e1:2379", "http://e2:2379"])
+    client._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    try:
+        await client.keep_alive(7, hurry_s=0.1)
+    except EtcdUnavailable:
+        pass
+    else:
+        raise AssertionError("no member answered")
+    assert seen == ["e1", "e2"]
+    assert await client.keep_alive(7, hurry_s=0.1) == 5
+    assert seen == ["e1", "e2", "e2"]
+    await client.close()
