@@ -463,7 +463,11 @@ class Failover:
         makes the cap moot (it caps the old epoch only). Tried again after 0.5 s, then
         twice as long each time up to the TTL: a node whose etcd requests time out by the
         hundred must not keep its own queue of them full (a chaos run's node retried 243
-        withdrawals every 0.5 s for minutes)."""
+        withdrawals every 0.5 s for minutes). Not when this node stops: its tails go with
+        the lease it revokes next, and a hundred withdrawals in turn (16 at a time) from a
+        node whose etcd does not answer would hold its stop for minutes."""
+        if self._stopped:
+            return
         pause = RETRY_S
         while True:
             try:
