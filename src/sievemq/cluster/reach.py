@@ -48,7 +48,7 @@ class Reach:
                 writer.close()
                 reached = True
         except (OSError, TimeoutError, ValueError):
-            reached = False  # refused, prohibited by a route, unanswered, no address
+            pass  # refused, prohibited by a route, unanswered, a bad address: not reached
         finally:
             self._probes.pop(node, None)
             self._known[node] = (asyncio.get_running_loop().time(), reached)

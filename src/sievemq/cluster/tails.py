@@ -30,7 +30,6 @@ class TailReader:
 
     def __init__(self, client: EtcdClient) -> None:
         self.client = client
-        self.reads = 0  # requests sent (how many the node's elections cost etcd)
         self._next: asyncio.Future[list[KeyValue]] | None = None  # not begun yet
         self._one_at_a_time = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -52,7 +51,6 @@ class TailReader:
             async with self._one_at_a_time:
                 if self._next is answer:  # who asks from now on waits for the next read
                     self._next = None
-                self.reads += 1
                 kvs, _ = await self.client.get_prefix(TAILS)
         except asyncio.CancelledError:
             if self._next is answer:
